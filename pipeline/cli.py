@@ -1,0 +1,243 @@
+"""The `snim-batch` command line: parse, call one core function, render, map errors to exit codes.
+
+This is the only module that imports typer, prints, or exits.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from pipeline.errors import EXIT_FAILED, EXIT_USAGE, BadRowsError, SnimError, UsageError
+
+app = typer.Typer(
+    name="snim-batch",
+    help="Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DEFAULT_CONFIG = Path("config.yaml")
+
+
+class Engine(str, Enum):
+    polars = "polars"
+    spark = "spark"
+
+
+class Policy(str, Enum):
+    reject = "reject"
+    fail = "fail"
+
+
+def _err(message: str) -> None:
+    typer.echo(f"snim-batch: {message}", err=True)
+
+
+def _fail(exc: BaseException, verbose: bool) -> NoReturn:
+    """Map an exception to its one-line message and documented exit code."""
+    if isinstance(exc, SnimError):
+        _err(f"error: {exc}")
+        if isinstance(exc, BadRowsError):
+            for problem in exc.problems:
+                _err(f"  {problem}")
+        if verbose:
+            traceback.print_exception(exc, file=sys.stderr)
+        raise typer.Exit(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        _err("interrupted; nothing was written")
+        raise typer.Exit(130)
+    _err(f"internal error: {type(exc).__name__}: {exc} (nothing was written; rerun with "
+         "--verbose for details and report it)")
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    raise typer.Exit(EXIT_FAILED)
+
+
+def _load(config: Path | None, rules: str | None, positions: str | None, out: Path | None):
+    from pipeline.config import config_from_dict, load_config
+
+    if config is not None:
+        return load_config(config)
+    if DEFAULT_CONFIG.exists():
+        return load_config(DEFAULT_CONFIG)
+    if rules and positions and out:
+        return config_from_dict({"rules": rules, "positions": positions, "out": str(out)},
+                                "command line", Path.cwd())
+    raise UsageError("no ./config.yaml here: pass --config FILE, or --rules, --positions "
+                     "and --out")
+
+
+@app.command()
+def run(
+    config: Annotated[Path | None, typer.Option(
+        help="Config file (default: ./config.yaml). Relative paths in it are relative to it.")]
+    = None,
+    rules: Annotated[str | None, typer.Option(
+        help="Rules table: a .parquet/.csv file, a directory of them, or a glob.")] = None,
+    positions: Annotated[str | None, typer.Option(
+        help="Positions table (wide or long form): a file, a directory, or a glob.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory (replaced atomically).")]
+    = None,
+    engine: Annotated[Engine | None, typer.Option(help="Execution engine.")] = None,
+    winning_moves: Annotated[bool | None, typer.Option(
+        "--winning-moves/--no-winning-moves",
+        help="Add one winning move (move_heap, move_take) to every W verdict.")] = None,
+    on_bad_rows: Annotated[Policy | None, typer.Option(
+        help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1.")]
+    = None,
+    overwrite: Annotated[bool | None, typer.Option(
+        "--overwrite/--no-overwrite", help="Replace an existing output directory.")] = None,
+    spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
+    = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show details and tracebacks.")]
+    = False,
+) -> None:
+    """Evaluate every position; write verdicts, rejects, sg_tables, summary and a manifest.
+
+    Exit codes: 0 clean; 1 run failed (nothing written); 2 usage or config error;
+    3 completed, but some rows were rejected (see rejects.parquet).
+    """
+    try:
+        from pipeline.config import Spark
+        from pipeline.run import run_job
+
+        cfg = _load(config, rules, positions, out)
+        cfg = cfg.override(
+            rules=str(Path(rules).absolute()) if rules else None,
+            positions=str(Path(positions).absolute()) if positions else None,
+            out=out.absolute() if out else None,
+            engine=engine.value if engine else None,
+            winning_moves=winning_moves,
+            on_bad_rows=on_bad_rows.value if on_bad_rows else None,
+            overwrite=overwrite,
+            spark=Spark(master=spark_master) if spark_master else None,
+        )
+        show = not quiet and (verbose or sys.stderr.isatty())
+        started = time.perf_counter()
+
+        def progress(phase: str) -> None:
+            if show:
+                _err(f"[{time.perf_counter() - started:7.2f}s] {phase}")
+
+        result = run_job(cfg, progress)
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, verbose)
+    if not quiet:
+        counts = result.manifest["counts"]
+        pos, rul = counts["positions"], counts["rules"]
+        typer.echo(f"wrote {result.out}: {pos['verdicts']} verdicts (W {pos['W']}, "
+                   f"L {pos['L']}) from {pos['rows_read']} position rows; rejected "
+                   f"{pos['rows_rejected']} position rows and {rul['rows_rejected']} rule rows")
+        if result.problems:
+            _err(f"some rows were rejected (exit 3); first ones, all in "
+                 f"{result.out / 'rejects.parquet'}:")
+            for problem in result.problems[:5]:
+                _err(f"  {problem}")
+    raise typer.Exit(result.exit_code)
+
+
+def _parse_moves(text: str):
+    from pipeline.transforms import parse_int_list
+
+    try:
+        return parse_int_list(text, allow_ranges=True)
+    except ValueError as exc:
+        raise UsageError(f"--moves: {exc}") from None
+
+
+@app.command()
+def grundy(
+    moves: Annotated[str, typer.Option(
+        help='The move set S, e.g. "2 5", "2,5,12" or "1..3".')] = "",
+    kind: Annotated[str, typer.Option(help="subtraction, nim or half.")] = "subtraction",
+    upto: Annotated[int, typer.Option(min=0, help="Print SG(0..UPTO).")] = 40,
+    cap: Annotated[int, typer.Option(min=1, help="Longest table to search for a period.")]
+    = 2**26,
+    plot: Annotated[Path | None, typer.Option(
+        help="Also draw the SG sequence, preperiod and one period, to this PNG file.")] = None,
+) -> None:
+    """Inspect one rule set: its Grundy values, preperiod and period (proven, or not found)."""
+    try:
+        from pipeline.grundy import build_table, canonical_rule
+
+        rule = canonical_rule(kind, _parse_moves(moves) if kind == "subtraction" else None)
+        table = build_table(rule, upto + 1, cap, probe_ops=cap * max(len(rule.moves), 1))
+        import numpy as np
+
+        values = table.sg(np.arange(upto + 1, dtype=np.int64))
+        if plot is not None:
+            from pipeline.plots import plot_sequence
+
+            plot_sequence(table, plot, upto)
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, False)
+    typer.echo(f"rule: {rule.kind} {rule.label if rule.kind == 'subtraction' else ''}".rstrip())
+    if rule.kind != "subtraction":
+        typer.echo("closed form: " + ("SG(x) = x" if rule.kind == "nim" else
+                                      "SG(x) = x without its trailing one-bits, halved"))
+    elif table.period is not None:
+        typer.echo(f"preperiod: {table.preperiod}")
+        typer.echo(f"period: {table.period}")
+    else:
+        typer.echo(f"period: none found within {table.table_len} values")
+    typer.echo(f"SG(0..{upto}): " + " ".join(str(int(v)) for v in values))
+
+
+@app.command()
+def solve(
+    cap: Annotated[int, typer.Option(min=1, help="Longest SG table to build.")] = 2**26,
+) -> None:
+    """Read the classic S-Nim text format on stdin; print one line of W/L per test case.
+
+    Input: `k s1..sk`, then `m`, then m lines `l h1..hl`; repeated; ends with `0`.
+    """
+    try:
+        from pipeline.classic import solve_classic
+
+        text = solve_classic(sys.stdin.buffer.read(), cap=cap)
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, False)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+@app.command()
+def convert(
+    source: Annotated[Path, typer.Argument(help="Classic-format text file ('-' for stdin).")],
+    out: Annotated[Path, typer.Option(help="Directory for rules.parquet and positions.parquet.")],
+) -> None:
+    """Convert the classic S-Nim text format to rules.parquet + positions.parquet (wide form)."""
+    try:
+        from pipeline.io import write_classic_tables
+
+        data = sys.stdin.buffer.read() if str(source) == "-" else _read_bytes(source)
+        written = write_classic_tables(data, out)
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, False)
+    typer.echo(f"wrote {', '.join(str(p) for p in written)}")
+
+
+def _read_bytes(path: Path) -> bytes:
+    from pipeline.errors import InputError
+
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,51 @@
+"""One exception family; the CLI maps each class to a documented exit code.
+
+Exit codes (README "Exit codes"):
+  0  clean run
+  1  run failed, nothing written (bad input file, bad rows under --on-bad-rows fail, I/O)
+  2  usage or configuration error (bad flag, bad config key or value, missing extra)
+  3  run completed, but some rows were rejected (outputs and rejects.parquet written)
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_REJECTS = 3
+
+
+class SnimError(Exception):
+    """Base of every error a user can cause; carries its exit code."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(SnimError):
+    """The command line or its arguments are wrong."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """config.yaml is missing, unreadable, or has a bad key or value."""
+
+
+class InputError(SnimError):
+    """An input file is missing, unreadable, corrupt, or has the wrong columns or types."""
+
+
+class BadRowsError(SnimError):
+    """Rows failed validation and the policy is `fail`; `problems` lists the first few."""
+
+    def __init__(self, message: str, problems: list[str]):
+        super().__init__(message)
+        self.problems = problems
+
+
+class OutputError(SnimError):
+    """The output directory cannot be written (exists without --overwrite, permissions)."""
+
+
+class RuleError(SnimError):
+    """A rule set is invalid (empty S, non-positive move, unknown kind, table cap exceeded)."""

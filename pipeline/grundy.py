@@ -1,0 +1,173 @@
+"""Sprague-Grundy tables for the rule kinds, with exact periodicity; numpy in and out.
+
+A `Rule` is canonical (sorted, distinct moves), so identical S under different rule_set_ids share
+one `SGTable`. Tables are tabulated only as far as the data needs (or until the period is proven),
+never past the configured cap; see DESIGN section 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline import kernels
+from pipeline.errors import RuleError
+
+KINDS = {"subtraction": kernels.KIND_SUBTRACTION, "nim": kernels.KIND_NIM,
+         "half": kernels.KIND_HALF}
+MAX_HEAP = 2**63 - 1
+MAX_TABLE_LEN = 2**32 - 1
+
+
+@dataclass(frozen=True, order=True)
+class Rule:
+    """A canonical rule: its kind and, for `subtraction`, the sorted distinct moves."""
+
+    kind: str
+    moves: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        if self.kind != "subtraction":
+            return self.kind
+        return "{" + ", ".join(map(str, self.moves)) + "}"
+
+
+def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
+    """Validate and canonicalise a rule; RuleError says what is wrong in user terms."""
+    kind = "subtraction" if kind is None or kind == "" else kind
+    if kind not in KINDS:
+        raise RuleError(f"unknown kind {kind!r} (expected one of: {', '.join(KINDS)})")
+    if kind != "subtraction":
+        return Rule(kind)
+    if moves is None:
+        raise RuleError("moves are missing (a subtraction rule needs a non-empty set S)")
+    values = list(moves)
+    if not values:
+        raise RuleError("moves are empty (a subtraction rule needs a non-empty set S)")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise RuleError(f"move {v!r} is not an integer")
+        if v <= 0:
+            raise RuleError(f"move {v} is not a positive integer")
+        if v > MAX_TABLE_LEN:
+            raise RuleError(f"move {v} is larger than {MAX_TABLE_LEN}")
+    return Rule(kind, tuple(sorted({int(v) for v in values})))
+
+
+@dataclass(frozen=True)
+class SGTable:
+    """Grundy values T[0:len] of one rule, with the proven preperiod/period when found.
+
+    `values` is empty for `nim` and `half`, whose values are closed forms.
+    """
+
+    rule: Rule
+    values: np.ndarray
+    preperiod: int | None
+    period: int | None
+
+    @property
+    def table_len(self) -> int:
+        return int(self.values.shape[0])
+
+    def max_known_heap(self) -> int:
+        """Largest heap whose value this table determines."""
+        if self.rule.kind != "subtraction" or self.period is not None:
+            return MAX_HEAP
+        return self.table_len - 1
+
+    def sg(self, heaps: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Grundy values of `heaps` (int64); -1 where a heap lies beyond the table."""
+        arr = np.asarray(heaps, dtype=np.int64)
+        ts = TableSet.of([self])
+        return kernels.sg_per_heap(arr, np.zeros(arr.shape[0], np.int64), *ts.lookup_args())
+
+
+def _value_dtype(n_moves: int) -> type:
+    if n_moves < 2**8 - 1:
+        return np.uint8
+    if n_moves < 2**16 - 1:
+        return np.uint16
+    return np.uint32
+
+
+def build_table(rule: Rule, need_len: int = 0, cap: int = 2**26, probe_ops: int = 0) -> SGTable:
+    """Tabulate `rule` far enough for heaps < need_len, stopping early once a period is proven.
+
+    `probe_ops` lets a cheap rule keep tabulating past need_len (up to probe_ops / |S| values) to
+    find its period for the sg_tables report; nothing is ever tabulated past `cap` values.
+    """
+    if rule.kind != "subtraction":
+        return SGTable(rule, np.zeros(0, np.uint8), None, None)
+    if not 1 <= cap <= MAX_TABLE_LEN:
+        raise RuleError(f"table cap {cap} must be between 1 and {MAX_TABLE_LEN}")
+    probe_len = probe_ops // len(rule.moves) if probe_ops > 0 else 0
+    stop_len = min(cap, max(need_len, probe_len, 1))
+    moves = np.asarray(rule.moves, dtype=np.int64)
+    vals = np.zeros(stop_len, dtype=_value_dtype(len(rule.moves)))
+    n, pre, per = kernels.tabulate_subtraction(moves, vals, stop_len)
+    if per > 0:
+        return SGTable(rule, vals[: pre + per].copy(), int(pre), int(per))
+    return SGTable(rule, vals[:n], None, None)
+
+
+def grundy_values(rule: Rule, upto: int) -> np.ndarray:
+    """SG(0..upto) as int64 (closed forms for nim/half, tabulation otherwise)."""
+    table = build_table(rule, need_len=upto + 1, cap=max(upto + 1, 1))
+    return table.sg(np.arange(upto + 1, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class TableSet:
+    """Many tables flattened into the arrays the kernels take (see `kernels` docstring)."""
+
+    tables: tuple[SGTable, ...]
+    values: np.ndarray
+    base: np.ndarray
+    length: np.ndarray
+    pre: np.ndarray
+    per: np.ndarray
+    kind: np.ndarray
+    moves: np.ndarray
+    moves_base: np.ndarray
+    moves_len: np.ndarray
+
+    @classmethod
+    def of(cls, tables: Sequence[SGTable]) -> TableSet:
+        n = len(tables)
+        lengths = np.array([t.table_len for t in tables], dtype=np.int64)
+        base = np.zeros(n, np.int64)
+        if n:
+            base[1:] = np.cumsum(lengths)[:-1]
+        dtype = _value_dtype(max((len(t.rule.moves) for t in tables), default=0))
+        values = np.zeros(int(lengths.sum()), dtype)
+        for t, b in zip(tables, base):
+            values[b : b + t.table_len] = t.values
+        moves_len = np.array([len(t.rule.moves) for t in tables], dtype=np.int64)
+        moves_base = np.zeros(n, np.int64)
+        if n:
+            moves_base[1:] = np.cumsum(moves_len)[:-1]
+        flat_moves = [m for t in tables for m in t.rule.moves]
+        return cls(
+            tables=tuple(tables),
+            values=values,
+            base=base,
+            length=lengths,
+            pre=np.array([t.preperiod or 0 for t in tables], dtype=np.int64),
+            per=np.array([t.period or 0 for t in tables], dtype=np.int64),
+            kind=np.array([KINDS[t.rule.kind] for t in tables], dtype=np.int64),
+            moves=np.array(flat_moves, dtype=np.int64),
+            moves_base=moves_base,
+            moves_len=moves_len,
+        )
+
+    def lookup_args(self) -> tuple[np.ndarray, ...]:
+        """(values, base, length, pre, per, kind): the trailing arguments of the SG kernels."""
+        return self.values, self.base, self.length, self.pre, self.per, self.kind
+
+    def move_args(self) -> tuple[np.ndarray, ...]:
+        """(moves, moves_base, moves_len) followed by lookup_args(), for winning moves."""
+        return (self.moves, self.moves_base, self.moves_len) + self.lookup_args()

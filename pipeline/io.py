@@ -1,0 +1,314 @@
+"""All file I/O: finding and reading inputs, atomic commit of the output directory, manifest."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from pipeline.errors import InputError, OutputError
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+CSV_SUFFIXES = (".csv",)
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file as recorded in the manifest."""
+
+    path: Path
+    format: str
+    size: int
+    sha256: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "format": self.format, "size": self.size,
+                "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class RawTable:
+    """A file's rows as read (CSV: every column a string), plus rows the reader had to skip.
+
+    `row` is the 0-based data row number in the file for each frame row; `bad_lines` holds
+    (row, reason) for CSV lines with the wrong number of fields.
+    """
+
+    file: InputFile
+    frame: pl.DataFrame
+    row: np.ndarray
+    bad_lines: list[tuple[int, str]]
+
+
+def _format_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    if suffix in CSV_SUFFIXES:
+        return "csv"
+    with path.open("rb") as fh:
+        return "parquet" if fh.read(4) == b"PAR1" else "csv"
+
+
+def resolve_inputs(spec: str, what: str) -> list[Path]:
+    """A file, a directory (its .parquet/.csv files, recursively) or a glob -> sorted files."""
+    if any(ch in spec for ch in "*?["):
+        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+    else:
+        path = Path(spec)
+        if path.is_dir():
+            files = sorted(
+                p for p in path.rglob("*")
+                if p.is_file() and p.suffix.lower() in PARQUET_SUFFIXES + CSV_SUFFIXES
+                and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts)
+            )
+        elif path.exists():
+            files = [path]
+        else:
+            raise InputError(f"{what} input {spec}: no such file or directory")
+    if not files:
+        raise InputError(f"{what} input {spec}: no .parquet or .csv files found")
+    return files
+
+
+def _checksum(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe(path: Path) -> InputFile:
+    try:
+        return InputFile(path, _format_of(path), path.stat().st_size, _checksum(path))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+
+
+def _read_csv(file: InputFile) -> RawTable:
+    path = file.path
+    if file.size == 0:
+        raise InputError(f"{path}: empty file (expected a CSV header line)")
+    header = _read_header_names(path)
+    bad: list[tuple[int, str]] = []
+
+    def on_invalid(row: Any) -> str:
+        reason = f"line has {row.actual_columns} fields, expected {row.expected_columns}"
+        bad.append((row.number - 2 if row.number is not None else -1, reason))
+        return "skip"
+
+    try:
+        table = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(use_threads=False),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.string() for name in header},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a readable CSV file ({_short(exc)})") from None
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    total = frame.height + len(bad)
+    keep = np.ones(total, dtype=bool)
+    keep[[r for r, _ in bad if 0 <= r < total]] = False
+    return RawTable(file, frame, np.flatnonzero(keep).astype(np.int64), bad)
+
+
+def _read_header_names(path: Path) -> list[str]:
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline(1 << 20)
+        text = first.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a CSV file (the first line is not UTF-8 text)") from None
+    if not text.strip():
+        raise InputError(f"{path}: empty header line (expected column names)")
+    try:
+        table = pacsv.read_csv(pa.py_buffer(first),
+                               read_options=pacsv.ReadOptions(use_threads=False))
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"{path}: not a readable CSV header ({_short(exc)})") from None
+    names = table.column_names
+    if len(set(names)) != len(names):
+        raise InputError(f"{path}: duplicate column names in header: {names}")
+    return names
+
+
+def _read_parquet(file: InputFile) -> RawTable:
+    try:
+        frame = pl.read_parquet(file.path)
+    except Exception as exc:  # polars raises several unrelated types for corrupt files
+        raise InputError(f"{file.path}: not a readable Parquet file ({_short(exc)})") from None
+    return RawTable(file, frame, np.arange(frame.height, dtype=np.int64), [])
+
+
+def read_table(path: Path) -> RawTable:
+    """Read one input file; whole-file problems raise InputError naming the file."""
+    file = describe(path)
+    return _read_parquet(file) if file.format == "parquet" else _read_csv(file)
+
+
+def read_tables(spec: str, what: str) -> list[RawTable]:
+    return [read_table(p) for p in resolve_inputs(spec, what)]
+
+
+# ---- atomic output --------------------------------------------------------------------------
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two directories (Linux renameat2); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True) + [root]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_staging(out: Path) -> None:
+    """Remove staging dirs of earlier runs for this target whose process is gone."""
+    for stale in out.parent.glob(f".{out.name}.partial-*"):
+        try:
+            pid = int(stale.name.rsplit("-", 2)[-2])
+        except ValueError:
+            continue
+        if not _pid_alive(pid):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def check_target(out: Path, overwrite: bool) -> None:
+    """Fail early when the output cannot be replaced (before any work is done)."""
+    if out.exists() or out.is_symlink():
+        if not overwrite:
+            raise OutputError(f"{out}: output already exists (pass --overwrite to replace it)")
+        if not out.is_dir():
+            raise OutputError(f"{out}: exists and is not a directory; refusing to replace it")
+        if any(out.iterdir()) and not (out / MANIFEST).exists():
+            raise OutputError(f"{out}: exists and is not a snim-batch output (no {MANIFEST}); "
+                              "refusing to replace it")
+
+
+@contextmanager
+def staged_output(out: Path, run_id: str, overwrite: bool) -> Iterator[Path]:
+    """Yield a hidden staging directory beside `out`; on normal exit it replaces `out` atomically.
+
+    The staging directory is removed on any exception. A run killed outright leaves only a
+    hidden `.NAME.partial-PID-RUN` directory (no manifest), cleaned up by the next run.
+    """
+    out = out.absolute()
+    check_target(out, overwrite)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(out)
+        staging = out.parent / f".{out.name}.partial-{os.getpid()}-{run_id}"
+        staging.mkdir()
+    except OSError as exc:
+        raise OutputError(f"{out.parent}: cannot create output directory ({exc.strerror})") from None
+    try:
+        yield staging
+        _fsync_tree(staging)
+        if out.exists():
+            check_target(out, overwrite)
+            if _exchange(staging, out):
+                shutil.rmtree(staging)
+            else:
+                retired = out.parent / f".{out.name}.retired-{os.getpid()}-{run_id}"
+                os.rename(out, retired)
+                os.rename(staging, out)
+                shutil.rmtree(retired)
+        else:
+            os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def write_parquet(frame: pl.DataFrame, path: Path) -> None:
+    frame.write_parquet(path, compression="zstd", statistics=True)
+
+
+def write_manifest(manifest: dict[str, Any], directory: Path) -> None:
+    """The manifest is written last: a directory without one is never a complete output."""
+    tmp = directory / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, directory / MANIFEST)
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    try:
+        return json.loads((directory / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise InputError(f"{directory}: not a snim-batch output (no {MANIFEST})") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{directory / MANIFEST}: unreadable manifest ({exc})") from None
+
+
+def write_classic_tables(data: bytes, out: Path) -> list[Path]:
+    """Classic S-Nim text -> rules.parquet + positions.parquet (wide form) in `out`."""
+    from pipeline.classic import classic_to_tables
+
+    rules, positions = classic_to_tables(data)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot create directory ({exc.strerror})") from None
+    written = []
+    for name, columns, schema in (
+        ("rules.parquet", rules, {"rule_set_id": pl.Int64, "kind": pl.String,
+                                  "moves": pl.List(pl.Int64)}),
+        ("positions.parquet", positions, {"rule_set_id": pl.Int64, "position_id": pl.Int64,
+                                          "heaps": pl.List(pl.Int64)}),
+    ):
+        target = out / name
+        tmp = out / f".{name}.tmp"
+        pl.DataFrame(columns, schema=schema).write_parquet(tmp)
+        os.replace(tmp, target)
+        written.append(target)
+    return written

@@ -1,0 +1,244 @@
+"""Compiled numeric kernels (numba) on numpy arrays: no I/O, no polars.
+
+Rule kinds are small integers here (KIND_*); every kernel that looks up a Grundy value takes the
+flat table layout built by `grundy.TableSet`: one concatenated `values` array and, per table,
+`base` (offset into values), `length` (values stored), `pre`/`per` (proven preperiod and period,
+per == 0 when none), and `kind`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+KIND_SUBTRACTION = 0
+KIND_NIM = 1
+KIND_HALF = 2
+
+BEYOND_TABLE = -1
+
+_U32 = np.uint64(0xFFFFFFFF)
+_BASE = np.uint64(0x100000001B3)
+
+
+@njit(cache=True, inline="always")
+def _mix(h):
+    """splitmix64 finaliser: spreads a polynomial window hash over all 64 bits."""
+    h ^= h >> np.uint64(30)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(27)
+    h *= np.uint64(0x94D049BB133111EB)
+    h ^= h >> np.uint64(31)
+    return h
+
+
+@njit(cache=True)
+def _windows_equal(vals, a, b, m):
+    for i in range(m):
+        if vals[a - m + i] != vals[b - m + i]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _probe(slots, vals, y, m, mixed):
+    """Find window W_y (ending before index y) in the open-addressing table.
+
+    A slot packs (high 32 bits of the mixed hash) << 32 | window end. Returns the earlier end x
+    with W_x == W_y (verified value by value), or the negated free slot index - 1.
+    """
+    mask = np.uint64(slots.shape[0] - 1)
+    idx = mixed & mask
+    tag = mixed >> np.uint64(32)
+    while True:
+        s = slots[idx]
+        if s == 0:
+            return -np.int64(idx) - 1
+        if (s >> np.uint64(32)) == tag:
+            x = np.int64(s & _U32)
+            if _windows_equal(vals, x, y, m):
+                return x
+        idx = (idx + np.uint64(1)) & mask
+
+
+@njit(cache=True)
+def _rebuild(vals, m, y_end, n_slots, bpow):
+    """Re-insert windows W_m .. W_{y_end - 1} into a fresh table of n_slots slots."""
+    slots = np.zeros(n_slots, np.uint64)
+    h = np.uint64(0)
+    for i in range(m):
+        h = h * _BASE + np.uint64(vals[i]) + np.uint64(1)
+    for y in range(m, y_end):
+        if y > m:
+            h = (h - (np.uint64(vals[y - 1 - m]) + np.uint64(1)) * bpow) * _BASE
+            h += np.uint64(vals[y - 1]) + np.uint64(1)
+        mixed = _mix(h)
+        r = _probe(slots, vals, y, m, mixed)
+        slot = -(r + 1)
+        slots[slot] = ((mixed >> np.uint64(32)) << np.uint64(32)) | np.uint64(y)
+    return slots
+
+
+@njit(cache=True)
+def tabulate_subtraction(moves, vals, stop_len):
+    """SG values of the subtraction game with sorted distinct positive `moves`.
+
+    Fills vals[0:n] and stops at `stop_len` values or as soon as a window of max(moves) values
+    repeats, which proves exact periodicity (DESIGN 1). Returns (n, preperiod, period); period is
+    0 when no repeat was seen within stop_len values. Window ends must stay below 2**32.
+    """
+    k = moves.shape[0]
+    m = moves[k - 1]
+    marks = np.zeros(k + 2, np.int64)
+    bpow = np.uint64(1)
+    for _ in range(m - 1):
+        bpow *= _BASE
+    n_slots = 1 << 12
+    slots = np.zeros(n_slots, np.uint64)
+    used = 0
+    h = np.uint64(0)
+    for x in range(stop_len):
+        stamp = x + 1
+        for i in range(k):
+            s = moves[i]
+            if s > x:
+                break
+            marks[vals[x - s]] = stamp
+        g = 0
+        while marks[g] == stamp:
+            g += 1
+        vals[x] = g
+        y = x + 1
+        if y < m:
+            h = h * _BASE + np.uint64(g) + np.uint64(1)
+            continue
+        if y == m:
+            h = h * _BASE + np.uint64(g) + np.uint64(1)
+        else:
+            h = (h - (np.uint64(vals[x - m]) + np.uint64(1)) * bpow) * _BASE
+            h += np.uint64(g) + np.uint64(1)
+        mixed = _mix(h)
+        r = _probe(slots, vals, y, m, mixed)
+        if r >= 0:
+            return y, r - m, y - r
+        slots[-(r + 1)] = ((mixed >> np.uint64(32)) << np.uint64(32)) | np.uint64(y)
+        used += 1
+        if used * 10 > n_slots * 7:
+            n_slots *= 2
+            slots = _rebuild(vals, m, y + 1, n_slots, bpow)
+    return stop_len, 0, 0
+
+
+@njit(cache=True, inline="always")
+def half_sg(h):
+    """Take-at-most-half: drop the trailing one-bits of h, then halve."""
+    while h & 1:
+        h >>= 1
+    return h >> 1
+
+
+@njit(cache=True, inline="always")
+def sg_of(h, t, values, base, length, pre, per, kind):
+    """Grundy value of heap h under table t, or BEYOND_TABLE when it is not known."""
+    kd = kind[t]
+    if kd == KIND_NIM:
+        return h
+    if kd == KIND_HALF:
+        return half_sg(h)
+    if h < length[t]:
+        return np.int64(values[base[t] + h])
+    p = per[t]
+    if p > 0:
+        return np.int64(values[base[t] + pre[t] + (h - pre[t]) % p])
+    return BEYOND_TABLE
+
+
+@njit(cache=True)
+def nim_sums_wide(offsets, heaps, table_of_row, values, base, length, pre, per, kind):
+    """XOR of Grundy values per position of a list column (Arrow offsets + flat heaps).
+
+    Returns (nim_sum, bad_heap): bad_heap is -1 for an evaluated row, else the 0-based index of
+    the first heap whose value lies beyond its table (no proven period).
+    """
+    n = offsets.shape[0] - 1
+    nim = np.zeros(n, np.int64)
+    bad = np.full(n, -1, np.int64)
+    for i in range(n):
+        t = table_of_row[i]
+        acc = np.int64(0)
+        start = offsets[i]
+        for j in range(start, offsets[i + 1]):
+            g = sg_of(heaps[j], t, values, base, length, pre, per, kind)
+            if g < 0:
+                bad[i] = j - start
+                acc = 0
+                break
+            acc ^= g
+        nim[i] = acc
+    return nim, bad
+
+
+@njit(cache=True)
+def sg_per_heap(heaps, table_of_row, values, base, length, pre, per, kind):
+    """Grundy value of each heap (long form); BEYOND_TABLE where it is not known."""
+    n = heaps.shape[0]
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        out[i] = sg_of(heaps[i], table_of_row[i], values, base, length, pre, per, kind)
+    return out
+
+
+@njit(cache=True)
+def winning_move(heaps, nim_sum, t, moves, moves_base, moves_len, values, base, length, pre,
+                 per, kind):
+    """One winning move (heap index, stones taken) for a position with nim_sum != 0.
+
+    Chooses the first heap whose Grundy value g has g ^ nim_sum < g; returns (-1, -1) when no
+    legal move reaches nim-sum 0 (which theory rules out for a correct table).
+    """
+    for i in range(heaps.shape[0]):
+        h = heaps[i]
+        g = sg_of(h, t, values, base, length, pre, per, kind)
+        target = g ^ nim_sum
+        if target >= g:
+            continue
+        kd = kind[t]
+        if kd == KIND_NIM:
+            return i, h - target
+        if kd == KIND_HALF:
+            lo = h - h // 2
+            for j in range(63):
+                ones = (np.int64(1) << j) - 1
+                if target > ((np.int64(1) << (62 - j)) - 1):
+                    break
+                y = (target << (j + 1)) | ones
+                if y > h - 1:
+                    break
+                if y >= lo:
+                    return i, h - y
+            continue
+        mb = moves_base[t]
+        for q in range(moves_len[t]):
+            s = moves[mb + q]
+            if s > h:
+                break
+            if sg_of(h - s, t, values, base, length, pre, per, kind) == target:
+                return i, s
+    return -1, -1
+
+
+@njit(cache=True)
+def winning_moves_wide(offsets, heaps, table_of_row, nim, moves, moves_base, moves_len, values,
+                       base, length, pre, per, kind):
+    """winning_move for every W row of a list column; (-1, -1) for L rows."""
+    n = offsets.shape[0] - 1
+    move_heap = np.full(n, -1, np.int64)
+    move_take = np.full(n, -1, np.int64)
+    for i in range(n):
+        if nim[i] == 0:
+            continue
+        a, b = winning_move(heaps[offsets[i]:offsets[i + 1]], nim[i], table_of_row[i], moves,
+                            moves_base, moves_len, values, base, length, pre, per, kind)
+        move_heap[i] = a
+        move_take[i] = b
+    return move_heap, move_take

@@ -1,0 +1,92 @@
+"""The orchestrator: `run_job(config) -> RunResult`. It never prints or exits."""
+
+from __future__ import annotations
+
+import platform
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pipeline import __version__, io
+from pipeline.config import Config
+from pipeline.engines import load_engine
+from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    out: Path
+    exit_code: int
+    manifest: dict[str, Any]
+    problems: list[str]
+
+
+def _versions() -> dict[str, str]:
+    versions = {"snim-batch": __version__, "python": platform.python_version()}
+    for dist in ("polars", "pyarrow", "numpy", "numba", "typer", "pyspark"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def run_job(config: Config, progress: Progress | None = None) -> RunResult:
+    """Run the batch job and commit its output directory atomically.
+
+    Raises SnimError subclasses for user-caused failures; nothing is written then.
+    """
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    started = _now()
+    timings: dict[str, float] = {}
+
+    @contextmanager
+    def phase(name: str) -> Iterator[None]:
+        if progress:
+            progress(name)
+        t0 = time.perf_counter()
+        yield
+        timings[name] = round(time.perf_counter() - t0, 4)
+
+    engine = load_engine(config.engine)
+    with io.staged_output(config.out, run_id, config.overwrite) as staging:
+        result = engine.execute(config, staging, phase)
+        rejected = result.counts["rules"]["rows_rejected"] + \
+            result.counts["positions"]["rows_rejected"]
+        if rejected and config.on_bad_rows == "fail":
+            raise BadRowsError(f"{rejected} input rows failed validation "
+                               "(--on-bad-rows fail); nothing was written", result.problems)
+        exit_code = EXIT_REJECTS if rejected else EXIT_OK
+        pos = result.counts["positions"]
+        manifest = {
+            "run_id": run_id,
+            "started_at": started,
+            "finished_at": _now(),
+            "status": "completed_with_rejects" if rejected else "ok",
+            "exit_code": exit_code,
+            "engine": config.engine,
+            "positions_form": result.form,
+            "versions": _versions(),
+            "config": config.as_dict(),
+            "inputs": result.inputs,
+            "counts": result.counts,
+            "reconciled": pos["rows_read"] == pos["rows_evaluated"] + pos["rows_rejected"]
+            and result.counts["rules"]["rows_read"]
+            == result.counts["rules"]["rows_accepted"] + result.counts["rules"]["rows_rejected"],
+            "timings_s": timings,
+            "outputs": sorted(p.name for p in staging.iterdir()) + [io.MANIFEST],
+        }
+        io.write_manifest(manifest, staging)
+    return RunResult(Path(config.out), exit_code, manifest, result.problems)

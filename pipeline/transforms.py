@@ -1,0 +1,576 @@
+"""Pure frame -> frame steps: normalise, validate, look up, XOR, winning moves. No paths here.
+
+Every normalised frame carries `_source` (file), `_row` (0-based row in that file), `_column`
+and `_reason`: a row whose `_reason` is set is rejected with that reason, the rest go on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from pipeline import kernels
+from pipeline.config import Columns
+from pipeline.errors import InputError, RuleError
+from pipeline.grundy import MAX_HEAP, Rule, TableSet, canonical_rule
+
+REJECT_SCHEMA = {
+    "table": pl.String, "source": pl.String, "row": pl.Int64, "rule_set_id": pl.String,
+    "position_id": pl.String, "column": pl.String, "reason": pl.String,
+}
+HEAPS = pl.List(pl.Int64)
+_INT_TEXT = re.compile(r"^[+-]?\d+$")
+_CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"
+
+
+# ---- columns and types ----------------------------------------------------------------------
+
+def detect_form(columns: Sequence[str], cols: Columns, source: str) -> str:
+    """'wide' or 'long' from the columns present (DESIGN 2)."""
+    has_wide, has_long = cols.heaps in columns, cols.heap in columns
+    if has_wide and has_long:
+        raise InputError(f"{source}: has both '{cols.heaps}' (wide) and '{cols.heap}' (long) "
+                         "columns; keep one")
+    if not has_wide and not has_long:
+        raise InputError(f"{source}: no '{cols.heaps}' column (wide form) or '{cols.heap}' "
+                         f"column (long form); columns are {list(columns)}")
+    return "wide" if has_wide else "long"
+
+
+def check_columns(columns: Sequence[str], required: Sequence[str], optional: Sequence[str],
+                  source: str) -> None:
+    """Missing, extra or misnamed columns are whole-file errors naming the column."""
+    missing = [c for c in required if c not in columns]
+    extra = [c for c in columns if c not in required and c not in optional]
+    if missing:
+        hint = f"; unexpected columns {extra}" if extra else ""
+        raise InputError(f"{source}: missing column '{missing[0]}' (columns are "
+                         f"{list(columns)}{hint})")
+    if extra:
+        expected = list(required) + [c for c in optional]
+        raise InputError(f"{source}: unexpected column '{extra[0]}' (expected {expected})")
+
+
+def _key(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
+    s = frame[name]
+    if s.dtype.is_integer():
+        return s.cast(pl.Int64, strict=False).alias(name)
+    if s.dtype == pl.String:
+        return s.str.strip_chars().replace("", None).alias(name)
+    raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected integer or string")
+
+
+def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFrame]:
+    """Give one key column the same type in every frame: Int64 when every value in every frame
+    is an integer (CSV text included), else String."""
+    dtypes = {f[name].dtype for f in frames}
+    if dtypes <= {pl.Int64, pl.Null}:
+        return [f.with_columns(pl.col(name).cast(pl.Int64)) for f in frames]
+    as_text = [f.with_columns(pl.col(name).cast(pl.String)) for f in frames]
+    all_int = all(
+        f.select(pl.col(name).drop_nulls().str.contains(_CANONICAL_INT).all()).item() is not False
+        and f.select(pl.col(name).cast(pl.Int64, strict=False).null_count()
+                     == pl.col(name).null_count()).item()
+        for f in as_text
+    )
+    if all_int:
+        return [f.with_columns(pl.col(name).cast(pl.Int64)) for f in as_text]
+    return as_text
+
+
+# ---- list text ("2 5 12", "2,5,12", "[2, 5, 12]", "1..3") -----------------------------------
+
+def parse_int_list(text: str, allow_ranges: bool = False) -> list[int]:
+    """Parse a list written in a CSV cell; ValueError says what is wrong."""
+    body = text.strip()
+    if body.startswith("[") != body.endswith("]") or (body.startswith("[") and len(body) < 2):
+        raise ValueError(f"malformed list {text!r} (unbalanced brackets)")
+    if body.startswith("["):
+        body = body[1:-1]
+    values: list[int] = []
+    for token in re.split(r"[,\s]+", body.strip()):
+        if token == "":
+            continue
+        if allow_ranges and ".." in token:
+            lo, _, hi = token.partition("..")
+            if not (_INT_TEXT.match(lo) and _INT_TEXT.match(hi)):
+                raise ValueError(f"malformed range {token!r} in {text!r}")
+            if int(hi) - int(lo) > 1_000_000:
+                raise ValueError(f"range {token!r} is too long (over 1,000,000 values)")
+            values.extend(range(int(lo), int(hi) + 1))
+            continue
+        if not _INT_TEXT.match(token):
+            raise ValueError(f"{token!r} in {text!r} is not an integer")
+        values.append(int(token))
+    return values
+
+
+def _explain_heaps(values: Sequence[int | None] | None) -> str | None:
+    """Why a parsed list of heaps cannot be evaluated, or None when it can."""
+    if values is None:
+        return "heaps is null"
+    for i, v in enumerate(values):
+        if v is None:
+            return f"heap at index {i} is null"
+        if v < 0:
+            return f"heap {v} at index {i} is negative"
+        if v > MAX_HEAP:
+            return f"heap {v} at index {i} is larger than 2^63-1"
+    return None
+
+
+def _explain_heap_text(text: str | None, wide: bool) -> str:
+    if text is None:
+        return "heaps is null" if wide else "heap is null"
+    try:
+        values = parse_int_list(text) if wide else [int(text.strip())]
+    except ValueError as exc:
+        return str(exc) if wide else f"heap {text!r} is not an integer"
+    if not wide and len(values) != 1:
+        return f"heap {text!r} is not a single integer"
+    return _explain_heaps(values) or f"cannot read heaps {text!r}"
+
+
+# ---- rules ----------------------------------------------------------------------------------
+
+def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
+                    cols: Columns) -> pl.DataFrame:
+    """Rules file -> (_source, _row, rule_set_id, kind, moves, _column, _reason)."""
+    check_columns(raw.columns, [cols.rule_set_id], [cols.kind, cols.moves], source)
+    if cols.moves not in raw.columns and cols.kind not in raw.columns:
+        raise InputError(f"{source}: missing column '{cols.moves}' (columns are "
+                         f"{raw.columns})")
+    ids = _key(raw, cols.rule_set_id, source)
+    n = raw.height
+    kinds = _text_column(raw, cols.kind, source, n)
+    moves_col = raw[cols.moves] if cols.moves in raw.columns else pl.Series([None] * n)
+    if moves_col.dtype == pl.String or moves_col.dtype == pl.Null:
+        pass
+    elif not (isinstance(moves_col.dtype, pl.List) and (
+            moves_col.dtype.inner.is_integer() or moves_col.dtype.inner == pl.Null)):
+        raise InputError(f"{source}: column '{cols.moves}' has type {moves_col.dtype}, "
+                         "expected a list of integers (or text like \"2 5 12\")")
+    out_kind, out_moves, out_col, out_reason = [], [], [], []
+    for rid, kind, moves in zip(ids.to_list(), kinds, moves_col.to_list()):
+        rule, column, reason = None, None, None
+        if rid is None:
+            column, reason = cols.rule_set_id, "rule_set_id is empty"
+        else:
+            try:
+                if isinstance(moves, str):
+                    column = cols.moves
+                    moves = parse_int_list(moves, allow_ranges=True)
+                elif moves is not None and any(m is None for m in moves):
+                    raise RuleError("moves contain a null")
+                column = cols.kind if kind not in (None, "", "subtraction") else cols.moves
+                if kind is not None and kind.strip().lower() != kind:
+                    kind = kind.strip().lower()
+                rule = canonical_rule(kind, moves)
+                column = None
+            except (ValueError, RuleError) as exc:
+                reason = str(exc)
+        out_kind.append(rule.kind if rule else kind)
+        out_moves.append(list(rule.moves) if rule else None)
+        out_col.append(column)
+        out_reason.append(reason)
+    return pl.DataFrame({
+        "_source": pl.Series([source] * n, dtype=pl.String),
+        "_row": pl.Series(rows, dtype=pl.Int64),
+        "rule_set_id": ids,
+        "kind": pl.Series(out_kind, dtype=pl.String),
+        "moves": pl.Series(out_moves, dtype=HEAPS),
+        "_column": pl.Series(out_col, dtype=pl.String),
+        "_reason": pl.Series(out_reason, dtype=pl.String),
+    })
+
+
+def _text_column(raw: pl.DataFrame, name: str, source: str, n: int) -> list[str | None]:
+    if name not in raw.columns:
+        return [None] * n
+    s = raw[name]
+    if s.dtype not in (pl.String, pl.Null):
+        raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected string")
+    return s.to_list()
+
+
+def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
+    """Rows of a rule_set_id given with different rules are all rejected, naming the clash."""
+    valid = rules.filter(pl.col("_reason").is_null())
+    clash = (
+        valid.group_by("rule_set_id")
+        .agg(pl.struct("kind", "moves").n_unique().alias("variants"),
+             pl.col("_row").alias("rows"), pl.col("_source").first().alias("first"))
+        .filter(pl.col("variants") > 1)
+    )
+    if clash.is_empty():
+        return rules
+    clash = clash.with_columns(
+        pl.format("rule_set_id {} is defined {} different ways (rows {})",
+                  pl.col("rule_set_id"), pl.col("variants"),
+                  pl.col("rows").cast(pl.List(pl.String)).list.join(", ")).alias("clash")
+    ).select("rule_set_id", "clash")
+    return (
+        rules.join(clash, on="rule_set_id", how="left", nulls_equal=False, maintain_order="left")
+        .with_columns(
+            pl.coalesce("_reason", "clash").alias("_reason"),
+            pl.when(pl.col("_reason").is_null() & pl.col("clash").is_not_null())
+            .then(pl.lit("moves")).otherwise(pl.col("_column")).alias("_column"),
+        )
+        .drop("clash")
+    )
+
+
+def rule_index(rules: pl.DataFrame) -> tuple[list[Rule], pl.DataFrame]:
+    """Distinct canonical rules (sorted) and rule_set_id -> table index, or the rule's problem.
+
+    The returned frame has one row per rule_set_id: `table` (null for an invalid rule) and
+    `rule_problem` (why its positions are rejected).
+    """
+    valid = rules.filter(pl.col("_reason").is_null()).unique("rule_set_id", keep="first",
+                                                              maintain_order=True)
+    distinct = sorted({Rule(k, tuple(m or ())) for k, m in
+                       zip(valid["kind"].to_list(), valid["moves"].to_list())})
+    index = {r: i for i, r in enumerate(distinct)}
+    table = [index[Rule(k, tuple(m or ()))] for k, m in
+             zip(valid["kind"].to_list(), valid["moves"].to_list())]
+    good = valid.select("rule_set_id").with_columns(
+        pl.Series("table", table, dtype=pl.Int64), pl.lit(None, pl.String).alias("rule_problem"))
+    bad_ids = rules.filter(pl.col("_reason").is_not_null() & pl.col("rule_set_id").is_not_null()
+                           & ~pl.col("rule_set_id").is_in(valid["rule_set_id"].implode()))
+    bad = (
+        bad_ids.group_by("rule_set_id", maintain_order=True).first()
+        .select(
+            "rule_set_id",
+            pl.lit(None, pl.Int64).alias("table"),
+            pl.format("rule set {} is invalid: {} ({} row {})", pl.col("rule_set_id"),
+                      pl.col("_reason"), pl.col("_source"), pl.col("_row")).alias("rule_problem"),
+        )
+    )
+    return distinct, pl.concat([good, bad])
+
+
+# ---- positions ------------------------------------------------------------------------------
+
+def _heaps_from_text(s: pl.Series) -> pl.Series:
+    body = (s.str.strip_chars().str.strip_prefix("[").str.strip_suffix("]")
+            .str.replace_all(r"[,\s]+", " ").str.strip_chars())
+    tokens = body.str.split(" ")
+    parsed = tokens.list.eval(pl.element().cast(pl.Int64, strict=False))
+    return (pl.select(pl.when(body == "").then(pl.lit([], dtype=HEAPS)).otherwise(parsed))
+            .to_series().alias(s.name))
+
+
+def _heaps_column(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
+    """The heaps list as List(Int64), and the text it came from (for messages) if any."""
+    s = raw[name]
+    if s.dtype == pl.String:
+        text = s
+        parsed = _heaps_from_text(s)
+        ok = pl.select(
+            s.str.strip_chars().str.starts_with("[") == s.str.strip_chars().str.ends_with("]"))
+        parsed = pl.select(pl.when(ok.to_series() & (parsed.list.drop_nulls().list.len()
+                                                     == parsed.list.len()))
+                           .then(parsed).otherwise(pl.lit(None, HEAPS))).to_series()
+        return parsed.alias(name), text
+    if isinstance(s.dtype, pl.List) and (s.dtype.inner.is_integer() or s.dtype.inner == pl.Null):
+        if s.dtype.inner == pl.UInt64:
+            too_big = s.list.eval(pl.element() > MAX_HEAP).list.any()
+            s = pl.select(pl.when(too_big).then(pl.lit(None, HEAPS)).otherwise(
+                s.cast(HEAPS, strict=False))).to_series().alias(name)
+            return s, pl.select(pl.when(too_big).then(
+                pl.lit("a heap is larger than 2^63-1")).otherwise(None)).to_series()
+        return s.cast(HEAPS), pl.Series([None] * s.len(), dtype=pl.String)
+    raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected a list of "
+                     "integers (or text like \"5 12\")")
+
+
+def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: Columns,
+                        form: str, first_row_number: int) -> pl.DataFrame:
+    """Positions file -> (_source, _row, rule_set_id, position_id, heaps, _column, _reason).
+
+    Long form gets a one-element `heaps` list per row; `first_row_number` numbers wide rows
+    globally when position_id is absent.
+    """
+    if form == "wide":
+        check_columns(raw.columns, [cols.rule_set_id, cols.heaps], [cols.position_id], source)
+        heap_name = cols.heaps
+    else:
+        check_columns(raw.columns, [cols.rule_set_id, cols.position_id, cols.heap], [], source)
+        heap_name = cols.heap
+    ids = _key(raw, cols.rule_set_id, source).alias("rule_set_id")
+    if cols.position_id in raw.columns:
+        pids = _key(raw, cols.position_id, source).alias("position_id")
+    else:
+        pids = pl.Series("position_id", np.arange(raw.height, dtype=np.int64) + first_row_number)
+    if form == "wide":
+        heaps, text = _heaps_column(raw, heap_name, source)
+    else:
+        heaps, text = _heap_scalar(raw, heap_name, source)
+    frame = pl.DataFrame({
+        "_source": pl.Series([source], dtype=pl.String).new_from_index(0, raw.height)
+        if raw.height else pl.Series([], dtype=pl.String),
+        "_row": pl.Series(rows, dtype=pl.Int64),
+        "rule_set_id": ids, "position_id": pids, "heaps": heaps,
+        "_text": text.cast(pl.String),
+    })
+    has_null = pl.col("heaps").list.drop_nulls().list.len() != pl.col("heaps").list.len()
+    negative = pl.col("heaps").list.min() < 0
+    heap_col = pl.lit(heap_name)
+    reason_expr = (
+        pl.when(pl.col("rule_set_id").is_null())
+        .then(pl.struct(col=pl.lit(cols.rule_set_id), why=pl.lit("rule_set_id is empty")))
+        .when(pl.col("position_id").is_null())
+        .then(pl.struct(col=pl.lit(cols.position_id), why=pl.lit("position_id is empty")))
+        .when(pl.col("heaps").is_null() | has_null | negative)
+        .then(pl.struct(col=heap_col, why=pl.lit(None, pl.String)))
+        .otherwise(pl.lit(None, pl.Struct({"col": pl.String, "why": pl.String})))
+    )
+    frame = frame.with_columns(reason_expr.alias("_r")).with_columns(
+        pl.col("_r").struct.field("col").alias("_column"),
+        pl.col("_r").struct.field("why").alias("_reason"),
+    ).drop("_r")
+    needs_text = frame.filter(pl.col("_column").is_not_null() & pl.col("_reason").is_null())
+    if not needs_text.is_empty():
+        wide = form == "wide"
+        explained = [
+            (_explain_heap_text(t, wide) if t is not None and not t.startswith("a heap")
+             else t or _explain_heaps(h) or "heaps is null")
+            for t, h in zip(needs_text["_text"].to_list(), needs_text["heaps"].to_list())
+        ]
+        if not wide:
+            explained = [e.replace("heap at index 0", "heap").replace(" at index 0", "")
+                         for e in explained]
+        fix = needs_text.select("_row").with_columns(pl.Series("_why", explained,
+                                                               dtype=pl.String))
+        frame = frame.join(fix, on="_row", how="left", maintain_order="left").with_columns(
+            pl.coalesce("_reason", "_why").alias("_reason")).drop("_why")
+    return frame.drop("_text")
+
+
+def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
+    s = raw[name]
+    if s.dtype == pl.String:
+        stripped = s.str.strip_chars()
+        value = stripped.cast(pl.Int64, strict=False)
+        return value.implode().explode().to_frame().select(
+            pl.when(pl.col(name).is_not_null()).then(pl.concat_list(pl.col(name)))
+        ).to_series().alias(name), s
+    if s.dtype.is_integer():
+        if s.dtype == pl.UInt64:
+            big = s > MAX_HEAP
+            value = pl.select(pl.when(big).then(None).otherwise(s.cast(pl.Int64, strict=False)))
+            text = pl.select(pl.when(big).then(pl.lit("heap is larger than 2^63-1")))
+            listed = value.select(pl.when(pl.all().is_not_null()).then(pl.concat_list(pl.all())))
+            return listed.to_series().alias(name), text.to_series()
+        value = s.cast(pl.Int64).to_frame(name)
+        listed = value.select(pl.when(pl.col(name).is_not_null()).then(pl.concat_list(name)))
+        return listed.to_series().alias(name), pl.Series([None] * s.len(), dtype=pl.String)
+    raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected integer")
+
+
+def reject_duplicate_positions(positions: pl.DataFrame) -> pl.DataFrame:
+    """Wide form: every row of a (rule_set_id, position_id) given more than once is rejected."""
+    counted = positions.with_columns(
+        pl.len().over("rule_set_id", "position_id").alias("_n"))
+    if counted.select((pl.col("_n") > 1).any()).item() is not True:
+        return positions
+    return counted.with_columns(
+        pl.when(pl.col("_reason").is_null() & (pl.col("_n") > 1)
+                & pl.col("rule_set_id").is_not_null() & pl.col("position_id").is_not_null())
+        .then(pl.format("position_id {} appears {} times for rule_set_id {}",
+                        pl.col("position_id"), pl.col("_n"), pl.col("rule_set_id")))
+        .otherwise(pl.col("_reason")).alias("_reason"),
+        pl.when(pl.col("_column").is_null() & (pl.col("_n") > 1))
+        .then(pl.lit("position_id")).otherwise(pl.col("_column")).alias("_column"),
+    ).drop("_n")
+
+
+def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Collect long-form rows into positions (heaps in input order).
+
+    A position with any bad row is rejected whole: its bad rows keep their reason, the others
+    name it. Returns (positions in wide form, rejected rows).
+    """
+    rows = rows.with_row_index("_order")
+    tainted = rows.with_columns(
+        pl.col("_reason").is_not_null().any().over("rule_set_id", "position_id").alias("_t"),
+        pl.col("_row").filter(pl.col("_reason").is_not_null()).first()
+        .over("rule_set_id", "position_id").alias("_bad_row"),
+    )
+    keyless = pl.col("rule_set_id").is_null() | pl.col("position_id").is_null()
+    rejected = tainted.filter(pl.col("_t") | keyless).with_columns(
+        pl.coalesce(
+            "_reason",
+            pl.format("another row of this position (row {}) was rejected", pl.col("_bad_row")),
+        ).alias("_reason")
+    ).drop("_t", "_bad_row", "_order")
+    good = tainted.filter(~pl.col("_t") & ~keyless)
+    wide = (
+        good.sort("_order")
+        .group_by("rule_set_id", "position_id", maintain_order=True)
+        .agg(pl.col("_source").first(), pl.col("_row").first(),
+             pl.col("heaps").list.first().alias("heaps"),
+             pl.col("_row").alias("_rows"), pl.col("_source").alias("_sources"))
+        .with_columns(pl.lit(None, pl.String).alias("_column"),
+                      pl.lit(None, pl.String).alias("_reason"))
+    )
+    return wide, rejected
+
+
+# ---- evaluation -----------------------------------------------------------------------------
+
+def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
+    """Add `table` to each position; unknown or invalid rule sets become reasons."""
+    joined = positions.join(index, on="rule_set_id", how="left", maintain_order="left")
+    return joined.with_columns(
+        pl.coalesce(
+            "_reason", "rule_problem",
+            pl.when(pl.col("table").is_null() & pl.col("rule_problem").is_null())
+            .then(pl.format("unknown rule_set_id {} (not in the rules table)",
+                            pl.col("rule_set_id"))),
+        ).alias("_reason"),
+        pl.when(pl.col("_column").is_null() & pl.col("table").is_null())
+        .then(pl.lit("rule_set_id")).otherwise(pl.col("_column")).alias("_column"),
+    ).drop("rule_problem")
+
+
+def needed_lengths(positions: pl.DataFrame, n_tables: int) -> np.ndarray:
+    """Per table, 1 + the largest heap that valid positions look up in it."""
+    need = np.zeros(n_tables, dtype=np.int64)
+    agg = (positions.filter(pl.col("_reason").is_null())
+           .group_by("table").agg(pl.col("heaps").list.max().max().alias("m")))
+    for t, m in zip(agg["table"].to_list(), agg["m"].to_list()):
+        if m is not None:
+            need[t] = min(int(m), MAX_HEAP - 1) + 1
+    return need
+
+
+def _list_buffers(heaps: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    arr = heaps.rechunk().to_arrow().combine_chunks() if hasattr(
+        heaps.to_arrow(), "combine_chunks") else heaps.rechunk().to_arrow()
+    offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)
+    values = arr.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return offsets, values
+
+
+def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool) -> pl.DataFrame:
+    """nim_sum and verdict (and a winning move) for valid positions; a heap beyond its table
+    (no proven period within the cap) becomes the row's reason."""
+    valid = positions.filter(pl.col("_reason").is_null())
+    offsets, values = _list_buffers(valid["heaps"])
+    table_of_row = valid["table"].to_numpy().astype(np.int64, copy=False)
+    nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row, *tables.lookup_args())
+    columns = [pl.Series("nim_sum", nim, dtype=pl.Int64)]
+    if winning_moves:
+        move_heap, move_take = kernels.winning_moves_wide(
+            offsets, values, table_of_row, nim, *tables.move_args())
+        columns += [pl.Series("move_heap", move_heap).replace(-1, None),
+                    pl.Series("move_take", move_take).replace(-1, None)]
+    out = valid.with_columns(*columns, pl.Series("_bad", bad))
+    beyond = pl.col("_bad") >= 0
+    bad_heap = pl.col("heaps").list.get(pl.col("_bad").clip(0, None), null_on_oob=True)
+    labels = pl.Series([t.rule.label for t in tables.tables], dtype=pl.String)
+    caps = pl.Series([t.table_len for t in tables.tables], dtype=pl.Int64)
+    out = out.with_columns(
+        pl.when(beyond).then(pl.format(
+            "heap {} at index {} is beyond the SG table of {} ({} values, the cap or the "
+            "largest heap tabulated) and no period was proven within it",
+            bad_heap, pl.col("_bad"), pl.col("table").map_elements(lambda t: labels[t],
+                                                                   return_dtype=pl.String),
+            pl.col("table").map_elements(lambda t: caps[t], return_dtype=pl.Int64),
+        )).otherwise(pl.col("_reason")).alias("_reason"),
+        pl.when(beyond).then(pl.lit("heaps")).otherwise(pl.col("_column")).alias("_column"),
+        pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
+        .alias("verdict"),
+    ).drop("_bad")
+    return pl.concat([out, positions.filter(pl.col("_reason").is_not_null())],
+                     how="diagonal_relaxed")
+
+
+def verdict_rows(evaluated: pl.DataFrame, winning_moves: bool) -> pl.DataFrame:
+    """The verdicts table, sorted by (rule_set_id, position_id) for reproducible output."""
+    cols = ["rule_set_id", "position_id", "nim_sum", "verdict"]
+    if winning_moves:
+        cols += ["move_heap", "move_take"]
+    return (evaluated.filter(pl.col("_reason").is_null()).select(cols)
+            .sort("rule_set_id", "position_id"))
+
+
+def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
+    """Rows with a reason, in the rejects schema (keys as text, as given)."""
+    bad = frame.filter(pl.col("_reason").is_not_null())
+    exprs = {
+        "table": pl.lit(table),
+        "source": pl.col("_source"),
+        "row": pl.col("_row"),
+        "rule_set_id": pl.col("rule_set_id").cast(pl.String),
+        "position_id": (pl.col("position_id").cast(pl.String) if "position_id" in bad.columns
+                        else pl.lit(None, pl.String)),
+        "column": pl.col("_column"),
+        "reason": pl.col("_reason"),
+    }
+    return bad.select(**exprs).cast(REJECT_SCHEMA)
+
+
+def expand_long_rejects(rejected_positions: pl.DataFrame) -> pl.DataFrame:
+    """Position-level rejects of long-form input, back to one row per input row."""
+    return (rejected_positions.drop("_source", "_row")
+            .explode("_rows", "_sources")
+            .rename({"_rows": "_row", "_sources": "_source"}))
+
+
+def sort_rejects(rejects: pl.DataFrame) -> pl.DataFrame:
+    return rejects.sort("table", "source", "row", descending=[True, False, False])
+
+
+def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSet,
+                  index: pl.DataFrame) -> pl.DataFrame:
+    """One row per distinct rule: kind, canonical moves, the rule_set_ids sharing it, periods."""
+    ids = (index.filter(pl.col("table").is_not_null())
+           .group_by("table").agg(pl.col("rule_set_id").sort().cast(pl.String)
+                                  .alias("rule_set_ids")))
+    built = {t.rule: t for t in tables.tables}
+    frame = pl.DataFrame({
+        "table": pl.Series(range(len(distinct)), dtype=pl.Int64),
+        "kind": pl.Series([r.kind for r in distinct], dtype=pl.String),
+        "moves": pl.Series([list(r.moves) for r in distinct], dtype=HEAPS),
+        "preperiod": pl.Series([built[r].preperiod if r in built else None for r in distinct],
+                               dtype=pl.Int64),
+        "period": pl.Series([built[r].period if r in built else None for r in distinct],
+                            dtype=pl.Int64),
+        "table_len": pl.Series([built[r].table_len if r in built else 0 for r in distinct],
+                               dtype=pl.Int64),
+    })
+    return frame.join(ids, on="table", how="left").select(
+        "kind", "moves", "rule_set_ids", "preperiod", "period", "table_len").sort("kind", "moves")
+
+
+def summary_rows(index: pl.DataFrame, verdicts: pl.DataFrame,
+                 rejects: pl.DataFrame) -> pl.DataFrame:
+    """Per rule set: positions, W, L, rejected (position rows) and W rate."""
+    key_type = index["rule_set_id"].dtype
+    counts = verdicts.group_by("rule_set_id").agg(
+        (pl.col("verdict") == "W").sum().cast(pl.Int64).alias("W"),
+        (pl.col("verdict") == "L").sum().cast(pl.Int64).alias("L"))
+    rej = (rejects.filter((pl.col("table") == "positions") & pl.col("rule_set_id").is_not_null())
+           .group_by("rule_set_id").agg(pl.len().cast(pl.Int64).alias("rejected")))
+    ids = pl.concat([index.select(pl.col("rule_set_id").cast(pl.String)),
+                     rej.select("rule_set_id")]).unique()
+    frame = (ids.join(counts.with_columns(pl.col("rule_set_id").cast(pl.String)),
+                      on="rule_set_id", how="left")
+             .join(rej, on="rule_set_id", how="left")
+             .with_columns(pl.col("W", "L", "rejected").fill_null(0)))
+    try:
+        frame = frame.with_columns(pl.col("rule_set_id").cast(key_type))
+    except pl.exceptions.PolarsError:
+        pass
+    return frame.select(
+        "rule_set_id",
+        (pl.col("W") + pl.col("L") + pl.col("rejected")).alias("positions"),
+        "W", "L", "rejected",
+        pl.when(pl.col("W") + pl.col("L") > 0)
+        .then(pl.col("W") / (pl.col("W") + pl.col("L"))).alias("w_rate"),
+    ).sort("rule_set_id")
