@@ -14,7 +14,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from pipeline.errors import EXIT_FAILED, EXIT_USAGE, BadRowsError, SnimError, UsageError
+from pipeline.errors import EXIT_FAILED, BadRowsError, SnimError, UsageError
 
 app = typer.Typer(
     name="snim-batch",
@@ -224,6 +224,22 @@ def convert(
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     typer.echo(f"wrote {', '.join(str(p) for p in written)}")
+
+
+@app.command()
+def report(
+    out_dir: Annotated[Path, typer.Argument(help="A run's output directory.")],
+    html_file: Annotated[Path | None, typer.Option(
+        "--html", help="Where to write the page (default: OUT_DIR/report.html).")] = None,
+) -> None:
+    """Render a run's outputs as one self-contained HTML page (no network needed to view)."""
+    try:
+        from pipeline.report import write_report
+
+        target = write_report(out_dir, html_file)
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, False)
+    typer.echo(f"wrote {target}")
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -250,7 +250,8 @@ def staged_output(out: Path, run_id: str, overwrite: bool) -> Iterator[Path]:
         staging = out.parent / f".{out.name}.partial-{os.getpid()}-{run_id}"
         staging.mkdir()
     except OSError as exc:
-        raise OutputError(f"{out.parent}: cannot create output directory ({exc.strerror})") from None
+        raise OutputError(
+            f"{out.parent}: cannot create output directory ({exc.strerror})") from None
     try:
         yield staging
         _fsync_tree(staging)

@@ -550,7 +550,7 @@ def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSe
 
 def summary_rows(index: pl.DataFrame, verdicts: pl.DataFrame,
                  rejects: pl.DataFrame) -> pl.DataFrame:
-    """Per rule set: positions, W, L, rejected (position rows) and W rate."""
+    """Per rule set: positions evaluated (W + L), W, L, rejected input rows, and W rate."""
     key_type = index["rule_set_id"].dtype
     counts = verdicts.group_by("rule_set_id").agg(
         (pl.col("verdict") == "W").sum().cast(pl.Int64).alias("W"),
@@ -569,7 +569,7 @@ def summary_rows(index: pl.DataFrame, verdicts: pl.DataFrame,
         pass
     return frame.select(
         "rule_set_id",
-        (pl.col("W") + pl.col("L") + pl.col("rejected")).alias("positions"),
+        (pl.col("W") + pl.col("L")).alias("positions"),
         "W", "L", "rejected",
         pl.when(pl.col("W") + pl.col("L") > 0)
         .then(pl.col("W") / (pl.col("W") + pl.col("L"))).alias("w_rate"),

@@ -1,0 +1,50 @@
+"""Pictures of SG sequences (matplotlib, an optional extra: `snim-batch[plot]`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import OutputError, UsageError
+from pipeline.grundy import SGTable
+
+
+def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
+    """Draw SG(0..upto) as a step plot, shading the preperiod and one period."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'snim-batch[plot]'") from None
+    xs = np.arange(upto + 1, dtype=np.int64)
+    ys = table.sg(xs)
+    fig, ax = plt.subplots(figsize=(11, 4), dpi=110)
+    ax.step(xs, ys, where="mid", color="#1f4e79", linewidth=1.0, label="SG(x)")
+    if table.period is not None:
+        pre, per = table.preperiod or 0, table.period
+        if pre:
+            ax.axvspan(-0.5, min(pre, upto) - 0.5, color="#f4b183", alpha=0.35,
+                       label=f"preperiod ({pre})")
+        if pre <= upto:
+            ax.axvspan(pre - 0.5, min(pre + per, upto + 1) - 0.5, color="#a9d18e", alpha=0.45,
+                       label=f"one period ({per})")
+        title = f"{table.rule.label}: preperiod {pre}, period {per}"
+    else:
+        title = f"{table.rule.label}: no period found within {table.table_len} values"
+    ax.set_title(title)
+    ax.set_xlabel("heap x")
+    ax.set_ylabel("SG(x)")
+    ax.set_xlim(-0.5, upto + 0.5)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write plot ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
