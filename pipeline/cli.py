@@ -242,6 +242,34 @@ def report(
     typer.echo(f"wrote {target}")
 
 
+@app.command()
+def generate(
+    out: Annotated[Path, typer.Option(help="Directory for rules.* and positions/part-*.")],
+    positions: Annotated[int, typer.Option(min=0, help="Number of positions.")] = 100_000,
+    rule_sets: Annotated[int, typer.Option(min=1, help="Number of rule sets.")] = 100,
+    max_heap: Annotated[int, typer.Option(min=1, help="Heaps are uniform in 0..MAX_HEAP.")]
+    = 10_000,
+    moves_per_set: Annotated[int, typer.Option(min=1, help="Each S has 1..K moves.")] = 10,
+    max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE "
+                                          "(0: same as --max-heap).")] = 0,
+    heaps: Annotated[int, typer.Option(min=0, help="Heaps per position.")] = 5,
+    form: Annotated[str, typer.Option(help="wide or long.")] = "wide",
+    format: Annotated[str, typer.Option("--format", help="parquet or csv.")] = "parquet",
+    seed: Annotated[int, typer.Option(help="Random seed (same seed, same files).")] = 0,
+) -> None:
+    """Write a seeded synthetic dataset for benchmarks and tests."""
+    try:
+        from pipeline.generate import Spec
+        from pipeline.generate import generate as write_dataset
+
+        spec = Spec(positions, rule_sets, max_heap, moves_per_set, max_move, heaps, form, format,
+                    seed)
+        written = write_dataset(out, spec)
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, False)
+    typer.echo(f"wrote {len(written)} files under {out}")
+
+
 def _read_bytes(path: Path) -> bytes:
     from pipeline.errors import InputError
 

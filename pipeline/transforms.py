@@ -470,24 +470,33 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool) -> 
         columns += [pl.Series("move_heap", move_heap).replace(-1, None),
                     pl.Series("move_take", move_take).replace(-1, None)]
     out = valid.with_columns(*columns, pl.Series("_bad", bad))
-    beyond = pl.col("_bad") >= 0
-    bad_heap = pl.col("heaps").list.get(pl.col("_bad").clip(0, None), null_on_oob=True)
-    labels = pl.Series([t.rule.label for t in tables.tables], dtype=pl.String)
-    caps = pl.Series([t.table_len for t in tables.tables], dtype=pl.Int64)
     out = out.with_columns(
-        pl.when(beyond).then(pl.format(
-            "heap {} at index {} is beyond the SG table of {} ({} values, the cap or the "
-            "largest heap tabulated) and no period was proven within it",
-            bad_heap, pl.col("_bad"), pl.col("table").map_elements(lambda t: labels[t],
-                                                                   return_dtype=pl.String),
-            pl.col("table").map_elements(lambda t: caps[t], return_dtype=pl.Int64),
-        )).otherwise(pl.col("_reason")).alias("_reason"),
-        pl.when(beyond).then(pl.lit("heaps")).otherwise(pl.col("_column")).alias("_column"),
         pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
-        .alias("verdict"),
-    ).drop("_bad")
+        .alias("verdict"))
+    if (bad >= 0).any():
+        out = _beyond_table_reasons(out, tables)
+    out = out.drop("_bad")
     return pl.concat([out, positions.filter(pl.col("_reason").is_not_null())],
                      how="diagonal_relaxed")
+
+
+def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
+    """Reasons for rows whose heap `_bad` lies beyond a table with no proven period."""
+    labels = pl.DataFrame({
+        "table": pl.Series(range(len(tables.tables)), dtype=pl.Int64),
+        "_label": pl.Series([t.rule.label for t in tables.tables], dtype=pl.String),
+        "_len": pl.Series([t.table_len for t in tables.tables], dtype=pl.Int64),
+    })
+    beyond = pl.col("_bad") >= 0
+    bad_heap = pl.col("heaps").list.get(pl.col("_bad").clip(0, None), null_on_oob=True)
+    return out.join(labels, on="table", how="left", maintain_order="left").with_columns(
+        pl.when(beyond).then(pl.format(
+            "heap {} at index {} needs SG values of {} beyond tables.max_table_len = {}, and "
+            "no period was proven within those values",
+            bad_heap, pl.col("_bad"), pl.col("_label"), pl.col("_len"),
+        )).otherwise(pl.col("_reason")).alias("_reason"),
+        pl.when(beyond).then(pl.lit("heaps")).otherwise(pl.col("_column")).alias("_column"),
+    ).drop("_label", "_len")
 
 
 def verdict_rows(evaluated: pl.DataFrame, winning_moves: bool) -> pl.DataFrame:

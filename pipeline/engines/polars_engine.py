@@ -77,8 +77,9 @@ def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
         positions = transforms.attach_tables(positions, index)
     with phase("tables"):
         need = transforms.needed_lengths(positions, len(distinct))
+        probe = config.tables.period_probe_ops // max(1, len(distinct))
         tables = TableSet.of([
-            build_table(rule, int(n), config.tables.max_table_len, config.tables.period_probe_ops)
+            build_table(rule, int(n), config.tables.max_table_len, probe)
             for rule, n in zip(distinct, need)
         ])
     with phase("evaluate"):

@@ -1,0 +1,453 @@
+"""Sprague-Grundy tables (pipeline.grundy) against independent references written here.
+
+Every expected value is computed in this file from the game's definition (naive mex tabulation,
+naive first-repeating-window search over tuples, brute-force closed forms); nothing is compared
+against the implementation itself.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.errors import RuleError
+from pipeline.grundy import (
+    MAX_HEAP,
+    MAX_TABLE_LEN,
+    Rule,
+    build_table,
+    canonical_rule,
+    grundy_values,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Independent references
+# ---------------------------------------------------------------------------------------------
+
+
+def naive_sg(moves, n):
+    """SG(0..n-1) of the subtraction game by the definition: mex over reachable values."""
+    v: list[int] = []
+    for x in range(n):
+        opts = {v[x - s] for s in moves if s <= x}
+        g = 0
+        while g in opts:
+            g += 1
+        v.append(g)
+    return v
+
+
+def naive_first_repeat(moves, limit=200_000):
+    """(pre, per) from the first window W_y (tuple of the last M values) seen before as W_x."""
+    m = max(moves)
+    v: list[int] = []
+    seen: dict[tuple[int, ...], int] = {}
+    for x in range(limit):
+        opts = {v[x - s] for s in moves if s <= x}
+        g = 0
+        while g in opts:
+            g += 1
+        v.append(g)
+        y = x + 1
+        if y >= m:
+            w = tuple(v[y - m : y])
+            if w in seen:
+                return seen[w] - m, y - seen[w]
+            seen[w] = y
+    raise AssertionError(f"no repeat within {limit} values for {moves}")
+
+
+def prime_factors(n):
+    out, d = set(), 2
+    while d * d <= n:
+        while n % d == 0:
+            out.add(d)
+            n //= d
+        d += 1
+    if n > 1:
+        out.add(n)
+    return sorted(out)
+
+
+def assert_minimal_period(v, pre, per):
+    """Check on a tabulated sequence that (pre, per) is an exact and minimal preperiod/period."""
+    assert len(v) >= pre + 2 * per + 1
+    # periodic from pre with per
+    for n in range(pre, len(v) - per):
+        assert v[n] == v[n + per], (n, pre, per)
+    # not periodic from pre - 1 with per (so pre is minimal)
+    if pre > 0:
+        assert v[pre - 1] != v[pre - 1 + per], (pre, per)
+    # no proper divisor of per is a period from pre (a counterexample lies in [pre, pre + per))
+    for q in prime_factors(per):
+        d = per // q
+        assert any(v[n] != v[n + d] for n in range(pre, pre + per)), (pre, per, d)
+
+
+def periodic_ref(v, pre, per, h):
+    """SG(h) from a naive table with Python big ints."""
+    return v[h] if h < pre else v[pre + (h - pre) % per]
+
+
+def half_brute(n):
+    """SG(0..n-1) of take-at-most-half by naive mex over moves 1..floor(x/2)."""
+    v: list[int] = []
+    for x in range(n):
+        opts = {v[x - t] for t in range(1, x // 2 + 1)}
+        g = 0
+        while g in opts:
+            g += 1
+        v.append(g)
+    return v
+
+
+def half_closed(x):
+    """Closed form for take-at-most-half, written from the brute force (checked below)."""
+    t = ((x + 1) & -(x + 1)).bit_length() - 1  # number of trailing one-bits of x
+    return x >> (t + 1)
+
+
+def sub(moves):
+    return canonical_rule("subtraction", moves)
+
+
+def full_table(rule):
+    """Build with a generous budget so the period is proven (stops early when found)."""
+    return build_table(rule, need_len=1, probe_ops=10**7, cap=2**22)
+
+
+moves_strategy = st.lists(st.integers(1, 12), min_size=1, max_size=4)
+wide_moves_strategy = st.lists(st.integers(1, 40), min_size=1, max_size=6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=moves_strategy, upto=st.integers(0, 400))
+def test_grundy_values_match_naive_mex(moves, upto):
+    rule = sub(moves)
+    got = grundy_values(rule, upto)
+    assert got.dtype == np.int64
+    assert got.tolist() == naive_sg(sorted(set(moves)), upto + 1)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=moves_strategy, need=st.integers(1, 300))
+def test_build_table_values_match_naive(moves, need):
+    rule = sub(moves)
+    ms = sorted(set(moves))
+    t = build_table(rule, need_len=need, cap=10_000)
+    ref = naive_sg(ms, max(need, t.table_len) + 50)
+    assert t.values.tolist() == ref[: t.table_len]
+    assert t.sg(np.arange(need)).tolist() == ref[:need]
+    if t.period is None:
+        assert t.table_len == need
+        assert t.max_known_heap() == need - 1
+    else:
+        assert t.table_len == t.preperiod + t.period
+        assert t.max_known_heap() == MAX_HEAP
+
+
+# ---------------------------------------------------------------------------------------------
+# Preperiod / period
+# ---------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=st.one_of(moves_strategy, wide_moves_strategy))
+def test_period_matches_naive_first_repeat_and_is_minimal(moves):
+    ms = sorted(set(moves))
+    pre, per = naive_first_repeat(ms)
+    t = full_table(sub(moves))
+    assert (t.preperiod, t.period) == (pre, per)
+    v = naive_sg(ms, pre + 3 * per + 2 * max(ms) + 5)
+    assert_minimal_period(v, pre, per)
+    assert t.values.tolist() == v[: pre + per]
+    # the periodic lookup agrees with the naive table far past the stored table
+    assert t.sg(np.arange(len(v))).tolist() == v
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=moves_strategy)
+def test_period_found_exactly_when_first_repeat_is_tabulated(moves):
+    ms = sorted(set(moves))
+    pre, per = naive_first_repeat(ms)
+    y_first = pre + max(ms) + per  # number of values needed to see the first repeat
+    before = build_table(sub(ms), need_len=y_first - 1, cap=y_first - 1)
+    assert before.period is None and before.preperiod is None
+    assert before.table_len == y_first - 1
+    at = build_table(sub(ms), need_len=y_first, cap=y_first)
+    assert (at.preperiod, at.period) == (pre, per)
+    # probe_ops buys probe_ops // |S| values beyond need_len
+    k = len(ms)
+    short = build_table(sub(ms), need_len=1, probe_ops=k * (y_first - 1), cap=10**6)
+    assert short.period is None and short.table_len == max(y_first - 1, 1)
+    probed = build_table(sub(ms), need_len=1, probe_ops=k * y_first, cap=10**6)
+    assert (probed.preperiod, probed.period) == (pre, per)
+
+
+@pytest.mark.parametrize(
+    "moves",
+    [
+        [1],
+        [2],
+        [7],
+        [1, 2],
+        [1, 3, 4],
+        [2, 5],
+        [3, 7],
+        [2, 5, 12],
+        [4, 9, 13],
+        [1, 4, 9, 16],
+        [5, 11, 17, 23, 29],
+        [30],
+        [17, 40],
+        [3, 19, 41],
+    ],
+)
+def test_period_fixed_sets(moves):
+    pre, per = naive_first_repeat(moves)
+    t = full_table(sub(moves))
+    assert (t.preperiod, t.period) == (pre, per)
+    v = naive_sg(moves, pre + 3 * per + 2 * max(moves) + 5)
+    assert_minimal_period(v, pre, per)
+    assert t.values.tolist() == v[: pre + per]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 7, 10, 25, 100, 254, 255, 256, 300])
+def test_one_to_k_is_x_mod_k_plus_1(k):
+    t = full_table(sub(range(1, k + 1)))
+    assert (t.preperiod, t.period) == (0, k + 1)
+    xs = np.arange(5 * (k + 1) + 3)
+    assert t.sg(xs).tolist() == [x % (k + 1) for x in xs.tolist()]
+    assert t.sg([10**18, MAX_HEAP]).tolist() == [10**18 % (k + 1), MAX_HEAP % (k + 1)]
+
+
+@pytest.mark.parametrize("a", [1, 2, 3, 5, 9, 64])
+def test_single_move_alternates_in_blocks(a):
+    # S = {a}: SG(x) = floor(x / a) mod 2, purely periodic with period 2a
+    t = full_table(sub([a]))
+    assert (t.preperiod, t.period) == (0, 2 * a)
+    xs = list(range(7 * a + 3))
+    assert t.sg(xs).tolist() == [(x // a) % 2 for x in xs]
+
+
+@pytest.mark.parametrize("a,b", [(a, b) for b in range(2, 16) for a in range(1, b)])
+def test_two_element_sets(a, b):
+    pre, per = naive_first_repeat([a, b])
+    t = full_table(sub([b, a]))
+    assert (t.preperiod, t.period) == (pre, per)
+    v = naive_sg([a, b], pre + 3 * per + 2 * b + 5)
+    assert_minimal_period(v, pre, per)
+    assert t.sg(np.arange(len(v))).tolist() == v
+
+
+# ---------------------------------------------------------------------------------------------
+# Large heaps and heaps beyond the table
+# ---------------------------------------------------------------------------------------------
+
+
+def big_heaps(seed, n=200):
+    rng = random.Random(seed)
+    hs = [10**18 + d for d in range(-40, 41)]
+    hs += [rng.randrange(10**18 - 10**12, 10**18 + 10**12) for _ in range(n)]
+    hs += [rng.randrange(0, MAX_HEAP) for _ in range(n)]
+    hs += [MAX_HEAP, MAX_HEAP - 1, 2**62, 2**62 - 1]
+    return hs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=st.one_of(moves_strategy, wide_moves_strategy), seed=st.integers(0, 2**32))
+def test_large_heaps_use_periodic_formula(moves, seed):
+    ms = sorted(set(moves))
+    pre, per = naive_first_repeat(ms)
+    v = naive_sg(ms, pre + per)
+    t = full_table(sub(ms))
+    hs = big_heaps(seed)
+    assert t.sg(hs).tolist() == [periodic_ref(v, pre, per, h) for h in hs]
+
+
+@pytest.mark.parametrize("moves", [[1, 3, 4], [2, 5, 12], [6, 13, 19, 37], [100]])
+def test_large_heaps_fixed_sets(moves):
+    pre, per = naive_first_repeat(moves)
+    v = naive_sg(moves, pre + per)
+    t = full_table(sub(moves))
+    hs = big_heaps(12345)
+    assert t.sg(hs).tolist() == [periodic_ref(v, pre, per, h) for h in hs]
+
+
+@pytest.mark.parametrize("moves", [[1, 3, 4], [2, 5, 12], [7], [3, 19, 41]])
+def test_heap_beyond_unperiodic_table_is_minus_one(moves):
+    pre, per = naive_first_repeat(moves)
+    need = pre + max(moves) + per - 1  # one short of seeing the first repeat
+    t = build_table(sub(moves), need_len=need, cap=need)
+    assert t.period is None
+    v = naive_sg(moves, need)
+    hs = [0, need - 1, need, need + 1, 10**18, MAX_HEAP]
+    assert t.sg(hs).tolist() == [v[0], v[need - 1], -1, -1, -1, -1]
+    assert t.max_known_heap() == need - 1
+
+
+def test_cap_limits_tabulation():
+    # {2501, 6000, 8501} has no repeat within a small cap: the table stops at the cap
+    t = build_table(sub([2501, 6000, 8501]), need_len=10**9, cap=20_000)
+    assert t.period is None and t.table_len == 20_000
+    assert t.values.tolist() == naive_sg([2501, 6000, 8501], 20_000)
+    assert t.sg([20_000, 10**18]).tolist() == [-1, -1]
+
+
+@pytest.mark.parametrize("cap", [0, -1, MAX_TABLE_LEN + 1])
+def test_bad_cap_is_rule_error(cap):
+    with pytest.raises(RuleError):
+        build_table(sub([1, 2]), need_len=5, cap=cap)
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed forms: nim and half
+# ---------------------------------------------------------------------------------------------
+
+
+def test_nim_matches_brute_force():
+    n = 200
+    brute: list[int] = []
+    for x in range(n):
+        opts = {brute[x - t] for t in range(1, x + 1)}
+        g = 0
+        while g in opts:
+            g += 1
+        brute.append(g)
+    rule = canonical_rule("nim", None)
+    assert grundy_values(rule, n - 1).tolist() == brute
+    t = build_table(rule, need_len=10**9)
+    assert t.table_len == 0 and t.max_known_heap() == MAX_HEAP
+    hs = big_heaps(7)
+    assert t.sg(hs).tolist() == hs
+
+
+def test_half_matches_brute_force():
+    n = 301
+    brute = half_brute(n)
+    # the test's own closed form and the losing positions 2^k - 1 agree with the brute force
+    assert [half_closed(x) for x in range(n)] == brute
+    assert [x for x in range(n) if brute[x] == 0] == [2**k - 1 for k in range(9)]
+    rule = canonical_rule("half", None)
+    assert grundy_values(rule, n - 1).tolist() == brute
+    t = build_table(rule, need_len=10**9)
+    assert t.table_len == 0 and t.max_known_heap() == MAX_HEAP
+    hs = big_heaps(8) + [2**k - 1 for k in range(1, 64)] + [2**k for k in range(63)]
+    assert t.sg(hs).tolist() == [half_closed(h) for h in hs]
+
+
+# ---------------------------------------------------------------------------------------------
+# canonical_rule
+# ---------------------------------------------------------------------------------------------
+
+
+def test_canonical_rule_normalises():
+    r = canonical_rule("subtraction", [5, 2, 5, 1, 2])
+    assert r == Rule("subtraction", (1, 2, 5))
+    assert r.label == "{1, 2, 5}"
+    assert canonical_rule(None, (3, 1)) == Rule("subtraction", (1, 3))
+    assert canonical_rule("", iter([4, 4])) == Rule("subtraction", (4,))
+    np_moves = canonical_rule("subtraction", np.array([7, 3, 7], dtype=np.int64))
+    assert np_moves == Rule("subtraction", (3, 7))
+    assert all(type(m) is int for m in np_moves.moves)
+    assert canonical_rule("subtraction", [MAX_TABLE_LEN]).moves == (MAX_TABLE_LEN,)
+    assert canonical_rule("nim", None) == Rule("nim")
+    assert canonical_rule("half", None).label == "half"
+    # same S under different spellings shares one rule
+    assert canonical_rule(None, [2, 1]) == canonical_rule("subtraction", [1, 2, 2])
+
+
+@pytest.mark.parametrize(
+    "kind,moves",
+    [
+        ("subtraction", []),
+        (None, []),
+        ("subtraction", None),
+        ("subtraction", [0]),
+        ("subtraction", [1, 0, 2]),
+        ("subtraction", [-3]),
+        ("subtraction", [1, -1]),
+        ("subtraction", [1.5]),
+        ("subtraction", [2.0]),
+        ("subtraction", ["3"]),
+        ("subtraction", [True]),
+        ("subtraction", [None]),
+        ("subtraction", [MAX_TABLE_LEN + 1]),
+        ("Nim", None),
+        ("subtract", [1]),
+        ("mystery", [1, 2]),
+    ],
+)
+def test_canonical_rule_errors(kind, moves):
+    with pytest.raises(RuleError):
+        canonical_rule(kind, moves)
+
+
+# ---------------------------------------------------------------------------------------------
+# The long period from DESIGN: {2501, 6000, 8501} has period 32,507,998
+# ---------------------------------------------------------------------------------------------
+
+
+def numpy_block_sg(moves, n, dtype=np.uint8):
+    """SG(0..n-1) by the plain recurrence, a block of min(S) values at a time.
+
+    Every x in a block [lo, lo + min(S)) only looks at values before lo, so a block is one
+    vectorised mex over |S| gathered arrays.
+    """
+    moves = sorted(moves)
+    lo_step, m = moves[0], moves[-1]
+    v = np.zeros(n, dtype=dtype)
+    head = naive_sg(moves, min(n, m))
+    v[: len(head)] = head
+    sentinel = len(moves) + 1  # never equal to a candidate mex
+    for lo in range(m, n, lo_step):
+        hi = min(lo + lo_step, n)
+        opts = [v[lo - s : hi - s] for s in moves]
+        g = np.zeros(hi - lo, dtype=dtype)
+        for _ in range(len(moves) + 1):
+            hit = np.zeros(hi - lo, dtype=bool)
+            for o in opts:
+                hit |= o == g
+            g = np.where(hit, g + 1, g).astype(dtype)
+        assert int(g.max(initial=0)) < sentinel
+        v[lo:hi] = g
+    return v
+
+
+def test_numpy_block_reference_agrees_with_naive():
+    for moves in ([2501, 6000, 8501], [3, 7, 11], [5, 6], [4]):
+        n = 30_000 if moves[0] > 100 else 2_000
+        assert numpy_block_sg(moves, n).tolist() == naive_sg(moves, n)
+
+
+@pytest.mark.slow
+def test_long_period_2501_6000_8501():
+    moves = [2501, 6000, 8501]
+    m, per = max(moves), 32_507_998
+    t = build_table(sub(moves), need_len=2**26, cap=2**26)
+    assert (t.preperiod, t.period) == (0, per)
+    assert t.table_len == per
+
+    ref = numpy_block_sg(moves, per + 2 * m)
+    # cheap spot check demanded by the brief, then the full table
+    assert np.array_equal(t.values[:200_000], ref[:200_000])
+    assert np.array_equal(t.values, ref[:per])
+    # window W_M repeats at W_{M+per}: periodic from 0 with per (proof, DESIGN 1)
+    assert np.array_equal(ref[:m], ref[per : per + m])
+    # minimal: no per/q (q prime) is a period from 0; with pre == 0 the minimal period divides
+    # per, so this also shows no earlier window repeats (W_M is the first repeating window).
+    for q in prime_factors(per):
+        d = per // q
+        assert not np.array_equal(ref[:m], ref[d : d + m]), d
+    # large heaps by the periodic formula with Python ints
+    hs = [10**18, 10**18 + 1, MAX_HEAP, per - 1, per, per + 12_345]
+    assert t.sg(hs).tolist() == [int(ref[h % per]) for h in hs]

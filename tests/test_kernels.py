@@ -1,0 +1,397 @@
+"""Kernels (nim sums and winning moves over list columns) against brute-force game search.
+
+References are written here from the rules of the games: a memoised search over multi-heap
+positions (a position is winning iff some move reaches a losing one), naive mex tables with the
+naive first-repeating-window period, and a half closed form checked against brute force.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import cache
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline import kernels
+from pipeline.grundy import MAX_HEAP, TableSet, build_table, canonical_rule
+
+# ---------------------------------------------------------------------------------------------
+# Independent references
+# ---------------------------------------------------------------------------------------------
+
+
+def naive_sg(moves, n):
+    v: list[int] = []
+    for x in range(n):
+        opts = {v[x - s] for s in moves if s <= x}
+        g = 0
+        while g in opts:
+            g += 1
+        v.append(g)
+    return v
+
+
+def naive_first_repeat(moves, limit=200_000):
+    m = max(moves)
+    v: list[int] = []
+    seen: dict[tuple[int, ...], int] = {}
+    for x in range(limit):
+        opts = {v[x - s] for s in moves if s <= x}
+        g = 0
+        while g in opts:
+            g += 1
+        v.append(g)
+        y = x + 1
+        if y >= m:
+            w = tuple(v[y - m : y])
+            if w in seen:
+                return seen[w] - m, y - seen[w]
+            seen[w] = y
+    raise AssertionError(f"no repeat within {limit} values for {moves}")
+
+
+def half_closed(x):
+    """Take-at-most-half: shift out the trailing one-bits and the zero above them."""
+    t = ((x + 1) & -(x + 1)).bit_length() - 1
+    return x >> (t + 1)
+
+
+def takes(kind, moves, h):
+    """Legal numbers of stones to take from one heap of size h."""
+    if kind == "nim":
+        return range(1, h + 1)
+    if kind == "half":
+        return range(1, h // 2 + 1)
+    return [s for s in moves if s <= h]
+
+
+def is_legal(kind, moves, h, take):
+    if kind == "nim":
+        return 1 <= take <= h
+    if kind == "half":
+        return 1 <= take <= h // 2
+    return take in moves and take <= h
+
+
+@cache
+def wins(kind, moves, heaps):
+    """Brute force: the player to move wins iff some move reaches a losing position."""
+    for i, h in enumerate(heaps):
+        for t in takes(kind, moves, h):
+            nxt = tuple(sorted(heaps[:i] + (h - t,) + heaps[i + 1 :]))
+            if not wins(kind, moves, nxt):
+                return True
+    return False
+
+
+def brute_wins(kind, moves, heaps):
+    return wins(kind, tuple(moves), tuple(sorted(heaps)))
+
+
+class RefSG:
+    """Reference SG for any heap size (Python ints) of one rule."""
+
+    def __init__(self, kind, moves=()):
+        self.kind, self.moves = kind, tuple(moves)
+        if kind == "subtraction":
+            self.pre, self.per = naive_first_repeat(self.moves)
+            self.v = naive_sg(self.moves, self.pre + self.per)
+
+    def __call__(self, h):
+        if self.kind == "nim":
+            return h
+        if self.kind == "half":
+            return half_closed(h)
+        return self.v[h] if h < self.pre else self.v[self.pre + (h - self.pre) % self.per]
+
+
+def nim_sum(ref, heaps):
+    acc = 0
+    for h in heaps:
+        acc ^= ref(h)
+    return acc
+
+
+# ---------------------------------------------------------------------------------------------
+# Harness
+# ---------------------------------------------------------------------------------------------
+
+
+def make_tables(specs):
+    """specs: list of (kind, moves); subtraction tables are built until the period is proven."""
+    tables = []
+    for kind, moves in specs:
+        rule = canonical_rule(kind, list(moves) if kind == "subtraction" else None)
+        tables.append(build_table(rule, need_len=1, probe_ops=10**7, cap=2**22))
+    return TableSet.of(tables)
+
+
+def run(ts, rows, nim_override=None):
+    """rows: list of (table index, heaps). Returns nim, bad, move_heap, move_take (lists)."""
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(h) for _, h in rows])
+    heaps = np.array([h for _, hs in rows for h in hs], dtype=np.int64)
+    tor = np.array([t for t, _ in rows], dtype=np.int64)
+    nim, bad = kernels.nim_sums_wide(offsets, heaps, tor, *ts.lookup_args())
+    nim_in = nim if nim_override is None else np.asarray(nim_override, dtype=np.int64)
+    mh, mt = kernels.winning_moves_wide(offsets, heaps, tor, nim_in, *ts.move_args())
+    return nim.tolist(), bad.tolist(), mh.tolist(), mt.tolist()
+
+
+SPECS = [
+    ("subtraction", (1, 3, 4)),
+    ("subtraction", (2, 5)),
+    ("nim", ()),
+    ("half", ()),
+    ("subtraction", (2, 5, 12)),
+    ("subtraction", (3, 7, 8)),
+]
+REFS = [RefSG(k, m) for k, m in SPECS]
+TS = make_tables(SPECS)
+
+
+def check_rows(specs, refs, ts, rows, brute=True):
+    """Check nim sums, verdicts and winning moves of rows against the references."""
+    nim, bad, mh, mt = run(ts, rows)
+    for i, (t, hs) in enumerate(rows):
+        kind, moves = specs[t]
+        ref = refs[t]
+        assert bad[i] == -1
+        assert nim[i] == nim_sum(ref, hs), (t, hs)
+        if brute:
+            assert (nim[i] != 0) == brute_wins(kind, moves, hs), (t, hs)
+        if nim[i] == 0:
+            assert (mh[i], mt[i]) == (-1, -1)
+            continue
+        # a winning move: legal, and leads to a losing position
+        assert 0 <= mh[i] < len(hs), (t, hs, mh[i])
+        h = hs[mh[i]]
+        assert is_legal(kind, moves, h, mt[i]), (t, hs, mh[i], mt[i])
+        after = list(hs)
+        after[mh[i]] = h - mt[i]
+        assert nim_sum(ref, after) == 0, (t, hs, after)
+        if brute:
+            assert not brute_wins(kind, moves, after), (t, hs, after)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference self-checks
+# ---------------------------------------------------------------------------------------------
+
+
+def test_half_closed_form_matches_brute_force():
+    v: list[int] = []
+    for x in range(400):
+        opts = {v[x - t] for t in range(1, x // 2 + 1)}
+        g = 0
+        while g in opts:
+            g += 1
+        v.append(g)
+    assert [half_closed(x) for x in range(400)] == v
+
+
+def test_single_heap_brute_force_matches_references():
+    for (kind, moves), ref in zip(SPECS, REFS, strict=True):
+        for h in range(60 if kind != "nim" else 15):
+            assert brute_wins(kind, moves, [h]) == (ref(h) != 0), (kind, moves, h)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-built positions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_hand_built_rows():
+    rows = [
+        (0, []),  # empty position: no move, losing
+        (0, [0]),
+        (0, [2]),  # {1,3,4}: SG(2) = 0
+        (0, [7]),  # SG(7) = 0
+        (0, [5, 6]),
+        (0, [9, 9]),
+        (0, [1, 2, 3, 4, 5]),
+        (1, [7]),
+        (1, [3, 4, 9]),
+        (1, [0, 0, 0]),
+        (2, [1, 2, 3]),  # nim 1^2^3 = 0
+        (2, [3, 5, 7]),
+        (2, [9]),
+        (2, [0, 0]),
+        (3, [1]),  # half: 1 is losing
+        (3, [2, 3]),
+        (3, [7, 15, 31]),
+        (3, [6, 10, 12]),
+        (3, [40]),
+        (4, [12, 13, 25]),
+        (4, [30]),
+        (5, [8, 16]),
+        (5, [4, 11, 19]),
+    ]
+    check_rows(SPECS, REFS, TS, rows)
+    nim, bad, mh, mt = run(TS, rows)
+    assert nim[0] == 0 and bad[0] == -1 and (mh[0], mt[0]) == (-1, -1)
+    assert nim[2] == 0 and nim[3] == 0 and nim[10] == 0 and nim[14] == 0
+    # nim [9]: take all 9; half [40]: SG(40)=20, reach 31 = 2^5-1 (SG 0) by taking 9
+    assert (mh[12], mt[12]) == (0, 9)
+    assert (mh[18], mt[18]) == (0, 9)
+
+
+def test_all_small_positions_exhaustively():
+    rows = []
+    for t, (kind, _) in enumerate(SPECS):
+        hi = 6 if kind == "nim" else 14
+        for a in range(hi):
+            for b in range(a, hi):
+                rows.append((t, [a, b]))
+                for c in range(b, hi, 3):
+                    rows.append((t, [a, b, c]))
+    check_rows(SPECS, REFS, TS, rows)
+
+
+def test_beyond_table_reports_bad_heap():
+    moves = (3, 19, 41)
+    pre, per = naive_first_repeat(moves)
+    need = pre + max(moves) + per - 1  # one value short of proving the period
+    short = build_table(canonical_rule("subtraction", list(moves)), need_len=need, cap=need)
+    assert short.period is None
+    v = naive_sg(moves, need)
+    ts = TableSet.of([short, TS.tables[2]])
+    rows = [
+        (0, [1, 2, need, need + 1]),
+        (0, [need - 1, 5]),
+        (0, [10**18]),
+        (1, [need, 3]),  # nim has no table limit
+        (0, []),
+        (0, [3, need + 7, 1]),  # SG(3) != 0 before the bad heap
+    ]
+    assert v[3] != 0
+    nim, bad, mh, mt = run(ts, rows)
+    assert bad == [2, -1, 0, -1, -1, 1]
+    assert nim == [0, v[need - 1] ^ v[5], 0, need ^ 3, 0, 0]
+    for i in (0, 2, 5):  # rows with an unknown value get no move
+        assert (mh[i], mt[i]) == (-1, -1)
+
+
+def test_l_rows_get_no_move_even_with_mixed_tables():
+    rows = [(t, [h, h]) for t in range(len(SPECS)) for h in (0, 5, 17, 10**18)]
+    nim, bad, mh, mt = run(TS, rows)
+    assert nim == [0] * len(rows) and bad == [-1] * len(rows)
+    assert mh == [-1] * len(rows) and mt == [-1] * len(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Property tests
+# ---------------------------------------------------------------------------------------------
+
+HEAP_CAP = {"nim": 7, "half": 30, "subtraction": 25}
+
+
+@st.composite
+def rows_strategy(draw, specs):
+    n = draw(st.integers(1, 12))
+    rows = []
+    for _ in range(n):
+        t = draw(st.integers(0, len(specs) - 1))
+        cap = HEAP_CAP[specs[t][0]]
+        hs = draw(st.lists(st.integers(0, cap), min_size=0, max_size=3))
+        rows.append((t, hs))
+    return rows
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_strategy(SPECS))
+def test_fixed_tables_property(rows):
+    check_rows(SPECS, REFS, TS, rows)
+
+
+@st.composite
+def random_rule_case(draw):
+    specs = [("nim", ()), ("half", ())]
+    for _ in range(draw(st.integers(1, 3))):
+        moves = draw(st.lists(st.integers(1, 9), min_size=1, max_size=4))
+        specs.append(("subtraction", tuple(sorted(set(moves)))))
+    rows = draw(rows_strategy(specs))
+    return specs, rows
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=random_rule_case())
+def test_random_rules_property(case):
+    specs, rows = case
+    refs = [RefSG(k, m) for k, m in specs]
+    ts = make_tables(specs)
+    check_rows(specs, refs, ts, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Large heaps (~10^18): legality and a zero reference nim-sum after the move
+# ---------------------------------------------------------------------------------------------
+
+
+def big_rows(seed, n_rows=400):
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n_rows):
+        t = rng.randrange(len(SPECS))
+        k = rng.randint(1, 4)
+        mode = rng.random()
+        if mode < 0.6:
+            hs = [rng.randrange(10**18 - 10**9, 10**18 + 10**9) for _ in range(k)]
+        elif mode < 0.8:
+            hs = [rng.randrange(0, MAX_HEAP + 1) for _ in range(k)]
+        else:
+            hs = [MAX_HEAP - rng.randrange(0, 100) for _ in range(k)]
+        if rng.random() < 0.2:  # a losing position: a heap repeated
+            hs = hs + [hs[0]]
+        if SPECS[t][0] == "nim" and rng.random() < 0.3 and len(hs) >= 2:
+            hs = hs + [hs[0] ^ hs[1]]  # nim-sum 0 by construction (still < 2^63)
+        rows.append((t, hs))
+    return rows
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_big_heaps(seed):
+    check_rows(SPECS, REFS, TS, big_rows(seed), brute=False)
+
+
+def test_big_half_heaps_near_powers_of_two():
+    rows = []
+    for k in range(2, 63):
+        for d in (-3, -2, -1, 0, 1, 2):
+            h = 2**k + d
+            if 0 <= h <= MAX_HEAP:
+                rows.append((3, [h]))
+                rows.append((3, [h, 2**k - 1]))
+                rows.append((3, [h, 10**18]))
+    rows.append((3, [MAX_HEAP]))
+    rows.append((3, [MAX_HEAP - 1, MAX_HEAP]))
+    check_rows(SPECS, REFS, TS, rows, brute=False)
+
+
+def test_big_nim_heaps_exact_moves():
+    a, b = 10**18 + 12345, 987654321987654321
+    rows = [(2, [a]), (2, [a, b]), (2, [a, b, a ^ b]), (2, [MAX_HEAP, 1])]
+    nim, bad, mh, mt = run(TS, rows)
+    assert nim == [a, a ^ b, 0, MAX_HEAP ^ 1]
+    assert bad == [-1] * 4
+    assert (mh[0], mt[0]) == (0, a)
+    assert (mh[2], mt[2]) == (-1, -1)
+    check_rows(SPECS, REFS, TS, rows, brute=False)
+
+
+def test_wide_value_dtype_table_mixed_with_closed_forms():
+    # |S| = 300 needs a uint16 value array; SG(x) = x mod 301 for S = {1..300}
+    specs = [("subtraction", tuple(range(1, 301))), ("nim", ()), ("subtraction", (2, 5))]
+    refs = [RefSG(k, m) for k, m in specs]
+    assert refs[0](1000) == 1000 % 301
+    ts = make_tables(specs)
+    assert ts.values.dtype == np.uint16
+    small = [(t, [a, b]) for t in (0, 2) for a in range(12) for b in range(a, 12)]
+    check_rows(specs, refs, ts, small)
+    rng = random.Random(5)
+    big = [(rng.randrange(3), [rng.randrange(0, MAX_HEAP) for _ in range(3)]) for _ in range(300)]
+    big += [(0, [300, 10**18]), (0, [299, 301 * 10**15 + 299])]
+    check_rows(specs, refs, ts, big, brute=False)
