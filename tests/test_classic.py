@@ -1,0 +1,330 @@
+"""The classic S-Nim text format, checked against a brute-force game-tree search.
+
+The reference below knows nothing of Grundy values or tables: a position (multiset of heaps) is
+winning iff some legal move leads to a losing position, memoised over sorted heap tuples.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.classic import (
+    ClassicCase,
+    classic_to_tables,
+    parse_classic,
+    read_classic,
+    solve_classic,
+)
+from pipeline.errors import InputError, RuleError
+
+SAMPLE = b"""2 2 5
+3
+2 5 12
+3 2 4 7
+4 2 3 7 12
+5 1 2 3 4 5
+3
+2 5 12
+3 2 4 7
+4 2 3 7 12
+0
+"""
+
+# --------------------------------------------------------------------------- reference
+
+
+@functools.cache
+def _wins(moves: tuple[int, ...], state: tuple[int, ...]) -> bool:
+    """Player to move wins `state` (sorted tuple of positive heaps) with subtraction set moves."""
+    for idx, h in enumerate(state):
+        if idx and state[idx - 1] == h:
+            continue  # same heap size, same options
+        rest = state[:idx] + state[idx + 1 :]
+        for s in moves:
+            if s > h:
+                break
+            nxt = tuple(sorted(rest + ((h - s,) if h > s else ())))
+            if not _wins(moves, nxt):
+                return True
+    return False
+
+
+def brute_wins(moves, heaps) -> bool:
+    return _wins(tuple(sorted(set(moves))), tuple(sorted(h for h in heaps if h > 0)))
+
+
+def brute_answer(cases) -> str:
+    """Expected output for cases given as [(moves, [heaps, ...]), ...]."""
+    return "".join(
+        "".join("W" if brute_wins(moves, pos) else "L" for pos in positions) + "\n"
+        for moves, positions in cases
+    )
+
+
+def render(cases, seps=(" ", "\n"), terminate=True) -> bytes:
+    """Classic text for cases; separators cycle through seps (token, sep, token, sep, ...)."""
+    tokens = []
+    for moves, positions in cases:
+        tokens += [len(moves), *moves, len(positions)]
+        for pos in positions:
+            tokens += [len(pos), *pos]
+    if terminate:
+        tokens.append(0)
+    out = []
+    for i, t in enumerate(tokens):
+        out.append(str(t))
+        out.append(seps[i % len(seps)])
+    return "".join(out).encode()
+
+
+def test_reference_sanity():
+    # S = {1, 2}: single heap h loses iff h % 3 == 0; S = {2}: SG(h) = (h // 2) % 2.
+    for h in range(30):
+        assert brute_wins([1, 2], [h]) == (h % 3 != 0)
+        assert brute_wins([2], [h]) == ((h // 2) % 2 == 1)
+    assert not brute_wins([1], [])
+    assert not brute_wins([3], [1, 2, 1, 2])
+
+
+# --------------------------------------------------------------------------- fixed inputs
+
+
+def test_sample_exact_output():
+    assert solve_classic(SAMPLE) == "LWW\nWWL\n"
+
+
+def test_sample_matches_reference():
+    cases = [
+        ([2, 5], [[5, 12], [2, 4, 7], [2, 3, 7, 12]]),
+        ([1, 2, 3, 4, 5], [[5, 12], [2, 4, 7], [2, 3, 7, 12]]),
+    ]
+    assert brute_answer(cases) == "LWW\nWWL\n"
+    assert render(cases).split() == SAMPLE.split()
+    assert solve_classic(render(cases)) == brute_answer(cases)
+
+
+@pytest.mark.parametrize("text", [
+    SAMPLE.rstrip(b"\n").rsplit(b"\n", 1)[0],  # no terminating 0
+    SAMPLE.rstrip(b"\n").rsplit(b"\n", 1)[0] + b"\n\n  \t",  # no 0, trailing whitespace
+    b" ".join(SAMPLE.split()),  # all on one line
+    SAMPLE.replace(b"\n", b"\r\n"),  # CRLF
+    SAMPLE.replace(b"\n", b"\n\n\n"),  # blank lines
+    b"\n\t  " + SAMPLE.replace(b" ", b" \t ").replace(b"\n", b" \r\n\x0b\x0c"),
+    SAMPLE.rstrip(b"\n"),  # no final newline
+    b"\n".join(SAMPLE.split()),  # one token per line
+])
+def test_whitespace_variations(text):
+    assert solve_classic(text) == "LWW\nWWL\n"
+
+
+def test_later_case_with_smaller_or_different_moves():
+    # A solver that keeps mex marks or a table from an earlier case gets these wrong.
+    cases = [
+        (list(range(1, 11)), [[11], [22], [9, 13], [20, 21, 1]]),
+        ([10], [[11], [22], [9, 13], [20, 21, 1]]),
+        ([3], [[6], [3], [7, 5], [1, 2]]),
+        ([1, 2, 3], [[6], [3], [7, 5], [1, 2]]),
+        ([5, 1, 3, 4, 2], [[6], [12], [18]]),
+        ([2], [[6], [12], [18]]),
+        ([3, 1, 2], [[6], [3], [7, 5], [1, 2]]),  # same S as case 4, other order: shared table
+        ([1], [[6], [3], [7, 5], [1, 2]]),
+    ]
+    expected = brute_answer(cases)
+    assert expected.splitlines()[4:6] == ["LLL", "WLW"]
+    assert solve_classic(render(cases)) == expected
+
+
+def test_zero_heaps_and_empty_positions():
+    cases = [
+        ([1], [[], [0], [0, 0, 0], [0, 1], [1, 0, 1]]),
+        ([2, 3], []),  # m = 0: an empty line
+        ([4], [[0, 4], [], [4, 4, 0]]),
+    ]
+    assert brute_answer(cases) == "LLLWL\n\nWLL\n"
+    assert solve_classic(render(cases)) == "LLLWL\n\nWLL\n"
+
+
+def test_duplicate_and_unsorted_moves():
+    cases = [([5, 2, 2, 5], [[5, 12], [2, 4, 7], [2, 3, 7, 12]])]
+    assert solve_classic(render(cases)) == "LWW\n"
+
+
+def test_empty_inputs():
+    assert solve_classic(b"") == ""
+    assert solve_classic(b" \n\r\n") == ""
+    assert solve_classic(b"0") == ""
+    assert solve_classic(b"0\n") == ""
+    assert parse_classic(b"0") == []
+
+
+def test_huge_heaps_use_the_period():
+    # SG under {1, 2} is h % 3 and under {3} is (h // 3) % 2: checked by brute force above/below.
+    for h in range(40):
+        assert brute_wins([3], [h]) == ((h // 3) % 2 == 1)
+    big = [10**18, 10**18 + 2, 2**63 - 1, 3 * 10**17]
+    cases = [([1, 2], [[h] for h in big]), ([3], [[h] for h in big])]
+    expected = "".join("W" if h % 3 else "L" for h in big) + "\n"
+    expected += "".join("W" if (h // 3) % 2 else "L" for h in big) + "\n"
+    assert solve_classic(render(cases)) == expected
+
+
+def test_cap_exceeded_names_case_and_heap():
+    cases = [([1], [[3]]), ([2, 5], [[1, 2], [0, 100]])]
+    text = render(cases)
+    with pytest.raises((RuleError, InputError), match=r"test case 2.*position 2.*100"):
+        solve_classic(text, cap=3)
+    assert solve_classic(text) == brute_answer(cases)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("text, pattern", [
+    (b"2 2 5\n3\n2 5 12\n3 2 4", r"test case 1, position 2 of 3: expected 3 heap sizes.*ended"),
+    (b"2 2 5\n3\n2 5 12\n", r"test case 1: expected 'l'.*position 2 of 3.*ended"),
+    (b"2 2 5\n", r"test case 1: expected m .*ended"),
+    (b"2 2", r"test case 1: expected 2 moves.*ended after 1"),
+    (b"1 1 1 1 1\n3 1", r"test case 2: expected 3 moves.*ended after 1"),
+    (b"1 1 1 1 1\n2 1 2 1 3 4", r"test case 2, position 1 of 1: expected 3 heap sizes"),
+    (b"2 2 x5\n", r"token 3 \('x5'.*not a non-negative integer"),
+    (b"2 2 5\n3\n2 5 1.5", r"token 7 \('1\.5'.*not a non-negative integer"),
+    (b"2 2 5 3 2 5 12 abc", r"token 8 \('abc'"),
+    (b"2 2 5 3 2 5 -", r"token 7 \('-'"),
+    (b"1 1 1 1 99999999999999999999", r"token 5 .*64-bit"),
+    (b"2 0 5\n1\n1 1\n0", r"test case 1: move 0 .*not positive"),
+    (b"1 1 1 1 1\n2 4 -3\n1\n1 1\n0", r"test case 2: move -3 .*not positive"),
+    (b"-2 1 2", r"test case 1: k = -2 .*negative"),
+    (b"1 1 -1", r"test case 1: m = -1 .*negative"),
+    (b"1 1 1 -1", r"test case 1, position 1 of 1: l = -1 .*negative"),
+    (b"1 1 2 1 3 2 4 -5", r"test case 1, position 2 of 2: heap size -5 .*negative"),
+    (b"1 1 1 1 1 0 7", r"after the terminating 0"),
+    (b"1 5000000000 0", r"test case 1: move 5000000000 .*larger"),
+])
+def test_errors_are_informative(text, pattern):
+    for fn in (solve_classic, parse_classic, classic_to_tables):
+        with pytest.raises(InputError, match=pattern):
+            fn(text)
+
+
+def test_first_error_in_input_order_wins():
+    with pytest.raises(InputError, match=r"move 0"):
+        solve_classic(b"2 0 5 1 1 x")
+    with pytest.raises(InputError, match=r"'x'"):
+        solve_classic(b"2 x 0 1 1 1")
+
+
+# --------------------------------------------------------------------------- parse / convert
+
+
+def test_parse_classic_sample():
+    cases = parse_classic(SAMPLE)
+    assert len(cases) == 2
+    assert all(isinstance(c, ClassicCase) for c in cases)
+    assert cases[0].moves == (2, 5)
+    assert cases[1].moves == (1, 2, 3, 4, 5)
+    for c in cases:
+        assert c.n_positions == 3
+        assert [p.tolist() for p in c.positions] == [[5, 12], [2, 4, 7], [2, 3, 7, 12]]
+        assert c.offsets.tolist() == [0, 2, 5, 9]
+        assert c.heaps.dtype == np.int64
+    assert parse_classic(b"3 5 2 2 1 0")[0].moves == (5, 2, 2)  # as given
+
+
+def test_read_classic_flat_layout():
+    ci = read_classic(SAMPLE)
+    assert ci.n_cases == 2 and ci.n_positions == 6
+    assert ci.moves.tolist() == [2, 5, 1, 2, 3, 4, 5]
+    assert ci.moves_offsets.tolist() == [0, 2, 7]
+    assert ci.case_offsets.tolist() == [0, 3, 6]
+    assert ci.offsets.tolist() == [0, 2, 5, 9, 11, 14, 18]
+
+
+def test_classic_to_tables_sample():
+    rules, positions = classic_to_tables(SAMPLE)
+    assert rules == {
+        "rule_set_id": [1, 2],
+        "kind": ["subtraction", "subtraction"],
+        "moves": [[2, 5], [1, 2, 3, 4, 5]],
+    }
+    assert positions == {
+        "rule_set_id": [1, 1, 1, 2, 2, 2],
+        "position_id": [0, 1, 2, 0, 1, 2],
+        "heaps": [[5, 12], [2, 4, 7], [2, 3, 7, 12]] * 2,
+    }
+
+
+def _tables_to_cases(rules, positions):
+    by_id = {rid: (moves, []) for rid, moves in zip(rules["rule_set_id"], rules["moves"])}
+    for rid, pid, heaps in zip(positions["rule_set_id"], positions["position_id"],
+                               positions["heaps"]):
+        assert pid == len(by_id[rid][1])
+        by_id[rid][1].append(heaps)
+    return [by_id[rid] for rid in rules["rule_set_id"]]
+
+
+def test_classic_to_tables_round_trip():
+    for text in (SAMPLE, render([([3], []), ([1, 1], [[], [0, 2]])])):
+        rules, positions = classic_to_tables(text)
+        rebuilt = render(_tables_to_cases(rules, positions))
+        assert solve_classic(rebuilt) == solve_classic(text)
+        assert classic_to_tables(rebuilt) == (rules, positions)
+    rules, positions = classic_to_tables(render([([3], []), ([1, 1], [[], [0, 2]])]))
+    assert rules["moves"] == [[3], [1, 1]]
+    assert positions == {"rule_set_id": [2, 2], "position_id": [0, 1], "heaps": [[], [0, 2]]}
+
+
+# --------------------------------------------------------------------------- property tests
+
+moves_st = st.lists(st.integers(1, 7), min_size=1, max_size=4)
+position_st = st.lists(st.integers(0, 14), max_size=4)
+case_st = st.tuples(moves_st, st.lists(position_st, max_size=4))
+cases_st = st.lists(case_st, min_size=1, max_size=5)
+seps_st = st.lists(st.sampled_from([" ", "\n", "\t", "\r\n", "  ", "\n\n", " \n "]),
+                   min_size=1, max_size=5)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases=cases_st, seps=seps_st, terminate=st.booleans())
+def test_random_inputs_match_brute_force(cases, seps, terminate):
+    text = render(cases, seps=seps, terminate=terminate)
+    assert solve_classic(text) == brute_answer(cases)
+    parsed = parse_classic(text)
+    assert [(list(c.moves), [p.tolist() for p in c.positions]) for c in parsed] == \
+        [(m, p) for m, p in cases]
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases=cases_st, data=st.data())
+def test_truncated_inputs(cases, data):
+    tokens, boundaries = [], []
+    for moves, positions in cases:
+        boundaries.append(len(tokens))
+        tokens += [len(moves), *moves, len(positions)]
+        for pos in positions:
+            tokens += [len(pos), *pos]
+    boundaries.append(len(tokens))
+    cut = data.draw(st.integers(0, len(tokens)))
+    text = " ".join(map(str, tokens[:cut])).encode()
+    if cut in boundaries:
+        whole = boundaries.index(cut)
+        assert solve_classic(text) == brute_answer(cases[:whole])
+    else:
+        with pytest.raises(InputError, match=r"test case \d+.*input ended"):
+            solve_classic(text)
+
+
+@settings(max_examples=50, deadline=None)
+@given(cases=cases_st, data=st.data())
+def test_a_bad_token_anywhere_is_reported(cases, data):
+    tokens = render(cases).split()
+    at = data.draw(st.integers(0, len(tokens) - 1))
+    bad = data.draw(st.sampled_from([b"x", b"1x", b"2.0", b"--1", b"+", b"0x10"]))
+    text = b" ".join(tokens[:at] + [bad] + tokens[at + 1 :])
+    with pytest.raises(InputError, match=rf"token {at + 1} \({re.escape(repr(bad.decode()))}"):
+        solve_classic(text)
