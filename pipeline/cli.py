@@ -14,7 +14,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from pipeline.errors import EXIT_FAILED, BadRowsError, SnimError, UsageError
+from pipeline.errors import EXIT_FAILED, BadRowsError, RuleError, SnimError, UsageError
 
 app = typer.Typer(
     name="snim-batch",
@@ -169,7 +169,10 @@ def grundy(
     try:
         from pipeline.grundy import build_table, canonical_rule
 
-        rule = canonical_rule(kind, _parse_moves(moves) if kind == "subtraction" else None)
+        try:
+            rule = canonical_rule(kind, _parse_moves(moves) if kind == "subtraction" else None)
+        except RuleError as exc:
+            raise UsageError(f"--{'kind' if 'kind' in str(exc) else 'moves'}: {exc}") from None
         table = build_table(rule, upto + 1, cap, probe_ops=cap * max(len(rule.moves), 1))
         import numpy as np
 

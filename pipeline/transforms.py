@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline import kernels
 from pipeline.config import Columns
@@ -425,15 +427,14 @@ def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
     """Add `table` to each position; unknown or invalid rule sets become reasons."""
     joined = positions.join(index, on="rule_set_id", how="left", maintain_order="left")
+    newly_bad = pl.col("_reason").is_null() & pl.col("table").is_null()
     return joined.with_columns(
-        pl.coalesce(
-            "_reason", "rule_problem",
-            pl.when(pl.col("table").is_null() & pl.col("rule_problem").is_null())
-            .then(pl.format("unknown rule_set_id {} (not in the rules table)",
-                            pl.col("rule_set_id"))),
-        ).alias("_reason"),
-        pl.when(pl.col("_column").is_null() & pl.col("table").is_null())
-        .then(pl.lit("rule_set_id")).otherwise(pl.col("_column")).alias("_column"),
+        pl.when(newly_bad).then(pl.coalesce(
+            "rule_problem",
+            pl.format("unknown rule_set_id {} (not in the rules table)", pl.col("rule_set_id")),
+        )).otherwise(pl.col("_reason")).alias("_reason"),
+        pl.when(newly_bad).then(pl.lit("rule_set_id")).otherwise(pl.col("_column"))
+        .alias("_column"),
     ).drop("rule_problem")
 
 
@@ -449,11 +450,16 @@ def needed_lengths(positions: pl.DataFrame, n_tables: int) -> np.ndarray:
 
 
 def _list_buffers(heaps: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    arr = heaps.rechunk().to_arrow().combine_chunks() if hasattr(
-        heaps.to_arrow(), "combine_chunks") else heaps.rechunk().to_arrow()
+    """Arrow offsets and flat int64 values of a list column (nulls, only possible in rows
+    that are not evaluated, read as 0 so the values never go through float)."""
+    arr = heaps.rechunk().to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
     offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)
-    values = arr.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return offsets, values
+    values = arr.values
+    if values.null_count:
+        values = pc.fill_null(values, 0)
+    return offsets, values.to_numpy().astype(np.int64, copy=False)
 
 
 def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool) -> pl.DataFrame:

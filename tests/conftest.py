@@ -1,0 +1,159 @@
+"""Shared, independent references for the end-to-end tests (written from the rules of the game).
+
+Nothing here imports `pipeline`: expected values come from exhaustive game-tree search, naive mex
+tabulation, a naive first-repeating-window period search and closed forms checked against them.
+"""
+
+from __future__ import annotations
+
+import csv
+from functools import cache
+from pathlib import Path
+
+import polars as pl
+
+# ---- the game, by definition ----------------------------------------------------------------
+
+
+def legal_takes(kind: str, moves: tuple[int, ...], heap: int) -> range | list[int]:
+    """Every number of stones a move may remove from `heap`."""
+    if kind == "nim":
+        return range(1, heap + 1)
+    if kind == "half":
+        return range(1, heap // 2 + 1)
+    return [s for s in moves if s <= heap]
+
+
+@cache
+def brute_force_wins(kind: str, moves: tuple[int, ...], heaps: tuple[int, ...]) -> bool:
+    """Exhaustive search: winning iff some legal move reaches a losing position.
+
+    Call with `heaps` sorted (positions are multisets); keep heaps small (<= ~25, <= 3 heaps).
+    """
+    for i, h in enumerate(heaps):
+        if i and heaps[i - 1] == h:
+            continue  # same move from an equal heap
+        for take in legal_takes(kind, moves, h):
+            after = tuple(sorted(heaps[:i] + (h - take,) + heaps[i + 1:]))
+            if not brute_force_wins(kind, moves, after):
+                return True
+    return False
+
+
+def wins(kind: str, moves, heaps) -> bool:
+    return brute_force_wins(kind, tuple(sorted(set(moves))), tuple(sorted(heaps)))
+
+
+# ---- Grundy values: naive tabulation, period, closed forms ----------------------------------
+
+
+def naive_sg(moves, n: int) -> list[int]:
+    """SG(0..n-1) of a subtraction game by the mex definition."""
+    values: list[int] = []
+    for x in range(n):
+        reachable = {values[x - s] for s in moves if s <= x}
+        g = 0
+        while g in reachable:
+            g += 1
+        values.append(g)
+    return values
+
+
+def naive_period(moves, limit: int = 100_000) -> tuple[int, int, list[int]]:
+    """(preperiod, period, values) from the first repeating window of max(S) values.
+
+    Windows W_x = (SG(x-M), ..., SG(x-1)) for x >= M; the first y with W_y == W_x (x < y) gives
+    preperiod x - M and period y - x. `values` covers at least preperiod + period entries.
+    """
+    moves = sorted(set(moves))
+    m = moves[-1]
+    values: list[int] = []
+    seen: dict[tuple[int, ...], int] = {}
+    for x in range(limit):
+        if x >= m:
+            window = tuple(values[x - m:x])
+            if window in seen:
+                return seen[window] - m, x - seen[window], values
+            seen[window] = x
+        reachable = {values[x - s] for s in moves if s <= x}
+        g = 0
+        while g in reachable:
+            g += 1
+        values.append(g)
+    raise AssertionError(f"no period for {moves} within {limit} values")
+
+
+def periodic_sg(moves):
+    """SG as a function of arbitrary (Python int) heaps, from the naive period."""
+    pre, per, values = naive_period(moves)
+
+    def sg(h: int) -> int:
+        return values[h] if h < pre else values[pre + (h - pre) % per]
+
+    return sg
+
+
+def sg_nim(x: int) -> int:
+    return x
+
+
+def sg_half(x: int) -> int:
+    """DESIGN 1: x with its trailing one-bits dropped, then halved (checked in test_run)."""
+    while x & 1:
+        x >>= 1
+    return x >> 1
+
+
+def naive_sg_half(n: int) -> list[int]:
+    """SG(0..n-1) of `half` by the mex definition (moves take 1..floor(x/2))."""
+    values: list[int] = []
+    for x in range(n):
+        reachable = {values[x - t] for t in range(1, x // 2 + 1)}
+        g = 0
+        while g in reachable:
+            g += 1
+        values.append(g)
+    return values
+
+
+# ---- writing inputs -------------------------------------------------------------------------
+
+
+def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    """Rows as given (cells already spelled as text where it matters)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def write_parquet(path: Path, columns: dict, schema: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(columns, schema=schema, orient="col").write_parquet(path)
+    return path
+
+
+def moves_text(moves, style: int) -> str:
+    """One of the CSV spellings of a move set (style 3 writes runs as ranges "a..b")."""
+    ms = list(moves)
+    if style == 0:
+        return " ".join(map(str, ms))
+    if style == 1:
+        return ",".join(map(str, ms))
+    if style == 2:
+        return "[" + ", ".join(map(str, ms)) + "]"
+    parts, i, s = [], 0, sorted(set(ms))
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        parts.append(f"{s[i]}..{s[j]}" if j > i else " ".join(map(str, s[i:j + 1])))
+        i = j + 1
+    return " ".join(parts)
+
+
+def read_outputs(out: Path) -> dict[str, pl.DataFrame]:
+    return {name: pl.scan_parquet(out / f"{name}.parquet").collect()
+            for name in ("verdicts", "rejects", "sg_tables", "summary")}

@@ -1,0 +1,270 @@
+"""The `snim-batch` command line (Typer CliRunner, and the installed script for a few), with
+expected values from the independent references in conftest."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import naive_period, naive_sg, sg_half, wins, write_csv
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+
+CLASSIC_SAMPLE = """2 2 5
+3
+2 5 12
+3 2 4 7
+4 2 3 7 12
+5 1 2 3 4 5
+3
+2 5 12
+3 2 4 7
+4 2 3 7 12
+0
+"""
+SCRIPT = Path(sys.executable).with_name("snim-batch")
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(app, list(args), input=input)
+
+    return invoke
+
+
+def no_traceback(result) -> None:
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.fixture
+def small_job(tmp_path, monkeypatch):
+    """rules.csv + positions.csv in a fresh directory with no config.yaml; returns expected."""
+    monkeypatch.chdir(tmp_path)
+    rules = {1: ("subtraction", (2, 5)), 2: ("nim", ()), 3: ("half", ()),
+             4: ("subtraction", (1, 3, 4))}
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[1, "", "2 5"], [2, "nim", ""], [3, "half", ""], [4, "subtraction", "[1, 3..4]"]])
+    rng = random.Random("cli-small-job")
+    positions = [(rid, pid, [rng.randint(0, 20) for _ in range(rng.randint(0, 3))])
+                 for rid in rules for pid in range(8)]
+    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+              [[r, p, " ".join(map(str, h))] for r, p, h in positions])
+    assert not (tmp_path / "config.yaml").exists()
+    return {(r, p): ("W" if wins(*rules[r], h) else "L") for r, p, h in positions}
+
+
+RUN_FLAGS = ("run", "--rules", "rules.csv", "--positions", "positions.csv", "--out", "out")
+
+
+def test_run_with_flags_and_no_config_file(cli, tmp_path, small_job):
+    result = cli(*RUN_FLAGS, "--winning-moves")
+    assert result.exit_code == 0, result.output
+    assert "32 verdicts" in result.stdout
+    v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert {(r, p): w for r, p, w in v.select("rule_set_id", "position_id", "verdict").rows()
+            } == small_job
+    assert "move_take" in v.columns
+
+
+def test_run_with_one_bad_row_exits_3(cli, tmp_path, small_job):
+    with (tmp_path / "positions.csv").open("a") as fh:
+        fh.write("1,99,4 -2\n")
+    result = cli(*RUN_FLAGS)
+    assert result.exit_code == 3, result.output
+    no_traceback(result)
+    assert "positions.csv row 32" in result.stderr
+    rejects = pl.read_parquet(tmp_path / "out" / "rejects.parquet")
+    assert rejects.select("rule_set_id", "position_id", "row").rows() == [("1", "99", 32)]
+    v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert {(r, p): w for r, p, w in v.select("rule_set_id", "position_id", "verdict").rows()
+            } == small_job
+
+
+def test_on_bad_rows_fail_exits_1_and_writes_nothing(cli, tmp_path, small_job):
+    with (tmp_path / "positions.csv").open("a") as fh:
+        fh.write("1,99,4 x\n")
+    result = cli(*RUN_FLAGS, "--on-bad-rows", "fail")
+    assert result.exit_code == 1, result.output
+    no_traceback(result)
+    assert "positions.csv row 32" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
+def test_rerun_needs_overwrite(cli, tmp_path, small_job):
+    assert cli(*RUN_FLAGS).exit_code == 0
+    before = (tmp_path / "out" / "manifest.json").read_text()
+    again = cli(*RUN_FLAGS)
+    assert again.exit_code == 1 and "--overwrite" in again.stderr
+    no_traceback(again)
+    assert (tmp_path / "out" / "manifest.json").read_text() == before
+    assert cli(*RUN_FLAGS, "--overwrite").exit_code == 0
+    assert (tmp_path / "out" / "manifest.json").read_text() != before
+
+
+def test_run_without_config_or_flags_is_a_usage_error(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", "--out", "out")
+    assert result.exit_code == 2
+    assert "config.yaml" in result.stderr
+    no_traceback(result)
+
+
+def test_missing_config_file_exits_2(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", "--config", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 2
+    assert "nope.yaml" in result.stderr and "not found" in result.stderr
+    no_traceback(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_help_mentions_exit_codes(cli):
+    result = cli("run", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert "Exit codes" in text
+    for code in ("0 clean", "1 run failed", "2 usage", "3 completed"):
+        assert code in text
+
+
+# ---- grundy ---------------------------------------------------------------------------------
+
+
+def grundy_lines(stdout: str) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in stdout.splitlines() if ": " in line)
+
+
+def test_grundy_subtraction(cli):
+    result = cli("grundy", "--moves", "2 5", "--upto", "20")
+    assert result.exit_code == 0, result.output
+    lines = grundy_lines(result.stdout)
+    assert lines["preperiod"] == "0" and lines["period"] == "7"
+    assert lines["SG(0..20)"].split() == [str(v) for v in naive_sg((2, 5), 21)]
+
+
+@pytest.mark.parametrize(("moves", "s"), [("1..3 7", (1, 2, 3, 7)),
+                                         ("[3, 7, 8, 10]", (3, 7, 8, 10)),
+                                         ("12,4,6,11,6", (4, 6, 11, 12))])
+def test_grundy_spellings_and_preperiods(cli, moves, s):
+    pre, per, _ = naive_period(s)
+    result = cli("grundy", "--moves", moves, "--upto", "60")
+    assert result.exit_code == 0, result.output
+    lines = grundy_lines(result.stdout)
+    assert (int(lines["preperiod"]), int(lines["period"])) == (pre, per)
+    assert lines["SG(0..60)"].split() == [str(v) for v in naive_sg(s, 61)]
+
+
+@pytest.mark.parametrize(("kind", "sg"), [("nim", lambda x: x), ("half", sg_half)])
+def test_grundy_closed_forms(cli, kind, sg):
+    result = cli("grundy", "--kind", kind, "--upto", "40")
+    assert result.exit_code == 0, result.output
+    lines = grundy_lines(result.stdout)
+    assert lines["SG(0..40)"].split() == [str(sg(x)) for x in range(41)]
+    assert "closed form" in lines
+
+
+@pytest.mark.parametrize("moves", ["2 x", "1..x", "[2 5", "2.5"])
+def test_grundy_unparsable_moves_exit_2(cli, moves):
+    result = cli("grundy", "--moves", moves)
+    assert result.exit_code == 2, result.output
+    assert "--moves" in result.stderr
+    no_traceback(result)
+
+
+@pytest.mark.parametrize("moves", ["0", "-3", "", "2 0 5"])
+def test_grundy_invalid_moves_exit_2(cli, moves):
+    result = cli("grundy", "--moves", moves)
+    no_traceback(result)
+    assert result.stderr.strip()
+    assert result.exit_code == 2, result.output
+
+
+def test_grundy_unknown_kind_exit_2(cli):
+    result = cli("grundy", "--kind", "bogus")
+    no_traceback(result)
+    assert "bogus" in result.stderr
+    assert result.exit_code == 2, result.output
+
+
+# ---- solve and convert ----------------------------------------------------------------------
+
+
+def test_solve_classic_sample(cli):
+    result = cli("solve", input=CLASSIC_SAMPLE)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "LWW\nWWL\n"
+
+
+def random_classic(rng: random.Random, cases: int = 6):
+    text, expected = [], []
+    for _ in range(cases):
+        moves = [rng.randint(1, 9) for _ in range(rng.randint(1, 4))]
+        text.append(f"{len(moves)} {' '.join(map(str, moves))}")
+        positions = [[rng.randint(0, 22) for _ in range(rng.randint(0, 3))] for _ in range(7)]
+        text.append(str(len(positions)))
+        text += [" ".join(map(str, [len(h), *h])) for h in positions]
+        expected.append("".join("W" if wins("subtraction", moves, h) else "L"
+                                for h in positions))
+    return "\n".join(text + ["0"]) + "\n", "".join(line + "\n" for line in expected)
+
+
+def test_solve_random_classic_input_matches_brute_force(cli):
+    text, expected = random_classic(random.Random("classic"))
+    result = cli("solve", input=text)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == expected
+
+
+@pytest.mark.parametrize("text", [CLASSIC_SAMPLE, "random"])
+def test_convert_then_run_matches_solve(cli, tmp_path, monkeypatch, text):
+    monkeypatch.chdir(tmp_path)
+    if text == "random":
+        text, _ = random_classic(random.Random("classic-convert"))
+    (tmp_path / "sample.txt").write_text(text)
+    solved = cli("solve", input=text)
+    assert solved.exit_code == 0
+    converted = cli("convert", "sample.txt", "--out", "tables")
+    assert converted.exit_code == 0, converted.output
+    ran = cli("run", "--rules", "tables/rules.parquet", "--positions",
+              "tables/positions.parquet", "--out", "out")
+    assert ran.exit_code == 0, ran.output
+    v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    lines = (v.group_by("rule_set_id", maintain_order=True)
+             .agg(pl.col("verdict").str.join("")).sort("rule_set_id")["verdict"].to_list())
+    assert "".join(line + "\n" for line in lines) == solved.stdout
+
+
+# ---- the installed script -------------------------------------------------------------------
+
+needs_script = pytest.mark.skipif(not SCRIPT.exists(), reason="snim-batch script not installed")
+
+
+@needs_script
+def test_script_solve_and_grundy(tmp_path):
+    solved = subprocess.run([SCRIPT, "solve"], input=CLASSIC_SAMPLE, capture_output=True,
+                            text=True, cwd=tmp_path, timeout=120)
+    assert (solved.returncode, solved.stdout) == (0, "LWW\nWWL\n"), solved.stderr
+    grundy = subprocess.run([SCRIPT, "grundy", "--moves", "2 5", "--upto", "20"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert grundy.returncode == 0, grundy.stderr
+    lines = grundy_lines(grundy.stdout)
+    assert (lines["preperiod"], lines["period"]) == ("0", "7")
+    assert lines["SG(0..20)"].split() == [str(v) for v in naive_sg((2, 5), 21)]
+
+
+@needs_script
+def test_script_bad_moves_exit_2_without_traceback(tmp_path):
+    bad = subprocess.run([SCRIPT, "grundy", "--moves", "2 x"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert bad.returncode == 2
+    assert "--moves" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.stdout == ""
