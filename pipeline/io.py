@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, OutputError
 
@@ -157,18 +158,63 @@ def _read_header_names(path: Path) -> list[str]:
     return names
 
 
-def _read_parquet(file: InputFile) -> RawTable:
+def _parquet_error(path: Path, exc: BaseException) -> InputError:
+    return InputError(f"{path}: not a readable Parquet file ({_short(exc)})")
+
+
+def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     try:
-        frame = pl.read_parquet(file.path)
-    except Exception as exc:  # polars raises several unrelated types for corrupt files
-        raise InputError(f"{file.path}: not a readable Parquet file ({_short(exc)})") from None
-    return RawTable(file, frame, np.arange(frame.height, dtype=np.int64), [])
+        reader = pq.ParquetFile(file.path)
+        start = 0
+        for batch in reader.iter_batches(batch_size=batch_rows):
+            frame = pl.from_arrow(batch)
+            assert isinstance(frame, pl.DataFrame)
+            rows = np.arange(start, start + frame.height, dtype=np.int64)
+            start += frame.height
+            yield RawTable(file, frame, rows, [])
+        if start == 0:
+            empty = pl.from_arrow(reader.schema_arrow.empty_table())
+            assert isinstance(empty, pl.DataFrame)
+            yield RawTable(file, empty, np.zeros(0, np.int64), [])
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _parquet_error(file.path, exc) from None
+
+
+def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
+    """One file in batches of at most `batch_rows` rows (CSV is read whole, then sliced), so
+    memory stays bounded by the batch for Parquet inputs."""
+    file = describe(path)
+    if file.format == "parquet":
+        yield from _parquet_batches(file, batch_rows)
+        return
+    whole = _read_csv(file)
+    if whole.frame.height == 0:
+        yield whole
+        return
+    for start in range(0, whole.frame.height, batch_rows):
+        yield RawTable(file, whole.frame.slice(start, batch_rows),
+                       whole.row[start:start + batch_rows], whole.bad_lines if start == 0 else [])
+
+
+def columns_of(path: Path) -> list[str]:
+    """Column names of an input file without reading its rows."""
+    if _format_of(path) == "parquet":
+        try:
+            return pq.read_schema(path).names
+        except (pa.ArrowException, OSError) as exc:
+            raise _parquet_error(path, exc) from None
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: empty file (expected a CSV header line)")
+    return _read_header_names(path)
 
 
 def read_table(path: Path) -> RawTable:
-    """Read one input file; whole-file problems raise InputError naming the file."""
-    file = describe(path)
-    return _read_parquet(file) if file.format == "parquet" else _read_csv(file)
+    """Read one input file whole; whole-file problems raise InputError naming the file."""
+    batches = list(iter_batches(path, batch_rows=1 << 62))
+    if len(batches) == 1:
+        return batches[0]
+    frame = pl.concat([b.frame for b in batches])
+    return RawTable(batches[0].file, frame, np.concatenate([b.row for b in batches]), [])
 
 
 def read_tables(spec: str, what: str) -> list[RawTable]:

@@ -259,3 +259,19 @@ def winning_moves_wide(offsets, heaps, table_of_row, nim, moves, moves_base, mov
         move_heap[i] = a
         move_take[i] = b
     return move_heap, move_take
+
+
+@njit(cache=True)
+def max_heap_per_table(offsets, heaps, table_of_row, n_tables):
+    """Largest heap each table is asked about (-1 where none), over rows with table >= 0."""
+    out = np.full(n_tables, -1, np.int64)
+    for i in range(offsets.shape[0] - 1):
+        t = table_of_row[i]
+        if t < 0:
+            continue
+        m = out[t]
+        for j in range(offsets[i], offsets[i + 1]):
+            if heaps[j] > m:
+                m = heaps[j]
+        out[t] = m
+    return out

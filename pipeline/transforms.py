@@ -256,6 +256,10 @@ def rule_index(rules: pl.DataFrame) -> tuple[list[Rule], pl.DataFrame]:
 
 # ---- positions ------------------------------------------------------------------------------
 
+def _nulls(n: int) -> pl.Series:
+    return pl.repeat(None, n, dtype=pl.String, eager=True)
+
+
 def _heaps_from_text(s: pl.Series) -> pl.Series:
     body = (s.str.strip_chars().str.strip_prefix("[").str.strip_suffix("]")
             .str.replace_all(r"[,\s]+", " ").str.strip_chars())
@@ -284,7 +288,7 @@ def _heaps_column(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series,
                 s.cast(HEAPS, strict=False))).to_series().alias(name)
             return s, pl.select(pl.when(too_big).then(
                 pl.lit("a heap is larger than 2^63-1")).otherwise(None)).to_series()
-        return s.cast(HEAPS), pl.Series([None] * s.len(), dtype=pl.String)
+        return s.cast(HEAPS), _nulls(s.len())
     raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected a list of "
                      "integers (or text like \"5 12\")")
 
@@ -318,6 +322,9 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
         "rule_set_id": ids, "position_id": pids, "heaps": heaps,
         "_text": text.cast(pl.String),
     })
+    if _obviously_clean(frame):
+        return frame.drop("_text").with_columns(pl.lit(None, pl.String).alias("_column"),
+                                                pl.lit(None, pl.String).alias("_reason"))
     has_null = pl.col("heaps").list.drop_nulls().list.len() != pl.col("heaps").list.len()
     negative = pl.col("heaps").list.min() < 0
     heap_col = pl.lit(heap_name)
@@ -352,6 +359,23 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
     return frame.drop("_text")
 
 
+def _obviously_clean(frame: pl.DataFrame) -> bool:
+    """True when no row can have a problem: the fast path for large clean batches, which
+    skips the per-row reason expressions (decided on Arrow null counts and the minimum)."""
+    if frame["rule_set_id"].null_count() or frame["position_id"].null_count():
+        return False
+    heaps = frame["heaps"]
+    if heaps.null_count():
+        return False
+    flat = _arrow_list(heaps).flatten()
+    return flat.null_count == 0 and (len(flat) == 0 or pc.min(flat).as_py() >= 0)
+
+
+def _arrow_list(heaps: pl.Series) -> pa.Array:
+    arr = heaps.rechunk().to_arrow()
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
 def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
     s = raw[name]
     if s.dtype == pl.String:
@@ -369,25 +393,8 @@ def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, 
             return listed.to_series().alias(name), text.to_series()
         value = s.cast(pl.Int64).to_frame(name)
         listed = value.select(pl.when(pl.col(name).is_not_null()).then(pl.concat_list(name)))
-        return listed.to_series().alias(name), pl.Series([None] * s.len(), dtype=pl.String)
+        return listed.to_series().alias(name), _nulls(s.len())
     raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected integer")
-
-
-def reject_duplicate_positions(positions: pl.DataFrame) -> pl.DataFrame:
-    """Wide form: every row of a (rule_set_id, position_id) given more than once is rejected."""
-    counted = positions.with_columns(
-        pl.len().over("rule_set_id", "position_id").alias("_n"))
-    if counted.select((pl.col("_n") > 1).any()).item() is not True:
-        return positions
-    return counted.with_columns(
-        pl.when(pl.col("_reason").is_null() & (pl.col("_n") > 1)
-                & pl.col("rule_set_id").is_not_null() & pl.col("position_id").is_not_null())
-        .then(pl.format("position_id {} appears {} times for rule_set_id {}",
-                        pl.col("position_id"), pl.col("_n"), pl.col("rule_set_id")))
-        .otherwise(pl.col("_reason")).alias("_reason"),
-        pl.when(pl.col("_column").is_null() & (pl.col("_n") > 1))
-        .then(pl.lit("position_id")).otherwise(pl.col("_column")).alias("_column"),
-    ).drop("_n")
 
 
 def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -438,23 +445,28 @@ def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
     ).drop("rule_problem")
 
 
-def needed_lengths(positions: pl.DataFrame, n_tables: int) -> np.ndarray:
-    """Per table, 1 + the largest heap that valid positions look up in it."""
-    need = np.zeros(n_tables, dtype=np.int64)
-    agg = (positions.filter(pl.col("_reason").is_null())
-           .group_by("table").agg(pl.col("heaps").list.max().max().alias("m")))
-    for t, m in zip(agg["table"].to_list(), agg["m"].to_list()):
-        if m is not None:
-            need[t] = min(int(m), MAX_HEAP - 1) + 1
-    return need
+Buffers = tuple[np.ndarray, np.ndarray]
+
+
+def heap_buffers(positions: pl.DataFrame) -> Buffers:
+    """The heaps column as (Arrow offsets, flat int64 values), computed once per batch."""
+    return _list_buffers(positions["heaps"])
+
+
+def largest_heaps(positions: pl.DataFrame, n_tables: int,
+                  buffers: Buffers | None = None) -> np.ndarray:
+    """Per table, the largest heap that valid positions look up in it (-1 where none)."""
+    offsets, values = buffers or _list_buffers(positions["heaps"])
+    table_of_row = positions.select(
+        pl.when(pl.col("_reason").is_null()).then(pl.col("table")).otherwise(-1)
+        .fill_null(-1).cast(pl.Int64)).to_series().to_numpy()
+    return kernels.max_heap_per_table(offsets, values, table_of_row, n_tables)
 
 
 def _list_buffers(heaps: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """Arrow offsets and flat int64 values of a list column (nulls, only possible in rows
     that are not evaluated, read as 0 so the values never go through float)."""
-    arr = heaps.rechunk().to_arrow()
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = _arrow_list(heaps)
     offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)
     values = arr.values
     if values.null_count:
@@ -462,11 +474,16 @@ def _list_buffers(heaps: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values.to_numpy().astype(np.int64, copy=False)
 
 
-def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool) -> pl.DataFrame:
-    """nim_sum and verdict (and a winning move) for valid positions; a heap beyond its table
-    (no proven period within the cap) becomes the row's reason."""
-    valid = positions.filter(pl.col("_reason").is_null())
-    offsets, values = _list_buffers(valid["heaps"])
+def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
+             buffers: Buffers | None = None) -> pl.DataFrame:
+    """nim_sum (and a winning move) for valid positions; a heap beyond its table (no proven
+    period within the cap) becomes the row's reason."""
+    if positions["_reason"].null_count() == positions.height:
+        valid = positions
+        offsets, values = buffers or _list_buffers(valid["heaps"])
+    else:
+        valid = positions.filter(pl.col("_reason").is_null())
+        offsets, values = _list_buffers(valid["heaps"])
     table_of_row = valid["table"].to_numpy().astype(np.int64, copy=False)
     nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row, *tables.lookup_args())
     columns = [pl.Series("nim_sum", nim, dtype=pl.Int64)]
@@ -476,12 +493,11 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool) -> 
         columns += [pl.Series("move_heap", move_heap).replace(-1, None),
                     pl.Series("move_take", move_take).replace(-1, None)]
     out = valid.with_columns(*columns, pl.Series("_bad", bad))
-    out = out.with_columns(
-        pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
-        .alias("verdict"))
     if (bad >= 0).any():
         out = _beyond_table_reasons(out, tables)
     out = out.drop("_bad")
+    if valid is positions:
+        return out
     return pl.concat([out, positions.filter(pl.col("_reason").is_not_null())],
                      how="diagonal_relaxed")
 
@@ -505,13 +521,72 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
     ).drop("_label", "_len")
 
 
+def with_verdict(verdicts: pl.DataFrame) -> pl.DataFrame:
+    """Add `verdict` (W iff nim_sum != 0) after nim_sum."""
+    verdict = pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
+    return verdicts.insert_column(verdicts.columns.index("nim_sum") + 1,
+                                  verdicts.select(verdict.alias("verdict")).to_series())
+
+
 def verdict_rows(evaluated: pl.DataFrame, winning_moves: bool) -> pl.DataFrame:
     """The verdicts table, sorted by (rule_set_id, position_id) for reproducible output."""
-    cols = ["rule_set_id", "position_id", "nim_sum", "verdict"]
+    cols = ["rule_set_id", "position_id", "nim_sum"]
     if winning_moves:
         cols += ["move_heap", "move_take"]
-    return (evaluated.filter(pl.col("_reason").is_null()).select(cols)
-            .sort("rule_set_id", "position_id"))
+    return with_verdict(evaluated.filter(pl.col("_reason").is_null()).select(cols)
+                        .sort("rule_set_id", "position_id"))
+
+
+def sort_by_keys(frame: pl.DataFrame) -> pl.DataFrame:
+    """Sort by (rule_set_id, position_id); one packed Int64 key when both are small
+    non-negative integers, which polars sorts about 2.5x faster than two columns."""
+    rid, pid = frame["rule_set_id"], frame["position_id"]
+    if (frame.height and rid.dtype == pl.Int64 and pid.dtype == pl.Int64
+            and rid.null_count() == 0 and pid.null_count() == 0
+            and rid.min() >= 0 and rid.max() < 2**31 and pid.min() >= 0 and pid.max() < 2**32):
+        packed = frame.select(pl.col("rule_set_id") * 2**32 + pl.col("position_id")).to_series()
+        if packed.is_sorted():
+            return frame
+        return frame.with_columns(packed.alias("_key")).sort("_key").drop("_key")
+    return frame.sort("rule_set_id", "position_id")
+
+
+def split_duplicates(verdicts: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str]
+                     ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Sort verdicts by key and take out every position whose key is given more than once
+    (also when another copy was rejected for its own reason): (verdicts, their rejects).
+
+    `verdicts` carries `_file` (index into `sources`) and `_row` for the reject rows.
+    """
+    keys = ["rule_set_id", "position_id"]
+    ordered = sort_by_keys(verdicts)
+    same = [(pl.col(k) == pl.col(k).shift(d)) for d in (1, -1) for k in keys]
+    dup = ((same[0] & same[1]) | (same[2] & same[3])).fill_null(False)
+    rejected = (rejects.filter(pl.col("rule_set_id").is_not_null()
+                               & pl.col("position_id").is_not_null())
+                .select(pl.col(k).cast(ordered[k].dtype, strict=False) for k in keys)
+                .drop_nulls())
+    if rejected.height:
+        ordered = ordered.join(rejected.unique().with_columns(pl.lit(True).alias("_rej")),
+                               on=keys, how="left", maintain_order="left")
+        dup = dup | pl.col("_rej").fill_null(False)
+    else:
+        ordered = ordered.with_columns(pl.lit(None, pl.Boolean).alias("_rej"))
+    ordered = ordered.with_columns(dup.alias("_dup"))
+    dups = ordered.filter(pl.col("_dup"))
+    dups = dups.drop("_dup", "_rej")
+    clean = ordered.filter(~pl.col("_dup")).drop("_dup", "_rej")
+    if dups.is_empty():
+        return clean, pl.DataFrame(schema=REJECT_SCHEMA)
+    times = pl.concat([dups.select(keys), rejected]).group_by(keys).len("_n")
+    dups = dups.join(times, on=keys, how="left").with_columns(
+        pl.col("_file").replace_strict(list(range(len(sources))), list(sources),
+                                       return_dtype=pl.String).alias("_source"),
+        pl.lit("position_id").alias("_column"),
+        pl.format("position_id {} appears {} times for rule_set_id {}", pl.col("position_id"),
+                  pl.col("_n"), pl.col("rule_set_id")).alias("_reason"),
+    )
+    return clean, reject_rows(dups, "positions")
 
 
 def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:

@@ -1,20 +1,65 @@
-"""The default engine: polars frames and the numba kernels on one machine."""
+"""The default engine: positions streamed in batches through polars and the numba kernels.
+
+Wide-form Parquet input is read one batch at a time, so memory holds one batch of heaps plus
+the narrow verdict columns; SG tables grow as batches reveal larger heaps. Long form is
+collected whole, since a position's rows may be anywhere in the input.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from pipeline import io, transforms
-from pipeline.config import Config
+from pipeline.config import Config, Tables
 from pipeline.engines import EngineResult
 from pipeline.errors import InputError
-from pipeline.grundy import TableSet, build_table
+from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableSet, build_table
 
 Phase = Callable[[str], AbstractContextManager[None]]
+BATCH_ROWS = 1 << 20
+
+
+class TableCache:
+    """One SG table per distinct rule, tabulated only as far as the heaps seen so far need."""
+
+    def __init__(self, distinct: list[Rule], settings: Tables):
+        self.distinct = distinct
+        self.cap = settings.max_table_len
+        self.probe = settings.period_probe_ops // max(1, len(distinct))
+        self.tables: list[SGTable | None] = [None] * len(distinct)
+        self.known = np.full(len(distinct), -1, dtype=np.int64)
+        self._set: TableSet | None = None
+
+    def _build(self, t: int, largest_heap: int) -> None:
+        old = self.tables[t]
+        need = largest_heap + 1
+        if old is not None:
+            need = max(need, old.table_len + old.table_len // 4)
+        table = build_table(self.distinct[t], min(need, MAX_HEAP), self.cap,
+                            self.probe if old is None else 0)
+        self.tables[t] = table
+        self.known[t] = MAX_HEAP if table.table_len >= self.cap else table.max_known_heap()
+        self._set = None
+
+    def ensure(self, largest: np.ndarray) -> TableSet:
+        """Tables covering `largest[t]` for every t (beyond the cap, heaps are rejected)."""
+        for t in np.flatnonzero((largest > self.known) | (largest >= 0) & (self.known < 0)):
+            self._build(int(t), int(largest[t]))
+        return self.table_set()
+
+    def table_set(self) -> TableSet:
+        if self._set is None:
+            for t, table in enumerate(self.tables):
+                if table is None:
+                    self._build(t, -1)
+            self._set = TableSet.of([t for t in self.tables if t is not None])
+        return self._set
 
 
 def read_rules(config: Config) -> tuple[pl.DataFrame, list[io.InputFile]]:
@@ -30,25 +75,6 @@ def read_rules(config: Config) -> tuple[pl.DataFrame, list[io.InputFile]]:
     return transforms.reject_duplicate_rules(rules), files
 
 
-def read_positions(config: Config) -> tuple[pl.DataFrame, list[io.InputFile], str]:
-    """All positions files, normalised to wide form with reasons (form detected per file)."""
-    frames, files, forms = [], [], set()
-    next_row = 0
-    for raw in io.read_tables(config.positions, "positions"):
-        source = str(raw.file.path)
-        form = transforms.detect_form(raw.frame.columns, config.columns, source)
-        forms.add(form)
-        if len(forms) > 1:
-            raise InputError(f"{source}: is in {form} form but earlier positions files are not; "
-                             "use one form per run")
-        frame = transforms.normalize_positions(raw.frame, raw.row, source, config.columns, form,
-                                               next_row)
-        next_row += raw.frame.height + len(raw.bad_lines)
-        frames.append(_with_bad_lines(frame, raw))
-        files.append(raw.file)
-    return pl.concat(frames, how="vertical_relaxed"), files, forms.pop()
-
-
 def _with_bad_lines(frame: pl.DataFrame, raw: io.RawTable) -> pl.DataFrame:
     """Add the CSV lines the reader skipped (wrong field count) as rejected rows."""
     if not raw.bad_lines:
@@ -61,62 +87,119 @@ def _with_bad_lines(frame: pl.DataFrame, raw: io.RawTable) -> pl.DataFrame:
     return pl.concat([frame, bad], how="diagonal_relaxed").sort("_row")
 
 
+def positions_form(paths: list[Path], config: Config) -> str:
+    """The positions form, which every file must share."""
+    forms = {p: transforms.detect_form(io.columns_of(p), config.columns, str(p)) for p in paths}
+    first = forms[paths[0]]
+    for path, form in forms.items():
+        if form != first:
+            raise InputError(f"{path}: is in {form} form but {paths[0]} is in {first} form; "
+                             "use one form per run")
+    return first
+
+
+def position_batches(paths: list[Path], config: Config, form: str
+                     ) -> Iterator[tuple[int, pl.DataFrame]]:
+    """(file index, normalised batch with reasons) for every batch of every positions file."""
+    next_row = 0
+    for index, path in enumerate(paths):
+        for raw in io.iter_batches(path, BATCH_ROWS):
+            frame = transforms.normalize_positions(raw.frame, raw.row, str(path),
+                                                   config.columns, form, next_row)
+            next_row += raw.frame.height + len(raw.bad_lines)
+            yield index, _with_bad_lines(frame, raw)
+
+
+def _match_key_type(frame: pl.DataFrame, index: pl.DataFrame) -> tuple[pl.DataFrame,
+                                                                       pl.DataFrame]:
+    if frame["rule_set_id"].dtype == index["rule_set_id"].dtype:
+        return frame, index
+    (index,) = transforms.unify_key_types([index], "rule_set_id")
+    if frame["rule_set_id"].dtype == index["rule_set_id"].dtype:
+        return frame, index
+    text = pl.col("rule_set_id").cast(pl.String)
+    return frame.with_columns(text), index.with_columns(text)
+
+
 def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
     """Read, validate, tabulate, evaluate and write every output but the manifest."""
-    with phase("read"):
+    with phase("rules"):
         rules, rule_files = read_rules(config)
-        positions, position_files, form = read_positions(config)
-        rules, positions = _unify_rule_ids(rules, positions)
-    with phase("validate"):
         distinct, index = transforms.rule_index(rules)
-        long_rejects = None
-        if form == "long":
-            positions, long_rejects = transforms.long_to_wide(positions)
+        paths = io.resolve_inputs(config.positions, "positions")
+        form = positions_form(paths, config)
+    cache = TableCache(distinct, config.tables)
+    checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
+    described = [checksums.submit(io.describe, p) for p in paths]
+    checksums.shutdown(wait=False)
+    with phase("positions"):
+        if form == "wide":
+            verdicts, position_rejects, rows_read = _evaluate_wide(paths, config, index, cache)
         else:
-            positions = transforms.reject_duplicate_positions(positions)
-        positions = transforms.attach_tables(positions, index)
-    with phase("tables"):
-        need = transforms.needed_lengths(positions, len(distinct))
-        probe = config.tables.period_probe_ops // max(1, len(distinct))
-        tables = TableSet.of([
-            build_table(rule, int(n), config.tables.max_table_len, probe)
-            for rule, n in zip(distinct, need)
-        ])
-    with phase("evaluate"):
-        evaluated = transforms.evaluate(positions, tables, config.winning_moves)
-        verdicts = transforms.verdict_rows(evaluated, config.winning_moves)
-        rejected_positions = evaluated.filter(pl.col("_reason").is_not_null())
-        if form == "long":
-            rejected_positions = transforms.expand_long_rejects(rejected_positions)
-        parts = [transforms.reject_rows(rules, "rules"),
-                 transforms.reject_rows(rejected_positions, "positions")]
-        if long_rejects is not None:
-            parts.append(transforms.reject_rows(long_rejects, "positions"))
-        rejects = transforms.sort_rejects(pl.concat(parts))
+            verdicts, position_rejects, rows_read = _evaluate_long(paths, config, index, cache)
+    with phase("finish"):
+        rejects = transforms.sort_rejects(pl.concat(
+            [transforms.reject_rows(rules, "rules"), position_rejects]))
         summary = transforms.summary_rows(index, verdicts, rejects)
-        sg_tables = transforms.sg_table_rows(rules, distinct, tables, index)
-    counts = _counts(rules, positions, form, long_rejects, verdicts, rejects)
+        sg_tables = transforms.sg_table_rows(rules, distinct, cache.table_set(), index)
+    counts = _counts(rules, rows_read, verdicts, rejects)
     problems = [_problem(r) for r in rejects.head(10).iter_rows(named=True)]
-    if rejects.height and config.on_bad_rows == "fail":
-        return EngineResult(_inputs(rule_files, position_files), counts, form, problems)
-    with phase("write"):
-        io.write_parquet(verdicts, staging / "verdicts.parquet")
-        io.write_parquet(rejects, staging / "rejects.parquet")
-        io.write_parquet(sg_tables, staging / "sg_tables.parquet")
-        io.write_parquet(summary, staging / "summary.parquet")
-    return EngineResult(_inputs(rule_files, position_files), counts, form, problems)
+    inputs = {"rules": [f.as_dict() for f in rule_files],
+              "positions": [f.result().as_dict() for f in described]}
+    if not (rejects.height and config.on_bad_rows == "fail"):
+        with phase("write"):
+            io.write_parquet(verdicts, staging / "verdicts.parquet")
+            io.write_parquet(rejects, staging / "rejects.parquet")
+            io.write_parquet(sg_tables, staging / "sg_tables.parquet")
+            io.write_parquet(summary, staging / "summary.parquet")
+    return EngineResult(inputs, counts, form, problems)
 
 
-def _unify_rule_ids(rules: pl.DataFrame, positions: pl.DataFrame
-                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    rules, positions = transforms.unify_key_types([rules, positions], "rule_set_id")
-    (positions,) = transforms.unify_key_types([positions], "position_id")
-    return rules, positions
+def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache
+                   ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    parts, rejects, rows_read = [], [], 0
+    keep = ["rule_set_id", "position_id", "nim_sum", "_file", "_row"]
+    if config.winning_moves:
+        keep[3:3] = ["move_heap", "move_take"]
+    for file_index, frame in position_batches(paths, config, "wide"):
+        rows_read += frame.height
+        frame, batch_index = _match_key_type(frame, index)
+        frame = transforms.attach_tables(frame, batch_index)
+        buffers = transforms.heap_buffers(frame)
+        tables = cache.ensure(transforms.largest_heaps(frame, len(cache.distinct), buffers))
+        evaluated = transforms.evaluate(frame, tables, config.winning_moves, buffers)
+        if evaluated["_reason"].null_count() < evaluated.height:
+            rejects.append(transforms.reject_rows(evaluated, "positions"))
+            evaluated = evaluated.filter(pl.col("_reason").is_null())
+        parts.append(evaluated.with_columns(pl.lit(file_index, pl.Int32).alias("_file"))
+                     .select(keep))
+    rejected = pl.concat([pl.DataFrame(schema=transforms.REJECT_SCHEMA), *rejects])
+    verdicts, duplicates = transforms.split_duplicates(
+        _concat_keys(parts), rejected, [str(p) for p in paths])
+    return (transforms.with_verdict(verdicts.drop("_file", "_row")),
+            pl.concat([rejected, duplicates]), rows_read)
 
 
-def _inputs(rule_files: list[io.InputFile], position_files: list[io.InputFile]) -> dict:
-    return {"rules": [f.as_dict() for f in rule_files],
-            "positions": [f.as_dict() for f in position_files]}
+def _concat_keys(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    parts = transforms.unify_key_types(parts, "rule_set_id")
+    parts = transforms.unify_key_types(parts, "position_id")
+    return pl.concat(parts, how="vertical_relaxed")
+
+
+def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache
+                   ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    frames = [frame for _, frame in position_batches(paths, config, "long")]
+    rows = _concat_keys(frames)
+    positions, long_rejects = transforms.long_to_wide(rows)
+    positions, index = _match_key_type(positions, index)
+    positions = transforms.attach_tables(positions, index)
+    tables = cache.ensure(transforms.largest_heaps(positions, len(cache.distinct)))
+    evaluated = transforms.evaluate(positions, tables, config.winning_moves)
+    verdicts = transforms.verdict_rows(evaluated, config.winning_moves)
+    rejected = transforms.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
+    rejects = pl.concat([transforms.reject_rows(rejected, "positions"),
+                         transforms.reject_rows(long_rejects, "positions")])
+    return verdicts, rejects, rows.height
 
 
 def _problem(row: dict) -> str:
@@ -124,23 +207,15 @@ def _problem(row: dict) -> str:
     return f"{row['source']} row {row['row']}{column}: {row['reason']}"
 
 
-def _counts(rules: pl.DataFrame, positions: pl.DataFrame, form: str,
-            long_rejects: pl.DataFrame | None, verdicts: pl.DataFrame,
+def _counts(rules: pl.DataFrame, rows_read: int, verdicts: pl.DataFrame,
             rejects: pl.DataFrame) -> dict[str, dict[str, int]]:
     rule_rejects = rejects.filter(pl.col("table") == "rules").height
     position_rejects = rejects.filter(pl.col("table") == "positions").height
-    if form == "long":
-        rows_read = int(positions["_rows"].list.len().sum() or 0) + (
-            long_rejects.height if long_rejects is not None else 0)
-        evaluated_rows = rows_read - position_rejects
-    else:
-        rows_read = positions.height
-        evaluated_rows = verdicts.height
     w = verdicts.filter(pl.col("verdict") == "W").height
     return {
         "rules": {"rows_read": rules.height, "rows_accepted": rules.height - rule_rejects,
                   "rows_rejected": rule_rejects},
-        "positions": {"rows_read": rows_read, "rows_evaluated": evaluated_rows,
+        "positions": {"rows_read": rows_read, "rows_evaluated": rows_read - position_rejects,
                       "rows_rejected": position_rejects, "verdicts": verdicts.height,
                       "W": w, "L": verdicts.height - w},
     }
