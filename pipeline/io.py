@@ -321,6 +321,11 @@ def write_parquet(frame: pl.DataFrame, path: Path) -> None:
     frame.write_parquet(path, compression="zstd", statistics=True)
 
 
+def sink_parquet(frame: pl.LazyFrame, path: Path) -> None:
+    """Stream a lazy frame to one Parquet file (columns computed chunk by chunk)."""
+    frame.sink_parquet(path, compression="zstd", statistics=True)
+
+
 def write_manifest(manifest: dict[str, Any], directory: Path) -> None:
     """The manifest is written last: a directory without one is never a complete output."""
     tmp = directory / f".{MANIFEST}.tmp"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
@@ -24,6 +25,7 @@ REJECT_SCHEMA = {
     "position_id": pl.String, "column": pl.String, "reason": pl.String,
 }
 HEAPS = pl.List(pl.Int64)
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 _INT_TEXT = re.compile(r"^[+-]?\d+$")
 _CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"
 
@@ -521,34 +523,49 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
     ).drop("_label", "_len")
 
 
-def with_verdict(verdicts: pl.DataFrame) -> pl.DataFrame:
-    """Add `verdict` (W iff nim_sum != 0) after nim_sum."""
+def with_verdict(verdicts: FrameT) -> FrameT:
+    """Add `verdict` (W iff nim_sum != 0) after nim_sum; lazy in, lazy out."""
+    names = verdicts.collect_schema().names()
+    at = names.index("nim_sum") + 1
     verdict = pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
-    return verdicts.insert_column(verdicts.columns.index("nim_sum") + 1,
-                                  verdicts.select(verdict.alias("verdict")).to_series())
+    return verdicts.select(*names[:at], verdict.alias("verdict"), *names[at:])
 
 
 def verdict_rows(evaluated: pl.DataFrame, winning_moves: bool) -> pl.DataFrame:
-    """The verdicts table, sorted by (rule_set_id, position_id) for reproducible output."""
+    """Evaluated rows (keys, nim_sum, moves), sorted by (rule_set_id, position_id) for
+    reproducible output; `with_verdict` adds the W/L column when written."""
     cols = ["rule_set_id", "position_id", "nim_sum"]
     if winning_moves:
         cols += ["move_heap", "move_take"]
-    return with_verdict(evaluated.filter(pl.col("_reason").is_null()).select(cols)
-                        .sort("rule_set_id", "position_id"))
+    return sort_by_keys(evaluated.filter(pl.col("_reason").is_null()).select(cols))
 
 
-def sort_by_keys(frame: pl.DataFrame) -> pl.DataFrame:
-    """Sort by (rule_set_id, position_id); one packed Int64 key when both are small
-    non-negative integers, which polars sorts about 2.5x faster than two columns."""
+LOC_SHIFT = 40
+
+
+def _packed_key(frame: pl.DataFrame) -> pl.Series | None:
+    """rule_set_id * 2^32 + position_id, when both are small non-negative integers."""
     rid, pid = frame["rule_set_id"], frame["position_id"]
     if (frame.height and rid.dtype == pl.Int64 and pid.dtype == pl.Int64
             and rid.null_count() == 0 and pid.null_count() == 0
             and rid.min() >= 0 and rid.max() < 2**31 and pid.min() >= 0 and pid.max() < 2**32):
-        packed = frame.select(pl.col("rule_set_id") * 2**32 + pl.col("position_id")).to_series()
-        if packed.is_sorted():
-            return frame
-        return frame.with_columns(packed.alias("_key")).sort("_key").drop("_key")
-    return frame.sort("rule_set_id", "position_id")
+        return frame.select(pl.col("rule_set_id") * 2**32 + pl.col("position_id")).to_series()
+    return None
+
+
+def sort_by_keys(frame: pl.DataFrame) -> pl.DataFrame:
+    """Sort by (rule_set_id, position_id), gathering one column at a time to keep the peak
+    low; a packed Int64 key, when the keys allow one, sorts about 2.5x faster."""
+    packed = _packed_key(frame)
+    if packed is not None and packed.is_sorted():
+        return frame
+    order = (packed.arg_sort() if packed is not None
+             else frame.select(pl.arg_sort_by("rule_set_id", "position_id")).to_series())
+    del packed
+    columns = {}
+    for name in frame.columns:
+        columns[name] = frame[name].gather(order)
+    return pl.DataFrame(columns)
 
 
 def split_duplicates(verdicts: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str]
@@ -556,32 +573,31 @@ def split_duplicates(verdicts: pl.DataFrame, rejects: pl.DataFrame, sources: Seq
     """Sort verdicts by key and take out every position whose key is given more than once
     (also when another copy was rejected for its own reason): (verdicts, their rejects).
 
-    `verdicts` carries `_file` (index into `sources`) and `_row` for the reject rows.
+    `verdicts` carries `_loc` (file index << LOC_SHIFT | row) for the reject rows; the result
+    does not.
     """
     keys = ["rule_set_id", "position_id"]
     ordered = sort_by_keys(verdicts)
     same = [(pl.col(k) == pl.col(k).shift(d)) for d in (1, -1) for k in keys]
-    dup = ((same[0] & same[1]) | (same[2] & same[3])).fill_null(False)
+    dup = ordered.select(((same[0] & same[1]) | (same[2] & same[3])).fill_null(False)
+                         ).to_series()
     rejected = (rejects.filter(pl.col("rule_set_id").is_not_null()
                                & pl.col("position_id").is_not_null())
                 .select(pl.col(k).cast(ordered[k].dtype, strict=False) for k in keys)
                 .drop_nulls())
     if rejected.height:
-        ordered = ordered.join(rejected.unique().with_columns(pl.lit(True).alias("_rej")),
-                               on=keys, how="left", maintain_order="left")
-        dup = dup | pl.col("_rej").fill_null(False)
-    else:
-        ordered = ordered.with_columns(pl.lit(None, pl.Boolean).alias("_rej"))
-    ordered = ordered.with_columns(dup.alias("_dup"))
-    dups = ordered.filter(pl.col("_dup"))
-    dups = dups.drop("_dup", "_rej")
-    clean = ordered.filter(~pl.col("_dup")).drop("_dup", "_rej")
-    if dups.is_empty():
-        return clean, pl.DataFrame(schema=REJECT_SCHEMA)
+        dup = dup | ordered.select(keys).join(
+            rejected.unique().with_columns(pl.lit(True).alias("_rej")), on=keys, how="left",
+            maintain_order="left")["_rej"].fill_null(False)
+    if not dup.any():
+        return ordered.drop("_loc"), pl.DataFrame(schema=REJECT_SCHEMA)
+    dups = ordered.filter(dup)
+    clean = ordered.filter(~dup).drop("_loc")
     times = pl.concat([dups.select(keys), rejected]).group_by(keys).len("_n")
     dups = dups.join(times, on=keys, how="left").with_columns(
-        pl.col("_file").replace_strict(list(range(len(sources))), list(sources),
-                                       return_dtype=pl.String).alias("_source"),
+        (pl.col("_loc") >> LOC_SHIFT).replace_strict(
+            list(range(len(sources))), list(sources), return_dtype=pl.String).alias("_source"),
+        (pl.col("_loc") & (2**LOC_SHIFT - 1)).alias("_row"),
         pl.lit("position_id").alias("_column"),
         pl.format("position_id {} appears {} times for rule_set_id {}", pl.col("position_id"),
                   pl.col("_n"), pl.col("rule_set_id")).alias("_reason"),
@@ -643,8 +659,8 @@ def summary_rows(index: pl.DataFrame, verdicts: pl.DataFrame,
     """Per rule set: positions evaluated (W + L), W, L, rejected input rows, and W rate."""
     key_type = index["rule_set_id"].dtype
     counts = verdicts.group_by("rule_set_id").agg(
-        (pl.col("verdict") == "W").sum().cast(pl.Int64).alias("W"),
-        (pl.col("verdict") == "L").sum().cast(pl.Int64).alias("L"))
+        (pl.col("nim_sum") != 0).sum().cast(pl.Int64).alias("W"),
+        (pl.col("nim_sum") == 0).sum().cast(pl.Int64).alias("L"))
     rej = (rejects.filter((pl.col("table") == "positions") & pl.col("rule_set_id").is_not_null())
            .group_by("rule_set_id").agg(pl.len().cast(pl.Int64).alias("rejected")))
     ids = pl.concat([index.select(pl.col("rule_set_id").cast(pl.String)),

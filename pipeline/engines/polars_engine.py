@@ -148,7 +148,8 @@ def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
               "positions": [f.result().as_dict() for f in described]}
     if not (rejects.height and config.on_bad_rows == "fail"):
         with phase("write"):
-            io.write_parquet(verdicts, staging / "verdicts.parquet")
+            io.sink_parquet(transforms.with_verdict(verdicts.lazy()),
+                            staging / "verdicts.parquet")
             io.write_parquet(rejects, staging / "rejects.parquet")
             io.write_parquet(sg_tables, staging / "sg_tables.parquet")
             io.write_parquet(summary, staging / "summary.parquet")
@@ -158,7 +159,7 @@ def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache
                    ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     parts, rejects, rows_read = [], [], 0
-    keep = ["rule_set_id", "position_id", "nim_sum", "_file", "_row"]
+    keep = ["rule_set_id", "position_id", "nim_sum", "_loc"]
     if config.winning_moves:
         keep[3:3] = ["move_heap", "move_take"]
     for file_index, frame in position_batches(paths, config, "wide"):
@@ -171,19 +172,19 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         if evaluated["_reason"].null_count() < evaluated.height:
             rejects.append(transforms.reject_rows(evaluated, "positions"))
             evaluated = evaluated.filter(pl.col("_reason").is_null())
-        parts.append(evaluated.with_columns(pl.lit(file_index, pl.Int32).alias("_file"))
-                     .select(keep))
+        loc = (pl.col("_row") + (file_index << transforms.LOC_SHIFT)).alias("_loc")
+        parts.append(evaluated.with_columns(loc).select(keep))
+        del frame, evaluated, buffers
     rejected = pl.concat([pl.DataFrame(schema=transforms.REJECT_SCHEMA), *rejects])
     verdicts, duplicates = transforms.split_duplicates(
         _concat_keys(parts), rejected, [str(p) for p in paths])
-    return (transforms.with_verdict(verdicts.drop("_file", "_row")),
-            pl.concat([rejected, duplicates]), rows_read)
+    return verdicts, pl.concat([rejected, duplicates]), rows_read
 
 
 def _concat_keys(parts: list[pl.DataFrame]) -> pl.DataFrame:
     parts = transforms.unify_key_types(parts, "rule_set_id")
     parts = transforms.unify_key_types(parts, "position_id")
-    return pl.concat(parts, how="vertical_relaxed")
+    return pl.concat(parts, how="vertical_relaxed", rechunk=False)
 
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache
@@ -211,7 +212,7 @@ def _counts(rules: pl.DataFrame, rows_read: int, verdicts: pl.DataFrame,
             rejects: pl.DataFrame) -> dict[str, dict[str, int]]:
     rule_rejects = rejects.filter(pl.col("table") == "rules").height
     position_rejects = rejects.filter(pl.col("table") == "positions").height
-    w = verdicts.filter(pl.col("verdict") == "W").height
+    w = int((verdicts["nim_sum"] != 0).sum())
     return {
         "rules": {"rows_read": rules.height, "rows_accepted": rules.height - rule_rejects,
                   "rows_rejected": rule_rejects},
