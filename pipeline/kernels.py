@@ -275,3 +275,15 @@ def max_heap_per_table(offsets, heaps, table_of_row, n_tables):
                 m = heaps[j]
         out[t] = m
     return out
+
+
+@njit(cache=True)
+def adjacent_duplicates(a, b):
+    """Rows of key-sorted (a, b) whose key equals a neighbour's: all copies of a repeated key."""
+    n = a.shape[0]
+    out = np.zeros(n, np.bool_)
+    for i in range(1, n):
+        if a[i] == a[i - 1] and b[i] == b[i - 1]:
+            out[i] = True
+            out[i - 1] = True
+    return out

@@ -554,33 +554,47 @@ def _packed_key(frame: pl.DataFrame) -> pl.Series | None:
 
 
 def sort_by_keys(frame: pl.DataFrame) -> pl.DataFrame:
-    """Sort by (rule_set_id, position_id), gathering one column at a time to keep the peak
-    low; a packed Int64 key, when the keys allow one, sorts about 2.5x faster."""
+    """Sort by (rule_set_id, position_id)."""
+    return sorted_from_parts([frame.clone()])
+
+
+def sorted_from_parts(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Concatenate and sort by (rule_set_id, position_id), consuming `parts` column by column
+    so the peak is the data plus one column; a packed Int64 key, when the keys allow one,
+    sorts about 2.5x faster than two columns."""
+    names = parts[0].columns
+    columns = {name: pl.concat([p.drop_in_place(name) for p in parts], rechunk=False)
+               for name in names}
+    parts.clear()
+    frame = pl.DataFrame(columns)
     packed = _packed_key(frame)
+    del frame
     if packed is not None and packed.is_sorted():
-        return frame
-    order = (packed.arg_sort() if packed is not None
-             else frame.select(pl.arg_sort_by("rule_set_id", "position_id")).to_series())
+        return pl.DataFrame(columns)
+    order = (packed.arg_sort() if packed is not None else pl.DataFrame(columns).select(
+        pl.arg_sort_by("rule_set_id", "position_id")).to_series())
     del packed
-    columns = {}
-    for name in frame.columns:
-        columns[name] = frame[name].gather(order)
+    for name in names:
+        columns[name] = columns[name].gather(order)
     return pl.DataFrame(columns)
 
 
-def split_duplicates(verdicts: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str]
+def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str]
                      ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Sort verdicts by key and take out every position whose key is given more than once
-    (also when another copy was rejected for its own reason): (verdicts, their rejects).
+    """Take every position whose key is given more than once (also when another copy was
+    rejected for its own reason) out of key-sorted verdicts: (verdicts, their rejects).
 
-    `verdicts` carries `_loc` (file index << LOC_SHIFT | row) for the reject rows; the result
+    `ordered` carries `_loc` (file index << LOC_SHIFT | row) for the reject rows; the result
     does not.
     """
     keys = ["rule_set_id", "position_id"]
-    ordered = sort_by_keys(verdicts)
-    same = [(pl.col(k) == pl.col(k).shift(d)) for d in (1, -1) for k in keys]
-    dup = ordered.select(((same[0] & same[1]) | (same[2] & same[3])).fill_null(False)
-                         ).to_series()
+    if all(ordered[k].dtype == pl.Int64 and not ordered[k].null_count() for k in keys):
+        dup = pl.Series(kernels.adjacent_duplicates(
+            *(ordered[k].to_numpy() for k in keys)))
+    else:
+        same = [(pl.col(k) == pl.col(k).shift(d)) for d in (1, -1) for k in keys]
+        dup = ordered.select(((same[0] & same[1]) | (same[2] & same[3])).fill_null(False)
+                             ).to_series()
     rejected = (rejects.filter(pl.col("rule_set_id").is_not_null()
                                & pl.col("position_id").is_not_null())
                 .select(pl.col(k).cast(ordered[k].dtype, strict=False) for k in keys)

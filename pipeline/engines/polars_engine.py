@@ -176,15 +176,17 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         parts.append(evaluated.with_columns(loc).select(keep))
         del frame, evaluated, buffers
     rejected = pl.concat([pl.DataFrame(schema=transforms.REJECT_SCHEMA), *rejects])
+    parts = transforms.unify_key_types(parts, "rule_set_id")
+    parts = transforms.unify_key_types(parts, "position_id")
     verdicts, duplicates = transforms.split_duplicates(
-        _concat_keys(parts), rejected, [str(p) for p in paths])
+        transforms.sorted_from_parts(parts), rejected, [str(p) for p in paths])
     return verdicts, pl.concat([rejected, duplicates]), rows_read
 
 
 def _concat_keys(parts: list[pl.DataFrame]) -> pl.DataFrame:
     parts = transforms.unify_key_types(parts, "rule_set_id")
     parts = transforms.unify_key_types(parts, "position_id")
-    return pl.concat(parts, how="vertical_relaxed", rechunk=False)
+    return pl.concat(parts, how="vertical_relaxed")
 
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache
