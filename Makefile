@@ -26,3 +26,13 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
+
+# Benchmarks (benchmarks/README.md): ratios against references, written to
+# benchmarks/results/RESULTS.md; bench-large runs the 200M-heap job (long) and appends to it.
+.PHONY: bench-large
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench.py
+
+bench-large: $(STAMP)
+	$(BIN)/python benchmarks/bench.py --large

@@ -1,0 +1,512 @@
+"""Benchmark driver: `make bench` (ratios against references) and `make bench-large` (200M heaps).
+
+    python benchmarks/bench.py [--repeat N]     # make bench
+    python benchmarks/bench.py --large          # make bench-large
+
+Every measured program runs as its own subprocess; the driver times it with time.perf_counter
+around spawn-to-exit and reads its peak RSS (ru_maxrss) from os.wait4. The driver imports only
+the standard library, so that its own small RSS is the only floor under the children's peak RSS
+(Linux charges the parent's RSS at spawn time to the child's ru_maxrss; the floor is measured
+and reported). Inputs are generated (seeded) under benchmarks/data/ when missing; outputs, logs
+and RESULTS.md go to benchmarks/results/. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+DATA = BENCH / "data"
+RES = BENCH / "results"
+LOGS = RES / "logs"
+BIN = RES / "bin"
+RESULTS = RES / "RESULTS.md"
+
+PY = Path(sys.executable)
+SNIM = PY.parent / "snim-batch"
+
+GIB = 2**30
+LARGE_RSS_GOAL = 4 * GIB
+
+# Datasets of `snim-batch generate` (positions in parts of 1,000,000 rows).
+GEN_COMMON = ["--rule-sets", "1000", "--moves-per-set", "100", "--max-heap", "10000",
+              "--heaps", "5"]
+P10M = ("p10m", 10_000_000, 1)
+P40M = ("p40m", 40_000_000, 2)
+PART_ROWS = 1_000_000
+MAX_HEAP = 10_000
+
+# SG builder benchmark: 1,000 rule sets x 100 distinct moves from 1..10^4, SG(0..10^4).
+SG_RULES, SG_MOVES, SG_MAX_MOVE, SG_VALUES, SG_SEED = 1000, 100, 10_000, 10_001, 3
+# Classic-format input for `solve`.
+CLASSIC_BYTES, CLASSIC_SEED = 50_000_000, 4
+
+_T0 = time.perf_counter()
+
+
+class BenchError(Exception):
+    """A failure the driver reports in one line (exit 1)."""
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - _T0:8.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Proc:
+    """One measured subprocess."""
+
+    name: str
+    argv: list[str]
+    wall_s: float
+    maxrss: int  # bytes
+    stdout: str
+    stderr: str
+    values: dict[str, str] = field(default_factory=dict)  # key=value tokens printed by it
+
+    def num(self, key: str) -> float | None:
+        v = self.values.get(key)
+        return float(v) if v is not None else None
+
+
+def _short(argv: list[str]) -> str:
+    parts = []
+    for a in argv:
+        p = Path(a)
+        if p.is_absolute():
+            try:
+                a = str(p.relative_to(ROOT))
+            except ValueError:
+                a = p.name if p.parent in (PY.parent, Path("/bin"), Path("/usr/bin")) else a
+        parts.append(a)
+    return " ".join(parts)
+
+
+def measure(name: str, argv: list[str], *, stdin: Path | None = None,
+            stdout: Path | None = None, cwd: Path = ROOT) -> Proc:
+    """Run argv as a child; wall time (perf_counter) and peak RSS (wait4); exit code checked."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    out_path = stdout or LOGS / f"{name}.stdout"
+    err_path = LOGS / f"{name}.stderr"
+    log(f"{name}: {_short(argv)}" + (f" < {_short([str(stdin)])}" if stdin else ""))
+    fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
+    try:
+        with open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+            t0 = time.perf_counter()
+            try:
+                proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=cwd)
+            except OSError as exc:
+                raise BenchError(f"{name}: cannot start {argv[0]}: {exc.strerror}") from None
+            try:
+                _, status, usage = os.wait4(proc.pid, 0)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            wall = time.perf_counter() - t0
+            proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        if stdin:
+            fin.close()
+    err_text = err_path.read_text(errors="replace")
+    out_text = "" if stdout else out_path.read_text(errors="replace")
+    if proc.returncode != 0:
+        tail = "\n".join(err_text.strip().splitlines()[-15:])
+        raise BenchError(f"{name} exited with code {proc.returncode}: {_short(argv)}\n"
+                         f"--- last lines of {err_path}:\n{tail}")
+    values = {}
+    for tok in (out_text + "\n" + err_text).split():
+        if "=" in tok:
+            k, _, v = tok.partition("=")
+            values[k] = v
+    log(f"{name}: {wall:.2f}s wall, peak RSS {usage.ru_maxrss / 1024:.0f} MiB")
+    return Proc(name, argv, wall, usage.ru_maxrss * 1024, out_text, err_text, values)
+
+
+def helper(*args: str) -> str:
+    """Run benchmarks/helpers.py (not measured); its stdout; exit code checked."""
+    argv = [str(PY), str(BENCH / "helpers.py"), *args]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    except OSError as exc:
+        raise BenchError(f"cannot start {argv[0]}: {exc.strerror}") from None
+    if res.returncode != 0:
+        raise BenchError(f"helpers.py {args[0]} failed (exit {res.returncode}): "
+                         f"{(res.stderr or res.stdout).strip()}")
+    return res.stdout.strip()
+
+
+def checked(argv: list[str], what: str) -> None:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    except OSError as exc:
+        raise BenchError(f"{what}: cannot start {argv[0]}: {exc.strerror}") from None
+    if res.returncode != 0:
+        raise BenchError(f"{what} failed (exit {res.returncode}): {' '.join(argv)}\n"
+                         f"{(res.stderr or res.stdout).strip()}")
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def ensure_dataset(name: str, positions: int, seed: int) -> Path:
+    """benchmarks/data/NAME from `snim-batch generate`, reused when complete."""
+    target = DATA / name
+    parts = math.ceil(positions / PART_ROWS)
+    if target.exists():
+        found = sorted((target / "positions").glob("part-*.parquet"))
+        if (target / "rules.parquet").is_file() and len(found) == parts:
+            rows = int(helper("rows", str(target)))
+            if rows == positions:
+                log(f"reusing {target.relative_to(ROOT)} ({parts} parts, {rows} positions)")
+                return target
+            problem = f"{rows} position rows, expected {positions}"
+        else:
+            problem = f"{len(found)} position parts, expected {parts}"
+        newest = max((p.stat().st_mtime for p in target.rglob("*")), default=0)
+        if time.time() - newest < 120:
+            raise BenchError(f"{target} is incomplete ({problem}) and was modified in the last "
+                             "2 minutes; is it being generated? Wait, or remove it.")
+        log(f"{target.relative_to(ROOT)} is incomplete ({problem}); generating it again")
+    DATA.mkdir(parents=True, exist_ok=True)
+    tmp = DATA / f".{name}.tmp-{os.getpid()}"
+    log(f"generating {target.relative_to(ROOT)}: {positions} positions, seed {seed} "
+        "(a few minutes)")
+    checked([str(SNIM), "generate", "--out", str(tmp), "--positions", str(positions),
+             *GEN_COMMON, "--seed", str(seed)], "snim-batch generate")
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    return target
+
+
+def ensure_moves() -> Path:
+    path = DATA / f"sg_moves_r{SG_RULES}_k{SG_MOVES}_m{SG_MAX_MOVE}_seed{SG_SEED}.txt"
+    if not path.exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        log(f"generating {path.relative_to(ROOT)}")
+        helper("moves", str(path), "--rules", str(SG_RULES), "--moves", str(SG_MOVES),
+               "--max-move", str(SG_MAX_MOVE), "--values", str(SG_VALUES),
+               "--seed", str(SG_SEED))
+    return path
+
+
+def ensure_classic() -> Path:
+    path = DATA / f"classic_{CLASSIC_BYTES // 1_000_000}mb_seed{CLASSIC_SEED}.txt"
+    if not path.exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        log(f"generating {path.relative_to(ROOT)}")
+        log(helper("classic", str(path), "--target-bytes", str(CLASSIC_BYTES),
+                   "--seed", str(CLASSIC_SEED)))
+    return path
+
+
+def compile_references() -> dict[str, Path]:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise BenchError("gcc not found on PATH: it is needed to build the C references "
+                         "(benchmarks/*.c); install it (e.g. apt-get install gcc) and rerun")
+    BIN.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name in ("sg_reference", "snim_reference"):
+        exe = BIN / name
+        checked([gcc, "-O2", "-o", str(exe), str(BENCH / f"{name}.c")], f"gcc -O2 {name}.c")
+        out[name] = exe
+    return out
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def _git(*args: str) -> str:
+    try:
+        res = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+    except OSError:
+        return "?"
+    return res.stdout.strip() if res.returncode == 0 else "?"
+
+
+def environment() -> list[str]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kib / 2**20:.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    dirty = _git("status", "--porcelain", "--", "pipeline")
+    dirty_files = ([line.split(maxsplit=1)[-1] for line in dirty.splitlines()]
+                   if dirty != "?" else ["?"])
+    return [
+        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}",
+        f"- machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {mem} RAM, "
+        f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        f"- code: commit {_git('rev-parse', '--short', 'HEAD')}"
+        + (f", uncommitted changes in {', '.join(dirty_files)}" if dirty_files else ", clean"),
+        f"- python {platform.python_version()} ({PY})",
+    ]
+
+
+def rss_floor() -> int:
+    """The child peak RSS the driver's own RSS imposes (see module docstring)."""
+    return measure("rss-floor", ["/bin/true"]).maxrss
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def mib(n: float | None, floor: int = 0) -> str:
+    if n is None:
+        return "—"
+    s = f"{n / 2**20:,.0f}"
+    return f"≤ {s}" if floor and n <= floor * 1.05 else s
+
+
+def secs(x: float | None) -> str:
+    return "—" if x is None else (f"{x:.3f}" if x < 10 else f"{x:.1f}")
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b <= 0:
+        return "—"
+    return f"**{a / b:.2f}×**"
+
+
+def manifest_total(out_dir: Path) -> tuple[float | None, str]:
+    """Sum of the run's phase timings and the phases, from its manifest.json."""
+    try:
+        m = json.loads((out_dir / "manifest.json").read_text())
+        t = m["timings_s"]
+        return float(sum(t.values())), ", ".join(f"{k} {v:.2f}" for k, v in t.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, "?"
+
+
+def best(runs: list[Proc]) -> Proc:
+    """The fastest of repeated runs, with the highest peak RSS of them all."""
+    b = min(runs, key=lambda p: p.wall_s)
+    return Proc(b.name, b.argv, b.wall_s, max(p.maxrss for p in runs), b.stdout, b.stderr,
+                b.values)
+
+
+# --------------------------------------------------------------------------- make bench
+
+
+def bench(repeat: int) -> None:
+    env = environment()
+    refs = compile_references()
+    p10m = ensure_dataset(*P10M)
+    moves = ensure_moves()
+    classic = ensure_classic()
+    RES.mkdir(parents=True, exist_ok=True)
+    cwd = RES / "cwd"  # no config.yaml here, so `run` takes its flags and the defaults only
+    cwd.mkdir(exist_ok=True)
+    if (cwd / "config.yaml").exists():
+        raise BenchError(f"{cwd / 'config.yaml'} exists; remove it")
+    floor = rss_floor()
+
+    rules = str(p10m / "rules.parquet")
+    pos_dir = str(p10m / "positions")
+    pos_glob = str(p10m / "positions" / "*.parquet")
+    run_out = RES / "run_p10m"
+    floor_out = RES / "io_floor_p10m.parquet"
+    plan_out = RES / "polars_plan_p10m.parquet"
+    sg_ours_bin, sg_ref_bin = RES / "sg_ours.bin", RES / "sg_reference.bin"
+    solve_ours_txt, solve_ref_txt = RES / "solve_ours.txt", RES / "solve_reference.txt"
+
+    runs: dict[str, list[Proc]] = {}
+
+    def one(key: str, *args, **kwargs) -> None:
+        runs.setdefault(key, []).append(measure(key, *args, **kwargs))
+
+    # Pairs are measured back to back (and alternate with --repeat) so that they see the same
+    # machine load as far as possible.
+    for i in range(repeat):
+        if repeat > 1:
+            log(f"round {i + 1} of {repeat}")
+        one("startup", [str(PY), "-c", "import pipeline.cli, pipeline.classic, pipeline.grundy"])
+        one("run", [str(SNIM), "run", "--rules", rules, "--positions", pos_dir,
+                    "--out", str(run_out), "--overwrite", "--no-winning-moves", "--quiet"],
+            cwd=cwd)
+        one("io_floor", [str(PY), str(BENCH / "io_floor.py"), pos_glob, str(floor_out)])
+        one("polars_plan", [str(PY), str(BENCH / "polars_plan.py"), rules, pos_glob,
+                            str(plan_out), str(MAX_HEAP)])
+        one("sg_ours", [str(PY), str(BENCH / "sg_ours.py"), str(moves), str(sg_ours_bin)])
+        one("sg_reference", [str(refs["sg_reference"]), str(moves), str(sg_ref_bin)])
+        one("solve", [str(SNIM), "solve"], stdin=classic, stdout=solve_ours_txt)
+        one("snim_reference", [str(refs["snim_reference"])], stdin=classic,
+            stdout=solve_ref_txt)
+
+    log("verifying outputs")
+    checks = {}
+    checks["nim"] = helper("same-nim-sums", str(run_out / "verdicts.parquet"), str(plan_out),
+                           str(floor_out), str(P10M[1]))
+    ours_sum = runs["sg_ours"][-1].values.get("checksum")
+    ref_sum = runs["sg_reference"][-1].values.get("checksum")
+    if ours_sum is None or ours_sum != ref_sum:
+        raise BenchError(f"SG tables differ: checksum {ours_sum} (ours) vs {ref_sum} (C)")
+    checks["sg"] = (f"checksum {ours_sum} both; tables "
+                    + helper("same-bytes", str(sg_ours_bin), str(sg_ref_bin)))
+    checks["solve"] = "output " + helper("same-bytes", str(solve_ours_txt), str(solve_ref_txt))
+    log("all outputs verified")
+
+    r = {k: best(v) for k, v in runs.items()}
+    run_in, run_phases = manifest_total(run_out)
+    sg_ours, sg_ref = r["sg_ours"], r["sg_reference"]
+    classic_mb = classic.stat().st_size / 1e6
+    rows = [
+        ("1", "`snim-batch run`", "I/O floor (polars streaming: read, sum heaps, sink)",
+         r["run"], r["io_floor"], run_in, r["io_floor"].num("job_s"), checks["nim"]),
+        ("2", "`snim-batch run`", "straightforward polars plan (explode, join, XOR group_by)",
+         r["run"], r["polars_plan"], run_in, r["polars_plan"].num("job_s"), "same nim sums"),
+        ("3", "`grundy.build_table` ×1000", "C textbook SG (`gcc -O2`)", sg_ours, sg_ref,
+         sg_ours.num("build_s"), sg_ref.num("build_s"), checks["sg"]),
+        ("4", "`snim-batch solve`", "C textbook solver (`gcc -O2`)", r["solve"],
+         r["snim_reference"], None, r["snim_reference"].num("solve_s"), checks["solve"]),
+    ]
+    lines = ["# snim-batch benchmarks", "", *env,
+             f"- runs per program: {repeat} (best wall time; highest peak RSS)",
+             f"- peak RSS floor: {mib(floor)} MiB (a child's ru_maxrss is at least the driver's "
+             "RSS when spawned; values at the floor are shown as `≤`)",
+             "",
+             "Ratios are ours / reference: above 1 means ours takes longer or uses more memory. "
+             "The machine is shared and noisy; the two sides of each ratio were measured back "
+             "to back in this one run, so compare ratios, not absolute seconds.",
+             "",
+             "## Ratios", "",
+             "| # | ours | reference | wall ours (s) | wall ref (s) | **wall ratio** | "
+             "in-process ours (s) | in-process ref (s) | **in-process ratio** | "
+             "peak RSS ours (MiB) | peak RSS ref (MiB) | **RSS ratio** |",
+             "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for n, ours, ref, po, pr, io, ir, _ in rows:
+        lines.append(f"| {n} | {ours} | {ref} | {secs(po.wall_s)} | {secs(pr.wall_s)} | "
+                     f"{ratio(po.wall_s, pr.wall_s)} | {secs(io)} | {secs(ir)} | "
+                     f"{ratio(io, ir)} | {mib(po.maxrss, floor)} | {mib(pr.maxrss, floor)} | "
+                     f"{ratio(po.maxrss, pr.maxrss)} |")
+    lines += [
+        "", "Workloads:", "",
+        f"- 1, 2: `{P10M[0]}`: {P10M[1]:,} positions × 5 heaps ≤ {MAX_HEAP:,}, 1,000 rule sets "
+        "of 1..100 moves (`snim-batch generate ... --seed 1`); `run` with "
+        "`--no-winning-moves --quiet`.",
+        f"- 3: {SG_RULES:,} rule sets × {SG_MOVES} distinct moves from 1..{SG_MAX_MOVE:,}, "
+        f"SG(0..{SG_VALUES - 1:,}); ours is `build_table(rule, need_len={SG_VALUES}, "
+        f"cap={SG_VALUES})` (no period probe; it stops early when it proves a period: "
+        f"{sg_ours.values.get('periodic', '?')} of {SG_RULES} did).",
+        f"- 4: a {classic_mb:.0f} MB classic-format input (`{classic.name}`; up to 100 moves "
+        "≤ 10^4 per test case, 1..10 heaps ≤ 10^4 per position).",
+        "",
+        "In-process: 1, 2 `run` = sum of the manifest's phase timings "
+        f"({run_phases}); I/O floor and plan = the plan's execution after imports (plan: "
+        f"tables {secs(r['polars_plan'].num('tables_s'))} s + plan "
+        f"{secs(r['polars_plan'].num('plan_s'))} s); 3 = the table-building loop only (ours "
+        f"after a warm-up call of {secs(sg_ours.num('warmup_s'))} s that loads the numba "
+        "kernel); 4 C = parse + tables + answers, after reading stdin.",
+        "",
+        f"Startup of ours (interpreter + `import pipeline.cli, pipeline.classic, "
+        f"pipeline.grundy`, i.e. numpy and numba): {secs(r['startup'].wall_s)} s wall, "
+        f"{mib(r['startup'].maxrss, floor)} MiB peak RSS; every `ours` process pays it, the C "
+        "references do not.",
+        "",
+        "## Checks", "",
+        f"- 1, 2: {checks['nim']} (`run` vs the polars plan); all three wrote {P10M[1]:,} rows",
+        f"- 3: {checks['sg']}",
+        f"- 4: {checks['solve']}",
+        "",
+        "## Processes", "",
+        "| process | command | wall (s) | peak RSS (MiB) |",
+        "|---|---|--:|--:|",
+    ]
+    for key, p in r.items():
+        lines.append(f"| {key} | `{_short(p.argv)}` | {secs(p.wall_s)} | "
+                     f"{mib(p.maxrss, floor)} |")
+    lines += ["", f"Load average at the end: "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", ""]
+    text = "\n".join(lines)
+    RESULTS.write_text(text)
+    print(text)
+    log(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+# --------------------------------------------------------------------------- make bench-large
+
+
+def bench_large() -> None:
+    env = environment()
+    p40m = ensure_dataset(*P40M)
+    RES.mkdir(parents=True, exist_ok=True)
+    cwd = RES / "cwd"
+    cwd.mkdir(exist_ok=True)
+    floor = rss_floor()
+    out = RES / "run_p40m"
+    p = measure("run_large", [str(SNIM), "run", "--rules", str(p40m / "rules.parquet"),
+                              "--positions", str(p40m / "positions"), "--out", str(out),
+                              "--overwrite", "--no-winning-moves", "--quiet"], cwd=cwd)
+    total, phases = manifest_total(out)
+    heaps = P40M[1] * 5
+    goal = "met" if p.maxrss <= LARGE_RSS_GOAL else "**NOT met**"
+    lines = [
+        "", "## Large: 200M heaps (`make bench-large`)", "", *env,
+        f"- peak RSS floor: {mib(floor)} MiB", "",
+        "| dataset | wall (s) | in-process (s) | heaps/s (wall) | peak RSS (MiB) | "
+        "goal ≤ 4 GiB |",
+        "|---|--:|--:|--:|--:|---|",
+        f"| `{P40M[0]}`: {P40M[1]:,} positions × 5 heaps, seed {P40M[2]} | {secs(p.wall_s)} | "
+        f"{secs(total)} | {heaps / p.wall_s / 1e6:.1f} M | {mib(p.maxrss, floor)} | {goal} |",
+        "",
+        f"Phases (s): {phases}. Command: `{_short(p.argv)}`.",
+        "",
+    ]
+    text = "\n".join(lines)
+    if not RESULTS.exists():
+        RESULTS.write_text("# snim-batch benchmarks\n")
+    with open(RESULTS, "a") as f:
+        f.write(text)
+    print(text)
+    log(f"appended to {RESULTS.relative_to(ROOT)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--large", action="store_true",
+                    help="run the 200M-heap job instead (make bench-large)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure every program N times (best wall time is reported)")
+    args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    if not SNIM.exists():
+        print(f"bench: {SNIM} not found: run from the project's venv (make bench)",
+              file=sys.stderr)
+        return 1
+    try:
+        bench_large() if args.large else bench(args.repeat)
+    except BenchError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

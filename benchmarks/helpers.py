@@ -1,0 +1,140 @@
+"""Helpers that bench.py runs as subprocesses (so the driver itself stays small; see README).
+
+    helpers.py moves OUT --rules R --moves K --max-move M --values N --seed S
+        the SG benchmark's input: "R N", then R lines "k s1..sk" (K distinct moves from 1..M)
+    helpers.py classic OUT --target-bytes B --seed S
+        a classic S-Nim text input of about B bytes (many test cases; up to 100 moves <= 10^4,
+        heaps <= 10^4, 1..10 heaps per position), ending with 0
+    helpers.py rows DIR
+        print the number of position rows of a generated dataset (Parquet metadata only)
+    helpers.py same-nim-sums VERDICTS PLAN FLOOR N
+        check that the polars plan's nim_sum equals snim-batch's for every position, and that
+        both (and the I/O floor) have N rows
+    helpers.py same-bytes A B
+        check that two files are byte for byte identical
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def write_moves(out: Path, rules: int, moves: int, max_move: int, values: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lines = [f"{rules} {values}"]
+    for _ in range(rules):
+        s = np.sort(rng.choice(max_move, size=moves, replace=False) + 1)
+        lines.append(f"{moves} " + " ".join(map(str, s.tolist())))
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(out)
+
+
+def write_classic(out: Path, target_bytes: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    tmp = out.with_name(out.name + ".tmp")
+    size = cases = positions = 0
+    with open(tmp, "w") as f:
+        while size < target_bytes:
+            k = int(rng.integers(1, 101))
+            s = rng.choice(10_000, size=k, replace=False) + 1
+            m = int(rng.integers(1, 2001))
+            ls = rng.integers(1, 11, size=m)
+            heaps = rng.integers(0, 10_001, size=int(ls.sum())).tolist()
+            parts = [f"{k} " + " ".join(map(str, s.tolist())), str(m)]
+            at = 0
+            for ln in ls.tolist():
+                parts.append(f"{ln} " + " ".join(map(str, heaps[at:at + ln])))
+                at += ln
+            text = "\n".join(parts) + "\n"
+            f.write(text)
+            size += len(text)
+            cases += 1
+            positions += m
+        f.write("0\n")
+    tmp.replace(out)
+    print(f"wrote {out}: {size + 2} bytes, {cases} test cases, {positions} positions")
+
+
+def rows(directory: Path) -> None:
+    import polars as pl
+
+    print(pl.scan_parquet(str(directory / "positions" / "*.parquet")).select(pl.len())
+          .collect().item())
+
+
+def same_nim_sums(verdicts: Path, plan: Path, floor: Path, n: int) -> None:
+    import polars as pl
+
+    ours = pl.scan_parquet(verdicts).select("rule_set_id", "position_id", "nim_sum")
+    theirs = pl.scan_parquet(plan).select("rule_set_id", "position_id",
+                                          pl.col("nim_sum").alias("plan"))
+    counts = {
+        "snim-batch": ours.select(pl.len()).collect().item(),
+        "polars plan": theirs.select(pl.len()).collect().item(),
+        "I/O floor": pl.scan_parquet(floor).select(pl.len()).collect().item(),
+    }
+    for name, c in counts.items():
+        if c != n:
+            sys.exit(f"{name} wrote {c} rows, expected {n}")
+    diff = (ours.join(theirs, on=["rule_set_id", "position_id"], how="full")
+            .filter(pl.col("nim_sum").is_null() | pl.col("plan").is_null()
+                    | (pl.col("nim_sum") != pl.col("plan")))
+            .select(pl.len()).collect().item())
+    if diff:
+        sys.exit(f"snim-batch and the polars plan disagree on {diff} positions")
+    print(f"nim sums identical on all {n} positions")
+
+
+def same_bytes(a: Path, b: Path) -> None:
+    x, y = a.read_bytes(), b.read_bytes()
+    if x != y:
+        at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        sys.exit(f"{a} and {b} differ (sizes {len(x)} and {len(y)}; first difference at "
+                 f"byte {at})")
+    print(f"identical ({len(x)} bytes)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("moves")
+    p.add_argument("out", type=Path)
+    p.add_argument("--rules", type=int, required=True)
+    p.add_argument("--moves", type=int, required=True)
+    p.add_argument("--max-move", type=int, required=True)
+    p.add_argument("--values", type=int, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p = sub.add_parser("classic")
+    p.add_argument("out", type=Path)
+    p.add_argument("--target-bytes", type=int, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p = sub.add_parser("rows")
+    p.add_argument("dir", type=Path)
+    p = sub.add_parser("same-nim-sums")
+    p.add_argument("verdicts", type=Path)
+    p.add_argument("plan", type=Path)
+    p.add_argument("floor", type=Path)
+    p.add_argument("n", type=int)
+    p = sub.add_parser("same-bytes")
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
+    a = ap.parse_args()
+    if a.cmd == "moves":
+        write_moves(a.out, a.rules, a.moves, a.max_move, a.values, a.seed)
+    elif a.cmd == "classic":
+        write_classic(a.out, a.target_bytes, a.seed)
+    elif a.cmd == "rows":
+        rows(a.dir)
+    elif a.cmd == "same-nim-sums":
+        same_nim_sums(a.verdicts, a.plan, a.floor, a.n)
+    else:
+        same_bytes(a.a, a.b)
+
+
+if __name__ == "__main__":
+    main()
