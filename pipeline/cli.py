@@ -48,6 +48,8 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
         if isinstance(exc, BadRowsError):
             for problem in exc.problems:
                 _err(f"  {problem}")
+            if exc.total > len(exc.problems):
+                _err(f"  ... and {exc.total - len(exc.problems)} more")
         if verbose:
             traceback.print_exception(exc, file=sys.stderr)
         raise typer.Exit(exc.exit_code)

@@ -127,6 +127,8 @@ def load_config(path: Path) -> Config:
         raise ConfigError(f"{source}: config file not found") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read config file ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{source}: config file is not UTF-8 text") from None
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -159,6 +161,13 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     values["out"] = Path(_resolve(values["out"], base))
     cfg = Config(**values)
     _check_choices(cfg, f"{source}: key")
+    names = dataclasses.asdict(cfg.columns)
+    seen: dict[str, str] = {}
+    for key, name in names.items():
+        if name in seen:
+            raise ConfigError(f"{source}: key 'columns.{key}' names the same input column "
+                              f"{name!r} as 'columns.{seen[name]}'")
+        seen[name] = key
     t = cfg.tables
     if not 1 <= t.max_table_len <= MAX_TABLE_LEN:
         raise ConfigError(f"{source}: key 'tables.max_table_len' must be between 1 and "

@@ -38,9 +38,10 @@ class InputError(SnimError):
 class BadRowsError(SnimError):
     """Rows failed validation and the policy is `fail`; `problems` lists the first few."""
 
-    def __init__(self, message: str, problems: list[str]):
+    def __init__(self, message: str, problems: list[str], total: int):
         super().__init__(message)
         self.problems = problems
+        self.total = total
 
 
 class OutputError(SnimError):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import glob
 import hashlib
 import json
+import mmap
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -46,13 +50,13 @@ class RawTable:
     """A file's rows as read (CSV: every column a string), plus rows the reader had to skip.
 
     `row` is the 0-based data row number in the file for each frame row; `bad_lines` holds
-    (row, reason) for CSV lines with the wrong number of fields.
+    (row, reason, line text) for CSV lines with the wrong number of fields.
     """
 
     file: InputFile
     frame: pl.DataFrame
     row: np.ndarray
-    bad_lines: list[tuple[int, str]]
+    bad_lines: list[tuple[int, str, str]]
 
 
 def _format_of(path: Path) -> str:
@@ -105,16 +109,38 @@ def _short(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
+def _binary_offset(path: Path) -> int:
+    """Offset of the first NUL byte or invalid UTF-8 sequence (binary data is never CSV),
+    or -1; decoded in 16 MiB slices so a large file is not held twice."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        nul = data.find(b"\x00")
+        if nul >= 0:
+            return nul
+        step = 1 << 24
+        for start in range(0, len(data), step):
+            try:
+                decoder.decode(data[start:start + step], final=start + step >= len(data))
+            except UnicodeDecodeError as exc:
+                return start + exc.start
+    return -1
+
+
 def _read_csv(file: InputFile) -> RawTable:
     path = file.path
     if file.size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
     header = _read_header_names(path)
-    bad: list[tuple[int, str]] = []
+    offset = _binary_offset(path)
+    if offset >= 0:
+        raise InputError(f"{path}: not a CSV file (binary data or invalid UTF-8 at byte "
+                         f"{offset})")
+    bad: list[tuple[int, str, str]] = []
 
     def on_invalid(row: Any) -> str:
-        reason = f"line has {row.actual_columns} fields, expected {row.expected_columns}"
-        bad.append((row.number - 2 if row.number is not None else -1, reason))
+        number = row.number - 2 if row.number is not None else -1  # 1-based, with header
+        bad.append((number, f"line has {row.actual_columns} fields, expected "
+                            f"{row.expected_columns}", row.text or ""))
         return "skip"
 
     try:
@@ -130,12 +156,28 @@ def _read_csv(file: InputFile) -> RawTable:
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a readable CSV file ({_short(exc)})") from None
+    _check_text(path, table)
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     total = frame.height + len(bad)
     keep = np.ones(total, dtype=bool)
-    keep[[r for r, _ in bad if 0 <= r < total]] = False
+    keep[[r for r, _, _ in bad if 0 <= r < total]] = False
     return RawTable(file, frame, np.flatnonzero(keep).astype(np.int64), bad)
+
+
+def _check_text(path: Path, table: pa.Table) -> None:
+    """Reject a field that swallowed whole CSV lines (an unterminated quote); a quoted line
+    break alone is valid CSV."""
+    for name in table.column_names:
+        column = table[name]
+        spans = pc.match_substring_regex(column, "[\r\n]")
+        if not pc.any(spans).as_py():
+            continue
+        swallowed = pc.and_(spans, pc.match_substring_regex(column, "[\r\n][^\r\n]*[,\"]"))
+        if pc.any(swallowed).as_py():
+            row = pc.index(swallowed, True).as_py()
+            raise InputError(f"{path}: row {row}, column {name}: a quoted field runs over "
+                             "several lines that look like CSV rows (unterminated quote?)")
 
 
 def _read_header_names(path: Path) -> list[str]:
@@ -259,14 +301,22 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _remove_stale_staging(out: Path) -> None:
-    """Remove staging dirs of earlier runs for this target whose process is gone."""
-    for stale in out.parent.glob(f".{out.name}.partial-*"):
-        try:
-            pid = int(stale.name.rsplit("-", 2)[-2])
-        except ValueError:
+    """Remove staging dirs of earlier runs for this target whose process is gone; put back an
+    output that a killed run had moved aside (the fallback commit without renameat2)."""
+    retired = []
+    for stale in out.parent.glob(f".{out.name}.*-*"):
+        match = re.fullmatch(rf"\.{re.escape(out.name)}\.(partial|retired)-(\d+)-.*", stale.name)
+        if not match or _pid_alive(int(match.group(2))):
             continue
-        if not _pid_alive(pid):
+        if match.group(1) == "retired":
+            retired.append(stale)
+        else:
             shutil.rmtree(stale, ignore_errors=True)
+    for old in sorted(retired):
+        if not out.exists():
+            os.rename(old, out)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def check_target(out: Path, overwrite: bool) -> None:

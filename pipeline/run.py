@@ -67,7 +67,8 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
             result.counts["positions"]["rows_rejected"]
         if rejected and config.on_bad_rows == "fail":
             raise BadRowsError(f"{rejected} input rows failed validation "
-                               "(--on-bad-rows fail); nothing was written", result.problems)
+                               "(--on-bad-rows fail); nothing was written", result.problems,
+                               rejected)
         exit_code = EXIT_REJECTS if rejected else EXIT_OK
         pos = result.counts["positions"]
         manifest = {

@@ -26,7 +26,7 @@ REJECT_SCHEMA = {
 }
 HEAPS = pl.List(pl.Int64)
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
-_INT_TEXT = re.compile(r"^[+-]?\d+$")
+_INT_TEXT = re.compile(r"^[+-]?[0-9]+$")
 _CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"
 
 
@@ -168,6 +168,7 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
                     column = cols.moves
                     moves = parse_int_list(moves, allow_ranges=True)
                 elif moves is not None and any(m is None for m in moves):
+                    column = cols.moves
                     raise RuleError("moves contain a null")
                 column = cols.kind if kind not in (None, "", "subtraction") else cols.moves
                 if kind is not None and kind.strip().lower() != kind:
@@ -201,21 +202,29 @@ def _text_column(raw: pl.DataFrame, name: str, source: str, n: int) -> list[str 
 
 
 def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
-    """Rows of a rule_set_id given with different rules are all rejected, naming the clash."""
-    valid = rules.filter(pl.col("_reason").is_null())
+    """A rule_set_id given more than once is rejected on every row, naming the clash, unless
+    every copy is valid and the same rule (harmless repeats are accepted)."""
+    keyed = rules.filter(pl.col("rule_set_id").is_not_null())
+    where = pl.format("{} row {}", pl.col("_source"), pl.col("_row"))
     clash = (
-        valid.group_by("rule_set_id")
-        .agg(pl.struct("kind", "moves").n_unique().alias("variants"),
-             pl.col("_row").alias("rows"), pl.col("_source").first().alias("first"))
-        .filter(pl.col("variants") > 1)
+        keyed.group_by("rule_set_id")
+        .agg(pl.len().alias("n"),
+             pl.col("_reason").is_not_null().any().alias("any_bad"),
+             pl.struct("kind", "moves").n_unique().alias("variants"),
+             where.alias("rows"))
+        .filter((pl.col("n") > 1) & (pl.col("any_bad") | (pl.col("variants") > 1)))
     )
     if clash.is_empty():
         return rules
-    clash = clash.with_columns(
-        pl.format("rule_set_id {} is defined {} different ways (rows {})",
-                  pl.col("rule_set_id"), pl.col("variants"),
-                  pl.col("rows").cast(pl.List(pl.String)).list.join(", ")).alias("clash")
-    ).select("rule_set_id", "clash")
+    rows = pl.col("rows").list.join("; ")
+    clash = clash.select(
+        "rule_set_id",
+        pl.when(pl.col("any_bad"))
+        .then(pl.format("rule_set_id {} is defined {} times and not every definition is valid "
+                        "({})", pl.col("rule_set_id"), pl.col("n"), rows))
+        .otherwise(pl.format("rule_set_id {} is defined {} different ways ({})",
+                             pl.col("rule_set_id"), pl.col("variants"), rows))
+        .alias("clash"))
     return (
         rules.join(clash, on="rule_set_id", how="left", nulls_equal=False, maintain_order="left")
         .with_columns(
@@ -609,9 +618,9 @@ def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequ
     clean = ordered.filter(~dup).drop("_loc")
     times = pl.concat([dups.select(keys), rejected]).group_by(keys).len("_n")
     dups = dups.join(times, on=keys, how="left").with_columns(
-        (pl.col("_loc") >> LOC_SHIFT).replace_strict(
+        (pl.col("_loc") // 2**LOC_SHIFT).replace_strict(
             list(range(len(sources))), list(sources), return_dtype=pl.String).alias("_source"),
-        (pl.col("_loc") & (2**LOC_SHIFT - 1)).alias("_row"),
+        (pl.col("_loc") % 2**LOC_SHIFT).alias("_row"),
         pl.lit("position_id").alias("_column"),
         pl.format("position_id {} appears {} times for rule_set_id {}", pl.col("position_id"),
                   pl.col("_n"), pl.col("rule_set_id")).alias("_reason"),

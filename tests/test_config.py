@@ -281,10 +281,6 @@ def test_spark_engine_unavailable_exit_2(tmp_path: Path) -> None:
     assert code == 2 and "spark" in err and err.strip().count("\n") == 0, err
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="bug: a config file that is not "
-                   "UTF-8 raises UnicodeDecodeError, which load_config does not catch (only "
-                   "OSError); the CLI reports 'internal error: UnicodeDecodeError' with exit 1 "
-                   "instead of a ConfigError naming the file with exit 2")
 def test_cli_config_not_utf8_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "job.yaml"
     config.write_bytes(b"rules: r\xe9sum\xe9.csv\npositions: p.csv\nout: o\n")
@@ -293,11 +289,6 @@ def test_cli_config_not_utf8_exit_2(tmp_path: Path) -> None:
     assert str(config) in err and "internal error" not in err
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="bug: mapping two logical columns "
-                   "to one input column (columns.heaps: rule_set_id) is accepted by the config; "
-                   "the run then fails with exit 1 and a confusing message about the input file "
-                   "(\"unexpected column 'heaps' (expected ['rule_set_id', 'rule_set_id', ...])\")"
-                   " instead of a ConfigError naming the keys (exit 2)")
 def test_columns_mapped_to_the_same_name_is_a_config_error(tmp_path: Path) -> None:
     inputs(tmp_path)
     config = write(tmp_path / "job.yaml", BASE + "columns:\n  heaps: rule_set_id\n")

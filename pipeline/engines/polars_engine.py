@@ -7,6 +7,7 @@ collected whole, since a position's rows may be anywhere in the input.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -68,22 +69,38 @@ def read_rules(config: Config) -> tuple[pl.DataFrame, list[io.InputFile]]:
     for raw in io.read_tables(config.rules, "rules"):
         source = str(raw.file.path)
         frame = transforms.normalize_rules(raw.frame, raw.row, source, config.columns)
-        frames.append(_with_bad_lines(frame, raw))
+        frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
         files.append(raw.file)
     frames = transforms.unify_key_types(frames, "rule_set_id")
     rules = pl.concat(frames, how="vertical_relaxed")
     return transforms.reject_duplicate_rules(rules), files
 
 
-def _with_bad_lines(frame: pl.DataFrame, raw: io.RawTable) -> pl.DataFrame:
-    """Add the CSV lines the reader skipped (wrong field count) as rejected rows."""
+def _with_bad_lines(frame: pl.DataFrame, raw: io.RawTable, keys: dict[str, str]
+                    ) -> pl.DataFrame:
+    """Add the CSV lines the reader skipped (wrong field count) as rejected rows, with their
+    key columns as given (`keys` maps output name -> input column) so that their rule set or
+    position is accounted for too."""
     if not raw.bad_lines:
         return frame
+    header = raw.frame.columns
+    fields = [next(csv.reader([text]), []) for _, _, text in raw.bad_lines]
+
+    def field(values: list[str], column: str) -> str | None:
+        at = header.index(column) if column in header else -1
+        value = values[at].strip() if 0 <= at < len(values) else ""
+        return value or None
+
     bad = pl.DataFrame({
         "_source": [str(raw.file.path)] * len(raw.bad_lines),
-        "_row": [r for r, _ in raw.bad_lines],
-        "_reason": [why for _, why in raw.bad_lines],
-    }, schema={"_source": pl.String, "_row": pl.Int64, "_reason": pl.String})
+        "_row": [r for r, _, _ in raw.bad_lines],
+        "_reason": [why for _, why, _ in raw.bad_lines],
+        **{name: [field(v, column) for v in fields] for name, column in keys.items()},
+    }, schema={"_source": pl.String, "_row": pl.Int64, "_reason": pl.String,
+               **{name: pl.String for name in keys}})
+    if any(frame[name].dtype != pl.String for name in keys if name in frame.columns):
+        frame = frame.with_columns(pl.col(name).cast(pl.String) for name in keys
+                                   if name in frame.columns)
     return pl.concat([frame, bad], how="diagonal_relaxed").sort("_row")
 
 
@@ -107,7 +124,9 @@ def position_batches(paths: list[Path], config: Config, form: str
             frame = transforms.normalize_positions(raw.frame, raw.row, str(path),
                                                    config.columns, form, next_row)
             next_row += raw.frame.height + len(raw.bad_lines)
-            yield index, _with_bad_lines(frame, raw)
+            keys = {"rule_set_id": config.columns.rule_set_id,
+                    "position_id": config.columns.position_id}
+            yield index, _with_bad_lines(frame, raw, keys)
 
 
 def _match_key_type(frame: pl.DataFrame, index: pl.DataFrame) -> tuple[pl.DataFrame,
