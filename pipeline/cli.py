@@ -194,7 +194,11 @@ def grundy(
         typer.echo(f"period: {table.period}")
     else:
         typer.echo(f"period: none found within {table.table_len} values")
-    typer.echo(f"SG(0..{upto}): " + " ".join(str(int(v)) for v in values))
+    known = values[values >= 0]
+    typer.echo(f"SG(0..{known.shape[0] - 1}): " + " ".join(str(int(v)) for v in known))
+    if known.shape[0] < values.shape[0]:
+        typer.echo(f"SG({known.shape[0]}..{upto}): unknown (beyond --cap {cap} values, "
+                   "with no period proven)")
 
 
 @app.command()

@@ -20,8 +20,9 @@ def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
         from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise UsageError("--plot needs matplotlib: pip install 'snim-batch[plot]'") from None
-    xs = np.arange(upto + 1, dtype=np.int64)
-    ys = table.sg(xs)
+    ys = table.sg(np.arange(upto + 1, dtype=np.int64))
+    ys = ys[ys >= 0]
+    xs = np.arange(ys.shape[0])
     fig, ax = plt.subplots(figsize=(11, 4), dpi=110)
     ax.step(xs, ys, where="mid", color="#1f4e79", linewidth=1.0, label="SG(x)")
     if table.period is not None:

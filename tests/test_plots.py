@@ -1,0 +1,65 @@
+"""`grundy --plot`: a real PNG whose pixels show the sequence and the marked regions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+
+matplotlib = pytest.importorskip("matplotlib")
+
+
+def _blend(hex_rgb: str, alpha: float) -> tuple[float, float, float]:
+    """A fill colour drawn with `alpha` over white, as matplotlib renders it."""
+    rgb = [int(hex_rgb[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    return tuple(alpha * c + (1 - alpha) for c in rgb)
+
+
+PREPERIOD_FILL = _blend("#f4b183", 0.35)
+PERIOD_FILL = _blend("#a9d18e", 0.45)
+
+
+def _near(rgb: np.ndarray, colour: tuple[float, ...], tol: float = 0.03) -> int:
+    return int((np.abs(rgb - np.asarray(colour)) < tol).all(axis=-1).sum())
+
+
+def _pixels(path: Path) -> np.ndarray:
+    import matplotlib.image as mpimg
+
+    return mpimg.imread(path)
+
+
+def test_plot_marks_preperiod_and_period(tmp_path: Path) -> None:
+    # {3, 5, 9}: preperiod 14, period 2 (naive reference in test_grundy/test_run)
+    png = tmp_path / "sg.png"
+    result = CliRunner().invoke(app, ["grundy", "--moves", "3 5 9", "--upto", "60",
+                                      "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = _pixels(png)
+    assert img.shape[0] > 300 and img.shape[1] > 800
+    rgb = img[..., :3]
+    assert _near(rgb, PREPERIOD_FILL) > 5000  # the preperiod band is drawn
+    assert _near(rgb, PERIOD_FILL) > 1000  # one period is drawn
+    assert _near(rgb, (0.12, 0.31, 0.47), tol=0.15) > 80  # the SG curve (thin, antialiased)
+
+
+def test_plot_without_period_has_no_bands(tmp_path: Path) -> None:
+    png = tmp_path / "sg.png"
+    result = CliRunner().invoke(app, ["grundy", "--moves", "3 5 9", "--upto", "60",
+                                      "--cap", "20", "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert "none found within 20 values" in result.output
+    rgb = _pixels(png)[..., :3]
+    assert _near(rgb, PREPERIOD_FILL) < 50 and _near(rgb, PERIOD_FILL) < 50
+
+
+def test_plot_to_unwritable_path_is_a_clean_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot",
+                                      str(tmp_path / "missing" / "sg.png")])
+    assert result.exit_code == 1
+    assert "cannot write plot" in result.output and "Traceback" not in result.output

@@ -1,0 +1,84 @@
+"""`snim-batch report`: one self-contained HTML page built from a run's outputs."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import polars as pl
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+
+RULES = "rule_set_id,kind,moves\n1,,2 5\n2,nim,\n3,,1 2 3\n"
+POSITIONS = ("rule_set_id,position_id,heaps\n1,0,5 12\n1,1,2 4 7\n2,0,1 2 3\n2,1,7\n"
+             "3,0,4\n3,1,x\n9,0,1\n")
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attrs.extend(attrs)
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def _run(tmp_path: Path) -> Path:
+    (tmp_path / "rules.csv").write_text(RULES)
+    (tmp_path / "positions.csv").write_text(POSITIONS)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", "--rules", str(tmp_path / "rules.csv"),
+                                      "--positions", str(tmp_path / "positions.csv"),
+                                      "--out", str(out), "--quiet"])
+    assert result.exit_code == 3, result.output
+    return out
+
+
+def test_report_is_self_contained_and_shows_the_run(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = _run(tmp_path)
+    target = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["report", str(out), "--html", str(target)])
+    assert result.exit_code == 0, result.output
+    page = target.read_text()
+    parser = _Tags()
+    parser.feed(page)
+    # nothing to fetch: no scripts, stylesheets, images or links to other files
+    assert not {"script", "link", "img", "iframe"} & set(parser.tags)
+    assert not [v for k, v in parser.attrs if k in ("src", "href")]
+    assert "svg" in parser.tags and parser.tags.count("rect") == 3  # one bar per rule set with W/L
+    text = " ".join(parser.text)
+    assert "reconciles" in text and "MISMATCH" not in text
+    # counts as in the manifest: 7 position rows read, 5 evaluated, 2 rejected
+    assert re.search(r"positions\s+7\s+5\s+2", text), text
+    assert "unknown rule_set_id 9" in text and "'x' is not an integer" in text
+    # W rates, by hand: {2, 5} has SG 0 0 1 1 0 2 1 (period 7), so [5, 12] is 2^2 = 0 (L) and
+    # [2, 4, 7] is 1^0^0 = 1 (W); nim: 1^2^3 = 0 (L), 7 (W); {1, 2, 3}: SG(4) = 4 mod 4 = 0 (L)
+    summary = pl.read_parquet(out / "summary.parquet")
+    assert dict(summary.select("rule_set_id", "w_rate").drop_nulls().rows()) == {
+        1: 0.5, 2: 0.5, 3: 0.0}
+    for pct in ("50.0%", "0.0%"):
+        assert pct in text
+    # the period table: {2, 5} has period 7, {1, 2, 3} period 4
+    assert re.search(r"subtraction\s+2 5\s+1\s+0\s+7", text), text
+
+
+def test_report_defaults_into_the_output_dir(tmp_path: Path) -> None:
+    out = _run(tmp_path)
+    result = CliRunner().invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "report.html").stat().st_size > 2000
+
+
+def test_report_on_a_non_output_dir_is_a_clean_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "not a snim-batch output" in result.output and "Traceback" not in result.output
