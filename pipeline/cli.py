@@ -123,13 +123,7 @@ def run(
             overwrite=overwrite,
             spark=Spark(master=spark_master) if spark_master else None,
         )
-        show = not quiet and (verbose or sys.stderr.isatty())
-        started = time.perf_counter()
-
-        def progress(phase: str) -> None:
-            if show:
-                _err(f"[{time.perf_counter() - started:7.2f}s] {phase}")
-
+        progress = _progress_printer(quiet, verbose)
         result = run_job(cfg, progress)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose)
@@ -145,6 +139,25 @@ def run(
             for problem in result.problems[:5]:
                 _err(f"  {problem}")
     raise typer.Exit(result.exit_code)
+
+
+def _progress_printer(quiet: bool, verbose: bool):
+    """On a terminal, one status line rewritten in place; with --verbose (not a terminal),
+    one line per phase; otherwise nothing."""
+    tty = sys.stderr.isatty()
+    if quiet or not (tty or verbose):
+        return None
+    started = time.perf_counter()
+
+    def progress(message: str, done: bool) -> None:
+        line = f"snim-batch: [{time.perf_counter() - started:7.2f}s] {message}"
+        if tty:
+            sys.stderr.write("\r\033[K" + line + ("\n" if done else ""))
+            sys.stderr.flush()
+        elif done:
+            typer.echo(line, err=True)
+
+    return progress
 
 
 def _parse_moves(text: str):

@@ -18,7 +18,9 @@ from pipeline.config import Config
 from pipeline.engines import load_engine
 from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError
 
-Progress = Callable[[str], None]
+Progress = Callable[[str, bool], None]
+"""progress(message, done): a phase starting or finished (done=True), or a status line within
+the current phase (done=False, e.g. rows so far), for a terminal to show."""
 
 
 @dataclass(frozen=True)
@@ -55,14 +57,20 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
     @contextmanager
     def phase(name: str) -> Iterator[None]:
         if progress:
-            progress(name)
+            progress(name, False)
         t0 = time.perf_counter()
         yield
         timings[name] = round(time.perf_counter() - t0, 4)
+        if progress:
+            progress(f"{name} done in {timings[name]:.2f}s", True)
+
+    def note(message: str) -> None:
+        if progress:
+            progress(message, False)
 
     engine = load_engine(config.engine)
     with io.staged_output(config.out, run_id, config.overwrite) as staging:
-        result = engine.execute(config, staging, phase)
+        result = engine.execute(config, staging, phase, note)
         rejected = result.counts["rules"]["rows_rejected"] + \
             result.counts["positions"]["rows_rejected"]
         if rejected and config.on_bad_rows == "fail":

@@ -140,7 +140,8 @@ def _match_key_type(frame: pl.DataFrame, index: pl.DataFrame) -> tuple[pl.DataFr
     return frame.with_columns(text), index.with_columns(text)
 
 
-def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
+def execute(config: Config, staging: Path, phase: Phase,
+            note: Callable[[str], None] = lambda message: None) -> EngineResult:
     """Read, validate, tabulate, evaluate and write every output but the manifest."""
     with phase("rules"):
         rules, rule_files = read_rules(config)
@@ -153,7 +154,8 @@ def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
     checksums.shutdown(wait=False)
     with phase("positions"):
         if form == "wide":
-            verdicts, position_rejects, rows_read = _evaluate_wide(paths, config, index, cache)
+            verdicts, position_rejects, rows_read = _evaluate_wide(paths, config, index, cache,
+                                                                   note)
         else:
             verdicts, position_rejects, rows_read = _evaluate_long(paths, config, index, cache)
     with phase("finish"):
@@ -175,8 +177,8 @@ def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
     return EngineResult(inputs, counts, form, problems)
 
 
-def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache
-                   ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
+                   note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     parts, rejects, rows_read = [], [], 0
     keep = ["rule_set_id", "position_id", "nim_sum", "_loc"]
     if config.winning_moves:
@@ -194,6 +196,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         loc = (pl.col("_row") + (file_index << transforms.LOC_SHIFT)).alias("_loc")
         parts.append(evaluated.with_columns(loc).select(keep))
         del frame, evaluated, buffers
+        note(f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
     rejected = pl.concat([pl.DataFrame(schema=transforms.REJECT_SCHEMA), *rejects])
     parts = transforms.unify_key_types(parts, "rule_set_id")
     parts = transforms.unify_key_types(parts, "position_id")
