@@ -287,3 +287,35 @@ def adjacent_duplicates(a, b):
             out[i] = True
             out[i - 1] = True
     return out
+
+
+@njit(cache=True)
+def order_by_keys(bucket, n_buckets, key):
+    """Permutation sorting rows by (bucket, key): a stable counting sort on the dense bucket
+    (0 <= bucket < n_buckets), then a merge sort of any bucket whose keys are not already
+    ascending, so input already in key order within each bucket costs O(n)."""
+    n = bucket.shape[0]
+    start = np.zeros(n_buckets + 1, np.int64)
+    for i in range(n):
+        start[bucket[i] + 1] += 1
+    for b in range(n_buckets):
+        start[b + 1] += start[b]
+    fill = start[:n_buckets].copy()
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        b = bucket[i]
+        order[fill[b]] = i
+        fill[b] += 1
+    for b in range(n_buckets):
+        lo, hi = start[b], start[b + 1]
+        ascending = True
+        for j in range(lo + 1, hi):
+            if key[order[j]] < key[order[j - 1]]:
+                ascending = False
+                break
+        if not ascending:
+            segment = order[lo:hi].copy()
+            within = np.argsort(key[segment], kind="mergesort")
+            for j in range(hi - lo):
+                order[lo + j] = segment[within[j]]
+    return order

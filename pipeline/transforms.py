@@ -552,40 +552,41 @@ def verdict_rows(evaluated: pl.DataFrame, winning_moves: bool) -> pl.DataFrame:
 LOC_SHIFT = 40
 
 
-def _packed_key(frame: pl.DataFrame) -> pl.Series | None:
-    """rule_set_id * 2^32 + position_id, when both are small non-negative integers."""
-    rid, pid = frame["rule_set_id"], frame["position_id"]
-    if (frame.height and rid.dtype == pl.Int64 and pid.dtype == pl.Int64
-            and rid.null_count() == 0 and pid.null_count() == 0
-            and rid.min() >= 0 and rid.max() < 2**31 and pid.min() >= 0 and pid.max() < 2**32):
-        return frame.select(pl.col("rule_set_id") * 2**32 + pl.col("position_id")).to_series()
-    return None
-
-
 def sort_by_keys(frame: pl.DataFrame) -> pl.DataFrame:
     """Sort by (rule_set_id, position_id)."""
     return sorted_from_parts([frame.clone()])
 
 
-def sorted_from_parts(parts: list[pl.DataFrame]) -> pl.DataFrame:
+def sorted_from_parts(parts: list[pl.DataFrame], rule_ids: pl.Series | None = None
+                      ) -> pl.DataFrame:
     """Concatenate and sort by (rule_set_id, position_id), consuming `parts` column by column
-    so the peak is the data plus one column; a packed Int64 key, when the keys allow one,
-    sorts about 2.5x faster than two columns."""
+    so the peak is the data plus one column.
+
+    With integer keys and `rule_ids` (every rule_set_id the rows can hold), a counting sort
+    over the rule sets is O(n) for positions already in order within each rule set.
+    """
     names = parts[0].columns
     columns = {name: pl.concat([p.drop_in_place(name) for p in parts], rechunk=False)
                for name in names}
     parts.clear()
-    frame = pl.DataFrame(columns)
-    packed = _packed_key(frame)
-    del frame
-    if packed is not None and packed.is_sorted():
-        return pl.DataFrame(columns)
-    order = (packed.arg_sort() if packed is not None else pl.DataFrame(columns).select(
-        pl.arg_sort_by("rule_set_id", "position_id")).to_series())
-    del packed
+    order = _key_order(columns["rule_set_id"], columns["position_id"], rule_ids)
     for name in names:
         columns[name] = columns[name].gather(order)
     return pl.DataFrame(columns)
+
+
+def _key_order(rid: pl.Series, pid: pl.Series, rule_ids: pl.Series | None) -> pl.Series:
+    """Row order sorting by (rid, pid)."""
+    ints = (rid.dtype == pl.Int64 and pid.dtype == pl.Int64 and not rid.null_count()
+            and not pid.null_count())
+    if ints and rule_ids is not None and rule_ids.dtype == pl.Int64 and rid.len():
+        known = np.unique(rule_ids.drop_nulls().to_numpy())
+        rids = rid.to_numpy()
+        bucket = np.searchsorted(known, rids)
+        if bucket.max() < known.shape[0] and np.array_equal(known[bucket], rids):
+            order = kernels.order_by_keys(bucket, known.shape[0], pid.to_numpy())
+            return pl.Series(order)
+    return pl.DataFrame([rid, pid]).select(pl.arg_sort_by(rid.name, pid.name)).to_series()
 
 
 def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str]

@@ -201,7 +201,8 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     parts = transforms.unify_key_types(parts, "rule_set_id")
     parts = transforms.unify_key_types(parts, "position_id")
     verdicts, duplicates = transforms.split_duplicates(
-        transforms.sorted_from_parts(parts), rejected, [str(p) for p in paths])
+        transforms.sorted_from_parts(parts, index["rule_set_id"]), rejected,
+        [str(p) for p in paths])
     return verdicts, pl.concat([rejected, duplicates]), rows_read
 
 

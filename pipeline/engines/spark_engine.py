@@ -51,6 +51,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark import SparkContext
 from pyspark.errors.exceptions.captured import CapturedException, PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -95,6 +96,10 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer
+logger.pyspark.level = error
 """
 
 
@@ -107,6 +112,8 @@ def session(master: str, conf: dict[str, str] | None = None) -> tuple[SparkSessi
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
+    if SparkContext._active_spark_context is not None:  # created in another thread
+        return SparkSession.builder.getOrCreate(), False
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName("snim-batch")
     settings = dict(SESSION_CONF)
@@ -230,12 +237,12 @@ def _reject_task(batches: Batches, schema: T.StructType) -> Batches:
 
 def _evaluate_task(batches: Batches, tables: Any, winning_moves: bool,
                    schema: T.StructType) -> Batches:
-    """Wide: `transforms.evaluate` per batch, each row's `_loc` as the polars engine packs it,
-    and whether the batch's valid keys are integers (flags)."""
+    """Wide: `transforms.evaluate` and `with_verdict` per batch, each row's `_loc` as the
+    polars engine packs it, and whether the batch's valid keys are integers (flags)."""
     for batch in batches:
         evaluated = transforms.evaluate(_frame(batch), tables.value, winning_moves)
         valid = evaluated.filter(pl.col("_reason").is_null())
-        yield from _out(evaluated.with_columns(
+        yield from _out(transforms.with_verdict(evaluated).with_columns(
             (pl.col("_row") + pl.col("_file").cast(pl.Int64) * (1 << transforms.LOC_SHIFT))
             .alias("_loc"),
             pl.lit(_is_int(valid, "rule_set_id")).alias("_rid_int"),
@@ -316,7 +323,8 @@ def _moves_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
         positions = _frame(batch).with_columns(pl.lit(None, pl.String).alias("_reason"),
                                                pl.lit(None, pl.String).alias("_column"))
         evaluated = transforms.evaluate(positions, tables.value, True)
-        yield from _out(transforms.verdict_rows(evaluated, True), schema)
+        yield from _out(transforms.with_verdict(transforms.verdict_rows(evaluated, True)),
+                        schema)
 
 
 def _verdict_task(batches: Batches, schema: T.StructType) -> Batches:
@@ -378,9 +386,6 @@ class _Job:
     def by_key(df: DataFrame) -> DataFrame:
         """Every row of a (rule_set_id, position_id) in the same partition."""
         return df.repartition(*KEYS)
-
-    def empty(self, schema: T.StructType) -> DataFrame:
-        return self.spark.createDataFrame([], schema)
 
     # -- reading --
 
@@ -490,9 +495,9 @@ class _Job:
         tables = self.tables(self.largest(norm.filter(F.col("_reason").isNull()), by_file=True))
         moves = [("move_heap", LONG), ("move_take", LONG)] if wm else []
         evaluated = self.persist(self.map(
-            norm, _evaluate_task, _schema(*_pairs(norm.schema), ("nim_sum", LONG), *moves,
-                                          ("_loc", LONG), ("_rid_int", BOOL),
-                                          ("_pid_int", BOOL)),
+            norm, _evaluate_task, _schema(*_pairs(norm.schema), ("nim_sum", LONG),
+                                          ("verdict", STRING), *moves, ("_loc", LONG),
+                                          ("_rid_int", BOOL), ("_pid_int", BOOL)),
             tables=tables, winning_moves=wm))
         valid = evaluated.filter(F.col("_reason").isNull())
         flags = valid.agg(F.bool_and("_rid_int").alias("r"),
@@ -500,7 +505,7 @@ class _Job:
         types = {"rule_set_id": LONG if flags["r"] is not False else STRING,
                  "position_id": LONG if flags["p"] is not False else STRING}
         verdicts = valid.select(*[F.col(k).cast(types[k]) for k in KEYS], "nim_sum",
-                                *[m for m, _ in moves], "_loc")
+                                "verdict", *[m for m, _ in moves], "_loc")
         rejected = self.map(evaluated.filter(F.col("_reason").isNotNull()), _reject_task,
                             REJECT_SCHEMA)
         return self.duplicates(verdicts, rejected, types)
@@ -584,19 +589,16 @@ class _Job:
         if wm:
             verdicts = self.map(ok.select(*KEYS, "heaps", "table"), _moves_task,
                                 _schema(*[(k, types[k]) for k in KEYS], ("nim_sum", LONG),
-                                        ("move_heap", LONG), ("move_take", LONG)),
+                                        ("verdict", STRING), ("move_heap", LONG),
+                                        ("move_take", LONG)),
                                 tables=tables)
         else:
-            verdicts = ok.select(*KEYS, "nim_sum")
+            verdicts = self.map(ok.select(*KEYS, "nim_sum"), _verdict_task,
+                                _schema(*[(k, types[k]) for k in KEYS], ("nim_sum", LONG),
+                                        ("verdict", STRING)))
         return verdicts, functools.reduce(DataFrame.unionByName, rejects)
 
     # -- output --
-
-    def with_verdict(self, verdicts: DataFrame) -> DataFrame:
-        pairs = _pairs(verdicts.schema)
-        at = [n for n, _ in pairs].index("nim_sum") + 1
-        schema = _schema(*pairs[:at], ("verdict", STRING), *pairs[at:])
-        return self.map(verdicts, _verdict_task, schema)
 
     @staticmethod
     def write(df: DataFrame, target: Path) -> None:
@@ -650,8 +652,10 @@ def _counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected:
     }
 
 
-def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
-    """Read, validate, tabulate, evaluate and write every output but the manifest."""
+def execute(config: Config, staging: Path, phase: Phase,
+            note: Callable[[str], None] = lambda message: None) -> EngineResult:
+    """Read, validate, tabulate, evaluate and write every output but the manifest
+    (`note` takes progress messages, as in the polars engine)."""
     with phase("rules"):
         rules, rule_files = polars_engine.read_rules(config)
         distinct, index = transforms.rule_index(rules)
@@ -665,10 +669,12 @@ def execute(config: Config, staging: Path, phase: Phase) -> EngineResult:
                polars_engine.TableCache(distinct, config.tables))
     try:
         with phase("positions"):
+            note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")
             norm, rows_per_file = job.read()
+            note(f"positions: {sum(rows_per_file):,} rows read ({len(paths)} files)")
             norm = job.number_rows(norm, rows_per_file)
             verdicts, position_rejects = job.wide(norm) if form == "wide" else job.long(norm)
-            verdicts = job.persist(job.with_verdict(verdicts))
+            verdicts = job.persist(verdicts)
             position_rejects = job.persist(position_rejects)
         with phase("finish"):
             rule_rejects = transforms.reject_rows(rules, "rules")
