@@ -44,7 +44,11 @@ class Tables:
 
 @dataclass(frozen=True)
 class Spark:
+    """`master` for a session snim-batch starts itself (spark-submit's --master wins when run
+    under it); `conf` is passed to the session builder (spark.driver.memory, ...)."""
+
     master: str = "local[*]"
+    conf: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,12 +98,20 @@ def _section(cls: type, raw: Any, prefix: str, source: str) -> Any:
         name = f"{prefix}.{key}"
         if key not in known:
             raise ConfigError(f"{source}: unknown key '{name}' (known: {', '.join(known)})")
-        default = known[key].default
-        values[key] = _typed(value, type(default), name, source)
+        f = known[key]
+        kind = dict if f.default_factory is dict else type(f.default)
+        values[key] = _typed(value, kind, name, source)
     return cls(**values)
 
 
 def _typed(value: Any, kind: type, name: str, source: str) -> Any:
+    if kind is dict:
+        if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                for k, v in value.items()):
+            raise ConfigError(f"{source}: key '{name}' must be a mapping of names to values, "
+                              f"got {value!r}")
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
     if kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: key '{name}' must be true or false, got {value!r}")

@@ -115,7 +115,9 @@ def session(master: str, conf: dict[str, str] | None = None) -> tuple[SparkSessi
     if SparkContext._active_spark_context is not None:  # created in another thread
         return SparkSession.builder.getOrCreate(), False
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName("snim-batch")
+    builder = SparkSession.builder.appName("snim-batch")
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
+        builder = builder.master(master)
     settings = dict(SESSION_CONF)
     if "SPARK_CONF_DIR" not in os.environ:  # no site logging config: keep the JVM quiet too
         log4j = Path(tempfile.gettempdir()) / f"snim-batch-log4j2-{os.getuid()}.properties"
@@ -664,7 +666,7 @@ def execute(config: Config, staging: Path, phase: Phase,
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = [checksums.submit(io.describe, p) for p in paths]
     checksums.shutdown(wait=False)
-    spark, owned = session(config.spark.master)
+    spark, owned = session(config.spark.master, dict(config.spark.conf))
     job = _Job(spark, config, paths, form, index,
                polars_engine.TableCache(distinct, config.tables))
     try:
