@@ -112,6 +112,24 @@ def _next_token(buf, i):
     return _T_INT, -v if neg else v, start, i
 
 
+@njit(cache=True, inline="always")
+def _expect_int(buf, i, t, err):
+    """The next token, counted; a token that is not an int64 is recorded in `err`.
+
+    Returns (status, value, next byte, token index); at EOF the token index is unchanged.
+    """
+    st, v, b0, i = _next_token(buf, i)
+    if st == _T_EOF:
+        return st, v, i, t
+    t += 1
+    err[2] = t
+    if st != _T_INT:
+        err[0] = _NOT_INT if st == _T_NOT_INT else _OVERFLOW
+        err[7] = b0
+        err[8] = i
+    return st, v, i, t
+
+
 @njit(cache=True)
 def _parse(buf, max_move):
     """Parse the bytes of a classic input in one pass into flat arrays plus an error record.
@@ -169,18 +187,13 @@ def _parse(buf, max_move):
             break
         j = np.int64(0)
         while j < k:
-            st, v, b0, i = _next_token(buf, i)
+            st, v, i, t = _expect_int(buf, i, t, err)
             if st == _T_EOF:
                 err[0] = _EOF_MOVES
                 err[3] = k
                 err[4] = j
                 break
-            t += 1
-            err[2] = t
             if st != _T_INT:
-                err[0] = _NOT_INT if st == _T_NOT_INT else _OVERFLOW
-                err[7] = b0
-                err[8] = i
                 break
             if v <= 0 or v > max_move:
                 err[0] = _MOVE_NONPOS if v <= 0 else _MOVE_BIG
@@ -191,17 +204,12 @@ def _parse(buf, max_move):
             j += 1
         if err[0] != _OK:
             break
-        st, m, b0, i = _next_token(buf, i)
+        st, m, i, t = _expect_int(buf, i, t, err)
         if st == _T_EOF:
             err[0] = _EOF_M
             err[3] = k
             break
-        t += 1
-        err[2] = t
         if st != _T_INT:
-            err[0] = _NOT_INT if st == _T_NOT_INT else _OVERFLOW
-            err[7] = b0
-            err[8] = i
             break
         if m < 0:
             err[0] = _M_NEG
@@ -211,16 +219,11 @@ def _parse(buf, max_move):
         while q < m:
             err[3] = q + 1
             err[4] = m
-            st, ln, b0, i = _next_token(buf, i)
+            st, ln, i, t = _expect_int(buf, i, t, err)
             if st == _T_EOF:
                 err[0] = _EOF_L
                 break
-            t += 1
-            err[2] = t
             if st != _T_INT:
-                err[0] = _NOT_INT if st == _T_NOT_INT else _OVERFLOW
-                err[7] = b0
-                err[8] = i
                 break
             if ln < 0:
                 err[0] = _L_NEG
@@ -228,18 +231,13 @@ def _parse(buf, max_move):
                 break
             j = np.int64(0)
             while j < ln:
-                st, h, b0, i = _next_token(buf, i)
+                st, h, i, t = _expect_int(buf, i, t, err)
                 if st == _T_EOF:
                     err[0] = _EOF_HEAPS
                     err[5] = ln
                     err[6] = j
                     break
-                t += 1
-                err[2] = t
                 if st != _T_INT:
-                    err[0] = _NOT_INT if st == _T_NOT_INT else _OVERFLOW
-                    err[7] = b0
-                    err[8] = i
                     break
                 if h < 0:
                     err[0] = _HEAP_NEG
@@ -261,16 +259,6 @@ def _parse(buf, max_move):
     # Views: the untouched tails of these over-sized buffers are never paged in.
     return (moves[:nmv], moves_off[: nc + 1], case_off[: nc + 1], pos_off[: npos + 1],
             heaps[:nh], err)
-
-
-@njit(cache=True, inline="always")
-def _mix(h):
-    h ^= h >> np.uint64(30)
-    h *= np.uint64(0xBF58476D1CE4E5B9)
-    h ^= h >> np.uint64(27)
-    h *= np.uint64(0x94D049BB133111EB)
-    h ^= h >> np.uint64(31)
-    return h
 
 
 @njit(cache=True)
@@ -313,7 +301,7 @@ def _dedup_rules(moves, moves_off):
             if ln == 0 or canon[top + ln - 1] != v:
                 canon[top + ln] = v
                 ln += 1
-                h = _mix(h ^ np.uint64(v))
+                h = kernels.mix64(h ^ np.uint64(v))
         idx = h & mask
         while True:
             r = slots[idx]

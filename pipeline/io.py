@@ -59,7 +59,7 @@ class RawTable:
     bad_lines: list[tuple[int, str, str]]
 
 
-def _format_of(path: Path) -> str:
+def format_of(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix in PARQUET_SUFFIXES:
         return "parquet"
@@ -100,7 +100,7 @@ def _checksum(path: Path) -> str:
 
 def describe(path: Path) -> InputFile:
     try:
-        return InputFile(path, _format_of(path), path.stat().st_size, _checksum(path))
+        return InputFile(path, format_of(path), path.stat().st_size, _checksum(path))
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
@@ -240,7 +240,7 @@ def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
 
 def columns_of(path: Path) -> list[str]:
     """Column names of an input file without reading its rows."""
-    if _format_of(path) == "parquet":
+    if format_of(path) == "parquet":
         try:
             return pq.read_schema(path).names
         except (pa.ArrowException, OSError) as exc:

@@ -22,7 +22,7 @@ _BASE = np.uint64(0x100000001B3)
 
 
 @njit(cache=True, inline="always")
-def _mix(h):
+def mix64(h):
     """splitmix64 finaliser: spreads a polynomial window hash over all 64 bits."""
     h ^= h >> np.uint64(30)
     h *= np.uint64(0xBF58476D1CE4E5B9)
@@ -72,7 +72,7 @@ def _rebuild(vals, m, y_end, n_slots, bpow):
         if y > m:
             h = (h - (np.uint64(vals[y - 1 - m]) + np.uint64(1)) * bpow) * _BASE
             h += np.uint64(vals[y - 1]) + np.uint64(1)
-        mixed = _mix(h)
+        mixed = mix64(h)
         r = _probe(slots, vals, y, m, mixed)
         slot = -(r + 1)
         slots[slot] = ((mixed >> np.uint64(32)) << np.uint64(32)) | np.uint64(y)
@@ -117,7 +117,7 @@ def tabulate_subtraction(moves, vals, stop_len):
         else:
             h = (h - (np.uint64(vals[x - m]) + np.uint64(1)) * bpow) * _BASE
             h += np.uint64(g) + np.uint64(1)
-        mixed = _mix(h)
+        mixed = mix64(h)
         r = _probe(slots, vals, y, m, mixed)
         if r >= 0:
             return y, r - m, y - r

@@ -678,20 +678,29 @@ def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSe
         "kind", "moves", "rule_set_ids", "preperiod", "period", "table_len").sort("kind", "moves")
 
 
-def summary_rows(index: pl.DataFrame, verdicts: pl.DataFrame,
-                 rejects: pl.DataFrame) -> pl.DataFrame:
-    """Per rule set: positions evaluated (W + L), W, L, rejected input rows, and W rate."""
-    key_type = index["rule_set_id"].dtype
+def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame
+                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per rule set: (rule_set_id, W, L) from verdicts and (rule_set_id as text, rejected)
+    from the positions' rejects."""
     counts = verdicts.group_by("rule_set_id").agg(
         (pl.col("nim_sum") != 0).sum().cast(pl.Int64).alias("W"),
         (pl.col("nim_sum") == 0).sum().cast(pl.Int64).alias("L"))
-    rej = (rejects.filter((pl.col("table") == "positions") & pl.col("rule_set_id").is_not_null())
-           .group_by("rule_set_id").agg(pl.len().cast(pl.Int64).alias("rejected")))
+    rejected = (rejects.filter((pl.col("table") == "positions")
+                               & pl.col("rule_set_id").is_not_null())
+                .group_by("rule_set_id").agg(pl.len().cast(pl.Int64).alias("rejected")))
+    return counts, rejected
+
+
+def summary_rows(index: pl.DataFrame, counts: pl.DataFrame, rejected: pl.DataFrame
+                 ) -> pl.DataFrame:
+    """Per rule set: positions evaluated (W + L), W, L, rejected input rows, and W rate, from
+    `summary_counts` (or an engine's own aggregation of the same shape)."""
+    key_type = index["rule_set_id"].dtype
     ids = pl.concat([index.select(pl.col("rule_set_id").cast(pl.String)),
-                     rej.select("rule_set_id")]).unique()
+                     rejected.select("rule_set_id")]).unique()
     frame = (ids.join(counts.with_columns(pl.col("rule_set_id").cast(pl.String)),
                       on="rule_set_id", how="left")
-             .join(rej, on="rule_set_id", how="left")
+             .join(rejected, on="rule_set_id", how="left")
              .with_columns(pl.col("W", "L", "rejected").fill_null(0)))
     try:
         frame = frame.with_columns(pl.col("rule_set_id").cast(key_type))
@@ -704,3 +713,15 @@ def summary_rows(index: pl.DataFrame, verdicts: pl.DataFrame,
         pl.when(pl.col("W") + pl.col("L") > 0)
         .then(pl.col("W") / (pl.col("W") + pl.col("L"))).alias("w_rate"),
     ).sort("rule_set_id")
+
+
+def match_key_type(frame: pl.DataFrame, index: pl.DataFrame) -> tuple[pl.DataFrame,
+                                                                      pl.DataFrame]:
+    """Give a batch's rule_set_id and the rule index's the same type, for the join."""
+    if frame["rule_set_id"].dtype == index["rule_set_id"].dtype:
+        return frame, index
+    (index,) = unify_key_types([index], "rule_set_id")
+    if frame["rule_set_id"].dtype == index["rule_set_id"].dtype:
+        return frame, index
+    text = pl.col("rule_set_id").cast(pl.String)
+    return frame.with_columns(text), index.with_columns(text)

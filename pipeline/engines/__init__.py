@@ -18,6 +18,24 @@ class EngineResult:
     problems: list[str] = field(default_factory=list)
 
 
+def manifest_counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected: int,
+                    verdicts: int, w: int) -> dict[str, dict[str, int]]:
+    """The manifest's counts per table: rows read = accepted/evaluated + rejected."""
+    return {
+        "rules": {"rows_read": rules_read, "rows_accepted": rules_read - rules_rejected,
+                  "rows_rejected": rules_rejected},
+        "positions": {"rows_read": rows_read, "rows_evaluated": rows_read - rows_rejected,
+                      "rows_rejected": rows_rejected, "verdicts": verdicts,
+                      "W": w, "L": verdicts - w},
+    }
+
+
+def problem_text(row: dict[str, Any]) -> str:
+    """One rejects row as a line for the terminal: file, row, column, reason."""
+    column = f", column {row['column']}" if row["column"] else ""
+    return f"{row['source']} row {row['row']}{column}: {row['reason']}"
+
+
 def load_engine(name: str) -> Any:
     """The engine module for `name`; Spark needs the optional extra."""
     if name == "polars":

@@ -18,7 +18,7 @@ import polars as pl
 
 from pipeline import io, transforms
 from pipeline.config import Config, Tables
-from pipeline.engines import EngineResult
+from pipeline.engines import EngineResult, manifest_counts, problem_text
 from pipeline.errors import InputError
 from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableSet, build_table
 
@@ -129,17 +129,6 @@ def position_batches(paths: list[Path], config: Config, form: str
             yield index, _with_bad_lines(frame, raw, keys)
 
 
-def _match_key_type(frame: pl.DataFrame, index: pl.DataFrame) -> tuple[pl.DataFrame,
-                                                                       pl.DataFrame]:
-    if frame["rule_set_id"].dtype == index["rule_set_id"].dtype:
-        return frame, index
-    (index,) = transforms.unify_key_types([index], "rule_set_id")
-    if frame["rule_set_id"].dtype == index["rule_set_id"].dtype:
-        return frame, index
-    text = pl.col("rule_set_id").cast(pl.String)
-    return frame.with_columns(text), index.with_columns(text)
-
-
 def execute(config: Config, staging: Path, phase: Phase,
             note: Callable[[str], None] = lambda message: None) -> EngineResult:
     """Read, validate, tabulate, evaluate and write every output but the manifest."""
@@ -161,10 +150,13 @@ def execute(config: Config, staging: Path, phase: Phase,
     with phase("finish"):
         rejects = transforms.sort_rejects(pl.concat(
             [transforms.reject_rows(rules, "rules"), position_rejects]))
-        summary = transforms.summary_rows(index, verdicts, rejects)
+        summary = transforms.summary_rows(index, *transforms.summary_counts(verdicts, rejects))
         sg_tables = transforms.sg_table_rows(rules, distinct, cache.table_set(), index)
-    counts = _counts(rules, rows_read, verdicts, rejects)
-    problems = [_problem(r) for r in rejects.head(10).iter_rows(named=True)]
+    counts = manifest_counts(
+        rules.height, rejects.filter(pl.col("table") == "rules").height, rows_read,
+        rejects.filter(pl.col("table") == "positions").height, verdicts.height,
+        int((verdicts["nim_sum"] != 0).sum()))
+    problems = [problem_text(r) for r in rejects.head(10).iter_rows(named=True)]
     inputs = {"rules": [f.as_dict() for f in rule_files],
               "positions": [f.result().as_dict() for f in described]}
     if not (rejects.height and config.on_bad_rows == "fail"):
@@ -185,7 +177,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         keep[3:3] = ["move_heap", "move_take"]
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
-        frame, batch_index = _match_key_type(frame, index)
+        frame, batch_index = transforms.match_key_type(frame, index)
         frame = transforms.attach_tables(frame, batch_index)
         buffers = transforms.heap_buffers(frame)
         tables = cache.ensure(transforms.largest_heaps(frame, len(cache.distinct), buffers))
@@ -217,7 +209,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     frames = [frame for _, frame in position_batches(paths, config, "long")]
     rows = _concat_keys(frames)
     positions, long_rejects = transforms.long_to_wide(rows)
-    positions, index = _match_key_type(positions, index)
+    positions, index = transforms.match_key_type(positions, index)
     positions = transforms.attach_tables(positions, index)
     tables = cache.ensure(transforms.largest_heaps(positions, len(cache.distinct)))
     evaluated = transforms.evaluate(positions, tables, config.winning_moves)
@@ -226,22 +218,3 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     rejects = pl.concat([transforms.reject_rows(rejected, "positions"),
                          transforms.reject_rows(long_rejects, "positions")])
     return verdicts, rejects, rows.height
-
-
-def _problem(row: dict) -> str:
-    column = f", column {row['column']}" if row["column"] else ""
-    return f"{row['source']} row {row['row']}{column}: {row['reason']}"
-
-
-def _counts(rules: pl.DataFrame, rows_read: int, verdicts: pl.DataFrame,
-            rejects: pl.DataFrame) -> dict[str, dict[str, int]]:
-    rule_rejects = rejects.filter(pl.col("table") == "rules").height
-    position_rejects = rejects.filter(pl.col("table") == "positions").height
-    w = int((verdicts["nim_sum"] != 0).sum())
-    return {
-        "rules": {"rows_read": rules.height, "rows_accepted": rules.height - rule_rejects,
-                  "rows_rejected": rule_rejects},
-        "positions": {"rows_read": rows_read, "rows_evaluated": rows_read - position_rejects,
-                      "rows_rejected": position_rejects, "verdicts": verdicts.height,
-                      "W": w, "L": verdicts.height - w},
-    }

@@ -60,7 +60,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline import io, kernels, transforms
 from pipeline.config import Config
-from pipeline.engines import EngineResult, polars_engine
+from pipeline.engines import EngineResult, manifest_counts, polars_engine, problem_text
 from pipeline.errors import InputError, SnimError
 
 Phase = Callable[[str], AbstractContextManager[None]]
@@ -165,7 +165,7 @@ def _step(frame: pl.DataFrame, file_index: int, form: str, index: pl.DataFrame,
     """The polars engine's per-batch step after normalising: wide batches are attached to
     their tables here, with the batch's own key type; long ones once they are positions."""
     if form == "wide":
-        frame, batch_index = polars_engine._match_key_type(frame, index)
+        frame, batch_index = transforms.match_key_type(frame, index)
         frame = transforms.attach_tables(frame, batch_index)
     else:
         frame = frame.with_columns(pl.lit(None, pl.Int64).alias("table"))
@@ -289,7 +289,7 @@ def _taint_task(batches: Batches, schema: T.StructType) -> Batches:
 def _attach_task(batches: Batches, index: pl.DataFrame, schema: T.StructType) -> Batches:
     """Long: the table of each (clean) row; the same for every row of a position."""
     for batch in batches:
-        frame, batch_index = polars_engine._match_key_type(_frame(batch).drop("table"), index)
+        frame, batch_index = transforms.match_key_type(_frame(batch).drop("table"), index)
         yield from _out(transforms.attach_tables(frame, batch_index), schema)
 
 
@@ -312,7 +312,7 @@ def _beyond_task(batches: Batches, tables: Any, index: pl.DataFrame, winning_mov
     if rows is None:
         return
     positions, _ = transforms.long_to_wide(_in_input_order(rows).drop("table"))
-    positions, batch_index = polars_engine._match_key_type(positions, index)
+    positions, batch_index = transforms.match_key_type(positions, index)
     evaluated = transforms.evaluate(transforms.attach_tables(positions, batch_index),
                                     tables.value, winning_moves)
     rejected = transforms.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
@@ -395,7 +395,7 @@ class _Job:
         """Normalised rows of every positions file (NORM_SCHEMA) and the rows of each file.
 
         Raises the InputError the polars engine would raise first (files in order)."""
-        formats = [io._format_of(p) for p in self.paths]
+        formats = [io.format_of(p) for p in self.paths]
         csv = [i for i, f in enumerate(formats) if f == "csv"]
         probed = {i: self._probe(i) for i, f in enumerate(formats) if f == "parquet"}
         errors = {i: p for i, p in probed.items() if isinstance(p, str)}
@@ -618,42 +618,6 @@ def _polars(df: DataFrame) -> pl.DataFrame:
     return frame
 
 
-def _summary(index: pl.DataFrame, counts: pl.DataFrame, rejected: pl.DataFrame
-             ) -> pl.DataFrame:
-    """`transforms.summary_rows` from per-rule-set counts rather than every verdict and reject
-    row (counts: rule_set_id, W, L; rejected: rule_set_id as text, rejected)."""
-    key_type = index["rule_set_id"].dtype
-    ids = pl.concat([index.select(pl.col("rule_set_id").cast(pl.String)),
-                     rejected.select("rule_set_id")]).unique()
-    frame = (ids.join(counts.with_columns(pl.col("rule_set_id").cast(pl.String)),
-                      on="rule_set_id", how="left")
-             .join(rejected, on="rule_set_id", how="left")
-             .with_columns(pl.col("W", "L", "rejected").fill_null(0)))
-    try:
-        frame = frame.with_columns(pl.col("rule_set_id").cast(key_type))
-    except pl.exceptions.PolarsError:
-        pass
-    return frame.select(
-        "rule_set_id",
-        (pl.col("W") + pl.col("L")).alias("positions"),
-        "W", "L", "rejected",
-        pl.when(pl.col("W") + pl.col("L") > 0)
-        .then(pl.col("W") / (pl.col("W") + pl.col("L"))).alias("w_rate"),
-    ).sort("rule_set_id")
-
-
-def _counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected: int,
-            verdicts: int, w: int) -> dict[str, dict[str, int]]:
-    """The manifest counts, as `polars_engine._counts` computes them from whole frames."""
-    return {
-        "rules": {"rows_read": rules_read, "rows_accepted": rules_read - rules_rejected,
-                  "rows_rejected": rules_rejected},
-        "positions": {"rows_read": rows_read, "rows_evaluated": rows_read - rows_rejected,
-                      "rows_rejected": rows_rejected, "verdicts": verdicts,
-                      "W": w, "L": verdicts - w},
-    }
-
-
 def execute(config: Config, staging: Path, phase: Phase,
             note: Callable[[str], None] = lambda message: None) -> EngineResult:
     """Read, validate, tabulate, evaluate and write every output but the manifest
@@ -689,14 +653,14 @@ def execute(config: Config, staging: Path, phase: Phase,
                 F.count_if(F.col("verdict") == "L").alias("L")))
             rejected = _polars(position_rejects.groupBy("rule_set_id").agg(
                 F.count(F.lit(1)).alias("rejected")))
-            summary = _summary(index, counts.cast({"W": pl.Int64, "L": pl.Int64}),
+            summary = transforms.summary_rows(index, counts.cast({"W": pl.Int64, "L": pl.Int64}),
                                rejected.filter(pl.col("rule_set_id").is_not_null())
                                .cast({"rejected": pl.Int64}))
             sg_tables = transforms.sg_table_rows(rules, distinct, job.cache.table_set(), index)
-            problems = [polars_engine._problem(r)
+            problems = [problem_text(r)
                         for r in _polars(rejects.limit(10)).iter_rows(named=True)]
             w, n = int(counts["W"].sum()), int(counts["W"].sum() + counts["L"].sum())
-            result_counts = _counts(rules.height, rule_rejects.height, sum(rows_per_file),
+            result_counts = manifest_counts(rules.height, rule_rejects.height, sum(rows_per_file),
                                     int(rejected["rejected"].sum()), n, w)
         inputs = {"rules": [f.as_dict() for f in rule_files],
                   "positions": [f.result().as_dict() for f in described]}
