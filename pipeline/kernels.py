@@ -319,3 +319,29 @@ def order_by_keys(bucket, n_buckets, key):
             for j in range(hi - lo):
                 order[lo + j] = segment[within[j]]
     return order
+
+
+@njit(cache=True)
+def rank_in(values, keys):
+    """Index of each value in the sorted distinct `keys`, -1 where absent: a direct table
+    when the keys span a small range (the usual dense ids), else binary search."""
+    n = values.shape[0]
+    out = np.full(n, -1, np.int64)
+    if keys.shape[0] == 0:
+        return out
+    lo = keys[0]
+    span = keys[keys.shape[0] - 1] - lo + 1
+    if span <= max(1 << 22, 4 * keys.shape[0]):
+        table = np.full(span, -1, np.int64)
+        for i in range(keys.shape[0]):
+            table[keys[i] - lo] = i
+        for j in range(n):
+            d = values[j] - lo
+            if 0 <= d < span:
+                out[j] = table[d]
+        return out
+    found = np.searchsorted(keys, values)
+    for j in range(n):
+        if found[j] < keys.shape[0] and keys[found[j]] == values[j]:
+            out[j] = found[j]
+    return out

@@ -569,24 +569,29 @@ def sorted_from_parts(parts: list[pl.DataFrame], rule_ids: pl.Series | None = No
     columns = {name: pl.concat([p.drop_in_place(name) for p in parts], rechunk=False)
                for name in names}
     parts.clear()
-    order = _key_order(columns["rule_set_id"], columns["position_id"], rule_ids)
+    order, sorted_ids = _key_order(columns["rule_set_id"], columns["position_id"], rule_ids)
     for name in names:
-        columns[name] = columns[name].gather(order)
+        if name == "rule_set_id" and sorted_ids is not None:
+            columns[name] = sorted_ids
+        else:
+            columns[name] = columns[name].rechunk().gather(order)
     return pl.DataFrame(columns)
 
 
-def _key_order(rid: pl.Series, pid: pl.Series, rule_ids: pl.Series | None) -> pl.Series:
-    """Row order sorting by (rid, pid)."""
+def _key_order(rid: pl.Series, pid: pl.Series, rule_ids: pl.Series | None
+               ) -> tuple[pl.Series, pl.Series | None]:
+    """Row order sorting by (rid, pid), and the sorted rid column when it comes for free."""
     ints = (rid.dtype == pl.Int64 and pid.dtype == pl.Int64 and not rid.null_count()
             and not pid.null_count())
     if ints and rule_ids is not None and rule_ids.dtype == pl.Int64 and rid.len():
         known = np.unique(rule_ids.drop_nulls().to_numpy())
-        rids = rid.to_numpy()
-        bucket = np.searchsorted(known, rids)
-        if bucket.max() < known.shape[0] and np.array_equal(known[bucket], rids):
-            order = kernels.order_by_keys(bucket, known.shape[0], pid.to_numpy())
-            return pl.Series(order)
-    return pl.DataFrame([rid, pid]).select(pl.arg_sort_by(rid.name, pid.name)).to_series()
+        bucket = kernels.rank_in(rid.to_numpy(), known)
+        if bucket.min() >= 0:
+            order = kernels.order_by_keys(bucket, known.shape[0], pid.rechunk().to_numpy())
+            counts = np.bincount(bucket, minlength=known.shape[0])
+            return pl.Series(order), pl.Series(rid.name, np.repeat(known, counts))
+    order = pl.DataFrame([rid, pid]).select(pl.arg_sort_by(rid.name, pid.name)).to_series()
+    return order, None
 
 
 def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str]

@@ -24,6 +24,7 @@ from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableSet, build_table
 
 Phase = Callable[[str], AbstractContextManager[None]]
 BATCH_ROWS = 1 << 20
+PRESIZE_LIMIT = 1 << 16
 
 
 class TableCache:
@@ -47,6 +48,14 @@ class TableCache:
         self.tables[t] = table
         self.known[t] = MAX_HEAP if table.table_len >= self.cap else table.max_known_heap()
         self._set = None
+
+    def presize(self, largest_heap: int | None) -> None:
+        """Build every table for heaps up to `largest_heap` at once when that bound (from
+        Parquet statistics) is small, instead of growing tables batch by batch."""
+        if largest_heap is not None and 0 <= largest_heap < PRESIZE_LIMIT:
+            for t in range(len(self.distinct)):
+                if self.tables[t] is None:
+                    self._build(t, largest_heap)
 
     def ensure(self, largest: np.ndarray) -> TableSet:
         """Tables covering `largest[t]` for every t (beyond the cap, heaps are rejected)."""
@@ -138,6 +147,8 @@ def execute(config: Config, staging: Path, phase: Phase,
         paths = io.resolve_inputs(config.positions, "positions")
         form = positions_form(paths, config)
     cache = TableCache(distinct, config.tables)
+    if form == "wide":
+        cache.presize(io.heap_upper_bound(paths, config.columns.heaps))
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = [checksums.submit(io.describe, p) for p in paths]
     checksums.shutdown(wait=False)
