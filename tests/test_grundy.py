@@ -1,8 +1,8 @@
 """Sprague-Grundy tables (pipeline.grundy) against independent references written here.
 
-Every expected value is computed in this file from the game's definition (naive mex tabulation,
-naive first-repeating-window search over tuples, brute-force closed forms); nothing is compared
-against the implementation itself.
+Every expected value is computed from the game's definition, here or in conftest (naive mex
+tabulation, naive first-repeating-window search over tuples, brute-force closed forms); nothing
+is compared against the implementation itself.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import naive_period, naive_sg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,36 +30,9 @@ from pipeline.grundy import (
 # ---------------------------------------------------------------------------------------------
 
 
-def naive_sg(moves, n):
-    """SG(0..n-1) of the subtraction game by the definition: mex over reachable values."""
-    v: list[int] = []
-    for x in range(n):
-        opts = {v[x - s] for s in moves if s <= x}
-        g = 0
-        while g in opts:
-            g += 1
-        v.append(g)
-    return v
-
-
 def naive_first_repeat(moves, limit=200_000):
-    """(pre, per) from the first window W_y (tuple of the last M values) seen before as W_x."""
-    m = max(moves)
-    v: list[int] = []
-    seen: dict[tuple[int, ...], int] = {}
-    for x in range(limit):
-        opts = {v[x - s] for s in moves if s <= x}
-        g = 0
-        while g in opts:
-            g += 1
-        v.append(g)
-        y = x + 1
-        if y >= m:
-            w = tuple(v[y - m : y])
-            if w in seen:
-                return seen[w] - m, y - seen[w]
-            seen[w] = y
-    raise AssertionError(f"no repeat within {limit} values for {moves}")
+    """(pre, per) from the first window of max(S) values seen twice (conftest's reference)."""
+    return naive_period(moves, limit)[:2]
 
 
 def prime_factors(n):

@@ -12,6 +12,7 @@ from functools import cache
 
 import numpy as np
 import pytest
+from conftest import naive_period, naive_sg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,34 +24,9 @@ from pipeline.grundy import MAX_HEAP, TableSet, build_table, canonical_rule
 # ---------------------------------------------------------------------------------------------
 
 
-def naive_sg(moves, n):
-    v: list[int] = []
-    for x in range(n):
-        opts = {v[x - s] for s in moves if s <= x}
-        g = 0
-        while g in opts:
-            g += 1
-        v.append(g)
-    return v
-
-
 def naive_first_repeat(moves, limit=200_000):
-    m = max(moves)
-    v: list[int] = []
-    seen: dict[tuple[int, ...], int] = {}
-    for x in range(limit):
-        opts = {v[x - s] for s in moves if s <= x}
-        g = 0
-        while g in opts:
-            g += 1
-        v.append(g)
-        y = x + 1
-        if y >= m:
-            w = tuple(v[y - m : y])
-            if w in seen:
-                return seen[w] - m, y - seen[w]
-            seen[w] = y
-    raise AssertionError(f"no repeat within {limit} values for {moves}")
+    """(pre, per) from the first window of max(S) values seen twice (conftest's reference)."""
+    return naive_period(moves, limit)[:2]
 
 
 def half_closed(x):
