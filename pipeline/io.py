@@ -349,6 +349,8 @@ def _remove_stale_staging(out: Path) -> None:
 
 def check_target(out: Path, overwrite: bool) -> None:
     """Fail early when the output cannot be replaced (before any work is done)."""
+    if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
+        return  # an empty directory made ready for the run is not an output to protect
     if out.exists() or out.is_symlink():
         if not overwrite:
             raise OutputError(f"{out}: output already exists (pass --overwrite to replace it)")

@@ -530,3 +530,15 @@ def test_renameat2_exchange_available_here(tmp_path: Path) -> None:
         pytest.skip("no _exchange helper any more")
     assert io._exchange(a, b)
     assert (b / "x").read_text() == "a"
+
+
+def test_an_empty_output_directory_needs_no_overwrite(tmp_path: Path) -> None:
+    """A directory made ready (empty) for the run is filled; a non-empty one is protected."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "job" / "out"
+    out.mkdir(parents=True)
+    code, err = invoke(job(rules, positions, out), tmp_path)
+    assert code == 0, err
+    assert (out / "manifest.json").exists()
+    code, err = invoke(job(rules, positions, out), tmp_path)
+    assert code == 1 and "--overwrite" in err
