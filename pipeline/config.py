@@ -35,8 +35,8 @@ class Columns:
 @dataclass(frozen=True)
 class Tables:
     """SG table limits: `max_table_len` caps any table; `period_probe_ops` is the work (table
-    length x |S|, shared by all rules of a run) spent past the data's largest heaps looking for
-    periods to report in sg_tables."""
+    length x |S|, in all) spent past the data's largest heaps proving periods to report in
+    sg_tables."""
 
     max_table_len: int = 2**26
     period_probe_ops: int = 200_000_000

@@ -586,3 +586,29 @@ def test_bad_heap_token_does_not_change_other_rows(tmp_path, fmt):
     assert result.exit_code == 3
     v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
     assert v.select("position_id", "nim_sum", "verdict").rows() == [(0, 1, "W")]
+
+
+def test_period_probe_budget_flows_to_the_rules_that_need_it(tmp_path):
+    """sg_tables proves periods beyond the data's heaps within tables.period_probe_ops: rules
+    whose period comes early leave their share to the others. {18, 41, 59} needs 1,625 values
+    (4,875 operations), more than an even quarter of 6,000 but less than what is left."""
+    sets = [(1,), (1, 2), (3, 5, 9), (18, 41, 59)]
+    rules = write_parquet(tmp_path / "rules.parquet", {
+        "rule_set_id": [1, 2, 3, 4], "moves": [list(s) for s in sets]},
+        {"rule_set_id": pl.Int64, "moves": pl.List(pl.Int64)})
+    positions = write_parquet(tmp_path / "positions.parquet", {
+        "rule_set_id": [1, 2, 3, 4], "heaps": [[1], [2], [3], [4]]},
+        {"rule_set_id": pl.Int64, "heaps": pl.List(pl.Int64)})
+    expected = {s: naive_period(s)[:2] for s in sets}
+    assert expected[(18, 41, 59)][0] + expected[(18, 41, 59)][1] + 59 > 6_000 // 4 // 3
+
+    def periods(budget: int) -> dict:
+        result = run(job(tmp_path, rules, positions, overwrite=True,
+                         tables={"period_probe_ops": budget}))
+        assert result.exit_code == 0
+        tables = pl.read_parquet(tmp_path / "out" / "sg_tables.parquet")
+        return {tuple(m): (pre, per) for m, pre, per in
+                tables.select("moves", "preperiod", "period").iter_rows()}
+
+    assert periods(6_000) == expected
+    assert periods(0)[(18, 41, 59)] == (None, None)

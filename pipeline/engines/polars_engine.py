@@ -28,12 +28,13 @@ PRESIZE_LIMIT = 1 << 16
 
 
 class TableCache:
-    """One SG table per distinct rule, tabulated only as far as the heaps seen so far need."""
+    """One SG table per distinct rule, tabulated only as far as the heaps seen so far need;
+    `reported` then spends the period-probe budget to prove periods for sg_tables."""
 
     def __init__(self, distinct: list[Rule], settings: Tables):
         self.distinct = distinct
         self.cap = settings.max_table_len
-        self.probe = settings.period_probe_ops // max(1, len(distinct))
+        self.probe_budget = settings.period_probe_ops
         self.tables: list[SGTable | None] = [None] * len(distinct)
         self.known = np.full(len(distinct), -1, dtype=np.int64)
         self._set: TableSet | None = None
@@ -43,8 +44,7 @@ class TableCache:
         need = largest_heap + 1
         if old is not None:
             need = max(need, old.table_len + old.table_len // 4)
-        table = build_table(self.distinct[t], min(need, MAX_HEAP), self.cap,
-                            self.probe if old is None else 0)
+        table = build_table(self.distinct[t], min(need, MAX_HEAP), self.cap)
         self.tables[t] = table
         self.known[t] = MAX_HEAP if table.table_len >= self.cap else table.max_known_heap()
         self._set = None
@@ -61,6 +61,29 @@ class TableCache:
         """Tables covering `largest[t]` for every t (beyond the cap, heaps are rejected)."""
         for t in np.flatnonzero((largest > self.known) | (largest >= 0) & (self.known < 0)):
             self._build(int(t), int(largest[t]))
+        return self.table_set()
+
+    def reported(self) -> TableSet:
+        """The tables for sg_tables: those without a proven period are tabulated further, up to
+        `period_probe_ops` operations (values x |S|) in all. Rules go cheapest first and each
+        may use an equal share of what is left, so budget a rule does not need (its period
+        came early) flows to the rules after it; a lone rule may use all of it."""
+        self.table_set()
+        budget = self.probe_budget
+        pending = sorted((t for t, table in enumerate(self.tables)
+                          if table is not None and table.rule.kind == "subtraction"
+                          and table.period is None and table.table_len < self.cap),
+                         key=lambda t: (len(self.distinct[t].moves), t))
+        for left, t in zip(range(len(pending), 0, -1), pending):
+            k = len(self.distinct[t].moves)
+            target = min(self.cap, budget // left // k)
+            old = self.tables[t]
+            if old is None or target <= old.table_len:
+                continue
+            table = build_table(self.distinct[t], target, self.cap)
+            budget -= table.table_len * k
+            self.tables[t] = table
+            self._set = None
         return self.table_set()
 
     def table_set(self) -> TableSet:
@@ -162,7 +185,7 @@ def execute(config: Config, staging: Path, phase: Phase,
         rejects = transforms.sort_rejects(pl.concat(
             [transforms.reject_rows(rules, "rules"), position_rejects]))
         summary = transforms.summary_rows(index, *transforms.summary_counts(verdicts, rejects))
-        sg_tables = transforms.sg_table_rows(rules, distinct, cache.table_set(), index)
+        sg_tables = transforms.sg_table_rows(rules, distinct, cache.reported(), index)
     counts = manifest_counts(
         rules.height, rejects.filter(pl.col("table") == "rules").height, rows_read,
         rejects.filter(pl.col("table") == "positions").height, verdicts.height,

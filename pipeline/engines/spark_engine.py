@@ -656,7 +656,7 @@ def execute(config: Config, staging: Path, phase: Phase,
             summary = transforms.summary_rows(index, counts.cast({"W": pl.Int64, "L": pl.Int64}),
                                rejected.filter(pl.col("rule_set_id").is_not_null())
                                .cast({"rejected": pl.Int64}))
-            sg_tables = transforms.sg_table_rows(rules, distinct, job.cache.table_set(), index)
+            sg_tables = transforms.sg_table_rows(rules, distinct, job.cache.reported(), index)
             problems = [problem_text(r)
                         for r in _polars(rejects.limit(10)).iter_rows(named=True)]
             w, n = int(counts["W"].sum()), int(counts["W"].sum() + counts["L"].sum())
