@@ -444,6 +444,9 @@ def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
     """Add `table` to each position; unknown or invalid rule sets become reasons."""
+    fast = _tables_by_rank(positions, index)
+    if fast is not None:
+        return fast
     joined = positions.join(index, on="rule_set_id", how="left", maintain_order="left")
     newly_bad = pl.col("_reason").is_null() & pl.col("table").is_null()
     return joined.with_columns(
@@ -462,6 +465,19 @@ Buffers = tuple[np.ndarray, np.ndarray]
 def heap_buffers(positions: pl.DataFrame) -> Buffers:
     """The heaps column as (Arrow offsets, flat int64 values), computed once per batch."""
     return _list_buffers(positions["heaps"])
+
+
+def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
+    """The common case without a hash join: integer ids that all name a valid rule set."""
+    rid = positions["rule_set_id"]
+    if rid.dtype != pl.Int64 or index["rule_set_id"].dtype != pl.Int64 or rid.null_count():
+        return None
+    ordered = index.filter(pl.col("table").is_not_null()).sort("rule_set_id")
+    ranks = kernels.rank_in(rid.to_numpy(), ordered["rule_set_id"].to_numpy())
+    if ranks.size and ranks.min() < 0:
+        return None
+    tables = ordered["table"].to_numpy()[ranks]
+    return positions.with_columns(pl.Series("table", tables, dtype=pl.Int64))
 
 
 def largest_heaps(positions: pl.DataFrame, n_tables: int,
@@ -570,6 +586,8 @@ def sorted_from_parts(parts: list[pl.DataFrame], rule_ids: pl.Series | None = No
                for name in names}
     parts.clear()
     order, sorted_ids = _key_order(columns["rule_set_id"], columns["position_id"], rule_ids)
+    if order.len() and order.diff().drop_nulls().eq(1).all():  # already in key order
+        return pl.DataFrame(columns)
     for name in names:
         if name == "rule_set_id" and sorted_ids is not None:
             columns[name] = sorted_ids
