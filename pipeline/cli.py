@@ -5,6 +5,7 @@ This is the only module that imports typer, prints, or exits.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import traceback
@@ -109,7 +110,6 @@ def run(
     3 completed, but some rows were rejected (see rejects.parquet).
     """
     try:
-        from pipeline.config import Spark
         from pipeline.run import run_job
 
         cfg = _load(config, rules, positions, out)
@@ -121,7 +121,7 @@ def run(
             winning_moves=winning_moves,
             on_bad_rows=on_bad_rows.value if on_bad_rows else None,
             overwrite=overwrite,
-            spark=Spark(master=spark_master) if spark_master else None,
+            spark=dataclasses.replace(cfg.spark, master=spark_master) if spark_master else None,
         )
         progress = _progress_printer(quiet, verbose)
         result = run_job(cfg, progress)
