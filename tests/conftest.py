@@ -157,3 +157,37 @@ def moves_text(moves, style: int) -> str:
 def read_outputs(out: Path) -> dict[str, pl.DataFrame]:
     return {name: pl.scan_parquet(out / f"{name}.parquet").collect()
             for name in ("verdicts", "rejects", "sg_tables", "summary")}
+
+
+CLASSIC_SAMPLE = """2 2 5
+3
+2 5 12
+3 2 4 7
+4 2 3 7 12
+5 1 2 3 4 5
+3
+2 5 12
+3 2 4 7
+4 2 3 7 12
+0
+"""
+"""The textbook S-Nim sample input; the textbook programs print LWW then WWL."""
+
+
+def invoke(args, where: Path) -> tuple[int, str]:
+    """`snim-batch ARGS` in-process from directory `where`: (exit code, stderr)."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    old = Path.cwd()
+    os.chdir(where)
+    try:
+        result = CliRunner().invoke(app, [str(a) for a in args])
+    finally:
+        os.chdir(old)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stderr

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import CLASSIC_SAMPLE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,18 +24,7 @@ from pipeline.classic import (
 )
 from pipeline.errors import InputError, RuleError
 
-SAMPLE = b"""2 2 5
-3
-2 5 12
-3 2 4 7
-4 2 3 7 12
-5 1 2 3 4 5
-3
-2 5 12
-3 2 4 7
-4 2 3 7 12
-0
-"""
+SAMPLE = CLASSIC_SAMPLE.encode()
 
 # --------------------------------------------------------------------------- reference
 

@@ -10,23 +10,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import naive_period, naive_sg, sg_half, wins, write_csv
+from conftest import CLASSIC_SAMPLE, naive_period, naive_sg, sg_half, wins, write_csv
 from typer.testing import CliRunner
 
 from pipeline.cli import app
 
-CLASSIC_SAMPLE = """2 2 5
-3
-2 5 12
-3 2 4 7
-4 2 3 7 12
-5 1 2 3 4 5
-3
-2 5 12
-3 2 4 7
-4 2 3 7 12
-0
-"""
 SCRIPT = Path(sys.executable).with_name("snim-batch")
 
 

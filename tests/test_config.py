@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke
 
-from pipeline.cli import app
 from pipeline.config import Config, config_from_dict, load_config
 from pipeline.errors import ConfigError
 
@@ -37,18 +36,6 @@ def inputs(directory: Path) -> None:
     write(directory / "data" / "rules.csv", "rule_set_id,kind,moves\n1,,2 5\n2,nim,\n")
     write(directory / "data" / "positions.csv",
           "rule_set_id,position_id,heaps\n1,0,5 12\n2,0,1 2\n")
-
-
-def invoke(args: list[str], where: Path) -> tuple[int, str]:
-    old = Path.cwd()
-    os.chdir(where)
-    try:
-        result = CliRunner().invoke(app, [str(a) for a in args])
-    finally:
-        os.chdir(old)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stderr
 
 
 # ---- keys and values --------------------------------------------------------------------------

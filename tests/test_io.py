@@ -18,16 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke
 
 from pipeline import io
-from pipeline.cli import app
 from pipeline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,19 +38,6 @@ POSITIONS_CSV = "rule_set_id,position_id,heaps\n1,0,5 12\n1,1,2 4 7\n2,0,1 2\n"
 
 
 # ---- helpers --------------------------------------------------------------------------------
-
-
-def invoke(args: Sequence[str], where: Path) -> tuple[int, str]:
-    """`snim-batch ARGS` in-process from `where`: (exit code, stderr)."""
-    old = Path.cwd()
-    os.chdir(where)
-    try:
-        result = CliRunner().invoke(app, [str(a) for a in args])
-    finally:
-        os.chdir(old)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stderr
 
 
 def job(rules: Path, positions: Path, out: Path, *extra: str) -> list[str]:
