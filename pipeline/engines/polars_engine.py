@@ -95,6 +95,16 @@ class TableCache:
         return self._set
 
 
+def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: str
+                ) -> TableCache:
+    """The run's table cache, presized from Parquet statistics where they bound the heaps
+    (both engines, so that their tables, and sg_tables, are the same)."""
+    cache = TableCache(distinct, config.tables)
+    if form == "wide":
+        cache.presize(io.heap_upper_bound(paths, config.columns.heaps))
+    return cache
+
+
 def read_rules(config: Config) -> tuple[pl.DataFrame, list[io.InputFile]]:
     """All rules files, normalised and validated (reasons on bad rows)."""
     frames, files = [], []
@@ -169,9 +179,7 @@ def execute(config: Config, staging: Path, phase: Phase,
         distinct, index = transforms.rule_index(rules)
         paths = io.resolve_inputs(config.positions, "positions")
         form = positions_form(paths, config)
-    cache = TableCache(distinct, config.tables)
-    if form == "wide":
-        cache.presize(io.heap_upper_bound(paths, config.columns.heaps))
+    cache = table_cache(distinct, config, paths, form)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = [checksums.submit(io.describe, p) for p in paths]
     checksums.shutdown(wait=False)

@@ -632,7 +632,7 @@ def execute(config: Config, staging: Path, phase: Phase,
     checksums.shutdown(wait=False)
     spark, owned = session(config.spark.master, dict(config.spark.conf))
     job = _Job(spark, config, paths, form, index,
-               polars_engine.TableCache(distinct, config.tables))
+               polars_engine.table_cache(distinct, config, paths, form))
     try:
         with phase("positions"):
             note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")
