@@ -28,8 +28,9 @@ PRESIZE_LIMIT = 1 << 16
 
 
 class TableCache:
-    """One SG table per distinct rule, tabulated only as far as the heaps seen so far need;
-    `reported` then spends the period-probe budget to prove periods for sg_tables."""
+    """One SG table per distinct rule, tabulated only as far as the heaps seen so far need
+    (exactly, so the final tables do not depend on how the input was batched); `reported`
+    then spends the period-probe budget to prove periods for sg_tables."""
 
     def __init__(self, distinct: list[Rule], settings: Tables):
         self.distinct = distinct
@@ -40,10 +41,7 @@ class TableCache:
         self._set: TableSet | None = None
 
     def _build(self, t: int, largest_heap: int) -> None:
-        old = self.tables[t]
         need = largest_heap + 1
-        if old is not None:
-            need = max(need, old.table_len + old.table_len // 4)
         table = build_table(self.distinct[t], min(need, MAX_HEAP), self.cap)
         self.tables[t] = table
         self.known[t] = MAX_HEAP if table.table_len >= self.cap else table.max_known_heap()
