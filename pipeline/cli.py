@@ -26,6 +26,7 @@ app = typer.Typer(
 )
 
 DEFAULT_CONFIG = Path("config.yaml")
+GRUNDY_SEARCH_OPS = 10**9  # `grundy` looks for a period for about a second or two (values x |S|)
 
 
 class Engine(str, Enum):
@@ -175,7 +176,8 @@ def grundy(
         help='The move set S, e.g. "2 5", "2,5,12" or "1..3".')] = "",
     kind: Annotated[str, typer.Option(help="subtraction, nim or half.")] = "subtraction",
     upto: Annotated[int, typer.Option(min=0, help="Print SG(0..UPTO).")] = 40,
-    cap: Annotated[int, typer.Option(min=1, help="Longest table to search for a period.")]
+    cap: Annotated[int, typer.Option(min=1, help="Longest table to search for a period "
+                                     "(the search also stops after about 10^9 values x |S|).")]
     = 2**26,
     plot: Annotated[Path | None, typer.Option(
         help="Also draw the SG sequence, preperiod and one period, to this PNG file.")] = None,
@@ -188,7 +190,7 @@ def grundy(
             rule = canonical_rule(kind, _parse_moves(moves) if kind == "subtraction" else None)
         except RuleError as exc:
             raise UsageError(f"--{'kind' if 'kind' in str(exc) else 'moves'}: {exc}") from None
-        table = build_table(rule, upto + 1, cap, probe_ops=cap * max(len(rule.moves), 1))
+        table = build_table(rule, upto + 1, cap, probe_ops=GRUNDY_SEARCH_OPS)
         import numpy as np
 
         values = table.sg(np.arange(upto + 1, dtype=np.int64))
