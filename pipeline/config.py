@@ -34,11 +34,13 @@ class Columns:
 
 @dataclass(frozen=True)
 class Tables:
-    """SG table limits: `max_table_len` caps any table; `period_probe_ops` is the work (table
-    length x |S|, in all) spent past the data's largest heaps proving periods to report in
-    sg_tables."""
+    """SG table limits: `max_table_len` caps any table and `max_total_values` all of a run's
+    tables together (memory: 1 byte a value for |S| < 255); `period_probe_ops` is the work
+    (table length x |S|, in all) spent past the data's largest heaps proving periods to
+    report in sg_tables."""
 
     max_table_len: int = 2**26
+    max_total_values: int = 2**30
     period_probe_ops: int = 200_000_000
 
 
@@ -184,6 +186,9 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     if not 1 <= t.max_table_len <= MAX_TABLE_LEN:
         raise ConfigError(f"{source}: key 'tables.max_table_len' must be between 1 and "
                           f"{MAX_TABLE_LEN}, got {t.max_table_len}")
+    if t.max_total_values < 1:
+        raise ConfigError(f"{source}: key 'tables.max_total_values' must be >= 1, "
+                          f"got {t.max_total_values}")
     if t.period_probe_ops < 0:
         raise ConfigError(f"{source}: key 'tables.period_probe_ops' must be >= 0, "
                           f"got {t.period_probe_ops}")

@@ -540,8 +540,9 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
     bad_heap = pl.col("heaps").list.get(pl.col("_bad").clip(0, None), null_on_oob=True)
     return out.join(labels, on="table", how="left", maintain_order="left").with_columns(
         pl.when(beyond).then(pl.format(
-            "heap {} at index {} needs SG values of {} beyond tables.max_table_len = {}, and "
-            "no period was proven within those values",
+            "heap {} at index {} needs SG values of {} beyond tables.max_table_len / "
+            "tables.max_total_values ({} values tabulated), and no period was proven within "
+            "them",
             bad_heap, pl.col("_bad"), pl.col("_label"), pl.col("_len"),
         )).otherwise(pl.col("_reason")).alias("_reason"),
         pl.when(beyond).then(pl.lit("heaps")).otherwise(pl.col("_column")).alias("_column"),

@@ -612,3 +612,28 @@ def test_period_probe_budget_flows_to_the_rules_that_need_it(tmp_path):
 
     assert periods(6_000) == expected
     assert periods(0)[(18, 41, 59)] == (None, None)
+
+
+def test_total_table_budget_rejects_instead_of_exhausting_memory(tmp_path):
+    """tables.max_total_values bounds all tables together: once spent, a heap that would need
+    a longer table is a rejected row, not a crash. Tables are built in canonical rule order:
+    {3, 5, 9} proves its period within 25 values and keeps pre + per = 16 of them; {7} gets
+    the 9 left, short of the 21 it needs (naive reference), so its 10^18 heap is rejected."""
+    (pre, per, values), (pre7, per7, _) = naive_period((3, 5, 9)), naive_period((7,))
+    assert (pre, per) == (14, 2) and pre7 + per7 + 7 == 21
+    rules = write_parquet(tmp_path / "rules.parquet", {
+        "rule_set_id": [1, 2], "moves": [[7], [3, 5, 9]]},
+        {"rule_set_id": pl.Int64, "moves": pl.List(pl.Int64)})
+    positions = write_parquet(tmp_path / "positions.parquet", {
+        "rule_set_id": [1, 2, 2], "heaps": [[10**18], [3], [10**18]]},
+        {"rule_set_id": pl.Int64, "heaps": pl.List(pl.Int64)})
+    result = run(job(tmp_path, rules, positions, tables={"max_total_values": 25,
+                                                         "period_probe_ops": 0}))
+    assert result.exit_code == 3
+    sg = {h: values[h] if h < pre else values[pre + (h - pre) % per] for h in (3, 10**18)}
+    verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == [
+        (2, 1, sg[3]), (2, 2, sg[10**18])]
+    rejects = pl.read_parquet(tmp_path / "out" / "rejects.parquet")
+    assert rejects.select("rule_set_id", "row", "column").rows() == [("1", 0, "heaps")]
+    assert "tables.max_total_values" in rejects["reason"][0]

@@ -35,17 +35,30 @@ class TableCache:
     def __init__(self, distinct: list[Rule], settings: Tables):
         self.distinct = distinct
         self.cap = settings.max_table_len
+        self.total_cap = settings.max_total_values
         self.probe_budget = settings.period_probe_ops
         self.tables: list[SGTable | None] = [None] * len(distinct)
         self.known = np.full(len(distinct), -1, dtype=np.int64)
+        self.used = 0
         self._set: TableSet | None = None
 
-    def _build(self, t: int, largest_heap: int) -> None:
-        need = largest_heap + 1
-        table = build_table(self.distinct[t], min(need, MAX_HEAP), self.cap)
+    def _limit(self, t: int) -> int:
+        """Longest table t may have: the per-table cap, and what the run's total leaves."""
+        old = self.tables[t]
+        room = self.total_cap - self.used + (old.table_len if old is not None else 0)
+        return max(1, min(self.cap, room))
+
+    def _install(self, t: int, table: SGTable) -> None:
+        old = self.tables[t]
+        self.used += table.table_len - (old.table_len if old is not None else 0)
         self.tables[t] = table
-        self.known[t] = MAX_HEAP if table.table_len >= self.cap else table.max_known_heap()
         self._set = None
+
+    def _build(self, t: int, largest_heap: int) -> None:
+        limit = self._limit(t)
+        table = build_table(self.distinct[t], min(largest_heap + 1, MAX_HEAP), limit)
+        self._install(t, table)
+        self.known[t] = MAX_HEAP if table.table_len >= limit else table.max_known_heap()
 
     def presize(self, largest_heap: int | None) -> None:
         """Build every table for heaps up to `largest_heap` at once when that bound (from
@@ -74,14 +87,14 @@ class TableCache:
                          key=lambda t: (len(self.distinct[t].moves), t))
         for left, t in zip(range(len(pending), 0, -1), pending):
             k = len(self.distinct[t].moves)
-            target = min(self.cap, budget // left // k)
+            limit = self._limit(t)
+            target = min(limit, budget // left // k)
             old = self.tables[t]
             if old is None or target <= old.table_len:
                 continue
-            table = build_table(self.distinct[t], target, self.cap)
+            table = build_table(self.distinct[t], target, limit)
             budget -= table.table_len * k
-            self.tables[t] = table
-            self._set = None
+            self._install(t, table)
         return self.table_set()
 
     def table_set(self) -> TableSet:
