@@ -122,6 +122,22 @@ def job_args(rules: Path, positions: Path, out: Path, *extra: str,
     return [str(a) for a in args]
 
 
+def run_texts(tmp_path: Path, rules: str, positions: str | bytes) -> tuple[Outcome, Path]:
+    """Write rules.csv and positions.csv, run the job on them, check it did not crash."""
+    rules_path = tmp_path / "rules.csv"
+    rules_path.write_text(rules)
+    positions_path = tmp_path / "positions.csv"
+    if isinstance(positions, bytes):
+        positions_path.write_bytes(positions)
+    else:
+        positions_path.write_text(positions)
+    out = tmp_path / "out"
+    got = invoke(job_args(rules_path, positions_path, out), tmp_path)
+    got.assert_no_crash()
+    return got, out
+
+
+
 def write_config(directory: Path, **tables: int) -> Path:
     path = directory / "snim.yaml"
     lines = ["rules: rules.csv", "positions: positions.csv", "out: out", "winning_moves: true"]
@@ -767,27 +783,23 @@ def test_csv_row_numbers_with_blank_lines_quotes_and_crlf(tmp_path: Path) -> Non
 
 
 def test_csv_unterminated_quote_is_not_silently_accepted(tmp_path: Path) -> None:
-    rules = tmp_path / "rules.csv"
-    rules.write_text(RULES_CSV)
-    positions = tmp_path / "positions.csv"
-    positions.write_text('rule_set_id,position_id,heaps\n1,0,"5 12\n1,1,3\n2,0,1 2\n')
-    out = tmp_path / "out"
-    got = invoke(job_args(rules, positions, out), tmp_path)
-    got.assert_no_crash()
+    got, out = run_texts(
+        tmp_path,
+        RULES_CSV,
+        'rule_set_id,position_id,heaps\n1,0,"5 12\n1,1,3\n2,0,1 2\n',
+    )
     # either the file is refused (exit 1, naming it) or the broken row is rejected (exit 3)
     assert got.code in (1, 3), (got.code, got.stdout)
-    assert str(positions) in got.stderr
+    assert str(tmp_path / "positions.csv") in got.stderr
 
 
 def test_rules_line_with_wrong_field_count_names_problem_for_its_positions(
         tmp_path: Path) -> None:
-    rules = tmp_path / "rules.csv"
-    rules.write_text("rule_set_id,kind,moves\n1,,2 5\n7,,2 5,9\n")
-    positions = tmp_path / "positions.csv"
-    positions.write_text("rule_set_id,position_id,heaps\n1,0,5\n7,0,5\n")
-    out = tmp_path / "out"
-    got = invoke(job_args(rules, positions, out), tmp_path)
-    got.assert_no_crash()
+    got, out = run_texts(
+        tmp_path,
+        "rule_set_id,kind,moves\n1,,2 5\n7,,2 5,9\n",
+        "rule_set_id,position_id,heaps\n1,0,5\n7,0,5\n",
+    )
     assert got.code == 3
     rejects = read_out(out)["rejects"]
     rule_row = rejects.filter(pl.col("table") == "rules").row(0, named=True)
@@ -799,13 +811,11 @@ def test_rules_line_with_wrong_field_count_names_problem_for_its_positions(
 def test_field_count_reject_names_no_misleading_column(tmp_path: Path) -> None:
     """A line with the wrong number of fields names no column (it used to be given
     'rule_set_id' or 'position_id' by later steps, because its keys are null)."""
-    rules = tmp_path / "rules.csv"
-    rules.write_text(RULES_CSV)
-    positions = tmp_path / "positions.csv"
-    positions.write_text("rule_set_id,position_id,heaps\n1,0,5\n1,1,3,3\n2,0\n")
-    out = tmp_path / "out"
-    got = invoke(job_args(rules, positions, out), tmp_path)
-    got.assert_no_crash()
+    got, out = run_texts(
+        tmp_path,
+        RULES_CSV,
+        "rule_set_id,position_id,heaps\n1,0,5\n1,1,3,3\n2,0\n",
+    )
     assert got.code == 3
     rejects = read_out(out)["rejects"]
     assert rejects["row"].to_list() == [1, 2]
@@ -814,13 +824,11 @@ def test_field_count_reject_names_no_misleading_column(tmp_path: Path) -> None:
 
 
 def test_duplicate_rule_set_id_with_one_invalid_definition(tmp_path: Path) -> None:
-    rules = tmp_path / "rules.csv"
-    rules.write_text("rule_set_id,kind,moves\n1,,2 5\n3,,\n3,,1\n")
-    positions = tmp_path / "positions.csv"
-    positions.write_text("rule_set_id,position_id,heaps\n1,0,5\n3,0,4\n")
-    out = tmp_path / "out"
-    got = invoke(job_args(rules, positions, out), tmp_path)
-    got.assert_no_crash()
+    got, out = run_texts(
+        tmp_path,
+        "rule_set_id,kind,moves\n1,,2 5\n3,,\n3,,1\n",
+        "rule_set_id,position_id,heaps\n1,0,5\n3,0,4\n",
+    )
     assert got.code == 3
     rejects = read_out(out)["rejects"]
     assert set(rejects.select("table", "row").rows()) == {
@@ -895,13 +903,11 @@ def test_long_form_bad_row_rejects_whole_position(case: LongCase, tmp_path: Path
 
 
 def test_long_form_field_count_line_taints_its_position(tmp_path: Path) -> None:
-    rules = tmp_path / "rules.csv"
-    rules.write_text(RULES_CSV)
-    positions = tmp_path / "positions.csv"
-    positions.write_text("rule_set_id,position_id,heap\n1,0,5\n2,0,3\n2,0,3,3\n2,1,7\n")
-    out = tmp_path / "out"
-    got = invoke(job_args(rules, positions, out), tmp_path)
-    got.assert_no_crash()
+    got, out = run_texts(
+        tmp_path,
+        RULES_CSV,
+        "rule_set_id,position_id,heap\n1,0,5\n2,0,3\n2,0,3,3\n2,1,7\n",
+    )
     assert got.code == 3
     result = read_out(out)
     verdict_keys = set(result["verdicts"].select("rule_set_id", "position_id").rows())
