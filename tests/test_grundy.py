@@ -11,7 +11,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import naive_period, naive_sg
+from conftest import naive_period, naive_sg, naive_sg_half
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,15 +68,8 @@ def periodic_ref(v, pre, per, h):
 
 
 def half_brute(n):
-    """SG(0..n-1) of take-at-most-half by naive mex over moves 1..floor(x/2)."""
-    v: list[int] = []
-    for x in range(n):
-        opts = {v[x - t] for t in range(1, x // 2 + 1)}
-        g = 0
-        while g in opts:
-            g += 1
-        v.append(g)
-    return v
+    """SG(0..n-1) of take-at-most-half by naive mex over moves 1..floor(x/2) (conftest)."""
+    return naive_sg_half(n)
 
 
 def half_closed(x):
