@@ -13,7 +13,7 @@ position: `W` when the player to move wins, `L` otherwise.
 Everything that touches every byte or token runs in numba: a single-pass parser over
 `np.frombuffer(data, np.uint8)` (tokenizer and structural walk fused) producing flat int64 arrays
 with Arrow-style offsets, a canonicalise-and-deduplicate pass so that identical S across test
-cases share one table (`grundy.build_table` up to that S's largest heap), and the existing
+cases share one table (`grundy.build_tables` up to that S's largest heap), and the existing
 `kernels.nim_sums_wide` over a `grundy.TableSet`. Python only loops over the distinct rule sets.
 Errors name the first problem in input order. No printing, no exits, no polars.
 """
@@ -65,6 +65,18 @@ def _is_space(c):
     return c == 32 or (c >= 9 and c <= 13)
 
 
+@njit(cache=True)
+def _checked_value(buf, start, end):
+    """The value of the digits buf[start:end] and whether it exceeds int64."""
+    v = np.int64(0)
+    for i in range(start, end):
+        d = np.int64(buf[i]) - 48
+        if v > (_INT64_MAX - d) // 10:
+            return np.int64(0), True
+        v = v * 10 + d
+    return v, False
+
+
 @njit(cache=True, inline="always")
 def _next_token(buf, i):
     """Read the token at or after byte i: (verdict, value, start, end).
@@ -90,21 +102,17 @@ def _next_token(buf, i):
     overflow = False
     while i < n:
         c = buf[i]
-        if _is_space(c):
-            break
         d = np.int64(c) - 48
         if d >= 0 and d <= 9:
+            v = v * 10 + d  # may wrap past 18 digits: recomputed below
             digits += 1
-            if digits <= 18:  # cannot overflow: v < 10**18
-                v = v * 10 + d
-            elif not overflow:
-                if v > (_INT64_MAX - d) // 10:
-                    overflow = True
-                else:
-                    v = v * 10 + d
+        elif _is_space(c):
+            break
         else:
             not_int = True
         i += 1
+    if digits > 18 and not not_int:
+        v, overflow = _checked_value(buf, i - digits, i)
     if not_int or digits == 0:
         return _T_NOT_INT, np.int64(0), start, i
     if overflow:
@@ -500,10 +508,9 @@ def solve_parsed(ci: ClassicInput, cap: int = 2**26) -> str:
     table_of_row, rule_max = _rows(case_rule, ci.case_offsets, ci.offsets, ci.heaps, n_rules)
     canon_list = canon.tolist()
     ro = rule_off.tolist()
-    tables = []
-    for r in range(n_rules):
-        rule = grundy.Rule("subtraction", tuple(canon_list[ro[r] : ro[r + 1]]))
-        tables.append(grundy.build_table(rule, need_len=int(rule_max[r]) + 1, cap=cap))
+    rules = [grundy.Rule("subtraction", tuple(canon_list[ro[r] : ro[r + 1]]))
+             for r in range(n_rules)]
+    tables = grundy.build_tables(rules, [m + 1 for m in rule_max.tolist()], [cap] * n_rules)
     ts = grundy.TableSet.of(tables)
     nim, bad = kernels.nim_sums_wide(ci.offsets, ci.heaps, table_of_row, *ts.lookup_args())
     bad_rows = np.flatnonzero(bad >= 0)

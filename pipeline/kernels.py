@@ -9,7 +9,7 @@ per == 0 when none), and `kind`.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 KIND_SUBTRACTION = 0
 KIND_NIM = 1
@@ -127,6 +127,25 @@ def tabulate_subtraction(moves, vals, stop_len):
             n_slots *= 2
             slots = _rebuild(vals, m, y + 1, n_slots, bpow)
     return stop_len, 0, 0
+
+
+@njit(cache=True, parallel=True)
+def tabulate_many(moves, moves_base, moves_len, vals, vals_base, stop_len, worker_start, jobs):
+    """`tabulate_subtraction` for many rules at once, one thread per worker: worker w takes the
+    rules jobs[worker_start[w]:worker_start[w + 1]], so the caller decides the load balance.
+    Rule j's moves are moves[moves_base[j]:][:moves_len[j]] and its values go to
+    vals[vals_base[j]:][:stop_len[j]]. Returns (n, preperiod, period) per rule."""
+    r = moves_base.shape[0]
+    n = np.zeros(r, np.int64)
+    pre = np.zeros(r, np.int64)
+    per = np.zeros(r, np.int64)
+    for w in prange(worker_start.shape[0] - 1):
+        for q in range(worker_start[w], worker_start[w + 1]):
+            j = jobs[q]
+            mv = moves[moves_base[j]:moves_base[j] + moves_len[j]]
+            out = vals[vals_base[j]:vals_base[j] + stop_len[j]]
+            n[j], pre[j], per[j] = tabulate_subtraction(mv, out, stop_len[j])
+    return n, pre, per
 
 
 @njit(cache=True, inline="always")

@@ -20,7 +20,9 @@ from pipeline.grundy import (
     MAX_HEAP,
     MAX_TABLE_LEN,
     Rule,
+    balance,
     build_table,
+    build_tables,
     canonical_rule,
     grundy_values,
 )
@@ -120,6 +122,46 @@ def test_build_table_values_match_naive(moves, need):
     else:
         assert t.table_len == t.preperiod + t.period
         assert t.max_known_heap() == MAX_HEAP
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rules=st.lists(st.tuples(st.one_of(moves_strategy, wide_moves_strategy,
+                                          st.sampled_from(["nim", "half"])),
+                                st.integers(1, 400), st.integers(1, 500)),
+                      min_size=1, max_size=12))
+def test_build_tables_in_parallel_match_naive(rules):
+    """Many rules at once (on every thread) give each rule's naive values, period and length,
+    whatever the mix of kinds, needs and caps."""
+    built = build_tables([canonical_rule(m, None) if isinstance(m, str) else sub(m)
+                          for m, _, _ in rules],
+                         [need for _, need, _ in rules], [cap for _, _, cap in rules])
+    for (moves, need, cap), t in zip(rules, built):
+        if isinstance(moves, str):
+            assert t.rule.kind == moves and t.table_len == 0
+            continue
+        ms = sorted(set(moves))
+        pre, per = naive_first_repeat(ms)
+        stop = min(cap, need)
+        if pre + max(ms) + per <= stop:
+            assert (t.preperiod, t.period) == (pre, per)
+            assert t.values.tolist() == naive_sg(ms, pre + per)
+        else:
+            assert (t.preperiod, t.period) == (None, None)
+            assert t.values.tolist() == naive_sg(ms, stop)
+        assert t.values.dtype == np.uint8
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 8])
+def test_balance_gives_every_job_once_longest_first(workers):
+    costs = np.array([5, 1, 9, 3, 3, 7, 2], dtype=np.int64)
+    start, jobs = balance(costs, workers)
+    assert sorted(jobs.tolist()) == list(range(7))
+    used = min(workers, 7)
+    assert start.tolist()[0] == 0 and start.tolist()[-1] == 7 and len(start) == used + 1
+    loads = [int(costs[jobs[a:b]].sum()) for a, b in zip(start[:-1], start[1:])]
+    # greedy longest-first on these costs: no worker carries more than the largest job
+    # plus the even share
+    assert max(loads) <= 9 + costs.sum() // used
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pipeline import io, transforms
 from pipeline.config import Config, Tables
 from pipeline.engines import EngineResult, manifest_counts, problem_text
 from pipeline.errors import InputError
-from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableSet, build_table
+from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableSet, build_table, build_tables
 
 Phase = Callable[[str], AbstractContextManager[None]]
 BATCH_ROWS = 1 << 20
@@ -48,30 +48,45 @@ class TableCache:
         room = self.total_cap - self.used + (old.table_len if old is not None else 0)
         return max(1, min(self.cap, room))
 
-    def _install(self, t: int, table: SGTable) -> None:
+    def _build(self, t: int, largest_heap: int) -> None:
+        limit = self._limit(t)
+        table = build_table(self.distinct[t], min(largest_heap + 1, MAX_HEAP), limit)
+        self._install(t, table, limit)
+
+    def _install(self, t: int, table: SGTable, limit: int | None = None) -> None:
         old = self.tables[t]
         self.used += table.table_len - (old.table_len if old is not None else 0)
         self.tables[t] = table
         self._set = None
+        if limit is not None:
+            self.known[t] = MAX_HEAP if table.table_len >= limit else table.max_known_heap()
 
-    def _build(self, t: int, largest_heap: int) -> None:
-        limit = self._limit(t)
-        table = build_table(self.distinct[t], min(largest_heap + 1, MAX_HEAP), limit)
-        self._install(t, table)
-        self.known[t] = MAX_HEAP if table.table_len >= limit else table.max_known_heap()
+    def _build_all(self, ts: list[int], largest: list[int]) -> None:
+        """`_build(t, largest)` for each t, on all cores when the run's total budget cannot
+        bind (so the tables are the same as one at a time, in order)."""
+        needs = [min(h + 1, MAX_HEAP) for h in largest]
+        growth = sum(min(max(n, 1), self.cap) - (self.tables[t].table_len
+                                                 if self.tables[t] is not None else 0)
+                     for t, n in zip(ts, needs))
+        if len(ts) < 2 or self.used + growth >= self.total_cap:
+            for t, h in zip(ts, largest):
+                self._build(t, h)
+            return
+        tables = build_tables([self.distinct[t] for t in ts], needs, [self.cap] * len(ts))
+        for t, table in zip(ts, tables):
+            self._install(t, table, self.cap)
 
     def presize(self, largest_heap: int | None) -> None:
         """Build every table for heaps up to `largest_heap` at once when that bound (from
         Parquet statistics) is small, instead of growing tables batch by batch."""
         if largest_heap is not None and 0 <= largest_heap < PRESIZE_LIMIT:
-            for t in range(len(self.distinct)):
-                if self.tables[t] is None:
-                    self._build(t, largest_heap)
+            missing = [t for t in range(len(self.distinct)) if self.tables[t] is None]
+            self._build_all(missing, [largest_heap] * len(missing))
 
     def ensure(self, largest: np.ndarray) -> TableSet:
         """Tables covering `largest[t]` for every t (beyond the cap, heaps are rejected)."""
-        for t in np.flatnonzero((largest > self.known) | (largest >= 0) & (self.known < 0)):
-            self._build(int(t), int(largest[t]))
+        grow = np.flatnonzero((largest > self.known) | (largest >= 0) & (self.known < 0))
+        self._build_all(grow.tolist(), largest[grow].tolist())
         return self.table_set()
 
     def reported(self) -> TableSet:
