@@ -340,6 +340,23 @@ def order_by_keys(bucket, n_buckets, key):
     return order
 
 
+@njit(cache=True, parallel=True)
+def gather(values, order):
+    """values[order], on all threads."""
+    out = np.empty(order.shape[0], values.dtype)
+    for i in prange(order.shape[0]):
+        out[i] = values[order[i]]
+    return out
+
+
+@njit(cache=True)
+def is_identity(order):
+    for i in range(order.shape[0]):
+        if order[i] != i:
+            return False
+    return True
+
+
 @njit(cache=True)
 def rank_in(values, keys):
     """Index of each value in the sorted distinct `keys`, -1 where absent: a direct table

@@ -378,13 +378,34 @@ def _obviously_clean(frame: pl.DataFrame) -> bool:
     heaps = frame["heaps"]
     if heaps.null_count():
         return False
-    flat = _arrow_list(heaps).flatten()
-    return flat.null_count == 0 and (len(flat) == 0 or pc.min(flat).as_py() >= 0)
+    for offsets, values, nulls in _list_chunks(heaps):
+        used = values[offsets[0]:offsets[-1]]
+        if nulls or (used.shape[0] and used.min() < 0):
+            return False
+    return True
 
 
-def _arrow_list(heaps: pl.Series) -> pa.Array:
-    arr = heaps.rechunk().to_arrow()
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+HeapChunks = list[tuple[np.ndarray, np.ndarray]]
+
+
+def _list_chunks(heaps: pl.Series) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Per chunk of a List(Int64) column: (Arrow offsets, the child's int64 values, how many
+    child values are null), as views of polars' own buffers (no rechunk, and no copy unless
+    nulls are read as 0). Offsets index the child values from its start."""
+    out = []
+    for chunk in heaps.get_chunks():
+        arr = chunk.to_arrow()
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+        child = arr.values
+        nulls = child.null_count
+        if nulls:
+            child = pc.fill_null(child, 0)
+        values = np.frombuffer(child.buffers()[1], np.int64)[child.offset:
+                                                             child.offset + len(child)]
+        out.append((offsets, values, nulls))
+    return out
 
 
 def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
@@ -459,12 +480,10 @@ def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
     ).drop("rule_problem")
 
 
-Buffers = tuple[np.ndarray, np.ndarray]
-
-
-def heap_buffers(positions: pl.DataFrame) -> Buffers:
-    """The heaps column as (Arrow offsets, flat int64 values), computed once per batch."""
-    return _list_buffers(positions["heaps"])
+def heap_buffers(positions: pl.DataFrame) -> HeapChunks:
+    """The heaps column as (Arrow offsets, flat int64 values) per chunk, computed once per
+    batch (null heaps, only possible in rows that are not evaluated, read as 0)."""
+    return [(offsets, values) for offsets, values, _ in _list_chunks(positions["heaps"])]
 
 
 def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
@@ -481,44 +500,52 @@ def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFram
 
 
 def largest_heaps(positions: pl.DataFrame, n_tables: int,
-                  buffers: Buffers | None = None) -> np.ndarray:
+                  buffers: HeapChunks | None = None) -> np.ndarray:
     """Per table, the largest heap that valid positions look up in it (-1 where none)."""
-    offsets, values = buffers or _list_buffers(positions["heaps"])
     table_of_row = positions.select(
         pl.when(pl.col("_reason").is_null()).then(pl.col("table")).otherwise(-1)
         .fill_null(-1).cast(pl.Int64)).to_series().to_numpy()
-    return kernels.max_heap_per_table(offsets, values, table_of_row, n_tables)
+    largest = np.full(n_tables, -1, np.int64)
+    for rows, offsets, values in _row_slices(buffers or heap_buffers(positions)):
+        np.maximum(largest, kernels.max_heap_per_table(offsets, values, table_of_row[rows],
+                                                       n_tables), out=largest)
+    return largest
 
 
-def _list_buffers(heaps: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Arrow offsets and flat int64 values of a list column (nulls, only possible in rows
-    that are not evaluated, read as 0 so the values never go through float)."""
-    arr = _arrow_list(heaps)
-    offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)
-    values = arr.values
-    if values.null_count:
-        values = pc.fill_null(values, 0)
-    return offsets, values.to_numpy().astype(np.int64, copy=False)
+def _row_slices(buffers: HeapChunks) -> list[tuple[slice, np.ndarray, np.ndarray]]:
+    """Each chunk's rows within the frame, with its offsets and values."""
+    out, start = [], 0
+    for offsets, values in buffers:
+        stop = start + offsets.shape[0] - 1
+        out.append((slice(start, stop), offsets, values))
+        start = stop
+    return out
 
 
 def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
-             buffers: Buffers | None = None) -> pl.DataFrame:
+             buffers: HeapChunks | None = None) -> pl.DataFrame:
     """nim_sum (and a winning move) for valid positions; a heap beyond its table (no proven
     period within the cap) becomes the row's reason."""
     if positions["_reason"].null_count() == positions.height:
         valid = positions
-        offsets, values = buffers or _list_buffers(valid["heaps"])
+        buffers = buffers or heap_buffers(valid)
     else:
         valid = positions.filter(pl.col("_reason").is_null())
-        offsets, values = _list_buffers(valid["heaps"])
+        buffers = heap_buffers(valid)
     table_of_row = valid["table"].to_numpy().astype(np.int64, copy=False)
-    nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row, *tables.lookup_args())
+    parts = []
+    for rows, offsets, values in _row_slices(buffers):
+        nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row[rows],
+                                         *tables.lookup_args())
+        moves = (kernels.winning_moves_wide(offsets, values, table_of_row[rows], nim,
+                                            *tables.move_args()) if winning_moves else ())
+        parts.append((nim, bad, *moves))
+    empty = [np.zeros(0, np.int64)] * (4 if winning_moves else 2)
+    nim, bad, *moves = [np.concatenate(c) for c in zip(*parts)] if parts else empty
     columns = [pl.Series("nim_sum", nim, dtype=pl.Int64)]
     if winning_moves:
-        move_heap, move_take = kernels.winning_moves_wide(
-            offsets, values, table_of_row, nim, *tables.move_args())
-        columns += [pl.Series("move_heap", move_heap).replace(-1, None),
-                    pl.Series("move_take", move_take).replace(-1, None)]
+        columns += [pl.Series("move_heap", moves[0]).replace(-1, None),
+                    pl.Series("move_take", moves[1]).replace(-1, None)]
     out = valid.with_columns(*columns, pl.Series("_bad", bad))
     if (bad >= 0).any():
         out = _beyond_table_reasons(out, tables)
@@ -555,102 +582,6 @@ def with_verdict(verdicts: FrameT) -> FrameT:
     at = names.index("nim_sum") + 1
     verdict = pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
     return verdicts.select(*names[:at], verdict.alias("verdict"), *names[at:])
-
-
-def verdict_rows(evaluated: pl.DataFrame, winning_moves: bool) -> pl.DataFrame:
-    """Evaluated rows (keys, nim_sum, moves), sorted by (rule_set_id, position_id) for
-    reproducible output; `with_verdict` adds the W/L column when written."""
-    cols = ["rule_set_id", "position_id", "nim_sum"]
-    if winning_moves:
-        cols += ["move_heap", "move_take"]
-    return sort_by_keys(evaluated.filter(pl.col("_reason").is_null()).select(cols))
-
-
-LOC_SHIFT = 40
-
-
-def sort_by_keys(frame: pl.DataFrame) -> pl.DataFrame:
-    """Sort by (rule_set_id, position_id)."""
-    return sorted_from_parts([frame.clone()])
-
-
-def sorted_from_parts(parts: list[pl.DataFrame], rule_ids: pl.Series | None = None
-                      ) -> pl.DataFrame:
-    """Concatenate and sort by (rule_set_id, position_id), consuming `parts` column by column
-    so the peak is the data plus one column.
-
-    With integer keys and `rule_ids` (every rule_set_id the rows can hold), a counting sort
-    over the rule sets is O(n) for positions already in order within each rule set.
-    """
-    names = parts[0].columns
-    columns = {name: pl.concat([p.drop_in_place(name) for p in parts], rechunk=False)
-               for name in names}
-    parts.clear()
-    order, sorted_ids = _key_order(columns["rule_set_id"], columns["position_id"], rule_ids)
-    if order.len() and order.diff().drop_nulls().eq(1).all():  # already in key order
-        return pl.DataFrame(columns)
-    for name in names:
-        if name == "rule_set_id" and sorted_ids is not None:
-            columns[name] = sorted_ids
-        else:
-            columns[name] = columns[name].rechunk().gather(order)
-    return pl.DataFrame(columns)
-
-
-def _key_order(rid: pl.Series, pid: pl.Series, rule_ids: pl.Series | None
-               ) -> tuple[pl.Series, pl.Series | None]:
-    """Row order sorting by (rid, pid), and the sorted rid column when it comes for free."""
-    ints = (rid.dtype == pl.Int64 and pid.dtype == pl.Int64 and not rid.null_count()
-            and not pid.null_count())
-    if ints and rule_ids is not None and rule_ids.dtype == pl.Int64 and rid.len():
-        known = np.unique(rule_ids.drop_nulls().to_numpy())
-        bucket = kernels.rank_in(rid.to_numpy(), known)
-        if bucket.min() >= 0:
-            order = kernels.order_by_keys(bucket, known.shape[0], pid.rechunk().to_numpy())
-            counts = np.bincount(bucket, minlength=known.shape[0])
-            return pl.Series(order), pl.Series(rid.name, np.repeat(known, counts))
-    order = pl.DataFrame([rid, pid]).select(pl.arg_sort_by(rid.name, pid.name)).to_series()
-    return order, None
-
-
-def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str]
-                     ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Take every position whose key is given more than once (also when another copy was
-    rejected for its own reason) out of key-sorted verdicts: (verdicts, their rejects).
-
-    `ordered` carries `_loc` (file index << LOC_SHIFT | row) for the reject rows; the result
-    does not.
-    """
-    keys = ["rule_set_id", "position_id"]
-    if all(ordered[k].dtype == pl.Int64 and not ordered[k].null_count() for k in keys):
-        dup = pl.Series(kernels.adjacent_duplicates(
-            *(ordered[k].to_numpy() for k in keys)))
-    else:
-        same = [(pl.col(k) == pl.col(k).shift(d)) for d in (1, -1) for k in keys]
-        dup = ordered.select(((same[0] & same[1]) | (same[2] & same[3])).fill_null(False)
-                             ).to_series()
-    rejected = (rejects.filter(pl.col("rule_set_id").is_not_null()
-                               & pl.col("position_id").is_not_null())
-                .select(pl.col(k).cast(ordered[k].dtype, strict=False) for k in keys)
-                .drop_nulls())
-    if rejected.height:
-        dup = dup | ordered.select(keys).join(
-            rejected.unique().with_columns(pl.lit(True).alias("_rej")), on=keys, how="left",
-            maintain_order="left")["_rej"].fill_null(False)
-    if not dup.any():
-        return ordered.drop("_loc"), pl.DataFrame(schema=REJECT_SCHEMA)
-    dups = ordered.filter(dup)
-    clean = ordered.filter(~dup).drop("_loc")
-    times = pl.concat([dups.select(keys), rejected]).group_by(keys).len("_n")
-    dups = dups.join(times, on=keys, how="left").with_columns(
-        (pl.col("_loc") // 2**LOC_SHIFT).replace_strict(
-            list(range(len(sources))), list(sources), return_dtype=pl.String).alias("_source"),
-        (pl.col("_loc") % 2**LOC_SHIFT).alias("_row"),
-        pl.lit("position_id").alias("_column"),
-        pl.format("position_id {} appears {} times for rule_set_id {}", pl.col("position_id"),
-                  pl.col("_n"), pl.col("rule_set_id")).alias("_reason"),
-    )
-    return clean, reject_rows(dups, "positions")
 
 
 def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:

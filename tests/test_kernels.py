@@ -371,3 +371,29 @@ def test_wide_value_dtype_table_mixed_with_closed_forms():
     big = [(rng.randrange(3), [rng.randrange(0, MAX_HEAP) for _ in range(3)]) for _ in range(300)]
     big += [(0, [300, 10**18]), (0, [299, 301 * 10**15 + 299])]
     check_rows(specs, refs, ts, big, brute=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ordering kernels against numpy's stable lexsort
+# ---------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 5), st.integers(-3, 12)), max_size=200),
+       bucket_type=st.sampled_from([np.int32, np.int64]))
+def test_order_by_keys_is_a_stable_sort_by_bucket_then_key(rows, bucket_type):
+    bucket = np.array([b for b, _ in rows], dtype=bucket_type)
+    key = np.array([k for _, k in rows], dtype=np.int64)
+    order = kernels.order_by_keys(bucket, 6, key)
+    expected = np.lexsort((np.arange(len(rows)), key, bucket))
+    assert order.tolist() == expected.tolist()
+    assert kernels.gather(key, order).tolist() == key[expected].tolist()
+    assert kernels.is_identity(order) == (expected.tolist() == list(range(len(rows))))
+
+
+def test_order_by_keys_already_in_order_is_identity():
+    bucket = np.repeat(np.arange(4, dtype=np.int32), 5)
+    key = np.tile(np.arange(5, dtype=np.int64), 4)
+    order = kernels.order_by_keys(bucket, 4, key)
+    assert kernels.is_identity(order)
+    assert not kernels.is_identity(order[::-1].copy())

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline import io, transforms
+from pipeline import io, ordering, transforms
 from pipeline.config import Config, Tables
 from pipeline.engines import EngineResult, manifest_counts, problem_text
 from pipeline.errors import InputError
@@ -240,9 +240,10 @@ def execute(config: Config, staging: Path, phase: Phase,
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
                    note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     parts, rejects, rows_read = [], [], 0
-    keep = ["rule_set_id", "position_id", "nim_sum", "_loc"]
+    keep = ["rule_set_id", "position_id", "nim_sum"]
     if config.winning_moves:
-        keep[3:3] = ["move_heap", "move_take"]
+        keep += ["move_heap", "move_take"]
+    rule_ids = _integer_rule_ids(index)
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
         frame, batch_index = transforms.match_key_type(frame, index)
@@ -253,17 +254,21 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         if evaluated["_reason"].null_count() < evaluated.height:
             rejects.append(transforms.reject_rows(evaluated, "positions"))
             evaluated = evaluated.filter(pl.col("_reason").is_null())
-        loc = (pl.col("_row") + (file_index << transforms.LOC_SHIFT)).alias("_loc")
-        parts.append(evaluated.with_columns(loc).select(keep))
+        parts.append(ordering.verdict_part(evaluated, file_index, rule_ids, keep))
         del frame, evaluated, buffers
         note(f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
     rejected = pl.concat([pl.DataFrame(schema=transforms.REJECT_SCHEMA), *rejects])
-    parts = transforms.unify_key_types(parts, "rule_set_id")
-    parts = transforms.unify_key_types(parts, "position_id")
-    verdicts, duplicates = transforms.split_duplicates(
-        transforms.sorted_from_parts(parts, index["rule_set_id"]), rejected,
-        [str(p) for p in paths])
+    verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
+                                                        [str(p) for p in paths])
     return verdicts, pl.concat([rejected, duplicates]), rows_read
+
+
+def _integer_rule_ids(index: pl.DataFrame) -> np.ndarray | None:
+    """Every rule_set_id, sorted, when they are integers (the counting sort's buckets)."""
+    ids = index["rule_set_id"]
+    if ids.dtype != pl.Int64:
+        return None
+    return np.unique(ids.drop_nulls().to_numpy())
 
 
 def _concat_keys(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -281,7 +286,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     positions = transforms.attach_tables(positions, index)
     tables = cache.ensure(transforms.largest_heaps(positions, len(cache.distinct)))
     evaluated = transforms.evaluate(positions, tables, config.winning_moves)
-    verdicts = transforms.verdict_rows(evaluated, config.winning_moves)
+    verdicts = ordering.verdict_rows(evaluated, config.winning_moves)
     rejected = transforms.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
     rejects = pl.concat([transforms.reject_rows(rejected, "positions"),
                          transforms.reject_rows(long_rejects, "positions")])

@@ -58,7 +58,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pipeline import io, kernels, transforms
+from pipeline import io, kernels, ordering, transforms
 from pipeline.config import Config
 from pipeline.engines import EngineResult, manifest_counts, polars_engine, problem_text
 from pipeline.errors import InputError, SnimError
@@ -245,7 +245,7 @@ def _evaluate_task(batches: Batches, tables: Any, winning_moves: bool,
         evaluated = transforms.evaluate(_frame(batch), tables.value, winning_moves)
         valid = evaluated.filter(pl.col("_reason").is_null())
         yield from _out(transforms.with_verdict(evaluated).with_columns(
-            (pl.col("_row") + pl.col("_file").cast(pl.Int64) * (1 << transforms.LOC_SHIFT))
+            (pl.col("_row") + pl.col("_file").cast(pl.Int64) * (1 << ordering.LOC_SHIFT))
             .alias("_loc"),
             pl.lit(_is_int(valid, "rule_set_id")).alias("_rid_int"),
             pl.lit(_is_int(valid, "position_id")).alias("_pid_int")), schema)
@@ -261,15 +261,15 @@ def _cast_keys_task(batches: Batches, dtypes: dict[str, pl.DataType],
 
 def _split_task(batches: Batches, sources: list[str], columns: list[str], keep: str,
                 schema: T.StructType) -> Batches:
-    """`transforms.split_duplicates` on whole key groups: verdict rows have `_side` 0, the
+    """`ordering.split_duplicates` on whole key groups: verdict rows have `_side` 0, the
     rejected rows with the same keys `_side` 1 (their keys as given in `_r_*`)."""
     rows = _whole(batches)
     if rows is None:
         return
-    verdicts = transforms.sort_by_keys(rows.filter(pl.col("_side") == 0).select(columns))
+    verdicts = ordering.sort_by_keys(rows.filter(pl.col("_side") == 0).select(columns))
     rejects = rows.filter(pl.col("_side") == 1).select(
         pl.col(f"_r_{n}").alias(n) if n in KEYS else pl.col(n) for n in transforms.REJECT_SCHEMA)
-    clean, duplicates = transforms.split_duplicates(verdicts, rejects, sources)
+    clean, duplicates = ordering.split_duplicates(verdicts, rejects, sources)
     yield from _out(clean if keep == "clean" else duplicates, schema)
 
 
@@ -325,7 +325,7 @@ def _moves_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
         positions = _frame(batch).with_columns(pl.lit(None, pl.String).alias("_reason"),
                                                pl.lit(None, pl.String).alias("_column"))
         evaluated = transforms.evaluate(positions, tables.value, True)
-        yield from _out(transforms.with_verdict(transforms.verdict_rows(evaluated, True)),
+        yield from _out(transforms.with_verdict(ordering.verdict_rows(evaluated, True)),
                         schema)
 
 
@@ -514,7 +514,7 @@ class _Job:
 
     def duplicates(self, verdicts: DataFrame, rejected: DataFrame,
                    types: dict[str, T.DataType]) -> tuple[DataFrame, DataFrame]:
-        """`transforms.split_duplicates`, run on the key groups that can hold duplicates (a
+        """`ordering.split_duplicates`, run on the key groups that can hold duplicates (a
         key twice among the verdicts, or also among the rejected rows): the other verdict
         rows do not move."""
         casted = self.map(

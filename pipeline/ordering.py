@@ -1,0 +1,199 @@
+"""Evaluated batches -> verdict rows in (rule_set_id, position_id) order, with every key given
+more than once taken out as rejects. Pure frames and arrays; no paths.
+
+The wide fast path keeps each batch narrow until the end (the rule set as an int32 rank among
+all rule ids, no per-row location column), then sorts with one counting sort and parallel
+gathers. Other key types go through polars' sort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeline import kernels
+from pipeline.transforms import REJECT_SCHEMA, reject_rows, unify_key_types
+
+LOC_SHIFT = 40
+KEYS = ["rule_set_id", "position_id"]
+Locate = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class VerdictPart:
+    """One batch's verdict rows: `frame` holds `_bucket` (rank of rule_set_id in the run's
+    sorted integer rule ids) or `rule_set_id`, then position_id, nim_sum and any move
+    columns. Row i came from row `rows[i]` of file `file` (`rows` None: `first_row + i`)."""
+
+    frame: pl.DataFrame
+    file: int
+    first_row: int
+    rows: np.ndarray | None
+
+    def locations(self, at: np.ndarray) -> np.ndarray:
+        """`file << LOC_SHIFT | row` of the rows at these positions in `frame`."""
+        row = at + self.first_row if self.rows is None else self.rows[at]
+        return (np.int64(self.file) << LOC_SHIFT) | row
+
+
+def verdict_part(evaluated: pl.DataFrame, file: int, rule_ids: np.ndarray | None,
+                 columns: Sequence[str]) -> VerdictPart:
+    """Keep `columns` of a batch's evaluated rows (none rejected), narrowed for the sort:
+    integer keys found in the sorted `rule_ids` become their int32 rank."""
+    rows = evaluated["_row"].to_numpy()
+    contiguous = rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1))
+    frame = evaluated.select(columns)
+    rid = frame["rule_set_id"]
+    if (rule_ids is not None and rid.dtype == pl.Int64 and not rid.null_count()
+            and frame["position_id"].dtype == pl.Int64 and not frame["position_id"].null_count()):
+        bucket = kernels.rank_in(rid.to_numpy(), rule_ids)
+        if bucket.shape[0] == 0 or bucket.min() >= 0:
+            frame = frame.with_columns(pl.Series("rule_set_id", bucket.astype(np.int32))
+                                       ).rename({"rule_set_id": "_bucket"})
+    return VerdictPart(frame, file, int(rows[0]) if rows.shape[0] else 0,
+                       None if contiguous else rows.copy())
+
+
+def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: np.ndarray | None,
+                        rejects: pl.DataFrame, sources: Sequence[str]
+                        ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """All parts' rows in key order, minus duplicate keys: (verdicts, duplicate rejects).
+    Consumes `parts`."""
+    in_input = _locator(parts)
+    frames = [p.frame for p in parts]
+    if rule_ids is not None and all("_bucket" in f.columns for f in frames):
+        parts.clear()
+        ordered, order = _counting_sorted(frames, rule_ids)
+
+        def locate(at: np.ndarray) -> np.ndarray:
+            return in_input(at if order is None else order[at])
+
+        return split_duplicates(ordered, rejects, sources, locate)
+    for i, (p, frame) in enumerate(zip(parts, frames)):
+        if "_bucket" in frame.columns:
+            ids = pl.Series("rule_set_id", rule_ids[frame["_bucket"].to_numpy()])
+            frame = frame.with_columns(ids).select("rule_set_id", pl.exclude("_bucket",
+                                                                             "rule_set_id"))
+        loc = p.locations(np.arange(frame.height, dtype=np.int64))
+        frames[i] = frame.with_columns(pl.Series("_loc", loc))
+    parts.clear()
+    frames = unify_key_types(frames, "rule_set_id")
+    frames = unify_key_types(frames, "position_id")
+    return split_duplicates(sorted_from_parts(frames), rejects, sources)
+
+
+def _locator(parts: Sequence[VerdictPart]) -> Locate:
+    """Maps row numbers of the parts' concatenation to their input locations."""
+    starts = np.cumsum([0] + [p.frame.height for p in parts])
+    maps = list(parts)  # only the row maps are used, after the frames are consumed
+
+    def locate(rows: np.ndarray) -> np.ndarray:
+        part = np.searchsorted(starts, rows, side="right") - 1
+        out = np.empty(rows.shape[0], np.int64)
+        for p in np.unique(part):
+            here = part == p
+            out[here] = maps[p].locations(rows[here] - starts[p])
+        return out
+
+    return locate
+
+
+def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
+                     ) -> tuple[pl.DataFrame, np.ndarray | None]:
+    """Concatenate and sort rows by (rank, position_id) with a counting sort over the ranks,
+    consuming `frames` column by column. Returns the frame (rule_set_id restored) and the
+    concatenated row of each output row (None when the input was already in order)."""
+    names = [c for c in frames[0].columns if c != "_bucket"]
+    bucket = np.concatenate([f.drop_in_place("_bucket").to_numpy() for f in frames])
+    pid = np.concatenate([f.drop_in_place("position_id").to_numpy() for f in frames])
+    order = kernels.order_by_keys(bucket, rule_ids.shape[0], pid)
+    counts = np.bincount(bucket, minlength=rule_ids.shape[0])
+    del bucket
+    in_order = kernels.is_identity(order)
+    columns = {"rule_set_id": pl.Series("rule_set_id", np.repeat(rule_ids, counts)),
+               "position_id": pl.Series("position_id",
+                                        pid if in_order else kernels.gather(pid, order))}
+    del pid
+    for name in names[1:]:
+        column = pl.concat([f.drop_in_place(name) for f in frames], rechunk=True)
+        if in_order:
+            columns[name] = column
+        elif column.null_count() == 0 and column.dtype.is_numeric():
+            columns[name] = pl.Series(name, kernels.gather(column.to_numpy(), order))
+        else:
+            columns[name] = column.gather(order)
+    frames.clear()
+    return pl.DataFrame(columns), None if in_order else order
+
+
+def verdict_rows(evaluated: pl.DataFrame, winning_moves: bool) -> pl.DataFrame:
+    """Evaluated rows (keys, nim_sum, moves), sorted by (rule_set_id, position_id) for
+    reproducible output; `with_verdict` adds the W/L column when written."""
+    cols = ["rule_set_id", "position_id", "nim_sum"]
+    if winning_moves:
+        cols += ["move_heap", "move_take"]
+    return sort_by_keys(evaluated.filter(pl.col("_reason").is_null()).select(cols))
+
+
+def sort_by_keys(frame: pl.DataFrame) -> pl.DataFrame:
+    """Sort by (rule_set_id, position_id)."""
+    return sorted_from_parts([frame.clone()])
+
+
+def sorted_from_parts(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Concatenate and sort by (rule_set_id, position_id), consuming `parts` column by column
+    so the peak is the data plus one column."""
+    names = parts[0].columns
+    columns = {name: pl.concat([p.drop_in_place(name) for p in parts], rechunk=False)
+               for name in names}
+    parts.clear()
+    order = pl.DataFrame([columns["rule_set_id"], columns["position_id"]]).select(
+        pl.arg_sort_by(KEYS)).to_series()
+    if order.len() and order.diff().drop_nulls().eq(1).all():  # already in key order
+        return pl.DataFrame(columns)
+    return pl.DataFrame({name: col.rechunk().gather(order) for name, col in columns.items()})
+
+
+def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str],
+                     locate: Locate | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Take every position whose key is given more than once (also when another copy was
+    rejected for its own reason) out of key-sorted verdicts: (verdicts, their rejects).
+
+    The reject rows need each copy's location (file index << LOC_SHIFT | row): `locate` maps
+    row numbers of `ordered` to it, or else `ordered` carries it as `_loc`. The result has no
+    `_loc`.
+    """
+    if all(ordered[k].dtype == pl.Int64 and not ordered[k].null_count() for k in KEYS):
+        dup = pl.Series(kernels.adjacent_duplicates(*(ordered[k].to_numpy() for k in KEYS)))
+    else:
+        same = [(pl.col(k) == pl.col(k).shift(d)) for d in (1, -1) for k in KEYS]
+        dup = ordered.select(((same[0] & same[1]) | (same[2] & same[3])).fill_null(False)
+                             ).to_series()
+    rejected = (rejects.filter(pl.col("rule_set_id").is_not_null()
+                               & pl.col("position_id").is_not_null())
+                .select(pl.col(k).cast(ordered[k].dtype, strict=False) for k in KEYS)
+                .drop_nulls())
+    if rejected.height:
+        dup = dup | ordered.select(KEYS).join(
+            rejected.unique().with_columns(pl.lit(True).alias("_rej")), on=KEYS, how="left",
+            maintain_order="left")["_rej"].fill_null(False)
+    without_loc = [c for c in ordered.columns if c != "_loc"]
+    if not dup.any():
+        return ordered.select(without_loc), pl.DataFrame(schema=REJECT_SCHEMA)
+    dups = ordered.filter(dup)
+    if locate is not None:
+        dups = dups.with_columns(pl.Series("_loc", locate(np.flatnonzero(dup.to_numpy()))))
+    clean = ordered.filter(~dup).select(without_loc)
+    times = pl.concat([dups.select(KEYS), rejected]).group_by(KEYS).len("_n")
+    dups = dups.join(times, on=KEYS, how="left").with_columns(
+        (pl.col("_loc") // 2**LOC_SHIFT).replace_strict(
+            list(range(len(sources))), list(sources), return_dtype=pl.String).alias("_source"),
+        (pl.col("_loc") % 2**LOC_SHIFT).alias("_row"),
+        pl.lit("position_id").alias("_column"),
+        pl.format("position_id {} appears {} times for rule_set_id {}", pl.col("position_id"),
+                  pl.col("_n"), pl.col("rule_set_id")).alias("_reason"),
+    )
+    return clean, reject_rows(dups, "positions")
