@@ -172,18 +172,19 @@ def sg_of(h, t, values, base, length, pre, per, kind):
     return BEYOND_TABLE
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def nim_sums_wide(offsets, heaps, table_of_row, values, base, length, pre, per, kind):
     """XOR of Grundy values per position of a list column (Arrow offsets + flat heaps).
 
     Returns (nim_sum, bad_heap): bad_heap is -1 for an evaluated row, else the 0-based index of
     the first heap whose value lies beyond its table (no proven period). The table's parameters
-    are hoisted out of the heap loop: a branchy per-heap lookup was 5x slower.
+    are hoisted out of the heap loop: a branchy per-heap lookup was 5x slower. Rows run on
+    all threads.
     """
     n = offsets.shape[0] - 1
     nim = np.zeros(n, np.int64)
     bad = np.full(n, -1, np.int64)
-    for i in range(n):
+    for i in prange(n):
         t = table_of_row[i]
         kd = kind[t]
         start = offsets[i]
@@ -263,14 +264,14 @@ def winning_move(heaps, nim_sum, t, moves, moves_base, moves_len, values, base, 
     return -1, -1
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def winning_moves_wide(offsets, heaps, table_of_row, nim, moves, moves_base, moves_len, values,
                        base, length, pre, per, kind):
     """winning_move for every W row of a list column; (-1, -1) for L rows."""
     n = offsets.shape[0] - 1
     move_heap = np.full(n, -1, np.int64)
     move_take = np.full(n, -1, np.int64)
-    for i in range(n):
+    for i in prange(n):
         if nim[i] == 0:
             continue
         a, b = winning_move(heaps[offsets[i]:offsets[i + 1]], nim[i], table_of_row[i], moves,
@@ -309,43 +310,59 @@ def adjacent_duplicates(a, b):
 
 
 @njit(cache=True)
-def order_by_keys(bucket, n_buckets, key):
-    """Permutation sorting rows by (bucket, key): a stable counting sort on the dense bucket
+def counting_sort(bucket, n_buckets, key):
+    """Sort rows by (bucket, key), stably: a counting sort on the dense bucket
     (0 <= bucket < n_buckets), then a merge sort of any bucket whose keys are not already
-    ascending, so input already in key order within each bucket costs O(n)."""
+    ascending, so input in key order within each bucket costs O(n).
+
+    Returns (dest, sorted key, rows per bucket): row i goes to position dest[i]. The passes
+    read rows in order and write n_buckets sequential streams, which caches well.
+    """
     n = bucket.shape[0]
-    start = np.zeros(n_buckets + 1, np.int64)
+    counts = np.zeros(n_buckets, np.int64)
     for i in range(n):
-        start[bucket[i] + 1] += 1
-    for b in range(n_buckets):
-        start[b + 1] += start[b]
-    fill = start[:n_buckets].copy()
-    order = np.empty(n, np.int64)
+        counts[bucket[i]] += 1
+    fill = np.zeros(n_buckets, np.int64)
+    for b in range(1, n_buckets):
+        fill[b] = fill[b - 1] + counts[b - 1]
+    dest = np.empty(n, np.int64)
+    sorted_key = np.empty(n, key.dtype)
     for i in range(n):
         b = bucket[i]
-        order[fill[b]] = i
-        fill[b] += 1
+        j = fill[b]
+        dest[i] = j
+        sorted_key[j] = key[i]
+        fill[b] = j + 1
+    order = np.empty(0, np.int64)  # the inverse of dest, built once if a bucket needs it
+    lo = 0
     for b in range(n_buckets):
-        lo, hi = start[b], start[b + 1]
+        hi = lo + counts[b]
         ascending = True
         for j in range(lo + 1, hi):
-            if key[order[j]] < key[order[j - 1]]:
+            if sorted_key[j] < sorted_key[j - 1]:
                 ascending = False
                 break
         if not ascending:
+            if order.shape[0] != n:
+                order = np.empty(n, np.int64)
+                for i in range(n):
+                    order[dest[i]] = i
             segment = order[lo:hi].copy()
-            within = np.argsort(key[segment], kind="mergesort")
-            for j in range(hi - lo):
-                order[lo + j] = segment[within[j]]
-    return order
+            within = np.argsort(sorted_key[lo:hi], kind="mergesort")
+            for q in range(hi - lo):
+                source = segment[within[q]]
+                dest[source] = lo + q
+                sorted_key[lo + q] = key[source]
+        lo = hi
+    return dest, sorted_key, counts
 
 
 @njit(cache=True, parallel=True)
-def gather(values, order):
-    """values[order], on all threads."""
-    out = np.empty(order.shape[0], values.dtype)
-    for i in prange(order.shape[0]):
-        out[i] = values[order[i]]
+def scatter(values, dest):
+    """out[dest[i]] = values[i] for a permutation `dest`, on all threads."""
+    out = np.empty(values.shape[0], values.dtype)
+    for i in prange(values.shape[0]):
+        out[dest[i]] = values[i]
     return out
 
 

@@ -42,7 +42,8 @@ class VerdictPart:
 def verdict_part(evaluated: pl.DataFrame, file: int, rule_ids: np.ndarray | None,
                  columns: Sequence[str]) -> VerdictPart:
     """Keep `columns` of a batch's evaluated rows (none rejected), narrowed for the sort:
-    integer keys found in the sorted `rule_ids` become their int32 rank."""
+    integer keys found in the sorted `rule_ids` become their int32 rank, and nim_sum takes
+    the narrowest unsigned type that holds it (`with_verdict` writes it as Int64)."""
     rows = evaluated["_row"].to_numpy()
     contiguous = rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1))
     frame = evaluated.select(columns)
@@ -53,23 +54,39 @@ def verdict_part(evaluated: pl.DataFrame, file: int, rule_ids: np.ndarray | None
         if bucket.shape[0] == 0 or bucket.min() >= 0:
             frame = frame.with_columns(pl.Series("rule_set_id", bucket.astype(np.int32))
                                        ).rename({"rule_set_id": "_bucket"})
-    return VerdictPart(frame, file, int(rows[0]) if rows.shape[0] else 0,
-                       None if contiguous else rows.copy())
+    return VerdictPart(frame.with_columns(_narrow(frame["nim_sum"])), file,
+                       int(rows[0]) if rows.shape[0] else 0, None if contiguous else rows.copy())
+
+
+def _narrow(nim: pl.Series) -> pl.Series:
+    """nim_sum in the narrowest unsigned type that holds it: SG values are at most |S|, so
+    subtraction rules mostly need one byte, where Int64 would hold 8 until the sort."""
+    if nim.len() == 0 or nim.null_count() or nim.min() < 0:
+        return nim
+    top = nim.max()
+    for dtype, bound in ((pl.UInt8, 1 << 8), (pl.UInt16, 1 << 16), (pl.UInt32, 1 << 32)):
+        if top < bound:
+            return nim.cast(dtype)
+    return nim
 
 
 def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: np.ndarray | None,
                         rejects: pl.DataFrame, sources: Sequence[str]
                         ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """All parts' rows in key order, minus duplicate keys: (verdicts, duplicate rejects).
-    Consumes `parts`."""
+    nim_sum may stay narrower than Int64 (see `verdict_part`). Consumes `parts`."""
     in_input = _locator(parts)
     frames = [p.frame for p in parts]
     if rule_ids is not None and all("_bucket" in f.columns for f in frames):
         parts.clear()
-        ordered, order = _counting_sorted(frames, rule_ids)
+        ordered, dest = _counting_sorted(frames, rule_ids)
 
         def locate(at: np.ndarray) -> np.ndarray:
-            return in_input(at if order is None else order[at])
+            if dest is None:
+                return in_input(at)
+            rows = np.flatnonzero(np.isin(dest, at))
+            rows = rows[np.argsort(dest[rows])]
+            return in_input(rows[np.searchsorted(dest[rows], at)])
 
         return split_duplicates(ordered, rejects, sources, locate)
     for i, (p, frame) in enumerate(zip(parts, frames)):
@@ -104,29 +121,33 @@ def _locator(parts: Sequence[VerdictPart]) -> Locate:
 def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
                      ) -> tuple[pl.DataFrame, np.ndarray | None]:
     """Concatenate and sort rows by (rank, position_id) with a counting sort over the ranks,
-    consuming `frames` column by column. Returns the frame (rule_set_id restored) and the
-    concatenated row of each output row (None when the input was already in order)."""
+    consuming `frames` column by column. Returns the frame (rule_set_id restored) and where
+    each input row went (None when the input was already in order)."""
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = np.concatenate([f.drop_in_place("_bucket").to_numpy() for f in frames])
     pid = np.concatenate([f.drop_in_place("position_id").to_numpy() for f in frames])
-    order = kernels.order_by_keys(bucket, rule_ids.shape[0], pid)
-    counts = np.bincount(bucket, minlength=rule_ids.shape[0])
-    del bucket
-    in_order = kernels.is_identity(order)
+    dest, sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.shape[0], pid)
+    del bucket, pid
+    in_order = kernels.is_identity(dest)
     columns = {"rule_set_id": pl.Series("rule_set_id", np.repeat(rule_ids, counts)),
-               "position_id": pl.Series("position_id",
-                                        pid if in_order else kernels.gather(pid, order))}
-    del pid
+               "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:
-        column = pl.concat([f.drop_in_place(name) for f in frames], rechunk=True)
+        column = _concat([f.drop_in_place(name) for f in frames])
         if in_order:
             columns[name] = column
         elif column.null_count() == 0 and column.dtype.is_numeric():
-            columns[name] = pl.Series(name, kernels.gather(column.to_numpy(), order))
+            columns[name] = pl.Series(name, kernels.scatter(column.to_numpy(), dest))
         else:
-            columns[name] = column.gather(order)
+            columns[name] = column.gather(kernels.scatter(np.arange(dest.shape[0]), dest))
     frames.clear()
-    return pl.DataFrame(columns), None if in_order else order
+    return pl.DataFrame(columns), None if in_order else dest
+
+
+def _concat(pieces: list[pl.Series]) -> pl.Series:
+    """One contiguous column; pieces narrowed to different widths meet at Int64."""
+    if len({p.dtype for p in pieces}) > 1:
+        pieces = [p.cast(pl.Int64) for p in pieces]
+    return pl.concat(pieces, rechunk=True)
 
 
 def verdict_rows(evaluated: pl.DataFrame, winning_moves: bool) -> pl.DataFrame:
@@ -147,14 +168,13 @@ def sorted_from_parts(parts: list[pl.DataFrame]) -> pl.DataFrame:
     """Concatenate and sort by (rule_set_id, position_id), consuming `parts` column by column
     so the peak is the data plus one column."""
     names = parts[0].columns
-    columns = {name: pl.concat([p.drop_in_place(name) for p in parts], rechunk=False)
-               for name in names}
+    columns = {name: _concat([p.drop_in_place(name) for p in parts]) for name in names}
     parts.clear()
     order = pl.DataFrame([columns["rule_set_id"], columns["position_id"]]).select(
         pl.arg_sort_by(KEYS)).to_series()
     if order.len() and order.diff().drop_nulls().eq(1).all():  # already in key order
         return pl.DataFrame(columns)
-    return pl.DataFrame({name: col.rechunk().gather(order) for name, col in columns.items()})
+    return pl.DataFrame({name: col.gather(order) for name, col in columns.items()})
 
 
 def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str],

@@ -577,11 +577,13 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
 
 
 def with_verdict(verdicts: FrameT) -> FrameT:
-    """Add `verdict` (W iff nim_sum != 0) after nim_sum; lazy in, lazy out."""
+    """Add `verdict` (W iff nim_sum != 0) after nim_sum, which becomes Int64 (the sort keeps it
+    narrow); lazy in, lazy out."""
     names = verdicts.collect_schema().names()
     at = names.index("nim_sum") + 1
     verdict = pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
-    return verdicts.select(*names[:at], verdict.alias("verdict"), *names[at:])
+    return verdicts.select(*names[:at - 1], pl.col("nim_sum").cast(pl.Int64),
+                           verdict.alias("verdict"), *names[at:])
 
 
 def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:

@@ -381,19 +381,23 @@ def test_wide_value_dtype_table_mixed_with_closed_forms():
 @settings(max_examples=150, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 5), st.integers(-3, 12)), max_size=200),
        bucket_type=st.sampled_from([np.int32, np.int64]))
-def test_order_by_keys_is_a_stable_sort_by_bucket_then_key(rows, bucket_type):
+def test_counting_sort_is_a_stable_sort_by_bucket_then_key(rows, bucket_type):
     bucket = np.array([b for b, _ in rows], dtype=bucket_type)
     key = np.array([k for _, k in rows], dtype=np.int64)
-    order = kernels.order_by_keys(bucket, 6, key)
-    expected = np.lexsort((np.arange(len(rows)), key, bucket))
-    assert order.tolist() == expected.tolist()
-    assert kernels.gather(key, order).tolist() == key[expected].tolist()
-    assert kernels.is_identity(order) == (expected.tolist() == list(range(len(rows))))
+    dest, sorted_key, counts = kernels.counting_sort(bucket, 6, key)
+    order = np.lexsort((np.arange(len(rows)), key, bucket))
+    expected_dest = np.empty(len(rows), np.int64)
+    expected_dest[order] = np.arange(len(rows))
+    assert dest.tolist() == expected_dest.tolist()
+    assert sorted_key.tolist() == key[order].tolist()
+    assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(6)]
+    assert kernels.scatter(key, dest).tolist() == key[order].tolist()
+    assert kernels.is_identity(dest) == (order.tolist() == list(range(len(rows))))
 
 
-def test_order_by_keys_already_in_order_is_identity():
+def test_counting_sort_of_rows_already_in_order_is_identity():
     bucket = np.repeat(np.arange(4, dtype=np.int32), 5)
     key = np.tile(np.arange(5, dtype=np.int64), 4)
-    order = kernels.order_by_keys(bucket, 4, key)
-    assert kernels.is_identity(order)
-    assert not kernels.is_identity(order[::-1].copy())
+    dest, _, _ = kernels.counting_sort(bucket, 4, key)
+    assert kernels.is_identity(dest)
+    assert not kernels.is_identity(dest[::-1].copy())
