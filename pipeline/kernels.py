@@ -79,7 +79,7 @@ def _rebuild(vals, m, y_end, n_slots, bpow):
     return slots
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def tabulate_subtraction(moves, vals, stop_len):
     """SG values of the subtraction game with sorted distinct positive `moves`.
 
@@ -129,7 +129,7 @@ def tabulate_subtraction(moves, vals, stop_len):
     return stop_len, 0, 0
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def tabulate_many(moves, moves_base, moves_len, vals, vals_base, stop_len, worker_start, jobs):
     """`tabulate_subtraction` for many rules at once, one thread per worker: worker w takes the
     rules jobs[worker_start[w]:worker_start[w + 1]], so the caller decides the load balance.
@@ -172,7 +172,7 @@ def sg_of(h, t, values, base, length, pre, per, kind):
     return BEYOND_TABLE
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def nim_sums_wide(offsets, heaps, table_of_row, values, base, length, pre, per, kind):
     """XOR of Grundy values per position of a list column (Arrow offsets + flat heaps).
 
@@ -215,7 +215,7 @@ def nim_sums_wide(offsets, heaps, table_of_row, values, base, length, pre, per, 
     return nim, bad
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sg_per_heap(heaps, table_of_row, values, base, length, pre, per, kind):
     """Grundy value of each heap (long form); BEYOND_TABLE where it is not known."""
     n = heaps.shape[0]
@@ -264,7 +264,7 @@ def winning_move(heaps, nim_sum, t, moves, moves_base, moves_len, values, base, 
     return -1, -1
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def winning_moves_wide(offsets, heaps, table_of_row, nim, moves, moves_base, moves_len, values,
                        base, length, pre, per, kind):
     """winning_move for every W row of a list column; (-1, -1) for L rows."""
@@ -281,7 +281,7 @@ def winning_moves_wide(offsets, heaps, table_of_row, nim, moves, moves_base, mov
     return move_heap, move_take
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def max_heap_per_table(offsets, heaps, table_of_row, n_tables):
     """Largest heap each table is asked about (-1 where none), over rows with table >= 0."""
     out = np.full(n_tables, -1, np.int64)
@@ -309,7 +309,7 @@ def adjacent_duplicates(a, b):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def counting_sort(bucket, n_buckets, key):
     """Sort rows by (bucket, key), stably: a counting sort on the dense bucket
     (0 <= bucket < n_buckets), then a merge sort of any bucket whose keys are not already
@@ -357,7 +357,7 @@ def counting_sort(bucket, n_buckets, key):
     return dest, sorted_key, counts
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def scatter(values, dest):
     """out[dest[i]] = values[i] for a permutation `dest`, on all threads."""
     out = np.empty(values.shape[0], values.dtype)
@@ -374,7 +374,7 @@ def is_identity(order):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rank_in(values, keys):
     """Index of each value in the sorted distinct `keys`, -1 where absent: a direct table
     when the keys span a small range (the usual dense ids), else binary search."""
