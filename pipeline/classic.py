@@ -121,6 +121,33 @@ def _next_token(buf, i):
 
 
 @njit(cache=True, inline="always")
+def _plain_ints(buf, i, count, out, at):
+    """The fast path for heaps: read up to `count` tokens of 1 to 18 plain digits from byte i
+    into out[at:], stopping before any other token (or EOF), which the checked reader then
+    handles. Returns (tokens read, byte after the last one)."""
+    n = buf.shape[0]
+    j = 0
+    while j < count:
+        k = i
+        while k < n and _is_space(buf[k]):
+            k += 1
+        start = k
+        v = np.int64(0)
+        while k < n:
+            c = buf[k]
+            if c < 48 or c > 57:
+                break
+            v = v * 10 + (np.int64(c) - 48)
+            k += 1
+        if k == start or k - start > 18 or (k < n and not _is_space(buf[k])):
+            break
+        out[at + j] = v
+        j += 1
+        i = k
+    return j, i
+
+
+@njit(cache=True, inline="always")
 def _expect_int(buf, i, t, err):
     """The next token, counted; a token that is not an int64 is recorded in `err`.
 
@@ -237,7 +264,11 @@ def _parse(buf, max_move):
                 err[0] = _L_NEG
                 err[5] = ln
                 break
-            j = np.int64(0)
+            j, i = _plain_ints(buf, i, ln, heaps, nh)
+            if j:
+                nh += j
+                t += j
+                err[2] = t
             while j < ln:
                 st, h, i, t = _expect_int(buf, i, t, err)
                 if st == _T_EOF:
