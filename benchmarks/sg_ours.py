@@ -2,21 +2,25 @@
 
     sg_ours.py MOVES_FILE OUT_BIN
 
-Calls pipeline.grundy.build_table(rule, need_len=N, cap=N) for every rule set (period probe
-off: probe_ops=0). Only the building loop is timed, after imports, reading the input, making the
-Rule objects and one warm-up call (which loads the numba kernel from its cache). build_table
-stops early when it proves a period; the tables are expanded to SG(0..N-1) afterwards (untimed)
-and written as R*N bytes, like the C reference, with the same checksum printed:
-    build_s=<seconds> checksum=<...> warmup_s=<seconds> periodic=<rules stopped early>
+Calls pipeline.grundy.build_table(rule, need_len=N, cap=N) for every rule set, one at a time
+on one core (period probe off: probe_ops=0), then pipeline.grundy.build_tables on all of them
+at once (all cores: what `run` and `solve` use). Only the building is timed, after imports,
+reading the input, making the Rule objects and warm-up calls (which load the numba kernels from
+their cache). Both must give the same tables. build_table stops early when it proves a period;
+the tables are expanded to SG(0..N-1) afterwards (untimed) and written as R*N bytes, like the C
+reference, with the same checksum printed:
+    build_s=<seconds> parallel_s=<seconds> threads=<n> checksum=<...> warmup_s=<seconds>
+    periodic=<rules stopped early>
 """
 
 import sys
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 
-from pipeline.grundy import build_table, canonical_rule
+from pipeline.grundy import build_table, build_tables, canonical_rule
 
 
 def main() -> None:
@@ -31,11 +35,20 @@ def main() -> None:
 
     t0 = time.perf_counter()
     build_table(canonical_rule("subtraction", [1, 2]), need_len=4, cap=4)
+    build_tables([canonical_rule("subtraction", [1, 2])] * 2, [4, 4], [4, 4])
     warmup = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     tables = [build_table(rule, need_len=n_values, cap=n_values) for rule in rules]
     build_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    at_once = build_tables(rules, [n_values] * len(rules), [n_values] * len(rules))
+    parallel_s = time.perf_counter() - t0
+    for r, (one, many) in enumerate(zip(tables, at_once)):
+        if not (np.array_equal(one.values, many.values) and one.period == many.period
+                and one.preperiod == many.preperiod):
+            sys.exit(f"rule {r}: build_tables differs from build_table")
 
     # Untimed: expand to SG(0..N-1) (only tables stopped early by a proven period need it) and
     # checksum rule by rule, so that this verification adds little time and memory.
@@ -53,7 +66,8 @@ def main() -> None:
             part = int(np.sum(row.astype(np.uint64) * weights, dtype=np.uint64))
             checksum = (checksum + part) % 2**64
     periodic = sum(t.period is not None for t in tables)
-    print(f"build_s={build_s:.6f} checksum={checksum} warmup_s={warmup:.6f} "
+    print(f"build_s={build_s:.6f} parallel_s={parallel_s:.6f} "
+          f"threads={numba.get_num_threads()} checksum={checksum} warmup_s={warmup:.6f} "
           f"periodic={periodic}")
 
 
