@@ -205,7 +205,8 @@ def execute(config: Config, staging: Path, phase: Phase,
         distinct, index = transforms.rule_index(rules)
         paths = io.resolve_inputs(config.positions, "positions")
         form = positions_form(paths, config)
-    cache = table_cache(distinct, config, paths, form)
+    with phase("tables"):
+        cache = table_cache(distinct, config, paths, form)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = [checksums.submit(io.describe, p) for p in paths]
     checksums.shutdown(wait=False)

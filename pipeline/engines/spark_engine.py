@@ -630,9 +630,10 @@ def execute(config: Config, staging: Path, phase: Phase,
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = [checksums.submit(io.describe, p) for p in paths]
     checksums.shutdown(wait=False)
+    with phase("tables"):
+        cache = polars_engine.table_cache(distinct, config, paths, form)
     spark, owned = session(config.spark.master, dict(config.spark.conf))
-    job = _Job(spark, config, paths, form, index,
-               polars_engine.table_cache(distinct, config, paths, form))
+    job = _Job(spark, config, paths, form, index, cache)
     try:
         with phase("positions"):
             note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")
