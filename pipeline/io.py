@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,19 @@ MANIFEST = "manifest.json"
 
 @dataclass(frozen=True)
 class InputFile:
-    """One input file as recorded in the manifest."""
+    """One input file as recorded in the manifest; its checksum is computed on first use (by
+    the engines, in a background thread, while the rows are read)."""
 
     path: Path
     format: str
     size: int
-    sha256: str
+
+    @cached_property
+    def sha256(self) -> str:
+        try:
+            return _checksum(self.path)
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "format": self.format, "size": self.size,
@@ -100,9 +108,16 @@ def _checksum(path: Path) -> str:
 
 def describe(path: Path) -> InputFile:
     try:
-        return InputFile(path, format_of(path), path.stat().st_size, _checksum(path))
+        return InputFile(path, format_of(path), path.stat().st_size)
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def checksummed(path: Path) -> InputFile:
+    """`describe` with the checksum computed now."""
+    file = describe(path)
+    file.sha256  # noqa: B018 - computes and caches it
+    return file
 
 
 def _short(exc: Exception) -> str:

@@ -208,7 +208,7 @@ def execute(config: Config, staging: Path, phase: Phase,
     with phase("tables"):
         cache = table_cache(distinct, config, paths, form)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    described = [checksums.submit(io.describe, p) for p in paths]
+    described = [checksums.submit(io.checksummed, p) for p in paths]
     checksums.shutdown(wait=False)
     with phase("positions"):
         if form == "wide":

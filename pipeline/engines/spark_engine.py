@@ -628,7 +628,7 @@ def execute(config: Config, staging: Path, phase: Phase,
         paths = io.resolve_inputs(config.positions, "positions")
         form = polars_engine.positions_form(paths, config)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    described = [checksums.submit(io.describe, p) for p in paths]
+    described = [checksums.submit(io.checksummed, p) for p in paths]
     checksums.shutdown(wait=False)
     with phase("tables"):
         cache = polars_engine.table_cache(distinct, config, paths, form)
