@@ -124,8 +124,8 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
     consuming `frames` column by column. Returns the frame (rule_set_id restored) and where
     each input row went (None when the input was already in order)."""
     names = [c for c in frames[0].columns if c != "_bucket"]
-    bucket = np.concatenate([f.drop_in_place("_bucket").to_numpy() for f in frames])
-    pid = np.concatenate([f.drop_in_place("position_id").to_numpy() for f in frames])
+    bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
+    pid = _concat([f.drop_in_place("position_id") for f in frames]).to_numpy()
     dest, sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.shape[0], pid)
     del bucket, pid
     in_order = kernels.is_identity(dest)
