@@ -254,14 +254,32 @@ def winning_move(heaps, nim_sum, t, moves, moves_base, moves_len, values, base, 
                 if y >= lo:
                     return i, h - y
             continue
-        mb = moves_base[t]
-        for q in range(moves_len[t]):
-            s = moves[mb + q]
-            if s > h:
-                break
-            if sg_of(h - s, t, values, base, length, pre, per, kind) == target:
-                return i, s
+        s = _subtraction_move(h, target, moves[moves_base[t]:moves_base[t] + moves_len[t]],
+                              values, base[t], length[t], pre[t], per[t])
+        if s > 0:
+            return i, s
     return -1, -1
+
+
+@njit(cache=True, inline="always")
+def _subtraction_move(h, target, moves, values, b, n_vals, q, p):
+    """The smallest move s with SG(h - s) == target (0 if none), with the table's parameters
+    hoisted out of the loop as in nim_sums_wide (sg_of's kind and range checks per move made
+    winning moves 5x slower than the XOR)."""
+    for j in range(moves.shape[0]):
+        s = moves[j]
+        if s > h:
+            break
+        x = h - s
+        if x < n_vals:
+            g = np.int64(values[b + x])
+        elif p > 0:
+            g = np.int64(values[b + q + (x - q) % p])
+        else:
+            continue
+        if g == target:
+            return s
+    return 0
 
 
 @njit(cache=True, parallel=True, nogil=True)

@@ -42,8 +42,9 @@ class VerdictPart:
 def verdict_part(evaluated: pl.DataFrame, file: int, rule_ids: np.ndarray | None,
                  columns: Sequence[str]) -> VerdictPart:
     """Keep `columns` of a batch's evaluated rows (none rejected), narrowed for the sort:
-    integer keys found in the sorted `rule_ids` become their int32 rank, and nim_sum takes
-    the narrowest unsigned type that holds it (`with_verdict` writes it as Int64)."""
+    integer keys found in the sorted `rule_ids` become their int32 rank, and nim_sum and the
+    move columns (-1 for none) take the narrowest type that holds them (`with_verdict` writes
+    them as Int64, with nulls)."""
     rows = evaluated["_row"].to_numpy()
     contiguous = rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1))
     frame = evaluated.select(columns)
@@ -54,20 +55,32 @@ def verdict_part(evaluated: pl.DataFrame, file: int, rule_ids: np.ndarray | None
         if bucket.shape[0] == 0 or bucket.min() >= 0:
             frame = frame.with_columns(pl.Series("rule_set_id", bucket.astype(np.int32))
                                        ).rename({"rule_set_id": "_bucket"})
-    return VerdictPart(frame.with_columns(_narrow(frame["nim_sum"])), file,
-                       int(rows[0]) if rows.shape[0] else 0, None if contiguous else rows.copy())
+    narrow = [_narrow(frame["nim_sum"], (pl.UInt8, pl.UInt16, pl.UInt32))]
+    narrow += [_narrow(frame[name].fill_null(-1), (pl.Int8, pl.Int16, pl.Int32))
+               for name in MOVE_COLUMNS if name in frame.columns]
+    return VerdictPart(frame.with_columns(narrow), file, int(rows[0]) if rows.shape[0] else 0,
+                       None if contiguous else rows.copy())
 
 
-def _narrow(nim: pl.Series) -> pl.Series:
-    """nim_sum in the narrowest unsigned type that holds it: SG values are at most |S|, so
-    subtraction rules mostly need one byte, where Int64 would hold 8 until the sort."""
-    if nim.len() == 0 or nim.null_count() or nim.min() < 0:
-        return nim
-    top = nim.max()
-    for dtype, bound in ((pl.UInt8, 1 << 8), (pl.UInt16, 1 << 16), (pl.UInt32, 1 << 32)):
-        if top < bound:
-            return nim.cast(dtype)
-    return nim
+MOVE_COLUMNS = ("move_heap", "move_take")
+
+
+def _narrow(values: pl.Series, dtypes: Sequence[pl.DataType]) -> pl.Series:
+    """Values (no nulls; -1 for a missing move) in the narrowest of `dtypes` that holds them:
+    SG values are at most |S|, so a subtraction rule's nim-sums mostly need one byte where
+    Int64 would hold 8 until the sort."""
+    if values.len() == 0 or values.null_count():
+        return values
+    low, high = values.min(), values.max()
+    for dtype in dtypes:
+        lowest, top = _RANGES[dtype]
+        if lowest <= low and high < top:
+            return values.cast(dtype)
+    return values
+
+
+_RANGES = {pl.UInt8: (0, 2**8), pl.UInt16: (0, 2**16), pl.UInt32: (0, 2**32),
+           pl.Int8: (-2**7, 2**7), pl.Int16: (-2**15, 2**15), pl.Int32: (-2**31, 2**31)}
 
 
 def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: np.ndarray | None,

@@ -577,13 +577,16 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
 
 
 def with_verdict(verdicts: FrameT) -> FrameT:
-    """Add `verdict` (W iff nim_sum != 0) after nim_sum, which becomes Int64 (the sort keeps it
-    narrow); lazy in, lazy out."""
+    """Add `verdict` (W iff nim_sum != 0) after nim_sum; nim_sum and the move columns become
+    Int64, a negative move null (the sort keeps them narrow, with -1 for no move); lazy in,
+    lazy out."""
     names = verdicts.collect_schema().names()
     at = names.index("nim_sum") + 1
     verdict = pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
+    moves = [pl.when(pl.col(name) >= 0).then(pl.col(name).cast(pl.Int64)).alias(name)
+             for name in ("move_heap", "move_take") if name in names]
     return verdicts.select(*names[:at - 1], pl.col("nim_sum").cast(pl.Int64),
-                           verdict.alias("verdict"), *names[at:])
+                           verdict.alias("verdict"), *names[at:]).with_columns(moves)
 
 
 def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:

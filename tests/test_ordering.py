@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from pipeline import ordering
-from pipeline.transforms import REJECT_SCHEMA
+from pipeline.transforms import REJECT_SCHEMA, with_verdict
 
 COLUMNS = ["rule_set_id", "position_id", "nim_sum"]
 
@@ -95,3 +95,18 @@ def test_a_rejected_twin_takes_its_verdict_out():
     assert verdicts.rows() == [(1, 5, 0)]
     assert dups.select("row", "reason").rows() == [
         (0, "position_id 4 appears 2 times for rule_set_id 1")]
+
+
+def test_moves_and_nim_sums_stay_narrow_until_written_then_are_int64_with_nulls():
+    rule_ids = np.array([1, 2], dtype=np.int64)
+    frame = evaluated([(2, 0, 0), (1, 3, 5), (1, 1, 300)], 0, set()).with_columns(
+        pl.Series("move_heap", [None, 0, 1], dtype=pl.Int64),
+        pl.Series("move_take", [None, 2**40, 7], dtype=pl.Int64))
+    columns = [*COLUMNS, "move_heap", "move_take"]
+    part = ordering.verdict_part(frame, 0, rule_ids, columns)
+    assert [part.frame[c].dtype for c in columns[2:]] == [pl.UInt16, pl.Int8, pl.Int64]
+    verdicts, _ = ordering.key_sorted_verdicts([part], rule_ids,
+                                               pl.DataFrame(schema=REJECT_SCHEMA), ["p"])
+    assert_frame_equal(with_verdict(verdicts.lazy()).collect(), pl.DataFrame({
+        "rule_set_id": [1, 1, 2], "position_id": [1, 3, 0], "nim_sum": [300, 5, 0],
+        "verdict": ["W", "W", "L"], "move_heap": [1, 0, None], "move_take": [7, 2**40, None]}))
