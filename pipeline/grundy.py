@@ -149,8 +149,12 @@ def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence
     n, pre, per = kernels.tabulate_many(
         moves, np.concatenate(([0], np.cumsum(k)[:-1])).astype(np.int64), k, vals, vals_base,
         stop, worker_start, jobs)
+    # Tables may share the buffer (no copy) unless one stopped early: its unused room would
+    # then stay allocated as long as any other table lives.
+    share = not per.any()
     for q, i in enumerate(subtraction):
-        own = vals[vals_base[q]:vals_base[q] + stop[q]].astype(_value_dtype(int(k[q])))
+        own = vals[vals_base[q]:vals_base[q] + stop[q]].astype(_value_dtype(int(k[q])),
+                                                               copy=not share)
         tables[i] = _finished(rules[i], own, int(n[q]), int(pre[q]), int(per[q]))
     return tables
 

@@ -13,8 +13,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +33,23 @@ MANIFEST = "manifest.json"
 
 @dataclass(frozen=True)
 class InputFile:
-    """One input file as recorded in the manifest; its checksum is computed on first use (by
-    the engines, in a background thread, while the rows are read)."""
+    """One input file as recorded in the manifest; its checksum is computed on first use (for
+    positions, by the engines in a background thread while the rows are read)."""
 
     path: Path
     format: str
     size: int
+    _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
-    @cached_property
+    @property
     def sha256(self) -> str:
-        try:
-            return _checksum(self.path)
-        except OSError as exc:
-            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+        if self._digest is None:
+            try:
+                object.__setattr__(self, "_digest", _checksum(self.path))
+            except OSError as exc:
+                raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+        assert self._digest is not None
+        return self._digest
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "format": self.format, "size": self.size,
@@ -108,6 +111,8 @@ def _checksum(path: Path) -> str:
 
 def describe(path: Path) -> InputFile:
     try:
+        with path.open("rb"):
+            pass  # unreadable files fail here, with a plain message
         return InputFile(path, format_of(path), path.stat().st_size)
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
@@ -202,6 +207,8 @@ def _read_header_names(path: Path) -> list[str]:
         text = first.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a CSV file (the first line is not UTF-8 text)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     if not text.strip():
         raise InputError(f"{path}: empty header line (expected column names)")
     try:
@@ -216,6 +223,8 @@ def _read_header_names(path: Path) -> list[str]:
 
 
 def _parquet_error(path: Path, exc: BaseException) -> InputError:
+    if isinstance(exc, PermissionError):
+        return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})")
     return InputError(f"{path}: not a readable Parquet file ({_short(exc)})")
 
 
@@ -303,7 +312,11 @@ def read_table(path: Path) -> RawTable:
 
 
 def read_tables(spec: str, what: str) -> list[RawTable]:
-    return [read_table(p) for p in resolve_inputs(spec, what)]
+    """Every file of `spec` read whole, each checksummed as it is read."""
+    tables = [read_table(p) for p in resolve_inputs(spec, what)]
+    for table in tables:
+        table.file.sha256  # noqa: B018 - computes and caches it
+    return tables
 
 
 # ---- atomic output --------------------------------------------------------------------------

@@ -719,15 +719,32 @@ def test_binary_garbage_after_a_valid_header_is_not_csv(tmp_path: Path) -> None:
     assert str(positions) in got.stderr and got.stderr.strip().count("\n") == 0
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read a file without read permission")
-def test_unreadable_file_exit_1(tmp_path: Path) -> None:
-    rules = _good_rules_file(tmp_path / "rules.csv")
-    positions = _good_positions_file(tmp_path / "positions.csv")
-    positions.chmod(0)
-    got = invoke(job_args(rules, positions, tmp_path / "out"), tmp_path)
-    got.assert_no_crash()
-    assert got.code == 1 and str(positions) in got.stderr
-    assert got.stderr.strip().count("\n") == 0
+def _without_read_override(args: Sequence[str], where: Path) -> Outcome:
+    """Run the executable so that file permissions bind: as root, without the capabilities
+    that let root read any file (setpriv drops them from the bounding set)."""
+    if os.geteuid() != 0:
+        return run_exe(args, where)
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root, and setpriv (util-linux) is not there to drop the "
+                    "capabilities that let root read any file")
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    proc = subprocess.run([*drop, str(EXE), *[str(a) for a in args]], cwd=where,
+                          capture_output=True, text=True, timeout=120)
+    return Outcome(proc.returncode, proc.stdout, proc.stderr, None)
+
+
+@pytest.mark.parametrize("unreadable", ["rules.csv", "rules.parquet", "positions.csv",
+                                        "positions.parquet"])
+def test_unreadable_file_exit_1(tmp_path: Path, unreadable: str) -> None:
+    fmt = unreadable.split(".")[1]
+    rules = _good_rules_file(tmp_path / f"rules.{fmt}")
+    positions = _good_positions_file(tmp_path / f"positions.{fmt}")
+    bad = tmp_path / unreadable
+    bad.chmod(0)
+    got = _without_read_override(job_args(rules, positions, tmp_path / "out"), tmp_path)
+    assert got.code == 1, got.stderr
+    assert got.stderr.strip() == f"snim-batch: error: {bad}: cannot read (Permission denied)"
+    assert not (tmp_path / "out").exists()
 
 
 def test_duplicate_moves_are_normalised_and_share_a_table(tmp_path: Path) -> None:
