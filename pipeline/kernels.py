@@ -328,13 +328,14 @@ def adjacent_duplicates(a, b):
 
 
 @njit(cache=True, nogil=True)
-def counting_sort(bucket, n_buckets, key):
+def counting_sort(bucket, n_buckets, key, dest):
     """Sort rows by (bucket, key), stably: a counting sort on the dense bucket
     (0 <= bucket < n_buckets), then a merge sort of any bucket whose keys are not already
     ascending, so input in key order within each bucket costs O(n).
 
-    Returns (dest, sorted key, rows per bucket): row i goes to position dest[i]. The passes
-    read rows in order and write n_buckets sequential streams, which caches well.
+    Fills `dest` (int32 will do below 2^31 rows): row i goes to position dest[i]. Returns
+    (sorted key, rows per bucket). The passes read rows in order and write n_buckets
+    sequential streams, which caches well.
     """
     n = bucket.shape[0]
     counts = np.zeros(n_buckets, np.int64)
@@ -343,7 +344,6 @@ def counting_sort(bucket, n_buckets, key):
     fill = np.zeros(n_buckets, np.int64)
     for b in range(1, n_buckets):
         fill[b] = fill[b - 1] + counts[b - 1]
-    dest = np.empty(n, np.int64)
     sorted_key = np.empty(n, key.dtype)
     for i in range(n):
         b = bucket[i]
@@ -372,7 +372,7 @@ def counting_sort(bucket, n_buckets, key):
                 dest[source] = lo + q
                 sorted_key[lo + q] = key[source]
         lo = hi
-    return dest, sorted_key, counts
+    return sorted_key, counts
 
 
 @njit(cache=True, parallel=True, nogil=True)

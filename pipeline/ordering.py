@@ -139,7 +139,8 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
     pid = _concat([f.drop_in_place("position_id") for f in frames]).to_numpy()
-    dest, sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.shape[0], pid)
+    dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
+    sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.shape[0], pid, dest)
     del bucket, pid
     in_order = kernels.is_identity(dest)
     columns = {"rule_set_id": pl.Series("rule_set_id", np.repeat(rule_ids, counts)),

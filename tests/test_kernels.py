@@ -380,11 +380,13 @@ def test_wide_value_dtype_table_mixed_with_closed_forms():
 
 @settings(max_examples=150, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 5), st.integers(-3, 12)), max_size=200),
-       bucket_type=st.sampled_from([np.int32, np.int64]))
-def test_counting_sort_is_a_stable_sort_by_bucket_then_key(rows, bucket_type):
+       bucket_type=st.sampled_from([np.int32, np.int64]),
+       dest_type=st.sampled_from([np.int32, np.int64]))
+def test_counting_sort_is_a_stable_sort_by_bucket_then_key(rows, bucket_type, dest_type):
     bucket = np.array([b for b, _ in rows], dtype=bucket_type)
     key = np.array([k for _, k in rows], dtype=np.int64)
-    dest, sorted_key, counts = kernels.counting_sort(bucket, 6, key)
+    dest = np.empty(len(rows), dest_type)
+    sorted_key, counts = kernels.counting_sort(bucket, 6, key, dest)
     order = np.lexsort((np.arange(len(rows)), key, bucket))
     expected_dest = np.empty(len(rows), np.int64)
     expected_dest[order] = np.arange(len(rows))
@@ -398,6 +400,7 @@ def test_counting_sort_is_a_stable_sort_by_bucket_then_key(rows, bucket_type):
 def test_counting_sort_of_rows_already_in_order_is_identity():
     bucket = np.repeat(np.arange(4, dtype=np.int32), 5)
     key = np.tile(np.arange(5, dtype=np.int64), 4)
-    dest, _, _ = kernels.counting_sort(bucket, 4, key)
+    dest = np.empty(20, np.int32)
+    kernels.counting_sort(bucket, 4, key, dest)
     assert kernels.is_identity(dest)
     assert not kernels.is_identity(dest[::-1].copy())
