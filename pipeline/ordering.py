@@ -2,8 +2,8 @@
 more than once taken out as rejects. Pure frames and arrays; no paths.
 
 The wide fast path keeps each batch narrow until the end (the rule set as an int32 rank among
-all rule ids, no per-row location column), then sorts with one counting sort and parallel
-gathers. Other key types go through polars' sort.
+all rule ids, the value columns in their fewest bytes, no per-row location column), then
+sorts with one counting sort and parallel scatters. Other key types go through polars' sort.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: np.ndarray | None,
                         rejects: pl.DataFrame, sources: Sequence[str]
                         ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """All parts' rows in key order, minus duplicate keys: (verdicts, duplicate rejects).
-    nim_sum may stay narrower than Int64 (see `verdict_part`). Consumes `parts`."""
+    nim_sum and the move columns stay narrow (see `verdict_part`). Consumes `parts`."""
     in_input = _locator(parts)
     frames = [p.frame for p in parts]
     if rule_ids is not None and all("_bucket" in f.columns for f in frames):
