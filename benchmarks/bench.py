@@ -192,25 +192,27 @@ def ensure_dataset(name: str, positions: int, seed: int) -> Path:
     return target
 
 
-def ensure_moves() -> Path:
-    path = DATA / f"sg_moves_r{SG_RULES}_k{SG_MOVES}_m{SG_MAX_MOVE}_seed{SG_SEED}.txt"
+def _ensure_text(name: str, kind: str, *args: object) -> Path:
+    """DATA/name, made once by `helpers.py KIND PATH ARGS` (seeded, so reusable)."""
+    path = DATA / name
     if not path.exists():
         DATA.mkdir(parents=True, exist_ok=True)
         log(f"generating {path.relative_to(ROOT)}")
-        helper("moves", str(path), "--rules", str(SG_RULES), "--moves", str(SG_MOVES),
-               "--max-move", str(SG_MAX_MOVE), "--values", str(SG_VALUES),
-               "--seed", str(SG_SEED))
+        said = helper(kind, str(path), *(str(a) for a in args))
+        if said.strip():
+            log(said.strip())
     return path
+
+
+def ensure_moves() -> Path:
+    return _ensure_text(f"sg_moves_r{SG_RULES}_k{SG_MOVES}_m{SG_MAX_MOVE}_seed{SG_SEED}.txt",
+                        "moves", "--rules", SG_RULES, "--moves", SG_MOVES,
+                        "--max-move", SG_MAX_MOVE, "--values", SG_VALUES, "--seed", SG_SEED)
 
 
 def ensure_classic() -> Path:
-    path = DATA / f"classic_{CLASSIC_BYTES // 1_000_000}mb_seed{CLASSIC_SEED}.txt"
-    if not path.exists():
-        DATA.mkdir(parents=True, exist_ok=True)
-        log(f"generating {path.relative_to(ROOT)}")
-        log(helper("classic", str(path), "--target-bytes", str(CLASSIC_BYTES),
-                   "--seed", str(CLASSIC_SEED)))
-    return path
+    return _ensure_text(f"classic_{CLASSIC_BYTES // 1_000_000}mb_seed{CLASSIC_SEED}.txt",
+                        "classic", "--target-bytes", CLASSIC_BYTES, "--seed", CLASSIC_SEED)
 
 
 def compile_references() -> dict[str, Path]:

@@ -253,6 +253,20 @@ def check_outputs(out: Path, rules: list, positions: list, *, rows_read: int,
 # ---- the references themselves --------------------------------------------------------------
 
 
+def run_checked(tmp_path: Path, rules: list, positions: list, form: str = "wide",
+                fmt: str = "parquet", *, rules_fmt: str | None = None,
+                winning_moves: bool = False, small: bool = True, **write) -> dict:
+    """Write the tables, run cleanly (exit 0, no problems) and check every output against
+    the references with `check_outputs`; the manifest."""
+    r = write_rules(tmp_path / "rules", rules, rules_fmt or fmt)
+    p = write_positions(tmp_path / "positions", positions, form, fmt, **write)
+    result = run(job(tmp_path, r, p, winning_moves=winning_moves))
+    assert result.exit_code == 0 and result.problems == []
+    rows = len(positions) if form == "wide" else sum(len(h) for _, _, h in positions)
+    return check_outputs(tmp_path / "out", rules, positions, rows_read=rows,
+                         winning_moves=winning_moves, small=small)
+
+
 def test_references_agree_with_brute_force():
     """The closed forms and the periodic formula used below, against exhaustive search."""
     assert naive_sg_half(300) == [sg_half(x) for x in range(300)]
@@ -286,11 +300,8 @@ def test_verdicts_match_brute_force(tmp_path, form, fmt, keys):
     else:
         positions += [(rules[0][0], "empty" if keys == "str" else 999, [])]
         rows = len(positions)
-    r = write_rules(tmp_path / "rules", rules, fmt)
-    p = write_positions(tmp_path / "positions", positions, form, fmt)
-    result = run(job(tmp_path, r, p))
-    assert result.exit_code == 0 and result.problems == []
-    manifest = check_outputs(tmp_path / "out", rules, positions, rows_read=rows)
+    manifest = run_checked(tmp_path, rules, positions, form, fmt)
+    assert manifest["counts"]["positions"]["rows_read"] == rows
     assert manifest["positions_form"] == form
 
 
@@ -301,13 +312,7 @@ def test_winning_moves_are_legal_and_winning(tmp_path, form, fmt):
     positions = random_positions(rng, rules, "int", per_rule=12, min_heaps=1)
     if form == "long":
         positions = interleave_long(rng, positions)
-    r = write_rules(tmp_path / "rules", rules, fmt)
-    p = write_positions(tmp_path / "positions", positions, form, fmt)
-    result = run(job(tmp_path, r, p, winning_moves=True))
-    assert result.exit_code == 0
-    check_outputs(tmp_path / "out", rules, positions, winning_moves=True,
-                  rows_read=len(positions) if form == "wide"
-                  else sum(len(h) for _, _, h in positions))
+    run_checked(tmp_path, rules, positions, form, fmt, winning_moves=True)
     v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
     assert v.filter(pl.col("verdict") == "W").height > 10  # the check above saw real moves
 
@@ -316,10 +321,7 @@ def test_wide_csv_without_position_id_numbers_rows(tmp_path):
     rules = [(1, "subtraction", [1, 3, 4]), (2, "nim", None)]
     heaps = [[5], [], [7, 2], [4, 4], [3, 6, 11], [0]]
     positions = [(1 + i % 2, i, h) for i, h in enumerate(heaps)]
-    r = write_rules(tmp_path / "rules", rules, "csv")
-    p = write_positions(tmp_path / "positions", positions, "wide", "csv", with_pid=False)
-    assert run(job(tmp_path, r, p)).exit_code == 0
-    check_outputs(tmp_path / "out", rules, positions, rows_read=len(positions))
+    run_checked(tmp_path, rules, positions, "wide", "csv", with_pid=False)
 
 
 @pytest.mark.parametrize("spec", ["directory", "glob"])
@@ -387,11 +389,7 @@ def test_nim_and_half_with_huge_heaps(tmp_path):
         x = rng.randint(BIG, 2 * BIG)
         positions.append((2, pid, [x, 2 * x + 1]))  # equal SG under half
     positions += [(1, 50, [INT64_MAX]), (2, 50, [INT64_MAX]), (2, 51, [2**62 - 1, 2**62])]
-    r = write_rules(tmp_path / "rules", rules, "parquet")
-    p = write_positions(tmp_path / "positions", positions, "wide", "parquet")
-    assert run(job(tmp_path, r, p, winning_moves=True)).exit_code == 0
-    check_outputs(tmp_path / "out", rules, positions, rows_read=len(positions),
-                  winning_moves=True, small=False)
+    run_checked(tmp_path, rules, positions, winning_moves=True, small=False)
     v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
     assert v.filter(pl.col("position_id").is_between(40, 49))["verdict"].to_list() == ["L"] * 20
 
@@ -422,11 +420,7 @@ def test_subtraction_with_huge_heaps_uses_the_proven_period(tmp_path):
         h = rng.randint(BIG, 2 * BIG)  # equal SG values: a losing position
         positions.append((rid, 12, [h, h + per * rng.randint(1, 10**6)]))
         positions.append((rid, 13, [INT64_MAX, INT64_MAX - per]))
-    r = write_rules(tmp_path / "rules", rules, "csv")
-    p = write_positions(tmp_path / "positions", positions, "wide", "csv")
-    assert run(job(tmp_path, r, p, winning_moves=True)).exit_code == 0
-    check_outputs(tmp_path / "out", rules, positions, rows_read=len(positions),
-                  winning_moves=True, small=False)
+    run_checked(tmp_path, rules, positions, "wide", "csv", winning_moves=True, small=False)
     v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
     assert set(v.filter(pl.col("position_id").is_in([12, 13]))["verdict"]) == {"L"}
 
@@ -436,10 +430,7 @@ def test_sg_tables_preperiod_and_period_match_naive(tmp_path):
     rules = [(i, "subtraction", list(s)) for i, s in enumerate(sets)]
     rules += [(100, "subtraction", list(reversed(sets[0]))), (101, "half", None)]
     positions = [(rid, 0, [7, 20]) for rid, _, _ in rules]
-    r = write_rules(tmp_path / "rules", rules, "parquet")
-    p = write_positions(tmp_path / "positions", positions, "long", "csv")
-    assert run(job(tmp_path, r, p)).exit_code == 0
-    check_outputs(tmp_path / "out", rules, positions, rows_read=2 * len(positions))
+    run_checked(tmp_path, rules, positions, "long", "csv", rules_fmt="parquet")
     tables = pl.read_parquet(tmp_path / "out" / "sg_tables.parquet")
     got = {tuple(row["moves"]): row for row in tables.rows(named=True)
            if row["kind"] == "subtraction"}
