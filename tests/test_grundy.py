@@ -89,6 +89,19 @@ def full_table(rule):
     return build_table(rule, need_len=1, probe_ops=10**7, cap=2**22)
 
 
+def check_full_table(moves):
+    """The fully probed table's preperiod and period are the naive first repeat's, minimal,
+    and its values are the naive mex values; returns (table, naive values well past it)."""
+    ms = sorted(set(moves))
+    pre, per = naive_first_repeat(ms)
+    t = full_table(sub(moves))
+    assert (t.preperiod, t.period) == (pre, per)
+    v = naive_sg(ms, pre + 3 * per + 2 * max(ms) + 5)
+    assert_minimal_period(v, pre, per)
+    assert t.values.tolist() == v[: pre + per]
+    return t, v
+
+
 moves_strategy = st.lists(st.integers(1, 12), min_size=1, max_size=4)
 wide_moves_strategy = st.lists(st.integers(1, 40), min_size=1, max_size=6)
 
@@ -172,13 +185,7 @@ def test_balance_gives_every_job_once_longest_first(workers):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(moves=st.one_of(moves_strategy, wide_moves_strategy))
 def test_period_matches_naive_first_repeat_and_is_minimal(moves):
-    ms = sorted(set(moves))
-    pre, per = naive_first_repeat(ms)
-    t = full_table(sub(moves))
-    assert (t.preperiod, t.period) == (pre, per)
-    v = naive_sg(ms, pre + 3 * per + 2 * max(ms) + 5)
-    assert_minimal_period(v, pre, per)
-    assert t.values.tolist() == v[: pre + per]
+    t, v = check_full_table(moves)
     # the periodic lookup agrees with the naive table far past the stored table
     assert t.sg(np.arange(len(v))).tolist() == v
 
@@ -222,12 +229,7 @@ def test_period_found_exactly_when_first_repeat_is_tabulated(moves):
     ],
 )
 def test_period_fixed_sets(moves):
-    pre, per = naive_first_repeat(moves)
-    t = full_table(sub(moves))
-    assert (t.preperiod, t.period) == (pre, per)
-    v = naive_sg(moves, pre + 3 * per + 2 * max(moves) + 5)
-    assert_minimal_period(v, pre, per)
-    assert t.values.tolist() == v[: pre + per]
+    check_full_table(moves)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 7, 10, 25, 100, 254, 255, 256, 300])
