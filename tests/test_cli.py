@@ -256,3 +256,25 @@ def test_script_bad_moves_exit_2_without_traceback(tmp_path):
     assert bad.returncode == 2
     assert "--moves" in bad.stderr and "Traceback" not in bad.stderr
     assert bad.stdout == ""
+
+
+@needs_script
+def test_script_solve_reads_a_file_on_stdin_from_its_offset_and_flushes_all(tmp_path):
+    # A regular file on stdin is mapped, not read: the answer must start where the file offset
+    # is, and a large answer must reach stdout in full though the process skips its teardown.
+    # S = {1, 2}: SG(h) = h % 3, so a single heap wins iff h % 3 != 0.
+    heaps = [random.Random(5).randrange(0, 1000) for _ in range(300_000)]
+    body = f"2 1 2\n{len(heaps)}\n" + "".join(f"1 {h}\n" for h in heaps) + "0\n"
+    path = tmp_path / "in.txt"
+    path.write_text("not classic input; skipped by the offset\n" + body)
+    with path.open("rb") as stdin:
+        stdin.seek(len("not classic input; skipped by the offset\n"))
+        solved = subprocess.run([SCRIPT, "solve"], stdin=stdin, capture_output=True,
+                                text=True, cwd=tmp_path, timeout=120)
+    assert solved.returncode == 0, solved.stderr
+    assert solved.stdout == "".join("W" if h % 3 else "L" for h in heaps) + "\n"
+    with path.open("rb") as stdin:
+        bad = subprocess.run([SCRIPT, "solve"], stdin=stdin, capture_output=True, text=True,
+                             cwd=tmp_path, timeout=120)
+    assert bad.returncode == 1, bad.stderr  # bad input file: exit 1, as documented
+    assert "token 1 ('not'" in bad.stderr and "Traceback" not in bad.stderr
