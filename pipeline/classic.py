@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from pipeline import grundy, kernels
 from pipeline.errors import InputError, RuleError
@@ -32,6 +32,7 @@ _WHERE = "classic input"
 _INT64_MAX = np.int64(2**63 - 1)
 _MAX_MOVE = grundy.MAX_TABLE_LEN
 _SHOW = 24  # characters of a bad token quoted in an error message
+_ANCHOR_ROWS = 4096  # `solve` answers positions in blocks of this many rows, on all threads
 
 # Error record of the parser: err = [code, case (1-based), token index (0-based), a, b, c, d,
 # byte start, byte end]; the meaning of a..d depends on the code.
@@ -121,30 +122,40 @@ def _next_token(buf, i):
 
 
 @njit(cache=True, inline="always")
-def _plain_ints(buf, i, count, out, at):
-    """The fast path for heaps: read up to `count` tokens of 1 to 18 plain digits from byte i
-    into out[at:], stopping before any other token (or EOF), which the checked reader then
-    handles. Returns (tokens read, byte after the last one)."""
+def _plain_int(buf, i):
+    """A token of 1 to 18 plain digits at or after byte i: (ok, value, byte after it). Not ok
+    for any other token or at EOF, which the checked reader then handles."""
     n = buf.shape[0]
+    while i < n and _is_space(buf[i]):
+        i += 1
+    start = i
+    v = np.int64(0)
+    while i < n:
+        c = buf[i]
+        if c < 48 or c > 57:
+            break
+        v = v * 10 + (np.int64(c) - 48)
+        i += 1
+    ok = not (i == start or i - start > 18 or (i < n and not _is_space(buf[i])))
+    return ok, v, i
+
+
+@njit(cache=True, inline="always")
+def _plain_ints(buf, i, count, out, at, keep, top):
+    """The fast path for heaps: read up to `count` plain tokens (see `_plain_int`) from byte i,
+    into out[at:] when `keep`. Returns (tokens read, byte after the last one, max(top, them))."""
     j = 0
     while j < count:
-        k = i
-        while k < n and _is_space(buf[k]):
-            k += 1
-        start = k
-        v = np.int64(0)
-        while k < n:
-            c = buf[k]
-            if c < 48 or c > 57:
-                break
-            v = v * 10 + (np.int64(c) - 48)
-            k += 1
-        if k == start or k - start > 18 or (k < n and not _is_space(buf[k])):
+        ok, v, k = _plain_int(buf, i)
+        if not ok:
             break
-        out[at + j] = v
+        if keep:
+            out[at + j] = v
+        if v > top:
+            top = v
         j += 1
         i = k
-    return j, i
+    return j, i, top
 
 
 @njit(cache=True, inline="always")
@@ -166,22 +177,28 @@ def _expect_int(buf, i, t, err):
 
 
 @njit(cache=True)
-def _parse(buf, max_move):
+def _parse(buf, max_move, keep):
     """Parse the bytes of a classic input in one pass into flat arrays plus an error record.
 
-    Returns (moves, moves_off, case_off, pos_off, heaps, err): the moves of case c are
-    moves[moves_off[c]:moves_off[c + 1]], its positions are rows case_off[c]..case_off[c + 1]
-    and row i has heaps heaps[pos_off[i]:pos_off[i + 1]]. err[0] == _OK when the input is valid;
-    otherwise err describes the first problem in input order.
+    Returns (moves, moves_off, case_off, pos_off, heaps, case_max, anchors, err): the moves of
+    case c are moves[moves_off[c]:moves_off[c + 1]], its positions are rows
+    case_off[c]..case_off[c + 1], its largest heap is case_max[c] (-1 when none), and row i has
+    heaps heaps[pos_off[i]:pos_off[i + 1]]. Row i * _ANCHOR_ROWS starts at byte anchors[i].
+    Without `keep`, heaps and pos_off are empty: the input is only checked and measured.
+    err[0] == _OK when the input is valid; otherwise err describes the first problem in input
+    order.
     """
     n = buf.shape[0]
     bound = n // 2 + 2  # every token takes a byte and a separator
+    kept = bound if keep else 1
     err = np.zeros(9, np.int64)
     moves = np.empty(bound, np.int64)
     moves_off = np.empty(bound, np.int64)
     case_off = np.empty(bound, np.int64)
-    pos_off = np.empty(bound, np.int64)
-    heaps = np.empty(bound, np.int64)
+    case_max = np.empty(bound, np.int64)
+    anchors = np.empty(bound // _ANCHOR_ROWS + 1, np.int64)
+    pos_off = np.empty(kept, np.int64)
+    heaps = np.empty(kept, np.int64)
     moves_off[0] = 0
     case_off[0] = 0
     pos_off[0] = 0
@@ -251,20 +268,29 @@ def _parse(buf, max_move):
             err[3] = m
             break
         q = np.int64(0)
+        top = np.int64(-1)
         while q < m:
             err[3] = q + 1
             err[4] = m
-            st, ln, i, t = _expect_int(buf, i, t, err)
-            if st == _T_EOF:
-                err[0] = _EOF_L
-                break
-            if st != _T_INT:
-                break
-            if ln < 0:
-                err[0] = _L_NEG
-                err[5] = ln
-                break
-            j, i = _plain_ints(buf, i, ln, heaps, nh)
+            if npos % _ANCHOR_ROWS == 0:
+                anchors[npos // _ANCHOR_ROWS] = i
+            ok, ln, i_next = _plain_int(buf, i)
+            if ok:
+                i = i_next
+                t += 1
+                err[2] = t
+            else:
+                st, ln, i, t = _expect_int(buf, i, t, err)
+                if st == _T_EOF:
+                    err[0] = _EOF_L
+                    break
+                if st != _T_INT:
+                    break
+                if ln < 0:
+                    err[0] = _L_NEG
+                    err[5] = ln
+                    break
+            j, i, top = _plain_ints(buf, i, ln, heaps, nh, keep, top)
             if j:
                 nh += j
                 t += j
@@ -282,22 +308,29 @@ def _parse(buf, max_move):
                     err[0] = _HEAP_NEG
                     err[5] = h
                     break
-                heaps[nh] = h
+                if keep:
+                    heaps[nh] = h
+                if h > top:
+                    top = h
                 nh += 1
                 j += 1
             if err[0] != _OK:
                 break
             npos += 1
-            pos_off[npos] = nh
+            if keep:
+                pos_off[npos] = nh
             q += 1
         if err[0] != _OK:
             break
+        case_max[nc] = top
         nc += 1
         moves_off[nc] = nmv
         case_off[nc] = npos
     # Views: the untouched tails of these over-sized buffers are never paged in.
-    return (moves[:nmv], moves_off[: nc + 1], case_off[: nc + 1], pos_off[: npos + 1],
-            heaps[:nh], err)
+    kept_rows = npos + 1 if keep else 0
+    return (moves[:nmv], moves_off[: nc + 1], case_off[: nc + 1], pos_off[:kept_rows],
+            heaps[:nh if keep else 0], case_max[:nc], anchors[: (npos + _ANCHOR_ROWS - 1)
+                                                              // _ANCHOR_ROWS], err)
 
 
 @njit(cache=True)
@@ -366,37 +399,50 @@ def _dedup_rules(moves, moves_off):
     return canon[:top].copy(), rule_off[: nr + 1].copy(), case_rule
 
 
-@njit(cache=True)
-def _rows(case_rule, case_off, pos_off, heaps, n_rules):
-    """Table of each position row, and the largest heap per rule (-1 when it has none)."""
-    nc = case_rule.shape[0]
-    table_of_row = np.empty(pos_off.shape[0] - 1, np.int64)
-    rule_max = np.full(n_rules, -1, np.int64)
-    for c in range(nc):
-        r = case_rule[c]
-        mx = rule_max[r]
-        for i in range(case_off[c], case_off[c + 1]):
-            table_of_row[i] = r
-            for j in range(pos_off[i], pos_off[i + 1]):
-                if heaps[j] > mx:
-                    mx = heaps[j]
-        rule_max[r] = mx
-    return table_of_row, rule_max
+@njit(cache=True, parallel=True, nogil=True)
+def _answers(buf, anchors, moves_off, case_off, case_table, values, base, length, pre, per, kind):
+    """The answer text of a checked input: for each case, one W/L per position and a newline.
 
-
-@njit(cache=True)
-def _render(nim, case_off):
-    """One line per case: 'W' where the nim-sum is non-zero, else 'L'."""
-    nc = case_off.shape[0] - 1
-    out = np.empty(nim.shape[0] + nc, np.uint8)
-    o = 0
+    Positions are re-read from the bytes in blocks of _ANCHOR_ROWS rows, each from its anchor,
+    on all threads (a block skips the headers of the cases it runs into). Returns (text, bad):
+    bad[b] = (row, heap index, heap) of the first heap in block b beyond its table (no proven
+    period), row -1 when there is none.
+    """
+    nc = case_table.shape[0]
+    n_rows = case_off[nc]
+    out = np.empty(n_rows + nc, np.uint8)
     for c in range(nc):
-        for i in range(case_off[c], case_off[c + 1]):
-            out[o] = 87 if nim[i] != 0 else 76
-            o += 1
-        out[o] = 10
-        o += 1
-    return out
+        out[case_off[c + 1] + c] = 10
+    n_blocks = anchors.shape[0]
+    bad = np.full((n_blocks, 3), -1, np.int64)
+    for blk in prange(n_blocks):
+        i = anchors[blk]
+        row = blk * _ANCHOR_ROWS
+        end = min(row + _ANCHOR_ROWS, n_rows)
+        c = np.searchsorted(case_off, row, side="right") - 1
+        while row < end:
+            while case_off[c + 1] <= row:  # skip the next case's `k s1..sk m`
+                c += 1
+                for _ in range(moves_off[c + 1] - moves_off[c] + 2):
+                    _, _, _, i = _next_token(buf, i)
+            t = case_table[c]
+            _, ln, _, i = _next_token(buf, i)
+            acc = np.int64(0)
+            for j in range(ln):
+                ok, h, k = _plain_int(buf, i)
+                if ok:
+                    i = k
+                else:
+                    _, h, _, i = _next_token(buf, i)
+                g = kernels.sg_of(h, t, values, base, length, pre, per, kind)
+                if g < 0 and bad[blk, 0] < 0:
+                    bad[blk, 0] = row
+                    bad[blk, 1] = j
+                    bad[blk, 2] = h
+                acc ^= g
+            out[row + c] = 87 if acc != 0 else 76
+            row += 1
+    return out, bad
 
 
 # --------------------------------------------------------------------------- parsing
@@ -502,12 +548,17 @@ def _error(buf: np.ndarray, err: np.ndarray) -> InputError:
     return InputError(msg)
 
 
-def read_classic(data: bytes) -> ClassicInput:
-    """Parse a classic input into flat arrays; InputError names the first problem in input order."""
+def _checked(data: bytes, keep: bool) -> tuple:
     buf = _as_buffer(data)
-    moves, moves_off, case_off, pos_off, heaps, err = _parse(buf, _MAX_MOVE)
+    *parsed, err = _parse(buf, _MAX_MOVE, keep)
     if err[0] != _OK:
         raise _error(buf, err)
+    return buf, *parsed
+
+
+def read_classic(data: bytes) -> ClassicInput:
+    """Parse a classic input into flat arrays; InputError names the first problem in input order."""
+    _, moves, moves_off, case_off, pos_off, heaps, _, _ = _checked(data, keep=True)
     return ClassicInput(moves, moves_off, case_off, pos_off, heaps)
 
 
@@ -530,42 +581,39 @@ def parse_classic(data: bytes) -> list[ClassicCase]:
 # --------------------------------------------------------------------------- solving
 
 
-def solve_parsed(ci: ClassicInput, cap: int = 2**26) -> str:
-    """The W/L answer text of an already parsed input (one line per case, trailing newline)."""
-    if ci.n_cases == 0:
+def solve_classic(data: bytes, cap: int = 2**26) -> str:
+    """Answer a classic S-Nim input: per test case one line of W/L, trailing newline.
+
+    Two passes over the bytes, so no heap is ever stored: the first checks the input and finds
+    each case's largest heap, then the tables are built, then the second reads the positions
+    again, on all threads, and answers them. Raises InputError for malformed input and RuleError
+    when a heap's value cannot be determined within `cap` tabulated values (no proven period).
+    """
+    buf, moves, moves_off, case_off, _, _, case_max, anchors = _checked(data, keep=False)
+    if case_off.shape[0] == 1:
         return ""
-    canon, rule_off, case_rule = _dedup_rules(ci.moves, ci.moves_offsets)
+    canon, rule_off, case_rule = _dedup_rules(moves, moves_off)
     n_rules = int(rule_off.shape[0] - 1)
-    table_of_row, rule_max = _rows(case_rule, ci.case_offsets, ci.offsets, ci.heaps, n_rules)
+    rule_max = np.full(n_rules, -1, np.int64)
+    np.maximum.at(rule_max, case_rule, case_max)
     canon_list = canon.tolist()
     ro = rule_off.tolist()
     rules = [grundy.Rule("subtraction", tuple(canon_list[ro[r] : ro[r + 1]]))
              for r in range(n_rules)]
     tables = grundy.build_tables(rules, [m + 1 for m in rule_max.tolist()], [cap] * n_rules)
-    ts = grundy.TableSet.of(tables)
-    nim, bad = kernels.nim_sums_wide(ci.offsets, ci.heaps, table_of_row, *ts.lookup_args())
-    bad_rows = np.flatnonzero(bad >= 0)
-    if bad_rows.shape[0]:
-        row = int(bad_rows[0])
-        case = int(np.searchsorted(ci.case_offsets, row, side="right")) - 1
-        pos = row - int(ci.case_offsets[case])
-        j = int(bad[row])
-        heap = int(ci.heaps[ci.offsets[row] + j])
+    text, bad = _answers(buf, anchors, moves_off, case_off, case_rule,
+                         *grundy.TableSet.of(tables).lookup_args())
+    bad = bad[bad[:, 0] >= 0]
+    if bad.shape[0]:
+        row, j, heap = (int(v) for v in bad[0])
+        case = int(np.searchsorted(case_off, row, side="right")) - 1
+        pos = row - int(case_off[case])
         table = tables[int(case_rule[case])]
         raise RuleError(
             f"{_WHERE}: test case {case + 1}, position {pos + 1}, heap {j + 1} (size {heap}): "
             f"its Grundy value under S = {table.rule.label} is not determined within the table "
             f"cap of {cap} values (no period proven in {table.table_len} values)")
-    return _render(nim, ci.case_offsets).tobytes().decode("ascii")
-
-
-def solve_classic(data: bytes, cap: int = 2**26) -> str:
-    """Answer a classic S-Nim input: per test case one line of W/L, trailing newline.
-
-    Raises InputError for malformed input and RuleError when a heap's value cannot be determined
-    within `cap` tabulated values (no proven period).
-    """
-    return solve_parsed(read_classic(data), cap=cap)
+    return text.tobytes().decode("ascii")
 
 
 # --------------------------------------------------------------------------- conversion

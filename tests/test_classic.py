@@ -172,6 +172,37 @@ def test_cap_exceeded_names_case_and_heap():
     assert solve_classic(text) == brute_answer(cases)
 
 
+def test_many_positions_cross_answer_blocks():
+    # solve answers positions in blocks of 4096 rows, each re-read from its own byte offset: the
+    # cases here (some empty, one spanning several blocks, signs and leading zeros on heaps)
+    # start and end inside blocks and across their edges.
+    rng = np.random.default_rng(7)
+    sizes = [0, 4095, 1, 0, 0, 9000, 3, 4097, 0, 2500, 1]
+    cases = []
+    for m in sizes:
+        moves = sorted({int(v) for v in rng.integers(1, 6, size=int(rng.integers(1, 4)))})
+        positions = [[int(v) for v in rng.integers(0, 13, size=int(rng.integers(0, 4)))]
+                     for _ in range(m)]
+        cases.append((moves, positions))
+    text = render(cases, seps=(" ", "\n", "  ", "\t"))
+    assert solve_classic(text) == brute_answer(cases)
+    signed = re.sub(rb"(?<=[ \t])(\d)(?=\n)", rb"+0\1", text)  # a heap written "+07"
+    assert signed != text
+    assert solve_classic(signed) == brute_answer(cases)
+
+
+def test_cap_exceeded_reports_the_first_heap_in_input_order_across_blocks():
+    # {2, 5} has period 7 after 0 preperiod values, found only after 10 values: with cap=3
+    # no heap >= 3 can be answered. Rows 4200 and 9000 (blocks 1 and 2) hold such heaps.
+    positions = [[1]] * 12000
+    positions[9000] = [0, 50]
+    positions[4200] = [2, 1, 7]
+    cases = [([1], [[3]] * 10), ([2, 5], positions)]
+    with pytest.raises(RuleError, match=r"test case 2, position 4201, heap 3 \(size 7\)"):
+        solve_classic(render(cases), cap=3)
+    assert solve_classic(render(cases)) == brute_answer(cases)
+
+
 # --------------------------------------------------------------------------- errors
 
 
