@@ -12,10 +12,11 @@ position: `W` when the player to move wins, `L` otherwise.
 
 Everything that touches every byte or token runs in numba: a single-pass parser over
 `np.frombuffer(data, np.uint8)` (tokenizer and structural walk fused) producing flat int64 arrays
-with Arrow-style offsets, a canonicalise-and-deduplicate pass so that identical S across test
-cases share one table (`grundy.build_tables` up to that S's largest heap), and the existing
-`kernels.nim_sums_wide` over a `grundy.TableSet`. Python only loops over the distinct rule sets.
-Errors name the first problem in input order. No printing, no exits, no polars.
+with Arrow-style offsets, and a canonicalise-and-deduplicate pass so that identical S across test
+cases share one table (`grundy.build_tables` up to that S's largest heap). `solve` runs the
+parser without storing heaps, then answers the positions in a second, parallel pass over the
+bytes. Python only loops over the distinct rule sets. Errors name the first problem in input
+order. No printing, no exits, no polars.
 """
 
 from __future__ import annotations
