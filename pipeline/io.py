@@ -274,6 +274,52 @@ def heap_upper_bound(paths: list[Path], column: str) -> int | None:
     return bound
 
 
+def row_estimate(paths: list[Path]) -> int:
+    """Rows in the input files: exact for Parquet (from the footers), and an upper bound for
+    CSV, whose data lines take at least 6 bytes ("1,2,3" and a newline)."""
+    rows = 0
+    for path in paths:
+        if format_of(path) != "parquet":
+            rows += describe(path).size // 6
+            continue
+        try:
+            rows += pq.ParquetFile(path).metadata.num_rows
+        except (pa.ArrowException, OSError) as exc:
+            raise _parquet_error(path, exc) from None
+    return rows
+
+
+@contextmanager
+def spill_directory(staging: Path) -> Iterator[Path]:
+    """A scratch directory inside the staging directory, removed on the way out (the staging
+    directory is never published with it)."""
+    spill = staging / ".spill"
+    try:
+        spill.mkdir()
+    except OSError as exc:
+        raise OutputError(f"{spill}: cannot create scratch directory ({exc.strerror})") from None
+    try:
+        yield spill
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def write_spill(frame: pl.DataFrame, path: Path) -> None:
+    try:
+        frame.write_ipc(path, compression="zstd")
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write scratch file ({exc.strerror})") from None
+
+
+def read_spill(paths: list[Path]) -> list[pl.DataFrame]:
+    """Scratch files back, each removed once read."""
+    frames = []
+    for path in paths:
+        frames.append(pl.read_ipc(path))
+        path.unlink()
+    return frames
+
+
 def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
     """One file in batches of at most `batch_rows` rows (CSV is read whole, then sliced), so
     memory stays bounded by the batch for Parquet inputs."""

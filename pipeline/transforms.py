@@ -85,6 +85,12 @@ def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFr
     return as_text
 
 
+def needs_text(frame: pl.DataFrame, name: str) -> bool:
+    """Whether this frame alone makes a key column text for every frame it is unified with."""
+    (unified,) = unify_key_types([frame.select(name)], name)
+    return unified[name].dtype == pl.String
+
+
 # ---- list text ("2 5 12", "2,5,12", "[2, 5, 12]", "1..3") -----------------------------------
 
 def parse_int_list(text: str, allow_ranges: bool = False) -> list[int]:
@@ -429,6 +435,18 @@ def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, 
     raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected integer")
 
 
+def by_partition(rows: pl.DataFrame, parts: int) -> dict[int, pl.DataFrame]:
+    """Long-form rows split into `parts` groups by a hash of their key, so that every row of
+    a position lands in the same group. The key is hashed as text, which `unify_key_types`
+    maps one-to-one to the key's final value whatever type each file gave it."""
+    part = rows.select(
+        (pl.concat_str(pl.col("rule_set_id").cast(pl.String),
+                       pl.col("position_id").cast(pl.String), separator="\x1f")
+         .hash(seed=0) % parts).alias("_part")).to_series()
+    return {int(p): frame.drop("_part") for (p,), frame in
+            rows.with_columns(part).partition_by("_part", as_dict=True).items()}
+
+
 def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Collect long-form rows into positions (heaps in input order).
 
@@ -655,17 +673,13 @@ def summary_rows(index: pl.DataFrame, counts: pl.DataFrame, rejected: pl.DataFra
                  ) -> pl.DataFrame:
     """Per rule set: positions evaluated (W + L), W, L, rejected input rows, and W rate, from
     `summary_counts` (or an engine's own aggregation of the same shape)."""
-    key_type = index["rule_set_id"].dtype
     ids = pl.concat([index.select(pl.col("rule_set_id").cast(pl.String)),
                      rejected.select("rule_set_id")]).unique()
     frame = (ids.join(counts.with_columns(pl.col("rule_set_id").cast(pl.String)),
                       on="rule_set_id", how="left")
              .join(rejected, on="rule_set_id", how="left")
              .with_columns(pl.col("W", "L", "rejected").fill_null(0)))
-    try:
-        frame = frame.with_columns(pl.col("rule_set_id").cast(key_type))
-    except pl.exceptions.PolarsError:
-        pass
+    (frame,) = unify_key_types([frame], "rule_set_id")  # "07" stays text: it is not 7
     return frame.select(
         "rule_set_id",
         (pl.col("W") + pl.col("L")).alias("positions"),

@@ -32,8 +32,11 @@ from conftest import (
     write_csv,
     write_parquet,
 )
+from polars.testing import assert_frame_equal
 
+from pipeline import io
 from pipeline.config import config_from_dict
+from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
 from pipeline.run import run_job
 
@@ -317,6 +320,79 @@ def test_winning_moves_are_legal_and_winning(tmp_path, form, fmt):
     assert v.filter(pl.col("verdict") == "W").height > 10  # the check above saw real moves
 
 
+def split_long_form(monkeypatch, rows_per_part: int) -> list[Path]:
+    """Make the engine split long-form input into parts of about `rows_per_part` rows (as it
+    does for large inputs); returns the list that records each scratch file written."""
+    monkeypatch.setattr(polars_engine, "LONG_PARTITION_ROWS", rows_per_part)
+    written: list[Path] = []
+    write_spill = io.write_spill
+
+    def recording(frame: pl.DataFrame, path: Path) -> None:
+        write_spill(frame, path)
+        written.append(path)
+
+    monkeypatch.setattr(io, "write_spill", recording)
+    return written
+
+
+@pytest.mark.parametrize(("fmt", "keys"), [("csv", "str"), ("parquet", "int")])
+def test_long_form_split_into_parts_matches_brute_force(tmp_path, monkeypatch, fmt, keys):
+    # Every position must still get all its heaps, in input order (winning moves index them),
+    # though its rows are shuffled over the file and the parts are 7 rows each.
+    written = split_long_form(monkeypatch, 7)
+    rng = random.Random(f"split-{fmt}-{keys}")
+    rules = random_rules(rng, keys)
+    positions = interleave_long(rng, random_positions(rng, rules, keys, min_heaps=1))
+    manifest = run_checked(tmp_path, rules, positions, "long", fmt, winning_moves=True)
+    rows = sum(len(h) for _, _, h in positions)
+    assert manifest["counts"]["positions"]["rows_read"] == rows
+    assert len({path.name.split("-")[0] for path in written}) > 10
+    assert sorted(x.name for x in (tmp_path / "out").iterdir()) == OUTPUTS
+
+
+def test_long_form_split_gives_the_whole_runs_outputs_with_mixed_key_types(tmp_path,
+                                                                            monkeypatch):
+    # Integer keys in one file and text keys in another ("07" is not the integer 7, so every
+    # key becomes text): parts are hashed on the text form, so the split run must group and
+    # order exactly as the run that collects everything at once.
+    r = write_rules(tmp_path / "rules", [(1, "subtraction", [1, 2]), (7, "nim", None)], "csv")
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    rng = random.Random(11)
+    ints = [(rng.choice([1, 7]), rng.randint(0, 30), rng.randint(0, 40)) for _ in range(300)]
+    write_parquet(positions / "a.parquet", {
+        "rule_set_id": [a for a, _, _ in ints], "position_id": [b for _, b, _ in ints],
+        "heap": [h for _, _, h in ints]},
+        {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heap": pl.Int64})
+    texts = [[rng.choice(["1", "7", "07"]), str(rng.randint(0, 30)), rng.randint(0, 40)]
+             for _ in range(300)] + [["1", "3", "-2"], ["", "4", "1"]]
+    write_csv(positions / "b.csv", ["rule_set_id", "position_id", "heap"], texts)
+    whole = run(job(tmp_path / "whole", r, positions, winning_moves=True))
+    split_long_form(monkeypatch, 5)
+    split = run(job(tmp_path / "split", r, positions, winning_moves=True))
+    assert whole.exit_code == split.exit_code == 3
+    assert whole.manifest["counts"] == split.manifest["counts"]
+    a, b = read_outputs(tmp_path / "whole" / "out"), read_outputs(tmp_path / "split" / "out")
+    assert a["verdicts"]["rule_set_id"].dtype == pl.String
+    assert a["verdicts"].height > 50 and "07" in set(a["rejects"]["rule_set_id"])
+    for name in ("verdicts", "rejects", "summary", "sg_tables"):
+        assert_frame_equal(a[name], b[name])
+    # The rule set "07" is unknown; it is not rule set 7, so it keeps a summary row of its own.
+    assert a["summary"].select("rule_set_id", "positions").rows() == [
+        ("07", 0), ("1", a["verdicts"]["rule_set_id"].eq("1").sum()),
+        ("7", a["verdicts"]["rule_set_id"].eq("7").sum())]
+
+
+def test_long_form_split_with_no_rows(tmp_path, monkeypatch):
+    split_long_form(monkeypatch, 1)  # the header alone counts as 4 possible rows: 4 parts
+    r = write_rules(tmp_path / "rules", [(1, "subtraction", [1, 2])], "csv")
+    p = write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heap"], [])
+    result = run(job(tmp_path, r, p))
+    assert result.exit_code == 0
+    assert result.manifest["counts"]["positions"]["rows_read"] == 0
+    assert read_outputs(tmp_path / "out")["verdicts"].height == 0
+
+
 def test_wide_csv_without_position_id_numbers_rows(tmp_path):
     rules = [(1, "subtraction", [1, 3, 4]), (2, "nim", None)]
     heaps = [[5], [], [7, 2], [4, 4], [3, 6, 11], [0]]
@@ -446,8 +522,11 @@ def test_sg_tables_preperiod_and_period_match_naive(tmp_path):
 # ---- rejects, policies, overwrite ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("form", ["wide", "long"])
-def test_bad_rows_are_rejected_and_counts_reconcile(tmp_path, form):
+@pytest.mark.parametrize("form", ["wide", "long", "long split"])
+def test_bad_rows_are_rejected_and_counts_reconcile(tmp_path, monkeypatch, form):
+    if form == "long split":
+        split_long_form(monkeypatch, 2)
+        form = "long"
     rules = [(1, "subtraction", [2, 5]), (2, "half", None)]
     good = [(1, 0, [5, 12]), (1, 1, [2, 4, 7]), (2, 0, [3, 7]), (2, 1, [8])]
     r = write_rules(tmp_path / "rules", rules, "csv")

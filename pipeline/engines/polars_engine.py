@@ -1,8 +1,10 @@
 """The default engine: positions streamed in batches through polars and the numba kernels.
 
 Wide-form Parquet input is read one batch at a time, so memory holds one batch of heaps plus
-the narrow verdict columns; SG tables grow as batches reveal larger heaps. Long form is
-collected whole, since a position's rows may be anywhere in the input.
+the narrow verdict columns; SG tables grow as batches reveal larger heaps. A position's
+long-form rows may be anywhere in the input, so long form is collected whole when it is small,
+and otherwise first split by a hash of the key into scratch files of about
+LONG_PARTITION_ROWS rows each, which are then collected one at a time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableSet, build_table, buil
 Phase = Callable[[str], AbstractContextManager[None]]
 BATCH_ROWS = 1 << 20
 PRESIZE_LIMIT = 1 << 16
+LONG_PARTITION_ROWS = 1 << 22
 
 
 class TableCache:
@@ -215,7 +218,8 @@ def execute(config: Config, staging: Path, phase: Phase,
             verdicts, position_rejects, rows_read = _evaluate_wide(paths, config, index, cache,
                                                                    note)
         else:
-            verdicts, position_rejects, rows_read = _evaluate_long(paths, config, index, cache)
+            verdicts, position_rejects, rows_read = _evaluate_long(paths, config, index, cache,
+                                                                   staging, note)
     with phase("finish"):
         rejects = transforms.sort_rejects(pl.concat(
             [transforms.reject_rows(rules, "rules"), position_rejects]))
@@ -272,16 +276,49 @@ def _integer_rule_ids(index: pl.DataFrame) -> np.ndarray | None:
     return np.unique(ids.drop_nulls().to_numpy())
 
 
-def _concat_keys(parts: list[pl.DataFrame]) -> pl.DataFrame:
-    parts = transforms.unify_key_types(parts, "rule_set_id")
-    parts = transforms.unify_key_types(parts, "position_id")
-    return pl.concat(parts, how="vertical_relaxed")
+def _unified_keys(frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    frames = transforms.unify_key_types(frames, "rule_set_id")
+    return transforms.unify_key_types(frames, "position_id")
 
 
-def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache
+def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
+                   staging: Path, note: Callable[[str], None]
                    ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    frames = [frame for _, frame in position_batches(paths, config, "long")]
-    rows = _concat_keys(frames)
+    batches = position_batches(paths, config, "long")
+    parts = -(-io.row_estimate(paths) // LONG_PARTITION_ROWS)
+    if parts <= 1:
+        return _long_positions([frame for _, frame in batches], config, index, cache)
+    verdicts, rejects, rows_read = [], [], 0
+    text = dict.fromkeys(ordering.KEYS, False)  # as in _unified_keys over all rows at once
+    with io.spill_directory(staging) as spill:
+        pieces: list[list[Path]] = [[] for _ in range(parts)]
+        for n, (file_index, frame) in enumerate(batches):
+            rows_read += frame.height
+            empty = frame.clear()
+            text = {key: text[key] or transforms.needs_text(frame, key) for key in text}
+            for part, rows in transforms.by_partition(frame, parts).items():
+                pieces[part].append(spill / f"{part}-{n}.arrow")
+                io.write_spill(rows, pieces[part][-1])
+            note(f"positions: {rows_read:,} rows split into {parts} parts "
+                 f"(file {file_index + 1} of {len(paths)})")
+        for part, files in enumerate(pieces):
+            if files:
+                done = _long_positions(io.read_spill(files), config, index, cache)
+                verdicts.append(done[0])
+                rejects.append(done[1])
+            note(f"positions: part {part + 1} of {parts} evaluated")
+    if not verdicts:  # no rows at all
+        return _long_positions([empty], config, index, cache)
+    verdicts = [v.with_columns(pl.col(key).cast(pl.String) for key in text if text[key])
+                for v in _unified_keys(verdicts)]
+    return ordering.sorted_from_parts(verdicts), pl.concat(rejects), rows_read
+
+
+def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFrame,
+                    cache: TableCache) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Long-form rows holding every row of their positions -> (verdicts in key order,
+    rejects, rows read)."""
+    rows = pl.concat(_unified_keys(frames), how="vertical_relaxed")
     positions, long_rejects = transforms.long_to_wide(rows)
     positions, index = transforms.match_key_type(positions, index)
     positions = transforms.attach_tables(positions, index)
