@@ -435,16 +435,24 @@ def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, 
     raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected integer")
 
 
+def _key_hash(rows: pl.DataFrame, name: str) -> pl.Expr:
+    """A hash of a key column that is the same for the integer 7 and the text "7" (and
+    differs for "07"), so that it agrees with `unify_key_types` whatever type a file gave."""
+    key = pl.col(name)
+    if rows[name].dtype != pl.String:
+        return key.cast(pl.Int64).hash(seed=0)
+    number = key.cast(pl.Int64, strict=False)
+    canonical = key.str.contains(_CANONICAL_INT) & number.is_not_null()
+    return pl.when(canonical).then(number.hash(seed=0)).otherwise(key.hash(seed=0))
+
+
 def by_partition(rows: pl.DataFrame, parts: int) -> dict[int, pl.DataFrame]:
     """Long-form rows split into `parts` groups by a hash of their key, so that every row of
-    a position lands in the same group. The key is hashed as text, which `unify_key_types`
-    maps one-to-one to the key's final value whatever type each file gave it."""
-    part = rows.select(
-        (pl.concat_str(pl.col("rule_set_id").cast(pl.String),
-                       pl.col("position_id").cast(pl.String), separator="\x1f")
-         .hash(seed=0) % parts).alias("_part")).to_series()
+    a position lands in the same group (see `_key_hash`)."""
+    part = rows.select(((_key_hash(rows, "rule_set_id") % parts
+                         + _key_hash(rows, "position_id") % parts) % parts).alias("_part"))
     return {int(p): frame.drop("_part") for (p,), frame in
-            rows.with_columns(part).partition_by("_part", as_dict=True).items()}
+            rows.with_columns(part.to_series()).partition_by("_part", as_dict=True).items()}
 
 
 def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -453,6 +461,16 @@ def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     A position with any bad row is rejected whole: its bad rows keep their reason, the others
     name it. Returns (positions in wide form, rejected rows).
     """
+    wide_rows = (pl.col("_source").first(), pl.col("_row").first(),
+                 pl.col("heaps").list.first().alias("heaps"),
+                 pl.col("_row").alias("_rows"), pl.col("_source").alias("_sources"))
+    no_reasons = (pl.lit(None, pl.String).alias("_column"),
+                  pl.lit(None, pl.String).alias("_reason"))
+    clean = (rows["_reason"].null_count() == rows.height
+             and not rows["rule_set_id"].null_count() and not rows["position_id"].null_count())
+    if clean:  # no row to reject, and none to taint its position
+        wide = rows.group_by("rule_set_id", "position_id", maintain_order=True).agg(*wide_rows)
+        return wide.with_columns(*no_reasons), rows.clear()
     rows = rows.with_row_index("_order")
     tainted = rows.with_columns(
         pl.col("_reason").is_not_null().any().over("rule_set_id", "position_id").alias("_t"),
@@ -467,15 +485,8 @@ def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         ).alias("_reason")
     ).drop("_t", "_bad_row", "_order")
     good = tainted.filter(~pl.col("_t") & ~keyless)
-    wide = (
-        good.sort("_order")
-        .group_by("rule_set_id", "position_id", maintain_order=True)
-        .agg(pl.col("_source").first(), pl.col("_row").first(),
-             pl.col("heaps").list.first().alias("heaps"),
-             pl.col("_row").alias("_rows"), pl.col("_source").alias("_sources"))
-        .with_columns(pl.lit(None, pl.String).alias("_column"),
-                      pl.lit(None, pl.String).alias("_reason"))
-    )
+    wide = (good.sort("_order").group_by("rule_set_id", "position_id", maintain_order=True)
+            .agg(*wide_rows).with_columns(*no_reasons))
     return wide, rejected
 
 
