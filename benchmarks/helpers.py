@@ -12,6 +12,8 @@
         both (and the I/O floor) have N rows
     helpers.py same-bytes A B
         check that two files are byte for byte identical
+    helpers.py same-frame A B
+        check that two Parquet files hold the same rows in the same order
 """
 
 from __future__ import annotations
@@ -99,6 +101,18 @@ def same_bytes(a: Path, b: Path) -> None:
     print(f"identical ({len(x)} bytes)")
 
 
+def same_frame(a: Path, b: Path) -> None:
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    x, y = pl.read_parquet(a), pl.read_parquet(b)
+    try:
+        assert_frame_equal(x, y)
+    except AssertionError as exc:
+        sys.exit(f"{a} and {b} differ: {str(exc).splitlines()[0]}")
+    print(f"identical ({x.height:,} rows)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -120,9 +134,10 @@ def main() -> None:
     p.add_argument("plan", type=Path)
     p.add_argument("floor", type=Path)
     p.add_argument("n", type=int)
-    p = sub.add_parser("same-bytes")
-    p.add_argument("a", type=Path)
-    p.add_argument("b", type=Path)
+    for name in ("same-bytes", "same-frame"):
+        p = sub.add_parser(name)
+        p.add_argument("a", type=Path)
+        p.add_argument("b", type=Path)
     a = ap.parse_args()
     if a.cmd == "moves":
         write_moves(a.out, a.rules, a.moves, a.max_move, a.values, a.seed)
@@ -132,6 +147,8 @@ def main() -> None:
         rows(a.dir)
     elif a.cmd == "same-nim-sums":
         same_nim_sums(a.verdicts, a.plan, a.floor, a.n)
+    elif a.cmd == "same-frame":
+        same_frame(a.a, a.b)
     else:
         same_bytes(a.a, a.b)
 
