@@ -3,6 +3,7 @@ expected values from the independent references in conftest."""
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -278,3 +279,18 @@ def test_script_solve_reads_a_file_on_stdin_from_its_offset_and_flushes_all(tmp_
                              cwd=tmp_path, timeout=120)
     assert bad.returncode == 1, bad.stderr  # bad input file: exit 1, as documented
     assert "token 1 ('not'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@needs_script
+def test_script_with_stdout_closed_and_stdin_left_at_its_end(tmp_path):
+    # With stdout closed (`>&-`) Python has no sys.stdout: the command still succeeds.
+    closed = subprocess.run([SCRIPT, "generate", "--out", str(tmp_path / "g"), "--positions", "5"],
+                            stderr=subprocess.PIPE, text=True, timeout=120,
+                            preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 0, closed.stderr
+    assert (tmp_path / "g" / "rules.parquet").is_file()
+    # solve consumes its stdin as a read would: a command after it sees nothing left.
+    (tmp_path / "in.txt").write_text(CLASSIC_SAMPLE)
+    both = subprocess.run(["sh", "-c", f"{{ '{SCRIPT}' solve; cat; }} < in.txt"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert (both.returncode, both.stdout) == (0, "LWW\nWWL\n"), both.stderr
