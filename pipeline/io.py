@@ -275,8 +275,8 @@ def heap_upper_bound(paths: list[Path], column: str) -> int | None:
 
 
 def row_estimate(paths: list[Path]) -> int:
-    """Rows in the input files: exact for Parquet (from the footers), and an upper bound for
-    CSV, whose data lines take at least 6 bytes ("1,2,3" and a newline)."""
+    """Rows in the input files: exact for Parquet (from the footers); for CSV, the size over
+    6 bytes (a long-form line such as "1,2,3" and its newline), which only sizes the parts."""
     rows = 0
     for path in paths:
         if format_of(path) != "parquet":

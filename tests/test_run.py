@@ -383,6 +383,32 @@ def test_long_form_split_gives_the_whole_runs_outputs_with_mixed_key_types(tmp_p
         ("7", a["verdicts"]["rule_set_id"].eq("7").sum())]
 
 
+@pytest.mark.parametrize("case", ["minus zero", "text rule ids"])
+def test_long_form_split_keeps_each_key_as_the_whole_run_does(tmp_path, monkeypatch, case):
+    # "-0" is a canonical integer on its own, but once "07" makes position_id text it is a
+    # key of its own, apart from "0"; rule ids that are text in the rules file make the
+    # verdicts' rule_set_id text, ordered as text. Parts of 2 rows must not change either.
+    # Under S = {1, 2}, SG(h) = h % 3; under nim, SG(h) = h.
+    header = ["rule_set_id", "position_id", "heap"]
+    if case == "minus zero":
+        r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[1, "subtraction", "1 2"]])
+        write_csv(tmp_path / "positions" / "a.csv", header, [[1, "-0", 1], [1, 0, 2], [1, 1, 1]])
+        write_csv(tmp_path / "positions" / "b.csv", header, [[1, "07", 1]])
+        expected = [(1, "-0", 1), (1, "0", 2), (1, "07", 1), (1, "1", 1)]
+    else:
+        r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[1, "subtraction", "1 2"], [2, "nim", ""], [10, "nim", ""],
+                       ["x", "nim", ""]])
+        write_csv(tmp_path / "positions" / "a.csv", header, [[1, 1, 1], [2, 1, 2], [10, 1, 3]])
+        expected = [("1", 1, 1), ("10", 1, 3), ("2", 1, 2)]
+    split_long_form(monkeypatch, 2)
+    result = run(job(tmp_path, r, tmp_path / "positions"))
+    assert result.exit_code == 0
+    verdicts = read_outputs(tmp_path / "out")["verdicts"]
+    assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == expected
+
+
 def test_long_form_split_with_no_rows(tmp_path, monkeypatch):
     split_long_form(monkeypatch, 1)  # the header alone counts as 4 possible rows: 4 parts
     r = write_rules(tmp_path / "rules", [(1, "subtraction", [1, 2])], "csv")

@@ -276,9 +276,16 @@ def _integer_rule_ids(index: pl.DataFrame) -> np.ndarray | None:
     return np.unique(ids.drop_nulls().to_numpy())
 
 
-def _unified_keys(frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
-    frames = transforms.unify_key_types(frames, "rule_set_id")
-    return transforms.unify_key_types(frames, "position_id")
+def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = None
+                  ) -> list[pl.DataFrame]:
+    """`unify_key_types` for both keys; a key that `text` says some other frame of the run
+    made text is text here too (values as given, as when all frames are unified at once)."""
+    for key in ordering.KEYS:
+        if text and text[key]:
+            frames = [f.with_columns(pl.col(key).cast(pl.String)) for f in frames]
+        else:
+            frames = transforms.unify_key_types(frames, key)
+    return frames
 
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
@@ -287,7 +294,8 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     batches = position_batches(paths, config, "long")
     parts = -(-io.row_estimate(paths) // LONG_PARTITION_ROWS)
     if parts <= 1:
-        return _long_positions([frame for _, frame in batches], config, index, cache)
+        frames = _unified_keys([frame for _, frame in batches])
+        return _long_positions(frames, config, index, cache)
     verdicts, rejects, rows_read = [], [], 0
     text = dict.fromkeys(ordering.KEYS, False)  # as in _unified_keys over all rows at once
     with io.spill_directory(staging) as spill:
@@ -303,22 +311,21 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
                  f"(file {file_index + 1} of {len(paths)})")
         for part, files in enumerate(pieces):
             if files:
-                done = _long_positions(io.read_spill(files), config, index, cache)
+                done = _long_positions(_unified_keys(io.read_spill(files), text), config,
+                                       index, cache)
                 verdicts.append(done[0])
                 rejects.append(done[1])
             note(f"positions: part {part + 1} of {parts} evaluated")
     if not verdicts:  # no rows at all
-        return _long_positions([empty], config, index, cache)
-    verdicts = [v.with_columns(pl.col(key).cast(pl.String) for key in text if text[key])
-                for v in _unified_keys(verdicts)]
+        return _long_positions(_unified_keys([empty]), config, index, cache)
     return ordering.sorted_from_parts(verdicts), pl.concat(rejects), rows_read
 
 
 def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFrame,
                     cache: TableCache) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    """Long-form rows holding every row of their positions -> (verdicts in key order,
-    rejects, rows read)."""
-    rows = pl.concat(_unified_keys(frames), how="vertical_relaxed")
+    """Long-form rows holding every row of their positions, with unified key types ->
+    (verdicts in key order, rejects, rows read)."""
+    rows = pl.concat(frames, how="vertical_relaxed")
     positions, long_rejects = transforms.long_to_wide(rows)
     positions, index = transforms.match_key_type(positions, index)
     positions = transforms.attach_tables(positions, index)
