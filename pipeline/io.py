@@ -308,7 +308,8 @@ def write_spill(frame: pl.DataFrame, path: Path) -> None:
     try:
         frame.write_ipc(path, compression="zstd")
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write scratch file ({exc.strerror})") from None
+        raise OutputError(f"{path}: cannot write scratch file ({exc.strerror or _short(exc)})"
+                          ) from None
 
 
 def read_spill(paths: list[Path]) -> list[pl.DataFrame]:

@@ -26,7 +26,7 @@ import pytest
 from conftest import invoke
 
 from pipeline import io
-from pipeline.errors import InputError
+from pipeline.errors import InputError, OutputError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = ROOT / ".venv" / "bin" / "snim-batch"
@@ -527,3 +527,29 @@ def test_an_empty_output_directory_needs_no_overwrite(tmp_path: Path) -> None:
     assert (out / "manifest.json").exists()
     code, err = invoke(job(rules, positions, out), tmp_path)
     assert code == 1 and "--overwrite" in err
+
+
+# ---- scratch files (long form split into parts) ---------------------------------------------
+
+
+def test_row_estimate_counts_parquet_rows_and_bounds_csv_by_size(tmp_path):
+    pl.DataFrame({"a": list(range(7))}).write_parquet(tmp_path / "a.parquet")
+    (tmp_path / "b.csv").write_text("rule_set_id,position_id,heap\n" + "1,2,3\n" * 5)
+    assert io.row_estimate([tmp_path / "a.parquet"]) == 7
+    assert io.row_estimate([tmp_path / "a.parquet", tmp_path / "b.csv"]) == 7 + (29 + 30) // 6
+
+
+def test_spill_round_trip_and_the_directory_goes_away(tmp_path):
+    frame = pl.DataFrame({"rule_set_id": [1, None], "position_id": ["07", "x"],
+                          "heaps": [[3], None], "_reason": [None, "heap is empty"]})
+    with io.spill_directory(tmp_path) as spill:
+        io.write_spill(frame, spill / "0-0.arrow")
+        (back,) = io.read_spill([spill / "0-0.arrow"])
+        assert back.equals(frame)
+        assert list(spill.iterdir()) == []  # read files are removed at once
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_spill_write_failure_names_the_file(tmp_path):
+    with pytest.raises(OutputError, match=r"/dev/full: cannot write scratch file \(No space"):
+        io.write_spill(pl.DataFrame({"a": list(range(100_000))}), Path("/dev/full"))
