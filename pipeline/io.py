@@ -289,36 +289,83 @@ def row_estimate(paths: list[Path]) -> int:
     return rows
 
 
+class Spill:
+    """Scratch space for frames split into parts: one zstd Arrow IPC stream per part, appended
+    frame by frame. A frame with another schema than its part's open stream (a file whose keys
+    have another type) starts a new file; at most MAX_OPEN streams stay open at once."""
+
+    MAX_OPEN = 128
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.files: dict[int, list[Path]] = {}
+        self._open: dict[int, tuple[pa.Schema, Any, Any]] = {}  # part -> schema, file, writer
+
+    def write(self, part: int, frame: pl.DataFrame) -> None:
+        table = frame.to_arrow()
+        stream = self._open.get(part)
+        if stream is None or not stream[0].equals(table.schema):
+            self._close(part)
+            if len(self._open) >= self.MAX_OPEN:
+                self._close(next(iter(self._open)))
+            path = self.directory / f"{part}-{len(self.files.get(part, []))}.arrows"
+            self.files.setdefault(part, []).append(path)
+            try:
+                fh = path.open("wb")
+                writer = pa.ipc.new_stream(fh, table.schema,
+                                           options=pa.ipc.IpcWriteOptions(compression="zstd"))
+            except OSError as exc:
+                raise _spill_error(path, exc) from None
+            stream = self._open[part] = (table.schema, fh, writer)
+        try:
+            stream[2].write_table(table)
+        except OSError as exc:
+            raise _spill_error(self.files[part][-1], exc) from None
+
+    def _close(self, part: int) -> None:
+        stream = self._open.pop(part, None)
+        if stream is not None:
+            try:
+                stream[2].close()
+                stream[1].close()
+            except OSError as exc:
+                raise _spill_error(self.files[part][-1], exc) from None
+
+    def close(self) -> None:
+        """Finish every stream (before any part is read)."""
+        for part in list(self._open):
+            self._close(part)
+
+    def read(self, part: int) -> list[pl.DataFrame]:
+        """The part's frames back, as one frame per file; each file is removed once read."""
+        frames = []
+        for path in self.files.pop(part, []):
+            frames.append(pl.read_ipc_stream(path))
+            path.unlink()
+        return frames
+
+
+def _spill_error(path: Path, exc: OSError) -> OutputError:
+    return OutputError(f"{path}: cannot write scratch file ({exc.strerror or _short(exc)})")
+
+
 @contextmanager
-def spill_directory(staging: Path) -> Iterator[Path]:
-    """A scratch directory inside the staging directory, removed on the way out (the staging
-    directory is never published with it)."""
-    spill = staging / ".spill"
+def spill(staging: Path) -> Iterator[Spill]:
+    """A `Spill` in a scratch directory inside the staging directory, removed on the way out
+    (the staging directory is never published with it)."""
+    directory = staging / ".spill"
     try:
-        spill.mkdir()
+        directory.mkdir()
     except OSError as exc:
-        raise OutputError(f"{spill}: cannot create scratch directory ({exc.strerror})") from None
-    try:
-        yield spill
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
-
-
-def write_spill(frame: pl.DataFrame, path: Path) -> None:
-    try:
-        frame.write_ipc(path, compression="zstd")
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write scratch file ({exc.strerror or _short(exc)})"
+        raise OutputError(f"{directory}: cannot create scratch directory ({exc.strerror})"
                           ) from None
-
-
-def read_spill(paths: list[Path]) -> list[pl.DataFrame]:
-    """Scratch files back, each removed once read."""
-    frames = []
-    for path in paths:
-        frames.append(pl.read_ipc(path))
-        path.unlink()
-    return frames
+    scratch = Spill(directory)
+    try:
+        yield scratch
+    finally:
+        for stream in scratch._open.values():
+            stream[1].close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:

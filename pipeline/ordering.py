@@ -39,13 +39,14 @@ class VerdictPart:
         return (np.int64(self.file) << LOC_SHIFT) | row
 
 
-def verdict_part(evaluated: pl.DataFrame, file: int, rule_ids: np.ndarray | None,
+def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: np.ndarray | None,
                  columns: Sequence[str]) -> VerdictPart:
     """Keep `columns` of a batch's evaluated rows (none rejected), narrowed for the sort:
     integer keys found in the sorted `rule_ids` become their int32 rank, and nim_sum and the
     move columns (-1 for none) take the narrowest type that holds them (`with_verdict` writes
-    them as Int64, with nulls)."""
-    rows = evaluated["_row"].to_numpy()
+    them as Int64, with nulls). `file` None keeps no input locations: for long-form
+    positions, which have none of their own and whose keys cannot repeat."""
+    rows = evaluated["_row"].to_numpy() if file is not None else np.zeros(0, np.int64)
     contiguous = rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1))
     frame = evaluated.select(columns)
     rid = frame["rule_set_id"]
@@ -58,8 +59,8 @@ def verdict_part(evaluated: pl.DataFrame, file: int, rule_ids: np.ndarray | None
     narrow = [_narrow(frame["nim_sum"], (pl.UInt8, pl.UInt16, pl.UInt32))]
     narrow += [_narrow(frame[name].fill_null(-1), (pl.Int8, pl.Int16, pl.Int32))
                for name in MOVE_COLUMNS if name in frame.columns]
-    return VerdictPart(frame.with_columns(narrow), file, int(rows[0]) if rows.shape[0] else 0,
-                       None if contiguous else rows.copy())
+    return VerdictPart(frame.with_columns(narrow), -1 if file is None else file,
+                       int(rows[0]) if rows.shape[0] else 0, None if contiguous else rows.copy())
 
 
 MOVE_COLUMNS = ("move_heap", "move_take")

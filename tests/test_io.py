@@ -540,16 +540,36 @@ def test_row_estimate_counts_parquet_rows_and_bounds_csv_by_size(tmp_path):
 
 
 def test_spill_round_trip_and_the_directory_goes_away(tmp_path):
-    frame = pl.DataFrame({"rule_set_id": [1, None], "position_id": ["07", "x"],
-                          "heaps": [[3], None], "_reason": [None, "heap is empty"]})
-    with io.spill_directory(tmp_path) as spill:
-        io.write_spill(frame, spill / "0-0.arrow")
-        (back,) = io.read_spill([spill / "0-0.arrow"])
-        assert back.equals(frame)
-        assert list(spill.iterdir()) == []  # read files are removed at once
+    ints = pl.DataFrame({"rule_set_id": [1, None], "position_id": [5, 6],
+                         "heaps": [[3], None], "_reason": [None, "heap is empty"]})
+    text = ints.with_columns(pl.col("position_id").cast(pl.String))  # another file's schema
+    with io.spill(tmp_path) as scratch:
+        for part, frame in [(3, ints), (0, text), (3, ints), (3, text), (3, ints)]:
+            scratch.write(part, frame)
+        scratch.close()
+        got = scratch.read(3)
+        assert [f.schema for f in got] == [ints.schema, text.schema, ints.schema]
+        assert got[0].equals(pl.concat([ints, ints])) and got[1].equals(text)
+        assert got[2].equals(ints)
+        assert scratch.read(1) == []
+        assert scratch.read(0)[0].equals(text)
+        assert list(scratch.directory.iterdir()) == []  # read files are removed at once
     assert list(tmp_path.iterdir()) == []
 
 
+def test_spill_keeps_at_most_max_open_streams(tmp_path, monkeypatch):
+    monkeypatch.setattr(io.Spill, "MAX_OPEN", 2)
+    frame = pl.DataFrame({"a": [1, 2]})
+    with io.spill(tmp_path) as scratch:
+        for part in [0, 1, 2, 0, 1]:
+            scratch.write(part, frame)
+        assert len(scratch._open) == 2
+        scratch.close()
+        assert [f.height for f in scratch.read(0)] == [2, 2]  # two files: closed in between
+        assert [f.height for f in scratch.read(2)] == [2]
+
+
 def test_spill_write_failure_names_the_file(tmp_path):
-    with pytest.raises(OutputError, match=r"/dev/full: cannot write scratch file \(No space"):
-        io.write_spill(pl.DataFrame({"a": list(range(100_000))}), Path("/dev/full"))
+    scratch = io.Spill(tmp_path / "gone")
+    with pytest.raises(OutputError, match=r"gone/0-0\.arrows: cannot write scratch file \(No such"):
+        scratch.write(0, pl.DataFrame({"a": [1]}))

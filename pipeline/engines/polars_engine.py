@@ -245,9 +245,7 @@ def execute(config: Config, staging: Path, phase: Phase,
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
                    note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     parts, rejects, rows_read = [], [], 0
-    keep = ["rule_set_id", "position_id", "nim_sum"]
-    if config.winning_moves:
-        keep += ["move_heap", "move_take"]
+    keep = _verdict_columns(config)
     rule_ids = _integer_rule_ids(index)
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
@@ -266,6 +264,11 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
                                                         [str(p) for p in paths])
     return verdicts, pl.concat([rejected, duplicates]), rows_read
+
+
+def _verdict_columns(config: Config) -> list[str]:
+    return ["rule_set_id", "position_id", "nim_sum"] + (
+        list(ordering.MOVE_COLUMNS) if config.winning_moves else [])
 
 
 def _integer_rule_ids(index: pl.DataFrame) -> np.ndarray | None:
@@ -295,44 +298,53 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     parts = -(-io.row_estimate(paths) // LONG_PARTITION_ROWS)
     if parts <= 1:
         frames = _unified_keys([frame for _, frame in batches])
-        return _long_positions(frames, config, index, cache)
+        clean, rejects, rows_read = _long_positions(frames, config, index, cache)
+        return ordering.verdict_rows(clean, config.winning_moves), rejects, rows_read
     verdicts, rejects, rows_read = [], [], 0
     text = dict.fromkeys(ordering.KEYS, False)  # as in _unified_keys over all rows at once
-    with io.spill_directory(staging) as spill:
-        pieces: list[list[Path]] = [[] for _ in range(parts)]
-        for n, (file_index, frame) in enumerate(batches):
+    with io.spill(staging) as scratch:
+        for file_index, frame in batches:
             rows_read += frame.height
             empty = frame.clear()
             text = {key: text[key] or transforms.needs_text(frame, key) for key in text}
             for part, rows in transforms.by_partition(frame, parts).items():
-                pieces[part].append(spill / f"{part}-{n}.arrow")
-                io.write_spill(rows, pieces[part][-1])
+                scratch.write(part, rows)
             note(f"positions: {rows_read:,} rows split into {parts} parts "
                  f"(file {file_index + 1} of {len(paths)})")
-        for part, files in enumerate(pieces):
-            if files:
-                done = _long_positions(_unified_keys(io.read_spill(files), text), config,
-                                       index, cache)
-                verdicts.append(done[0])
-                rejects.append(done[1])
+        scratch.close()
+        # Integer keys throughout: narrow parts and one counting sort, as for wide batches.
+        rule_ids = None if any(text.values()) else _integer_rule_ids(index)
+        for part in range(parts):
+            frames = scratch.read(part)
+            if frames:
+                clean, part_rejects, _ = _long_positions(_unified_keys(frames, text), config,
+                                                         index, cache)
+                verdicts.append(
+                    ordering.verdict_rows(clean, config.winning_moves) if rule_ids is None
+                    else ordering.verdict_part(clean, None, rule_ids, _verdict_columns(config)))
+                rejects.append(part_rejects)
             note(f"positions: part {part + 1} of {parts} evaluated")
     if not verdicts:  # no rows at all
-        return _long_positions(_unified_keys([empty]), config, index, cache)
-    return ordering.sorted_from_parts(verdicts), pl.concat(rejects), rows_read
+        clean, part_rejects, _ = _long_positions(_unified_keys([empty]), config, index, cache)
+        return ordering.verdict_rows(clean, config.winning_moves), part_rejects, rows_read
+    if rule_ids is None:
+        return ordering.sorted_from_parts(verdicts), pl.concat(rejects), rows_read
+    no_rejects = pl.DataFrame(schema=transforms.REJECT_SCHEMA)  # a long-form key cannot repeat
+    verdicts, _ = ordering.key_sorted_verdicts(verdicts, rule_ids, no_rejects, [])
+    return verdicts, pl.concat(rejects), rows_read
 
 
 def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFrame,
                     cache: TableCache) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """Long-form rows holding every row of their positions, with unified key types ->
-    (verdicts in key order, rejects, rows read)."""
+    (evaluated positions, none rejected; rejects; rows read)."""
     rows = pl.concat(frames, how="vertical_relaxed")
     positions, long_rejects = transforms.long_to_wide(rows)
     positions, index = transforms.match_key_type(positions, index)
     positions = transforms.attach_tables(positions, index)
     tables = cache.ensure(transforms.largest_heaps(positions, len(cache.distinct)))
     evaluated = transforms.evaluate(positions, tables, config.winning_moves)
-    verdicts = ordering.verdict_rows(evaluated, config.winning_moves)
     rejected = transforms.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
     rejects = pl.concat([transforms.reject_rows(rejected, "positions"),
                          transforms.reject_rows(long_rejects, "positions")])
-    return verdicts, rejects, rows.height
+    return evaluated.filter(pl.col("_reason").is_null()), rejects, rows.height
