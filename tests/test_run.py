@@ -386,9 +386,9 @@ def test_long_form_split_gives_the_whole_runs_outputs_with_mixed_key_types(tmp_p
 @pytest.mark.parametrize("case", ["minus zero", "text rule ids"])
 def test_long_form_split_keeps_each_key_as_the_whole_run_does(tmp_path, monkeypatch, case):
     # "-0" is a canonical integer on its own, but once "07" makes position_id text it is a
-    # key of its own, apart from "0"; rule ids that are text in the rules file make the
-    # verdicts' rule_set_id text, ordered as text. Parts of 2 rows must not change either.
-    # Under S = {1, 2}, SG(h) = h % 3; under nim, SG(h) = h.
+    # key of its own, apart from "0"; a text rule id in the rules file ("x") does not make
+    # the positions' integer rule ids text (as in wide form and in Spark). Parts of 2 rows
+    # must not change either. Under S = {1, 2}, SG(h) = h % 3; under nim, SG(h) = h.
     header = ["rule_set_id", "position_id", "heap"]
     if case == "minus zero":
         r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
@@ -401,12 +401,29 @@ def test_long_form_split_keeps_each_key_as_the_whole_run_does(tmp_path, monkeypa
                       [[1, "subtraction", "1 2"], [2, "nim", ""], [10, "nim", ""],
                        ["x", "nim", ""]])
         write_csv(tmp_path / "positions" / "a.csv", header, [[1, 1, 1], [2, 1, 2], [10, 1, 3]])
-        expected = [("1", 1, 1), ("10", 1, 3), ("2", 1, 2)]
+        expected = [(1, 1, 1), (2, 1, 2), (10, 1, 3)]
     split_long_form(monkeypatch, 2)
     result = run(job(tmp_path, r, tmp_path / "positions"))
     assert result.exit_code == 0
     verdicts = read_outputs(tmp_path / "out")["verdicts"]
     assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == expected
+
+
+def test_text_rule_ids_leave_integer_verdict_keys_in_both_forms(tmp_path):
+    rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[1, "subtraction", "1 2"], [2, "nim", ""], [10, "nim", ""],
+                       ["x", "nim", ""]])
+    wide = write_csv(tmp_path / "wide.csv", ["rule_set_id", "position_id", "heaps"],
+                     [[10, 1, 3], [1, 1, 1], [2, 1, 2]])
+    long = write_csv(tmp_path / "long.csv", ["rule_set_id", "position_id", "heap"],
+                     [[10, 1, 3], [1, 1, 1], [2, 1, 2]])
+    for name, positions in (("wide", wide), ("long", long)):
+        result = run(job(tmp_path / name, rules, positions))
+        assert result.exit_code == 0
+        out = read_outputs(tmp_path / name / "out")
+        assert out["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
+            (1, 1, 1), (2, 1, 2), (10, 1, 3)], name
+        assert out["summary"]["rule_set_id"].to_list() == ["1", "10", "2", "x"], name
 
 
 def test_long_form_split_with_no_rows(tmp_path, monkeypatch):

@@ -340,6 +340,7 @@ def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFr
     (evaluated positions, none rejected; rejects; rows read)."""
     rows = pl.concat(frames, how="vertical_relaxed")
     positions, long_rejects = transforms.long_to_wide(rows)
+    key_type = positions["rule_set_id"].dtype  # the verdicts keep it, as for wide batches
     positions, index = transforms.match_key_type(positions, index)
     positions = transforms.attach_tables(positions, index)
     tables = cache.ensure(transforms.largest_heaps(positions, len(cache.distinct)))
@@ -347,4 +348,5 @@ def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFr
     rejected = transforms.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
     rejects = pl.concat([transforms.reject_rows(rejected, "positions"),
                          transforms.reject_rows(long_rejects, "positions")])
-    return evaluated.filter(pl.col("_reason").is_null()), rejects, rows.height
+    clean = evaluated.filter(pl.col("_reason").is_null())
+    return clean.with_columns(pl.col("rule_set_id").cast(key_type)), rejects, rows.height
