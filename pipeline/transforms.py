@@ -455,6 +455,25 @@ def by_partition(rows: pl.DataFrame, parts: int) -> dict[int, pl.DataFrame]:
             rows.with_columns(part.to_series()).partition_by("_part", as_dict=True).items()}
 
 
+def to_scratch(rows: pl.DataFrame, file_index: int) -> pl.DataFrame:
+    """Long-form rows as written to scratch files: `_source` becomes the file's index and the
+    reason columns are left out when they are empty (the usual case), which halves the time
+    to write and read them back; `from_scratch` restores both."""
+    rows = rows.drop("_source").with_columns(pl.lit(file_index, pl.Int32).alias("_file"))
+    if rows["_column"].null_count() == rows["_reason"].null_count() == rows.height:
+        rows = rows.drop("_column", "_reason")
+    return rows
+
+
+def from_scratch(rows: pl.DataFrame, sources: Sequence[str], columns: Sequence[str]
+                 ) -> pl.DataFrame:
+    """Undo `to_scratch`: `sources` are the file names by index, `columns` the rows' columns."""
+    empty = [pl.lit(None, pl.String).alias(name) for name in ("_column", "_reason")
+             if name not in rows.columns]
+    source = pl.Series(list(sources), dtype=pl.String).gather(rows["_file"])
+    return rows.with_columns(source.alias("_source"), *empty).select(columns)
+
+
 def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Collect long-form rows into positions (heaps in input order).
 

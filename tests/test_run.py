@@ -39,6 +39,7 @@ from pipeline.config import config_from_dict
 from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
 from pipeline.run import run_job
+from pipeline.transforms import from_scratch, to_scratch
 
 OUTPUTS = ["manifest.json", "rejects.parquet", "sg_tables.parquet", "summary.parquet",
            "verdicts.parquet"]
@@ -424,6 +425,20 @@ def test_text_rule_ids_leave_integer_verdict_keys_in_both_forms(tmp_path):
         assert out["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
             (1, 1, 1), (2, 1, 2), (10, 1, 3)], name
         assert out["summary"]["rule_set_id"].to_list() == ["1", "10", "2", "x"], name
+
+
+@pytest.mark.parametrize("reasons", [False, True])
+def test_scratch_rows_round_trip(reasons):
+    rows = pl.DataFrame({
+        "_source": ["b.csv"] * 3, "_row": [0, 1, 2], "rule_set_id": [1, None, 3],
+        "position_id": ["07", "x", None], "heaps": [[4], [5], None],
+        "_column": [None, "rule_set_id" if reasons else None, None],
+        "_reason": [None, "rule_set_id is empty" if reasons else None, None]},
+        schema_overrides={"_column": pl.String, "_reason": pl.String})
+    scratch = to_scratch(rows, 1)
+    assert "_source" not in scratch.columns
+    assert ("_reason" in scratch.columns) == reasons
+    assert_frame_equal(from_scratch(scratch, ["a.csv", "b.csv"], rows.columns), rows)
 
 
 def test_long_form_split_with_no_rows(tmp_path, monkeypatch):

@@ -307,15 +307,18 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
             rows_read += frame.height
             empty = frame.clear()
             text = {key: text[key] or transforms.needs_text(frame, key) for key in text}
-            for part, rows in transforms.by_partition(frame, parts).items():
+            scratch_rows = transforms.to_scratch(frame, file_index)
+            for part, rows in transforms.by_partition(scratch_rows, parts).items():
                 scratch.write(part, rows)
             note(f"positions: {rows_read:,} rows split into {parts} parts "
                  f"(file {file_index + 1} of {len(paths)})")
         scratch.close()
         # Integer keys throughout: narrow parts and one counting sort, as for wide batches.
         rule_ids = None if any(text.values()) else _integer_rule_ids(index)
+        sources = [str(p) for p in paths]
         for part in range(parts):
-            frames = scratch.read(part)
+            frames = [transforms.from_scratch(f, sources, empty.columns)
+                      for f in scratch.read(part)]
             if frames:
                 clean, part_rejects, _ = _long_positions(_unified_keys(frames, text), config,
                                                          index, cache)
