@@ -10,7 +10,7 @@ LONG_PARTITION_ROWS rows each, which are then collected one at a time.
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -297,11 +297,13 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     batches = position_batches(paths, config, "long")
     parts = -(-io.row_estimate(paths) // LONG_PARTITION_ROWS)
     if parts <= 1:
-        frames = _unified_keys([frame for _, frame in batches])
-        clean, rejects, rows_read = _long_positions(frames, config, index, cache)
-        return ordering.verdict_rows(clean, config.winning_moves), rejects, rows_read
-    verdicts, rejects, rows_read = [], [], 0
-    text = dict.fromkeys(ordering.KEYS, False)  # as in _unified_keys over all rows at once
+        frames = [frame for _, frame in batches]
+        text = {key: any(transforms.needs_text(f, key) for f in frames) for key in ordering.KEYS}
+        verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
+                                        cache, note)
+        return verdicts, rejects, sum(f.height for f in frames)
+    rows_read = 0
+    text = dict.fromkeys(ordering.KEYS, False)
     with io.spill(staging) as scratch:
         for file_index, frame in batches:
             rows_read += frame.height
@@ -313,28 +315,34 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
             note(f"positions: {rows_read:,} rows split into {parts} parts "
                  f"(file {file_index + 1} of {len(paths)})")
         scratch.close()
-        # Integer keys throughout: narrow parts and one counting sort, as for wide batches.
-        rule_ids = None if any(text.values()) else _integer_rule_ids(index)
         sources = [str(p) for p in paths]
-        for part in range(parts):
-            frames = [transforms.from_scratch(f, sources, empty.columns)
-                      for f in scratch.read(part)]
-            if frames:
-                clean, part_rejects, _ = _long_positions(_unified_keys(frames, text), config,
-                                                         index, cache)
-                verdicts.append(
-                    ordering.verdict_rows(clean, config.winning_moves) if rule_ids is None
-                    else ordering.verdict_part(clean, None, rule_ids, _verdict_columns(config)))
-                rejects.append(part_rejects)
-            note(f"positions: part {part + 1} of {parts} evaluated")
-    if not verdicts:  # no rows at all
-        clean, part_rejects, _ = _long_positions(_unified_keys([empty]), config, index, cache)
-        return ordering.verdict_rows(clean, config.winning_moves), part_rejects, rows_read
+        split = ([transforms.from_scratch(f, sources, empty.columns) for f in scratch.read(part)]
+                 for part in range(parts))
+        verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, note)
+    return verdicts, rejects, rows_read
+
+
+def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int, text: dict[str, bool],
+                empty: pl.DataFrame, config: Config, index: pl.DataFrame, cache: TableCache,
+                note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Evaluate long-form parts, each holding every row of its positions, and merge them:
+    (verdicts in key order, rejects). A key that `text` says any input row made text is text
+    in every part, as when all rows are unified at once; with integer keys throughout, the
+    parts are kept narrow and merged with one counting sort, as wide batches are."""
+    rule_ids = None if any(text.values()) else _integer_rule_ids(index)
+    verdicts, rejects = [], []
+    for n, frames in enumerate(parts, 1):
+        clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text), config,
+                                                 index, cache)
+        verdicts.append(ordering.verdict_rows(clean, config.winning_moves) if rule_ids is None
+                        else ordering.verdict_part(clean, None, rule_ids,
+                                                   _verdict_columns(config)))
+        rejects.append(part_rejects)
+        note(f"positions: part {n} of {total} evaluated")
     if rule_ids is None:
-        return ordering.sorted_from_parts(verdicts), pl.concat(rejects), rows_read
+        return ordering.sorted_from_parts(verdicts), pl.concat(rejects)
     no_rejects = pl.DataFrame(schema=transforms.REJECT_SCHEMA)  # a long-form key cannot repeat
-    verdicts, _ = ordering.key_sorted_verdicts(verdicts, rule_ids, no_rejects, [])
-    return verdicts, pl.concat(rejects), rows_read
+    return ordering.key_sorted_verdicts(verdicts, rule_ids, no_rejects, [])[0], pl.concat(rejects)
 
 
 def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFrame,
