@@ -28,6 +28,7 @@ HEAPS = pl.List(pl.Int64)
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 _INT_TEXT = re.compile(r"^[+-]?[0-9]+$")
 _CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"
+_ROUND_TRIP_INT = r"^(0|-?[1-9][0-9]*)$"
 
 
 # ---- columns and types ----------------------------------------------------------------------
@@ -83,6 +84,20 @@ def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFr
     if all_int:
         return [f.with_columns(pl.col(name).cast(pl.Int64)) for f in as_text]
     return as_text
+
+
+def integer_keys(frame: pl.DataFrame) -> pl.DataFrame:
+    """Text key columns (CSV) whose every value is an integer written as Int64 writes it, as
+    Int64, so that a batch can take the integer sort. The text each value came from is what
+    casting back gives ("-0" and "07" stay text), so `unify_key_types` over all batches still
+    decides as it would on the text."""
+    text = [name for name in ("rule_set_id", "position_id")
+            if name in frame.columns and frame[name].dtype == pl.String]
+    exact = [name for name in text if frame.select(
+        pl.col(name).drop_nulls().str.contains(_ROUND_TRIP_INT).all()
+        & (pl.col(name).cast(pl.Int64, strict=False).null_count() == pl.col(name).null_count())
+    ).item()]
+    return frame.with_columns(pl.col(name).cast(pl.Int64) for name in exact) if exact else frame
 
 
 def needs_text(frame: pl.DataFrame, name: str) -> bool:

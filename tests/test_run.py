@@ -34,7 +34,7 @@ from conftest import (
 )
 from polars.testing import assert_frame_equal
 
-from pipeline import io
+from pipeline import io, ordering
 from pipeline.config import config_from_dict
 from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
@@ -408,6 +408,42 @@ def test_long_form_split_keeps_each_key_as_the_whole_run_does(tmp_path, monkeypa
     assert result.exit_code == 0
     verdicts = read_outputs(tmp_path / "out")["verdicts"]
     assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == expected
+
+
+@pytest.mark.parametrize(("case", "integer_sort"), [
+    ("integers", True), ("minus zero", False), ("leading zero", False)])
+def test_wide_csv_batches_keep_each_key_as_one_table_would(tmp_path, monkeypatch, case,
+                                                           integer_sort):
+    # Batches of 2 rows. A CSV batch whose keys all read as integers is sorted as integers
+    # (the counting sort, which keeps 200M CSV heaps under 2 GiB). "-0" is not how an integer
+    # is written, so its batch stays text, yet it is the integer 0 when every key is one; a
+    # "07" makes every key text, and then "-0" is a key of its own, as when all rows are
+    # unified at once. Under S = {1, 2}, SG(h) = h % 3.
+    monkeypatch.setattr(polars_engine, "BATCH_ROWS", 2)
+    sorts: list[int] = []
+    counting_sorted = ordering._counting_sorted
+
+    def recording(frames, rule_ids):
+        sorts.append(len(frames))
+        return counting_sorted(frames, rule_ids)
+
+    monkeypatch.setattr(ordering, "_counting_sorted", recording)
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "subtraction", "1 2"], [2, "nim", ""]])
+    header = ["rule_set_id", "position_id", "heaps"]
+    first = {"integers": "5", "minus zero": "-0", "leading zero": "-0"}[case]
+    last = {"integers": "4", "minus zero": "7", "leading zero": "07"}[case]
+    write_csv(tmp_path / "positions" / "a.csv", header,
+              [[1, first, "1"], [2, 0, "2 3"], [1, 1, "1 1"]])
+    write_csv(tmp_path / "positions" / "b.csv", header, [[1, last, "2 2"]])
+    result = run(job(tmp_path, r, tmp_path / "positions"))
+    assert result.exit_code == 0
+    verdicts = read_outputs(tmp_path / "out")["verdicts"]
+    expected = {"integers": [(1, 1, 0), (1, 4, 0), (1, 5, 1), (2, 0, 1)],
+                "minus zero": [(1, 0, 1), (1, 1, 0), (1, 7, 0), (2, 0, 1)],
+                "leading zero": [(1, "-0", 1), (1, "07", 0), (1, "1", 0), (2, "0", 1)]}[case]
+    assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == expected
+    assert sorts == ([3] if integer_sort else [])
 
 
 def test_text_rule_ids_leave_integer_verdict_keys_in_both_forms(tmp_path):

@@ -249,7 +249,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     rule_ids = _integer_rule_ids(index)
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
-        frame, batch_index = transforms.match_key_type(frame, index)
+        frame, batch_index = transforms.match_key_type(transforms.integer_keys(frame), index)
         frame = transforms.attach_tables(frame, batch_index)
         buffers = transforms.heap_buffers(frame)
         tables = cache.ensure(transforms.largest_heaps(frame, len(cache.distinct), buffers))
