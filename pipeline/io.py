@@ -129,21 +129,23 @@ def _short(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
-def _binary_offset(path: Path) -> int:
-    """Offset of the first NUL byte or invalid UTF-8 sequence (binary data is never CSV),
-    or -1; decoded in 16 MiB slices so a large file is not held twice."""
+def _scan_text(path: Path) -> tuple[int, bool]:
+    """(offset of the first NUL byte or invalid UTF-8 sequence, or -1 (binary data is never
+    CSV); whether any field is quoted), decoded in 16 MiB slices so a large file is not held
+    twice."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        quoted = data.find(b'"') >= 0
         nul = data.find(b"\x00")
         if nul >= 0:
-            return nul
+            return nul, quoted
         step = 1 << 24
         for start in range(0, len(data), step):
             try:
                 decoder.decode(data[start:start + step], final=start + step >= len(data))
             except UnicodeDecodeError as exc:
-                return start + exc.start
-    return -1
+                return start + exc.start, quoted
+    return -1, quoted
 
 
 def _read_csv(file: InputFile) -> RawTable:
@@ -151,7 +153,7 @@ def _read_csv(file: InputFile) -> RawTable:
     if file.size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
     header = _read_header_names(path)
-    offset = _binary_offset(path)
+    offset, quoted = _scan_text(path)
     if offset >= 0:
         raise InputError(f"{path}: not a CSV file (binary data or invalid UTF-8 at byte "
                          f"{offset})")
@@ -176,7 +178,8 @@ def _read_csv(file: InputFile) -> RawTable:
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a readable CSV file ({_short(exc)})") from None
-    _check_text(path, table)
+    if quoted:
+        _check_text(path, table)
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     total = frame.height + len(bad)

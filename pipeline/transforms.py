@@ -64,8 +64,24 @@ def _key(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
     if s.dtype.is_integer():
         return s.cast(pl.Int64, strict=False).alias(name)
     if s.dtype == pl.String:
+        if s.len() and not s.null_count():
+            values, exact = kernels.int_text_values(*_text_buffers(s))
+            if exact:  # CSV integers as Int64 at once: the same as stripping and integer_keys
+                return pl.Series(name, values, dtype=pl.Int64)
         return s.str.strip_chars().replace("", None).alias(name)
     raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected integer or string")
+
+
+def _text_buffers(s: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A String column as Arrow (offsets, UTF-8 bytes) numpy views, for the text kernels."""
+    arr = s.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    buffers = arr.buffers()
+    offsets = np.frombuffer(buffers[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    data = (np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None
+            else np.zeros(0, np.uint8))
+    return offsets, data
 
 
 def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFrame]:
@@ -292,27 +308,49 @@ def _nulls(n: int) -> pl.Series:
     return pl.repeat(None, n, dtype=pl.String, eager=True)
 
 
-def _heaps_from_text(s: pl.Series) -> pl.Series:
+def _heaps_from_text_exactly(s: pl.Series) -> pl.Series:
+    """The grammar of heaps text, for any text (null where it is not a list of integers)."""
     body = (s.str.strip_chars().str.strip_prefix("[").str.strip_suffix("]")
             .str.replace_all(r"[,\s]+", " ").str.strip_chars())
     tokens = body.str.split(" ")
-    parsed = tokens.list.eval(pl.element().cast(pl.Int64, strict=False))
-    return (pl.select(pl.when(body == "").then(pl.lit([], dtype=HEAPS)).otherwise(parsed))
-            .to_series().alias(s.name))
+    parsed = pl.select(pl.when(body == "").then(pl.lit([], dtype=HEAPS))
+                       .otherwise(tokens.list.eval(pl.element().cast(pl.Int64, strict=False)))
+                       ).to_series()
+    ok = pl.select(
+        s.str.strip_chars().str.starts_with("[") == s.str.strip_chars().str.ends_with("]"))
+    return pl.select(pl.when(ok.to_series() & (parsed.list.drop_nulls().list.len()
+                                               == parsed.list.len()))
+                     .then(parsed).otherwise(pl.lit(None, HEAPS))).to_series().alias(s.name)
+
+
+def _arrow_int64(values: np.ndarray) -> pa.Array:
+    """A view of int64 values as Arrow (`pa.array` would import pandas, 0.15 s, to check
+    whether they are pandas objects)."""
+    return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
+
+
+def _heaps_from_text(s: pl.Series) -> pl.Series:
+    """Heaps text ("5 12", "5,12", "[5, 12]") -> List(Int64), null where it is not a list of
+    integers. A kernel parses the plain ASCII text that nearly every row is; the rows it
+    leaves (and nulls) go through the exact polars grammar."""
+    counts, values, slow = kernels.heap_text_lists(*_text_buffers(s))
+    parsed = pl.Series(s.name, pa.LargeListArray.from_arrays(_arrow_int64(counts),
+                                                             _arrow_int64(values)), dtype=HEAPS)
+    if s.null_count():
+        slow = np.union1d(slow, np.flatnonzero(s.is_null().to_numpy()))
+    if slow.shape[0] == 0:
+        return parsed
+    exact = _heaps_from_text_exactly(s.gather(slow))
+    order = np.arange(s.len(), dtype=np.int64)
+    order[slow] = s.len() + np.arange(slow.shape[0])
+    return pl.concat([parsed, exact]).gather(order)
 
 
 def _heaps_column(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
     """The heaps list as List(Int64), and the text it came from (for messages) if any."""
     s = raw[name]
     if s.dtype == pl.String:
-        text = s
-        parsed = _heaps_from_text(s)
-        ok = pl.select(
-            s.str.strip_chars().str.starts_with("[") == s.str.strip_chars().str.ends_with("]"))
-        parsed = pl.select(pl.when(ok.to_series() & (parsed.list.drop_nulls().list.len()
-                                                     == parsed.list.len()))
-                           .then(parsed).otherwise(pl.lit(None, HEAPS))).to_series()
-        return parsed.alias(name), text
+        return _heaps_from_text(s).alias(name), s
     if isinstance(s.dtype, pl.List) and (s.dtype.inner.is_integer() or s.dtype.inner == pl.Null):
         if s.dtype.inner == pl.UInt64:
             too_big = s.list.eval(pl.element() > MAX_HEAP).list.any()

@@ -4,10 +4,10 @@ against plain-Python references."""
 from __future__ import annotations
 
 import polars as pl
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.transforms import integer_keys
+from pipeline.transforms import _heaps_from_text, _heaps_from_text_exactly, _key, integer_keys
 
 
 def writes_itself(text: str | None) -> bool:
@@ -39,3 +39,43 @@ def test_integer_keys_converts_only_text_that_casts_back_to_itself(texts, key):
     assert out[key].dtype == (pl.Int64 if converted else pl.String)
     assert out[key].cast(pl.String).to_list() == texts
     assert out.drop(key).equals(frame.drop(key))
+
+
+HEAP_TEXT_CHARS = st.sampled_from(list("0123456789-+, \t\n\x0b[]x.") + ["\xa0", "\x1c", "٣"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(HEAP_TEXT_CHARS, max_size=12)), max_size=8))
+def test_heaps_text_kernel_agrees_with_the_exact_grammar(texts):
+    # The kernel covers plain ASCII lists and leaves every other row to the polars grammar;
+    # together they must give what the grammar gives on its own, row for row.
+    s = pl.Series("heaps", texts, dtype=pl.String)
+    assert _heaps_from_text(s).to_list() == _heaps_from_text_exactly(s).to_list()
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(st.integers(-10**18 + 1, 10**18 - 1), max_size=5), max_size=6),
+       st.sampled_from([" ", ",", ", ", "\t", " ,\n"]), st.booleans())
+def test_heaps_text_reads_lists_written_with_any_separator(lists, sep, brackets):
+    texts = [sep.join(map(str, heaps)) for heaps in lists]
+    if brackets:
+        texts = [f"[{t}]" for t in texts]
+    assert _heaps_from_text(pl.Series("heaps", texts, dtype=pl.String)).to_list() == lists
+
+
+KEY_CHARS = st.sampled_from(list("0123456789-+ \t") + ["\xa0", "x"])
+
+
+@settings(deadline=None)
+@given(st.lists(st.one_of(st.text(KEY_CHARS, max_size=5), st.integers(-10**19, 10**19).map(str),
+                          st.sampled_from(["07", "-0", "0", "00", "-5", " 12 ", "+3"])),
+                min_size=1, max_size=6))
+def test_text_keys_read_as_stripping_then_integer_keys_would(texts):
+    # The kernel reads a whole column of plain integers at once; anything else takes the
+    # polars path (strip, "" is null), and integer_keys then gives the same as on the text.
+    frame = pl.DataFrame({"position_id": pl.Series(texts, dtype=pl.String)})
+    stripped = frame.select(pl.col("position_id").str.strip_chars().replace("", None))
+    expected = integer_keys(stripped)["position_id"]
+    got = integer_keys(_key(frame, "position_id", "t.csv").to_frame())["position_id"]
+    assert got.dtype == expected.dtype
+    assert got.to_list() == expected.to_list()
