@@ -46,6 +46,7 @@ GEN_COMMON = ["--rule-sets", "1000", "--moves-per-set", "100", "--max-heap", "10
 P10M = ("p10m", 10_000_000, 1)
 P40M = ("p40m", 40_000_000, 2)
 P40M_LONG = ("p40m_long", 40_000_000, 2)  # the same positions, one row per heap
+P40M_CSV = ("p40m_csv", 40_000_000, 2)  # the same positions, wide form in CSV files
 HEAPS = 5
 PART_ROWS = 1_000_000
 MAX_HEAP = 10_000
@@ -163,14 +164,15 @@ def checked(argv: list[str], what: str) -> None:
 # --------------------------------------------------------------------------- inputs
 
 
-def ensure_dataset(name: str, positions: int, seed: int, form: str = "wide") -> Path:
+def ensure_dataset(name: str, positions: int, seed: int, form: str = "wide",
+                   fmt: str = "parquet") -> Path:
     """benchmarks/data/NAME from `snim-batch generate`, reused when complete."""
     target = DATA / name
     parts = math.ceil(positions / PART_ROWS)
     expected = positions * (HEAPS if form == "long" else 1)
     if target.exists():
-        found = sorted((target / "positions").glob("part-*.parquet"))
-        if (target / "rules.parquet").is_file() and len(found) == parts:
+        found = sorted((target / "positions").glob(f"part-*.{fmt}"))
+        if (target / f"rules.{fmt}").is_file() and len(found) == parts:
             rows = int(helper("rows", str(target)))
             if rows == expected:
                 log(f"reusing {target.relative_to(ROOT)} ({parts} parts, {rows} rows)")
@@ -186,9 +188,10 @@ def ensure_dataset(name: str, positions: int, seed: int, form: str = "wide") -> 
     DATA.mkdir(parents=True, exist_ok=True)
     tmp = DATA / f".{name}.tmp-{os.getpid()}"
     log(f"generating {target.relative_to(ROOT)}: {positions} positions in {form} form, "
-        f"seed {seed} (a few minutes)")
+        f"{fmt}, seed {seed} (a few minutes)")
     checked([str(SNIM), "generate", "--out", str(tmp), "--positions", str(positions),
-             *GEN_COMMON, "--form", form, "--seed", str(seed)], "snim-batch generate")
+             *GEN_COMMON, "--form", form, "--format", fmt, "--seed", str(seed)],
+            "snim-batch generate")
     if target.exists():
         shutil.rmtree(target)
     tmp.rename(target)
@@ -480,29 +483,34 @@ def bench(repeat: int) -> None:
 
 
 def bench_large() -> None:
-    """The 200M-heap job in wide form (batches) and in long form (split into scratch parts),
-    each against the 4 GiB peak RSS goal."""
+    """The 200M-heap job in wide form (batches, Parquet and CSV) and in long form (split into
+    scratch parts), each with the default options (winning moves on) against the 4 GiB peak
+    RSS goal."""
     env = environment()
     RES.mkdir(parents=True, exist_ok=True)
     cwd = RES / "cwd"
     cwd.mkdir(exist_ok=True)
     floor = rss_floor()
     rows = []
-    for (name, positions, seed), form in ((P40M, "wide"), (P40M_LONG, "long")):
-        data = ensure_dataset(name, positions, seed, form)
+    for (name, positions, seed), form, fmt in ((P40M, "wide", "parquet"),
+                                               (P40M_CSV, "wide", "csv"),
+                                               (P40M_LONG, "long", "parquet")):
+        data = ensure_dataset(name, positions, seed, form, fmt)
         out = RES / f"run_{name}"
-        p = measure(f"run_{name}", [str(SNIM), "run", "--rules", str(data / "rules.parquet"),
+        p = measure(f"run_{name}", [str(SNIM), "run", "--rules", str(data / f"rules.{fmt}"),
                                     "--positions", str(data / "positions"), "--out", str(out),
-                                    "--overwrite", "--no-winning-moves", "--quiet"], cwd=cwd)
+                                    "--overwrite", "--quiet"], cwd=cwd)
         total, phases = manifest_total(out)
         goal = "met" if p.maxrss <= LARGE_RSS_GOAL else "**NOT met**"
         rows.append(
-            f"| `{name}`: {positions:,} positions × {HEAPS} heaps, {form} form, seed {seed} | "
+            f"| `{name}`: {positions:,} positions × {HEAPS} heaps, {form} form, {fmt}, "
+            f"seed {seed} | "
             f"{secs(p.wall_s)} | {secs(total)} | {positions * HEAPS / p.wall_s / 1e6:.1f} M | "
             f"{mib(p.maxrss, floor)} | {goal} |")
         rows.append(f"| phases (s): {phases} | | | | | |")
-    same = helper("same-frame", str(RES / f"run_{P40M[0]}" / "verdicts.parquet"),
-                  str(RES / f"run_{P40M_LONG[0]}" / "verdicts.parquet"))
+    same = [helper("same-frame", str(RES / f"run_{P40M[0]}" / "verdicts.parquet"),
+                   str(RES / f"run_{other[0]}" / "verdicts.parquet"))
+            for other in (P40M_CSV, P40M_LONG)]
     lines = [
         "", "## Large: 200M heaps (`make bench-large`)", "", *env,
         f"- peak RSS floor: {mib(floor)} MiB", "",
@@ -511,10 +519,10 @@ def bench_large() -> None:
         "|---|--:|--:|--:|--:|---|",
         *rows,
         "",
-        "Command: `snim-batch run --rules DATA/rules.parquet --positions DATA/positions --out OUT "
-        "--overwrite --no-winning-moves --quiet`. Long form holds more than 2^22 rows, so it is "
-        "split by key into scratch parts first (README, \"One machine\").",
-        f"Check: the two runs' verdicts are {same}.",
+        "Command: `snim-batch run --rules DATA/rules.FORMAT --positions DATA/positions --out OUT "
+        "--overwrite --quiet` (winning moves on, the default). Long form holds more than 2^22 "
+        "rows, so it is split by key into scratch parts first (README, \"One machine\").",
+        f"Checks: CSV vs Parquet verdicts: {same[0]}; long vs wide verdicts: {same[1]}.",
         "",
     ]
     text = "\n".join(lines)

@@ -65,8 +65,10 @@ def write_classic(out: Path, target_bytes: int, seed: int) -> None:
 def rows(directory: Path) -> None:
     import polars as pl
 
-    print(pl.scan_parquet(str(directory / "positions" / "*.parquet")).select(pl.len())
-          .collect().item())
+    parquet = sorted((directory / "positions").glob("*.parquet"))
+    scan = (pl.scan_parquet(parquet) if parquet
+            else pl.scan_csv(sorted((directory / "positions").glob("*.csv"))))
+    print(scan.select(pl.len()).collect().item())
 
 
 def same_nim_sums(verdicts: Path, plan: Path, floor: Path, n: int) -> None:
