@@ -506,3 +506,25 @@ def int_text_values(offsets, data):
             value = value * 10 + d
         values[i] = -value if negative else value
     return values, True
+
+
+@njit(cache=True, nogil=True)
+def run_counts(ids, nim):
+    """Per run of equal `ids` (sorted ids: one run per id): (id, rows, rows with nim 0)."""
+    n = ids.shape[0]
+    runs = 1 if n else 0
+    for i in range(1, n):
+        if ids[i] != ids[i - 1]:
+            runs += 1
+    run_ids = np.empty(runs, np.int64)
+    sizes = np.zeros(runs, np.int64)
+    losing = np.zeros(runs, np.int64)
+    r = -1
+    for i in range(n):
+        if i == 0 or ids[i] != ids[i - 1]:
+            r += 1
+            run_ids[r] = ids[i]
+        sizes[r] += 1
+        if nim[i] == 0:
+            losing[r] += 1
+    return run_ids, sizes, losing

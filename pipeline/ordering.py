@@ -139,12 +139,15 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
     each input row went (None when the input was already in order)."""
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
-    pid = _concat([f.drop_in_place("position_id") for f in frames]).to_numpy()
+    pid = np.concatenate([f.drop_in_place("position_id").to_numpy() for f in frames])
     dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
     sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.shape[0], pid, dest)
-    del bucket, pid
+    del bucket
+    ends = np.cumsum(counts)
+    for b in np.flatnonzero(counts):  # pid's pages are mapped already: reuse them for the ids
+        pid[ends[b] - counts[b]:ends[b]] = rule_ids[b]
     in_order = kernels.is_identity(dest)
-    columns = {"rule_set_id": pl.Series("rule_set_id", np.repeat(rule_ids, counts)),
+    columns = {"rule_set_id": pl.Series("rule_set_id", pid),
                "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:
         column = _concat([f.drop_in_place(name) for f in frames])

@@ -7,7 +7,14 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.transforms import _heaps_from_text, _heaps_from_text_exactly, _key, integer_keys
+from pipeline.transforms import (
+    REJECT_SCHEMA,
+    _heaps_from_text,
+    _heaps_from_text_exactly,
+    _key,
+    integer_keys,
+    summary_counts,
+)
 
 
 def writes_itself(text: str | None) -> bool:
@@ -79,3 +86,20 @@ def test_text_keys_read_as_stripping_then_integer_keys_would(texts):
     got = integer_keys(_key(frame, "position_id", "t.csv").to_frame())["position_id"]
     assert got.dtype == expected.dtype
     assert got.to_list() == expected.to_list()
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 3)), max_size=30), st.booleans())
+def test_summary_counts_count_w_and_l_per_rule_set(rows, key_order):
+    # Verdicts in key order take the run-length count; any other order the group_by.
+    if key_order:
+        rows = sorted(rows)
+    verdicts = pl.DataFrame({"rule_set_id": [r for r, _ in rows], "nim_sum": [n for _, n in rows]},
+                            schema={"rule_set_id": pl.Int64, "nim_sum": pl.UInt8})
+    counts, _ = summary_counts(verdicts, pl.DataFrame(schema=REJECT_SCHEMA))
+    expected = {}
+    for rid, nim in rows:
+        w, lost = expected.get(rid, (0, 0))
+        expected[rid] = (w + (nim != 0), lost + (nim == 0))
+    assert sorted(counts.rows()) == sorted((rid, w, lost) for rid, (w, lost) in expected.items())
+    assert counts.schema == pl.Schema({"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
