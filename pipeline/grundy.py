@@ -113,24 +113,39 @@ def _closed_form(rule: Rule) -> SGTable:
     return SGTable(rule, np.zeros(0, np.uint8), None, None)
 
 
-def build_table(rule: Rule, need_len: int = 0, cap: int = 2**26, probe_ops: int = 0) -> SGTable:
+def build_table(rule: Rule, need_len: int = 0, cap: int = 2**26, probe_ops: int = 0,
+                grow: SGTable | None = None) -> SGTable:
     """Tabulate `rule` far enough for heaps < need_len, stopping early once a period is proven.
 
     `probe_ops` lets a cheap rule keep tabulating past need_len (up to probe_ops / |S| values) to
     find its period for the sg_tables report; nothing is ever tabulated past `cap` values.
+    `grow`, an earlier table of the rule without a period, is extended instead of starting
+    over; the result is the same.
     """
     if rule.kind != "subtraction":
         return _closed_form(rule)
     stop_len = _stop_len(rule, need_len, cap, probe_ops)
     moves = np.asarray(rule.moves, dtype=np.int64)
     vals = np.zeros(stop_len, dtype=_value_dtype(len(rule.moves)))
-    n, pre, per = kernels.tabulate_subtraction(moves, vals, stop_len)
+    start = _given(grow, vals)
+    n, pre, per = kernels.tabulate_subtraction(moves, vals, start, stop_len)
     return _finished(rule, vals, n, pre, per)
 
 
-def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence[int]
-                 ) -> list[SGTable]:
-    """`build_table(rules[i], need_lens[i], caps[i])` for every i, on all of numba's threads.
+def _given(grow: SGTable | None, vals: np.ndarray) -> int:
+    """Copy the values of a table being grown (one without a proven period) into the start
+    of `vals`; how many."""
+    if grow is None or grow.period is not None:
+        return 0
+    start = min(grow.table_len, vals.shape[0])
+    vals[:start] = grow.values[:start]
+    return start
+
+
+def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence[int],
+                 grow: Sequence[SGTable | None] | None = None) -> list[SGTable]:
+    """`build_table(rules[i], need_lens[i], caps[i], grow=grow[i])` for every i, on all of
+    numba's threads.
 
     The result is the same as one call at a time; only the wall time differs.
     """
@@ -145,10 +160,12 @@ def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence
     moves = np.fromiter((m for rule in chosen for m in rule.moves), np.int64, int(k.sum()))
     vals_base = np.concatenate(([0], np.cumsum(stop)[:-1])).astype(np.int64)
     vals = np.zeros(int(stop.sum()), dtype=_value_dtype(int(k.max())))
-    worker_start, jobs = balance(stop * k, numba.get_num_threads())
+    start = np.array([_given(grow[i] if grow else None, vals[vals_base[q]:][:stop[q]])
+                      for q, i in enumerate(subtraction)], dtype=np.int64)
+    worker_start, jobs = balance((stop - start) * k, numba.get_num_threads())
     n, pre, per = kernels.tabulate_many(
         moves, np.concatenate(([0], np.cumsum(k)[:-1])).astype(np.int64), k, vals, vals_base,
-        stop, worker_start, jobs)
+        start, stop, worker_start, jobs)
     # Tables may share the buffer (no copy) unless one stopped early: its unused room would
     # then stay allocated as long as any other table lives.
     share = not per.any()

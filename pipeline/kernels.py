@@ -80,12 +80,14 @@ def _rebuild(vals, m, y_end, n_slots, bpow):
 
 
 @njit(cache=True, nogil=True)
-def tabulate_subtraction(moves, vals, stop_len):
+def tabulate_subtraction(moves, vals, start, stop_len):
     """SG values of the subtraction game with sorted distinct positive `moves`.
 
-    Fills vals[0:n] and stops at `stop_len` values or as soon as a window of max(moves) values
-    repeats, which proves exact periodicity (DESIGN 1). Returns (n, preperiod, period); period is
-    0 when no repeat was seen within stop_len values. Window ends must stay below 2**32.
+    Fills vals[start:n], where vals[0:start] holds values already tabulated without a repeated
+    window (a table being extended), and stops at `stop_len` values or as soon as a window of
+    max(moves) values repeats, which proves exact periodicity (DESIGN 1). Returns
+    (n, preperiod, period); period is 0 when no repeat was seen within stop_len values. Window
+    ends must stay below 2**32.
     """
     k = moves.shape[0]
     m = moves[k - 1]
@@ -93,11 +95,15 @@ def tabulate_subtraction(moves, vals, stop_len):
     bpow = np.uint64(1)
     for _ in range(m - 1):
         bpow *= _BASE
-    n_slots = 1 << 12
-    slots = np.zeros(n_slots, np.uint64)
-    used = 0
     h = np.uint64(0)
-    for x in range(stop_len):
+    for i in range(max(0, start - m), start):
+        h = h * _BASE + np.uint64(vals[i]) + np.uint64(1)
+    used = max(0, start - m + 1)
+    n_slots = 1 << 12
+    while used * 10 > n_slots * 7:
+        n_slots *= 2
+    slots = _rebuild(vals, m, start + 1, n_slots, bpow) if used else np.zeros(n_slots, np.uint64)
+    for x in range(start, stop_len):
         stamp = x + 1
         for i in range(k):
             s = moves[i]
@@ -130,11 +136,13 @@ def tabulate_subtraction(moves, vals, stop_len):
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def tabulate_many(moves, moves_base, moves_len, vals, vals_base, stop_len, worker_start, jobs):
+def tabulate_many(moves, moves_base, moves_len, vals, vals_base, start, stop_len, worker_start,
+                  jobs):
     """`tabulate_subtraction` for many rules at once, one thread per worker: worker w takes the
     rules jobs[worker_start[w]:worker_start[w + 1]], so the caller decides the load balance.
     Rule j's moves are moves[moves_base[j]:][:moves_len[j]] and its values go to
-    vals[vals_base[j]:][:stop_len[j]]. Returns (n, preperiod, period) per rule."""
+    vals[vals_base[j]:][:stop_len[j]], whose first start[j] are given. Returns
+    (n, preperiod, period) per rule."""
     r = moves_base.shape[0]
     n = np.zeros(r, np.int64)
     pre = np.zeros(r, np.int64)
@@ -144,7 +152,7 @@ def tabulate_many(moves, moves_base, moves_len, vals, vals_base, stop_len, worke
             j = jobs[q]
             mv = moves[moves_base[j]:moves_base[j] + moves_len[j]]
             out = vals[vals_base[j]:vals_base[j] + stop_len[j]]
-            n[j], pre[j], per[j] = tabulate_subtraction(mv, out, stop_len[j])
+            n[j], pre[j], per[j] = tabulate_subtraction(mv, out, start[j], stop_len[j])
     return n, pre, per
 
 

@@ -164,6 +164,30 @@ def test_build_tables_in_parallel_match_naive(rules):
         assert t.values.dtype == np.uint8
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=st.one_of(moves_strategy, wide_moves_strategy),
+       steps=st.lists(st.integers(1, 300), min_size=1, max_size=4), together=st.booleans())
+def test_growing_a_table_in_steps_gives_the_naive_table(moves, steps, together):
+    """A table extended step by step (as batches reveal larger heaps, and by the period
+    probe) has the naive values and finds the naive first repeat exactly when the table
+    reaches it, as one table built at once does."""
+    ms = sorted(set(moves))
+    pre, per = naive_first_repeat(ms)
+    y_first = pre + max(ms) + per
+    t = None
+    for need in np.cumsum(steps).tolist():
+        if together:
+            t = build_tables([sub(ms), sub([1])], [need, 1], [10_000, 1], [t, None])[0]
+        else:
+            t = build_table(sub(ms), need_len=need, cap=10_000, grow=t)
+        if need >= y_first:
+            assert (t.preperiod, t.period) == (pre, per)
+            assert t.values.tolist() == naive_sg(ms, pre + per)
+        else:
+            assert (t.preperiod, t.period, t.table_len) == (None, None, need)
+            assert t.values.tolist() == naive_sg(ms, need)
+
+
 @pytest.mark.parametrize("workers", [1, 2, 3, 8])
 def test_balance_gives_every_job_once_longest_first(workers):
     costs = np.array([5, 1, 9, 3, 3, 7, 2], dtype=np.int64)

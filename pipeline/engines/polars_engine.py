@@ -53,7 +53,8 @@ class TableCache:
 
     def _build(self, t: int, largest_heap: int) -> None:
         limit = self._limit(t)
-        table = build_table(self.distinct[t], min(largest_heap + 1, MAX_HEAP), limit)
+        table = build_table(self.distinct[t], min(largest_heap + 1, MAX_HEAP), limit,
+                            grow=self.tables[t])
         self._install(t, table, limit)
 
     def _install(self, t: int, table: SGTable, limit: int | None = None) -> None:
@@ -75,7 +76,8 @@ class TableCache:
             for t, h in zip(ts, largest):
                 self._build(t, h)
             return
-        tables = build_tables([self.distinct[t] for t in ts], needs, [self.cap] * len(ts))
+        tables = build_tables([self.distinct[t] for t in ts], needs, [self.cap] * len(ts),
+                              [self.tables[t] for t in ts])
         for t, table in zip(ts, tables):
             self._install(t, table, self.cap)
 
@@ -110,7 +112,7 @@ class TableCache:
             old = self.tables[t]
             if old is None or target <= old.table_len:
                 continue
-            table = build_table(self.distinct[t], target, limit)
+            table = build_table(self.distinct[t], target, limit, grow=old)
             budget -= table.table_len * k
             self._install(t, table)
         return self.table_set()
