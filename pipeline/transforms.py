@@ -77,6 +77,8 @@ def _text_buffers(s: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     arr = s.to_arrow()
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if arr.type != pa.large_string():
+        arr = arr.cast(pa.large_string())
     buffers = arr.buffers()
     offsets = np.frombuffer(buffers[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
     data = (np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None

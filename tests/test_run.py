@@ -446,6 +446,34 @@ def test_wide_csv_batches_keep_each_key_as_one_table_would(tmp_path, monkeypatch
     assert sorts == ([3] if integer_sort else [])
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_progress_counts_rows_against_the_total_when_it_is_known(tmp_path, monkeypatch, fmt):
+    # Parquet footers give the total up front, so progress is "rows of total (percent)";
+    # a CSV file's rows are known only once it is read, so progress counts files.
+    monkeypatch.setattr(polars_engine, "BATCH_ROWS", 2)
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "nim", ""]])
+    header = ["rule_set_id", "position_id", "heaps"]
+    for name, ids in (("a", [1, 2, 3]), ("b", [4, 5])):
+        rows = [[1, i, f"{i}"] for i in ids]
+        if fmt == "csv":
+            write_csv(tmp_path / "positions" / f"{name}.csv", header, rows)
+        else:
+            write_parquet(tmp_path / "positions" / f"{name}.parquet",
+                          {"rule_set_id": [1] * len(ids), "position_id": ids,
+                           "heaps": [[i] for i in ids]},
+                          {"rule_set_id": pl.Int64, "position_id": pl.Int64,
+                           "heaps": pl.List(pl.Int64)})
+    messages: list[str] = []
+    run_job(config_from_dict(job(tmp_path, r, tmp_path / "positions")),
+            lambda message, done: messages.append(message))
+    shown = [m for m in messages if m.startswith("positions: ")]
+    assert shown == ({"parquet": ["positions: 2 of 5 rows (40%)", "positions: 3 of 5 rows (60%)",
+                                  "positions: 5 of 5 rows (100%)"],
+                      "csv": ["positions: 2 rows read (file 1 of 2)",
+                              "positions: 3 rows read (file 1 of 2)",
+                              "positions: 5 rows read (file 2 of 2)"]}[fmt])
+
+
 def test_text_rule_ids_leave_integer_verdict_keys_in_both_forms(tmp_path):
     rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                       [[1, "subtraction", "1 2"], [2, "nim", ""], [10, "nim", ""],

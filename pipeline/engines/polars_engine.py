@@ -249,6 +249,8 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     parts, rejects, rows_read = [], [], 0
     keep = _verdict_columns(config)
     rule_ids = _integer_rule_ids(index)
+    total = (io.row_estimate(paths) if all(io.format_of(p) == "parquet" for p in paths)
+             else None)  # exact from the footers; a CSV's rows are known once it is read
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
         frame, batch_index = transforms.match_key_type(transforms.integer_keys(frame), index)
@@ -261,7 +263,9 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
             evaluated = evaluated.filter(pl.col("_reason").is_null())
         parts.append(ordering.verdict_part(evaluated, file_index, rule_ids, keep))
         del frame, evaluated, buffers
-        note(f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
+        note(f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
+             if total else
+             f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
     rejected = pl.concat([pl.DataFrame(schema=transforms.REJECT_SCHEMA), *rejects])
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
                                                         [str(p) for p in paths])
