@@ -148,7 +148,10 @@ def _scan_text(path: Path) -> tuple[int, bool]:
     return -1, quoted
 
 
-def _read_csv(file: InputFile) -> RawTable:
+def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
+    """A CSV file in batches of about `batch_rows` rows, parsed as it streams (pyarrow's
+    serial reader, every column as text), so memory holds one batch, not the file. Each batch
+    carries the lines with the wrong number of fields found since the previous one."""
     path = file.path
     if file.size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
@@ -165,8 +168,11 @@ def _read_csv(file: InputFile) -> RawTable:
                             f"{row.expected_columns}", row.text or ""))
         return "skip"
 
+    def unreadable(exc: Exception) -> InputError:
+        return InputError(f"{path}: not a readable CSV file ({_short(exc)})")
+
     try:
-        table = pacsv.read_csv(
+        reader = pacsv.open_csv(
             path,
             read_options=pacsv.ReadOptions(use_threads=False),
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
@@ -177,20 +183,73 @@ def _read_csv(file: InputFile) -> RawTable:
             ),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a readable CSV file ({_short(exc)})") from None
-    if quoted:
-        _check_text(path, table)
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    total = frame.height + len(bad)
-    keep = np.ones(total, dtype=bool)
-    keep[[r for r, _, _ in bad if 0 <= r < total]] = False
-    return RawTable(file, frame, np.flatnonzero(keep).astype(np.int64), bad)
+        raise unreadable(exc) from None
+    numbering = _RowNumbers()
+    given = 0
+
+    def emit(table: pa.Table) -> RawTable:
+        nonlocal given
+        rows = numbering.next(table.num_rows, [r for r, _, _ in bad[numbering.skipped:]])
+        if quoted:
+            _check_text(path, table, rows)
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        new_bad, given = bad[given:], len(bad)
+        return RawTable(file, frame, rows, new_bad)
+
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    yielded = False
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            raise unreadable(exc) from None
+        pending.append(batch)
+        held += batch.num_rows
+        if held < batch_rows:
+            continue
+        table = pa.Table.from_batches(pending, schema=reader.schema)
+        whole = held - held % batch_rows
+        for start in range(0, whole, batch_rows):
+            yield emit(table.slice(start, batch_rows))
+            yielded = True
+        pending, held = table.slice(whole).to_batches(), held - whole
+    if held or not yielded or given < len(bad):
+        yield emit(pa.Table.from_batches(pending, schema=reader.schema))
 
 
-def _check_text(path: Path, table: pa.Table) -> None:
+class _RowNumbers:
+    """Data row numbers of the rows a CSV reader keeps, given the numbers of the lines it
+    skipped so far (reported in order, before the rows after them are returned)."""
+
+    def __init__(self) -> None:
+        self.row = 0
+        self.skipped = 0
+
+    def next(self, count: int, new_skips: list[int]) -> np.ndarray:
+        out = np.empty(count, np.int64)
+        done = 0
+        skips = iter(new_skips)
+        skip = next(skips, None)
+        while done < count:
+            while skip is not None and skip <= self.row:
+                if skip == self.row:
+                    self.row += 1
+                self.skipped += 1
+                skip = next(skips, None)
+            take = count - done if skip is None else min(count - done, skip - self.row)
+            out[done:done + take] = np.arange(self.row, self.row + take)
+            done += take
+            self.row += take
+        return out
+
+
+def _check_text(path: Path, table: pa.Table, rows: np.ndarray) -> None:
     """Reject a field that swallowed whole CSV lines (an unterminated quote); a quoted line
-    break alone is valid CSV."""
+    break alone is valid CSV. `rows` numbers the table's rows in the file."""
     for name in table.column_names:
         column = table[name]
         spans = pc.match_substring_regex(column, "[\r\n]")
@@ -198,7 +257,7 @@ def _check_text(path: Path, table: pa.Table) -> None:
             continue
         swallowed = pc.and_(spans, pc.match_substring_regex(column, "[\r\n][^\r\n]*[,\"]"))
         if pc.any(swallowed).as_py():
-            row = pc.index(swallowed, True).as_py()
+            row = int(rows[pc.index(swallowed, True).as_py()])
             raise InputError(f"{path}: row {row}, column {name}: a quoted field runs over "
                              "several lines that look like CSV rows (unterminated quote?)")
 
@@ -374,19 +433,13 @@ def spill(staging: Path) -> Iterator[Spill]:
 
 
 def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
-    """One file in batches of at most `batch_rows` rows (CSV is read whole, then sliced), so
-    memory stays bounded by the batch for Parquet inputs."""
+    """One file in batches of about `batch_rows` rows (Parquet: at most; CSV: the parser's
+    blocks up to at least that many), so memory holds one batch, not the file."""
     file = describe(path)
     if file.format == "parquet":
         yield from _parquet_batches(file, batch_rows)
         return
-    whole = _read_csv(file)
-    if whole.frame.height == 0:
-        yield whole
-        return
-    for start in range(0, whole.frame.height, batch_rows):
-        yield RawTable(file, whole.frame.slice(start, batch_rows),
-                       whole.row[start:start + batch_rows], whole.bad_lines if start == 0 else [])
+    yield from _csv_batches(file, batch_rows)
 
 
 def columns_of(path: Path) -> list[str]:
@@ -407,7 +460,8 @@ def read_table(path: Path) -> RawTable:
     if len(batches) == 1:
         return batches[0]
     frame = pl.concat([b.frame for b in batches])
-    return RawTable(batches[0].file, frame, np.concatenate([b.row for b in batches]), [])
+    return RawTable(batches[0].file, frame, np.concatenate([b.row for b in batches]),
+                    [line for b in batches for line in b.bad_lines])
 
 
 def read_tables(spec: str, what: str) -> list[RawTable]:

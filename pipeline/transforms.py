@@ -369,8 +369,9 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
                         form: str, first_row_number: int) -> pl.DataFrame:
     """Positions file -> (_source, _row, rule_set_id, position_id, heaps, _column, _reason).
 
-    Long form gets a one-element `heaps` list per row; `first_row_number` numbers wide rows
-    globally when position_id is absent.
+    Long form gets a one-element `heaps` list per row. Without a position_id column, a wide
+    row's id is its row number in the file (`rows`) plus `first_row_number`, the rows of the
+    files before it, so ids number the rows of all files in order (skipped lines included).
     """
     if form == "wide":
         check_columns(raw.columns, [cols.rule_set_id, cols.heaps], [cols.position_id], source)
@@ -382,7 +383,7 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
     if cols.position_id in raw.columns:
         pids = _key(raw, cols.position_id, source).alias("position_id")
     else:
-        pids = pl.Series("position_id", np.arange(raw.height, dtype=np.int64) + first_row_number)
+        pids = pl.Series("position_id", rows + first_row_number, dtype=pl.Int64)
     if form == "wide":
         heaps, text = _heaps_column(raw, heap_name, source)
     else:

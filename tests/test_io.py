@@ -573,3 +573,48 @@ def test_spill_write_failure_names_the_file(tmp_path):
     scratch = io.Spill(tmp_path / "gone")
     with pytest.raises(OutputError, match=r"gone/0-0\.arrows: cannot write scratch file \(No such"):
         scratch.write(0, pl.DataFrame({"a": [1]}))
+
+
+# ---- CSV read as it streams ------------------------------------------------------------------
+
+
+def csv_lines(kinds: list[bool]) -> str:
+    """A header and one line per kind: True a good row "i,x", False a line with an extra
+    field."""
+    lines = ["a,b"] + [f"{i},x" if ok else f"{i},x,extra" for i, ok in enumerate(kinds)]
+    return "\n".join(lines) + "\n"
+
+
+def check_csv_batches(path: Path, kinds: list[bool], batch: int) -> None:
+    batches = list(io.iter_batches(path, batch))
+    good = [i for i, ok in enumerate(kinds) if ok]
+    assert np.concatenate([b.row for b in batches]).tolist() == good
+    assert [int(x) for b in batches for x in b.frame["a"].to_list()] == good
+    assert [r for b in batches for r, _, _ in b.bad_lines] == [
+        i for i, ok in enumerate(kinds) if not ok]
+    assert all(b.frame.height == batch for b in batches[:-1])
+    assert batches[-1].frame.height <= batch
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 1000])
+@pytest.mark.parametrize("pattern", ["", "+", "-", "++-+--+++-", "--+", "+--", "+-+-+-+"])
+def test_csv_batches_number_kept_rows_and_skipped_lines(tmp_path, pattern, batch):
+    # Every kept row carries its data row number in the file, every line with the wrong field
+    # count is reported once with its own, and batches hold `batch` rows (the last one fewer).
+    kinds = [c == "+" for c in pattern]
+    path = tmp_path / "t.csv"
+    path.write_text(csv_lines(kinds))
+    check_csv_batches(path, kinds, batch)
+
+
+def test_csv_larger_than_the_parsers_blocks_streams_with_exact_row_numbers(tmp_path):
+    # About 4 MB: several of pyarrow's 1 MB blocks, with bad lines in all of them and at block
+    # edges; what a whole-file read would number, and batches of 50,000 rows.
+    rng = random.Random(5)
+    kinds = [rng.random() > 0.001 for _ in range(400_000)]
+    path = tmp_path / "big.csv"
+    path.write_text(csv_lines(kinds))
+    check_csv_batches(path, kinds, 50_000)
+    whole = io.read_table(path)
+    assert whole.row.tolist() == [i for i, ok in enumerate(kinds) if ok]
+    assert len(whole.bad_lines) == kinds.count(False)

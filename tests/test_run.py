@@ -474,6 +474,29 @@ def test_progress_counts_rows_against_the_total_when_it_is_known(tmp_path, monke
                               "positions: 5 rows read (file 2 of 2)"]}[fmt])
 
 
+@pytest.mark.parametrize("batch_rows", [2, 1 << 20])
+def test_default_position_ids_are_row_numbers_across_files_and_skipped_lines(
+        tmp_path, monkeypatch, batch_rows):
+    # Wide CSV files without position_id: a row's id is its row number counted over the
+    # files in name order, lines with the wrong field count included (they are rejects with
+    # their own row numbers), however the files are cut into batches. Under nim, SG(h) = h.
+    monkeypatch.setattr(polars_engine, "BATCH_ROWS", batch_rows)
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "nim", ""]])
+    files = {"a.csv": ["1,3", "1,4,9", "1,5", "1,6", "1,1,1", "1,7"],
+             "b.csv": ["1,8", "1,9,9", "1,2"]}
+    for name, lines in files.items():
+        (tmp_path / "positions").mkdir(exist_ok=True)
+        (tmp_path / "positions" / name).write_text("rule_set_id,heaps\n" + "\n".join(lines) + "\n")
+    result = run(job(tmp_path, r, tmp_path / "positions"))
+    assert result.exit_code == 3
+    out = read_outputs(tmp_path / "out")
+    assert out["verdicts"].select("position_id", "nim_sum").rows() == [
+        (0, 3), (2, 5), (3, 6), (5, 7), (6, 8), (8, 2)]
+    assert out["rejects"].select("source", "row").rows() == [
+        (str(tmp_path / "positions" / "a.csv"), 1), (str(tmp_path / "positions" / "a.csv"), 4),
+        (str(tmp_path / "positions" / "b.csv"), 1)]
+
+
 def test_text_rule_ids_leave_integer_verdict_keys_in_both_forms(tmp_path):
     rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                       [[1, "subtraction", "1 2"], [2, "nim", ""], [10, "nim", ""],

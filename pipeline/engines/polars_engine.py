@@ -191,15 +191,17 @@ def positions_form(paths: list[Path], config: Config) -> str:
 def position_batches(paths: list[Path], config: Config, form: str
                      ) -> Iterator[tuple[int, pl.DataFrame]]:
     """(file index, normalised batch with reasons) for every batch of every positions file."""
-    next_row = 0
+    file_start = 0  # rows of the earlier files, which number default position ids on
     for index, path in enumerate(paths):
+        rows_here = 0
         for raw in io.iter_batches(path, BATCH_ROWS):
             frame = transforms.normalize_positions(raw.frame, raw.row, str(path),
-                                                   config.columns, form, next_row)
-            next_row += raw.frame.height + len(raw.bad_lines)
+                                                   config.columns, form, file_start)
+            rows_here += raw.frame.height + len(raw.bad_lines)
             keys = {"rule_set_id": config.columns.rule_set_id,
                     "position_id": config.columns.position_id}
             yield index, _with_bad_lines(frame, raw, keys)
+        file_start += rows_here
 
 
 def execute(config: Config, staging: Path, phase: Phase,
