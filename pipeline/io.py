@@ -352,9 +352,10 @@ def row_estimate(paths: list[Path]) -> int:
 
 
 class Spill:
-    """Scratch space for frames split into parts: one zstd Arrow IPC stream per part, appended
-    frame by frame. A frame with another schema than its part's open stream (a file whose keys
-    have another type) starts a new file; at most MAX_OPEN streams stay open at once."""
+    """Scratch space for frames split into parts: one Arrow IPC stream per part (zstd level 1:
+    as small as the default level here, and faster), appended frame by frame. A frame with
+    another schema than its part's open stream (a file whose keys have another type) starts
+    a new file; at most MAX_OPEN streams stay open at once."""
 
     MAX_OPEN = 128
 
@@ -374,8 +375,8 @@ class Spill:
             self.files.setdefault(part, []).append(path)
             try:
                 fh = path.open("wb")
-                writer = pa.ipc.new_stream(fh, table.schema,
-                                           options=pa.ipc.IpcWriteOptions(compression="zstd"))
+                writer = pa.ipc.new_stream(fh, table.schema, options=pa.ipc.IpcWriteOptions(
+                    compression=pa.Codec("zstd", compression_level=1)))
             except OSError as exc:
                 raise _spill_error(path, exc) from None
             stream = self._open[part] = (table.schema, fh, writer)

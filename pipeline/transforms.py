@@ -510,10 +510,12 @@ def by_partition(rows: pl.DataFrame, parts: int) -> dict[int, pl.DataFrame]:
 
 
 def to_scratch(rows: pl.DataFrame, file_index: int) -> pl.DataFrame:
-    """Long-form rows as written to scratch files: `_source` becomes the file's index and the
-    reason columns are left out when they are empty (the usual case), which halves the time
-    to write and read them back; `from_scratch` restores both."""
-    rows = rows.drop("_source").with_columns(pl.lit(file_index, pl.Int32).alias("_file"))
+    """Long-form rows as written to scratch files: `_source` becomes the file's index, the
+    one-heap lists their heap, and the reason columns are left out when they are empty (the
+    usual case); this cuts the time to write and read them back by more than half.
+    `from_scratch` restores all three."""
+    rows = rows.drop("_source").with_columns(pl.lit(file_index, pl.Int32).alias("_file"),
+                                             pl.col("heaps").list.first())
     if rows["_column"].null_count() == rows["_reason"].null_count() == rows.height:
         rows = rows.drop("_column", "_reason")
     return rows
@@ -525,7 +527,8 @@ def from_scratch(rows: pl.DataFrame, sources: Sequence[str], columns: Sequence[s
     empty = [pl.lit(None, pl.String).alias(name) for name in ("_column", "_reason")
              if name not in rows.columns]
     source = pl.Series(list(sources), dtype=pl.String).gather(rows["_file"])
-    return rows.with_columns(source.alias("_source"), *empty).select(columns)
+    heaps = pl.when(pl.col("heaps").is_not_null()).then(pl.concat_list("heaps")).alias("heaps")
+    return rows.with_columns(source.alias("_source"), heaps, *empty).select(columns)
 
 
 def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
