@@ -536,3 +536,24 @@ def run_counts(ids, nim):
         if nim[i] == 0:
             losing[r] += 1
     return run_ids, sizes, losing
+
+
+@njit(cache=True, nogil=True)
+def key_runs(counts, sorted_key):
+    """Runs of equal keys in rows sorted by (bucket, key), where bucket b holds counts[b]
+    rows: (offsets of the runs, n_runs + 1 of them; each run's bucket)."""
+    n = sorted_key.shape[0]
+    starts = np.empty(n + 1, np.int64)
+    run_bucket = np.empty(n, np.int64)
+    runs = 0
+    lo = 0
+    for b in range(counts.shape[0]):
+        hi = lo + counts[b]
+        for i in range(lo, hi):
+            if i == lo or sorted_key[i] != sorted_key[i - 1]:
+                starts[runs] = i
+                run_bucket[runs] = b
+                runs += 1
+        lo = hi
+    starts[runs] = n
+    return starts[:runs + 1].copy(), run_bucket[:runs].copy()

@@ -566,6 +566,37 @@ def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return wide, rejected
 
 
+def long_to_wide_sorted(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
+    """`long_to_wide` then `attach_tables` for the common case, by a counting sort instead of a
+    group_by: clean rows with integer keys that all name a valid rule set (else None, for the
+    general path). Positions come out in key order, each with its heaps in input order (the
+    sort is stable); they carry no input locations (`_source` "", `_row` -1), which only
+    rejects would need."""
+    rid, pid = rows["rule_set_id"], rows["position_id"]
+    if (rid.dtype != pl.Int64 or pid.dtype != pl.Int64 or rid.null_count() or pid.null_count()
+            or rows["_reason"].null_count() != rows.height or rows["heaps"].null_count()
+            or index["rule_set_id"].dtype != pl.Int64):
+        return None
+    valid = index.filter(pl.col("table").is_not_null()).sort("rule_set_id")
+    ids = valid["rule_set_id"].to_numpy()
+    bucket = kernels.rank_in(rid.to_numpy(), ids)
+    if bucket.shape[0] and bucket.min() < 0:
+        return None
+    heaps = rows["heaps"].list.first().to_numpy()
+    dest = np.empty(rows.height, np.int32 if rows.height < 2**31 else np.int64)
+    sorted_pid, counts = kernels.counting_sort(bucket, ids.shape[0], pid.to_numpy(), dest)
+    offsets, run_bucket = kernels.key_runs(counts, sorted_pid)
+    lists = pa.LargeListArray.from_arrays(_arrow_int64(offsets),
+                                          _arrow_int64(kernels.scatter(heaps, dest)))
+    return pl.DataFrame({
+        "rule_set_id": ids[run_bucket], "position_id": sorted_pid[offsets[:-1]],
+        "heaps": pl.Series(lists, dtype=HEAPS),
+        "table": valid["table"].to_numpy().astype(np.int64)[run_bucket],
+    }).select(pl.lit("", pl.String).alias("_source"), pl.lit(-1, pl.Int64).alias("_row"),
+              "rule_set_id", "position_id", "heaps", pl.lit(None, pl.String).alias("_column"),
+              pl.lit(None, pl.String).alias("_reason"), "table")
+
+
 # ---- evaluation -----------------------------------------------------------------------------
 
 def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:

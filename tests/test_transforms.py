@@ -13,6 +13,7 @@ from pipeline.transforms import (
     _heaps_from_text_exactly,
     _key,
     integer_keys,
+    long_to_wide_sorted,
     summary_counts,
 )
 
@@ -103,3 +104,39 @@ def test_summary_counts_count_w_and_l_per_rule_set(rows, key_order):
         expected[rid] = (w + (nim != 0), lost + (nim == 0))
     assert sorted(counts.rows()) == sorted((rid, w, lost) for rid, (w, lost) in expected.items())
     assert counts.schema == pl.Schema({"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([3, 7, 9]), st.integers(-2, 4), st.integers(0, 50)),
+                max_size=25))
+def test_long_rows_grouped_by_sort_as_by_group_by(rows):
+    # The counting-sort grouping must give each position exactly the heaps, in input order,
+    # and the table that long_to_wide and attach_tables give (there in first-seen order).
+    frame = pl.DataFrame({
+        "_source": ["p.csv"] * len(rows), "_row": list(range(len(rows))),
+        "rule_set_id": [r for r, _, _ in rows], "position_id": [p for _, p, _ in rows],
+        "heaps": [[h] for _, _, h in rows], "_column": [None] * len(rows),
+        "_reason": [None] * len(rows)},
+        schema={"_source": pl.String, "_row": pl.Int64, "rule_set_id": pl.Int64,
+                "position_id": pl.Int64, "heaps": pl.List(pl.Int64), "_column": pl.String,
+                "_reason": pl.String})
+    index = pl.DataFrame({"rule_set_id": [3, 7, 9], "table": [1, 0, 2]})
+    fast = long_to_wide_sorted(frame, index)
+    expected = {}
+    for rid, pid, heap in rows:
+        expected.setdefault((rid, pid), []).append(heap)
+    table = {3: 1, 7: 0, 9: 2}
+    assert fast.select("rule_set_id", "position_id", "heaps", "table").rows() == [
+        (rid, pid, heaps, table[rid]) for (rid, pid), heaps in sorted(expected.items())]
+    assert fast["_reason"].null_count() == fast.height
+
+
+def test_long_rows_grouped_by_sort_only_when_clean_and_known():
+    frame = pl.DataFrame({"_source": ["p"], "_row": [0], "rule_set_id": [5], "position_id": [1],
+                          "heaps": [[2]], "_column": [None], "_reason": [None]},
+                         schema_overrides={"_column": pl.String, "_reason": pl.String})
+    index = pl.DataFrame({"rule_set_id": [5, 6], "table": [0, None]})
+    assert long_to_wide_sorted(frame, index) is not None
+    assert long_to_wide_sorted(frame.with_columns(pl.lit(6).alias("rule_set_id")), index) is None
+    assert long_to_wide_sorted(frame.with_columns(pl.lit("bad").alias("_reason")), index) is None
+    assert long_to_wide_sorted(frame.with_columns(pl.lit("5").alias("rule_set_id")), index) is None

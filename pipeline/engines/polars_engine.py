@@ -358,6 +358,12 @@ def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFr
     """Long-form rows holding every row of their positions, with unified key types ->
     (evaluated positions, none rejected; rejects; rows read)."""
     rows = pl.concat(frames, how="vertical_relaxed")
+    positions = transforms.long_to_wide_sorted(rows, index)
+    if positions is not None:  # clean: no row to reject unless a heap is beyond its table
+        tables = cache.ensure(transforms.largest_heaps(positions, len(cache.distinct)))
+        evaluated = transforms.evaluate(positions, tables, config.winning_moves)
+        if evaluated["_reason"].null_count() == evaluated.height:
+            return evaluated, pl.DataFrame(schema=transforms.REJECT_SCHEMA), rows.height
     positions, long_rejects = transforms.long_to_wide(rows)
     key_type = positions["rule_set_id"].dtype  # the verdicts keep it, as for wide batches
     positions, index = transforms.match_key_type(positions, index)
