@@ -375,6 +375,7 @@ def bench(repeat: int) -> None:
                     "--out", str(run_out), "--overwrite", "--no-winning-moves", "--quiet"],
             cwd=cwd)
         one("io_floor", [str(PY), str(BENCH / "io_floor.py"), pos_glob, str(floor_out)])
+        one("read_only", [str(PY), str(BENCH / "read_only.py"), pos_glob])
         one("polars_plan", [str(PY), str(BENCH / "polars_plan.py"), rules, pos_glob,
                             str(plan_out), str(MAX_HEAP)])
         one("sg_ours", [str(PY), str(BENCH / "sg_ours.py"), str(moves), str(sg_ours_bin)])
@@ -403,6 +404,9 @@ def bench(repeat: int) -> None:
     rows = [
         ("1", "`snim-batch run`", "I/O floor (polars streaming: read, sum heaps, sink)",
          r["run"], r["io_floor"], run_in, r["io_floor"].num("job_s"), checks["nim"]),
+        ("1r", "diagnostic: polars reads the 3 columns `run` reads (no compute, no output)",
+         "I/O floor", r["read_only"], r["io_floor"], r["read_only"].num("job_s"),
+         r["io_floor"].num("job_s"), f"{r['read_only'].values.get('rows')} rows read"),
         ("2", "`snim-batch run`", "straightforward polars plan (explode, join, XOR group_by)",
          r["run"], r["polars_plan"], run_in, r["polars_plan"].num("job_s"), "same nim sums"),
         ("3", "`grundy.build_table` ×1000 (one core)", "C textbook SG (`gcc -O2`)", sg_ours,
@@ -437,7 +441,9 @@ def bench(repeat: int) -> None:
         "", "Workloads:", "",
         f"- 1, 2: `{P10M[0]}`: {P10M[1]:,} positions × 5 heaps ≤ {MAX_HEAP:,}, 1,000 rule sets "
         "of 1..100 moves (`snim-batch generate ... --seed 1`); `run` with "
-        "`--no-winning-moves --quiet`.",
+        "`--no-winning-moves --quiet`. 1r (`benchmarks/read_only.py`) only reads what `run` "
+        "must read (rule_set_id, position_id, heaps) into memory: `run` cannot take less than "
+        "that plus its startup, and the floor reads one of those columns.",
         f"- 3: {SG_RULES:,} rule sets × {SG_MOVES} distinct moves from 1..{SG_MAX_MOVE:,}, "
         f"SG(0..{SG_VALUES - 1:,}); ours is `build_table(rule, need_len={SG_VALUES}, "
         f"cap={SG_VALUES})` (no period probe; it stops early when it proves a period: "
