@@ -557,3 +557,13 @@ def key_runs(counts, sorted_key):
         lo = hi
     starts[runs] = n
     return starts[:runs + 1].copy(), run_bucket[:runs].copy()
+
+
+@njit(cache=True, nogil=True)
+def fill_runs(out, values, counts):
+    """out = values repeated counts times each (np.repeat into an existing array)."""
+    at = 0
+    for b in range(counts.shape[0]):
+        for _ in range(counts[b]):
+            out[at] = values[b]
+            at += 1

@@ -143,9 +143,7 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
     dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
     sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.shape[0], pid, dest)
     del bucket
-    ends = np.cumsum(counts)
-    for b in np.flatnonzero(counts):  # pid's pages are mapped already: reuse them for the ids
-        pid[ends[b] - counts[b]:ends[b]] = rule_ids[b]
+    kernels.fill_runs(pid, rule_ids, counts)  # pid's pages are mapped already: reuse them
     in_order = kernels.is_identity(dest)
     columns = {"rule_set_id": pl.Series("rule_set_id", pid),
                "position_id": pl.Series("position_id", sorted_pid)}
