@@ -129,23 +129,28 @@ def _short(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
-def _scan_text(path: Path) -> tuple[int, bool]:
+def _scan_text(path: Path) -> tuple[int, bool, int]:
     """(offset of the first NUL byte or invalid UTF-8 sequence, or -1 (binary data is never
-    CSV); whether any field is quoted), decoded in 16 MiB slices so a large file is not held
-    twice."""
+    CSV); whether any field is quoted; the line of a quote that is never closed, or 0),
+    decoded in 16 MiB slices so a large file is not held twice. A quote opens a field only
+    at its start, so when the file's last quote is at the start of a field, that field runs
+    to the end of the file."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        quoted = data.find(b'"') >= 0
+        last = data.rfind(b'"')
         nul = data.find(b"\x00")
         if nul >= 0:
-            return nul, quoted
+            return nul, last >= 0, 0
         step = 1 << 24
         for start in range(0, len(data), step):
             try:
                 decoder.decode(data[start:start + step], final=start + step >= len(data))
             except UnicodeDecodeError as exc:
-                return start + exc.start, quoted
-    return -1, quoted
+                return start + exc.start, last >= 0, 0
+        if last < 0 or (last > 0 and data[last - 1:last] not in (b",", b"\n", b"\r")):
+            return -1, last >= 0, 0
+        line = 1 + sum(data[at:min(at + step, last)].count(b"\n") for at in range(0, last, step))
+    return -1, True, line
 
 
 def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
@@ -156,10 +161,17 @@ def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     if file.size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
     header = _read_header_names(path)
-    offset, quoted = _scan_text(path)
+    offset, quoted, unclosed = _scan_text(path)
     if offset >= 0:
         raise InputError(f"{path}: not a CSV file (binary data or invalid UTF-8 at byte "
                          f"{offset})")
+    if unclosed:
+        raise InputError(f"{path}: line {unclosed}: a quoted field is never closed "
+                         "(unterminated quote)")
+    if file.size < 1 << 20 and b"\n" not in path.read_bytes():  # a header without a newline
+        yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
+                       np.zeros(0, np.int64), [])
+        return
     bad: list[tuple[int, str, str]] = []
 
     def on_invalid(row: Any) -> str:
@@ -274,7 +286,7 @@ def _read_header_names(path: Path) -> list[str]:
     if not text.strip():
         raise InputError(f"{path}: empty header line (expected column names)")
     try:
-        table = pacsv.read_csv(pa.py_buffer(first),
+        table = pacsv.read_csv(pa.py_buffer(first if first.endswith(b"\n") else first + b"\n"),
                                read_options=pacsv.ReadOptions(use_threads=False))
     except pa.ArrowInvalid as exc:
         raise InputError(f"{path}: not a readable CSV header ({_short(exc)})") from None

@@ -810,6 +810,34 @@ def test_csv_unterminated_quote_is_not_silently_accepted(tmp_path: Path) -> None
     assert str(tmp_path / "positions.csv") in got.stderr
 
 
+@pytest.mark.parametrize(("text", "line"), [
+    ('rule_set_id,position_id,heaps\n1,0,5\n1,1,"3 4\n', 3),
+    ('rule_set_id,position_id,heaps\n1,0,"5\n7"\n1,1,"3 4', 4),
+    ('rule_set_id,position_id,heaps\n1,0,5\n"1', 3),
+])
+def test_csv_quote_open_to_the_end_of_the_file_names_its_line(tmp_path: Path, text: str,
+                                                              line: int) -> None:
+    # A field whose opening quote is never closed runs to the end of the file; pyarrow
+    # accepts that silently (the heaps "3 4\n" would be evaluated), so the file is refused.
+    got, out = run_texts(tmp_path, RULES_CSV, text)
+    assert got.code == 1, (got.code, got.stderr)
+    assert f"{tmp_path / 'positions.csv'}: line {line}: a quoted field is never closed" \
+        in got.stderr
+    assert not out.exists()
+
+
+def test_csv_literal_quote_inside_a_field_is_not_an_open_quote(tmp_path: Path) -> None:
+    # A quote opens a field only at its start: 12" is a (bad) heap, rejected as a row.
+    got, _ = run_texts(tmp_path, RULES_CSV, 'rule_set_id,position_id,heaps\n1,0,5\n1,1,12"\n')
+    assert got.code == 3, (got.code, got.stderr)
+
+
+def test_csv_header_without_a_newline_is_an_empty_table(tmp_path: Path) -> None:
+    got, out = run_texts(tmp_path, RULES_CSV, "rule_set_id,position_id,heaps")
+    assert got.code == 0, (got.code, got.stderr)
+    assert pl.read_parquet(out / "verdicts.parquet").height == 0
+
+
 def test_rules_line_with_wrong_field_count_names_problem_for_its_positions(
         tmp_path: Path) -> None:
     got, out = run_texts(
