@@ -349,18 +349,32 @@ def heap_upper_bound(paths: list[Path], column: str) -> int | None:
 
 
 def row_estimate(paths: list[Path]) -> int:
-    """Rows in the input files: exact for Parquet (from the footers); for CSV, the size over
-    6 bytes (a long-form line such as "1,2,3" and its newline), which only sizes the parts."""
+    """Rows in the input files: exact for Parquet (from the footers); for CSV, the lines of
+    its first 4 MiB scaled to its size (it only sizes the long-form parts; ids grow longer
+    down a file, so this tends to count high, which keeps parts small)."""
     rows = 0
     for path in paths:
         if format_of(path) != "parquet":
-            rows += describe(path).size // 6
+            rows += _csv_row_estimate(path)
             continue
         try:
             rows += pq.ParquetFile(path).metadata.num_rows
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
     return rows
+
+
+def _csv_row_estimate(path: Path, sample: int = 1 << 22) -> int:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(sample)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    lines = head.count(b"\n") + (not head.endswith(b"\n") and len(head) == size)
+    if len(head) == size:
+        return max(lines - 1, 0)  # less the header
+    return -(-size * lines // len(head))
 
 
 class Spill:

@@ -532,11 +532,22 @@ def test_an_empty_output_directory_needs_no_overwrite(tmp_path: Path) -> None:
 # ---- scratch files (long form split into parts) ---------------------------------------------
 
 
-def test_row_estimate_counts_parquet_rows_and_bounds_csv_by_size(tmp_path):
+def test_row_estimate_counts_parquet_rows_and_csv_lines(tmp_path):
     pl.DataFrame({"a": list(range(7))}).write_parquet(tmp_path / "a.parquet")
     (tmp_path / "b.csv").write_text("rule_set_id,position_id,heap\n" + "1,2,3\n" * 5)
+    (tmp_path / "c.csv").write_text("rule_set_id,position_id,heap\n1,2,3\n1,2,4")
     assert io.row_estimate([tmp_path / "a.parquet"]) == 7
-    assert io.row_estimate([tmp_path / "a.parquet", tmp_path / "b.csv"]) == 7 + (29 + 30) // 6
+    assert io.row_estimate([tmp_path / "a.parquet", tmp_path / "b.csv", tmp_path / "c.csv"]) \
+        == 7 + 5 + 2
+
+
+def test_row_estimate_scales_the_lines_of_a_large_csvs_start(tmp_path):
+    # 500,000 lines of 9 bytes then 100,000 of 18: the first 4 MiB hold 9-byte lines only,
+    # so the estimate (about size / 9) is high, never low: parts come out smaller, not larger.
+    path = tmp_path / "big.csv"
+    path.write_text("h,h,h\n" + "1,100,10\n" * 500_000 + "1,1000000,1000000\n" * 100_000)
+    estimate = io.row_estimate([path])
+    assert 600_000 < estimate <= path.stat().st_size // 9 + 2
 
 
 def test_spill_round_trip_and_the_directory_goes_away(tmp_path):
