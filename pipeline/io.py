@@ -154,9 +154,10 @@ def _scan_text(path: Path) -> tuple[int, bool, int]:
 
 
 def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
-    """A CSV file in batches of about `batch_rows` rows, parsed as it streams (pyarrow's
-    serial reader, every column as text), so memory holds one batch, not the file. Each batch
-    carries the lines with the wrong number of fields found since the previous one."""
+    """A CSV file in batches of `batch_rows` rows (the last one fewer), parsed as it streams
+    (pyarrow's serial reader, every column as text), so memory holds one batch, not the file.
+    Each batch carries the lines with the wrong number of fields found since the previous
+    one."""
     path = file.path
     if file.size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
@@ -460,8 +461,8 @@ def spill(staging: Path) -> Iterator[Spill]:
 
 
 def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
-    """One file in batches of about `batch_rows` rows (Parquet: at most; CSV: the parser's
-    blocks up to at least that many), so memory holds one batch, not the file."""
+    """One file in batches of at most `batch_rows` rows (CSV: exactly that many but the last),
+    so memory holds one batch, not the file."""
     file = describe(path)
     if file.format == "parquet":
         yield from _parquet_batches(file, batch_rows)
