@@ -572,16 +572,14 @@ def long_to_wide_sorted(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame
     general path). Positions come out in key order, each with its heaps in input order (the
     sort is stable); they carry no input locations (`_source` "", `_row` -1), which only
     rejects would need."""
-    rid, pid = rows["rule_set_id"], rows["position_id"]
-    if (rid.dtype != pl.Int64 or pid.dtype != pl.Int64 or rid.null_count() or pid.null_count()
-            or rows["_reason"].null_count() != rows.height or rows["heaps"].null_count()
-            or index["rule_set_id"].dtype != pl.Int64):
+    pid = rows["position_id"]
+    if (pid.dtype != pl.Int64 or pid.null_count() or rows["heaps"].null_count()
+            or rows["_reason"].null_count() != rows.height):
         return None
-    valid = index.filter(pl.col("table").is_not_null()).sort("rule_set_id")
-    ids = valid["rule_set_id"].to_numpy()
-    bucket = kernels.rank_in(rid.to_numpy(), ids)
-    if bucket.shape[0] and bucket.min() < 0:
+    found = _valid_ranks(rows["rule_set_id"], index)
+    if found is None:
         return None
+    ids, tables, bucket = found
     heaps = rows["heaps"].list.first().to_numpy()
     dest = np.empty(rows.height, np.int32 if rows.height < 2**31 else np.int64)
     sorted_pid, counts = kernels.counting_sort(bucket, ids.shape[0], pid.to_numpy(), dest)
@@ -591,7 +589,7 @@ def long_to_wide_sorted(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame
     return pl.DataFrame({
         "rule_set_id": ids[run_bucket], "position_id": sorted_pid[offsets[:-1]],
         "heaps": pl.Series(lists, dtype=HEAPS),
-        "table": valid["table"].to_numpy().astype(np.int64)[run_bucket],
+        "table": tables[run_bucket],
     }).select(pl.lit("", pl.String).alias("_source"), pl.lit(-1, pl.Int64).alias("_row"),
               "rule_set_id", "position_id", "heaps", pl.lit(None, pl.String).alias("_column"),
               pl.lit(None, pl.String).alias("_reason"), "table")
@@ -622,17 +620,27 @@ def heap_buffers(positions: pl.DataFrame) -> HeapChunks:
     return [(offsets, values) for offsets, values, _ in _list_chunks(positions["heaps"])]
 
 
-def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
-    """The common case without a hash join: integer ids that all name a valid rule set."""
-    rid = positions["rule_set_id"]
+def _valid_ranks(rid: pl.Series, index: pl.DataFrame
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For integer ids that all name a valid rule set: (the valid ids sorted, their tables,
+    each id's rank among them); else None, for the hash join and its reasons."""
     if rid.dtype != pl.Int64 or index["rule_set_id"].dtype != pl.Int64 or rid.null_count():
         return None
     ordered = index.filter(pl.col("table").is_not_null()).sort("rule_set_id")
-    ranks = kernels.rank_in(rid.to_numpy(), ordered["rule_set_id"].to_numpy())
+    ids = ordered["rule_set_id"].to_numpy()
+    ranks = kernels.rank_in(rid.to_numpy(), ids)
     if ranks.size and ranks.min() < 0:
         return None
-    tables = ordered["table"].to_numpy()[ranks]
-    return positions.with_columns(pl.Series("table", tables, dtype=pl.Int64))
+    return ids, ordered["table"].to_numpy().astype(np.int64), ranks
+
+
+def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
+    """The common case without a hash join: integer ids that all name a valid rule set."""
+    found = _valid_ranks(positions["rule_set_id"], index)
+    if found is None:
+        return None
+    _, tables, ranks = found
+    return positions.with_columns(pl.Series("table", tables[ranks], dtype=pl.Int64))
 
 
 def largest_heaps(positions: pl.DataFrame, n_tables: int,
