@@ -88,8 +88,8 @@ def run(
         help="Rules table: a .parquet/.csv file, a directory of them, or a glob.")] = None,
     positions: Annotated[str | None, typer.Option(
         help="Positions table (wide or long form): a file, a directory, or a glob.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Output directory (replaced atomically).")]
-    = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Output directory (replaced atomically; a symbolic link is followed).")] = None,
     engine: Annotated[Engine | None, typer.Option(help="Execution engine.")] = None,
     winning_moves: Annotated[bool | None, typer.Option(
         "--winning-moves/--no-winning-moves",
@@ -98,7 +98,9 @@ def run(
         help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1.")]
     = None,
     overwrite: Annotated[bool | None, typer.Option(
-        "--overwrite/--no-overwrite", help="Replace an existing output directory.")] = None,
+        "--overwrite/--no-overwrite",
+        help="Replace an existing snim-batch output (one whose manifest lists all it holds).")]
+    = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
     = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
@@ -128,6 +130,8 @@ def run(
         result = run_job(cfg, progress)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose)
+    for warning in result.warnings:
+        _err(f"warning: {warning}")
     if not quiet:
         counts = result.manifest["counts"]
         pos, rul = counts["positions"], counts["rules"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import errno
 import glob
 import hashlib
 import json
@@ -11,7 +12,10 @@ import mmap
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import signal
+import stat
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -438,7 +442,10 @@ class Spill:
 
 
 def _spill_error(path: Path, exc: OSError) -> OutputError:
-    return OutputError(f"{path}: cannot write scratch file ({exc.strerror or _short(exc)})")
+    cause, no_space = _cause(exc)
+    return _WriteFailure(f"{path}: cannot write scratch file ({exc.strerror or _short(exc)})",
+                         f"writing the scratch file {path.parent.name}/{path.name}", cause,
+                         no_space)
 
 
 @contextmanager
@@ -449,8 +456,10 @@ def spill(staging: Path) -> Iterator[Spill]:
     try:
         directory.mkdir()
     except OSError as exc:
-        raise OutputError(f"{directory}: cannot create scratch directory ({exc.strerror})"
-                          ) from None
+        cause, no_space = _cause(exc)
+        raise _WriteFailure(f"{directory}: cannot create scratch directory ({exc.strerror})",
+                            f"creating the scratch directory {directory.name}", cause,
+                            no_space) from None
     scratch = Spill(directory)
     try:
         yield scratch
@@ -502,20 +511,103 @@ def read_tables(spec: str, what: str) -> list[RawTable]:
 
 # ---- atomic output --------------------------------------------------------------------------
 
+_RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+_TAKEN = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR)
+_COMMIT_ATTEMPTS = 8
+_NAMES_SHOWN = 5
+
+
+class _WriteFailure(OutputError):
+    """A file of the output could not be written; `staged_output` says which output."""
+
+    def __init__(self, message: str, doing: str, cause: str, no_space: bool):
+        super().__init__(message)
+        self.doing, self.cause, self.no_space = doing, cause, no_space
+
+    def about(self, shown: str) -> OutputError:
+        return _failure(shown, self.doing, self.cause, self.no_space)
+
+
+def _failure(shown: str, doing: str, cause: str, no_space: bool) -> OutputError:
+    advice = " (free space or choose another --out)" if no_space else ""
+    return OutputError(f"{shown}: {cause} while {doing}; nothing was written{advice}")
+
+
+def _cause(exc: BaseException) -> tuple[str, bool]:
+    """(the cause in a few words, whether it is a full disk or quota) of a failed write: the
+    system's text for its error number (an OSError's, or "os error N" in a polars message),
+    else the first storage error named in the message, else its first line."""
+    number = exc.errno if isinstance(exc, OSError) else None
+    if number is None:
+        text = str(exc)
+        found = re.search(r"\(os error (\d+)\)", text)
+        number = int(found.group(1)) if found else next(
+            (n for n in _STORAGE_ERRNOS if os.strerror(n) in text), None)
+    if number is not None:
+        words = os.strerror(number)
+        return words[:1].lower() + words[1:], number in _NO_SPACE
+    return _short(exc), False
+
+
+def storage_failure(name: str, exc: BaseException) -> OutputError | None:
+    """The OutputError for `exc` when its message names a storage error (disk full, quota,
+    read-only file system, I/O error) met while writing output `name`, else None: for
+    engines whose writes also run the computation, so that other failures keep their own
+    message."""
+    if not isinstance(exc, OSError) and not any(
+            os.strerror(n) in str(exc) for n in _STORAGE_ERRNOS):
+        return None
+    cause, no_space = _cause(exc)
+    return _WriteFailure(f"{name}: {cause} while writing it", f"writing {name}", cause,
+                         no_space)
+
+
+@contextmanager
+def writing(name: str) -> Iterator[None]:
+    """Turn a failure to write output `name` (an OSError, a polars or Arrow error) into an
+    OutputError naming the file and the cause; within `staged_output`, the output too."""
+    try:
+        yield
+    except _WriteFailure:
+        raise
+    except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
+        cause, no_space = _cause(exc)
+        raise _WriteFailure(f"{name}: {cause} while writing it", f"writing {name}", cause,
+                            no_space) from None
+
+
+def _renameat2(source: Path, target: Path, flags: int) -> bool:
+    """Linux renameat2(2): True when done, False where the call or the flag is unsupported;
+    any other failure raises OSError."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags) == 0:
+        return True
+    number = ctypes.get_errno()
+    if number in (errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(number, os.strerror(number), str(target))
 
 
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two directories (Linux renameat2); False where unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    return rc == 0
+    return _renameat2(a, b, _RENAME_EXCHANGE)
+
+
+def _create(staging: Path, target: Path) -> None:
+    """Rename `staging` to `target` only if nothing is there (renameat2 RENAME_NOREPLACE);
+    where that is unsupported, a plain rename, which fails over a non-empty directory or a
+    file (and replaces an empty directory, which is no output). A taken `target` raises
+    OSError with errno EEXIST, ENOTEMPTY or ENOTDIR."""
+    if not _renameat2(staging, target, _RENAME_NOREPLACE):
+        os.rename(staging, target)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -537,98 +629,390 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_staging(out: Path) -> None:
-    """Remove staging dirs of earlier runs for this target whose process is gone; put back an
-    output that a killed run had moved aside (the fallback commit without renameat2)."""
+def output_target(out: Path) -> Path:
+    """Where `--out OUT` is committed: OUT, or for a symbolic link the path it resolves to
+    (every link followed, a dangling one to the path it names); the link itself is kept."""
+    out = out.absolute()
+    return Path(os.path.realpath(out)) if out.is_symlink() else out
+
+
+def _shown(out: Path, target: Path) -> str:
+    out = out.absolute()
+    return str(out) if out == target else f"{out} (a link to {target})"
+
+
+def _few(names: list[str]) -> str:
+    more = len(names) - _NAMES_SHOWN
+    return ", ".join(names[:_NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def _plain_name(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+
+
+def _listed(manifest: object) -> dict[str, set[str] | None] | None:
+    """The entries a snim-batch manifest lists (name -> None for a file, or the names of the
+    files in a directory), or None when it is not a manifest that snim-batch wrote. A bare
+    name (as in manifests before directory contents were listed) is a file."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("run_id"), str):
+        return None
+    versions, outputs = manifest.get("versions"), manifest.get("outputs")
+    if not isinstance(versions, dict) or "snim-batch" not in versions:
+        return None
+    if not isinstance(outputs, list):
+        return None
+    listed: dict[str, set[str] | None] = {}
+    for entry in outputs:
+        if _plain_name(entry):
+            listed[entry] = None
+            continue
+        if not isinstance(entry, dict) or not _plain_name(entry.get("name")):
+            return None
+        if entry.get("type") == "file":
+            listed[entry["name"]] = None
+        elif entry.get("type") == "directory" and isinstance(entry.get("files"), list):
+            files = [f.get("name") if isinstance(f, dict) else None for f in entry["files"]]
+            if not all(_plain_name(f) for f in files):
+                return None
+            listed[entry["name"]] = set(files)
+        else:
+            return None
+    return listed
+
+
+def _unlisted(directory: Path, listed: dict[str, set[str] | None]) -> list[str]:
+    """Entries of `directory` that `listed` does not account for (a directory's name ends
+    with /; an entry of another kind than listed counts as unlisted)."""
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            is_dir = entry.is_dir(follow_symlinks=False)
+            shown = entry.name + "/" * is_dir
+            if entry.name not in listed:
+                found.append(shown)
+            elif listed[entry.name] is None:
+                if not entry.is_file(follow_symlinks=False):
+                    found.append(shown)
+            elif not is_dir:
+                found.append(shown)
+            else:
+                inside = listed[entry.name] or set()
+                with os.scandir(entry.path) as children:
+                    found.extend(
+                        f"{entry.name}/{child.name}" + "/" * child.is_dir(follow_symlinks=False)
+                        for child in sorted(children, key=lambda c: c.name)
+                        if child.name not in inside or not child.is_file(follow_symlinks=False))
+    return found
+
+
+def ownership_problem(directory: Path) -> str | None:
+    """Why `directory` is not provably a snim-batch output, or None when it is: its
+    manifest.json was written by snim-batch (run_id, versions, outputs) and lists every entry
+    in it, and every file in each directory it lists."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        return f"no {MANIFEST}"
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"unreadable {MANIFEST}: {_short(exc)}"
+    listed = _listed(manifest)
+    if listed is None:
+        return f"its {MANIFEST} was not written by snim-batch"
+    try:
+        unlisted = _unlisted(directory, listed)
+    except OSError as exc:
+        return f"cannot list it: {exc.strerror}"
+    if unlisted:
+        return f"holds what its {MANIFEST} does not list: {_few(unlisted)}"
+    return None
+
+
+def _target_state(target: Path, overwrite: bool, shown: str) -> str:
+    """"missing", "empty" (an empty directory, filled without --overwrite) or "output" (a
+    snim-batch output that --overwrite allows to replace); anything else raises."""
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        raise OutputError(f"{shown}: cannot inspect it ({exc.strerror}); nothing was written"
+                          ) from None
+    if stat.S_ISLNK(mode):
+        raise OutputError(f"{shown}: a symbolic link that does not resolve (a loop?); "
+                          "nothing was written")
+    if not stat.S_ISDIR(mode):
+        raise OutputError(f"{shown}: exists and is not a directory; refusing to replace it")
+    try:
+        with os.scandir(target) as entries:
+            if next(entries, None) is None:
+                return "empty"
+    except OSError as exc:
+        raise OutputError(f"{shown}: cannot list it ({exc.strerror}); nothing was written"
+                          ) from None
+    problem = ownership_problem(target)
+    if problem is not None:
+        raise OutputError(f"{shown}: exists and is not provably a snim-batch output "
+                          f"({problem}); refusing to replace it, nothing was written")
+    if not overwrite:
+        raise OutputError(f"{shown}: output already exists (pass --overwrite to replace it)")
+    return "output"
+
+
+def _dispose(old: Path, target: Path, tag: str, shown: str, what: str) -> str | None:
+    """Delete `what` (an output at `old`) if it is still provably a snim-batch output;
+    otherwise keep it under a hidden name beside `target`. Returns what to tell the user (None
+    when it was deleted); never raises, since by then the run's own output is in place."""
+    problem = ownership_problem(old)
+    try:
+        if problem is None:
+            shutil.rmtree(old)
+            return None
+        kept = target.parent / f".{target.name}.kept-{tag}"
+        os.rename(old, kept)
+    except OSError as exc:
+        undone = "removed" if problem is None else "moved aside"
+        return f"{shown}: {what} could not be {undone} ({exc.strerror}); it is at {old}"
+    return (f"{shown}: {what} is not provably a snim-batch output any more ({problem}), so "
+            f"it was not deleted: it is kept as {kept}")
+
+
+def _remove_stale_staging(out: Path) -> list[str]:
+    """Clean up after earlier runs for this target whose process is gone: put back an output
+    that a killed run had moved aside (the fallback commit without renameat2), remove
+    unfinished staging directories, and remove a complete one (a new output not yet renamed,
+    or the old one swapped out) only while it is provably a snim-batch output; one that is
+    not is kept under a hidden `.NAME.kept-...` name. Returns what to tell the user."""
+    notices: list[str] = []
     retired = []
-    for stale in out.parent.glob(f".{out.name}.*-*"):
-        match = re.fullmatch(rf"\.{re.escape(out.name)}\.(partial|retired)-(\d+)-.*", stale.name)
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.(partial|retired)-(\d+)-(.*)")
+    try:
+        names = sorted(os.listdir(out.parent))
+    except OSError:
+        return []
+    for name in names:
+        match = pattern.fullmatch(name)
         if not match or _pid_alive(int(match.group(2))):
             continue
+        stale = out.parent / name
         if match.group(1) == "retired":
-            retired.append(stale)
-        else:
+            retired.append((stale, match.group(3)))
+        elif not os.path.lexists(stale / MANIFEST):
             shutil.rmtree(stale, ignore_errors=True)
-    for old in sorted(retired):
-        if not out.exists():
-            os.rename(old, out)
         else:
-            shutil.rmtree(old, ignore_errors=True)
+            notices.append(_dispose(stale, out, match.group(3), str(out),
+                                    f"the output left by an interrupted run at {stale}") or "")
+    for old, tag in retired:
+        if not os.path.lexists(out):
+            try:
+                os.rename(old, out)
+                continue
+            except OSError as exc:
+                notices.append(f"{out}: cannot put back the output at {old} ({exc.strerror})")
+                continue
+        notices.append(_dispose(old, out, tag, str(out),
+                                f"the output left by an interrupted run at {old}") or "")
+    return [notice for notice in notices if notice]
 
 
-def check_target(out: Path, overwrite: bool) -> None:
-    """Fail early when the output cannot be replaced (before any work is done)."""
-    if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
-        return  # an empty directory made ready for the run is not an output to protect
-    if out.exists() or out.is_symlink():
-        if not overwrite:
-            raise OutputError(f"{out}: output already exists (pass --overwrite to replace it)")
-        if not out.is_dir():
-            raise OutputError(f"{out}: exists and is not a directory; refusing to replace it")
-        if any(out.iterdir()) and not (out / MANIFEST).exists():
-            raise OutputError(f"{out}: exists and is not a snim-batch output (no {MANIFEST}); "
-                              "refusing to replace it")
+def _make_staging(target: Path, run_id: str, shown: str) -> Path:
+    parent = target.parent
+    staging = parent / f".{target.name}.partial-{os.getpid()}-{run_id}"
+    for doing, make in ((f"creating the directory {parent}",
+                         lambda: parent.mkdir(parents=True, exist_ok=True)),
+                        (f"creating the staging directory {staging}", staging.mkdir)):
+        try:
+            make()
+        except OSError as exc:
+            raise _failure(shown, doing, *_cause(exc)) from None
+    return staging
+
+
+def _swap(staging: Path, target: Path) -> Path:
+    """Swap the new output in for the old one; returns where the old one now is."""
+    if _exchange(staging, target):
+        return staging
+    retired = staging.with_name(staging.name.replace(".partial-", ".retired-", 1))
+    os.rename(target, retired)
+    try:
+        os.rename(staging, target)
+    except OSError:
+        os.rename(retired, target)
+        raise
+    return retired
+
+
+def _commit(staging: Path, target: Path, overwrite: bool, shown: str) -> Path | None:
+    """Put the finished `staging` at `target`; returns where the replaced output now is (None
+    when there was none). A missing target is created atomically and never over an output
+    another run committed meanwhile: that one is then judged like any existing output."""
+    for _ in range(_COMMIT_ATTEMPTS):
+        state = _target_state(target, overwrite, shown)
+        try:
+            if state == "missing":
+                _create(staging, target)
+                return None
+            if state == "empty":
+                os.rename(staging, target)  # the kernel refuses if it is no longer empty
+                return None
+            return _swap(staging, target)
+        except OSError as exc:
+            if exc.errno not in (*_TAKEN, errno.ENOENT) or not staging.is_dir():
+                raise
+    raise OutputError(f"{shown}: kept changing while this run committed its output; nothing "
+                      "was written")
 
 
 @contextmanager
-def staged_output(out: Path, run_id: str, overwrite: bool) -> Iterator[Path]:
-    """Yield a hidden staging directory beside `out`; on normal exit it replaces `out` atomically.
-
-    The staging directory is removed on any exception. A run killed outright leaves only a
-    hidden `.NAME.partial-PID-RUN` directory (no manifest), cleaned up by the next run.
-    """
-    out = out.absolute()
-    check_target(out, overwrite)
+def _interrupts_held() -> Iterator[None]:
+    """Ignore Ctrl-C while the new output is swapped in and the old one removed: once
+    started, the commit completes, so no message can say nothing was written after it was."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_staging(out)
-        staging = out.parent / f".{out.name}.partial-{os.getpid()}-{run_id}"
-        staging.mkdir()
-    except OSError as exc:
-        raise OutputError(
-            f"{out.parent}: cannot create output directory ({exc.strerror})") from None
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
+@contextmanager
+def staged_output(out: Path, run_id: str, overwrite: bool,
+                  notify: Callable[[str], None] = lambda message: None) -> Iterator[Path]:
+    """Yield a hidden staging directory beside the output; on normal exit it replaces the
+    output atomically.
+
+    A symbolic link `out` is followed (`output_target`). An existing output is replaced only
+    with `overwrite`, and only when it is provably a snim-batch output (`ownership_problem`),
+    checked before any work, at the commit, and again right before it is deleted. A failed
+    write names the output, the file and the cause (`writing`). The staging directory is
+    removed on any exception. A run killed outright leaves only a hidden
+    `.NAME.partial-PID-RUN` directory, cleaned up by the next run. `notify` gets what the
+    user should know though the run succeeded (an old output kept aside).
+    """
+    target = output_target(out)
+    shown = _shown(out, target)
+    if not target.name:
+        raise OutputError(f"{shown}: the root directory cannot be an output")
+    for notice in _remove_stale_staging(target):
+        notify(notice)
+    _target_state(target, overwrite, shown)
+    staging = _make_staging(target, run_id, shown)
+    committed = False
     try:
         yield staging
-        _fsync_tree(staging)
-        if out.exists():
-            check_target(out, overwrite)
-            if _exchange(staging, out):
-                shutil.rmtree(staging)
-            else:
-                retired = out.parent / f".{out.name}.retired-{os.getpid()}-{run_id}"
-                os.rename(out, retired)
-                os.rename(staging, out)
-                shutil.rmtree(retired)
-        else:
-            os.rename(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        try:
+            _fsync_tree(staging)
+        except OSError as exc:
+            raise _failure(shown, "syncing the output to disk", *_cause(exc)) from None
+        with _interrupts_held():
+            try:
+                old = _commit(staging, target, overwrite, shown)
+            except OSError as exc:
+                raise _failure(shown, f"renaming {staging.name} to {target.name}",
+                               *_cause(exc)) from None
+            committed = True
+            if old is not None:
+                notice = _dispose(old, target, run_id, shown, "the replaced output")
+                if notice:
+                    notify(notice)
+    except _WriteFailure as exc:
+        raise exc.about(shown) from None
+    finally:
+        if not committed:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_parquet(frame: pl.DataFrame, path: Path) -> None:
-    frame.write_parquet(path, compression="zstd", statistics=True)
+    """One output table as Parquet; a failure names the file (see `writing`)."""
+    with writing(path.name):
+        frame.write_parquet(path, compression="zstd", statistics=True)
 
 
 def sink_parquet(frame: pl.LazyFrame, path: Path) -> None:
     """Stream a lazy frame to one Parquet file (columns computed chunk by chunk)."""
-    frame.sink_parquet(path, compression="zstd", statistics=True)
+    with writing(path.name):
+        frame.sink_parquet(path, compression="zstd", statistics=True)
+
+
+def output_listing(directory: Path) -> list[dict[str, Any]]:
+    """The manifest's `outputs` for a finished staging directory: each file with its size,
+    each directory (Spark's part files) with every file in it and its size, and the
+    manifest itself (written after, so without a size). A later --overwrite replaces the
+    directory only while this accounts for everything in it."""
+    entries: list[dict[str, Any]] = [{"name": MANIFEST, "type": "file"}]
+    with os.scandir(directory) as found:
+        for entry in found:
+            if entry.name == MANIFEST:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as children:
+                    files = [{"name": c.name, "size": c.stat(follow_symlinks=False).st_size}
+                             for c in children]
+                entries.append({"name": entry.name, "type": "directory",
+                                "files": sorted(files, key=lambda f: f["name"])})
+            else:
+                entries.append({"name": entry.name, "type": "file",
+                                "size": entry.stat(follow_symlinks=False).st_size})
+    return sorted(entries, key=lambda e: e["name"])
 
 
 def write_manifest(manifest: dict[str, Any], directory: Path) -> None:
-    """The manifest is written last: a directory without one is never a complete output."""
-    tmp = directory / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, directory / MANIFEST)
+    """Write `directory`/manifest.json atomically (a synced temporary file renamed over it).
+    In a run it is written last: a directory without one is never a complete output."""
+    tmp = directory / f".{MANIFEST}.tmp-{os.getpid()}"
+    text = json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n"
+    try:
+        with writing(MANIFEST):
+            with tmp.open("w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, directory / MANIFEST)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def add_output_file(directory: Path, name: str, data: bytes) -> Path:
+    """Add (or replace) file `name` in a committed output, listed in its manifest so that a
+    later --overwrite still proves the directory is a snim-batch output. The manifest is
+    updated first, atomically; the file is then written in place (a file cut short by a
+    kill is still listed, and the next write replaces it)."""
+    manifest = read_manifest(directory)
+    outputs = manifest.get("outputs")
+    target = directory / name
+    if isinstance(outputs, list):
+        same = [e for e in outputs if (e.get("name") if isinstance(e, dict) else e) == name]
+        if name == MANIFEST or any(not isinstance(e, dict) or e.get("added_by") != "report"
+                                   for e in same):
+            raise OutputError(f"{target}: is one of the run's own outputs; refusing to "
+                              "replace it")
+        manifest["outputs"] = sorted(
+            [e for e in outputs if e not in same] + [
+                {"name": name, "type": "file", "size": len(data), "added_by": "report"}],
+            key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
+        try:
+            write_manifest(manifest, directory)
+        except OutputError as exc:
+            raise OutputError(f"{directory}: {exc}") from None
+    try:
+        target.write_bytes(data)
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot write ({exc.strerror})") from None
+    return target
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
     try:
-        return json.loads((directory / MANIFEST).read_text())
+        manifest = json.loads((directory / MANIFEST).read_text())
     except FileNotFoundError:
         raise InputError(f"{directory}: not a snim-batch output (no {MANIFEST})") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise InputError(f"{directory / MANIFEST}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise InputError(f"{directory / MANIFEST}: not a snim-batch manifest (not an object)")
+    return manifest
 
 
 def write_classic_tables(data: bytes, out: Path) -> list[Path]:

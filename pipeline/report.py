@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,9 @@ def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl
 
 
 def write_report(out_dir: Path, target: Path | None = None) -> Path:
-    """Render the run in `out_dir` to `target` (default OUT_DIR/report.html)."""
+    """Render the run in `out_dir` to `target` (default OUT_DIR/report.html). A page written
+    into the output directory is listed in its manifest, so that the directory stays provably
+    a snim-batch output (a later --overwrite replaces it with the rest)."""
     manifest = io.read_manifest(out_dir)
     try:
         frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")
@@ -112,6 +115,8 @@ def write_report(out_dir: Path, target: Path | None = None) -> Path:
         raise InputError(f"{out_dir}: cannot read run outputs ({exc})") from None
     page = render_report(manifest, frames["summary"], frames["sg_tables"], frames["rejects"])
     target = target or out_dir / "report.html"
+    if os.path.realpath(target.parent) == os.path.realpath(out_dir):
+        return io.add_output_file(out_dir, target.name, page.encode("utf-8"))
     try:
         target.write_text(page, encoding="utf-8")
     except OSError as exc:

@@ -7,7 +7,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -29,6 +29,8 @@ class RunResult:
     exit_code: int
     manifest: dict[str, Any]
     problems: list[str]
+    warnings: list[str] = field(default_factory=list)
+    """What the user should know though the run succeeded (an old output kept aside)."""
 
 
 def _versions() -> dict[str, str]:
@@ -69,7 +71,8 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
             progress(message, False)
 
     engine = load_engine(config.engine)
-    with io.staged_output(config.out, run_id, config.overwrite) as staging:
+    warnings: list[str] = []
+    with io.staged_output(config.out, run_id, config.overwrite, warnings.append) as staging:
         result = engine.execute(config, staging, phase, note)
         rejected = result.counts["rules"]["rows_rejected"] + \
             result.counts["positions"]["rows_rejected"]
@@ -95,7 +98,7 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
             and result.counts["rules"]["rows_read"]
             == result.counts["rules"]["rows_accepted"] + result.counts["rules"]["rows_rejected"],
             "timings_s": timings,
-            "outputs": sorted(p.name for p in staging.iterdir()) + [io.MANIFEST],
+            "outputs": io.output_listing(staging),
         }
         io.write_manifest(manifest, staging)
-    return RunResult(Path(config.out), exit_code, manifest, result.problems)
+    return RunResult(Path(config.out), exit_code, manifest, result.problems, warnings)

@@ -67,6 +67,24 @@ def staging_dirs(parent: Path, name: str = "out") -> list[Path]:
     return sorted(parent.glob(f".{name}.partial-*"))
 
 
+def manifest_files(manifest: dict) -> dict[str, int | None]:
+    """Every file a manifest's `outputs` lists (relative path -> size; None for the manifest,
+    which cannot hold its own size)."""
+    files: dict[str, int | None] = {}
+    for entry in manifest["outputs"]:
+        if entry["type"] == "directory":
+            files.update({f"{entry['name']}/{f['name']}": f["size"] for f in entry["files"]})
+        else:
+            files[entry["name"]] = entry.get("size")
+    return files
+
+
+def present_files(directory: Path) -> dict[str, int]:
+    """Every file under `directory` (relative path -> size)."""
+    return {str(p.relative_to(directory)): p.stat().st_size
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
 def assert_no_complete_looking_leftovers(parent: Path, expected: set[str]) -> None:
     """Only `expected` non-hidden entries; no hidden directory holds a manifest.json."""
     visible = {p.name for p in parent.iterdir() if not p.name.startswith(".")}
@@ -255,6 +273,370 @@ def test_staged_output_removes_staging_on_error(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+# ---- what --overwrite may replace ---------------------------------------------------------
+
+
+def foreign_manifest(run: str = "r1", **extra: object) -> str:
+    """A manifest in the shape snim-batch writes, built by hand."""
+    return json.dumps({"run_id": run, "versions": {"snim-batch": "0.1.0"}, **extra})
+
+
+def refusal(out: Path, reason: str) -> str:
+    return (f"{out}: exists and is not provably a snim-batch output ({reason}); refusing to "
+            "replace it, nothing was written")
+
+
+def test_overwrite_refuses_a_folder_whose_manifest_is_not_ours(tmp_path: Path) -> None:
+    """The reported case: a manifest.json beside someone's files is not a licence to delete."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "w"
+    out.mkdir()
+    (out / "manifest.json").write_text("{}\n")
+    (out / "index.html").write_text("hi\n")
+    before = snapshot(out)
+    for extra in ([], ["--overwrite"]):
+        code, err = invoke(job(rules, positions, out, *extra), tmp_path)
+        assert code == 1
+        assert err.strip() == "snim-batch: error: " + refusal(
+            out, "its manifest.json was not written by snim-batch")
+        assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "w"]
+
+
+@pytest.mark.parametrize("extras, named", [
+    (["notes.txt"], "notes.txt"),
+    ([".DS_Store"], ".DS_Store"),
+    (["sub/"], "sub/"),
+    ([f"extra-{i}.txt" for i in range(1, 8)],
+     "extra-1.txt, extra-2.txt, extra-3.txt, extra-4.txt, extra-5.txt and 2 more"),
+])
+def test_overwrite_refuses_an_output_holding_files_its_manifest_does_not_list(
+        tmp_path: Path, extras: list[str], named: str) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert invoke(job(rules, positions, out), tmp_path)[0] == 0
+    for extra in extras:
+        if extra.endswith("/"):
+            (out / extra).mkdir()
+            (out / extra / "kept.txt").write_text("mine\n")
+        else:
+            (out / extra).write_text("mine\n")
+    before = snapshot(out)
+    code, err = invoke(job(rules, positions, out, "--overwrite"), tmp_path)
+    assert code == 1
+    assert err.strip() == "snim-batch: error: " + refusal(
+        out, f"holds what its manifest.json does not list: {named}")
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+
+
+def test_overwrite_refuses_a_listed_file_that_became_a_directory(tmp_path: Path) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert invoke(job(rules, positions, out), tmp_path)[0] == 0
+    (out / "summary.parquet").unlink()
+    (out / "summary.parquet").mkdir()
+    (out / "summary.parquet" / "mine.txt").write_text("mine\n")
+    code, err = invoke(job(rules, positions, out, "--overwrite"), tmp_path)
+    assert code == 1
+    assert refusal(out, "holds what its manifest.json does not list: summary.parquet/") in err
+    assert (out / "summary.parquet" / "mine.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("not json", "unreadable manifest.json: "),
+    ("[]", "its manifest.json was not written by snim-batch"),
+    ('{"run_id": "r", "outputs": ["manifest.json"]}',
+     "its manifest.json was not written by snim-batch"),
+    ('{"run_id": "r", "versions": {"snim-batch": "0.1.0"}}',
+     "its manifest.json was not written by snim-batch"),
+    (foreign_manifest(outputs=["manifest.json", "../elsewhere"]),
+     "its manifest.json was not written by snim-batch"),
+    (foreign_manifest(outputs=[{"name": "manifest.json", "type": "link"}]),
+     "its manifest.json was not written by snim-batch"),
+])
+def test_manifests_that_snim_batch_did_not_write(tmp_path: Path, text: str, reason: str) -> None:
+    (tmp_path / "manifest.json").write_text(text)
+    problem = io.ownership_problem(tmp_path)
+    assert problem is not None and problem.startswith(reason), problem
+
+
+def test_a_manifest_lists_the_files_inside_directory_outputs(tmp_path: Path) -> None:
+    """Spark writes verdicts.parquet as a directory of part files: each is listed, and a file
+    added among them makes the directory foreign; an older manifest naming the directory
+    alone (a file, in its terms) does not list its files."""
+    (tmp_path / "verdicts.parquet").mkdir()
+    (tmp_path / "verdicts.parquet" / "part-0.parquet").write_bytes(b"PAR1")
+    (tmp_path / "summary.parquet").write_bytes(b"PAR1PAR1")
+    (tmp_path / "manifest.json").write_text(foreign_manifest(outputs=[
+        {"name": "manifest.json", "type": "file"},
+        {"name": "summary.parquet", "type": "file", "size": 8},
+        {"name": "verdicts.parquet", "type": "directory",
+         "files": [{"name": "part-0.parquet", "size": 4}]}]))
+    assert io.ownership_problem(tmp_path) is None
+    (tmp_path / "verdicts.parquet" / "part-1.parquet").write_bytes(b"PAR1")
+    assert io.ownership_problem(tmp_path) == (
+        "holds what its manifest.json does not list: verdicts.parquet/part-1.parquet")
+    (tmp_path / "verdicts.parquet" / "part-1.parquet").unlink()
+    (tmp_path / "manifest.json").write_text(foreign_manifest(
+        outputs=["manifest.json", "summary.parquet", "verdicts.parquet"]))
+    assert io.ownership_problem(tmp_path) == (
+        "holds what its manifest.json does not list: verdicts.parquet/")
+    (tmp_path / "manifest.json").write_text(foreign_manifest(
+        outputs=["manifest.json", "summary.parquet"]))
+    (tmp_path / "verdicts.parquet" / "part-0.parquet").unlink()
+    (tmp_path / "verdicts.parquet").rmdir()
+    assert io.ownership_problem(tmp_path) is None  # an older manifest of plain files
+
+
+def test_the_manifest_lists_every_output_file_with_its_size(tmp_path: Path) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert invoke(job(rules, positions, out), tmp_path)[0] == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [e["name"] for e in manifest["outputs"]] == [
+        "manifest.json", "rejects.parquet", "sg_tables.parquet", "summary.parquet",
+        "verdicts.parquet"]
+    assert all(e["type"] == "file" for e in manifest["outputs"])
+    assert_complete_output(out)
+
+
+def _replacement(staging: Path) -> None:
+    (staging / "new.txt").write_text("new\n")
+    (staging / "manifest.json").write_text(foreign_manifest(outputs=[
+        {"name": "manifest.json", "type": "file"}, {"name": "new.txt", "type": "file"}]))
+
+
+def test_an_output_that_gains_a_file_during_the_run_is_not_replaced(tmp_path: Path) -> None:
+    """Checked again at the commit: a file that appeared while the run worked stops it."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "job" / "out"
+    assert invoke(job(rules, positions, out), tmp_path)[0] == 0
+    before = snapshot(out)
+    with pytest.raises(OutputError) as caught, \
+            io.staged_output(out, "20260101T000000Z-abcdef", True) as staging:
+        (out / "added-meanwhile.txt").write_text("mine\n")
+        _replacement(staging)
+    assert str(caught.value) == refusal(
+        out, "holds what its manifest.json does not list: added-meanwhile.txt")
+    assert snapshot(out) == {**before,
+                             "added-meanwhile.txt": hashlib.sha256(b"mine\n").hexdigest()}
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out"]
+
+
+def test_an_old_output_that_gains_a_file_at_the_swap_is_kept_not_deleted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked again right before deletion: a file that appears between the commit's check
+    and the atomic exchange leaves the swapped-out old output kept under a hidden name, and
+    the user told."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "job" / "out"
+    assert invoke(job(rules, positions, out), tmp_path)[0] == 0
+    before = snapshot(out)
+    real_exchange = io._exchange
+
+    def exchange_after_a_write(a: Path, b: Path) -> bool:
+        (out / "added-meanwhile.txt").write_text("mine\n")
+        return real_exchange(a, b)
+
+    monkeypatch.setattr(io, "_exchange", exchange_after_a_write)
+    notices: list[str] = []
+    with io.staged_output(out, "20260101T000000Z-abcdef", True, notices.append) as staging:
+        _replacement(staging)
+    kept = out.parent / ".out.kept-20260101T000000Z-abcdef"
+    assert snapshot(kept) == {**before,
+                              "added-meanwhile.txt": hashlib.sha256(b"mine\n").hexdigest()}
+    assert (out / "new.txt").read_text() == "new\n"
+    assert notices == [
+        f"{out}: the replaced output is not provably a snim-batch output any more (holds what "
+        f"its manifest.json does not list: added-meanwhile.txt), so it was not deleted: it is "
+        f"kept as {kept}"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [kept.name, "out"]
+
+
+def test_a_stale_output_that_is_not_provably_ours_is_kept_and_the_user_told(
+        tmp_path: Path) -> None:
+    """A killed run's hidden leftover holding a complete output plus a file its manifest does
+    not list is not deleted by the next run's clean-up."""
+    rules, positions = small_inputs(tmp_path / "in")
+    assert invoke(job(rules, positions, tmp_path / "first"), tmp_path)[0] == 0
+    parent = tmp_path / "job"
+    parent.mkdir()
+    stale = parent / f".out.partial-{_dead_pid()}-20260101T000000Z-abcdef"
+    (tmp_path / "first").rename(stale)
+    (stale / "mine.txt").write_text("mine\n")
+    expected = snapshot(stale)
+    code, err = invoke(job(rules, positions, parent / "out"), tmp_path)
+    assert code == 0, err
+    kept = parent / ".out.kept-20260101T000000Z-abcdef"
+    assert snapshot(kept) == expected
+    assert (f"snim-batch: warning: {parent / 'out'}: the output left by an interrupted run at "
+            f"{stale} is not provably a snim-batch output any more (holds what its "
+            f"manifest.json does not list: mine.txt), so it was not deleted: it is kept as "
+            f"{kept}") in err
+    assert sorted(p.name for p in parent.iterdir()) == [kept.name, "out"]
+
+
+# ---- a symbolic link as --out ---------------------------------------------------------------
+
+
+def test_a_link_to_an_output_is_followed_and_stays_a_link(tmp_path: Path) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    target = tmp_path / "real" / "out"
+    assert invoke(job(rules, positions, target), tmp_path)[0] == 0
+    first = run_id(target)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    code, err = invoke(job(rules, positions, link), tmp_path)
+    assert code == 1
+    assert err.strip() == (f"snim-batch: error: {link} (a link to {target}): output already "
+                           "exists (pass --overwrite to replace it)")
+    assert run_id(target) == first
+    code, err = invoke(job(rules, positions, link, "--overwrite"), tmp_path)
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert run_id(target) != first
+    assert_complete_output(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "link", "real"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out"]
+
+
+def test_a_chain_of_relative_links_is_followed(tmp_path: Path) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "hop").symlink_to("../real/out")
+    (tmp_path / "link").symlink_to("real/hop")
+    for _ in range(2):
+        code, err = invoke(job(rules, positions, tmp_path / "link", "--overwrite"), tmp_path)
+        assert code == 0, err
+        assert_complete_output(tmp_path / "real" / "out")
+    assert os.readlink(tmp_path / "link") == "real/hop"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["hop", "out"]
+
+
+def test_a_dangling_link_commits_at_the_path_it_names(tmp_path: Path) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    link = tmp_path / "link"
+    link.symlink_to("not/yet/out")
+    code, err = invoke(job(rules, positions, link), tmp_path)
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == "not/yet/out"
+    assert_complete_output(tmp_path / "not" / "yet" / "out")
+    assert sorted(p.name for p in (tmp_path / "not" / "yet").iterdir()) == ["out"]
+
+
+def test_a_link_to_a_file_or_a_loop_is_refused(tmp_path: Path) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious\n")
+    to_file = tmp_path / "to-file"
+    to_file.symlink_to(precious)
+    code, err = invoke(job(rules, positions, to_file, "--overwrite"), tmp_path)
+    assert code == 1
+    assert err.strip() == (f"snim-batch: error: {to_file} (a link to {precious}): exists and "
+                           "is not a directory; refusing to replace it")
+    assert precious.read_text() == "precious\n" and to_file.is_symlink()
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    code, err = invoke(job(rules, positions, tmp_path / "a", "--overwrite"), tmp_path)
+    assert code == 1 and "does not resolve" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "in", "precious.txt",
+                                                          "to-file"]
+
+
+def test_the_root_directory_is_no_output(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="the root directory cannot be an output"), \
+            io.staged_output(Path("/"), "r", True):
+        pass
+
+
+# ---- two runs racing for a fresh output ------------------------------------------------------
+
+
+def _race(out: Path, overwrite: bool) -> list[str]:
+    """Two staged outputs committed to `out` at once, each from its own thread; returns
+    "ok" or the error message for each."""
+    results = ["", ""]
+
+    def racer(i: int) -> None:
+        try:
+            with io.staged_output(out, f"20260101T000000Z-race{i}", overwrite) as staging:
+                (staging / "data.txt").write_text(f"racer {i}\n")
+                (staging / "manifest.json").write_text(foreign_manifest(f"race{i}", outputs=[
+                    {"name": "data.txt", "type": "file", "size": 8},
+                    {"name": "manifest.json", "type": "file"}]))
+            results[i] = "ok"
+        except OutputError as exc:
+            results[i] = str(exc)
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "plain-rename"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["no-overwrite", "overwrite"])
+def test_two_runs_racing_for_a_fresh_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            renameat2: bool, overwrite: bool) -> None:
+    """Both runs see no output, then both commit at once (held at a barrier just before the
+    rename): one creates it; the other finds an existing output, as if it had been there."""
+    if not renameat2:
+        monkeypatch.setattr(io, "_renameat2", lambda source, target, flags: False)
+    real_create = io._create
+    barrier = threading.Barrier(2, timeout=30)
+
+    def create_together(staging: Path, target: Path) -> None:
+        barrier.wait()
+        real_create(staging, target)
+
+    monkeypatch.setattr(io, "_create", create_together)
+    for attempt in range(25):
+        out = tmp_path / f"out{attempt}"
+        results = _race(out, overwrite)
+        barrier.reset()
+        if overwrite:
+            assert results == ["ok", "ok"], results
+        else:
+            assert sorted(results) == [
+                f"{out}: output already exists (pass --overwrite to replace it)", "ok"], results
+        winner = json.loads((out / "manifest.json").read_text())["run_id"]
+        assert (out / "data.txt").read_text() == f"racer {winner[-1]}\n"
+        assert sorted(p.name for p in out.iterdir()) == ["data.txt", "manifest.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"out{i}" for i in range(25))
+
+
+# ---- failed writes ---------------------------------------------------------------------------
+
+
+def test_a_failed_write_names_the_output_the_file_and_the_cause(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(OutputError) as caught, io.staged_output(out, "r", False) as staging:
+        io.write_parquet(pl.DataFrame({"a": [1]}), staging / "gone" / "summary.parquet")
+    assert str(caught.value) == (f"{out}: no such file or directory while writing "
+                                 "summary.parquet; nothing was written")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_storage_errors_reported_by_spark_are_output_errors(tmp_path: Path) -> None:
+    """Spark's writes run the job too: only a storage error in its message is the output's."""
+    java = Exception("An error occurred while calling o123.parquet.\n: org.apache.spark."
+                     "SparkException: Job aborted.\nCaused by: java.io.IOException: No space "
+                     "left on device")
+    failure = io.storage_failure("verdicts.parquet", java)
+    assert failure is not None
+    out = tmp_path / "out"
+    with pytest.raises(OutputError) as caught, io.staged_output(out, "r", False):
+        raise failure
+    assert str(caught.value) == (f"{out}: no space left on device while writing "
+                                 "verdicts.parquet; nothing was written (free space or choose "
+                                 "another --out)")
+    assert io.storage_failure("verdicts.parquet", Exception("ZeroDivisionError")) is None
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---- stale staging directories ----------------------------------------------------------------
 
 
@@ -277,6 +659,18 @@ def test_next_run_removes_stale_staging_dirs(tmp_path: Path) -> None:
     assert code == 0, err
     assert alive.exists()  # a live process's staging directory is left alone
     assert not stale.exists(), "stale staging directory of a dead run was not removed"
+
+
+def test_stale_staging_of_an_output_named_like_a_glob_is_removed(tmp_path: Path) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    parent = tmp_path / "job"
+    parent.mkdir()
+    stale = parent / f".res[1].partial-{_dead_pid()}-20260101T000000Z-abcdef"
+    stale.mkdir()
+    (stale / "verdicts.parquet").write_bytes(b"partial")
+    code, err = invoke(job(rules, positions, parent / "res[1]"), tmp_path)
+    assert code == 0, err
+    assert sorted(p.name for p in parent.iterdir()) == ["res[1]"]
 
 
 # ---- SIGKILL at any moment --------------------------------------------------------------------
@@ -340,7 +734,11 @@ def assert_complete_output(out: Path) -> None:
     """A committed output: the manifest lists exactly the files present, and the verdicts are
     those of the run the manifest describes (winning-move columns iff the config asked)."""
     manifest = json.loads((out / "manifest.json").read_text())
-    assert sorted(manifest["outputs"]) == sorted(p.name for p in out.iterdir())
+    listed, present = manifest_files(manifest), present_files(out)
+    assert listed.keys() == present.keys()
+    assert {k: v for k, v in listed.items() if k != "manifest.json"} == {
+        k: v for k, v in present.items() if k != "manifest.json"}
+    assert listed["manifest.json"] is None
     columns = pl.scan_parquet(out / "verdicts.parquet").collect_schema().names()
     assert ("move_heap" in columns) == manifest["config"]["winning_moves"]
 
@@ -474,7 +872,7 @@ def assert_leftovers_complete_or_unmarked(parent: Path, out: Path) -> None:
     assert visible == {"out"}, visible
     for hidden in parent.iterdir():
         if hidden.is_dir() and (hidden / "manifest.json").exists():
-            listed = json.loads((hidden / "manifest.json").read_text())["outputs"]
+            listed = manifest_files(json.loads((hidden / "manifest.json").read_text()))
             assert all((hidden / name).exists() for name in listed), f"{hidden} is partial"
     io._remove_stale_staging(out)
     assert sorted(p.name for p in parent.iterdir()) == ["out"]
@@ -490,8 +888,7 @@ def test_kill_at_commit_keeps_a_complete_output_in_place(tmp_path: Path, moment:
         assert snapshot(out) == before and run_id(out) == before_id
     else:
         assert run_id(out) != before_id  # the new output is in place
-        listed = json.loads((out / "manifest.json").read_text())["outputs"]
-        assert all((out / name).exists() for name in listed)
+        assert_complete_output(out)
     assert_leftovers_complete_or_unmarked(out.parent, out)
 
 
@@ -527,6 +924,142 @@ def test_an_empty_output_directory_needs_no_overwrite(tmp_path: Path) -> None:
     assert (out / "manifest.json").exists()
     code, err = invoke(job(rules, positions, out), tmp_path)
     assert code == 1 and "--overwrite" in err
+
+
+# ---- a full or read-only file system (a real small tmpfs) ------------------------------------
+
+
+DISK_DRIVER = r"""
+import hashlib, json, os, subprocess, sys
+exe, disk, steps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+
+def snapshot(top):
+    return {os.path.relpath(os.path.join(d, f), top):
+            hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
+            for d, _, files in os.walk(top) for f in files}
+
+results = []
+for step, *args in steps:
+    if step == "run":
+        proc = subprocess.run([exe, "run", "--quiet", *args], capture_output=True, text=True)
+        results.append([proc.returncode, proc.stderr])
+    elif step == "snapshot":
+        results.append(snapshot(os.path.join(disk, args[0])))
+    elif step == "entries":
+        results.append(sorted(os.listdir(disk)))
+    elif step == "free":
+        st = os.statvfs(disk)
+        results.append([st.f_bfree, st.f_ffree])
+    elif step == "fill-inodes":
+        os.mkdir(os.path.join(disk, "filler"))
+        for i in range(100000):
+            try:
+                open(os.path.join(disk, "filler", str(i)), "w").close()
+            except OSError:
+                break
+        results.append(i)
+    elif step == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
+        results.append(None)
+print(json.dumps(results))
+"""
+
+
+def on_small_disk(tmp_path: Path, options: str, steps: list[list[str]]) -> list:
+    """Run `steps` (DISK_DRIVER's) in a private mount namespace with a fresh tmpfs of
+    `options` mounted at tmp_path/disk; returns each step's result."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -rm (user and mount namespaces) is not permitted here")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o "$1" tmpfs "$2" && shift 2 && '
+         'exec "$@"', "sh", options, str(disk), sys.executable, "-c", DISK_DRIVER, str(EXE),
+         str(disk), json.dumps(steps)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def disk_job(rules: Path, positions: Path, out: Path, *extra: str) -> list[str]:
+    return ["run", "--rules", str(rules), "--positions", str(positions), "--out", str(out),
+            *extra]
+
+
+@pytest.mark.slow
+def test_disk_full_mid_write_names_the_output_and_leaves_nothing(
+        tmp_path: Path, big_inputs: tuple[Path, Path]) -> None:
+    """256 KiB of tmpfs holds a small output but not 400k verdicts: the run fails naming the
+    output and the file, the staging directory is gone (the free space is as before) and
+    the previous output is intact."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "disk" / "out"
+    first, before, free, second, after, entries, free_after = on_small_disk(
+        tmp_path, "size=256k", [
+            disk_job(rules, positions, out), ["snapshot", "out"], ["free"],
+            disk_job(*big_inputs, out, "--overwrite"), ["snapshot", "out"], ["entries"],
+            ["free"]])
+    assert first == [0, ""]
+    assert second == [1, f"snim-batch: error: {out}: no space left on device while writing "
+                         "verdicts.parquet; nothing was written (free space or choose another "
+                         "--out)\n"]
+    assert after == before and len(before) == 5
+    assert entries == ["out"]
+    assert free_after == free
+
+
+def test_disk_without_room_for_the_staging_directory(tmp_path: Path) -> None:
+    """No inode left: the staging directory cannot even be created, for a new output or in
+    place of an existing one; nothing changes on the disk."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out, fresh = tmp_path / "disk" / "out", tmp_path / "disk" / "fresh"
+    results = on_small_disk(tmp_path, "size=256k,nr_inodes=64", [
+        disk_job(rules, positions, out), ["snapshot", "out"], ["fill-inodes"], ["free"],
+        disk_job(rules, positions, out, "--overwrite"), disk_job(rules, positions, fresh),
+        ["snapshot", "out"], ["entries"], ["free"]])
+    first, before, _, free, replace, create, after, entries, free_after = results
+    assert first == [0, ""]
+    staging = re.escape(str(out.parent)) + r"/\.{name}\.partial-\d+-\S+"
+    for (code, err), target in ((replace, out), (create, fresh)):
+        assert code == 1
+        assert re.fullmatch(
+            f"snim-batch: error: {re.escape(str(target))}: no space left on device while "
+            f"creating the staging directory {staging.format(name=target.name)}; nothing was "
+            r"written \(free space or choose another --out\)\n", err), err
+    assert after == before
+    assert entries == ["filler", "out"]
+    assert free_after == free
+
+
+def test_read_only_file_system(tmp_path: Path) -> None:
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "disk" / "out"
+    first, before, _, replace, after, entries = on_small_disk(tmp_path, "size=256k", [
+        disk_job(rules, positions, out), ["snapshot", "out"], ["read-only"],
+        disk_job(rules, positions, out, "--overwrite"), ["snapshot", "out"], ["entries"]])
+    assert first == [0, ""]
+    code, err = replace
+    assert code == 1
+    assert re.fullmatch(f"snim-batch: error: {re.escape(str(out))}: read-only file system "
+                        r"while creating the staging directory \S+/\.out\.partial-\S+; "
+                        r"nothing was written\n", err), err
+    assert after == before and entries == ["out"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_disk_full_while_spark_writes_its_part_files(tmp_path: Path) -> None:
+    """Spark's own write fails on a 4 KiB tmpfs: the same message, nothing left behind."""
+    pytest.importorskip("pyspark")
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "disk" / "out"
+    (code, err), entries = on_small_disk(tmp_path, "size=4k", [
+        disk_job(rules, positions, out, "--engine", "spark", "--spark-master", "local[1]"),
+        ["entries"]])
+    assert code == 1
+    assert err.endswith(f"snim-batch: error: {out}: no space left on device while writing "
+                        "verdicts.parquet; nothing was written (free space or choose another "
+                        "--out)\n"), err
+    assert entries == []
 
 
 # ---- scratch files (long form split into parts) ---------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -31,13 +32,13 @@ class _Tags(HTMLParser):
         self.text.append(data)
 
 
-def _run(tmp_path: Path) -> Path:
+def _run(tmp_path: Path, *extra: str) -> Path:
     (tmp_path / "rules.csv").write_text(RULES)
     (tmp_path / "positions.csv").write_text(POSITIONS)
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["run", "--rules", str(tmp_path / "rules.csv"),
                                       "--positions", str(tmp_path / "positions.csv"),
-                                      "--out", str(out), "--quiet"])
+                                      "--out", str(out), "--quiet", *extra])
     assert result.exit_code == 3, result.output
     return out
 
@@ -82,3 +83,41 @@ def test_report_on_a_non_output_dir_is_a_clean_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 1
     assert "not a snim-batch output" in result.output and "Traceback" not in result.output
+
+
+def _listed(out: Path) -> dict[str, dict]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    return {entry["name"]: entry for entry in manifest["outputs"]}
+
+
+def test_a_report_in_the_output_is_listed_and_replaced_with_it(tmp_path: Path) -> None:
+    """The page written into OUT is listed in its manifest (once, with its size), so that a
+    later --overwrite still sees a snim-batch output; the overwrite removes it with the run
+    it described."""
+    out = _run(tmp_path)
+    for _ in range(2):
+        result = CliRunner().invoke(app, ["report", str(out)])
+        assert result.exit_code == 0, result.output
+    listed = _listed(out)
+    assert sorted(listed) == ["manifest.json", "rejects.parquet", "report.html",
+                              "sg_tables.parquet", "summary.parquet", "verdicts.parquet"]
+    assert listed["report.html"]["size"] == (out / "report.html").stat().st_size
+    result = CliRunner().invoke(app, ["report", str(out), "--html", str(out / "other.html")])
+    assert result.exit_code == 0, result.output
+    assert "other.html" in _listed(out)
+    _run(tmp_path, "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json", "rejects.parquet", "sg_tables.parquet", "summary.parquet",
+        "verdicts.parquet"]
+    assert "report.html" not in _listed(out)
+
+
+def test_a_report_never_replaces_one_of_the_runs_own_files(tmp_path: Path) -> None:
+    out = _run(tmp_path)
+    for name in ("summary.parquet", "manifest.json"):
+        before = (out / name).read_bytes()
+        result = CliRunner().invoke(app, ["report", str(out), "--html", str(out / name)])
+        assert result.exit_code == 1
+        assert f"{out / name}: is one of the run's own outputs; refusing to replace it" in \
+            result.output
+        assert (out / name).read_bytes() == before

@@ -8,6 +8,7 @@ session serves the whole module.
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from polars.testing import assert_frame_equal
 pytest.importorskip("pyspark")
 
 from pipeline.config import config_from_dict  # noqa: E402
-from pipeline.errors import BadRowsError, InputError  # noqa: E402
+from pipeline.errors import BadRowsError, InputError, OutputError  # noqa: E402
 from pipeline.run import RunResult, run_job  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -380,3 +381,29 @@ def test_tables_without_a_period_match_polars(spark, tmp_path):
                            tables={"period_probe_ops": 0})
     tables = outputs(expected)["sg_tables"]
     assert tables["period"].null_count() > 0  # some unproven: their lengths must agree
+
+
+# ---- the manifest lists the part files, so that --overwrite can prove the output ours --------
+
+
+@pytest.mark.spark
+def test_part_files_are_listed_and_an_overwrite_checks_them(spark, tmp_path):
+    out = tmp_path / "out"
+    cfg = {"rules": str(SAMPLE / "rules.csv"), "positions": str(SAMPLE / "positions.csv"),
+           "out": str(out), "engine": "spark"}
+    result = run_job(config_from_dict(cfg))
+    entries = {e["name"]: e for e in result.manifest["outputs"]}
+    for name in ("verdicts.parquet", "rejects.parquet"):
+        assert entries[name]["type"] == "directory"
+        files = {f["name"]: f["size"] for f in entries[name]["files"]}
+        assert files and files == {p.name: p.stat().st_size for p in (out / name).iterdir()}
+    assert json.loads((out / "manifest.json").read_text())["outputs"] == \
+        result.manifest["outputs"]
+    (out / "verdicts.parquet" / "part-99999-mine.parquet").write_bytes(b"mine")
+    with pytest.raises(OutputError, match=r"does not list: verdicts\.parquet/part-99999-mine"):
+        run_job(config_from_dict({**cfg, "overwrite": True}))
+    assert (out / "verdicts.parquet" / "part-99999-mine.parquet").read_bytes() == b"mine"
+    (out / "verdicts.parquet" / "part-99999-mine.parquet").unlink()
+    again = run_job(config_from_dict({**cfg, "overwrite": True}))
+    assert again.manifest["run_id"] != result.manifest["run_id"]
+    assert json.loads((out / "manifest.json").read_text())["run_id"] == again.manifest["run_id"]

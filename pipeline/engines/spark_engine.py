@@ -606,10 +606,17 @@ class _Job:
     def write(df: DataFrame, target: Path) -> None:
         """A Parquet directory that polars reads as one table: part files only (Spark's
         _SUCCESS marker and .crc checksums would break a directory scan)."""
-        df.write.option("compression", "zstd").parquet(str(target))
-        for name in os.listdir(target):
-            if not name.startswith("part-"):
-                os.remove(target / name)
+        try:
+            df.write.option("compression", "zstd").parquet(str(target))
+        except Exception as exc:  # the write runs the job: only storage errors are ours here
+            failure = io.storage_failure(target.name, exc)
+            if failure is None:
+                raise
+            raise failure from None
+        with io.writing(target.name):
+            for name in os.listdir(target):
+                if not name.startswith("part-"):
+                    os.remove(target / name)
 
 
 def _polars(df: DataFrame) -> pl.DataFrame:
