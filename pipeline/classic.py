@@ -13,7 +13,7 @@ position: `W` when the player to move wins, `L` otherwise.
 Everything that touches every byte or token runs in numba: a single-pass parser over
 `np.frombuffer(data, np.uint8)` (tokenizer and structural walk fused) producing flat int64 arrays
 with Arrow-style offsets, and a canonicalise-and-deduplicate pass so that identical S across test
-cases share one table (`grundy.build_tables` up to that S's largest heap). `solve` runs the
+cases share one table (`grundy.TableBudget.build` up to that S's largest heap). `solve` runs the
 parser without storing heaps, then answers the positions in a second, parallel pass over the
 bytes. Python only loops over the distinct rule sets. Errors name the first problem in input
 order. No printing, no exits, no polars.
@@ -582,13 +582,21 @@ def parse_classic(data: bytes) -> list[ClassicCase]:
 # --------------------------------------------------------------------------- solving
 
 
-def solve_classic(data: bytes, cap: int = 2**26) -> str:
+_LIMIT_OPTIONS = {"max_table_len": "--cap", "max_rule_ops": "--max-rule-ops",
+                  "max_run_ops": "--max-run-ops"}
+
+
+def solve_classic(data: bytes, cap: int = grundy.DEFAULT_TABLE_LEN,
+                  max_rule_ops: int = grundy.DEFAULT_RULE_OPS,
+                  max_run_ops: int = grundy.DEFAULT_RUN_OPS) -> str:
     """Answer a classic S-Nim input: per test case one line of W/L, trailing newline.
 
     Two passes over the bytes, so no heap is ever stored: the first checks the input and finds
     each case's largest heap, then the tables are built, then the second reads the positions
-    again, on all threads, and answers them. Raises InputError for malformed input and RuleError
-    when a heap's value cannot be determined within `cap` tabulated values (no proven period).
+    again, on all threads, and answers them. Tables are bounded as in `run` (see
+    `grundy.TableBudget`): `cap` values, `max_rule_ops` operations a rule, `max_run_ops` in
+    all. Raises InputError for malformed input and RuleError when a heap's value is not
+    determined within them (no proven period), naming the limit.
     """
     buf, moves, moves_off, case_off, _, _, case_max, anchors = _checked(data, keep=False)
     if case_off.shape[0] == 1:
@@ -601,7 +609,8 @@ def solve_classic(data: bytes, cap: int = 2**26) -> str:
     ro = rule_off.tolist()
     rules = [grundy.Rule("subtraction", tuple(canon_list[ro[r] : ro[r + 1]]))
              for r in range(n_rules)]
-    tables = grundy.build_tables(rules, [m + 1 for m in rule_max.tolist()], [cap] * n_rules)
+    budget = grundy.TableBudget(cap, max_rule_ops, grundy.MAX_HEAP, max_run_ops)
+    tables = budget.build(rules, [m + 1 for m in rule_max.tolist()], [None] * n_rules)
     text, bad = _answers(buf, anchors, moves_off, case_off, case_rule,
                          *grundy.TableSet.of(tables).lookup_args())
     bad = bad[bad[:, 0] >= 0]
@@ -610,10 +619,12 @@ def solve_classic(data: bytes, cap: int = 2**26) -> str:
         case = int(np.searchsorted(case_off, row, side="right")) - 1
         pos = row - int(case_off[case])
         table = tables[int(case_rule[case])]
+        limit = table.stopped_by or "max_table_len"
         raise RuleError(
             f"{_WHERE}: test case {case + 1}, position {pos + 1}, heap {j + 1} (size {heap}): "
-            f"its Grundy value under S = {table.rule.label} is not determined within the table "
-            f"cap of {cap} values (no period proven in {table.table_len} values)")
+            f"its Grundy value under S = {table.rule.label} is not determined: no period is "
+            f"proven within the {table.table_len} values that {_LIMIT_OPTIONS[limit]} "
+            f"{getattr(budget, limit)} allows")
     return text.tobytes().decode("ascii")
 
 
