@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -232,6 +233,27 @@ def test_solve_random_classic_input_matches_brute_force(cli):
     result = cli("solve", input=text)
     assert result.exit_code == 0, result.output
     assert result.stdout == expected
+
+
+@pytest.mark.parametrize(("cut", "role"), [
+    (CLASSIC_SAMPLE.replace("7 12\n0\n", "7 1"), "1 .*heap 4 of position 3 of 3 in test case 2"),
+    (CLASSIC_SAMPLE.replace("3 7 12\n0\n", "3 7\n0\n"),
+     "0 .*heap 4 of position 3 of 3 in test case 2"),
+])
+def test_solve_and_convert_refuse_an_input_that_may_be_truncated(cli, tmp_path, monkeypatch,
+                                                                 cut, role):
+    """A classic input that lost its end (the last number cut short, or a number lost so that
+    the terminating 0 reads as a heap) fails both commands with exit 1 naming the last token;
+    nothing is printed or written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cut.txt").write_text(cut)
+    for result in (cli("solve", input=cut), cli("convert", "cut.txt", "--out", "tables")):
+        no_traceback(result)
+        assert result.exit_code == 1
+        assert result.stdout == ""
+        assert re.search(r"input ends without the terminating 0; its last token, " + role +
+                         r".*truncated\?", result.stderr)
+    assert not (tmp_path / "tables").exists()
 
 
 @pytest.mark.parametrize("text", [CLASSIC_SAMPLE, "random"])
