@@ -25,6 +25,7 @@ MAX_TABLE_LEN = 2**32 - 1
 # moves plus the period proof's window hash, which costs about as much as PROOF_OPS moves (a
 # cache miss in a table as long as the SG table). One operation is about a nanosecond.
 PROOF_OPS = 200
+REGROW_OPS = 64  # growing a table hashes the windows it has seen again (measured 17-63 ns each)
 DEFAULT_TABLE_LEN = 2**26
 DEFAULT_TOTAL_VALUES = 2**30
 DEFAULT_RULE_OPS = 2_000_000_000
@@ -108,6 +109,14 @@ class SGTable:
         past it that proved the repeat."""
         proof = self.rule.moves[-1] if self.period is not None else 0
         return max(0, self.table_len - 1 + proof) * self.rule.value_ops
+
+    @property
+    def regrow_ops(self) -> int:
+        """Work of extending it (no period yet): the period proof hashes again the windows it
+        has seen, REGROW_OPS each, one per value from max(S) on."""
+        if self.rule.kind != "subtraction" or self.period is not None:
+            return 0
+        return max(0, self.table_len - self.rule.moves[-1] + 1) * REGROW_OPS
 
     def max_known_heap(self) -> int:
         """Largest heap whose value this table determines."""
@@ -216,9 +225,9 @@ class TableBudget:
 
     The limits: the longest table (`max_table_len` values) and one rule's work
     (`max_rule_ops`), then all tables' values together (`max_total_values`, memory) and all
-    tables' work (`max_run_ops`). A table that would pass a limit is tabulated up to it (its
-    period may still be proven there) and then grows no further; its `stopped_by` names that
-    limit.
+    tables' work (`max_run_ops`, which also counts `regrow_ops` each time a table grows
+    again). A table that would pass a limit is tabulated up to it (its period may still be
+    proven there) and then grows no further; its `stopped_by` names that limit.
 
     `build` builds tables on all cores in rounds, each planned before it runs: the run-wide
     room is granted in rule order and reserved as if no period came early, so the tables do
@@ -243,10 +252,12 @@ class TableBudget:
 
     def _room(self, rule: Rule, old: SGTable | None, values: int, ops: int) -> tuple[int, str]:
         """The longest table of `rule` that the run's values and work left allow, given that
-        `values` and `ops` are taken (old's share included)."""
-        have, spent = (old.table_len, old.work) if old is not None else (0, 0)
+        `values` and `ops` are taken (old's share included; growing old costs its regrow_ops
+        too)."""
+        have, spent, regrow = ((old.table_len, old.work, old.regrow_ops) if old is not None
+                               else (0, 0, 0))
         limits = {"max_total_values": have + self.max_total_values - values,
-                  "max_run_ops": rule.ops_len(spent + self.max_run_ops - ops)}
+                  "max_run_ops": rule.ops_len(spent + self.max_run_ops - ops - regrow)}
         name = min(limits, key=limits.__getitem__)
         return limits[name], name
 
@@ -258,13 +269,12 @@ class TableBudget:
         stops, short = {}, {}
         for i, target in targets.items():
             old = tables[i]
-            have, spent = (old.table_len, old.work) if old is not None else (0, 0)
             room, name = self._room(rules[i], old, values, ops)
-            stops[i] = target if room >= target else max(have, room, 1)
+            stops[i] = target if room >= target else max(_length(old), room, 1)
             if room < target:
                 short[i] = name
-            values += stops[i] - have
-            ops += (stops[i] - 1) * rules[i].value_ops - spent
+            values += stops[i] - _length(old)
+            ops += _growth_ops(rules[i], old, stops[i])
         return stops, short
 
     def build(self, rules: Sequence[Rule], need_lens: Sequence[int],
@@ -297,7 +307,7 @@ class TableBudget:
             for i, table in zip(todo, built):
                 old = tables[i]
                 self.values += table.table_len - _length(old)
-                self.ops += table.work - (old.work if old is not None else 0)
+                self.ops += _growth_ops(rules[i], old, table.table_len, table.work)
                 tables[i] = table
             for i, name in short.items():
                 stopped_by[i] = name
@@ -309,6 +319,17 @@ class TableBudget:
 
 def _length(table: SGTable | None) -> int:
     return table.table_len if table is not None else 0
+
+
+def _growth_ops(rule: Rule, old: SGTable | None, length: int, work: int | None = None) -> int:
+    """Work of growing `old` to `length` values (`work` in all, when known: a period may stop
+    it early): the new values, and the old windows hashed again."""
+    if old is None:
+        return (length - 1) * rule.value_ops if work is None else work
+    if length <= old.table_len:
+        return 0
+    grown = (length - 1) * rule.value_ops if work is None else work
+    return grown - old.work + old.regrow_ops
 
 
 def balance(costs: np.ndarray, workers: int) -> tuple[np.ndarray, np.ndarray]:

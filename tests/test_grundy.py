@@ -266,6 +266,32 @@ def test_budget_rounds_share_the_run_ops_among_long_tables(monkeypatch):
         assert t.values.tolist() == naive_sg(s, t.table_len)
 
 
+def test_budget_charges_the_run_for_hashing_a_tables_windows_again_when_it_grows():
+    """Growing a table (batch after batch) hashes again the windows it has seen, 64 operations
+    each, one per value from max(S) on: max_run_ops counts that too (max_rule_ops does not, so
+    that a rule's own limit does not depend on batching). {18, 41, 59} has no period within
+    900 values (naive reference)."""
+    rule, ms = sub((18, 41, 59)), (18, 41, 59)
+    assert sum(naive_first_repeat(ms)) + 59 > 900
+    rehash = [(300 - 59 + 1) * 64, (600 - 59 + 1) * 64]
+    budget, table = TableBudget(), None
+    for need in (300, 600, 900):
+        (table,) = budget.build([rule], [need], [table])
+    assert table.table_len == 900 and table.values.tolist() == naive_sg(ms, 900)
+    assert budget.ops == 899 * 203 + sum(rehash)
+    run_ops = 899 * 203  # enough to build 900 values at once
+    budget, table = TableBudget(max_run_ops=run_ops), None
+    for need in (300, 600, 900):
+        (table,) = budget.build([rule], [need], [table])
+    grown = 1 + (run_ops - sum(rehash)) // 203
+    assert 600 < grown < 900
+    assert (table.table_len, table.stopped_by) == (grown, "max_run_ops")
+    assert table.values.tolist() == naive_sg(ms, grown)
+    assert budget.ops == (grown - 1) * 203 + sum(rehash) <= run_ops
+    (once,) = TableBudget(max_run_ops=run_ops).build([rule], [900], [None])
+    assert (once.table_len, once.stopped_by) == (900, None)
+
+
 def test_budget_tables_do_not_depend_on_the_number_of_threads():
     """The run-wide room is reserved before a round runs, so one thread and all threads give
     the same tables, even where a period found early leaves room unused."""
