@@ -300,14 +300,13 @@ class TableBudget:
                 stops, short = self._grant(rules, tables, {
                     i: min(goal, max(2 * _length(tables[i]), FIRST_ROUND_LEN))
                     for i, goal in goals.items()})
-            todo = [i for i, stop in stops.items() if stop > _length(tables[i])
-                    or tables[i] is None]
+            todo = [i for i, stop in stops.items() if stop > _length(tables[i])]
             built = build_tables([rules[i] for i in todo], [stops[i] for i in todo],
                                  [stops[i] for i in todo], [tables[i] for i in todo])
             for i, table in zip(todo, built):
                 old = tables[i]
                 self.values += table.table_len - _length(old)
-                self.ops += _growth_ops(rules[i], old, table.table_len, table.work)
+                self.ops += table.work - (old.work - old.regrow_ops if old is not None else 0)
                 tables[i] = table
             for i, name in short.items():
                 stopped_by[i] = name
@@ -321,15 +320,14 @@ def _length(table: SGTable | None) -> int:
     return table.table_len if table is not None else 0
 
 
-def _growth_ops(rule: Rule, old: SGTable | None, length: int, work: int | None = None) -> int:
-    """Work of growing `old` to `length` values (`work` in all, when known: a period may stop
-    it early): the new values, and the old windows hashed again."""
+def _growth_ops(rule: Rule, old: SGTable | None, length: int) -> int:
+    """Most work that growing `old` to `length` values may take: the new values, and the old
+    windows hashed again."""
     if old is None:
-        return (length - 1) * rule.value_ops if work is None else work
+        return (length - 1) * rule.value_ops
     if length <= old.table_len:
         return 0
-    grown = (length - 1) * rule.value_ops if work is None else work
-    return grown - old.work + old.regrow_ops
+    return (length - 1) * rule.value_ops - old.work + old.regrow_ops
 
 
 def balance(costs: np.ndarray, workers: int) -> tuple[np.ndarray, np.ndarray]:

@@ -290,6 +290,14 @@ def test_budget_charges_the_run_for_hashing_a_tables_windows_again_when_it_grows
     assert budget.ops == (grown - 1) * 203 + sum(rehash) <= run_ops
     (once,) = TableBudget(max_run_ops=run_ops).build([rule], [900], [None])
     assert (once.table_len, once.stopped_by) == (900, None)
+    # a period proven while growing may keep fewer values than the table had: the work is
+    # still what was tabulated, up to the repeat at pre + per + max(S)
+    pre, per = naive_first_repeat(ms)
+    budget, table = TableBudget(), None
+    for need in (pre + per + 30, pre + per + 100):
+        (table,) = budget.build([rule], [need], [table])
+    assert (table.preperiod, table.period, budget.values) == (pre, per, pre + per)
+    assert budget.ops == (pre + per + 59 - 1) * 203 + (pre + per + 30 - 59 + 1) * 64
 
 
 def test_budget_tables_do_not_depend_on_the_number_of_threads():
