@@ -6,14 +6,17 @@ Input is whitespace-separated integers, a sequence of test cases
     m                   the number of positions
     l h1 .. hl          m times: a position of l heaps (l = 0 is the empty position)
 
-ended by a test case whose k is 0 (a missing final 0 at end of input is accepted; tokens after
-the terminating 0 are an error). The answer is one line per test case with one character per
-position: `W` when the player to move wins, `L` otherwise.
+ended by a test case whose k is 0; tokens after it are an error. The final 0 may be left out only
+where that cannot hide a truncated input: the input must then end with a line break after its
+last token, and that token must not be a 0 (read as m, l or a heap, it may be the terminator of
+an input that lost a number); otherwise the error says what the last token was read as. The
+answer is one line per test case with one character per position: `W` when the player to move
+wins, `L` otherwise.
 
 Everything that touches every byte or token runs in numba: a single-pass parser over
 `np.frombuffer(data, np.uint8)` (tokenizer and structural walk fused) producing flat int64 arrays
 with Arrow-style offsets, and a canonicalise-and-deduplicate pass so that identical S across test
-cases share one table (`grundy.build_tables` up to that S's largest heap). `solve` runs the
+cases share one table (`grundy.TableBudget.build` up to that S's largest heap). `solve` runs the
 parser without storing heaps, then answers the positions in a second, parallel pass over the
 bytes. Python only loops over the distinct rule sets. Errors name the first problem in input
 order. No printing, no exits, no polars.
@@ -22,6 +25,7 @@ order. No printing, no exits, no polars.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -35,22 +39,36 @@ _MAX_MOVE = grundy.MAX_TABLE_LEN
 _SHOW = 24  # characters of a bad token quoted in an error message
 _ANCHOR_ROWS = 4096  # `solve` answers positions in blocks of this many rows, on all threads
 
-# Error record of the parser: err = [code, case (1-based), token index (0-based), a, b, c, d,
-# byte start, byte end]; the meaning of a..d depends on the code.
+# The parser's error record: an int64 array whose slots (_E_*) each keep one meaning; an error
+# kind fills the slots its message needs (see _MESSAGES and _error).
+_E_CODE = 0  # the error kind, _OK when the input is valid
+_E_CASE = 1  # test case (1-based)
+_E_TOKEN = 2  # index (0-based) of the token at fault
+_E_POSITION = 3  # position within the case (1-based)
+_E_POSITIONS = 4  # m, the case's number of positions
+_E_VALUE = 5  # the number at fault (k, a move, m, l, a heap), or how many tokens trail
+_E_EXPECTED = 6  # how many moves (k) or heaps (l) were expected
+_E_READ = 7  # how many of those were read
+_E_START = 8  # the bytes of the token at fault are [start, end)
+_E_END = 9
+_E_SLOTS = 10
+
 _OK = 0
-_EOF_MOVES = 1  # a = k, b = moves read
-_EOF_M = 2  # a = k
-_EOF_L = 3  # a = position (1-based), b = m
-_EOF_HEAPS = 4  # a = position (1-based), b = m, c = l, d = heaps read
-_K_NEG = 5  # a = k
-_MOVE_NONPOS = 6  # a = move
-_MOVE_BIG = 7  # a = move
-_M_NEG = 8  # a = m
-_L_NEG = 9  # a = position, b = m, c = l
-_HEAP_NEG = 10  # a = position, b = m, c = heap
-_TRAILING = 11  # a = number of tokens after the terminating 0
-_NOT_INT = 12  # a token that is not an integer; bytes [start, end)
-_OVERFLOW = 13  # an integer that does not fit in int64; bytes [start, end)
+_EOF_MOVES = 1  # input ended among the moves: expected, read
+_EOF_M = 2  # input ended before m: expected (k)
+_EOF_L = 3  # input ended before a position's l: position, positions
+_EOF_HEAPS = 4  # input ended among a position's heaps: position, positions, expected, read
+_K_NEG = 5  # value (k)
+_MOVE_NONPOS = 6  # value (the move)
+_MOVE_BIG = 7  # value (the move)
+_M_NEG = 8  # value (m)
+_L_NEG = 9  # position, positions, value (l)
+_HEAP_NEG = 10  # position, positions, value (the heap)
+_TRAILING = 11  # token (the first after the terminating 0), value (how many)
+_NOT_INT = 12  # a token that is not an integer: start, end
+_OVERFLOW = 13  # an integer that does not fit in int64: start, end
+_UNTERMINATED = 14  # no terminating 0, and the end may be a cut: the last token (start, end),
+#                     read as m (positions = 0), as l (expected = 0) or as heap `read`
 
 # Token reader verdicts.
 _T_INT = 0
@@ -161,20 +179,147 @@ def _plain_ints(buf, i, count, out, at, keep, top):
 
 @njit(cache=True, inline="always")
 def _expect_int(buf, i, t, err):
-    """The next token, counted; a token that is not an int64 is recorded in `err`.
-
-    Returns (status, value, next byte, token index); at EOF the token index is unchanged.
-    """
+    """The next token, counted: (status, value, next byte, token index); at EOF the token index
+    is unchanged. A token that is not an int64 is recorded in `err`."""
     st, v, b0, i = _next_token(buf, i)
     if st == _T_EOF:
         return st, v, i, t
     t += 1
-    err[2] = t
     if st != _T_INT:
-        err[0] = _NOT_INT if st == _T_NOT_INT else _OVERFLOW
-        err[7] = b0
-        err[8] = i
+        err[_E_CODE] = _NOT_INT if st == _T_NOT_INT else _OVERFLOW
+        err[_E_TOKEN] = t
+        err[_E_START] = b0
+        err[_E_END] = i
     return st, v, i, t
+
+
+@njit(cache=True, inline="always")
+def _fault(err, code, t, value):
+    """Record the error `code` at token t, whose number is `value`."""
+    err[_E_CODE] = code
+    err[_E_TOKEN] = t
+    err[_E_VALUE] = value
+
+
+@njit(cache=True)
+def _read_moves(buf, i, t, k, max_move, moves, nmv, err):
+    """The k moves of a case into moves[nmv:]: (next byte, token index, moves stored)."""
+    j = np.int64(0)
+    while j < k:
+        st, v, i, t = _expect_int(buf, i, t, err)
+        if st == _T_EOF:
+            err[_E_CODE] = _EOF_MOVES
+            err[_E_EXPECTED] = k
+            err[_E_READ] = j
+            break
+        if st != _T_INT:
+            break
+        if v <= 0 or v > max_move:
+            _fault(err, _MOVE_NONPOS if v <= 0 else _MOVE_BIG, t, v)
+            break
+        moves[nmv] = v
+        nmv += 1
+        j += 1
+    return i, t, nmv
+
+
+@njit(cache=True)
+def _read_positions(buf, i, t, m, heaps, nh, pos_off, npos, anchors, keep, err):
+    """The m positions of a case, `l h1..hl` each; heaps go to heaps[nh:] and row ends to
+    pos_off when `keep`, and every _ANCHOR_ROWS-th row's first byte to anchors. Returns (next
+    byte, token index, heaps read, rows read, largest heap or -1, the last position's l)."""
+    top = np.int64(-1)
+    ln = np.int64(-1)
+    q = np.int64(0)
+    while q < m:
+        if npos % _ANCHOR_ROWS == 0:
+            anchors[npos // _ANCHOR_ROWS] = i
+        ok, ln, i_next = _plain_int(buf, i)
+        if ok:
+            i = i_next
+            t += 1
+        else:
+            st, ln, i, t = _expect_int(buf, i, t, err)
+            if st == _T_EOF:
+                err[_E_CODE] = _EOF_L
+                break
+            if st != _T_INT:
+                break
+            if ln < 0:
+                _fault(err, _L_NEG, t, ln)
+                break
+        j, i, top = _plain_ints(buf, i, ln, heaps, nh, keep, top)
+        nh += j
+        t += j
+        while j < ln:
+            st, h, i, t = _expect_int(buf, i, t, err)
+            if st == _T_EOF:
+                err[_E_CODE] = _EOF_HEAPS
+                err[_E_EXPECTED] = ln
+                err[_E_READ] = j
+                break
+            if st != _T_INT:
+                break
+            if h < 0:
+                _fault(err, _HEAP_NEG, t, h)
+                break
+            if keep:
+                heaps[nh] = h
+            top = max(top, h)
+            nh += 1
+            j += 1
+        if err[_E_CODE] != _OK:
+            break
+        npos += 1
+        if keep:
+            pos_off[npos] = nh
+        q += 1
+    if err[_E_CODE] != _OK:
+        err[_E_POSITION] = q + 1
+        err[_E_POSITIONS] = m
+    return i, t, nh, npos, top, ln
+
+
+@njit(cache=True)
+def _trailing(buf, i, t, err):
+    """After the terminating 0 (token t) only whitespace may follow; else _TRAILING with the
+    number of tokens that do."""
+    count = 0
+    st, _, _, i = _next_token(buf, i)
+    while st != _T_EOF:
+        count += 1
+        st, _, _, i = _next_token(buf, i)
+    if count:
+        _fault(err, _TRAILING, t + 1, count)
+
+
+@njit(cache=True)
+def _unterminated(buf, t, m, ln, err):
+    """The input ended after a whole test case, without the terminating 0 (token t is the
+    last; m and ln are the last case's m and its last position's l). That is accepted when a
+    line break follows token t and it is not a 0: a 0 may be the terminator read as m, l or
+    a heap because a number before it was lost, and a token that ends the input mid-line may
+    be cut short. Otherwise _UNTERMINATED, naming the token and what it was read as."""
+    end = buf.shape[0]
+    line_break = False
+    while _is_space(buf[end - 1]):
+        end -= 1
+        line_break = line_break or buf[end] == 10 or buf[end] == 13
+    start = end
+    zero = True
+    while start > 0 and not _is_space(buf[start - 1]):
+        start -= 1
+        zero = zero and (buf[start] == 48 or buf[start] == 43 or buf[start] == 45)
+    if line_break and not zero:
+        return
+    err[_E_CODE] = _UNTERMINATED
+    err[_E_TOKEN] = t
+    err[_E_START] = start
+    err[_E_END] = end
+    err[_E_POSITIONS] = m
+    err[_E_POSITION] = m
+    err[_E_EXPECTED] = max(ln, 0) if m > 0 else 0
+    err[_E_READ] = err[_E_EXPECTED]
 
 
 @njit(cache=True)
@@ -186,13 +331,12 @@ def _parse(buf, max_move, keep):
     case_off[c]..case_off[c + 1], its largest heap is case_max[c] (-1 when none), and row i has
     heaps heaps[pos_off[i]:pos_off[i + 1]]. Row i * _ANCHOR_ROWS starts at byte anchors[i].
     Without `keep`, heaps and pos_off are empty: the input is only checked and measured.
-    err[0] == _OK when the input is valid; otherwise err describes the first problem in input
-    order.
+    err[_E_CODE] == _OK when the input is valid; otherwise err describes the first problem in
+    input order (a bad token is reported as such, whatever was expected there).
     """
     n = buf.shape[0]
     bound = n // 2 + 2  # every token takes a byte and a separator
     kept = bound if keep else 1
-    err = np.zeros(9, np.int64)
     moves = np.empty(bound, np.int64)
     moves_off = np.empty(bound, np.int64)
     case_off = np.empty(bound, np.int64)
@@ -203,130 +347,48 @@ def _parse(buf, max_move, keep):
     moves_off[0] = 0
     case_off[0] = 0
     pos_off[0] = 0
-    nmv = 0
-    nc = 0
-    npos = 0
-    nh = 0
+    err = np.zeros(_E_SLOTS, np.int64)
+    nmv = nc = npos = nh = 0
+    m = ln = np.int64(-1)  # the last case's m and its last position's l
     i = 0  # byte cursor
     t = -1  # index of the last token read
     while True:
-        # Every read below: a bad token is reported as such, whatever was expected there.
-        err[1] = nc + 1
-        st, k, b0, i = _next_token(buf, i)
+        st, k, i, t = _expect_int(buf, i, t, err)
         if st == _T_EOF:
-            break  # a missing final 0 is accepted
-        t += 1
+            if nc:
+                _unterminated(buf, t, m, ln, err)
+            break
         if st != _T_INT:
-            err[0] = _NOT_INT if st == _T_NOT_INT else _OVERFLOW
-            err[2] = t
-            err[7] = b0
-            err[8] = i
             break
         if k == 0:
-            st, v, b0, i2 = _next_token(buf, i)
-            if st != _T_EOF:
-                err[0] = _TRAILING
-                err[2] = t + 1
-                cnt = 0
-                while st != _T_EOF:
-                    cnt += 1
-                    st, v, b0, i2 = _next_token(buf, i2)
-                err[3] = cnt
+            _trailing(buf, i, t, err)
             break
-        err[2] = t
         if k < 0:
-            err[0] = _K_NEG
-            err[3] = k
+            _fault(err, _K_NEG, t, k)
             break
-        j = np.int64(0)
-        while j < k:
-            st, v, i, t = _expect_int(buf, i, t, err)
-            if st == _T_EOF:
-                err[0] = _EOF_MOVES
-                err[3] = k
-                err[4] = j
-                break
-            if st != _T_INT:
-                break
-            if v <= 0 or v > max_move:
-                err[0] = _MOVE_NONPOS if v <= 0 else _MOVE_BIG
-                err[3] = v
-                break
-            moves[nmv] = v
-            nmv += 1
-            j += 1
-        if err[0] != _OK:
+        i, t, nmv = _read_moves(buf, i, t, k, max_move, moves, nmv, err)
+        if err[_E_CODE] != _OK:
             break
         st, m, i, t = _expect_int(buf, i, t, err)
         if st == _T_EOF:
-            err[0] = _EOF_M
-            err[3] = k
+            err[_E_CODE] = _EOF_M
+            err[_E_EXPECTED] = k
             break
         if st != _T_INT:
             break
         if m < 0:
-            err[0] = _M_NEG
-            err[3] = m
+            _fault(err, _M_NEG, t, m)
             break
-        q = np.int64(0)
-        top = np.int64(-1)
-        while q < m:
-            err[3] = q + 1
-            err[4] = m
-            if npos % _ANCHOR_ROWS == 0:
-                anchors[npos // _ANCHOR_ROWS] = i
-            ok, ln, i_next = _plain_int(buf, i)
-            if ok:
-                i = i_next
-                t += 1
-                err[2] = t
-            else:
-                st, ln, i, t = _expect_int(buf, i, t, err)
-                if st == _T_EOF:
-                    err[0] = _EOF_L
-                    break
-                if st != _T_INT:
-                    break
-                if ln < 0:
-                    err[0] = _L_NEG
-                    err[5] = ln
-                    break
-            j, i, top = _plain_ints(buf, i, ln, heaps, nh, keep, top)
-            if j:
-                nh += j
-                t += j
-                err[2] = t
-            while j < ln:
-                st, h, i, t = _expect_int(buf, i, t, err)
-                if st == _T_EOF:
-                    err[0] = _EOF_HEAPS
-                    err[5] = ln
-                    err[6] = j
-                    break
-                if st != _T_INT:
-                    break
-                if h < 0:
-                    err[0] = _HEAP_NEG
-                    err[5] = h
-                    break
-                if keep:
-                    heaps[nh] = h
-                if h > top:
-                    top = h
-                nh += 1
-                j += 1
-            if err[0] != _OK:
-                break
-            npos += 1
-            if keep:
-                pos_off[npos] = nh
-            q += 1
-        if err[0] != _OK:
+        i, t, nh, npos, top, ln = _read_positions(buf, i, t, m, heaps, nh, pos_off, npos,
+                                                   anchors, keep, err)
+        if err[_E_CODE] != _OK:
             break
         case_max[nc] = top
         nc += 1
         moves_off[nc] = nmv
         case_off[nc] = npos
+    # the case an error is in: the one being read; for _UNTERMINATED the last one read
+    err[_E_CASE] = nc if err[_E_CODE] == _UNTERMINATED else nc + 1
     # Views: the untouched tails of these over-sized buffers are never paged in.
     kept_rows = npos + 1 if keep else 0
     return (moves[:nmv], moves_off[: nc + 1], case_off[: nc + 1], pos_off[:kept_rows],
@@ -509,50 +571,79 @@ def _token_text(buf: np.ndarray, start: int, end: int) -> str:
     return raw + ("..." if end - start > _SHOW else "")
 
 
+class _Fault(NamedTuple):
+    """The parser's error record, slot by slot (see _E_*)."""
+
+    code: int
+    case: int
+    token: int
+    position: int
+    positions: int
+    value: int
+    expected: int
+    read: int
+    start: int
+    end: int
+
+
+_MESSAGES = {
+    _EOF_MOVES: "{at}: expected {expected} moves after k = {expected}, input ended after {read}",
+    _EOF_M: "{at}: expected m (the number of positions) after the k = {expected} moves, "
+            "input ended",
+    _EOF_L: "{at}: expected 'l' (the number of heaps) of position {position} of {positions}, "
+            "input ended",
+    _EOF_HEAPS: "{at}, position {position} of {positions}: expected {expected} heap sizes after "
+                "'l', input ended after {read}",
+    _K_NEG: "{at}: k = {value} ({tok}) is negative (expected the number of moves, or 0 to end)",
+    _MOVE_NONPOS: "{at}: move {value} ({tok}) is not positive",
+    _MOVE_BIG: "{at}: move {value} ({tok}) is larger than " + str(_MAX_MOVE),
+    _M_NEG: "{at}: m = {value} ({tok}) is negative (expected the number of positions)",
+    _L_NEG: "{at}, position {position} of {positions}: l = {value} ({tok}) is negative "
+            "(expected a heap count)",
+    _HEAP_NEG: "{at}, position {position} of {positions}: heap size {value} ({tok}) is "
+               "negative",
+    _TRAILING: _WHERE + ": {value} unexpected token(s) after the terminating 0, starting at "
+                        "{tok}",
+}
+
+
 def _error(buf: np.ndarray, err: np.ndarray) -> InputError:
-    code, case, tok, a, b, c, d, start, end = (int(x) for x in err)
-    at = f"{_WHERE}: test case {case}"
-    token = f"token {tok + 1}"
-    if code in (_NOT_INT, _OVERFLOW):
-        what = ("does not fit in a 64-bit integer" if code == _OVERFLOW
+    fault = _Fault(*(int(x) for x in err))
+    tok = f"token {fault.token + 1}"
+    if fault.code in (_NOT_INT, _OVERFLOW):
+        what = ("does not fit in a 64-bit integer" if fault.code == _OVERFLOW
                 else "is not a non-negative integer")
-        msg = (f"{_WHERE}: {token} ({_token_text(buf, start, end)!r}, at byte offset {start}) "
-               f"{what}")
-        if case:
-            msg += f" (in test case {case})"
-    elif code == _EOF_MOVES:
-        msg = f"{at}: expected {a} moves after k = {a}, input ended after {b}"
-    elif code == _EOF_M:
-        msg = f"{at}: expected m (the number of positions) after the k = {a} moves, input ended"
-    elif code == _EOF_L:
-        msg = f"{at}: expected 'l' (the number of heaps) of position {a} of {b}, input ended"
-    elif code == _EOF_HEAPS:
-        msg = (f"{at}, position {a} of {b}: expected {c} heap sizes after 'l', "
-               f"input ended after {d}")
-    elif code == _K_NEG:
-        msg = f"{at}: k = {a} ({token}) is negative (expected the number of moves, or 0 to end)"
-    elif code == _MOVE_NONPOS:
-        msg = f"{at}: move {a} ({token}) is not positive"
-    elif code == _MOVE_BIG:
-        msg = f"{at}: move {a} ({token}) is larger than {_MAX_MOVE}"
-    elif code == _M_NEG:
-        msg = f"{at}: m = {a} ({token}) is negative (expected the number of positions)"
-    elif code == _L_NEG:
-        msg = f"{at}, position {a} of {b}: l = {c} ({token}) is negative (expected a heap count)"
-    elif code == _HEAP_NEG:
-        msg = f"{at}, position {a} of {b}: heap size {c} ({token}) is negative"
-    elif code == _TRAILING:
-        msg = (f"{_WHERE}: {a} unexpected token(s) after the terminating 0, "
-               f"starting at {token}")
-    else:  # pragma: no cover - every code is handled above
-        msg = f"{_WHERE}: invalid input (code {code})"
-    return InputError(msg)
+        return InputError(f"{_WHERE}: {tok} ({_token_text(buf, fault.start, fault.end)!r}, at "
+                          f"byte offset {fault.start}) {what} (in test case {fault.case})")
+    if fault.code == _UNTERMINATED:
+        return InputError(_unterminated_message(buf, fault, tok))
+    return InputError(_MESSAGES[fault.code].format(
+        at=f"{_WHERE}: test case {fault.case}", tok=tok, **fault._asdict()))
+
+
+def _unterminated_message(buf: np.ndarray, fault: _Fault, tok: str) -> str:
+    if fault.positions == 0:
+        role = f"m, the number of positions, of test case {fault.case}"
+    elif fault.expected == 0:
+        role = (f"l, the number of heaps, of position {fault.position} of {fault.positions} "
+                f"in test case {fault.case}")
+    else:
+        role = (f"heap {fault.read} of position {fault.position} of {fault.positions} in test "
+                f"case {fault.case}")
+    text = _token_text(buf, fault.start, fault.end)
+    seen = f"its last token, {text} ({tok}, at byte offset {fault.start}), was read as {role}"
+    if text.strip("+-0") == "":
+        why = "that 0 may be the terminator, read as data because a number before it was lost"
+    else:
+        why = "no line break follows it, so it may be cut short"
+    return (f"{_WHERE}: input ends without the terminating 0; {seen}, and {why}: truncated? "
+            "(a complete input ends with a line holding 0)")
 
 
 def _checked(data: bytes, keep: bool) -> tuple:
     buf = _as_buffer(data)
     *parsed, err = _parse(buf, _MAX_MOVE, keep)
-    if err[0] != _OK:
+    if err[_E_CODE] != _OK:
         raise _error(buf, err)
     return buf, *parsed
 
@@ -582,13 +673,21 @@ def parse_classic(data: bytes) -> list[ClassicCase]:
 # --------------------------------------------------------------------------- solving
 
 
-def solve_classic(data: bytes, cap: int = 2**26) -> str:
+_LIMIT_OPTIONS = {"max_table_len": "--cap", "max_rule_ops": "--max-rule-ops",
+                  "max_run_ops": "--max-run-ops"}
+
+
+def solve_classic(data: bytes, cap: int = grundy.DEFAULT_TABLE_LEN,
+                  max_rule_ops: int = grundy.DEFAULT_RULE_OPS,
+                  max_run_ops: int = grundy.DEFAULT_RUN_OPS) -> str:
     """Answer a classic S-Nim input: per test case one line of W/L, trailing newline.
 
     Two passes over the bytes, so no heap is ever stored: the first checks the input and finds
     each case's largest heap, then the tables are built, then the second reads the positions
-    again, on all threads, and answers them. Raises InputError for malformed input and RuleError
-    when a heap's value cannot be determined within `cap` tabulated values (no proven period).
+    again, on all threads, and answers them. Tables are bounded as in `run` (see
+    `grundy.TableBudget`): `cap` values, `max_rule_ops` operations a rule, `max_run_ops` in
+    all. Raises InputError for malformed input and RuleError when a heap's value is not
+    determined within them (no proven period), naming the limit.
     """
     buf, moves, moves_off, case_off, _, _, case_max, anchors = _checked(data, keep=False)
     if case_off.shape[0] == 1:
@@ -601,7 +700,8 @@ def solve_classic(data: bytes, cap: int = 2**26) -> str:
     ro = rule_off.tolist()
     rules = [grundy.Rule("subtraction", tuple(canon_list[ro[r] : ro[r + 1]]))
              for r in range(n_rules)]
-    tables = grundy.build_tables(rules, [m + 1 for m in rule_max.tolist()], [cap] * n_rules)
+    budget = grundy.TableBudget(cap, max_rule_ops, grundy.MAX_HEAP, max_run_ops)
+    tables = budget.build(rules, [m + 1 for m in rule_max.tolist()], [None] * n_rules)
     text, bad = _answers(buf, anchors, moves_off, case_off, case_rule,
                          *grundy.TableSet.of(tables).lookup_args())
     bad = bad[bad[:, 0] >= 0]
@@ -610,10 +710,12 @@ def solve_classic(data: bytes, cap: int = 2**26) -> str:
         case = int(np.searchsorted(case_off, row, side="right")) - 1
         pos = row - int(case_off[case])
         table = tables[int(case_rule[case])]
+        limit = table.stopped_by or "max_table_len"
         raise RuleError(
             f"{_WHERE}: test case {case + 1}, position {pos + 1}, heap {j + 1} (size {heap}): "
-            f"its Grundy value under S = {table.rule.label} is not determined within the table "
-            f"cap of {cap} values (no period proven in {table.table_len} values)")
+            f"its Grundy value under S = {table.rule.label} is not determined: no period is "
+            f"proven within the {table.table_len} values that {_LIMIT_OPTIONS[limit]} "
+            f"{getattr(budget, limit)} allows")
     return text.tobytes().decode("ascii")
 
 

@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 
 DEFAULT_CONFIG = Path("config.yaml")
-GRUNDY_SEARCH_OPS = 10**9  # `grundy` looks for a period for about a second or two (values x |S|)
+GRUNDY_SEARCH_OPS = 10**9  # `grundy` tabulates for about a second at most (see --max-ops)
 
 
 class Engine(str, Enum):
@@ -180,9 +180,11 @@ def grundy(
         help='The move set S, e.g. "2 5", "2,5,12" or "1..3".')] = "",
     kind: Annotated[str, typer.Option(help="subtraction, nim or half.")] = "subtraction",
     upto: Annotated[int, typer.Option(min=0, help="Print SG(0..UPTO).")] = 40,
-    cap: Annotated[int, typer.Option(min=1, help="Longest table to search for a period "
-                                     "(the search also stops after about 10^9 values x |S|).")]
+    cap: Annotated[int, typer.Option(min=1, help="Longest table to search for a period.")]
     = 2**26,
+    max_ops: Annotated[int, typer.Option(
+        min=1, help="Work limit of the table, for --upto and the period search, in operations "
+        "(values x (|S| + 200), about 1 ns each).")] = GRUNDY_SEARCH_OPS,
     plot: Annotated[Path | None, typer.Option(
         help="Also draw the SG sequence, preperiod and one period, to this PNG file.")] = None,
 ) -> None:
@@ -194,7 +196,8 @@ def grundy(
             rule = canonical_rule(kind, _parse_moves(moves) if kind == "subtraction" else None)
         except RuleError as exc:
             raise UsageError(f"--{'kind' if 'kind' in str(exc) else 'moves'}: {exc}") from None
-        table = build_table(rule, upto + 1, cap, probe_ops=GRUNDY_SEARCH_OPS)
+        limit = min(cap, rule.ops_len(max_ops))
+        table = build_table(rule, upto + 1, limit, probe_ops=max_ops)
         import numpy as np
 
         values = table.sg(np.arange(upto + 1, dtype=np.int64))
@@ -216,13 +219,20 @@ def grundy(
     known = values[values >= 0]
     typer.echo(f"SG(0..{known.shape[0] - 1}): " + " ".join(str(int(v)) for v in known))
     if known.shape[0] < values.shape[0]:
-        typer.echo(f"SG({known.shape[0]}..{upto}): unknown (beyond --cap {cap} values, "
+        beyond = f"--cap {cap} values" if limit == cap else f"--max-ops {max_ops}"
+        typer.echo(f"SG({known.shape[0]}..{upto}): unknown (beyond {beyond}, "
                    "with no period proven)")
 
 
 @app.command()
 def solve(
     cap: Annotated[int, typer.Option(min=1, help="Longest SG table to build.")] = 2**26,
+    max_rule_ops: Annotated[int, typer.Option(
+        min=1, help="Work limit of one rule's table, in operations (values x (|S| + 200), "
+        "about 1 ns each), as tables.max_rule_ops.")] = 2_000_000_000,
+    max_run_ops: Annotated[int, typer.Option(
+        min=1, help="Work limit of all tables together, as tables.max_run_ops.")]
+    = 10_000_000_000,
 ) -> None:
     """Read the classic S-Nim text format on stdin; print one line of W/L per test case.
 
@@ -231,7 +241,7 @@ def solve(
     try:
         from pipeline.classic import solve_classic
 
-        text = solve_classic(_stdin_bytes(), cap=cap)
+        text = solve_classic(_stdin_bytes(), cap, max_rule_ops, max_run_ops)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     sys.stdout.write(text)

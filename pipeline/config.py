@@ -14,7 +14,13 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError
-from pipeline.grundy import MAX_TABLE_LEN
+from pipeline.grundy import (
+    DEFAULT_RULE_OPS,
+    DEFAULT_RUN_OPS,
+    DEFAULT_TABLE_LEN,
+    DEFAULT_TOTAL_VALUES,
+    MAX_TABLE_LEN,
+)
 
 ENGINES = ("polars", "spark")
 POLICIES = ("reject", "fail")
@@ -35,12 +41,15 @@ class Columns:
 @dataclass(frozen=True)
 class Tables:
     """SG table limits: `max_table_len` caps any table and `max_total_values` all of a run's
-    tables together (memory: 1 byte a value for |S| < 255); `period_probe_ops` is the work
-    (table length x |S|, in all) spent past the data's largest heaps proving periods to
-    report in sg_tables."""
+    tables together (memory: 1 byte a value for |S| < 255); `max_rule_ops` caps the work of
+    any table and `max_run_ops` all tables' together (operations: values x (|S| + 200),
+    about a nanosecond each, see grundy.PROOF_OPS); `period_probe_ops` is the work spent
+    past the data's largest heaps proving periods to report in sg_tables."""
 
-    max_table_len: int = 2**26
-    max_total_values: int = 2**30
+    max_table_len: int = DEFAULT_TABLE_LEN
+    max_total_values: int = DEFAULT_TOTAL_VALUES
+    max_rule_ops: int = DEFAULT_RULE_OPS
+    max_run_ops: int = DEFAULT_RUN_OPS
     period_probe_ops: int = 200_000_000
 
 
@@ -189,6 +198,10 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     if t.max_total_values < 1:
         raise ConfigError(f"{source}: key 'tables.max_total_values' must be >= 1, "
                           f"got {t.max_total_values}")
+    for key in ("max_rule_ops", "max_run_ops"):
+        if getattr(t, key) < 1:
+            raise ConfigError(f"{source}: key 'tables.{key}' must be >= 1, "
+                              f"got {getattr(t, key)}")
     if t.period_probe_ops < 0:
         raise ConfigError(f"{source}: key 'tables.period_probe_ops' must be >= 0, "
                           f"got {t.period_probe_ops}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -21,6 +21,17 @@ KINDS = {"subtraction": kernels.KIND_SUBTRACTION, "nim": kernels.KIND_NIM,
          "half": kernels.KIND_HALF}
 MAX_HEAP = 2**63 - 1
 MAX_TABLE_LEN = 2**32 - 1
+# Work is counted in operations: one SG value of a subtraction rule costs |S| + PROOF_OPS, its
+# moves plus the period proof's window hash, which costs about as much as PROOF_OPS moves (a
+# cache miss in a table as long as the SG table). One operation is about a nanosecond.
+PROOF_OPS = 200
+REGROW_OPS = 64  # growing a table hashes the windows it has seen again (measured 17-63 ns each)
+DEFAULT_TABLE_LEN = 2**26
+DEFAULT_TOTAL_VALUES = 2**30
+DEFAULT_RULE_OPS = 2_000_000_000
+DEFAULT_RUN_OPS = 10_000_000_000
+LABEL_MOVES = 12  # `Rule.label` shows this many moves at most
+FIRST_ROUND_LEN = 1 << 16  # `TableBudget.build` grows a table to this length, then doubles it
 
 
 @dataclass(frozen=True, order=True)
@@ -32,9 +43,24 @@ class Rule:
 
     @property
     def label(self) -> str:
+        """The rule for messages: its kind, or S, whose middle is elided past LABEL_MOVES
+        moves (a reject reason per row must not carry a million moves)."""
         if self.kind != "subtraction":
             return self.kind
-        return "{" + ", ".join(map(str, self.moves)) + "}"
+        if len(self.moves) <= LABEL_MOVES:
+            return "{" + ", ".join(map(str, self.moves)) + "}"
+        shown = [*map(str, self.moves[:LABEL_MOVES - 2]), "...", *map(str, self.moves[-2:])]
+        return "{" + ", ".join(shown) + "} (" + f"{len(self.moves)} moves)"
+
+    @property
+    def value_ops(self) -> int:
+        """Work of tabulating one SG value (operations; 0 for the closed forms)."""
+        return len(self.moves) + PROOF_OPS if self.kind == "subtraction" else 0
+
+    def ops_len(self, ops: int) -> int:
+        """How many SG values `ops` operations tabulate: SG(0) = 0 is free, each other costs
+        `value_ops`."""
+        return 1 + max(0, ops) // self.value_ops if self.value_ops else MAX_TABLE_LEN
 
 
 def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
@@ -63,17 +89,34 @@ def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
 class SGTable:
     """Grundy values T[0:len] of one rule, with the proven preperiod/period when found.
 
-    `values` is empty for `nim` and `half`, whose values are closed forms.
+    `values` is empty for `nim` and `half`, whose values are closed forms. `stopped_by` names
+    the limit that keeps a table without a period from growing (for reasons that name it).
     """
 
     rule: Rule
     values: np.ndarray
     preperiod: int | None
     period: int | None
+    stopped_by: str | None = None
 
     @property
     def table_len(self) -> int:
         return int(self.values.shape[0])
+
+    @property
+    def work(self) -> int:
+        """Operations spent tabulating it: its values, and with a period the max(S) values
+        past it that proved the repeat."""
+        proof = self.rule.moves[-1] if self.period is not None else 0
+        return max(0, self.table_len - 1 + proof) * self.rule.value_ops
+
+    @property
+    def regrow_ops(self) -> int:
+        """Work of extending it (no period yet): the period proof hashes again the windows it
+        has seen, REGROW_OPS each, one per value from max(S) on."""
+        if self.rule.kind != "subtraction" or self.period is not None:
+            return 0
+        return max(0, self.table_len - self.rule.moves[-1] + 1) * REGROW_OPS
 
     def max_known_heap(self) -> int:
         """Largest heap whose value this table determines."""
@@ -99,7 +142,7 @@ def _value_dtype(n_moves: int) -> type:
 def _stop_len(rule: Rule, need_len: int, cap: int, probe_ops: int = 0) -> int:
     if not 1 <= cap <= MAX_TABLE_LEN:
         raise RuleError(f"table cap {cap} must be between 1 and {MAX_TABLE_LEN}")
-    probe_len = probe_ops // len(rule.moves) if probe_ops > 0 else 0
+    probe_len = rule.ops_len(probe_ops) if probe_ops > 0 else 0
     return min(cap, max(need_len, probe_len, 1))
 
 
@@ -117,8 +160,8 @@ def build_table(rule: Rule, need_len: int = 0, cap: int = 2**26, probe_ops: int 
                 grow: SGTable | None = None) -> SGTable:
     """Tabulate `rule` far enough for heaps < need_len, stopping early once a period is proven.
 
-    `probe_ops` lets a cheap rule keep tabulating past need_len (up to probe_ops / |S| values) to
-    find its period for the sg_tables report; nothing is ever tabulated past `cap` values.
+    `probe_ops` lets a cheap rule keep tabulating past need_len (up to `rule.ops_len(probe_ops)`
+    values) to find its period; nothing is ever tabulated past `cap` values.
     `grow`, an earlier table of the rule without a period, is extended instead of starting
     over; the result is the same.
     """
@@ -162,7 +205,7 @@ def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence
     vals = np.zeros(int(stop.sum()), dtype=_value_dtype(int(k.max())))
     start = np.array([_given(grow[i] if grow else None, vals[vals_base[q]:][:stop[q]])
                       for q, i in enumerate(subtraction)], dtype=np.int64)
-    worker_start, jobs = balance((stop - start) * k, numba.get_num_threads())
+    worker_start, jobs = balance((stop - start) * (k + PROOF_OPS), numba.get_num_threads())
     n, pre, per = kernels.tabulate_many(
         moves, np.concatenate(([0], np.cumsum(k)[:-1])).astype(np.int64), k, vals, vals_base,
         start, stop, worker_start, jobs)
@@ -174,6 +217,117 @@ def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence
                                                                copy=not share)
         tables[i] = _finished(rules[i], own, int(n[q]), int(pre[q]), int(per[q]))
     return tables
+
+
+@dataclass
+class TableBudget:
+    """A run's limits on its SG tables, and what its tables have taken so far.
+
+    The limits: the longest table (`max_table_len` values) and one rule's work
+    (`max_rule_ops`), then all tables' values together (`max_total_values`, memory) and all
+    tables' work (`max_run_ops`, which also counts `regrow_ops` each time a table grows
+    again). A table that would pass a limit is tabulated up to it (its period may still be
+    proven there) and then grows no further; its `stopped_by` names that limit.
+
+    `build` builds tables on all cores in rounds, each planned before it runs: the run-wide
+    room is granted in rule order and reserved as if no period came early, so the tables do
+    not depend on the number of threads. When all the tables fit in the room, one round builds
+    them; otherwise each round grows each table at most to double its length (from
+    FIRST_ROUND_LEN), until it has what it needs, proves its period or meets a limit, so that
+    the room is shared about evenly among the tables that need much, not spent on the first.
+    """
+
+    max_table_len: int = DEFAULT_TABLE_LEN
+    max_rule_ops: int = DEFAULT_RULE_OPS
+    max_total_values: int = DEFAULT_TOTAL_VALUES
+    max_run_ops: int = DEFAULT_RUN_OPS
+    values: int = 0
+    ops: int = 0
+
+    def _own_limit(self, rule: Rule) -> tuple[int, str]:
+        limits = {"max_table_len": self.max_table_len,
+                  "max_rule_ops": rule.ops_len(self.max_rule_ops)}
+        name = min(limits, key=limits.__getitem__)
+        return limits[name], name
+
+    def _room(self, rule: Rule, old: SGTable | None, values: int, ops: int) -> tuple[int, str]:
+        """The longest table of `rule` that the run's values and work left allow, given that
+        `values` and `ops` are taken (old's share included; growing old costs its regrow_ops
+        too)."""
+        have, spent, regrow = ((old.table_len, old.work, old.regrow_ops) if old is not None
+                               else (0, 0, 0))
+        limits = {"max_total_values": have + self.max_total_values - values,
+                  "max_run_ops": rule.ops_len(spent + self.max_run_ops - ops - regrow)}
+        name = min(limits, key=limits.__getitem__)
+        return limits[name], name
+
+    def _grant(self, rules: Sequence[Rule], tables: Sequence[SGTable | None],
+               targets: dict[int, int]) -> tuple[dict[int, int], dict[int, str]]:
+        """Lengths for tables i (in order) towards targets[i], as far as the run's room goes,
+        reserved as if no period came early; and the tables the room stops, with the limit."""
+        values, ops = self.values, self.ops
+        stops, short = {}, {}
+        for i, target in targets.items():
+            old = tables[i]
+            room, name = self._room(rules[i], old, values, ops)
+            stops[i] = target if room >= target else max(_length(old), room, 1)
+            if room < target:
+                short[i] = name
+            values += stops[i] - _length(old)
+            ops += _growth_ops(rules[i], old, stops[i])
+        return stops, short
+
+    def build(self, rules: Sequence[Rule], need_lens: Sequence[int],
+              grown: Sequence[SGTable | None]) -> list[SGTable]:
+        """Tables of `rules` for heaps < need_lens (extending `grown`, earlier tables of the
+        same rules without a period), charged to the budget at the work they took."""
+        tables: list[SGTable | None] = list(grown)
+        goals: dict[int, int] = {}
+        stopped_by: list[str | None] = [None] * len(rules)
+        for i, rule in enumerate(rules):
+            if rule.kind != "subtraction":
+                tables[i] = _closed_form(rule)
+                continue
+            limit, name = self._own_limit(rule)
+            goal = max(1, min(need_lens[i], limit))
+            if goal >= limit:
+                stopped_by[i] = name
+            if grown[i] is None or grown[i].period is None and grown[i].table_len < goal:
+                goals[i] = goal
+        while goals:
+            stops, short = self._grant(rules, tables, goals)
+            if short:  # the room binds: grow every table at the same pace instead
+                stops, short = self._grant(rules, tables, {
+                    i: min(goal, max(2 * _length(tables[i]), FIRST_ROUND_LEN))
+                    for i, goal in goals.items()})
+            todo = [i for i, stop in stops.items() if stop > _length(tables[i])]
+            built = build_tables([rules[i] for i in todo], [stops[i] for i in todo],
+                                 [stops[i] for i in todo], [tables[i] for i in todo])
+            for i, table in zip(todo, built):
+                old = tables[i]
+                self.values += table.table_len - _length(old)
+                self.ops += table.work - (old.work - old.regrow_ops if old is not None else 0)
+                tables[i] = table
+            for i, name in short.items():
+                stopped_by[i] = name
+            goals = {i: goal for i, goal in goals.items() if i not in short
+                     and tables[i].period is None and _length(tables[i]) < goal}
+        return [replace(t, stopped_by=why) if why is not None and t.period is None else t
+                for t, why in zip(tables, stopped_by)]
+
+
+def _length(table: SGTable | None) -> int:
+    return table.table_len if table is not None else 0
+
+
+def _growth_ops(rule: Rule, old: SGTable | None, length: int) -> int:
+    """Most work that growing `old` to `length` values may take: the new values, and the old
+    windows hashed again."""
+    if old is None:
+        return (length - 1) * rule.value_ops
+    if length <= old.table_len:
+        return 0
+    return (length - 1) * rule.value_ops - old.work + old.regrow_ops
 
 
 def balance(costs: np.ndarray, workers: int) -> tuple[np.ndarray, np.ndarray]:

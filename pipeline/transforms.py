@@ -706,18 +706,19 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
         "table": pl.Series(range(len(tables.tables)), dtype=pl.Int64),
         "_label": pl.Series([t.rule.label for t in tables.tables], dtype=pl.String),
         "_len": pl.Series([t.table_len for t in tables.tables], dtype=pl.Int64),
+        "_limit": pl.Series([t.stopped_by or "tables.max_table_len" for t in tables.tables],
+                            dtype=pl.String),
     })
     beyond = pl.col("_bad") >= 0
     bad_heap = pl.col("heaps").list.get(pl.col("_bad").clip(0, None), null_on_oob=True)
     return out.join(labels, on="table", how="left", maintain_order="left").with_columns(
         pl.when(beyond).then(pl.format(
-            "heap {} at index {} needs SG values of {} beyond tables.max_table_len / "
-            "tables.max_total_values ({} values tabulated), and no period was proven within "
-            "them",
-            bad_heap, pl.col("_bad"), pl.col("_label"), pl.col("_len"),
+            "heap {} at index {} needs SG values of {} beyond {} ({} values tabulated), "
+            "and no period was proven within them",
+            bad_heap, pl.col("_bad"), pl.col("_label"), pl.col("_limit"), pl.col("_len"),
         )).otherwise(pl.col("_reason")).alias("_reason"),
         pl.when(beyond).then(pl.lit("heaps")).otherwise(pl.col("_column")).alias("_column"),
-    ).drop("_label", "_len")
+    ).drop("_label", "_len", "_limit")
 
 
 def with_verdict(verdicts: FrameT) -> FrameT:

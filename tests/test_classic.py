@@ -100,8 +100,9 @@ def test_sample_matches_reference():
 
 
 @pytest.mark.parametrize("text", [
-    SAMPLE.rstrip(b"\n").rsplit(b"\n", 1)[0],  # no terminating 0
+    SAMPLE.rstrip(b"\n").rsplit(b"\n", 1)[0] + b"\n",  # no terminating 0, a final line break
     SAMPLE.rstrip(b"\n").rsplit(b"\n", 1)[0] + b"\n\n  \t",  # no 0, trailing whitespace
+    SAMPLE.rstrip(b"\n").rsplit(b"\n", 1)[0] + b"\r",  # no 0, a final carriage return
     b" ".join(SAMPLE.split()),  # all on one line
     SAMPLE.replace(b"\n", b"\r\n"),  # CRLF
     SAMPLE.replace(b"\n", b"\n\n\n"),  # blank lines
@@ -233,6 +234,54 @@ def test_errors_are_informative(text, pattern):
             fn(text)
 
 
+UNTERMINATED = r"input ends without the terminating 0; its last token, "
+NO_LINE_BREAK = r", and no line break follows it, so it may be cut short: truncated\?"
+ZERO_READ = r", and that 0 may be the terminator, read as data because a number before it was lost"
+
+
+@pytest.mark.parametrize("text, pattern", [
+    # the last number cut short ("12" -> "1"): the input still parses, but no line break follows
+    (b"2 2 5\n3\n2 5 12\n3 2 4 7\n4 2 3 7 1",
+     UNTERMINATED + r"1 \(token 16, at byte offset 31\), was read as heap 4 of position 3 of 3 "
+     r"in test case 1" + NO_LINE_BREAK),
+    (b"2 2 5\n3\n2 5 12\n3 2 4 7\n4 2 3 7 12\n5 1 2 3 4 5\n3\n2 5 12\n3 2 4 7\n4 2 3 7 12",
+     r"its last token, 12 \(token 35, .*heap 4 of position 3 of 3 in test case 2" + NO_LINE_BREAK),
+    # a lost number lets the terminator be read as a heap, an l or an m
+    (b"2 2 5\n3\n2 5 12\n3 2 4 7\n4 2 3 7\n0\n",
+     UNTERMINATED + r"0 \(token 16, at byte offset 31\), was read as heap 4 of position 3 of 3 "
+     r"in test case 1" + ZERO_READ),
+    (b"2 2 5\n3\n2 5 12\n3 2 4 7\n0\n",
+     r"its last token, 0 \(token 12, .*was read as l, the number of heaps, of position 3 of 3 "
+     r"in test case 1" + ZERO_READ),
+    (b"1 1\n1\n1 3\n2 2 5\n0\n",
+     r"its last token, 0 \(token 9, .*was read as m, the number of positions, of test case 2"
+     + ZERO_READ),
+    (b"1 1\n1\n1 3\n2 2 5\n00\r\n", r"its last token, 00 .*read as m, .*test case 2" + ZERO_READ),
+    (b"1 1 2 1 2 1 0",
+     r"its last token, 0 \(token 7, .*heap 1 of position 2 of 2 in test case 1" + ZERO_READ),
+])
+def test_missing_terminator_where_the_input_may_be_truncated(text, pattern):
+    """Without its final 0 an input is accepted only when a line break follows its last token
+    and that token is not a 0: otherwise it may have lost its end, and the error says what the
+    last token was read as; `convert` parses the same way."""
+    for fn in (solve_classic, parse_classic, classic_to_tables):
+        with pytest.raises(InputError, match=pattern):
+            fn(text)
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b"2 2 5\n3\n2 5 12\n3 2 4 7\n4 2 3 7 12\n", "LWW\n"),
+    (b"2 2 5\n3\n2 5 12\n3 2 4 7\n4 2 3 7 12 \t\r\n \n", "LWW\n"),
+    (b"2 2 5\n2\n2 5 12\n1 10\n", "LW\n"),  # S = {2, 5}: SG(10) = 3 (period 7)
+    (b"2 2 5\n1\n0\n0", "L\n"),  # an empty position, then the terminator
+    (b"2 2 5\n0\n0", "\n"),  # no positions, then the terminator
+    (b"2 2 5\n1\n1 0\n0\n", "L\n"),  # a heap of 0 with the terminator after it
+    (b"\n \t", ""),  # no test case at all
+])
+def test_missing_terminator_accepted_where_it_cannot_hide_a_cut(text, expected):
+    assert solve_classic(text) == expected
+
+
 def test_first_error_in_input_order_wins():
     with pytest.raises(InputError, match=r"move 0"):
         solve_classic(b"2 0 5 1 1 x")
@@ -254,7 +303,7 @@ def test_parse_classic_sample():
         assert [p.tolist() for p in c.positions] == [[5, 12], [2, 4, 7], [2, 3, 7, 12]]
         assert c.offsets.tolist() == [0, 2, 5, 9]
         assert c.heaps.dtype == np.int64
-    assert parse_classic(b"3 5 2 2 1 0")[0].moves == (5, 2, 2)  # as given
+    assert parse_classic(b"3 5 2 2 1 0 0")[0].moves == (5, 2, 2)  # as given
 
 
 def test_read_classic_flat_layout():
@@ -310,10 +359,26 @@ seps_st = st.lists(st.sampled_from([" ", "\n", "\t", "\r\n", "  ", "\n\n", " \n 
                    min_size=1, max_size=5)
 
 
+def unterminated_ok(tokens: list[int], tail: bytes) -> bool:
+    """An input without its final 0 is accepted when a line break ends it and its last token
+    is not 0 (the documented rule)."""
+    return (b"\n" in tail or b"\r" in tail) and tokens[-1] != 0
+
+
+def case_tokens(cases) -> list[int]:
+    return render(cases, seps=(" ",), terminate=False).split()
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases=cases_st, seps=seps_st, terminate=st.booleans())
 def test_random_inputs_match_brute_force(cases, seps, terminate):
     text = render(cases, seps=seps, terminate=terminate)
+    tokens = [int(t) for t in text.split()]
+    tail = text[len(text.rstrip()):]
+    if not terminate and not unterminated_ok(tokens, tail):
+        with pytest.raises(InputError, match="input ends without the terminating 0"):
+            solve_classic(text)
+        return
     assert solve_classic(text) == brute_answer(cases)
     parsed = parse_classic(text)
     assert [(list(c.moves), [p.tolist() for p in c.positions]) for c in parsed] == \
@@ -323,6 +388,8 @@ def test_random_inputs_match_brute_force(cases, seps, terminate):
 @settings(max_examples=100, deadline=None)
 @given(cases=cases_st, data=st.data())
 def test_truncated_inputs(cases, data):
+    """An input cut after any token: at a case boundary it is the whole cases before the cut,
+    if the unterminated rule accepts it; anywhere else an error that says the input ended."""
     tokens, boundaries = [], []
     for moves, positions in cases:
         boundaries.append(len(tokens))
@@ -331,13 +398,38 @@ def test_truncated_inputs(cases, data):
             tokens += [len(pos), *pos]
     boundaries.append(len(tokens))
     cut = data.draw(st.integers(0, len(tokens)))
-    text = " ".join(map(str, tokens[:cut])).encode()
-    if cut in boundaries:
-        whole = boundaries.index(cut)
-        assert solve_classic(text) == brute_answer(cases[:whole])
+    tail = data.draw(st.sampled_from([b"", b" ", b"\n", b" \r\n"]))
+    text = " ".join(map(str, tokens[:cut])).encode() + tail
+    if cut == 0:
+        assert solve_classic(text) == ""
+    elif cut in boundaries and unterminated_ok(tokens[:cut], tail):
+        assert solve_classic(text) == brute_answer(cases[:boundaries.index(cut)])
+    elif cut in boundaries:
+        with pytest.raises(InputError, match=r"input ends without the terminating 0"):
+            solve_classic(text)
     else:
         with pytest.raises(InputError, match=r"test case \d+.*input ended"):
             solve_classic(text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases=cases_st, seps=seps_st, data=st.data())
+def test_a_byte_cut_never_gives_a_wrong_answer(cases, seps, data):
+    """A complete input cut at any byte (a number may lose digits) is either an error or the
+    answers of the cases before the cut, all of them or, when the cut leaves whole lines that
+    end a test case, those."""
+    text = render(cases, seps=seps)
+    full = brute_answer(cases).splitlines(keepends=True)
+    cut = text[:data.draw(st.integers(0, len(text) - 1))]
+    try:
+        answer = solve_classic(cut)
+    except InputError:
+        return
+    lines = answer.splitlines(keepends=True)
+    assert answer == "".join(full[:len(lines)])
+    if len(lines) < len(full):
+        tail = cut[len(cut.rstrip()):]
+        assert cut.strip() == b"" or b"\n" in tail or b"\r" in tail
 
 
 @settings(max_examples=50, deadline=None)

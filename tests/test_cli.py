@@ -3,8 +3,10 @@ expected values from the independent references in conftest."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,9 @@ import pytest
 from conftest import CLASSIC_SAMPLE, naive_period, naive_sg, sg_half, wins, write_csv
 from typer.testing import CliRunner
 
+from pipeline import cli as cli_module
 from pipeline.cli import app
+from pipeline.grundy import DEFAULT_RULE_OPS, DEFAULT_RUN_OPS
 
 SCRIPT = Path(sys.executable).with_name("snim-batch")
 
@@ -184,6 +188,24 @@ def test_grundy_unknown_kind_exit_2(cli):
     assert result.exit_code == 2, result.output
 
 
+def test_grundy_work_limit_bounds_what_upto_asks(cli):
+    """--max-ops bounds the table whatever --upto asks: S = 1..10^6 costs 10^6 + 200
+    operations a value past SG(0), so the default 10^9 gives SG(0..999) (only moves up to x
+    matter for SG(x)) and the rest is unknown, naming the option; a smaller --max-ops, less."""
+    result = cli("grundy", "--moves", "1..1000000", "--upto", "5000")
+    assert result.exit_code == 0, result.output
+    lines = grundy_lines(result.stdout)
+    assert lines["SG(0..999)"].split() == [str(v) for v in naive_sg(range(1, 1000), 1000)]
+    assert lines["SG(1000..5000)"] == (
+        "unknown (beyond --max-ops 1000000000, with no period proven)")
+    assert lines["period"] == "none found within 1000 values"
+    result = cli("grundy", "--moves", "1 1000", "--upto", "300", "--max-ops", str(99 * 202))
+    assert result.exit_code == 0, result.output
+    lines = grundy_lines(result.stdout)
+    assert lines["SG(0..99)"].split() == [str(v) for v in naive_sg((1, 1000), 100)]
+    assert lines["SG(100..300)"] == "unknown (beyond --max-ops 19998, with no period proven)"
+
+
 # ---- solve and convert ----------------------------------------------------------------------
 
 
@@ -213,6 +235,27 @@ def test_solve_random_classic_input_matches_brute_force(cli):
     assert result.stdout == expected
 
 
+@pytest.mark.parametrize(("cut", "role"), [
+    (CLASSIC_SAMPLE.replace("7 12\n0\n", "7 1"), "1 .*heap 4 of position 3 of 3 in test case 2"),
+    (CLASSIC_SAMPLE.replace("3 7 12\n0\n", "3 7\n0\n"),
+     "0 .*heap 4 of position 3 of 3 in test case 2"),
+])
+def test_solve_and_convert_refuse_an_input_that_may_be_truncated(cli, tmp_path, monkeypatch,
+                                                                 cut, role):
+    """A classic input that lost its end (the last number cut short, or a number lost so that
+    the terminating 0 reads as a heap) fails both commands with exit 1 naming the last token;
+    nothing is printed or written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cut.txt").write_text(cut)
+    for result in (cli("solve", input=cut), cli("convert", "cut.txt", "--out", "tables")):
+        no_traceback(result)
+        assert result.exit_code == 1
+        assert result.stdout == ""
+        assert re.search(r"input ends without the terminating 0; its last token, " + role +
+                         r".*truncated\?", result.stderr)
+    assert not (tmp_path / "tables").exists()
+
+
 @pytest.mark.parametrize("text", [CLASSIC_SAMPLE, "random"])
 def test_convert_then_run_matches_solve(cli, tmp_path, monkeypatch, text):
     monkeypatch.chdir(tmp_path)
@@ -233,6 +276,29 @@ def test_convert_then_run_matches_solve(cli, tmp_path, monkeypatch, text):
 
 
 # ---- the installed script -------------------------------------------------------------------
+
+def test_solve_work_limits_name_their_option(cli):
+    """solve bounds its tables as run does: past --max-rule-ops or --max-run-ops a heap's value
+    is unknown, exit 1 naming the case, the heap and the option; the defaults are run's."""
+    many = " ".join(map(str, range(1, 401)))  # 600 operations a value
+    result = cli("solve", "--max-rule-ops", "6000", input=f"400 {many}\n1\n1 500\n0\n")
+    assert result.exit_code == 1
+    assert result.stderr.strip().endswith(
+        "test case 1, position 1, heap 1 (size 500): its Grundy value under S = "
+        "{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ..., 399, 400} (400 moves) is not determined: no "
+        "period is proven within the 11 values that --max-rule-ops 6000 allows")
+    text = "2 1 1001\n1\n1 999\n2 1 1002\n1\n1 999\n0\n"  # 999 x 202 operations each
+    result = cli("solve", "--max-run-ops", str(999 * 202 + 498 * 202), input=text)
+    assert result.exit_code == 1
+    assert "test case 2, position 1, heap 1 (size 999)" in result.stderr
+    assert "within the 499 values that --max-run-ops 302394 allows" in result.stderr
+    result = cli("solve", "--max-run-ops", str(2 * 999 * 202), input=text)
+    assert (result.exit_code, result.stdout) == (0, "W\nW\n")  # SG(999) = 1 (x % 2 below 1000)
+    defaults = {name: p.default for name, p in inspect.signature(cli_module.solve).parameters
+                .items()}
+    assert (defaults["max_rule_ops"], defaults["max_run_ops"]) == (DEFAULT_RULE_OPS,
+                                                                   DEFAULT_RUN_OPS)
+
 
 needs_script = pytest.mark.skipif(not SCRIPT.exists(), reason="snim-batch script not installed")
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import invoke
 
-from pipeline.config import Config, config_from_dict, load_config
+from pipeline.config import Config, Tables, config_from_dict, load_config
 from pipeline.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +72,10 @@ def test_unknown_key(tmp_path: Path, extra: str, key: str) -> None:
     ("tables:\n  max_table_len: 99999999999999999999\n", "tables.max_table_len"),
     ("tables:\n  period_probe_ops: -1\n", "tables.period_probe_ops"),
     ("tables:\n  period_probe_ops: '10'\n", "tables.period_probe_ops"),
+    ("tables:\n  max_rule_ops: 0\n", "tables.max_rule_ops"),
+    ("tables:\n  max_rule_ops: 2.5e9\n", "tables.max_rule_ops"),
+    ("tables:\n  max_run_ops: -1\n", "tables.max_run_ops"),
+    ("tables:\n  max_run_ops: lots\n", "tables.max_run_ops"),
     ("spark:\n  master: 5\n", "spark.master"),
 ])
 def test_wrong_type_or_value(tmp_path: Path, extra: str, key: str) -> None:
@@ -126,6 +130,16 @@ def test_not_a_mapping_or_not_yaml(tmp_path: Path, text: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(path) in str(info.value)
+
+
+def test_work_limits_have_documented_defaults_and_are_configurable(tmp_path: Path) -> None:
+    """tables.max_rule_ops and tables.max_run_ops: 2 * 10^9 and 10^10 operations unless set
+    (README), any integer >= 1 when set, and recorded in the manifest's config."""
+    assert (Tables().max_rule_ops, Tables().max_run_ops) == (2_000_000_000, 10_000_000_000)
+    cfg = load_config(write(tmp_path / "c.yaml", BASE + (
+        "tables:\n  max_rule_ops: 1\n  max_run_ops: 123456789012345\n")))
+    assert (cfg.tables.max_rule_ops, cfg.tables.max_run_ops) == (1, 123456789012345)
+    assert cfg.as_dict()["tables"]["max_run_ops"] == 123456789012345
 
 
 def test_missing_config_file(tmp_path: Path) -> None:

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import random
 
+import numba
 import numpy as np
 import pytest
 from conftest import naive_period, naive_sg, naive_sg_half
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline import grundy
 from pipeline.errors import RuleError
 from pipeline.grundy import (
     MAX_HEAP,
     MAX_TABLE_LEN,
     Rule,
+    TableBudget,
     balance,
     build_table,
     build_tables,
@@ -202,6 +205,132 @@ def test_balance_gives_every_job_once_longest_first(workers):
 
 
 # ---------------------------------------------------------------------------------------------
+# Work limits (TableBudget): one SG value past SG(0) costs |S| + 200 operations (documented)
+# ---------------------------------------------------------------------------------------------
+
+
+def value_ops(moves) -> int:
+    return len(set(moves)) + 200
+
+
+def test_budget_bounds_each_rule_by_its_work():
+    """A table gets at most 1 + max_rule_ops // (|S| + 200) values: past that it stops, naming
+    the limit, with the naive values; a rule whose |S| alone costs more than the bound keeps
+    SG(0) only; a period proven within the bound needs no more."""
+    rule_ops = 6_000
+    sets = [tuple(range(1, 401)), tuple(range(1, 6001)), (1, 2), (1, 100)]
+    budget = TableBudget(max_rule_ops=rule_ops)
+    tables = budget.build([sub(s) for s in sets], [MAX_HEAP] * 4, [None] * 4)
+    lens = [1 + rule_ops // value_ops(s) for s in sets]
+    assert lens == [11, 1, 30, 30]
+    assert [t.table_len for t in tables[:2]] + [tables[3].table_len] == [11, 1, 30]
+    assert [t.stopped_by for t in tables] == ["max_rule_ops", "max_rule_ops", None,
+                                              "max_rule_ops"]
+    assert (tables[2].preperiod, tables[2].period) == naive_first_repeat((1, 2))
+    for s, t in zip(sets, tables):
+        assert t.values.tolist() == naive_sg(s, t.table_len)
+    pre, per = naive_first_repeat((1, 2))
+    works = [(n - 1) * value_ops(s) for s, n in zip(sets, [11, 1, pre + per + 2, 30])]
+    assert [t.work for t in tables] == works and budget.ops == sum(works)
+    assert all(w <= rule_ops for w in works)
+
+
+def test_budget_run_ops_go_first_come_first_served_within_one_round():
+    """Tables that each fit but together pass max_run_ops: in rule order, each gets what it
+    needs while the run's work lasts, the next one what is left, the rest SG(0); the values
+    are the naive ones, and the run's work never passes the limit."""
+    sets = [(1, 1000 + i) for i in range(10)]  # no period within 1000 values: SG(x) = x % 2
+    run_ops = 3 * 999 * 202 + 499 * 202 + 201
+    budget = TableBudget(max_run_ops=run_ops)
+    tables = budget.build([sub(s) for s in sets], [1000] * 10, [None] * 10)
+    assert [t.table_len for t in tables] == [1000] * 3 + [500] + [1] * 6
+    assert [t.stopped_by for t in tables] == [None] * 3 + ["max_run_ops"] * 7
+    for s, t in zip(sets, tables):
+        assert t.values.tolist() == naive_sg(s, t.table_len)
+    assert budget.ops == (3 * 999 + 499) * 202 <= run_ops
+
+
+def test_budget_rounds_share_the_run_ops_among_long_tables(monkeypatch):
+    """Tables that need more than one round grow in rounds, each at most doubling from
+    FIRST_ROUND_LEN: with 1000 paid values for three tables that need 1000 each, rounds of
+    8, 16, ..., 256 values fit (765 paid), then the first table gets the 235 left (491) and
+    the others stay at 256, instead of the first taking it all."""
+    monkeypatch.setattr(grundy, "FIRST_ROUND_LEN", 8)
+    sets = [(1, 1001), (1, 1002), (1, 1003)]
+    budget = TableBudget(max_run_ops=1000 * 202)
+    tables = budget.build([sub(s) for s in sets], [1000] * 3, [None] * 3)
+    assert [t.table_len for t in tables] == [491, 256, 256]
+    assert [t.stopped_by for t in tables] == ["max_run_ops"] * 3
+    assert budget.ops == 1000 * 202
+    for s, t in zip(sets, tables):
+        assert t.values.tolist() == naive_sg(s, t.table_len)
+
+
+def test_budget_charges_the_run_for_hashing_a_tables_windows_again_when_it_grows():
+    """Growing a table (batch after batch) hashes again the windows it has seen, 64 operations
+    each, one per value from max(S) on: max_run_ops counts that too (max_rule_ops does not, so
+    that a rule's own limit does not depend on batching). {18, 41, 59} has no period within
+    900 values (naive reference)."""
+    rule, ms = sub((18, 41, 59)), (18, 41, 59)
+    assert sum(naive_first_repeat(ms)) + 59 > 900
+    rehash = [(300 - 59 + 1) * 64, (600 - 59 + 1) * 64]
+    budget, table = TableBudget(), None
+    for need in (300, 600, 900):
+        (table,) = budget.build([rule], [need], [table])
+    assert table.table_len == 900 and table.values.tolist() == naive_sg(ms, 900)
+    assert budget.ops == 899 * 203 + sum(rehash)
+    run_ops = 899 * 203  # enough to build 900 values at once
+    budget, table = TableBudget(max_run_ops=run_ops), None
+    for need in (300, 600, 900):
+        (table,) = budget.build([rule], [need], [table])
+    grown = 1 + (run_ops - sum(rehash)) // 203
+    assert 600 < grown < 900
+    assert (table.table_len, table.stopped_by) == (grown, "max_run_ops")
+    assert table.values.tolist() == naive_sg(ms, grown)
+    assert budget.ops == (grown - 1) * 203 + sum(rehash) <= run_ops
+    (once,) = TableBudget(max_run_ops=run_ops).build([rule], [900], [None])
+    assert (once.table_len, once.stopped_by) == (900, None)
+    # a period proven while growing may keep fewer values than the table had: the work is
+    # still what was tabulated, up to the repeat at pre + per + max(S)
+    pre, per = naive_first_repeat(ms)
+    budget, table = TableBudget(), None
+    for need in (pre + per + 30, pre + per + 100):
+        (table,) = budget.build([rule], [need], [table])
+    assert (table.preperiod, table.period, budget.values) == (pre, per, pre + per)
+    assert budget.ops == (pre + per + 59 - 1) * 203 + (pre + per + 30 - 59 + 1) * 64
+
+
+def test_budget_tables_do_not_depend_on_the_number_of_threads():
+    """The run-wide room is reserved before a round runs, so one thread and all threads give
+    the same tables, even where a period found early leaves room unused."""
+    rng = random.Random(12)
+    sets = [tuple(rng.sample(range(1, 12 if i % 2 else 400), rng.randint(1, 5)))
+            for i in range(30)]
+    needs = [rng.randint(1, 3000) for _ in sets]
+
+    def built(threads: int) -> list:
+        before = numba.get_num_threads()
+        numba.set_num_threads(threads)
+        try:
+            budget = TableBudget(max_run_ops=600_000, max_rule_ops=40_000)
+            tables = budget.build([sub(s) for s in sets], needs, [None] * len(sets))
+        finally:
+            numba.set_num_threads(before)
+        return [(t.values.tolist(), t.preperiod, t.period, t.stopped_by) for t in tables]
+
+    one = built(1)
+    assert one == built(numba.config.NUMBA_NUM_THREADS)
+    outcomes = {why or ("period" if per else "need") for _, _, per, why in one}
+    assert outcomes == {"max_run_ops", "max_rule_ops", "period", "need"}
+    for s, need, (values, pre, per, _) in zip(sets, needs, one):
+        assert values == naive_sg(s, len(values))
+        if per is None:
+            assert len(values) <= need
+        else:
+            assert (pre, per) == naive_first_repeat(s)
+
+
+# ---------------------------------------------------------------------------------------------
 # Preperiod / period
 # ---------------------------------------------------------------------------------------------
 
@@ -225,11 +354,12 @@ def test_period_found_exactly_when_first_repeat_is_tabulated(moves):
     assert before.table_len == y_first - 1
     at = build_table(sub(ms), need_len=y_first, cap=y_first)
     assert (at.preperiod, at.period) == (pre, per)
-    # probe_ops buys probe_ops // |S| values beyond need_len
-    k = len(ms)
-    short = build_table(sub(ms), need_len=1, probe_ops=k * (y_first - 1), cap=10**6)
-    assert short.period is None and short.table_len == max(y_first - 1, 1)
-    probed = build_table(sub(ms), need_len=1, probe_ops=k * y_first, cap=10**6)
+    # probe_ops buys probe_ops // (|S| + 200) values past SG(0) (the documented unit)
+    value_ops = len(ms) + 200
+    short = build_table(sub(ms), need_len=1, probe_ops=value_ops * (y_first - 1) - 1,
+                        cap=10**6)
+    assert short.period is None and short.table_len == y_first - 1
+    probed = build_table(sub(ms), need_len=1, probe_ops=value_ops * (y_first - 1), cap=10**6)
     assert (probed.preperiod, probed.period) == (pre, per)
 
 

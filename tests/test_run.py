@@ -805,8 +805,10 @@ def test_bad_heap_token_does_not_change_other_rows(tmp_path, fmt):
 
 def test_period_probe_budget_flows_to_the_rules_that_need_it(tmp_path):
     """sg_tables proves periods beyond the data's heaps within tables.period_probe_ops: rules
-    whose period comes early leave their share to the others. {18, 41, 59} needs 1,625 values
-    (4,875 operations), more than an even quarter of 6,000 but less than what is left."""
+    whose period comes early leave their share to the others. A period is proven once
+    pre + per + max(S) values are tabulated (naive reference), each value past the 5 the data
+    needs (presized to the largest heap, 4) costing |S| + 200 operations: {18, 41, 59} needs
+    more than an even share of the budget, but gets what {3, 5, 9} leaves."""
     sets = [(1,), (1, 2), (3, 5, 9), (18, 41, 59)]
     rules = write_parquet(tmp_path / "rules.parquet", {
         "rule_set_id": [1, 2, 3, 4], "moves": [list(s) for s in sets]},
@@ -815,7 +817,11 @@ def test_period_probe_budget_flows_to_the_rules_that_need_it(tmp_path):
         "rule_set_id": [1, 2, 3, 4], "heaps": [[1], [2], [3], [4]]},
         {"rule_set_id": pl.Int64, "heaps": pl.List(pl.Int64)})
     expected = {s: naive_period(s)[:2] for s in sets}
-    assert expected[(18, 41, 59)][0] + expected[(18, 41, 59)][1] + 59 > 6_000 // 4 // 3
+    probe_ops = {s: max(0, pre + per + max(s) - 5) * (len(s) + 200)
+                 for s, (pre, per) in expected.items()}
+    assert probe_ops[(1,)] == probe_ops[(1, 2)] == 0  # proven within the data's 5 values
+    budget = sum(probe_ops.values())
+    assert probe_ops[(18, 41, 59)] > budget // 2
 
     def periods(budget: int) -> dict:
         result = run(job(tmp_path, rules, positions, overwrite=True,
@@ -825,15 +831,17 @@ def test_period_probe_budget_flows_to_the_rules_that_need_it(tmp_path):
         return {tuple(m): (pre, per) for m, pre, per in
                 tables.select("moves", "preperiod", "period").iter_rows()}
 
-    assert periods(6_000) == expected
-    assert periods(0)[(18, 41, 59)] == (None, None)
+    assert periods(budget) == expected
+    assert periods(budget - 1) == {**expected, (18, 41, 59): (None, None)}
+    assert periods(0) == {**expected, (3, 5, 9): (None, None), (18, 41, 59): (None, None)}
 
 
 def test_total_table_budget_rejects_instead_of_exhausting_memory(tmp_path):
     """tables.max_total_values bounds all tables together: once spent, a heap that would need
-    a longer table is a rejected row, not a crash. Tables are built in canonical rule order:
-    {3, 5, 9} proves its period within 25 values and keeps pre + per = 16 of them; {7} gets
-    the 9 left, short of the 21 it needs (naive reference), so its 10^18 heap is rejected."""
+    a longer table is a rejected row, not a crash. Tables are granted in canonical rule order,
+    each reserving the room it may take: {3, 5, 9} gets all 25 values and proves its period
+    within them (naive reference); {7} gets SG(0) only, short of the 21 values it needs, so
+    its 10^18 heap is rejected, naming the limit."""
     (pre, per, values), (pre7, per7, _) = naive_period((3, 5, 9)), naive_period((7,))
     assert (pre, per) == (14, 2) and pre7 + per7 + 7 == 21
     rules = write_parquet(tmp_path / "rules.parquet", {
@@ -851,4 +859,159 @@ def test_total_table_budget_rejects_instead_of_exhausting_memory(tmp_path):
         (2, 1, sg[3]), (2, 2, sg[10**18])]
     rejects = pl.read_parquet(tmp_path / "out" / "rejects.parquet")
     assert rejects.select("rule_set_id", "row", "column").rows() == [("1", 0, "heaps")]
-    assert "tables.max_total_values" in rejects["reason"][0]
+    assert rejects["reason"][0] == (
+        f"heap {10**18} at index 0 needs SG values of {{7}} beyond tables.max_total_values "
+        "(1 values tabulated), and no period was proven within them")
+
+
+# ---- work limits: tables.max_rule_ops / tables.max_run_ops ----------------------------------
+# One SG value past SG(0) costs |S| + 200 operations (README); a table stops at a limit and
+# the heaps beyond it are rejected with a reason that names the limit.
+
+
+def beyond_reason(heap: int, index: int, label: str, limit: str, tabulated: int) -> str:
+    return (f"heap {heap} at index {index} needs SG values of {label} beyond tables.{limit} "
+            f"({tabulated} values tabulated), and no period was proven within them")
+
+
+def nim_sums(sg: list[int], positions: list) -> list[tuple]:
+    return [(r, p, reduce(xor, (sg[h] for h in hs), 0)) for r, p, hs in positions]
+
+
+def test_a_million_moves_and_a_2_62_heap_stop_at_the_rule_work_limit(tmp_path):
+    """The default max_rule_ops (2 * 10^9) gives S = 1..10^6 1 + 2 * 10^9 // (10^6 + 200) =
+    2000 values: a heap of 2^62 is rejected, naming the limit, heaps below 2000 are evaluated
+    (only moves <= h matter, so the naive reference needs moves up to 1999 only)."""
+    rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"],
+                      [[1, "1..1000000"], [2, "2 5"]])
+    good = [(1, 1, [3, 1999]), (1, 3, []), (2, 0, [7, 2**62])]
+    positions = write_positions(tmp_path / "positions", [
+        (1, 0, [2**62]), good[0], (1, 2, [5, 2000]), good[1], good[2]], "wide", "csv")
+    result = run(job(tmp_path, rules, positions))
+    assert result.exit_code == 3
+    o = read_outputs(tmp_path / "out")
+    tables = {tuple(t["rule_set_ids"]): t for t in o["sg_tables"].rows(named=True)}
+    assert (tables[("1",)]["table_len"], tables[("1",)]["period"]) == (2000, None)
+    label = "{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ..., 999999, 1000000} (1000000 moves)"
+    assert o["rejects"].select("row", "rule_set_id", "column", "reason").rows() == [
+        (0, "1", "heaps", beyond_reason(2**62, 0, label, "max_rule_ops", 2000)),
+        (2, "1", "heaps", beyond_reason(2000, 1, label, "max_rule_ops", 2000))]
+    small = naive_sg(range(1, 2000), 2000)
+    sg25 = periodic_sg((2, 5))
+    assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
+        (1, 1, small[3] ^ small[1999]), (1, 3, 0), (2, 0, sg25(7) ^ sg25(2**62))]
+
+
+def test_3000_random_moves_up_to_10_7_stop_at_the_rule_work_limit(tmp_path):
+    """3,000 random moves up to 10^7 cost 3,200 operations a value: the default limit gives
+    625,001 values, so every position with a heap from there up to 10^7 is rejected, naming
+    the limit, and positions of small heaps are evaluated (naive reference)."""
+    rng = random.Random("3000 moves")
+    moves = sorted(rng.sample(range(1, 10**7 + 1), 3000))
+    limit = 1 + 2_000_000_000 // 3200
+    assert limit == 625_001
+    big = [(1, pid, [rng.randint(0, 3000), rng.randint(limit, 10**7)]) for pid in range(40)]
+    small = [(1, pid, [rng.randint(0, 3000) for _ in range(3)]) for pid in range(40, 80)]
+    rules = write_parquet(tmp_path / "rules.parquet", {"rule_set_id": [1], "moves": [moves]},
+                          {"rule_set_id": pl.Int64, "moves": HEAPS})
+    positions = write_positions(tmp_path / "positions", big + small, "wide", "parquet")
+    result = run(job(tmp_path, rules, positions))
+    assert result.exit_code == 3
+    o = read_outputs(tmp_path / "out")
+    assert o["sg_tables"]["table_len"].to_list() == [limit]
+    label = rule_label(moves)
+    assert o["rejects"].select("row", "reason").rows() == [
+        (pid, beyond_reason(hs[1], 1, label, "max_rule_ops", limit)) for _, pid, hs in big]
+    sg = naive_sg([m for m in moves if m <= 3000], 3001)
+    assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == \
+        nim_sums(sg, small)
+
+
+def rule_label(moves) -> str:
+    """S as reasons show it: the first ten moves, ..., the last two, and |S|."""
+    ms = sorted(set(moves))
+    if len(ms) <= 12:
+        return "{" + ", ".join(map(str, ms)) + "}"
+    return "{" + ", ".join(map(str, ms[:10])) + ", ..., " + ", ".join(map(str, ms[-2:])) + \
+        f"}} ({len(ms)} moves)"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_rules_that_each_fit_but_together_pass_the_run_work_limit(tmp_path, fmt):
+    """Ten rules {1, 1000 + i} need 1000 values each (999 x 202 operations; no period within
+    them, SG(x) = x % 2 by the naive reference): with work for three and a half, tables are
+    granted in rule order, the fourth gets 500 values and the others SG(0) only; heaps beyond
+    a table are rejected naming tables.max_run_ops, the rest evaluated."""
+    sets = [(1, 1000 + i) for i in range(10)]
+    rules = write_rules(tmp_path / "rules", [(i, "subtraction", list(s))
+                                             for i, s in enumerate(sets)], fmt)
+    positions = [(i, p, [h]) for i in range(10) for p, h in enumerate([999, 300, 0])]
+    path = write_positions(tmp_path / "positions", positions, "wide", fmt)
+    run_ops = 3 * 999 * 202 + 499 * 202 + 201
+    result = run(job(tmp_path, rules, path, tables={"max_run_ops": run_ops,
+                                                    "period_probe_ops": 0}))
+    assert result.exit_code == 3
+    o = read_outputs(tmp_path / "out")
+    lens = [1000] * 3 + [500] + [1] * 6
+    assert o["sg_tables"].select("moves", "table_len", "period").rows() == [
+        (list(s), n, None) for s, n in zip(sets, lens)]
+    assert sum((n - 1) * 202 for n in lens) <= run_ops
+    rejected = [(i, p, h) for i, p, [h] in positions if h >= lens[i]]
+    assert o["rejects"].select("rule_set_id", "position_id", "reason").rows() == [
+        (str(i), str(p), beyond_reason(h, 0, rule_label(sets[i]), "max_run_ops", lens[i]))
+        for i, p, h in rejected]
+    evaluated = [(i, p, hs) for i, p, hs in positions if hs[0] < lens[i]]
+    assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
+        (i, p, naive_sg(sets[i], 1000)[h]) for i, p, [h] in evaluated]
+
+
+def test_a_rule_whose_moves_alone_pass_the_rule_work_limit_keeps_sg_0(tmp_path):
+    """With max_rule_ops 500, 400 moves cost 600 a value: the rule keeps SG(0) = 0 (free), so
+    a heap of 0 and the empty position are evaluated and any other heap is rejected; {1}
+    (201 a value) gets 3 values, enough to prove its period (naive reference), so even 10^18
+    is evaluated."""
+    many = list(range(1, 401))
+    rules = write_rules(tmp_path / "rules", [(1, "subtraction", many), (2, "subtraction", [1])],
+                        "parquet")
+    positions = [(1, 0, [0]), (1, 1, []), (1, 2, [0, 1]), (2, 0, [BIG, 3])]
+    path = write_positions(tmp_path / "positions", positions, "wide", "parquet")
+    result = run(job(tmp_path, rules, path, tables={"max_rule_ops": 500}))
+    assert result.exit_code == 3
+    o = read_outputs(tmp_path / "out")
+    pre, per, _ = naive_period((1,))
+    assert o["sg_tables"].select("moves", "table_len", "period").rows() == [
+        ([1], pre + per, per), (many, 1, None)]
+    assert o["rejects"].select("rule_set_id", "position_id", "reason").rows() == [
+        ("1", "2", beyond_reason(1, 1, rule_label(many), "max_rule_ops", 1))]
+    sg1 = periodic_sg((1,))
+    assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
+        (1, 0, 0), (1, 1, 0), (2, 0, sg1(BIG) ^ sg1(3))]
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_rule_work_limit_does_not_depend_on_batching(tmp_path, monkeypatch, form):
+    """Tables grow batch by batch as larger heaps appear, exactly as far as they need: the
+    outputs of a run read in batches of 7 rows equal those of one batch, where the rule work
+    limit stops some tables and others find their period."""
+    rng = random.Random("batching")
+    sets = [tuple(rng.sample(range(1, 300), rng.randint(1, 4))) for _ in range(6)]
+    rules = write_rules(tmp_path / "rules", [(i, "subtraction", list(s))
+                                             for i, s in enumerate(sets)], "csv")
+    positions = [(i, p, sorted(rng.randint(0, 40 * p + 10) for _ in range(2)))
+                 for p in range(60) for i in range(6)]  # heaps grow from batch to batch
+    path = write_positions(tmp_path / "positions", positions, form, "csv")
+    cfg = job(tmp_path, rules, path, tables={"max_rule_ops": 300_000, "period_probe_ops": 0},
+              overwrite=True)
+    whole = run(cfg)
+    outputs = read_outputs(tmp_path / "out")
+    monkeypatch.setattr(polars_engine, "BATCH_ROWS", 7)
+    if form == "long":
+        split_long_form(monkeypatch, 50)
+    batched = run(cfg)
+    assert whole.exit_code == batched.exit_code == 3
+    for name, frame in read_outputs(tmp_path / "out").items():
+        assert_frame_equal(frame, outputs[name])
+    stopped = outputs["sg_tables"].filter(pl.col("period").is_null())
+    assert stopped["table_len"].to_list() == [
+        1 + 300_000 // (len(sets[int(ids[0])]) + 200) for ids in stopped["rule_set_ids"]]
+    assert outputs["sg_tables"]["period"].drop_nulls().len() > 0

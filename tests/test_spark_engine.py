@@ -407,3 +407,29 @@ def test_part_files_are_listed_and_an_overwrite_checks_them(spark, tmp_path):
     again = run_job(config_from_dict({**cfg, "overwrite": True}))
     assert again.manifest["run_id"] != result.manifest["run_id"]
     assert json.loads((out / "manifest.json").read_text())["run_id"] == again.manifest["run_id"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_work_limits_match_polars(spark, tmp_path, form):
+    """Rules whose tables pass tables.max_rule_ops, and together tables.max_run_ops: both
+    engines build the same tables from the same budget (the per-rule limit for the long ones,
+    the run's work running out in rule order), and reject the same rows naming the limit."""
+    rng = random.Random(21)
+    rules = [[i, "", " ".join(map(str, rng.sample(range(50, 400), 12)))] for i in range(1, 9)]
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], rules)
+    positions = [(rng.randint(1, 8), pid, [rng.randint(0, 100 * (pid % 9)) for _ in range(2)])
+                 for pid in range(300)]
+    if form == "wide":
+        p = write_parquet(tmp_path / "positions.parquet", {
+            "rule_set_id": [x[0] for x in positions], "position_id": [x[1] for x in positions],
+            "heaps": [x[2] for x in positions]},
+            {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS})
+    else:
+        p = write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heap"],
+                      [[rid, pid, h] for rid, pid, hs in positions for h in hs])
+    limits = {"max_rule_ops": 500 * 212, "max_run_ops": 1_600 * 212, "period_probe_ops": 0}
+    expected, _ = run_both(tmp_path, rules=str(r), positions=str(p), tables=limits)
+    reasons = outputs(expected)["rejects"]["reason"].to_list()
+    for limit in ("max_rule_ops", "max_run_ops"):
+        assert any(f"beyond tables.{limit} " in reason for reason in reasons), limit

@@ -13,6 +13,7 @@ import csv
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from pipeline import io, ordering, transforms
 from pipeline.config import Config, Tables
 from pipeline.engines import EngineResult, manifest_counts, problem_text
 from pipeline.errors import InputError
-from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableSet, build_table, build_tables
+from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableBudget, TableSet
 
 Phase = Callable[[str], AbstractContextManager[None]]
 BATCH_ROWS = 1 << 20
@@ -32,54 +33,33 @@ LONG_PARTITION_ROWS = 1 << 22
 
 class TableCache:
     """One SG table per distinct rule, tabulated only as far as the heaps seen so far need
-    (exactly, so the final tables do not depend on how the input was batched); `reported`
-    then spends the period-probe budget to prove periods for sg_tables."""
+    (exactly, so the final tables do not depend on how the input was batched), within the
+    run's `TableBudget`; `reported` then spends the period-probe budget to prove periods for
+    sg_tables."""
 
     def __init__(self, distinct: list[Rule], settings: Tables):
         self.distinct = distinct
-        self.cap = settings.max_table_len
-        self.total_cap = settings.max_total_values
+        self.budget = TableBudget(settings.max_table_len, settings.max_rule_ops,
+                                  settings.max_total_values, settings.max_run_ops)
         self.probe_budget = settings.period_probe_ops
         self.tables: list[SGTable | None] = [None] * len(distinct)
         self.known = np.full(len(distinct), -1, dtype=np.int64)
-        self.used = 0
         self._set: TableSet | None = None
 
-    def _limit(self, t: int) -> int:
-        """Longest table t may have: the per-table cap, and what the run's total leaves."""
-        old = self.tables[t]
-        room = self.total_cap - self.used + (old.table_len if old is not None else 0)
-        return max(1, min(self.cap, room))
-
-    def _build(self, t: int, largest_heap: int) -> None:
-        limit = self._limit(t)
-        table = build_table(self.distinct[t], min(largest_heap + 1, MAX_HEAP), limit,
-                            grow=self.tables[t])
-        self._install(t, table, limit)
-
-    def _install(self, t: int, table: SGTable, limit: int | None = None) -> None:
-        old = self.tables[t]
-        self.used += table.table_len - (old.table_len if old is not None else 0)
-        self.tables[t] = table
-        self._set = None
-        if limit is not None:
-            self.known[t] = MAX_HEAP if table.table_len >= limit else table.max_known_heap()
-
     def _build_all(self, ts: list[int], largest: list[int]) -> None:
-        """`_build(t, largest)` for each t, on all cores when the run's total budget cannot
-        bind (so the tables are the same as one at a time, in order)."""
-        needs = [min(h + 1, MAX_HEAP) for h in largest]
-        growth = sum(min(max(n, 1), self.cap) - (self.tables[t].table_len
-                                                 if self.tables[t] is not None else 0)
-                     for t, n in zip(ts, needs))
-        if len(ts) < 2 or self.used + growth >= self.total_cap:
-            for t, h in zip(ts, largest):
-                self._build(t, h)
+        """Tables t in `ts` grown for heaps up to `largest`, on all cores; a table stopped by
+        a limit is known for every heap (those beyond it are rejected, naming the limit)."""
+        if not ts:
             return
-        tables = build_tables([self.distinct[t] for t in ts], needs, [self.cap] * len(ts),
-                              [self.tables[t] for t in ts])
-        for t, table in zip(ts, tables):
-            self._install(t, table, self.cap)
+        built = self.budget.build([self.distinct[t] for t in ts],
+                                  [min(h + 1, MAX_HEAP) for h in largest],
+                                  [self.tables[t] for t in ts])
+        for t, table in zip(ts, built):
+            self.tables[t] = replace(table, stopped_by=f"tables.{table.stopped_by}"
+                                     ) if table.stopped_by else table
+            stopped = table.stopped_by is not None or table.rule.kind != "subtraction"
+            self.known[t] = MAX_HEAP if stopped else table.max_known_heap()
+        self._set = None
 
     def presize(self, largest_heap: int | None) -> None:
         """Build every table for heaps up to `largest_heap` at once when that bound (from
@@ -89,39 +69,39 @@ class TableCache:
             self._build_all(missing, [largest_heap] * len(missing))
 
     def ensure(self, largest: np.ndarray) -> TableSet:
-        """Tables covering `largest[t]` for every t (beyond the cap, heaps are rejected)."""
+        """Tables covering `largest[t]` for every t (beyond a limit, heaps are rejected)."""
         grow = np.flatnonzero((largest > self.known) | (largest >= 0) & (self.known < 0))
         self._build_all(grow.tolist(), largest[grow].tolist())
         return self.table_set()
 
     def reported(self) -> TableSet:
-        """The tables for sg_tables: those without a proven period are tabulated further, up to
-        `period_probe_ops` operations (values x |S|) in all. Rules go cheapest first and each
-        may use an equal share of what is left, so budget a rule does not need (its period
-        came early) flows to the rules after it; a lone rule may use all of it."""
+        """The tables for sg_tables: those without a proven period that no limit stopped are
+        tabulated further, up to `period_probe_ops` operations in all (within max_table_len,
+        max_rule_ops and max_total_values). Rules go cheapest first and each may use an equal
+        share of what is left, so budget a rule does not need (its period came early) flows to
+        the rules after it; a lone rule may use all of it."""
         self.table_set()
         budget = self.probe_budget
         pending = sorted((t for t, table in enumerate(self.tables)
                           if table is not None and table.rule.kind == "subtraction"
-                          and table.period is None and table.table_len < self.cap),
-                         key=lambda t: (len(self.distinct[t].moves), t))
+                          and table.period is None and table.stopped_by is None),
+                         key=lambda t: (self.distinct[t].value_ops, t))
         for left, t in zip(range(len(pending), 0, -1), pending):
-            k = len(self.distinct[t].moves)
-            limit = self._limit(t)
-            target = min(limit, budget // left // k)
             old = self.tables[t]
-            if old is None or target <= old.table_len:
-                continue
-            table = build_table(self.distinct[t], target, limit, grow=old)
-            budget -= table.table_len * k
-            self._install(t, table)
+            assert old is not None
+            probe = replace(self.budget, max_run_ops=budget // left, ops=0)
+            (table,) = probe.build([old.rule], [MAX_HEAP], [old])
+            budget -= probe.ops
+            self.budget.values = probe.values
+            self.tables[t] = replace(table, stopped_by=None)
+        self._set = None
         return self.table_set()
 
     def table_set(self) -> TableSet:
         if self._set is None:
-            for t, table in enumerate(self.tables):
-                if table is None:
-                    self._build(t, -1)
+            missing = [t for t, table in enumerate(self.tables) if table is None]
+            if missing:
+                self._build_all(missing, [-1] * len(missing))
             self._set = TableSet.of([t for t in self.tables if t is not None])
         return self._set
 
