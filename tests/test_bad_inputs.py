@@ -1309,3 +1309,18 @@ def test_long_form_heap_beyond_table_names_the_heap_column(tmp_path: Path) -> No
     rejects = read_out(tmp_path / "out")["rejects"]
     assert rejects.select("row", "column").rows() == [(0, "size"), (1, "size")]
     assert "row 1, column size: heap 4000 at index 1 needs SG values" in got.stderr
+
+
+def test_kind_in_any_case_with_surrounding_spaces_is_that_kind(tmp_path: Path) -> None:
+    kinds = {1: (" NIM ", "nim", ()), 2: ("Half\t", "half", ()),
+             3: ("\xa0Subtraction ", "subtraction", (2, 5)), 4: ("  ", "subtraction", (1, 3))}
+    rules = "rule_set_id,kind,moves\n" + "".join(
+        f'{rid},"{text}","{" ".join(map(str, moves))}"\n'
+        for rid, (text, _, moves) in kinds.items())
+    heaps = [[], [1], [4, 7], [3, 5, 9], [12, 2], [6, 6]]
+    got, out = run_texts(tmp_path, rules, "rule_set_id,position_id,heaps\n" + "".join(
+        f"{rid},{i},{' '.join(map(str, h))}\n" for rid in kinds for i, h in enumerate(heaps)))
+    assert got.code == 0, got.stderr
+    verdicts = read_out(out)["verdicts"].select("rule_set_id", "position_id", "verdict").rows()
+    assert verdicts == [(rid, i, "W" if wins(kind, moves, h) else "L")
+                        for rid, (_, kind, moves) in kinds.items() for i, h in enumerate(heaps)]
