@@ -6,6 +6,7 @@ This is the only module that imports typer, prints, or exits.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import time
 import traceback
@@ -39,8 +40,59 @@ class Policy(str, Enum):
     fail = "fail"
 
 
+class Kind(str, Enum):
+    subtraction = "subtraction"
+    nim = "nim"
+    half = "half"
+
+
+class Form(str, Enum):
+    wide = "wide"
+    long = "long"
+
+
+class Format(str, Enum):
+    parquet = "parquet"
+    csv = "csv"
+
+
+# Characters a terminal acts on rather than shows: C0 controls (ESC starts the sequences that
+# recolour, move the cursor or retitle the window; CR and LF forge lines), DEL, C1 controls
+# (CSI 0x9b is a one-byte ESC [), the bidirectional overrides and isolates that reorder what
+# is shown, and the Unicode line and paragraph separators.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+                     r"\u2066-\u2069]")
+_NAMED = {"\n": r"\n", "\r": r"\r", "\t": r"\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (rf"\x{ord(char):02x}" if ord(char) < 0x100
+                                else rf"\u{ord(char):04x}")
+
+
+def _printable(text: str) -> str:
+    r"""Text with every character in _UNSAFE written as its escape (`\x1b`, `\n`, `\u202e`):
+    messages carry user data (ids, cell text, file names), which must reach the terminal as
+    text, never as instructions to it."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def _say(message: str) -> None:
+    """One line on stdout, printable."""
+    typer.echo(_printable(message))
+
+
 def _err(message: str) -> None:
-    typer.echo(f"snim-batch: {message}", err=True)
+    """One line on stderr, printable."""
+    typer.echo(f"snim-batch: {_printable(message)}", err=True)
+
+
+def _traceback(exc: BaseException) -> None:
+    """The traceback (--verbose), each line printable: the exception messages carry data."""
+    for chunk in traceback.format_exception(exc):
+        for line in chunk.rstrip("\n").split("\n"):
+            typer.echo(_printable(line), err=True)
 
 
 def _fail(exc: BaseException, verbose: bool) -> NoReturn:
@@ -53,7 +105,7 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
             if exc.total > len(exc.problems):
                 _err(f"  ... and {exc.total - len(exc.problems)} more")
         if verbose:
-            traceback.print_exception(exc, file=sys.stderr)
+            _traceback(exc)
         raise typer.Exit(exc.exit_code)
     if isinstance(exc, KeyboardInterrupt):
         _err("interrupted; nothing was written")
@@ -61,7 +113,7 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
     _err(f"internal error: {type(exc).__name__}: {exc} (nothing was written; rerun with "
          "--verbose for details and report it)")
     if verbose:
-        traceback.print_exception(exc, file=sys.stderr)
+        _traceback(exc)
     raise typer.Exit(EXIT_FAILED)
 
 
@@ -90,11 +142,13 @@ def run(
         help="Positions table (wide or long form): a file, a directory, or a glob.")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Output directory (replaced atomically; a symbolic link is followed).")] = None,
-    engine: Annotated[Engine | None, typer.Option(help="Execution engine.")] = None,
+    engine: Annotated[Engine | None, typer.Option(case_sensitive=False,
+                                                  help="Execution engine.")] = None,
     winning_moves: Annotated[bool | None, typer.Option(
         "--winning-moves/--no-winning-moves",
         help="Add one winning move (move_heap, move_take) to every W verdict.")] = None,
     on_bad_rows: Annotated[Policy | None, typer.Option(
+        case_sensitive=False,
         help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1.")]
     = None,
     overwrite: Annotated[bool | None, typer.Option(
@@ -135,9 +189,9 @@ def run(
     if not quiet:
         counts = result.manifest["counts"]
         pos, rul = counts["positions"], counts["rules"]
-        typer.echo(f"wrote {result.out}: {pos['verdicts']} verdicts (W {pos['W']}, "
-                   f"L {pos['L']}) from {pos['rows_read']} position rows; rejected "
-                   f"{pos['rows_rejected']} position rows and {rul['rows_rejected']} rule rows")
+        _say(f"wrote {result.out}: {pos['verdicts']} verdicts (W {pos['W']}, "
+             f"L {pos['L']}) from {pos['rows_read']} position rows; rejected "
+             f"{pos['rows_rejected']} position rows and {rul['rows_rejected']} rule rows")
         if result.problems:
             _err(f"some rows were rejected (exit 3); first ones, all in "
                  f"{result.out / 'rejects.parquet'}:")
@@ -155,7 +209,7 @@ def _progress_printer(quiet: bool, verbose: bool):
     started = time.perf_counter()
 
     def progress(message: str, done: bool) -> None:
-        line = f"snim-batch: [{time.perf_counter() - started:7.2f}s] {message}"
+        line = f"snim-batch: [{time.perf_counter() - started:7.2f}s] {_printable(message)}"
         if tty:
             sys.stderr.write("\r\033[K" + line + ("\n" if done else ""))
             sys.stderr.flush()
@@ -169,7 +223,7 @@ def _parse_moves(text: str):
     from pipeline.transforms import parse_int_list
 
     try:
-        return parse_int_list(text, allow_ranges=True)
+        return parse_int_list(text, allow_ranges=True, item="move")
     except ValueError as exc:
         raise UsageError(f"--moves: {exc}") from None
 
@@ -178,7 +232,8 @@ def _parse_moves(text: str):
 def grundy(
     moves: Annotated[str, typer.Option(
         help='The move set S, e.g. "2 5", "2,5,12" or "1..3".')] = "",
-    kind: Annotated[str, typer.Option(help="subtraction, nim or half.")] = "subtraction",
+    kind: Annotated[Kind, typer.Option(case_sensitive=False, help="The rule's kind.")]
+    = Kind.subtraction,
     upto: Annotated[int, typer.Option(min=0, help="Print SG(0..UPTO).")] = 40,
     cap: Annotated[int, typer.Option(min=1, help="Longest table to search for a period.")]
     = 2**26,
@@ -193,9 +248,10 @@ def grundy(
         from pipeline.grundy import build_table, canonical_rule
 
         try:
-            rule = canonical_rule(kind, _parse_moves(moves) if kind == "subtraction" else None)
+            rule = canonical_rule(kind.value,
+                                  _parse_moves(moves) if kind is Kind.subtraction else None)
         except RuleError as exc:
-            raise UsageError(f"--{'kind' if 'kind' in str(exc) else 'moves'}: {exc}") from None
+            raise UsageError(f"--moves: {exc}") from None
         limit = min(cap, rule.ops_len(max_ops))
         table = build_table(rule, upto + 1, limit, probe_ops=max_ops)
         import numpy as np
@@ -207,21 +263,20 @@ def grundy(
             plot_sequence(table, plot, upto)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
-    typer.echo(f"rule: {rule.kind} {rule.label if rule.kind == 'subtraction' else ''}".rstrip())
+    _say(f"rule: {rule.kind} {rule.label if rule.kind == 'subtraction' else ''}".rstrip())
     if rule.kind != "subtraction":
-        typer.echo("closed form: " + ("SG(x) = x" if rule.kind == "nim" else
-                                      "SG(x) = x without its trailing one-bits, halved"))
+        _say("closed form: " + ("SG(x) = x" if rule.kind == "nim" else
+                                "SG(x) = x without its trailing one-bits, halved"))
     elif table.period is not None:
-        typer.echo(f"preperiod: {table.preperiod}")
-        typer.echo(f"period: {table.period}")
+        _say(f"preperiod: {table.preperiod}")
+        _say(f"period: {table.period}")
     else:
-        typer.echo(f"period: none found within {table.table_len} values")
+        _say(f"period: none found within {table.table_len} values")
     known = values[values >= 0]
-    typer.echo(f"SG(0..{known.shape[0] - 1}): " + " ".join(str(int(v)) for v in known))
+    _say(f"SG(0..{known.shape[0] - 1}): " + " ".join(str(int(v)) for v in known))
     if known.shape[0] < values.shape[0]:
         beyond = f"--cap {cap} values" if limit == cap else f"--max-ops {max_ops}"
-        typer.echo(f"SG({known.shape[0]}..{upto}): unknown (beyond {beyond}, "
-                   "with no period proven)")
+        _say(f"SG({known.shape[0]}..{upto}): unknown (beyond {beyond}, with no period proven)")
 
 
 @app.command()
@@ -261,7 +316,7 @@ def convert(
         written = write_classic_tables(data, out)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
-    typer.echo(f"wrote {', '.join(str(p) for p in written)}")
+    _say(f"wrote {', '.join(str(p) for p in written)}")
 
 
 @app.command()
@@ -277,7 +332,7 @@ def report(
         target = write_report(out_dir, html_file)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
-    typer.echo(f"wrote {target}")
+    _say(f"wrote {target}")
 
 
 @app.command()
@@ -291,8 +346,10 @@ def generate(
     max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE "
                                           "(0: same as --max-heap).")] = 0,
     heaps: Annotated[int, typer.Option(min=0, help="Heaps per position.")] = 5,
-    form: Annotated[str, typer.Option(help="wide or long.")] = "wide",
-    format: Annotated[str, typer.Option("--format", help="parquet or csv.")] = "parquet",
+    form: Annotated[Form, typer.Option(case_sensitive=False, help="Positions form.")]
+    = Form.wide,
+    format: Annotated[Format, typer.Option("--format", case_sensitive=False,
+                                           help="File format.")] = Format.parquet,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same files).")] = 0,
 ) -> None:
     """Write a seeded synthetic dataset for benchmarks and tests."""
@@ -300,12 +357,12 @@ def generate(
         from pipeline.generate import Spec
         from pipeline.generate import generate as write_dataset
 
-        spec = Spec(positions, rule_sets, max_heap, moves_per_set, max_move, heaps, form, format,
-                    seed)
+        spec = Spec(positions, rule_sets, max_heap, moves_per_set, max_move, heaps, form.value,
+                    format.value, seed)
         written = write_dataset(out, spec)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
-    typer.echo(f"wrote {len(written)} files under {out}")
+    _say(f"wrote {len(written)} files under {out}")
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -321,7 +378,7 @@ def _status(code: object) -> int:
     """The process exit status for a SystemExit code (None is 0; text is printed, then 1)."""
     if code is None or isinstance(code, int):
         return code or 0
-    print(code, file=sys.stderr)
+    print(_printable(str(code)), file=sys.stderr)
     return 1
 
 

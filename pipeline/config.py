@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, cut, shown
 from pipeline.grundy import (
     DEFAULT_RULE_OPS,
     DEFAULT_RUN_OPS,
@@ -24,6 +24,8 @@ from pipeline.grundy import (
 
 ENGINES = ("polars", "spark")
 POLICIES = ("reject", "fail")
+MAX_ALIASED_VALUES = 1000  # values that YAML aliases may add in all (a config needs few, if any)
+MAX_INT_CHARS = 100  # longer integers are refused before Python converts them (quadratic)
 
 
 @dataclass(frozen=True)
@@ -92,23 +94,24 @@ class Config:
 def _check_choices(cfg: Config, where: str) -> None:
     if cfg.engine not in ENGINES:
         raise ConfigError(f"{where} 'engine' must be one of {', '.join(ENGINES)}, "
-                          f"got {cfg.engine!r}")
+                          f"got {shown(cfg.engine)}")
     if cfg.on_bad_rows not in POLICIES:
         raise ConfigError(f"{where} 'on_bad_rows' must be one of {', '.join(POLICIES)}, "
-                          f"got {cfg.on_bad_rows!r}")
+                          f"got {shown(cfg.on_bad_rows)}")
 
 
 def _section(cls: type, raw: Any, prefix: str, source: str) -> Any:
     if raw is None:
         return cls()
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: key '{prefix}' must be a mapping, got {raw!r}")
+        raise ConfigError(f"{source}: key '{prefix}' must be a mapping, got {shown(raw)}")
     known = {f.name: f for f in dataclasses.fields(cls)}
     values = {}
     for key, value in raw.items():
         name = f"{prefix}.{key}"
         if key not in known:
-            raise ConfigError(f"{source}: unknown key '{name}' (known: {', '.join(known)})")
+            raise ConfigError(f"{source}: unknown key {shown(name)} (known: "
+                              f"{', '.join(known)})")
         f = known[key]
         kind = dict if f.default_factory is dict else type(f.default)
         values[key] = _typed(value, kind, name, source)
@@ -121,19 +124,145 @@ def _typed(value: Any, kind: type, name: str, source: str) -> Any:
                 isinstance(k, str) and isinstance(v, (str, int, float, bool))
                 for k, v in value.items()):
             raise ConfigError(f"{source}: key '{name}' must be a mapping of names to values, "
-                              f"got {value!r}")
+                              f"got {shown(value)}")
         return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
     if kind is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{source}: key '{name}' must be true or false, got {value!r}")
+            raise ConfigError(f"{source}: key '{name}' must be true or false, "
+                              f"got {shown(value)}")
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{source}: key '{name}' must be an integer, got {value!r}")
+            raise ConfigError(f"{source}: key '{name}' must be an integer, got {shown(value)}")
         return value
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{source}: key '{name}' must be a non-empty string, got {value!r}")
+        raise ConfigError(f"{source}: key '{name}' must be a non-empty string, "
+                          f"got {shown(value)}")
     return value
+
+
+class _RefusedYaml(yaml.YAMLError):
+    """YAML that parses but that a config file has no use for; `line` is 1-based."""
+
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses what only an attack needs: aliases that expand to more than
+    MAX_ALIASED_VALUES values in all (an alias bomb: a few hundred bytes that expand to
+    gigabytes once a value is copied or printed), an alias inside the value it names, and
+    integers of more than MAX_INT_CHARS characters."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.aliased_values = 0
+        self.open_anchors: set[str] = set()
+        self.sizes: dict[int, int] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: yaml.Node | None) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None:  # an undefined alias is left to the composer's own error
+                line = event.start_mark.line + 1
+                if event.anchor in self.open_anchors:
+                    raise _RefusedYaml(line, f"alias {shown(event.anchor)} is inside the value "
+                                             "it names (a recursive value)")
+                self.aliased_values += _expanded_size(node, self.sizes)
+                if self.aliased_values > MAX_ALIASED_VALUES:
+                    raise _RefusedYaml(line, "YAML aliases expand to more than "
+                                             f"{MAX_ALIASED_VALUES} values; a config file "
+                                             "needs no more")
+        return super().compose_node(parent, index)
+
+    def compose_sequence_node(self, anchor: str | None) -> yaml.Node:
+        return self._composing(anchor, super().compose_sequence_node)
+
+    def compose_mapping_node(self, anchor: str | None) -> yaml.Node:
+        return self._composing(anchor, super().compose_mapping_node)
+
+    def _composing(self, anchor: str | None, compose: Any) -> yaml.Node:
+        if anchor is not None:
+            self.open_anchors.add(anchor)
+        try:
+            return compose(anchor)
+        finally:
+            self.open_anchors.discard(anchor)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        if len(node.value) > MAX_INT_CHARS:
+            raise _RefusedYaml(node.start_mark.line + 1,
+                               f"an integer of {len(node.value)} characters")
+        return super().construct_yaml_int(node)
+
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Values in `node` with every alias in it expanded (memoised by node, so shared nodes
+    are counted in time linear in the file, not in the expansion)."""
+    if id(node) not in sizes:
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        sizes[id(node)] = 1 + sum(_expanded_size(child, sizes) for child in children)
+    return sizes[id(node)]
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    """The document in `text`, through `_ConfigLoader`, with duplicate keys refused; every
+    problem is a ConfigError naming the file and line."""
+    loader = _ConfigLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, "", source, set())
+        return loader.construct_document(node)
+    except _RefusedYaml as exc:
+        raise ConfigError(f"{source}: line {exc.line}: {exc}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = f" ({cut(exc.problem, 120)})" if exc.problem else ""
+        raise ConfigError(f"{source}:{where} is not valid YAML{problem}") from None
+    except yaml.YAMLError:
+        raise ConfigError(f"{source}: is not valid YAML") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: values are nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _refuse_duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[int]) -> None:
+    """A key given twice in one mapping is an error naming it and both lines (YAML itself
+    would keep the last silently). Merge keys (`<<`) are YAML's own override mechanism."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for child in node.value:
+            _refuse_duplicate_keys(child, path, source, seen)
+        return
+    if not isinstance(node, yaml.MappingNode):
+        return
+    lines: dict[tuple[str, str], int] = {}
+    for key, value in node.value:
+        if not isinstance(key, yaml.ScalarNode):  # not a name: construction refuses it
+            continue
+        name = f"{path}.{key.value}" if path else key.value
+        line = key.start_mark.line + 1
+        if key.tag != "tag:yaml.org,2002:merge":
+            if (key.tag, key.value) in lines:
+                raise ConfigError(f"{source}: key {shown(name)} is given twice (lines "
+                                  f"{lines[key.tag, key.value]} and {line})")
+            lines[key.tag, key.value] = line
+        _refuse_duplicate_keys(value, name, source, seen)
 
 
 def _resolve(path: str, base: Path) -> str:
@@ -152,12 +281,9 @@ def load_config(path: Path) -> Config:
         raise ConfigError(f"{source}: cannot read config file ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{source}: config file is not UTF-8 text") from None
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{source}:{where} is not valid YAML") from None
+    raw = _parse_yaml(text, source)
+    if raw is None:
+        raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: must be a mapping of keys to values")
     return config_from_dict(raw, source, path.resolve().parent)
@@ -175,7 +301,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
             values[key] = _typed(value, scalars[key], key, source)
         else:
             known = ", ".join([*scalars, *sections])
-            raise ConfigError(f"{source}: unknown key '{key}' (known: {known})")
+            raise ConfigError(f"{source}: unknown key {shown(key)} (known: {known})")
     for required in ("rules", "positions", "out"):
         if required not in values:
             raise ConfigError(f"{source}: missing key '{required}'")
@@ -189,7 +315,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     for key, name in names.items():
         if name in seen:
             raise ConfigError(f"{source}: key 'columns.{key}' names the same input column "
-                              f"{name!r} as 'columns.{seen[name]}'")
+                              f"{shown(name)} as 'columns.{seen[name]}'")
         seen[name] = key
     t = cfg.tables
     if not 1 <= t.max_table_len <= MAX_TABLE_LEN:

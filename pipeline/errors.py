@@ -9,10 +9,43 @@ Exit codes (README "Exit codes"):
 
 from __future__ import annotations
 
+import reprlib
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_REJECTS = 3
+
+
+SHOWN_CHARS = 60
+
+
+class _Brief(reprlib.Repr):
+    """reprlib with every part bounded, huge integers included (whose full repr would cost
+    quadratic time, or fail past Python's 4300-digit limit)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 4 * SHOWN_CHARS:
+            return f"<a {x.bit_length()}-bit integer>"
+        return super().repr_int(x, level)
+
+
+_BRIEF = _Brief()
+_BRIEF.maxstring = _BRIEF.maxother = SHOWN_CHARS
+_BRIEF.maxlevel, _BRIEF.maxlist, _BRIEF.maxdict, _BRIEF.maxtuple, _BRIEF.maxset = 2, 6, 6, 6, 6
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`repr(value)` for a message, at most `limit` characters (cut with "..."): user data is
+    echoed this way so that no message grows with the data (a huge cell, an expanded YAML
+    value). The repr is built bounded, never in full."""
+    text = _BRIEF.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    """Text for a message, at most `limit` characters (cut with "...")."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class SnimError(Exception):

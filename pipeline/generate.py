@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import OutputError, UsageError
+from pipeline.errors import OutputError, UsageError, shown
 
 CHUNK = 1_000_000
 
@@ -28,9 +28,9 @@ class Spec:
 
     def check(self) -> None:
         if self.form not in ("wide", "long"):
-            raise UsageError(f"--form must be wide or long, got {self.form!r}")
+            raise UsageError(f"--form must be wide or long, got {shown(self.form)}")
         if self.format not in ("parquet", "csv"):
-            raise UsageError(f"--format must be parquet or csv, got {self.format!r}")
+            raise UsageError(f"--format must be parquet or csv, got {shown(self.format)}")
         if min(self.rule_sets, self.moves_per_set, self.max_heap) < 1 or self.positions < 0:
             raise UsageError("--rule-sets, --moves-per-set and --max-heap must be >= 1")
 

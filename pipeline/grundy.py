@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from pipeline import kernels
-from pipeline.errors import RuleError
+from pipeline.errors import RuleError, shown
 
 KINDS = {"subtraction": kernels.KIND_SUBTRACTION, "nim": kernels.KIND_NIM,
          "half": kernels.KIND_HALF}
@@ -67,7 +67,7 @@ def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
     """Validate and canonicalise a rule; RuleError says what is wrong in user terms."""
     kind = "subtraction" if kind is None or kind == "" else kind
     if kind not in KINDS:
-        raise RuleError(f"unknown kind {kind!r} (expected one of: {', '.join(KINDS)})")
+        raise RuleError(f"unknown kind {shown(kind)} (expected one of: {', '.join(KINDS)})")
     if kind != "subtraction":
         return Rule(kind)
     if moves is None:

@@ -151,10 +151,30 @@ def _scan_text(path: Path) -> tuple[int, bool, int]:
                 decoder.decode(data[start:start + step], final=start + step >= len(data))
             except UnicodeDecodeError as exc:
                 return start + exc.start, last >= 0, 0
-        if last < 0 or (last > 0 and data[last - 1:last] not in (b",", b"\n", b"\r")):
+        if (last < 0 or (last > 0 and data[last - 1:last] not in (b",", b"\n", b"\r"))
+                or not _opens_a_field(data, last)):
             return -1, last >= 0, 0
         line = 1 + sum(data[at:min(at + step, last)].count(b"\n") for at in range(0, last, step))
     return -1, True, line
+
+
+def _opens_a_field(data: mmap.mmap, last: int) -> bool:
+    """Whether the quote at `last`, just after a delimiter, opens a field rather than closing
+    one whose text ends in a comma or a line break (`"5,"`): a forward pass over the quotes
+    before it, where a quote at the start of a field opens it and, inside, `""` is a quote
+    and a lone one closes it. Only this rare case pays for the pass."""
+    quoted = False
+    at = data.find(b'"')
+    while at < last:
+        if quoted and data[at + 1:at + 2] == b'"':
+            at = data.find(b'"', at + 2)
+            continue
+        if quoted:
+            quoted = False
+        elif at == 0 or data[at - 1:at] in (b",", b"\n", b"\r"):
+            quoted = True
+        at = data.find(b'"', at + 1)
+    return not quoted
 
 
 def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:

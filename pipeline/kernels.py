@@ -435,7 +435,8 @@ def _is_space(c):
 def _scan_heap_text(data, a, b, values, at, store):
     """Heaps in data[a:b] ("5 12", "5,12", "[5, 12]"): how many, stored from values[at] when
     `store`; -1 when the text is anything else (a "+", a long number, non-ASCII, a stray
-    bracket), which the caller parses the slow, exact way."""
+    bracket, a comma with no heap before or after it), which the caller parses the slow,
+    exact way."""
     while a < b and _is_space(data[a]):
         a += 1
     while b > a and _is_space(data[b - 1]):
@@ -446,10 +447,17 @@ def _scan_heap_text(data, a, b, values, at, store):
         a += 1
         b -= 1
     count = 0
+    after_heap = False  # a heap since the last comma: a comma here separates, not empties
     i = a
     while i < b:
         c = data[i]
-        if c == 44 or _is_space(c):  # ","
+        if c == 44:  # ","
+            if not after_heap:
+                return -1
+            after_heap = False
+            i += 1
+            continue
+        if _is_space(c):
             i += 1
             continue
         negative = c == 45  # "-"
@@ -465,6 +473,9 @@ def _scan_heap_text(data, a, b, values, at, store):
         if store:
             values[at + count] = -value if negative else value
         count += 1
+        after_heap = True
+    if count and not after_heap:  # a trailing comma
+        return -1
     return count
 
 

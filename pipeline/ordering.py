@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import kernels
-from pipeline.transforms import REJECT_SCHEMA, reject_rows, unify_key_types
+from pipeline.transforms import REJECT_SCHEMA, reject_rows, shown_text, unify_key_types
 
 LOC_SHIFT = 40
 KEYS = ["rule_set_id", "position_id"]
@@ -229,7 +229,8 @@ def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequ
             list(range(len(sources))), list(sources), return_dtype=pl.String).alias("_source"),
         (pl.col("_loc") % 2**LOC_SHIFT).alias("_row"),
         pl.lit("position_id").alias("_column"),
-        pl.format("position_id {} appears {} times for rule_set_id {}", pl.col("position_id"),
-                  pl.col("_n"), pl.col("rule_set_id")).alias("_reason"),
+        pl.format("position_id {} appears {} times for rule_set_id {}",
+                  shown_text(pl.col("position_id")), pl.col("_n"),
+                  shown_text(pl.col("rule_set_id"))).alias("_reason"),
     )
     return clean, reject_rows(dups, "positions")

@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from pipeline import io
-from pipeline.errors import InputError, OutputError
+from pipeline.errors import InputError, OutputError, cut
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -112,7 +112,7 @@ def write_report(out_dir: Path, target: Path | None = None) -> Path:
         frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")
                   for name in ("summary", "sg_tables", "rejects")}
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise InputError(f"{out_dir}: cannot read run outputs ({exc})") from None
+        raise InputError(f"{out_dir}: cannot read run outputs ({cut(str(exc), 200)})") from None
     page = render_report(manifest, frames["summary"], frames["sg_tables"], frames["rejects"])
     target = target or out_dir / "report.html"
     if os.path.realpath(target.parent) == os.path.realpath(out_dir):

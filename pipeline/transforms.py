@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 
 from pipeline import kernels
 from pipeline.config import Columns
-from pipeline.errors import InputError, RuleError
-from pipeline.grundy import MAX_HEAP, Rule, TableSet, canonical_rule
+from pipeline.errors import SHOWN_CHARS, InputError, RuleError, cut, shown
+from pipeline.grundy import KINDS, MAX_HEAP, Rule, TableSet, canonical_rule
 
 REJECT_SCHEMA = {
     "table": pl.String, "source": pl.String, "row": pl.Int64, "rule_set_id": pl.String,
@@ -37,11 +37,12 @@ def detect_form(columns: Sequence[str], cols: Columns, source: str) -> str:
     """'wide' or 'long' from the columns present (DESIGN 2)."""
     has_wide, has_long = cols.heaps in columns, cols.heap in columns
     if has_wide and has_long:
-        raise InputError(f"{source}: has both '{cols.heaps}' (wide) and '{cols.heap}' (long) "
-                         "columns; keep one")
+        raise InputError(f"{source}: has both {shown(cols.heaps)} (wide) and "
+                         f"{shown(cols.heap)} (long) columns; keep one")
     if not has_wide and not has_long:
-        raise InputError(f"{source}: no '{cols.heaps}' column (wide form) or '{cols.heap}' "
-                         f"column (long form); columns are {list(columns)}")
+        raise InputError(f"{source}: no {shown(cols.heaps)} column (wide form) or "
+                         f"{shown(cols.heap)} column (long form); columns are "
+                         f"{shown(list(columns), _LISTED_CHARS)}")
     return "wide" if has_wide else "long"
 
 
@@ -51,12 +52,18 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
     missing = [c for c in required if c not in columns]
     extra = [c for c in columns if c not in required and c not in optional]
     if missing:
-        hint = f"; unexpected columns {extra}" if extra else ""
-        raise InputError(f"{source}: missing column '{missing[0]}' (columns are "
-                         f"{list(columns)}{hint})")
+        hint = f"; unexpected columns {shown(extra, _LISTED_CHARS)}" if extra else ""
+        raise InputError(f"{source}: missing column {shown(missing[0])} (columns are "
+                         f"{shown(list(columns), _LISTED_CHARS)}{hint})")
     if extra:
         expected = list(required) + [c for c in optional]
-        raise InputError(f"{source}: unexpected column '{extra[0]}' (expected {expected})")
+        raise InputError(f"{source}: unexpected column {shown(extra[0])} (expected "
+                         f"{shown(expected, _LISTED_CHARS)})")
+
+
+def _wrong_type(source: str, name: str, dtype: pl.DataType, expected: str) -> InputError:
+    return InputError(f"{source}: column {shown(name)} has type "
+                      f"{cut(str(dtype), _LISTED_CHARS)}, expected {expected}")
 
 
 def _key(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
@@ -69,7 +76,7 @@ def _key(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
             if exact:  # CSV integers as Int64 at once: the same as stripping and integer_keys
                 return pl.Series(name, values, dtype=pl.Int64)
         return s.str.strip_chars().replace("", None).alias(name)
-    raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected integer or string")
+    raise _wrong_type(source, name, s.dtype, "integer or string")
 
 
 def _text_buffers(s: pl.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -125,30 +132,68 @@ def needs_text(frame: pl.DataFrame, name: str) -> bool:
 
 
 # ---- list text ("2 5 12", "2,5,12", "[2, 5, 12]", "1..3") -----------------------------------
+#
+# Values are separated by whitespace, or by one comma with any whitespace around it; the list
+# may be in brackets. A comma with no value before or after it is an empty element, an error
+# (a value lost in the data, not a separator). Whitespace is Unicode's White_Space, as polars
+# strips it and its regex `\s` matches it (Python's `\s` also takes U+001C..U+001F).
 
-def parse_int_list(text: str, allow_ranges: bool = False) -> list[int]:
-    """Parse a list written in a CSV cell; ValueError says what is wrong."""
-    body = text.strip()
+_SPACE = "[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+_SPACES = re.compile(f"{_SPACE}+")
+_EDGE_SPACES = re.compile(f"^{_SPACE}+|{_SPACE}+$")
+_EMPTY_ELEMENT = f"^{_SPACE}*,|,{_SPACE}*,|,{_SPACE}*$"
+_INT64_DIGITS = 19
+_LISTED_CHARS = 200  # a list of column names (or a type) in a message
+_LISTED_ROWS = 5  # a clash names the first few rows of a rule_set_id defined many times
+
+
+def _strip(text: str) -> str:
+    return _EDGE_SPACES.sub("", text)
+
+
+def parse_int_list(text: str, allow_ranges: bool = False, item: str = "element") -> list[int]:
+    """Parse a list written in a CSV cell; ValueError says what is wrong, naming the element
+    as `item` ("heap", "move") with its index in the list."""
+    body = _strip(text)
     if body.startswith("[") != body.endswith("]") or (body.startswith("[") and len(body) < 2):
-        raise ValueError(f"malformed list {text!r} (unbalanced brackets)")
+        raise ValueError(f"malformed list {shown(text)} (unbalanced brackets)")
     if body.startswith("["):
         body = body[1:-1]
+    pieces = body.split(",")
     values: list[int] = []
-    for token in re.split(r"[,\s]+", body.strip()):
-        if token == "":
+    for piece in pieces:
+        tokens = _SPACES.split(_strip(piece))
+        if tokens == [""]:
+            if len(pieces) > 1:
+                raise ValueError(f"{item} at index {len(values)} is empty in {shown(text)}")
             continue
-        if allow_ranges and ".." in token:
-            lo, _, hi = token.partition("..")
-            if not (_INT_TEXT.match(lo) and _INT_TEXT.match(hi)):
-                raise ValueError(f"malformed range {token!r} in {text!r}")
-            if int(hi) - int(lo) > 1_000_000:
-                raise ValueError(f"range {token!r} is too long (over 1,000,000 values)")
-            values.extend(range(int(lo), int(hi) + 1))
-            continue
-        if not _INT_TEXT.match(token):
-            raise ValueError(f"{token!r} in {text!r} is not an integer")
-        values.append(int(token))
+        for token in tokens:
+            if allow_ranges and ".." in token:
+                values.extend(_int_range(token, text, item, len(values)))
+            else:
+                values.append(_int_token(token, text, item, len(values)))
     return values
+
+
+def _int_token(token: str, text: str, item: str, index: int) -> int:
+    if not _INT_TEXT.fullmatch(token):
+        raise ValueError(f"{shown(token)} in {shown(text)} is not an integer")
+    if len(token.lstrip("+-").lstrip("0")) > _INT64_DIGITS:  # int() of it would cost, or fail
+        raise ValueError(f"{item} {shown(token)} at index {index} is larger than 2^63-1")
+    return int(token)
+
+
+def _int_range(token: str, text: str, item: str, index: int) -> range:
+    lo, _, hi = token.partition("..")
+    if not (_INT_TEXT.fullmatch(lo) and _INT_TEXT.fullmatch(hi)):
+        raise ValueError(f"malformed range {shown(token)} in {shown(text)} (expected "
+                         "\"FIRST..LAST\", two integers)")
+    first, last = _int_token(lo, text, item, index), _int_token(hi, text, item, index)
+    if first > last:
+        raise ValueError(f"range {shown(token)} is empty (its first value is above its last)")
+    if last - first > 1_000_000:
+        raise ValueError(f"range {shown(token)} is too long (over 1,000,000 values)")
+    return range(first, last + 1)
 
 
 def _explain_heaps(values: Sequence[int | None] | None) -> str | None:
@@ -169,12 +214,20 @@ def _explain_heap_text(text: str | None, wide: bool) -> str:
     if text is None:
         return "heaps is null" if wide else "heap is null"
     try:
-        values = parse_int_list(text) if wide else [int(text.strip())]
+        values = parse_int_list(text, item="heap") if wide else _heap_cell(text)
     except ValueError as exc:
-        return str(exc) if wide else f"heap {text!r} is not an integer"
-    if not wide and len(values) != 1:
-        return f"heap {text!r} is not a single integer"
-    return _explain_heaps(values) or f"cannot read heaps {text!r}"
+        return str(exc)
+    return _explain_heaps(values) or f"cannot read heaps {shown(text)}"
+
+
+def _heap_cell(text: str) -> list[int]:
+    """A long-form heap cell: one integer."""
+    body = _strip(text)
+    if body == "":
+        raise ValueError("heap is empty")
+    if not _INT_TEXT.fullmatch(body):
+        raise ValueError(f"heap {shown(text)} is not an integer")
+    return [_int_token(body, text, "heap", 0)]
 
 
 # ---- rules ----------------------------------------------------------------------------------
@@ -184,8 +237,8 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
     """Rules file -> (_source, _row, rule_set_id, kind, moves, _column, _reason)."""
     check_columns(raw.columns, [cols.rule_set_id], [cols.kind, cols.moves], source)
     if cols.moves not in raw.columns and cols.kind not in raw.columns:
-        raise InputError(f"{source}: missing column '{cols.moves}' (columns are "
-                         f"{raw.columns})")
+        raise InputError(f"{source}: missing column {shown(cols.moves)} (columns are "
+                         f"{shown(raw.columns, _LISTED_CHARS)})")
     ids = _key(raw, cols.rule_set_id, source)
     n = raw.height
     kinds = _text_column(raw, cols.kind, source, n)
@@ -194,28 +247,12 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
         pass
     elif not (isinstance(moves_col.dtype, pl.List) and (
             moves_col.dtype.inner.is_integer() or moves_col.dtype.inner == pl.Null)):
-        raise InputError(f"{source}: column '{cols.moves}' has type {moves_col.dtype}, "
-                         "expected a list of integers (or text like \"2 5 12\")")
+        raise _wrong_type(source, cols.moves, moves_col.dtype,
+                          'a list of integers (or text like "2 5 12")')
     out_kind, out_moves, out_col, out_reason = [], [], [], []
     for rid, kind, moves in zip(ids.to_list(), kinds, moves_col.to_list()):
-        rule, column, reason = None, None, None
-        if rid is None:
-            column, reason = cols.rule_set_id, "rule_set_id is empty"
-        else:
-            try:
-                if isinstance(moves, str):
-                    column = cols.moves
-                    moves = parse_int_list(moves, allow_ranges=True)
-                elif moves is not None and any(m is None for m in moves):
-                    column = cols.moves
-                    raise RuleError("moves contain a null")
-                column = cols.kind if kind not in (None, "", "subtraction") else cols.moves
-                if kind is not None and kind.strip().lower() != kind:
-                    kind = kind.strip().lower()
-                rule = canonical_rule(kind, moves)
-                column = None
-            except (ValueError, RuleError) as exc:
-                reason = str(exc)
+        kind = None if kind is None else _strip(kind).lower()
+        column, reason, rule = _rule_of(rid, kind, moves)
         out_kind.append(rule.kind if rule else kind)
         out_moves.append(list(rule.moves) if rule else None)
         out_col.append(column)
@@ -231,13 +268,39 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
     })
 
 
+def _rule_of(rid: object, kind: str | None, moves: str | list[int | None] | None
+             ) -> tuple[str | None, str | None, Rule | None]:
+    """(column at fault, reason, None) for a bad rules row, else (None, None, its Rule).
+    `kind` is already stripped and lower case; the column is the canonical name."""
+    if rid is None:
+        return "rule_set_id", "rule_set_id is empty", None
+    if isinstance(moves, str):
+        try:
+            moves = parse_int_list(moves, allow_ranges=True, item="move")
+        except ValueError as exc:
+            return "moves", str(exc), None
+    elif moves is not None and None in moves:
+        return "moves", f"move at index {moves.index(None)} is null", None
+    try:
+        return None, None, canonical_rule(kind, moves)
+    except RuleError as exc:
+        return ("kind" if kind and kind not in KINDS else "moves"), str(exc), None
+
+
 def _text_column(raw: pl.DataFrame, name: str, source: str, n: int) -> list[str | None]:
     if name not in raw.columns:
         return [None] * n
     s = raw[name]
     if s.dtype not in (pl.String, pl.Null):
-        raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected string")
+        raise _wrong_type(source, name, s.dtype, "string")
     return s.to_list()
+
+
+def shown_text(value: pl.Expr) -> pl.Expr:
+    """A value as text for a reason, cut as `errors.cut` cuts it: ids may be any length."""
+    text = value.cast(pl.String)
+    return pl.when(text.str.len_chars() <= SHOWN_CHARS).then(text).otherwise(
+        pl.concat_str(text.str.slice(0, SHOWN_CHARS - 3), pl.lit("...")))
 
 
 def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
@@ -250,19 +313,22 @@ def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.len().alias("n"),
              pl.col("_reason").is_not_null().any().alias("any_bad"),
              pl.struct("kind", "moves").n_unique().alias("variants"),
-             where.alias("rows"))
+             where.head(_LISTED_ROWS).alias("rows"))
         .filter((pl.col("n") > 1) & (pl.col("any_bad") | (pl.col("variants") > 1)))
     )
     if clash.is_empty():
         return rules
-    rows = pl.col("rows").list.join("; ")
+    more = pl.when(pl.col("n") > _LISTED_ROWS).then(
+        pl.format("; and {} more", pl.col("n") - _LISTED_ROWS)).otherwise(pl.lit(""))
+    rows = pl.concat_str(pl.col("rows").list.join("; "), more)
+    rid = shown_text(pl.col("rule_set_id"))
     clash = clash.select(
         "rule_set_id",
         pl.when(pl.col("any_bad"))
         .then(pl.format("rule_set_id {} is defined {} times and not every definition is valid "
-                        "({})", pl.col("rule_set_id"), pl.col("n"), rows))
+                        "({})", rid, pl.col("n"), rows))
         .otherwise(pl.format("rule_set_id {} is defined {} different ways ({})",
-                             pl.col("rule_set_id"), pl.col("variants"), rows))
+                             rid, pl.col("variants"), rows))
         .alias("clash"))
     return (
         rules.join(clash, on="rule_set_id", how="left", nulls_equal=False, maintain_order="left")
@@ -297,7 +363,7 @@ def rule_index(rules: pl.DataFrame) -> tuple[list[Rule], pl.DataFrame]:
         .select(
             "rule_set_id",
             pl.lit(None, pl.Int64).alias("table"),
-            pl.format("rule set {} is invalid: {} ({} row {})", pl.col("rule_set_id"),
+            pl.format("rule set {} is invalid: {} ({} row {})", shown_text(pl.col("rule_set_id")),
                       pl.col("_reason"), pl.col("_source"), pl.col("_row")).alias("rule_problem"),
         )
     )
@@ -311,17 +377,18 @@ def _nulls(n: int) -> pl.Series:
 
 
 def _heaps_from_text_exactly(s: pl.Series) -> pl.Series:
-    """The grammar of heaps text, for any text (null where it is not a list of integers)."""
-    body = (s.str.strip_chars().str.strip_prefix("[").str.strip_suffix("]")
-            .str.replace_all(r"[,\s]+", " ").str.strip_chars())
+    """The grammar of heaps text, for any text (null where it is not a list of integers, an
+    empty element included)."""
+    inner = s.str.strip_chars().str.strip_prefix("[").str.strip_suffix("]")
+    body = inner.str.replace_all(r"[,\s]+", " ").str.strip_chars()
     tokens = body.str.split(" ")
     parsed = pl.select(pl.when(body == "").then(pl.lit([], dtype=HEAPS))
                        .otherwise(tokens.list.eval(pl.element().cast(pl.Int64, strict=False)))
                        ).to_series()
     ok = pl.select(
         s.str.strip_chars().str.starts_with("[") == s.str.strip_chars().str.ends_with("]"))
-    return pl.select(pl.when(ok.to_series() & (parsed.list.drop_nulls().list.len()
-                                               == parsed.list.len()))
+    ok = ok.to_series() & ~inner.str.contains(_EMPTY_ELEMENT)
+    return pl.select(pl.when(ok & (parsed.list.drop_nulls().list.len() == parsed.list.len()))
                      .then(parsed).otherwise(pl.lit(None, HEAPS))).to_series().alias(s.name)
 
 
@@ -361,8 +428,7 @@ def _heaps_column(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series,
             return s, pl.select(pl.when(too_big).then(
                 pl.lit("a heap is larger than 2^63-1")).otherwise(None)).to_series()
         return s.cast(HEAPS), _nulls(s.len())
-    raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected a list of "
-                     "integers (or text like \"5 12\")")
+    raise _wrong_type(source, name, s.dtype, 'a list of integers (or text like "5 12")')
 
 
 def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: Columns,
@@ -398,12 +464,12 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
                                                 pl.lit(None, pl.String).alias("_reason"))
     has_null = pl.col("heaps").list.drop_nulls().list.len() != pl.col("heaps").list.len()
     negative = pl.col("heaps").list.min() < 0
-    heap_col = pl.lit(heap_name)
+    heap_col = pl.lit("heaps" if form == "wide" else "heap")
     reason_expr = (
         pl.when(pl.col("rule_set_id").is_null())
-        .then(pl.struct(col=pl.lit(cols.rule_set_id), why=pl.lit("rule_set_id is empty")))
+        .then(pl.struct(col=pl.lit("rule_set_id"), why=pl.lit("rule_set_id is empty")))
         .when(pl.col("position_id").is_null())
-        .then(pl.struct(col=pl.lit(cols.position_id), why=pl.lit("position_id is empty")))
+        .then(pl.struct(col=pl.lit("position_id"), why=pl.lit("position_id is empty")))
         .when(pl.col("heaps").is_null() | has_null | negative)
         .then(pl.struct(col=heap_col, why=pl.lit(None, pl.String)))
         .otherwise(pl.lit(None, pl.Struct({"col": pl.String, "why": pl.String})))
@@ -486,7 +552,7 @@ def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, 
         value = s.cast(pl.Int64).to_frame(name)
         listed = value.select(pl.when(pl.col(name).is_not_null()).then(pl.concat_list(name)))
         return listed.to_series().alias(name), _nulls(s.len())
-    raise InputError(f"{source}: column '{name}' has type {s.dtype}, expected integer")
+    raise _wrong_type(source, name, s.dtype, "integer")
 
 
 def _key_hash(rows: pl.DataFrame, name: str) -> pl.Expr:
@@ -607,7 +673,8 @@ def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
     return joined.with_columns(
         pl.when(newly_bad).then(pl.coalesce(
             "rule_problem",
-            pl.format("unknown rule_set_id {} (not in the rules table)", pl.col("rule_set_id")),
+            pl.format("unknown rule_set_id {} (not in the rules table)",
+                      shown_text(pl.col("rule_set_id"))),
         )).otherwise(pl.col("_reason")).alias("_reason"),
         pl.when(newly_bad).then(pl.lit("rule_set_id")).otherwise(pl.col("_column"))
         .alias("_column"),
@@ -704,7 +771,7 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
     """Reasons for rows whose heap `_bad` lies beyond a table with no proven period."""
     labels = pl.DataFrame({
         "table": pl.Series(range(len(tables.tables)), dtype=pl.Int64),
-        "_label": pl.Series([t.rule.label for t in tables.tables], dtype=pl.String),
+        "_label": pl.Series([cut(t.rule.label) for t in tables.tables], dtype=pl.String),
         "_len": pl.Series([t.table_len for t in tables.tables], dtype=pl.Int64),
         "_limit": pl.Series([t.stopped_by or "tables.max_table_len" for t in tables.tables],
                             dtype=pl.String),
@@ -748,6 +815,21 @@ def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
         "reason": pl.col("_reason"),
     }
     return bad.select(**exprs).cast(REJECT_SCHEMA)
+
+
+def input_column_names(cols: Columns, form: str) -> dict[str, str]:
+    """The input column each canonical `_column` name stands for (`columns:` in config.yaml).
+    Every step names the column at fault canonically; the rejects are renamed once, by the
+    engine, so that `column` says what the user's file calls it. In long form the heaps are
+    one `heap` column."""
+    return {"rule_set_id": cols.rule_set_id, "kind": cols.kind, "moves": cols.moves,
+            "position_id": cols.position_id, "heap": cols.heap,
+            "heaps": cols.heaps if form == "wide" else cols.heap}
+
+
+def with_input_column_names(rejects: pl.DataFrame, cols: Columns, form: str) -> pl.DataFrame:
+    """Rejects whose `column` names the user's input column (see `input_column_names`)."""
+    return rejects.with_columns(pl.col("column").replace(input_column_names(cols, form)))
 
 
 def expand_long_rejects(rejected_positions: pl.DataFrame) -> pl.DataFrame:

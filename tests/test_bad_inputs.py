@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from conftest import wins
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -284,6 +285,18 @@ CASES = [
          (1, None), "moves", r"rule_set_id 1 .*defined 2 different ways", rule_id=1),
     Case("rules-duplicate-id-different-kind", "rules", "1,nim,", _rule(1, "nim", None),
          (1, None), "moves|kind", r"rule_set_id 1 .*different", rule_id=1),
+    Case("rules-empty-move-element", "rules", '7,,"2,,5"', None, (7, None), "moves",
+         r"move at index 1 is empty in '2,,5'", rule_id=7),
+    Case("rules-trailing-comma-in-moves", "rules", '7,,"[2, 5,]"', None, (7, None), "moves",
+         r"move at index 2 is empty in '\[2, 5,\]'", rule_id=7),
+    Case("rules-range-without-start", "rules", "7,,..3", None, (7, None), "moves",
+         r"malformed range '\.\.3' in '\.\.3'", rule_id=7),
+    Case("rules-reversed-range", "rules", "7,,1 5..3", None, (7, None), "moves",
+         r"range '5\.\.3' is empty \(its first value is above its last\)", rule_id=7),
+    Case("rules-unknown-kind-odd-case", "rules", "7, Chess ,2 5", None, (7, None), "kind",
+         r"unknown kind 'chess'", rule_id=7),
+    Case("rules-capitalised-subtraction-bad-moves", "rules", "7,Subtraction,", None, (7, None),
+         "moves", r"moves are empty", rule_id=7),
     # not errors: duplicate moves are normalised; the same rule twice is the same rule
     Case("rules-duplicate-moves-normalised", "rules", "7,,5 2 2 5", _rule(7, None, [5, 2, 2, 5]),
          (7, None), None, "", exit=0),
@@ -321,6 +334,27 @@ CASES = [
     Case("positions-heap-beyond-cap", "positions", f"5,9,10 {4 * CAP}",
          _pos(5, 9, [10, 4 * CAP]), (5, 9), "heaps",
          rf"heap {4 * CAP} .*beyond .*no period"),
+    Case("positions-empty-heap-element", "positions", '1,9,"5,,6"', None, (1, 9), "heaps",
+         r"^heap at index 1 is empty in '5,,6'$"),
+    Case("positions-lone-comma", "positions", '1,9,","', None, (1, 9), "heaps",
+         r"^heap at index 0 is empty in ','$"),
+    Case("positions-bracketed-comma", "positions", '1,9,"[,]"', None, (1, 9), "heaps",
+         r"^heap at index 0 is empty in '\[,\]'$"),
+    Case("positions-leading-comma", "positions", '1,9,",5"', None, (1, 9), "heaps",
+         r"^heap at index 0 is empty"),
+    Case("positions-trailing-comma", "positions", '1,9,"5,"', None, (1, 9), "heaps",
+         r"^heap at index 1 is empty"),
+    Case("positions-bracketed-trailing-comma", "positions", '1,9,"[5,]"', None, (1, 9),
+         "heaps", r"^heap at index 1 is empty"),
+    Case("positions-blank-between-commas", "positions", '1,9,"5, ,6"', None, (1, 9), "heaps",
+         r"^heap at index 1 is empty"),
+    # not errors: whitespace (around a comma too) separates heaps; "[]" is no heaps
+    Case("positions-spaces-around-a-comma", "positions", '1,9,"5 , 6"', None, (1, 9), None,
+         "", exit=0),
+    Case("positions-brackets-without-heaps", "positions", "2,9,[]", None, (2, 9), None,
+         "", exit=0),
+    Case("positions-quoted-cell-ending-in-a-line-break", "positions", '1,9,"5\n"', None,
+         (1, 9), None, "", exit=0),
     # not an error: an empty heaps cell is a position with no heaps (verdict L)
     Case("positions-empty-heaps-is-no-heaps", "positions", "2,9,", _pos(2, 9, []), (2, 9), None,
          "", exit=0),
@@ -1174,3 +1208,119 @@ def test_random_corruptions_never_crash_and_reconcile(data: Any) -> None:
         assert failed.code == (1 if got.code == 3 else 0), failed.stderr
         assert (base / "out_fail").exists() == (failed.code == 0)
         shutil.rmtree(base / "out", ignore_errors=True)
+
+
+# ---- the CSV list grammar, end to end -------------------------------------------------------
+
+# (heaps cell as written, its heaps, or None and the reason it is rejected)
+HEAPS_SPELLINGS = [
+    ("5 12", [5, 12], None), ("5  12", [5, 12], None), ("5 , 12", [5, 12], None),
+    ("5,12", [5, 12], None), ("[5, 12]", [5, 12], None), ("[ 5 ,\t12 ]", [5, 12], None),
+    ("", [], None), ("[]", [], None), ("[ ]", [], None), (" ", [], None),
+    ("5,,12", None, "heap at index 1 is empty in '5,,12'"),
+    (",", None, "heap at index 0 is empty in ','"),
+    ("[,]", None, "heap at index 0 is empty in '[,]'"),
+    (",5", None, "heap at index 0 is empty in ',5'"),
+    ("5,", None, "heap at index 1 is empty in '5,'"),
+    ("[5,]", None, "heap at index 1 is empty in '[5,]'"),
+    ("5, ,12", None, "heap at index 1 is empty in '5, ,12'"),
+    ("3 4,,5", None, "heap at index 2 is empty in '3 4,,5'"),
+]
+
+
+def test_heaps_spellings_evaluated_or_rejected_naming_the_empty_element(tmp_path: Path) -> None:
+    got, out = run_texts(
+        tmp_path, "rule_set_id,kind,moves\n1,,2 5\n",
+        "rule_set_id,position_id,heaps\n" + "".join(
+            f'1,{i},"{text}"\n' for i, (text, _, _) in enumerate(HEAPS_SPELLINGS)))
+    assert got.code == 3, got.stderr
+    result = read_out(out)
+    assert_reconciled(result["manifest"])
+    verdicts = {pid: v for pid, v in result["verdicts"].select("position_id", "verdict").rows()}
+    assert verdicts == {i: "W" if wins("subtraction", (2, 5), heaps) else "L"
+                        for i, (_, heaps, _) in enumerate(HEAPS_SPELLINGS) if heaps is not None}
+    rejects = result["rejects"].select("row", "column", "reason").rows()
+    assert rejects == [(i, "heaps", reason) for i, (_, heaps, reason)
+                       in enumerate(HEAPS_SPELLINGS) if heaps is None]
+
+
+# ---- rejects name the user's columns (`columns:` in config.yaml) ----------------------------
+
+
+def renamed_config(directory: Path, columns: dict[str, str], **tables: int) -> Path:
+    path = write_config(directory, **tables)
+    path.write_text(path.read_text() + "columns:\n"
+                    + "".join(f"  {k}: {v}\n" for k, v in columns.items()))
+    return path
+
+
+def test_rejects_name_the_renamed_input_columns(tmp_path: Path) -> None:
+    names = {"rule_set_id": "rsid", "kind": "kd", "moves": "mv", "position_id": "pid",
+             "heaps": "hs"}
+    (tmp_path / "rules.csv").write_text(
+        "rsid,kd,mv\n1,,2 5\n2,chess,\n3,,2\n3,,3\n5,,2501 6000 8501\n,nim,\n6,,\"2,,5\"\n")
+    (tmp_path / "positions.csv").write_text(
+        "rsid,pid,hs\n1,0,5 12\n9,0,3\n1,1,4\n1,1,6\n5,0,4000\n1,2,x\n,3,1\n1,,2\n1,4,\"5,,6\"\n")
+    config = renamed_config(tmp_path, names, max_table_len=CAP)
+    got = invoke(["run", "--config", config], tmp_path)
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    rejects = read_out(tmp_path / "out")["rejects"]
+    assert rejects.select("table", "row", "column").rows() == [
+        ("rules", 1, "kd"),  # unknown kind
+        ("rules", 2, "mv"), ("rules", 3, "mv"),  # rule set 3 defined two ways
+        ("rules", 5, "rsid"),  # empty id
+        ("rules", 6, "mv"),  # an empty move
+        ("positions", 1, "rsid"),  # unknown rule set
+        ("positions", 2, "pid"), ("positions", 3, "pid"),  # a position given twice
+        ("positions", 4, "hs"),  # a heap beyond the unproven table
+        ("positions", 5, "hs"),  # not an integer
+        ("positions", 6, "rsid"), ("positions", 7, "pid"),  # empty keys
+        ("positions", 8, "hs"),  # an empty heap
+    ], rejects.to_dicts()
+    first = rejects.row(0, named=True)
+    assert f"{first['source']} row 1, column kd: unknown kind 'chess'" in got.stderr
+    assert "column kind" not in got.stderr and "column rule_set_id" not in got.stderr
+
+
+def test_rejects_name_swapped_input_columns(tmp_path: Path) -> None:
+    # Each canonical name maps to the user's once: a swap is not applied twice.
+    names = {"rule_set_id": "position_id", "position_id": "rule_set_id", "heap": "h"}
+    (tmp_path / "rules.csv").write_text("position_id,kind,moves\n1,,2 5\n")
+    (tmp_path / "positions.csv").write_text(
+        "position_id,rule_set_id,h\n1,0,5\n9,0,3\n1,,4\n1,1,-2\n")
+    config = renamed_config(tmp_path, names)
+    got = invoke(["run", "--config", config], tmp_path)
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    rejects = read_out(tmp_path / "out")["rejects"]
+    assert rejects.select("row", "rule_set_id", "position_id", "column").rows() == [
+        (1, "9", "0", "position_id"), (2, "1", None, "rule_set_id"), (3, "1", "1", "h")]
+
+
+def test_long_form_heap_beyond_table_names_the_heap_column(tmp_path: Path) -> None:
+    (tmp_path / "rules.csv").write_text("rule_set_id,kind,moves\n5,,2501 6000 8501\n")
+    (tmp_path / "positions.csv").write_text(
+        "rule_set_id,position_id,size\n5,0,3\n5,0,4000\n5,1,2\n")
+    config = renamed_config(tmp_path, {"heap": "size"}, max_table_len=CAP)
+    got = invoke(["run", "--config", config], tmp_path)
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    rejects = read_out(tmp_path / "out")["rejects"]
+    assert rejects.select("row", "column").rows() == [(0, "size"), (1, "size")]
+    assert "row 1, column size: heap 4000 at index 1 needs SG values" in got.stderr
+
+
+def test_kind_in_any_case_with_surrounding_spaces_is_that_kind(tmp_path: Path) -> None:
+    kinds = {1: (" NIM ", "nim", ()), 2: ("Half\t", "half", ()),
+             3: ("\xa0Subtraction ", "subtraction", (2, 5)), 4: ("  ", "subtraction", (1, 3))}
+    rules = "rule_set_id,kind,moves\n" + "".join(
+        f'{rid},"{text}","{" ".join(map(str, moves))}"\n'
+        for rid, (text, _, moves) in kinds.items())
+    heaps = [[], [1], [4, 7], [3, 5, 9], [12, 2], [6, 6]]
+    got, out = run_texts(tmp_path, rules, "rule_set_id,position_id,heaps\n" + "".join(
+        f"{rid},{i},{' '.join(map(str, h))}\n" for rid in kinds for i, h in enumerate(heaps)))
+    assert got.code == 0, got.stderr
+    verdicts = read_out(out)["verdicts"].select("rule_set_id", "position_id", "verdict").rows()
+    assert verdicts == [(rid, i, "W" if wins(kind, moves, h) else "L")
+                        for rid, (_, kind, moves) in kinds.items() for i, h in enumerate(heaps)]

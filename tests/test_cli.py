@@ -173,6 +173,17 @@ def test_grundy_unparsable_moves_exit_2(cli, moves):
     no_traceback(result)
 
 
+@pytest.mark.parametrize(("moves", "message"), [
+    ("2,,5", "move at index 1 is empty in '2,,5'"),
+    ("[2, 5,]", "move at index 2 is empty in '[2, 5,]'"),
+    ("..3", "malformed range '..3' in '..3' (expected \"FIRST..LAST\", two integers)"),
+    ("1 5..3", "range '5..3' is empty (its first value is above its last)"),
+])
+def test_grundy_moves_with_an_empty_element_or_range_exit_2(cli, moves, message):
+    result = cli("grundy", "--moves", moves)
+    assert (result.exit_code, result.stderr) == (2, f"snim-batch: error: --moves: {message}\n")
+
+
 @pytest.mark.parametrize("moves", ["0", "-3", "", "2 0 5"])
 def test_grundy_invalid_moves_exit_2(cli, moves):
     result = cli("grundy", "--moves", moves)
@@ -204,6 +215,115 @@ def test_grundy_work_limit_bounds_what_upto_asks(cli):
     lines = grundy_lines(result.stdout)
     assert lines["SG(0..99)"].split() == [str(v) for v in naive_sg((1, 1000), 100)]
     assert lines["SG(100..300)"] == "unknown (beyond --max-ops 19998, with no period proven)"
+
+
+@pytest.mark.parametrize(("kind", "sg"), [("NIM", lambda x: x), ("Nim", lambda x: x),
+                                        ("HALF", sg_half), ("Subtraction", None)])
+def test_grundy_kind_in_any_case_as_rule_files_accept_it(cli, kind, sg):
+    result = cli("grundy", "--kind", kind, "--moves", "2 5", "--upto", "30")
+    assert result.exit_code == 0, result.output
+    expected = naive_sg((2, 5), 31) if sg is None else [sg(x) for x in range(31)]
+    assert grundy_lines(result.stdout)["SG(0..30)"].split() == [str(v) for v in expected]
+
+
+CHOICE_ERRORS = [
+    (("grundy", "--kind", "chess"), "--kind", "'chess' is not one of 'subtraction', 'nim', "
+                                             "'half'"),
+    (("generate", "--out", "g", "--form", "tall"), "--form", "'tall' is not one of 'wide', "
+                                                             "'long'"),
+    (("generate", "--out", "g", "--format", "xlsx"), "--format", "'xlsx' is not one of "
+                                                                 "'parquet', 'csv'"),
+    (("run", "--engine", "flink"), "--engine", "'flink' is not one of 'polars', 'spark'"),
+    (("run", "--on-bad-rows", "skip"), "--on-bad-rows", "'skip' is not one of 'reject', "
+                                                        "'fail'"),
+]
+
+
+@pytest.mark.parametrize(("args", "option", "message"), CHOICE_ERRORS,
+                         ids=[c[1] for c in CHOICE_ERRORS])
+def test_every_fixed_choice_is_checked_by_typer_with_one_error_style(cli, tmp_path, monkeypatch,
+                                                                     args, option, message):
+    monkeypatch.chdir(tmp_path)
+    result = cli(*args)
+    no_traceback(result)
+    assert result.exit_code == 2, result.output
+    flat = " ".join(line.strip("│ ") for line in result.stderr.splitlines())
+    assert f"Invalid value for '{option}': Value error, {message}." in flat, result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_choices_in_any_case(cli, tmp_path):
+    result = cli("generate", "--out", str(tmp_path / "g"), "--positions", "7", "--rule-sets",
+                 "2", "--form", "LONG", "--format", "Csv")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "g" / "rules.csv").is_file()
+    parts = sorted((tmp_path / "g" / "positions").iterdir())
+    assert parts and all(p.suffix == ".csv" for p in parts)
+    assert pl.read_csv(parts[0]).columns == ["rule_set_id", "position_id", "heap"]
+
+
+def test_run_choices_in_any_case(cli, tmp_path, small_job):
+    result = cli(*RUN_FLAGS, "--engine", "POLARS", "--on-bad-rows", "Fail")
+    assert result.exit_code == 0, result.output
+    v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert {(r, p): w for r, p, w in v.select("rule_set_id", "position_id", "verdict").rows()
+            } == small_job
+
+
+# ---- user data reaches the terminal as text ---------------------------------------------------
+
+HOSTILE = "\x1b[31mred\x1b]0;title\x07\x9b2J\u202egnp.exe\r\nforged: ok\x7f"
+HOSTILE_SHOWN = r"\x1b[31mred\x1b]0;title\x07\x9b2J\u202egnp.exe\r\nforged: ok\x7f"
+# In a file name, without the glob characters "[]" (a name that holds them is taken for a glob)
+HOSTILE_NAME = "\x1b:title\x07\x9b2J\u202egnp.exe\r\nforged\x7f"
+HOSTILE_NAME_SHOWN = r"\x1b:title\x07\x9b2J\u202egnp.exe\r\nforged\x7f"
+
+
+def assert_printable(text: str) -> None:
+    """No character a terminal would act on (tab and the line ends between lines aside)."""
+    for line in text.split("\n"):
+        assert not any(ord(c) < 32 and c != "\t" or 0x7f <= ord(c) <= 0x9f or c == "\u202e"
+                       for c in line), repr(line)
+
+
+def hostile_job(tmp_path: Path) -> Path:
+    """A rule set and a bad position whose ids and cell text carry terminal controls, in a
+    positions file whose name carries them too."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[f"r{HOSTILE}", "", "2 5"], ["ok", "nim", ""]])
+    positions = tmp_path / f"pos{HOSTILE_NAME}.csv"
+    write_csv(positions, ["rule_set_id", "position_id", "heaps"],
+              [[f"r{HOSTILE}", f"p{HOSTILE}", "3 4"], ["ok", "1", f"5 {HOSTILE}"],
+               [f"ghost{HOSTILE}", "2", "1"]])
+    return positions
+
+
+def test_user_data_in_messages_is_escaped_and_kept_in_outputs(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    positions = hostile_job(tmp_path)
+    result = cli("run", "--rules", "rules.csv", "--positions", positions.name, "--out", "out")
+    assert result.exit_code == 3, result.output
+    assert_printable(result.stdout)
+    assert_printable(result.stderr)
+    shown_file = str(tmp_path / f"pos{HOSTILE_NAME_SHOWN}.csv")
+    assert f"{shown_file} row 1, column heaps: " in result.stderr
+    assert f"{shown_file} row 2, column rule_set_id: unknown rule_set_id ghost" in result.stderr
+    v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert v.select("rule_set_id", "position_id").rows() == [(f"r{HOSTILE}", f"p{HOSTILE}")]
+    rejects = pl.read_parquet(tmp_path / "out" / "rejects.parquet")
+    assert rejects["source"].to_list() == [str(positions)] * 2
+    assert rejects["rule_set_id"].to_list() == ["ok", f"ghost{HOSTILE}"]
+
+
+def test_config_errors_and_verbose_tracebacks_are_escaped(cli, tmp_path):
+    config = tmp_path / f"job{HOSTILE_NAME}.yaml"
+    config.write_text('rules: r\npositions: p\nout: o\n"\\e[2Jkey\\u202e": 1\n')
+    result = cli("run", "--config", str(config), "--verbose")
+    assert result.exit_code == 2, result.output
+    assert_printable(result.stderr)
+    assert "Traceback" in result.stderr
+    assert (f"snim-batch: error: {tmp_path}/job{HOSTILE_NAME_SHOWN}.yaml: unknown key "
+            r"'\x1b[2Jkey\u202e'") in result.stderr
 
 
 # ---- solve and convert ----------------------------------------------------------------------
@@ -360,3 +480,38 @@ def test_script_with_stdout_closed_and_stdin_left_at_its_end(tmp_path):
     both = subprocess.run(["sh", "-c", f"{{ '{SCRIPT}' solve; cat; }} < in.txt"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert (both.returncode, both.stdout) == (0, "LWW\nWWL\n"), both.stderr
+
+
+@needs_script
+def test_script_on_a_terminal_escapes_user_data(tmp_path):
+    # stderr is a terminal here (a pty), where nothing strips escape sequences on the way.
+    import pty
+
+    positions = hostile_job(tmp_path)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([SCRIPT, "run", "--rules", "rules.csv", "--positions",
+                               positions.name, "--out", "out"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=follower, timeout=120)
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal has no writer left and nothing unread
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    err = b"".join(chunks).decode()
+    assert proc.returncode == 3, err
+    assert_printable(proc.stdout.decode())
+    lines = [line.rsplit("\r\x1b[K", 1)[-1] for line in err.replace("\r\n", "\n").split("\n")]
+    assert_printable("\n".join(lines))  # the status line's own "\r ESC [K" aside
+    assert (f"pos{HOSTILE_NAME_SHOWN}.csv row 2, column rule_set_id: unknown rule_set_id "
+            f"ghost{HOSTILE_SHOWN}") in err

@@ -295,3 +295,129 @@ def test_columns_mapped_to_the_same_name_is_a_config_error(tmp_path: Path) -> No
     code, err = invoke(["run", "--config", str(config)], tmp_path)
     assert code == 2, err
     assert "columns.heaps" in err and str(config) in err
+
+
+# ---- YAML a config file has no use for: alias bombs, duplicate keys, huge values -----------
+
+LAUGHS = '["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]'
+
+
+def alias_bomb(levels: int, key: str = "engine") -> str:
+    """A billion-laughs document: each level is 9 aliases of the one before (9^levels)."""
+    lines = [f"a0: &a0 {LAUGHS}"]
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    lines.append(f"{key}: [" + ", ".join([f"*a{levels - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("levels", [3, 9])
+def test_alias_bomb_refused_naming_the_line(tmp_path: Path, levels: int) -> None:
+    # 9^10 values at 9 levels: refused before anything is expanded (at the first alias that
+    # goes past the limit: level 3, 9 x 91 values, is on line 4 of the document)
+    path = write(tmp_path / "c.yaml", alias_bomb(levels))
+    assert path.stat().st_size < 900
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}: line 4: YAML aliases expand to more than 1000 "
+                               "values; a config file needs no more")
+
+
+def test_alias_bomb_refused_by_the_cli_with_exit_2(tmp_path: Path) -> None:
+    config = write(tmp_path / "job.yaml", BASE + alias_bomb(9, "spark"))
+    code, err = invoke(["run", "--config", str(config)], tmp_path)
+    assert code == 2, err
+    assert err == (f"snim-batch: error: {config}: line 7: YAML aliases expand to more than "
+                   "1000 values; a config file needs no more\n")
+
+
+def test_aliases_up_to_the_limit_are_read(tmp_path: Path) -> None:
+    # 10 aliases of a 99-item list (100 values each) add exactly 1000 values: read, then
+    # refused as a value of the wrong type, echoed in 60 characters at most.
+    items = ", ".join(["x"] * 99)
+    path = write(tmp_path / "c.yaml", BASE + f"tables: [&l [{items}], "
+                 + ", ".join(["*l"] * 10) + "]\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}: key 'tables' must be a mapping, got "
+                               "[['x', 'x', 'x', 'x', 'x', 'x', ...], ['x', 'x', 'x', 'x'...")
+    path.write_text(path.read_text().replace("*l]", "*l, *l]"))
+    with pytest.raises(ConfigError, match="line 4: YAML aliases expand to more than 1000"):
+        load_config(path)
+
+
+def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.yaml", "rules: &in data/in.csv\npositions: *in\nout: o\n"
+                 "spark:\n  conf: {spark.app.note: *in}\n")
+    cfg = load_config(path)
+    assert cfg.positions == cfg.rules == str(tmp_path.resolve() / "data" / "in.csv")
+    assert cfg.spark.conf == {"spark.app.note": "data/in.csv"}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("engine: &e [1, *e]\n", "line 4: alias 'e' is inside the value it names (a recursive "
+                             "value)"),
+    ("tables:\n  max_table_len: " + "7" * 5000 + "\n", "line 5: an integer of 5000 characters"),
+    ("engine: " + "[" * 3000 + "]" * 3000 + "\n", "values are nested too deeply"),
+    ("engine: *nowhere\n", "line 4 is not valid YAML (found undefined alias 'nowhere')"),
+])
+def test_yaml_refused_with_its_line(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path / "c.yaml", BASE + text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("engine: polars\nwinning_moves: true\nengine: polars\n",
+     "key 'engine' is given twice (lines 4 and 6)"),
+    ("columns:\n  heaps: h\n  heap: g\n  heaps: k\n",
+     "key 'columns.heaps' is given twice (lines 5 and 7)"),
+    ("columns: {heaps: h, heaps: h}\n", "key 'columns.heaps' is given twice (lines 4 and 4)"),
+    ("tables:\n  max_table_len: 10\ncolumns:\n  heap: g\ntables:\n  period_probe_ops: 0\n",
+     "key 'tables' is given twice (lines 4 and 8)"),
+    ("spark:\n  conf:\n    spark.driver.memory: 1g\n    spark.driver.memory: 8g\n",
+     "key 'spark.conf.spark.driver.memory' is given twice (lines 6 and 7)"),
+    ("'rules': again\n", "key 'rules' is given twice (lines 1 and 4)"),
+])
+def test_duplicate_keys_name_the_key_and_both_lines(tmp_path: Path, text: str,
+                                                    message: str) -> None:
+    path = write(tmp_path / "c.yaml", BASE + text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_cli_duplicate_key_exit_2(tmp_path: Path) -> None:
+    inputs(tmp_path)
+    config = write(tmp_path / "job.yaml", BASE + "engine: polars\nengine: spark\n")
+    code, err = invoke(["run", "--config", str(config)], tmp_path)
+    assert (code, err) == (2, f"snim-batch: error: {config}: key 'engine' is given twice "
+                              "(lines 4 and 5)\n")
+    assert not (tmp_path / "results").exists()
+
+
+LONG = "z" * 5000
+
+
+@pytest.mark.parametrize("extra", [
+    f"engine: {LONG}\n", f"on_bad_rows: {LONG}\n", f"winning_moves: {LONG}\n",
+    f"overwrite: [{LONG}]\n", f"spark:\n  master: [{LONG}]\n", f"columns: {LONG}\n",
+    f"columns:\n  heaps: [{LONG}]\n",
+    f"tables:\n  max_table_len: {LONG}\n", f"spark:\n  conf: {LONG}\n", f"? {LONG}\n: 1\n",
+    f"columns:\n  ? {LONG}\n  : h\n", f"columns:\n  heaps: {LONG}\n  heap: {LONG}\n",
+])
+def test_no_message_echoes_a_value_in_full(tmp_path: Path, extra: str) -> None:
+    path = write(tmp_path / "c.yaml", BASE + extra)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "zzz..." in message and len(message) < len(str(path)) + 260, message
+
+
+def test_override_echoes_a_value_shortened() -> None:
+    cfg = config_from_dict({"rules": "r", "positions": "p", "out": "o"}, "cfg", Path("/x"))
+    with pytest.raises(ConfigError) as info:
+        cfg.override(engine="q" * 1000)
+    assert str(info.value) == ("option 'engine' must be one of polars, spark, got "
+                               f"'{'q' * 27}...{'q' * 28}'")

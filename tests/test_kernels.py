@@ -404,3 +404,43 @@ def test_counting_sort_of_rows_already_in_order_is_identity():
     kernels.counting_sort(bucket, 4, key, dest)
     assert kernels.is_identity(dest)
     assert not kernels.is_identity(dest[::-1].copy())
+
+
+# ---------------------------------------------------------------------------------------------
+# Heaps text: the kernel reads plain lists and leaves every other row to the exact grammar
+# ---------------------------------------------------------------------------------------------
+
+
+def text_buffers(texts):
+    """Arrow-style (offsets, UTF-8 bytes) of a list of strings."""
+    data = [t.encode() for t in texts]
+    offsets = np.zeros(len(data) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(d) for d in data])
+    return offsets, np.frombuffer(b"".join(data), np.uint8).copy()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(
+    st.lists(st.one_of(st.integers(0, 10**17).map(str), st.sampled_from(["", " ", "\t"])),
+             min_size=1, max_size=5),
+    st.sampled_from([",", ", ", " , ", "\t,"]), st.booleans()), max_size=8))
+def test_heap_text_lists_leaves_empty_elements_to_the_exact_grammar(rows):
+    texts, expected = [], []
+    for elements, sep, brackets in rows:
+        text = sep.join(elements)
+        texts.append(f"[{text}]" if brackets else text)
+        blank = [not e.strip() for e in elements]
+        expected.append(None if len(elements) > 1 and any(blank)
+                        else [int(e) for e, b in zip(elements, blank) if not b])
+    counts, values, slow = kernels.heap_text_lists(*text_buffers(texts))
+    assert slow.tolist() == [i for i, e in enumerate(expected) if e is None]
+    for i, heaps in enumerate(expected):
+        got = values[counts[i]:counts[i + 1]].tolist()
+        assert got == (heaps if heaps is not None else []), texts[i]
+
+
+@pytest.mark.parametrize("text", ["5,,6", ",", "[,]", ",5", "5,", "[5,]", "5, ,6", " , "])
+def test_heap_text_lists_never_reads_an_empty_element_as_a_separator(text):
+    counts, values, slow = kernels.heap_text_lists(*text_buffers([text, "5 , 6"]))
+    assert slow.tolist() == [0]
+    assert values[counts[1]:counts[2]].tolist() == [5, 6]

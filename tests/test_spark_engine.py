@@ -252,6 +252,43 @@ def test_duplicate_positions_match_polars(spark, tmp_path):
     assert sum("appears" in x for x in reasons) == 9
 
 
+# ---- renamed input columns ------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_renamed_columns_name_the_users_columns_as_polars_does(spark, tmp_path, form):
+    """`columns:` renames every input column: both engines name the user's columns in rejects
+    (an unknown rule set, a duplicate position, a heap beyond its table, a duplicate rule, an
+    empty heap element), whichever step found the problem."""
+    heap = "hs" if form == "wide" else "h"
+    names = {"rule_set_id": "rsid", "kind": "kd", "moves": "mv", "position_id": "pid",
+             "heaps": "hs", "heap": "h"}
+    r = write_csv(tmp_path / "rules.csv", ["rsid", "kd", "mv"],
+                  [[1, "", "2 5"], [3, "", "2"], [3, "", "3"], [4, "", "4 6 11 12"],
+                   [5, "", "2,,5"]])
+    d = tmp_path / "positions"
+    if form == "wide":
+        write_csv(d / "a.csv", ["rsid", "pid", heap],
+                  [[1, 0, "5 12"], [9, 0, "3"], [1, 1, "4"], [1, 1, "6"], [4, 0, "2 40"],
+                   [1, 2, "5,,6"], [3, 0, "1"]])
+        write_parquet(d / "b.parquet", {"rsid": [1, 4], "pid": [7, 8], heap: [[3], [35]]},
+                      {"rsid": pl.Int64, "pid": pl.Int64, heap: HEAPS})
+    else:
+        write_csv(d / "a.csv", ["rsid", "pid", heap],
+                  [[1, 0, 5], [9, 0, 3], [1, 1, 4], [4, 0, 2], [4, 0, 40], [1, 2, "x"],
+                   [3, 0, 1]])
+        write_parquet(d / "b.parquet", {"rsid": [1, 4], "pid": [7, 8], heap: [3, 35]},
+                      {"rsid": pl.Int64, "pid": pl.Int64, heap: pl.Int64})
+    expected, _ = run_both(tmp_path, rules=str(r), positions=str(d), tables=TABLES,
+                           columns=names)
+    rejects = outputs(expected)["rejects"]
+    assert set(rejects["column"].to_list()) == {"rsid", "mv", heap} | (
+        {"pid"} if form == "wide" else set())
+    assert not any(f", column {c}:" in line for line in expected.problems
+                   for c in ("rule_set_id", "moves", "position_id", "heaps", "heap"))
+
+
 # ---- heaps near 10^18 -----------------------------------------------------------------------
 
 

@@ -205,8 +205,8 @@ def execute(config: Config, staging: Path, phase: Phase,
             verdicts, position_rejects, rows_read = _evaluate_long(paths, config, index, cache,
                                                                    staging, note)
     with phase("finish"):
-        rejects = transforms.sort_rejects(pl.concat(
-            [transforms.reject_rows(rules, "rules"), position_rejects]))
+        rejects = transforms.with_input_column_names(transforms.sort_rejects(pl.concat(
+            [transforms.reject_rows(rules, "rules"), position_rejects])), config.columns, form)
         summary = transforms.summary_rows(index, *transforms.summary_counts(verdicts, rejects))
         sg_tables = transforms.sg_table_rows(rules, distinct, cache.reported(), index)
     counts = manifest_counts(

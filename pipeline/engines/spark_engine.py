@@ -625,6 +625,14 @@ def _polars(df: DataFrame) -> pl.DataFrame:
     return frame
 
 
+def _input_column_names(config: Config, form: str) -> Any:
+    """The rejects' `column` renamed as `transforms.with_input_column_names` renames it."""
+    renamed = F.col("column")
+    for canonical, name in transforms.input_column_names(config.columns, form).items():
+        renamed = F.when(F.col("column") == canonical, F.lit(name)).otherwise(renamed)
+    return renamed
+
+
 def execute(config: Config, staging: Path, phase: Phase,
             note: Callable[[str], None] = lambda message: None) -> EngineResult:
     """Read, validate, tabulate, evaluate and write every output but the manifest
@@ -655,6 +663,7 @@ def execute(config: Config, staging: Path, phase: Phase,
             rejects = (spark.createDataFrame(
                 rule_rejects.to_arrow().cast(to_arrow_schema(REJECT_SCHEMA)), REJECT_SCHEMA)
                 .unionByName(position_rejects)
+                .withColumn("column", _input_column_names(config, form))
                 .orderBy(F.col("table").desc(), F.col("source"), F.col("row")))
             counts = _polars(verdicts.groupBy("rule_set_id").agg(
                 F.count_if(F.col("verdict") == "W").alias("W"),
