@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pipeline import kernels
 from pipeline.errors import InputError, OutputError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -129,28 +130,49 @@ def _short(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
-def _scan_text(path: Path) -> tuple[int, bool, int]:
-    """(offset of the first NUL byte or invalid UTF-8 sequence, or -1 (binary data is never
-    CSV); whether any field is quoted; the line of a quote that is never closed, or 0),
-    decoded in 16 MiB slices so a large file is not held twice. A quote opens a field only
-    at its start, so when the file's last quote is at the start of a field, that field runs
-    to the end of the file."""
+_BOM = b"\xef\xbb\xbf"
+_HEADER_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True)
+class _TextScan:
+    """What a pass over a CSV file's bytes found: the offset of the first NUL byte or invalid
+    UTF-8 sequence (-1: none; binary data is never CSV), the physical line of a quote that
+    is never closed (0: none), and whether a quoted field holds a line break."""
+
+    bad_byte: int
+    open_line: int
+    quoted_break: bool
+
+
+def _csv_bytes(data: bytes | mmap.mmap) -> np.ndarray:
+    return np.frombuffer(data, np.uint8)
+
+
+def _bom_length(data: bytes | mmap.mmap) -> int:
+    return len(_BOM) if data[:len(_BOM)] == _BOM else 0
+
+
+def _scan_text(path: Path) -> _TextScan:
+    """Check the whole file through a memory map (decoded in 16 MiB slices, quotes followed
+    by a compiled scan of the mapped bytes), so a large file is never held twice."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        last = data.rfind(b'"')
         nul = data.find(b"\x00")
         if nul >= 0:
-            return nul, last >= 0, 0
+            return _TextScan(nul, 0, False)
         step = 1 << 24
         for start in range(0, len(data), step):
             try:
                 decoder.decode(data[start:start + step], final=start + step >= len(data))
             except UnicodeDecodeError as exc:
-                return start + exc.start, last >= 0, 0
-        if last < 0 or (last > 0 and data[last - 1:last] not in (b",", b"\n", b"\r")):
-            return -1, last >= 0, 0
-        line = 1 + sum(data[at:min(at + step, last)].count(b"\n") for at in range(0, last, step))
-    return -1, True, line
+                return _TextScan(start + exc.start, 0, False)
+        if data.find(b'"') < 0:
+            return _TextScan(-1, 0, False)
+        view = _csv_bytes(data)
+        _, _, open_line, quoted_break = kernels.csv_scan(view, _bom_length(data), 0)
+        del view  # the map cannot close while an array still points into it
+    return _TextScan(-1, open_line, quoted_break)
 
 
 def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
@@ -161,15 +183,14 @@ def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     path = file.path
     if file.size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
-    header = _read_header_names(path)
-    offset, quoted, unclosed = _scan_text(path)
-    if offset >= 0:
+    header, terminated = _read_header(path)
+    scan = _scan_text(path)
+    if scan.bad_byte >= 0:
         raise InputError(f"{path}: not a CSV file (binary data or invalid UTF-8 at byte "
-                         f"{offset})")
-    if unclosed:
-        raise InputError(f"{path}: line {unclosed}: a quoted field is never closed "
-                         "(unterminated quote)")
-    if file.size < 1 << 20 and b"\n" not in path.read_bytes():  # a header without a newline
+                         f"{scan.bad_byte})")
+    if scan.open_line:
+        raise _unclosed_quote(path, scan.open_line)
+    if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
         yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
                        np.zeros(0, np.int64), [])
         return
@@ -188,7 +209,8 @@ def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         reader = pacsv.open_csv(
             path,
             read_options=pacsv.ReadOptions(use_threads=False),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
+                                             newlines_in_values=scan.quoted_break),
             convert_options=pacsv.ConvertOptions(
                 column_types={name: pa.string() for name in header},
                 strings_can_be_null=False,
@@ -203,7 +225,7 @@ def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     def emit(table: pa.Table) -> RawTable:
         nonlocal given
         rows = numbering.next(table.num_rows, [r for r, _, _ in bad[numbering.skipped:]])
-        if quoted:
+        if scan.quoted_break:
             _check_text(path, table, rows)
         frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
@@ -261,8 +283,10 @@ class _RowNumbers:
 
 
 def _check_text(path: Path, table: pa.Table, rows: np.ndarray) -> None:
-    """Reject a field that swallowed whole CSV lines (an unterminated quote); a quoted line
-    break alone is valid CSV. `rows` numbers the table's rows in the file."""
+    """Reject a field that swallowed whole CSV lines; a quoted line break alone is valid CSV.
+    The quote scan finds a quote left open to the end of the file; this finds two quotes
+    left open that close each other ('"5' ... '"7'), valid by the CSV rules but never meant.
+    `rows` numbers the table's rows in the file."""
     for name in table.column_names:
         column = table[name]
         spans = pc.match_substring_regex(column, "[\r\n]")
@@ -275,26 +299,47 @@ def _check_text(path: Path, table: pa.Table, rows: np.ndarray) -> None:
                              "several lines that look like CSV rows (unterminated quote?)")
 
 
-def _read_header_names(path: Path) -> list[str]:
+def _unclosed_quote(path: Path, line: int) -> InputError:
+    return InputError(f"{path}: line {line}: a quoted field is never closed (unterminated "
+                      "quote)")
+
+
+def _read_header(path: Path) -> tuple[list[str], bool]:
+    """(column names, whether a line end follows them) from the file's first record, found
+    by the same scan of quotes and line ends (LF, CRLF, CR) as the rows; blank lines before
+    it are skipped, as pyarrow skips them."""
     try:
         with path.open("rb") as fh:
-            first = fh.readline(1 << 20)
+            head = fh.read(_HEADER_LIMIT)
+            whole = len(head) == os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    records, end, open_line, _ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
+    if records == 0 and whole:
+        raise InputError(f"{path}: no header line (the file holds only blank lines; "
+                         "expected column names)")
+    if open_line and whole:
+        raise _unclosed_quote(path, open_line)
+    terminated = not open_line and head[end - 1:end] in (b"\n", b"\r")
+    if not terminated and not whole:
+        raise InputError(f"{path}: the header line does not end within the first "
+                         f"{_HEADER_LIMIT >> 20} MiB (is this a CSV file?)")
+    first = head[:end]
+    try:
         text = first.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a CSV file (the first line is not UTF-8 text)") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     if not text.strip():
         raise InputError(f"{path}: empty header line (expected column names)")
     try:
-        table = pacsv.read_csv(pa.py_buffer(first if first.endswith(b"\n") else first + b"\n"),
+        table = pacsv.read_csv(pa.py_buffer(first if terminated else first + b"\n"),
                                read_options=pacsv.ReadOptions(use_threads=False))
     except pa.ArrowInvalid as exc:
         raise InputError(f"{path}: not a readable CSV header ({_short(exc)})") from None
     names = table.column_names
     if len(set(names)) != len(names):
         raise InputError(f"{path}: duplicate column names in header: {names}")
-    return names
+    return names, terminated
 
 
 def _parquet_error(path: Path, exc: BaseException) -> InputError:
@@ -350,7 +395,7 @@ def heap_upper_bound(paths: list[Path], column: str) -> int | None:
 
 
 def row_estimate(paths: list[Path]) -> int:
-    """Rows in the input files: exact for Parquet (from the footers); for CSV, the lines of
+    """Rows in the input files: exact for Parquet (from the footers); for CSV, the records of
     its first 4 MiB scaled to its size (it only sizes the long-form parts; ids grow longer
     down a file, so this tends to count high, which keeps parts small)."""
     rows = 0
@@ -366,16 +411,18 @@ def row_estimate(paths: list[Path]) -> int:
 
 
 def _csv_row_estimate(path: Path, sample: int = 1 << 22) -> int:
+    """Exact for a file of at most `sample` bytes (its records less the header, counted as
+    the parser counts them); else those of its first `sample` bytes scaled to its size."""
     try:
         with path.open("rb") as fh:
             head = fh.read(sample)
             size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    lines = head.count(b"\n") + (not head.endswith(b"\n") and len(head) == size)
+    rows = max(kernels.csv_scan(_csv_bytes(head), _bom_length(head), 0)[0] - 1, 0)
     if len(head) == size:
-        return max(lines - 1, 0)  # less the header
-    return -(-size * lines // len(head))
+        return rows
+    return -(-size * rows // len(head))
 
 
 class Spill:
@@ -479,7 +526,7 @@ def columns_of(path: Path) -> list[str]:
             raise _parquet_error(path, exc) from None
     if path.stat().st_size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
-    return _read_header_names(path)
+    return _read_header(path)[0]
 
 
 def read_table(path: Path) -> RawTable:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from conftest import wins
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -1174,3 +1175,106 @@ def test_random_corruptions_never_crash_and_reconcile(data: Any) -> None:
         assert failed.code == (1 if got.code == 3 else 0), failed.stderr
         assert (base / "out_fail").exists() == (failed.code == 0)
         shutil.rmtree(base / "out", ignore_errors=True)
+
+
+# ---- finding and reading inputs: line ends, quotes, names, outputs, messages -----------------
+
+REFERENCE_RULES = {"1": ("subtraction", (2, 5)), "2": ("nim", ())}  # RULES_CSV, by definition
+
+
+def expected_verdicts(positions: list[tuple[int, int, list[int]]]) -> dict[tuple[int, int], str]:
+    """Brute-force game search on every position (conftest.wins)."""
+    return {(rid, pid): "W" if wins(*REFERENCE_RULES[str(rid)], heaps) else "L"
+            for rid, pid, heaps in positions}
+
+
+def _reference_rules(directory: Path) -> Path:
+    """RULES_CSV (cheap tables, unlike good_rules' rule 5, whose period is probed at length)."""
+    path = directory / "rules.csv"
+    path.write_text(RULES_CSV)
+    return path
+
+
+def verdict_map(out: Path) -> dict[tuple[int, int], str]:
+    verdicts = pl.scan_parquet(out / "verdicts.parquet").collect()
+    return {(r, p): v for r, p, v in verdicts.select("rule_set_id", "position_id", "verdict")
+            .iter_rows()}
+
+
+def styled_positions(count: int, style: str, final: bool, seed: int
+                     ) -> tuple[bytes, list[tuple[int, int, list[int]]]]:
+    """A wide positions CSV in one line-end style (mixed: LF, CR and CRLF in turn) whose heaps
+    are written plain, quoted with a comma or a line break inside, or quoted with a trailing
+    line break or comma (the last row too), and its positions."""
+    ends = {"LF": ["\n"], "CRLF": ["\r\n"], "CR": ["\r"], "mixed": ["\n", "\r", "\r\n"]}[style]
+    rng = random.Random(seed)
+    lines, positions = ["rule_set_id,position_id,heaps"], []
+    for pid in range(count):
+        rid = 1 + pid % 2
+        heaps = [rng.randrange(16) for _ in range(rng.randrange(4))]
+        end = ends[pid % len(ends)]
+        text = " ".join(map(str, heaps))
+        cell = [text, f'"{text.replace(" ", ",")}"', f'"{text.replace(" ", end)}"',
+                f'"{text}{end}"', f'"{text},"'][(pid + (pid == count - 1)) % 5]
+        lines.append(f"{rid},{pid},{cell}")
+        positions.append((rid, pid, heaps))
+    body = "".join(line + ends[i % len(ends)] for i, line in enumerate(lines[:-1]))
+    body += lines[-1] + (ends[(len(lines) - 1) % len(ends)] if final else "")
+    return body.encode(), positions
+
+
+@pytest.mark.parametrize("final", [True, False], ids=["final-end", "no-final-end"])
+@pytest.mark.parametrize("style", ["LF", "CRLF", "CR", "mixed"])
+@pytest.mark.parametrize("count", [12, 100_000], ids=["small", "over-1MiB"])
+def test_every_line_end_style_gives_every_verdict(tmp_path: Path, style: str, final: bool,
+                                                  count: int) -> None:
+    """CR-only, LF, CRLF and mixed line ends, small and over 1 MiB: every row read and
+    evaluated (a CR-only file under 1 MiB used to be read as a header and no rows, exit 0)."""
+    data, positions = styled_positions(count, style, final, seed=count)
+    if count > 100:
+        assert len(data) > 1 << 20
+    got, out = run_texts(tmp_path, RULES_CSV, data)
+    assert got.code == 0, got.stderr
+    manifest = read_out(out)["manifest"]
+    assert manifest["counts"]["positions"]["rows_read"] == count
+    assert_reconciled(manifest)
+    assert verdict_map(out) == expected_verdicts(positions)
+
+
+@pytest.mark.parametrize("ending", ["", "\n", "\r\n", "\r", "\r\r"])
+def test_header_only_positions_in_every_style_is_an_empty_run(tmp_path: Path,
+                                                              ending: str) -> None:
+    got, out = run_texts(tmp_path, RULES_CSV, f"rule_set_id,position_id,heaps{ending}")
+    assert got.code == 0, got.stderr
+    assert read_out(out)["manifest"]["counts"]["positions"]["rows_read"] == 0
+
+
+@pytest.mark.parametrize("rules_text", [RULES_CSV, RULES_CSV.replace("\n", "\r"),
+                                        "\ufeff" + RULES_CSV.replace("\n", "\r")],
+                         ids=["LF", "CR", "BOM+CR"])
+def test_cr_only_rules_file_is_read(tmp_path: Path, rules_text: str) -> None:
+    got, out = run_texts(tmp_path, rules_text, POSITIONS_CSV)
+    assert got.code == 0, got.stderr
+    assert read_out(out)["manifest"]["counts"]["rules"]["rows_read"] == 2
+    assert verdict_map(out) == expected_verdicts([(1, 0, [5, 12]), (2, 0, [1, 2])])
+
+
+@pytest.mark.parametrize("body", ['1,0,"5\n"\n', '1,0,"5,"', '1,0,"5\n"', '1,0,"5,"\n',
+                                  '1,0,"5"\n', '1,0,"5\r\n"\r\n'])
+def test_last_quoted_field_ending_in_a_line_break_or_comma_is_valid(tmp_path: Path,
+                                                                   body: str) -> None:
+    """Valid CSV whose last field ends inside its quotes with a line break or a comma (it
+    used to be refused as 'a quoted field is never closed')."""
+    got, out = run_texts(tmp_path, RULES_CSV, "rule_set_id,position_id,heaps\n" + body)
+    assert got.code == 0, got.stderr
+    assert verdict_map(out) == expected_verdicts([(1, 0, [5])])
+
+
+def test_a_quote_never_closed_in_a_cr_only_file_names_its_line(tmp_path: Path) -> None:
+    got, out = run_texts(tmp_path, RULES_CSV,
+                         'rule_set_id,position_id,heaps\r1,0,5\r1,1,"3\r2,0,4\r')
+    assert got.code == 1
+    assert got.stderr.strip() == (f"snim-batch: error: {tmp_path / 'positions.csv'}: line 3: "
+                                  "a quoted field is never closed (unterminated quote)")
+    assert not out.exists()
+

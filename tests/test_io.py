@@ -629,3 +629,155 @@ def test_csv_larger_than_the_parsers_blocks_streams_with_exact_row_numbers(tmp_p
     whole = io.read_table(path)
     assert whole.row.tolist() == [i for i, ok in enumerate(kinds) if ok]
     assert len(whole.bad_lines) == kinds.count(False)
+
+
+# ---- CSV line ends, quotes and the header, as pyarrow's parser reads them --------------------
+
+LINE_ENDS = {"LF": ["\n"], "CRLF": ["\r\n"], "CR": ["\r"], "mixed": ["\n", "\r", "\r\n"]}
+
+
+def styled(lines: list[str], style: str, final: bool) -> str:
+    """`lines` joined by the style's line ends (mixed: LF, CR and CRLF in turn), with a line
+    end after the last line when `final`."""
+    ends = LINE_ENDS[style]
+    text = "".join(line + ends[i % len(ends)] for i, line in enumerate(lines[:-1]))
+    return text + lines[-1] + (ends[(len(lines) - 1) % len(ends)] if final else "")
+
+
+def logical_table(count: int, style: str) -> tuple[list[str], list[int], list[int], list[str]]:
+    """(lines, kept data rows, data rows with an extra field, expected value of column b for
+    each kept row): quoted fields with a comma, an escaped quote, a line break (in the
+    file's own style) or a trailing line break, literal quotes inside plain fields, blank
+    lines, and a line with an extra field every 7th row."""
+    lines = ["a,b,c"]
+    kept, bad, values = [], [], []
+    for i in range(count):
+        end = LINE_ENDS[style][i % len(LINE_ENDS[style])]
+        written, value = [(f"x{i}", f"x{i}"), (f'"{i},"', f"{i},"), (f'"q""{i}"', f'q"{i}'),
+                          (f'"{i}{end}{i}"', f"{i}{end}{i}"), (f'"{i}{end}"', f"{i}{end}"),
+                          (f'{i}"', f'{i}"'), (f'"{i}"z', f"{i}z")][i % 7]
+        if i % 7 == 6:
+            lines.append(f"{i},{written},c,extra")
+            bad.append(i)
+        else:
+            lines.append(f"{i},{written},c")
+            kept.append(i)
+            values.append(value)
+        if i % 11 == 3:
+            lines.append("")  # a blank line is no row
+    return lines, kept, bad, values
+
+
+def check_logical(raw_batches: list[io.RawTable], kept: list[int], bad: list[int],
+                  values: list[str]) -> None:
+    rows = np.concatenate([b.row for b in raw_batches]).tolist()
+    frame = pl.concat([b.frame for b in raw_batches])
+    assert rows == kept
+    assert frame["a"].cast(pl.Int64).to_list() == kept
+    assert frame["b"].to_list() == values
+    assert frame["c"].to_list() == ["c"] * len(kept)
+    assert [r for b in raw_batches for r, _, _ in b.bad_lines] == bad
+
+
+@pytest.mark.parametrize("final", [True, False], ids=["final-end", "no-final-end"])
+@pytest.mark.parametrize("style", list(LINE_ENDS))
+@pytest.mark.parametrize("count", [40, 120_000], ids=["small", "over-block-size"])
+def test_csv_every_line_end_style_reads_the_same_rows(tmp_path, style, final, count):
+    """LF, CRLF, CR-only and mixed line ends, with quoted line breaks, commas and quotes:
+    the same rows with the same row numbers, in a small file and in one of about 3 MB (over
+    1 MiB and over pyarrow's 1 MiB blocks, so quoted line breaks fall on block edges)."""
+    lines, kept, bad, values = logical_table(count, style)
+    path = tmp_path / "t.csv"
+    path.write_bytes(styled(lines, style, final).encode())
+    if count > 100:
+        assert path.stat().st_size > 2 << 20
+    check_logical([io.read_table(path)], kept, bad, values)
+    check_logical(list(io.iter_batches(path, 10_007)), kept, bad, values)
+    assert io.columns_of(path) == ["a", "b", "c"]
+    if count < 100:
+        assert io.row_estimate([path]) == len(kept) + len(bad)
+
+
+@pytest.mark.parametrize("style", list(LINE_ENDS))
+def test_csv_row_estimate_of_a_large_file_counts_records_in_every_style(tmp_path, style):
+    lines, kept, bad, _ = logical_table(300_000, style)
+    path = tmp_path / "t.csv"
+    path.write_bytes(styled(lines, style, True).encode())
+    assert path.stat().st_size > 4 << 20
+    rows = len(kept) + len(bad)
+    assert 0.9 * rows < io.row_estimate([path]) < 1.2 * rows
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
+@pytest.mark.parametrize("ending", ["", "\n", "\r\n", "\r", "\n\n", "\r\r", "\r\n\r\n"])
+def test_csv_header_only_file_is_an_empty_table_in_every_style(tmp_path, ending, bom):
+    path = tmp_path / "t.csv"
+    path.write_bytes(bom + f'a,"b",c{ending}'.encode())
+    raw = io.read_table(path)
+    assert raw.frame.columns == ["a", "b", "c"] and raw.frame.height == 0
+    assert raw.bad_lines == [] and raw.row.tolist() == []
+    assert io.columns_of(path) == ["a", "b", "c"]
+    assert io.row_estimate([path]) == 0
+
+
+@pytest.mark.parametrize("style", ["LF", "CRLF", "CR"])
+def test_csv_bom_and_blank_lines_before_the_header_as_pyarrow_reads_them(tmp_path, style):
+    end = LINE_ENDS[style][0]
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + f'{end}{end}"a",b{end}1,2{end}'.encode())
+    raw = io.read_table(path)
+    assert raw.frame.to_dict(as_series=False) == {"a": ["1"], "b": ["2"]}
+    assert raw.row.tolist() == [0]
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ('a,b\r1,"x\r2,3\r', 2),               # CR-only: lines counted at each CR
+    ('a,b\r\n1,"x\r\n"\r\n2,"3', 4),       # a closed quoted break, then an open one
+    ('a,b\n1,"x""\n', 2),                  # "" is an escaped quote, so the field stays open
+    ('a,b\n1,"x"""\n2,"', 3),              # """ closes after an escaped quote
+    ('a,"b\n1,2\n', 1),                    # in the header
+    ('a,b\n\n\n1,x"y\n2,"\n', 5),          # a quote inside a plain field is literal
+])
+def test_csv_quote_never_closed_names_its_physical_line(tmp_path, text, line):
+    path = tmp_path / "t.csv"
+    path.write_bytes(text.encode())
+    with pytest.raises(InputError, match=re.escape(f"{path}: line {line}: a quoted field is "
+                                                   "never closed")):
+        io.read_table(path)
+
+
+@pytest.mark.parametrize(("body", "value"), [
+    ('1,"5\n"\n', "5\n"), ('1,"5,"', "5,"), ('1,"5\r"', "5\r"), ('1,"5"""', '5"'),
+    ('1,""', ""), ('1,"a""b"', 'a"b'), ('1,"5,\n"\r\n', "5,\n"),
+])
+def test_csv_last_quoted_field_ending_in_a_comma_quote_or_line_break_is_valid(tmp_path, body,
+                                                                               value):
+    raw = _read_csv_text(tmp_path, "a,b\n" + body)
+    assert raw.frame["b"].to_list() == [value] and raw.row.tolist() == [0]
+
+
+def test_csv_quoted_fields_that_swallow_rows_are_still_refused(tmp_path):
+    # Two quotes left open pair up: by the CSV rules the rows between are one field, which
+    # the exact scan accepts, so the field-content check still has to catch it.
+    path = tmp_path / "t.csv"
+    path.write_text('a,b,c\n1,0,"5\n1,1,6\n1,2,"7\n')
+    with pytest.raises(InputError, match=r"row 0, column c: a quoted field runs over several"):
+        io.read_table(path)
+
+
+def test_csv_large_cr_only_file_with_quoted_breaks_on_every_block_edge(tmp_path):
+    """Quoted CR line breaks at every offset around pyarrow's 1 MiB block edges."""
+    lines = ["a,b"]
+    size = 4
+    i = 0
+    while size < (3 << 20):
+        value = f'"{i}\r{"y" * (i % 13)}"'
+        lines.append(f"{i},{value}")
+        size += len(lines[-1]) + 1
+        i += 1
+    path = tmp_path / "t.csv"
+    path.write_bytes(styled(lines, "CR", True).encode())
+    raw = io.read_table(path)
+    assert raw.row.tolist() == list(range(i))
+    assert raw.frame["b"].to_list() == [f'{k}\r{"y" * (k % 13)}' for k in range(i)]
+

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import moves_text, write_csv, write_parquet
+from conftest import moves_text, wins, write_csv, write_parquet
 from polars.testing import assert_frame_equal
 
 pytest.importorskip("pyspark")
@@ -380,3 +380,48 @@ def test_tables_without_a_period_match_polars(spark, tmp_path):
                            tables={"period_probe_ops": 0})
     tables = outputs(expected)["sg_tables"]
     assert tables["period"].null_count() > 0  # some unproven: their lengths must agree
+
+
+# ---- finding and reading inputs: line ends, names with glob characters, earlier outputs -------
+
+
+def _verdicts_by_brute_force(rows: list[tuple[int, int, list[int]]]) -> dict:
+    rules = {1: ("subtraction", (2, 5)), 2: ("nim", ())}
+    return {(r, p): "W" if wins(*rules[r], heaps) else "L" for r, p, heaps in rows}
+
+
+def _verdicts(result: RunResult) -> dict:
+    frame = outputs(result)["verdicts"]
+    return {(r, p): v for r, p, v in frame.select("rule_set_id", "position_id", "verdict")
+            .iter_rows()}
+
+
+@pytest.mark.spark
+def test_csv_line_end_styles_and_quoted_breaks_match_polars(spark, tmp_path):
+    """CSV files with CR-only, CRLF and mixed line ends, quoted line breaks and a last field
+    ending inside its quotes, and a header-only CR file: the same rows in both engines."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "2 5"], [2, "nim", ""]])
+    rng = random.Random("line-ends")
+    d = tmp_path / "positions"
+    d.mkdir()
+    rows, pid = [], 0
+    for name, ends in [("cr", ["\r"]), ("crlf", ["\r\n"]), ("mixed", ["\n", "\r", "\r\n"])]:
+        lines = ["rule_set_id,position_id,heaps"]
+        for i in range(50):
+            heaps = [rng.randrange(14) for _ in range(rng.randrange(4))]
+            end = ends[i % len(ends)]
+            text = " ".join(map(str, heaps))
+            lines.append(f"{1 + pid % 2},{pid},"
+                         + [text, f'"{text.replace(" ", end)}"', f'"{text}{end}"',
+                            f'"{text},"'][i % 4])
+            rows.append((1 + pid % 2, pid, heaps))
+            pid += 1
+        (d / f"{name}.csv").write_bytes("".join(
+            line + ends[i % len(ends)] for i, line in enumerate(lines)).encode())
+    (d / "header-only.csv").write_bytes(b"rule_set_id,position_id,heaps\r")
+    expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
+    assert expected.exit_code == 0
+    assert expected.manifest["counts"]["positions"]["rows_read"] == len(rows)
+    assert _verdicts(expected) == _verdicts_by_brute_force(rows)
+
