@@ -1278,3 +1278,143 @@ def test_a_quote_never_closed_in_a_cr_only_file_names_its_line(tmp_path: Path) -
                                   "a quoted field is never closed (unterminated quote)")
     assert not out.exists()
 
+
+def _positions_file(path: Path, rows: list[tuple[int, int, list[int]]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        pl.DataFrame(rows, schema=POSITIONS_SCHEMA, orient="row").write_parquet(path)
+        return path
+    path.write_text("rule_set_id,position_id,heaps\n" + "".join(
+        f"{r},{p},{' '.join(map(str, h))}\n" for r, p, h in rows))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["csv"])
+@pytest.mark.parametrize("name", ["pos[1]", "pos*", "pos?"])
+def test_a_file_named_with_glob_characters_is_that_file(tmp_path: Path, name: str,
+                                                        fmt: str) -> None:
+    rules = _reference_rules(tmp_path)
+    mine = [(1, 0, [5, 12]), (2, 0, [3])]
+    named = _positions_file(tmp_path / f"{name}.{fmt}", mine)
+    _positions_file(tmp_path / f"pos1.{fmt}", [(1, 7, [4])])
+    _positions_file(tmp_path / f"posx.{fmt}", [(1, 8, [6])])
+    got = invoke(job_args(rules, named, tmp_path / "out"), tmp_path)
+    assert got.code == 0, got.stderr
+    assert verdict_map(tmp_path / "out") == expected_verdicts(mine)
+    inputs = read_out(tmp_path / "out")["manifest"]["inputs"]["positions"]
+    assert [f["path"] for f in inputs] == [str(named)]
+
+
+def test_output_inside_the_positions_folder_is_not_read_back(tmp_path: Path) -> None:
+    """--out inside the positions directory: the second run (and one writing elsewhere in the
+    same directory) reads the positions only, not the earlier outputs."""
+    rules = _reference_rules(tmp_path)
+    rows = [(1, 0, [5, 12]), (1, 1, [2, 4, 7]), (2, 0, [1, 2])]
+    folder = tmp_path / "positions"
+    data = _positions_file(folder / "part-0.csv", rows)
+    for out, extra in [(folder / "out", []), (folder / "out", ["--overwrite"]),
+                       (folder / "out2", []), (folder / "nested" / "out3", [])]:
+        got = invoke(job_args(rules, folder, out, *extra), tmp_path)
+        assert got.code == 0, got.stderr
+        result = read_out(out)
+        assert [f["path"] for f in result["manifest"]["inputs"]["positions"]] == [str(data)]
+        assert verdict_map(out) == expected_verdicts(rows)
+    glob = invoke(job_args(rules, folder / "**" / "*.*", tmp_path / "out4"), tmp_path)
+    assert glob.code == 0, glob.stderr
+    assert [f["path"] for f in read_out(tmp_path / "out4")["manifest"]["inputs"]["positions"]
+            ] == [str(data)]
+
+
+def test_glob_skips_spark_markers_like_a_directory(tmp_path: Path) -> None:
+    rules = _reference_rules(tmp_path)
+    rows = [(1, 0, [5]), (2, 1, [3, 3])]
+    folder = tmp_path / "positions"
+    _positions_file(folder / "part-0.csv", rows)
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".part-0.csv.crc").write_bytes(b"\x00crc")
+    for spec in [folder / "*", folder]:
+        got = invoke(job_args(rules, spec, tmp_path / "out", "--overwrite"), tmp_path)
+        assert got.code == 0, got.stderr
+        assert verdict_map(tmp_path / "out") == expected_verdicts(rows)
+
+
+SKIPPED_MARKERS = ("whose names start with _ or . (hidden files and markers such as _SUCCESS "
+                   "are skipped, as Spark and Hadoop do)")
+
+
+def _input_problem(tmp_path: Path, positions: Path | str) -> str:
+    """Run the job on good rules and `positions`; exit 1, nothing written: the one line."""
+    rules = _reference_rules(tmp_path)
+    got = invoke(job_args(rules, positions, tmp_path / "out"), tmp_path)
+    got.assert_no_crash()
+    assert got.code == 1, got.stderr
+    assert not (tmp_path / "out").exists()
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1, got.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("names", "skipped"), [
+    (["_x.csv", ".x.csv"], f"2 files {SKIPPED_MARKERS}"),
+    (["a.txt", "b.json"], "2 files of another type (only .parquet, .pq and .csv files are read "
+                          "from a directory)"),
+    (["_SUCCESS", "_temporary/part-0.csv", "a.tsv"],
+     f"1 file and 1 directory {SKIPPED_MARKERS}, 1 file of another type (only .parquet, .pq "
+     "and .csv files are read from a directory)"),
+])
+def test_directory_with_nothing_to_read_says_what_it_skipped(tmp_path: Path, names: list[str],
+                                                             skipped: str) -> None:
+    folder = tmp_path / "positions"
+    for name in names:
+        _positions_file(folder / name, [(1, 0, [5])])
+    assert _input_problem(tmp_path, folder) == (
+        f"snim-batch: error: positions input {folder}: no .parquet, .pq or .csv files found; "
+        f"skipped {skipped}")
+
+
+def test_empty_directory_says_it_found_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "positions"
+    folder.mkdir()
+    assert _input_problem(tmp_path, folder) == (
+        f"snim-batch: error: positions input {folder}: no .parquet, .pq or .csv files found")
+
+
+def test_glob_matching_only_markers_says_what_it_skipped(tmp_path: Path) -> None:
+    folder = tmp_path / "positions"
+    folder.mkdir()
+    (folder / "_SUCCESS").write_text("")
+    assert _input_problem(tmp_path, folder / "*") == (
+        f"snim-batch: error: positions input {folder / '*'}: no file matches this pattern; "
+        f"skipped 1 file {SKIPPED_MARKERS}")
+
+
+def test_symlink_loop_and_dangling_symlink_are_named_as_such(tmp_path: Path) -> None:
+    loop, dangling = tmp_path / "loop.csv", tmp_path / "dangling.csv"
+    loop.symlink_to(loop)
+    dangling.symlink_to(tmp_path / "moved" / "positions.csv")
+    assert _input_problem(tmp_path, loop) == (
+        f"snim-batch: error: positions input {loop}: symlink loop (too many levels of symbolic "
+        "links)")
+    assert _input_problem(tmp_path, dangling) == (
+        f"snim-batch: error: positions input {dangling}: dangling symlink to "
+        f"{tmp_path / 'moved' / 'positions.csv'} (its target does not exist)")
+
+
+@pytest.mark.parametrize("where", ["top", "below"])
+def test_unreadable_directory_says_permission_denied(tmp_path: Path, where: str) -> None:
+    rules = _reference_rules(tmp_path)
+    folder = tmp_path / "positions"
+    _positions_file(folder / "a.csv", [(1, 0, [5])])
+    locked = folder if where == "top" else folder / "sub"
+    locked.mkdir(exist_ok=True)
+    locked.chmod(0)
+    try:
+        got = _without_read_override(job_args(rules, folder, tmp_path / "out"), tmp_path)
+    finally:
+        locked.chmod(0o755)
+    assert got.code == 1, got.stderr
+    shown = "" if where == "top" else f"{locked}: "
+    assert got.stderr.strip() == (f"snim-batch: error: positions input {folder}: {shown}cannot "
+                                  "read directory (Permission denied)")
+    assert not (tmp_path / "out").exists()

@@ -781,3 +781,201 @@ def test_csv_large_cr_only_file_with_quoted_breaks_on_every_block_edge(tmp_path)
     assert raw.row.tolist() == list(range(i))
     assert raw.frame["b"].to_list() == [f'{k}\r{"y" * (k % 13)}' for k in range(i)]
 
+
+# ---- resolve_inputs: names as written, what is skipped and why -------------------------------
+
+
+def touch(root: Path, *names: str, text: str = "x\n") -> None:
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def make_output(directory: Path, manifest: dict | None = None) -> Path:
+    """A directory that looks like a snim-batch output (or holds `manifest` instead)."""
+    touch(directory, "verdicts.parquet", "rejects.parquet", "summary.parquet")
+    manifest = manifest or {"run_id": "20250101T000000Z-abc123",
+                            "versions": {"snim-batch": "0.1.0", "python": "3.11"}}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+def resolve_error(spec: Path | str, exclude: Path | None = None) -> str:
+    with pytest.raises(InputError) as info:
+        io.resolve_inputs(str(spec), "positions", exclude)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("name", ["pos[1].csv", "pos*.csv", "pos?.csv", "p[!x]s.csv",
+                                  "[a-z].csv"])
+def test_an_existing_file_with_glob_characters_is_that_file(tmp_path, name):
+    touch(tmp_path, name, "pos1.csv", "poss.csv", "a.csv", "pas.csv")
+    assert io.resolve_inputs(str(tmp_path / name), "positions") == [tmp_path / name]
+
+
+def test_an_existing_directory_with_glob_characters_is_that_directory(tmp_path):
+    touch(tmp_path, "d[1]/a.csv", "d1/b.csv")
+    assert io.resolve_inputs(str(tmp_path / "d[1]"), "positions") == [tmp_path / "d[1]/a.csv"]
+
+
+def test_a_glob_takes_a_component_that_exists_as_written_literally(tmp_path):
+    touch(tmp_path, "d[1]/a.csv", "d1/b.csv")
+    assert io.resolve_inputs(str(tmp_path / "d[1]" / "*.csv"), "positions") == [
+        tmp_path / "d[1]/a.csv"]
+    assert io.resolve_inputs(str(tmp_path / "d[0-9]" / "*.csv"), "positions") == [
+        tmp_path / "d1/b.csv"]
+
+
+def test_a_missing_file_with_glob_characters_is_a_pattern(tmp_path):
+    touch(tmp_path, "pos1.csv", "pos2.csv")
+    assert io.resolve_inputs(str(tmp_path / "pos[1].csv"), "positions") == [tmp_path / "pos1.csv"]
+
+
+def test_a_glob_matching_directories_reads_them_as_directories(tmp_path):
+    touch(tmp_path, "day=1/a.csv", "day=1/_SUCCESS", "day=1/notes.txt", "day=2/sub/b.parquet",
+          "day=3.csv", "other/c.csv")
+    got = io.resolve_inputs(str(tmp_path / "day=*"), "positions")
+    assert got == [tmp_path / "day=1/a.csv", tmp_path / "day=2/sub/b.parquet",
+                   tmp_path / "day=3.csv"]
+
+
+def test_glob_skips_marker_and_hidden_names_like_a_directory(tmp_path):
+    touch(tmp_path, "d/a.csv", "d/_SUCCESS", "d/.a.csv.crc", "d/_tmp/x.csv", "d/.h/y.csv",
+          "d/notes.txt")
+    assert io.resolve_inputs(str(tmp_path / "d" / "*"), "positions") == [
+        tmp_path / "d/a.csv", tmp_path / "d/notes.txt"]  # a file a pattern names is taken
+    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [tmp_path / "d/a.csv"]
+    assert io.resolve_inputs(str(tmp_path / "d" / "**" / "*.csv"), "positions") == [
+        tmp_path / "d/a.csv"]
+
+
+def test_a_pattern_that_starts_with_the_character_matches_hidden_names(tmp_path):
+    touch(tmp_path, "d/_a.csv", "d/.b.csv", "d/c.csv")
+    assert io.resolve_inputs(str(tmp_path / "d" / "_*"), "positions") == [tmp_path / "d/_a.csv"]
+    assert io.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [tmp_path / "d/.b.csv"]
+
+
+@pytest.mark.parametrize("spec", ["d", "d/*", "d/**/*.csv", "d/*/*.csv"])
+def test_snim_outputs_and_staging_below_the_input_are_never_read(tmp_path, spec):
+    touch(tmp_path, "d/a.csv", "d/sub/b.csv")
+    make_output(tmp_path / "d" / "out")
+    make_output(tmp_path / "d" / "sub" / "old")
+    touch(tmp_path / "d", ".out.partial-123-20250101T000000Z-abc123/verdicts.parquet",
+          ".out.retired-123-20250101T000000Z-abc123/verdicts.parquet")
+    got = io.resolve_inputs(str(tmp_path / spec), "positions")
+    assert got == [p for p in [tmp_path / "d/a.csv", tmp_path / "d/sub/b.csv"]
+                   if spec != "d/*/*.csv" or p.parent.name == "sub"]
+
+
+def test_staging_is_skipped_even_by_a_pattern_for_hidden_names(tmp_path):
+    touch(tmp_path, "d/.old.csv", "d/.out.partial-123-20250101T000000Z-abc123/v.parquet")
+    assert io.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [
+        tmp_path / "d/.old.csv"]
+
+
+@pytest.mark.parametrize("manifest", [{"run_id": "x", "versions": {"other-tool": "1"}},
+                                      {"versions": {"snim-batch": "1"}}, ["run_id"]])
+def test_a_directory_with_another_tools_manifest_is_read(tmp_path, manifest):
+    touch(tmp_path, "d/data/a.csv")
+    (tmp_path / "d" / "data" / "manifest.json").write_text(json.dumps(manifest))
+    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [tmp_path / "d/data/a.csv"]
+
+
+def test_the_runs_own_output_is_never_read_even_without_a_manifest(tmp_path):
+    out = tmp_path / "d" / "out"
+    touch(tmp_path, "d/a.csv", "d/out/half-written.parquet")
+    for spec in ["d", "d/*"]:
+        assert io.resolve_inputs(str(tmp_path / spec), "positions", out) == [tmp_path / "d/a.csv"]
+    assert resolve_error(tmp_path / "d/**/*.parquet", out) == (
+        f"positions input {tmp_path / 'd/**/*.parquet'}: no file matches this pattern; skipped "
+        "the run's own output directory")
+    assert resolve_error(out, out) == (f"positions input {out}: no .parquet, .pq or .csv files "
+                                       "found; skipped the run's own output directory")
+
+
+def test_a_file_named_inside_an_output_is_read(tmp_path):
+    out = make_output(tmp_path / "out")
+    assert io.resolve_inputs(str(out / "rejects.parquet"), "positions", out) == [
+        out / "rejects.parquet"]
+    assert io.resolve_inputs(str(out), "positions") == [
+        out / "rejects.parquet", out / "summary.parquet", out / "verdicts.parquet"]
+
+
+def test_directory_symlinks_are_followed_and_a_loop_is_an_error(tmp_path):
+    touch(tmp_path, "data/a.csv", "d/b.csv")
+    (tmp_path / "d" / "linked").symlink_to(tmp_path / "data")
+    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [
+        tmp_path / "d/b.csv", tmp_path / "d/linked/a.csv"]
+    (tmp_path / "data" / "up").symlink_to(tmp_path / "d")
+    for spec in ["d", "d/**/*.csv"]:
+        assert resolve_error(tmp_path / spec) == (
+            f"positions input {tmp_path / spec}: {tmp_path / 'd/linked/up'}: symlink loop "
+            "(it leads back to a directory above it)")
+
+
+MARKERS = ("names start with _ or . (hidden files and markers such as _SUCCESS are skipped, "
+           "as Spark and Hadoop do)")
+OTHER_TYPE = "of another type (only .parquet, .pq and .csv files are read from a directory)"
+
+
+@pytest.mark.parametrize(("names", "found", "skipped"), [
+    ([], "no .parquet, .pq or .csv files found", ""),
+    (["_x.csv", ".x.csv"], "no .parquet, .pq or .csv files found",
+     f"; skipped 2 files whose {MARKERS}"),
+    (["_tmp/x.csv", "_SUCCESS"], "no .parquet, .pq or .csv files found",
+     f"; skipped 1 file and 1 directory whose {MARKERS}"),
+    (["a.txt", "b.json", "c.csv.gz"], "no .parquet, .pq or .csv files found",
+     f"; skipped 3 files {OTHER_TYPE}"),
+    (["_x.csv", "a.txt"], "no .parquet, .pq or .csv files found",
+     f"; skipped 1 file whose {MARKERS}, 1 file {OTHER_TYPE}"),
+])
+def test_an_empty_find_says_what_was_skipped_and_why(tmp_path, names, found, skipped):
+    directory = tmp_path / "d"
+    directory.mkdir()
+    touch(directory, *names)
+    assert resolve_error(directory) == f"positions input {directory}: {found}{skipped}"
+
+
+def test_an_empty_glob_says_what_it_skipped(tmp_path):
+    touch(tmp_path, "d/_SUCCESS", "d/.part-0.crc")
+    make_output(tmp_path / "d" / "old")
+    spec = tmp_path / "d" / "*"
+    assert resolve_error(spec) == (
+        f"positions input {spec}: no file matches this pattern; skipped 2 files whose "
+        f"{MARKERS}, 1 snim-batch output directory")
+    assert resolve_error(tmp_path / "nothing" / "*.csv") == (
+        f"positions input {tmp_path / 'nothing' / '*.csv'}: no file matches this pattern")
+
+
+def test_symlink_loop_and_dangling_symlink_say_so(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling.csv").symlink_to(tmp_path / "gone.csv")
+    assert resolve_error(tmp_path / "loop") == (
+        f"positions input {tmp_path / 'loop'}: symlink loop (too many levels of symbolic links)")
+    assert resolve_error(tmp_path / "dangling.csv") == (
+        f"positions input {tmp_path / 'dangling.csv'}: dangling symlink to "
+        f"{tmp_path / 'gone.csv'} (its target does not exist)")
+    assert resolve_error(tmp_path / "loop" / "x.csv") == (
+        f"positions input {tmp_path / 'loop' / 'x.csv'}: symlink loop (too many levels of "
+        "symbolic links)")
+
+
+def test_a_dangling_input_file_in_a_directory_is_an_error_not_a_silent_skip(tmp_path):
+    touch(tmp_path, "d/a.csv")
+    (tmp_path / "d" / "b.csv").symlink_to(tmp_path / "gone.csv")
+    (tmp_path / "d" / "notes.txt").symlink_to(tmp_path / "gone.txt")  # skipped by its suffix
+    assert resolve_error(tmp_path / "d") == (
+        f"positions input {tmp_path / 'd'}: {tmp_path / 'd/b.csv'}: dangling symlink to "
+        f"{tmp_path / 'gone.csv'} (its target does not exist)")
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_by_name(tmp_path):
+    raw = os.fsencode(tmp_path) + b"/d/pos\xff.csv"
+    os.makedirs(os.fsencode(tmp_path) + b"/d")
+    with open(raw, "wb") as fh:
+        fh.write(b"a\n")
+    shown = f"{tmp_path}/d/pos\\xff.csv"
+    assert resolve_error(tmp_path / "d") == (
+        f"positions input {tmp_path / 'd'}: {shown}: the file name is not UTF-8 text, which the "
+        "outputs need to name it (rename the file)")

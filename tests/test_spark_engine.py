@@ -425,3 +425,19 @@ def test_csv_line_end_styles_and_quoted_breaks_match_polars(spark, tmp_path):
     assert expected.manifest["counts"]["positions"]["rows_read"] == len(rows)
     assert _verdicts(expected) == _verdicts_by_brute_force(rows)
 
+
+@pytest.mark.spark
+def test_outputs_inside_the_positions_folder_are_not_read_back(spark, tmp_path):
+    """Both engines write their outputs (Spark's as directories of part files) into the
+    positions folder; the next runs read the positions alone."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "2 5"], [2, "nim", ""]])
+    d = tmp_path / "positions"
+    rows = [(1, 0, [5, 12]), (2, 1, [1, 2]), (1, 2, [7])]
+    write_csv(d / "part-0.csv", ["rule_set_id", "position_id", "heaps"],
+              [[a, b, " ".join(map(str, c))] for a, b, c in rows])
+    for _ in range(2):
+        expected, _ = run_both(d, rules=str(r), positions=str(d), overwrite=True)
+        assert [f["path"] for f in expected.manifest["inputs"]["positions"]] == [
+            str(d / "part-0.csv")]
+        assert _verdicts(expected) == _verdicts_by_brute_force(rows)

@@ -625,7 +625,7 @@ def execute(config: Config, staging: Path, phase: Phase,
     with phase("rules"):
         rules, rule_files = polars_engine.read_rules(config)
         distinct, index = transforms.rule_index(rules)
-        paths = io.resolve_inputs(config.positions, "positions")
+        paths = io.resolve_inputs(config.positions, "positions", exclude=config.out)
         form = polars_engine.positions_form(paths, config)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = [checksums.submit(io.checksummed, p) for p in paths]
