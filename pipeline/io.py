@@ -570,7 +570,8 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         raise _parquet_error(file.path, exc) from None
     start = 0
     try:
-        for frame in pl.scan_parquet(file.path).collect_batches(chunk_size=batch_rows):
+        for frame in pl.scan_parquet(file.path, glob=False).collect_batches(
+                chunk_size=batch_rows):
             rows = np.arange(start, start + frame.height, dtype=np.int64)
             start += frame.height
             yield RawTable(file, frame, rows, [])

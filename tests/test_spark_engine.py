@@ -427,6 +427,29 @@ def test_csv_line_end_styles_and_quoted_breaks_match_polars(spark, tmp_path):
 
 
 @pytest.mark.spark
+def test_parquet_names_with_glob_characters_are_read_as_named(spark, tmp_path):
+    """Spark expands [ ] { } * ? in the paths it is given; a file named with them is read as
+    that file, not as the files its name would match."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "2 5"], [2, "nim", ""]])
+    d = tmp_path / "positions"
+    schema = {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS}
+    rows = {}
+    for k, name in enumerate(["pos[1].parquet", "pos1.parquet", "pos{a,b}.parquet",
+                              "posa.parquet", "pos?.parquet", "pos\\1.parquet",
+                              "pos %5B1%5D.parquet"]):
+        rows[name] = [(1 + k % 2, 10 * k + j, [k + j, 3]) for j in range(3)]
+        write_parquet(d / name, {"rule_set_id": [x[0] for x in rows[name]],
+                                 "position_id": [x[1] for x in rows[name]],
+                                 "heaps": [x[2] for x in rows[name]]}, schema)
+    everything, _ = run_both(tmp_path / "all", rules=str(r), positions=str(d))
+    assert _verdicts(everything) == _verdicts_by_brute_force(
+        [x for name in rows for x in rows[name]])
+    one, _ = run_both(tmp_path / "one", rules=str(r), positions=str(d / "pos[1].parquet"))
+    assert _verdicts(one) == _verdicts_by_brute_force(rows["pos[1].parquet"])
+
+
+@pytest.mark.spark
 def test_outputs_inside_the_positions_folder_are_not_read_back(spark, tmp_path):
     """Both engines write their outputs (Spark's as directories of part files) into the
     positions folder; the next runs read the positions alone."""
