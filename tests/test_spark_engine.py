@@ -437,7 +437,7 @@ def test_parquet_names_with_glob_characters_are_read_as_named(spark, tmp_path):
     rows = {}
     for k, name in enumerate(["pos[1].parquet", "pos1.parquet", "pos{a,b}.parquet",
                               "posa.parquet", "pos?.parquet", "pos\\1.parquet",
-                              "pos %5B1%5D.parquet"]):
+                              "pos %5B1%5D.parquet", "t=00:00/pos.parquet"]):
         rows[name] = [(1 + k % 2, 10 * k + j, [k + j, 3]) for j in range(3)]
         write_parquet(d / name, {"rule_set_id": [x[0] for x in rows[name]],
                                  "position_id": [x[1] for x in rows[name]],
@@ -447,6 +447,22 @@ def test_parquet_names_with_glob_characters_are_read_as_named(spark, tmp_path):
         [x for name in rows for x in rows[name]])
     one, _ = run_both(tmp_path / "one", rules=str(r), positions=str(d / "pos[1].parquet"))
     assert _verdicts(one) == _verdicts_by_brute_force(rows["pos[1].parquet"])
+
+
+@pytest.mark.spark
+def test_parquet_file_name_with_a_colon_is_a_plain_error_on_spark(spark, tmp_path):
+    """Hadoop's local file system cannot open a file whose name holds ':' (its checksum
+    file's name is no valid path): the Spark engine says so instead of failing inside Spark."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "", "2 5"]])
+    p = write_parquet(tmp_path / "pos:1.parquet", {"rule_set_id": [1], "position_id": [0],
+                                                   "heaps": [[5]]},
+                      {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS})
+    with pytest.raises(InputError) as err:
+        run_job(config_from_dict({"rules": str(r), "positions": str(p), "engine": "spark",
+                                  "out": str(tmp_path / "out")}))
+    assert str(err.value) == (f"{p}: Spark cannot read a Parquet file whose name holds ':' "
+                              "(rename it, or use --engine polars)")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.spark

@@ -450,6 +450,9 @@ class _Job:
         """A Parquet file's column types (as the polars engine reads them) and the whole-file
         errors its normalising would raise, found on an empty frame of its schema."""
         path = self.paths[i]
+        if ":" in path.name:  # Hadoop's local file system cannot name its checksum file
+            return (f"{path}: Spark cannot read a Parquet file whose name holds ':' (rename "
+                    "it, or use --engine polars)")
         try:
             empty = pl.from_arrow(pq.read_schema(path).empty_table())
             assert isinstance(empty, pl.DataFrame)
