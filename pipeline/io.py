@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import errno
-import glob
+import fnmatch
 import hashlib
 import json
 import mmap
@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pipeline import kernels
 from pipeline.errors import InputError, OutputError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -84,25 +85,234 @@ def format_of(path: Path) -> str:
         return "parquet" if fh.read(4) == b"PAR1" else "csv"
 
 
-def resolve_inputs(spec: str, what: str) -> list[Path]:
-    """A file, a directory (its .parquet/.csv files, recursively) or a glob -> sorted files."""
-    if any(ch in spec for ch in "*?["):
-        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
-    else:
-        path = Path(spec)
-        if path.is_dir():
-            files = sorted(
-                p for p in path.rglob("*")
-                if p.is_file() and p.suffix.lower() in PARQUET_SUFFIXES + CSV_SUFFIXES
-                and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts)
-            )
-        elif path.exists():
-            files = [path]
+GLOB_CHARS = "*?["
+_INPUT_SUFFIXES = PARQUET_SUFFIXES + CSV_SUFFIXES
+_STAGING_NAME = re.compile(r"\..+\.(?:partial|retired)-\d+-.+")
+
+
+def resolve_inputs(spec: str, what: str, exclude: Path | None = None) -> list[Path]:
+    """A file, a directory (its .parquet/.pq/.csv files, recursively) or a glob -> sorted files.
+
+    A path that exists is taken as written, glob characters and all; only one that does not
+    is a glob pattern. What a directory listing or a wildcard finds is skipped when its name
+    starts with _ or . (hidden files, markers such as _SUCCESS, staging directories) or it is
+    a snim-batch output directory; the directory `exclude` (the run's own output) is never
+    read. Raises InputError saying what was found and skipped when no file is left."""
+    return _InputFinder(spec, what, exclude).files()
+
+
+def is_snim_output(directory: Path) -> bool:
+    """Whether `directory` holds a manifest.json written by snim-batch: a JSON object with a
+    run_id and versions naming snim-batch."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return _listed(manifest) is not None
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of what `path` leads to, None when it leads nowhere."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _shown(name: str) -> str:
+    """A file name as printable text: bytes that are not UTF-8 as backslash escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+class _InputFinder:
+    """The files of one input spec, with a count of what was skipped and why (which the
+    error says when nothing is left)."""
+
+    def __init__(self, spec: str, what: str, exclude: Path | None):
+        self.spec = spec
+        self.what = what
+        self.excluded = _identity(exclude) if exclude is not None else None
+        self.found: list[Path] = []
+        self.skipped: dict[str, set[Path]] = {key: set() for key in (
+            "hidden file", "hidden dir", "suffix", "special", "output", "own")}
+
+    def files(self) -> list[Path]:
+        path = Path(self.spec)
+        if self.exists(path):
+            if self.kind_of(path) != "dir":
+                return self.named_in_utf8([path])
+            self.take_dir(path, ())
+            empty = "no .parquet, .pq or .csv files found"
+        elif any(ch in self.spec for ch in GLOB_CHARS):
+            self.match(Path(path.anchor or "."), path.parts[1 if path.anchor else 0:], ())
+            empty = "no file matches this pattern"
         else:
-            raise InputError(f"{what} input {spec}: no such file or directory")
-    if not files:
-        raise InputError(f"{what} input {spec}: no .parquet or .csv files found")
-    return files
+            raise self.error(path, "no such file or directory")
+        if not self.found:
+            raise self.error(path, empty + self.skip_text())
+        return self.named_in_utf8(sorted(set(self.found)))
+
+    def named_in_utf8(self, files: list[Path]) -> list[Path]:
+        """`files`, once each name is known to be UTF-8 text, as the outputs record it."""
+        for file in files:
+            if _shown(str(file)) != str(file):
+                raise self.error(file, "the file name is not UTF-8 text, which the outputs "
+                                       "need to name it (rename the file)")
+        return files
+
+    def exists(self, path: Path) -> bool:
+        """Whether `path` itself (a symlink, even a broken one, included) exists; an error
+        other than its absence (a directory on the way that cannot be searched) is raised."""
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise self.path_error(path, exc) from None
+        return True
+
+    def error(self, path: Path, message: str) -> InputError:
+        where = "" if path == Path(self.spec) else f"{_shown(str(path))}: "
+        return InputError(f"{self.what} input {_shown(self.spec)}: {where}{message}")
+
+    def path_error(self, path: Path, exc: OSError) -> InputError:
+        if exc.errno == errno.ELOOP:
+            return self.error(path, "symlink loop (too many levels of symbolic links)")
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            return self.error(path, f"dangling symlink to {_shown(os.readlink(path))} (its target "
+                                    "does not exist)")
+        if exc.errno == errno.ENOENT:
+            return self.error(path, "no such file or directory")
+        return self.error(path, f"cannot read it ({exc.strerror})")
+
+    def kind_of(self, path: Path) -> str:
+        """'dir', 'file' (regular) or 'special', through symlinks; a broken one is an error."""
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise self.path_error(path, exc) from None
+        if stat.S_ISDIR(mode):
+            return "dir"
+        return "file" if stat.S_ISREG(mode) else "special"
+
+    def entries(self, directory: Path) -> list[str]:
+        try:
+            return sorted(os.listdir(directory))
+        except OSError as exc:
+            raise self.error(directory, f"cannot read directory ({exc.strerror})") from None
+
+    def hidden(self, directory: Path, name: str, pattern: str = "") -> bool:
+        """Skip (and count) a name starting with _ or ., unless `pattern` starts with that
+        character too; a staging directory is skipped whatever the pattern."""
+        if not name.startswith(("_", ".")) or (
+                pattern.startswith(name[0]) and not _STAGING_NAME.fullmatch(name)):
+            return False
+        path = directory / name
+        self.skipped["hidden dir" if os.path.isdir(path) else "hidden file"].add(path)
+        return True
+
+    def enter(self, directory: Path, ancestors: tuple[Any, ...], found_by_name: bool
+              ) -> tuple[Any, ...] | None:
+        """The ancestors to walk `directory` with, or None to skip it: the run's own output,
+        or (when a listing or a wildcard found it) a snim-batch output."""
+        identity = _identity(directory)
+        if identity is not None and identity == self.excluded:
+            self.skipped["own"].add(directory)
+            return None
+        if not found_by_name and is_snim_output(directory):
+            self.skipped["output"].add(directory)
+            return None
+        if identity in ancestors:
+            raise self.error(directory, "symlink loop (it leads back to a directory above it)")
+        return (*ancestors, identity)
+
+    def take_dir(self, directory: Path, ancestors: tuple[Any, ...], found_by_name: bool = True
+                 ) -> None:
+        """Every .parquet/.pq/.csv file below `directory`, following symlinks."""
+        inner = self.enter(directory, ancestors, found_by_name)
+        if inner is None:
+            return
+        for name in self.entries(directory):
+            if self.hidden(directory, name):
+                continue
+            path = directory / name
+            if not name.lower().endswith(_INPUT_SUFFIXES) and not os.path.isdir(path):
+                self.skipped["suffix"].add(path)
+                continue
+            kind = self.kind_of(path)
+            if kind == "dir":
+                self.take_dir(path, inner, found_by_name=False)
+            elif kind == "file":
+                self.found.append(path)
+            else:
+                self.skipped["special"].add(path)
+
+    def match(self, base: Path, parts: tuple[str, ...], ancestors: tuple[Any, ...]) -> None:
+        """The paths below `base` that match the pattern components `parts`; a component
+        that exists as written is taken literally."""
+        if not parts:
+            kind = self.kind_of(base)
+            if kind == "dir":
+                self.take_dir(base, ancestors, found_by_name=False)
+            elif kind == "file":
+                self.found.append(base)
+            else:
+                self.skipped["special"].add(base)
+            return
+        head, rest = parts[0], parts[1:]
+        if not any(ch in head for ch in GLOB_CHARS) or os.path.lexists(base / head):
+            if rest and os.path.isdir(base / head):
+                inner = self.enter(base / head, ancestors, found_by_name=True)
+                if inner is not None:
+                    self.match(base / head, rest, inner)
+            elif not rest and os.path.lexists(base / head):
+                self.match(base / head, rest, ancestors)
+            return
+        if not os.path.isdir(base):
+            return
+        if head == "**":  # any depth of directories, this one included
+            self.match(base, rest, ancestors)
+        for name in self.entries(base):
+            path = base / name
+            if head == "**" and not os.path.isdir(path) or (
+                    head != "**" and not fnmatch.fnmatchcase(name, head)):
+                continue
+            if self.hidden(base, name, "" if head == "**" else head):
+                continue
+            if not rest and head != "**":
+                self.match(path, (), ancestors)
+            elif os.path.isdir(path):
+                inner = self.enter(path, ancestors, found_by_name=False)
+                if inner is not None:
+                    self.match(path, parts if head == "**" else rest, inner)
+
+    def skip_text(self) -> str:
+        """'; skipped ...' naming what was skipped and why, or '' when nothing was."""
+        counts = {key: len(paths) for key, paths in self.skipped.items()}
+        hidden = [_plural(counts[key], one, many) for key, one, many in (
+            ("hidden file", "file", "files"), ("hidden dir", "directory", "directories"))
+            if counts[key]]
+        parts = []
+        if hidden:
+            parts.append(" and ".join(hidden) + " whose names start with _ or . (hidden files "
+                         "and markers such as _SUCCESS are skipped, as Spark and Hadoop do)")
+        if counts["suffix"]:
+            parts.append(_plural(counts["suffix"], "file", "files") + " of another type (only "
+                         ".parquet, .pq and .csv files are read from a directory)")
+        if counts["special"]:
+            parts.append(_plural(counts["special"], "entry that is", "entries that are")
+                         + " neither a file nor a directory")
+        if counts["output"]:
+            parts.append(_plural(counts["output"], "snim-batch output directory",
+                                 "snim-batch output directories"))
+        if counts["own"]:
+            parts.append("the run's own output directory")
+        return "; skipped " + ", ".join(parts) if parts else ""
 
 
 def _checksum(path: Path) -> str:
@@ -133,48 +343,49 @@ def _short(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
-def _scan_text(path: Path) -> tuple[int, bool, int]:
-    """(offset of the first NUL byte or invalid UTF-8 sequence, or -1 (binary data is never
-    CSV); whether any field is quoted; the line of a quote that is never closed, or 0),
-    decoded in 16 MiB slices so a large file is not held twice. A quote opens a field only
-    at its start, so when the file's last quote is at the start of a field, that field runs
-    to the end of the file."""
+_BOM = b"\xef\xbb\xbf"
+_HEADER_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True)
+class _TextScan:
+    """What a pass over a CSV file's bytes found: the offset of the first NUL byte or invalid
+    UTF-8 sequence (-1: none; binary data is never CSV), the physical line of a quote that
+    is never closed (0: none), and whether a quoted field holds a line break."""
+
+    bad_byte: int
+    open_line: int
+    quoted_break: bool
+
+
+def _csv_bytes(data: bytes | mmap.mmap) -> np.ndarray:
+    return np.frombuffer(data, np.uint8)
+
+
+def _bom_length(data: bytes | mmap.mmap) -> int:
+    return len(_BOM) if data[:len(_BOM)] == _BOM else 0
+
+
+def _scan_text(path: Path) -> _TextScan:
+    """Check the whole file through a memory map (decoded in 16 MiB slices, quotes followed
+    by a compiled scan of the mapped bytes), so a large file is never held twice."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        last = data.rfind(b'"')
         nul = data.find(b"\x00")
         if nul >= 0:
-            return nul, last >= 0, 0
+            return _TextScan(nul, 0, False)
         step = 1 << 24
         for start in range(0, len(data), step):
             try:
                 decoder.decode(data[start:start + step], final=start + step >= len(data))
             except UnicodeDecodeError as exc:
-                return start + exc.start, last >= 0, 0
-        if (last < 0 or (last > 0 and data[last - 1:last] not in (b",", b"\n", b"\r"))
-                or not _opens_a_field(data, last)):
-            return -1, last >= 0, 0
-        line = 1 + sum(data[at:min(at + step, last)].count(b"\n") for at in range(0, last, step))
-    return -1, True, line
-
-
-def _opens_a_field(data: mmap.mmap, last: int) -> bool:
-    """Whether the quote at `last`, just after a delimiter, opens a field rather than closing
-    one whose text ends in a comma or a line break (`"5,"`): a forward pass over the quotes
-    before it, where a quote at the start of a field opens it and, inside, `""` is a quote
-    and a lone one closes it. Only this rare case pays for the pass."""
-    quoted = False
-    at = data.find(b'"')
-    while at < last:
-        if quoted and data[at + 1:at + 2] == b'"':
-            at = data.find(b'"', at + 2)
-            continue
-        if quoted:
-            quoted = False
-        elif at == 0 or data[at - 1:at] in (b",", b"\n", b"\r"):
-            quoted = True
-        at = data.find(b'"', at + 1)
-    return not quoted
+                return _TextScan(start + exc.start, 0, False)
+        if data.find(b'"') < 0:
+            return _TextScan(-1, 0, False)
+        view = _csv_bytes(data)
+        _, _, open_line, quoted_break = kernels.csv_scan(view, _bom_length(data), 0)
+        del view  # the map cannot close while an array still points into it
+    return _TextScan(-1, open_line, quoted_break)
 
 
 def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
@@ -185,15 +396,14 @@ def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     path = file.path
     if file.size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
-    header = _read_header_names(path)
-    offset, quoted, unclosed = _scan_text(path)
-    if offset >= 0:
+    header, terminated = _read_header(path)
+    scan = _scan_text(path)
+    if scan.bad_byte >= 0:
         raise InputError(f"{path}: not a CSV file (binary data or invalid UTF-8 at byte "
-                         f"{offset})")
-    if unclosed:
-        raise InputError(f"{path}: line {unclosed}: a quoted field is never closed "
-                         "(unterminated quote)")
-    if file.size < 1 << 20 and b"\n" not in path.read_bytes():  # a header without a newline
+                         f"{scan.bad_byte})")
+    if scan.open_line:
+        raise _unclosed_quote(path, scan.open_line)
+    if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
         yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
                        np.zeros(0, np.int64), [])
         return
@@ -212,7 +422,8 @@ def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         reader = pacsv.open_csv(
             path,
             read_options=pacsv.ReadOptions(use_threads=False),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
+                                             newlines_in_values=scan.quoted_break),
             convert_options=pacsv.ConvertOptions(
                 column_types={name: pa.string() for name in header},
                 strings_can_be_null=False,
@@ -227,7 +438,7 @@ def _csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     def emit(table: pa.Table) -> RawTable:
         nonlocal given
         rows = numbering.next(table.num_rows, [r for r, _, _ in bad[numbering.skipped:]])
-        if quoted:
+        if scan.quoted_break:
             _check_text(path, table, rows)
         frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
@@ -285,8 +496,10 @@ class _RowNumbers:
 
 
 def _check_text(path: Path, table: pa.Table, rows: np.ndarray) -> None:
-    """Reject a field that swallowed whole CSV lines (an unterminated quote); a quoted line
-    break alone is valid CSV. `rows` numbers the table's rows in the file."""
+    """Reject a field that swallowed whole CSV lines; a quoted line break alone is valid CSV.
+    The quote scan finds a quote left open to the end of the file; this finds two quotes
+    left open that close each other ('"5' ... '"7'), valid by the CSV rules but never meant.
+    `rows` numbers the table's rows in the file."""
     for name in table.column_names:
         column = table[name]
         spans = pc.match_substring_regex(column, "[\r\n]")
@@ -299,26 +512,47 @@ def _check_text(path: Path, table: pa.Table, rows: np.ndarray) -> None:
                              "several lines that look like CSV rows (unterminated quote?)")
 
 
-def _read_header_names(path: Path) -> list[str]:
+def _unclosed_quote(path: Path, line: int) -> InputError:
+    return InputError(f"{path}: line {line}: a quoted field is never closed (unterminated "
+                      "quote)")
+
+
+def _read_header(path: Path) -> tuple[list[str], bool]:
+    """(column names, whether a line end follows them) from the file's first record, found
+    by the same scan of quotes and line ends (LF, CRLF, CR) as the rows; blank lines before
+    it are skipped, as pyarrow skips them."""
     try:
         with path.open("rb") as fh:
-            first = fh.readline(1 << 20)
+            head = fh.read(_HEADER_LIMIT)
+            whole = len(head) == os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    records, end, open_line, _ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
+    if records == 0 and whole:
+        raise InputError(f"{path}: no header line (the file holds only blank lines; "
+                         "expected column names)")
+    if open_line and whole:
+        raise _unclosed_quote(path, open_line)
+    terminated = not open_line and head[end - 1:end] in (b"\n", b"\r")
+    if not terminated and not whole:
+        raise InputError(f"{path}: the header line does not end within the first "
+                         f"{_HEADER_LIMIT >> 20} MiB (is this a CSV file?)")
+    first = head[:end]
+    try:
         text = first.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a CSV file (the first line is not UTF-8 text)") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     if not text.strip():
         raise InputError(f"{path}: empty header line (expected column names)")
     try:
-        table = pacsv.read_csv(pa.py_buffer(first if first.endswith(b"\n") else first + b"\n"),
+        table = pacsv.read_csv(pa.py_buffer(first if terminated else first + b"\n"),
                                read_options=pacsv.ReadOptions(use_threads=False))
     except pa.ArrowInvalid as exc:
         raise InputError(f"{path}: not a readable CSV header ({_short(exc)})") from None
     names = table.column_names
     if len(set(names)) != len(names):
         raise InputError(f"{path}: duplicate column names in header: {names}")
-    return names
+    return names, terminated
 
 
 def _parquet_error(path: Path, exc: BaseException) -> InputError:
@@ -336,7 +570,8 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         raise _parquet_error(file.path, exc) from None
     start = 0
     try:
-        for frame in pl.scan_parquet(file.path).collect_batches(chunk_size=batch_rows):
+        for frame in pl.scan_parquet(file.path, glob=False).collect_batches(
+                chunk_size=batch_rows):
             rows = np.arange(start, start + frame.height, dtype=np.int64)
             start += frame.height
             yield RawTable(file, frame, rows, [])
@@ -374,7 +609,7 @@ def heap_upper_bound(paths: list[Path], column: str) -> int | None:
 
 
 def row_estimate(paths: list[Path]) -> int:
-    """Rows in the input files: exact for Parquet (from the footers); for CSV, the lines of
+    """Rows in the input files: exact for Parquet (from the footers); for CSV, the records of
     its first 4 MiB scaled to its size (it only sizes the long-form parts; ids grow longer
     down a file, so this tends to count high, which keeps parts small)."""
     rows = 0
@@ -390,16 +625,18 @@ def row_estimate(paths: list[Path]) -> int:
 
 
 def _csv_row_estimate(path: Path, sample: int = 1 << 22) -> int:
+    """Exact for a file of at most `sample` bytes (its records less the header, counted as
+    the parser counts them); else those of its first `sample` bytes scaled to its size."""
     try:
         with path.open("rb") as fh:
             head = fh.read(sample)
             size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    lines = head.count(b"\n") + (not head.endswith(b"\n") and len(head) == size)
+    rows = max(kernels.csv_scan(_csv_bytes(head), _bom_length(head), 0)[0] - 1, 0)
     if len(head) == size:
-        return max(lines - 1, 0)  # less the header
-    return -(-size * lines // len(head))
+        return rows
+    return -(-size * rows // len(head))
 
 
 class Spill:
@@ -508,7 +745,7 @@ def columns_of(path: Path) -> list[str]:
             raise _parquet_error(path, exc) from None
     if path.stat().st_size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
-    return _read_header_names(path)
+    return _read_header(path)[0]
 
 
 def read_table(path: Path) -> RawTable:
@@ -521,9 +758,10 @@ def read_table(path: Path) -> RawTable:
                     [line for b in batches for line in b.bad_lines])
 
 
-def read_tables(spec: str, what: str) -> list[RawTable]:
-    """Every file of `spec` read whole, each checksummed as it is read."""
-    tables = [read_table(p) for p in resolve_inputs(spec, what)]
+def read_tables(spec: str, what: str, exclude: Path | None = None) -> list[RawTable]:
+    """Every file of `spec` read whole, each checksummed as it is read (`exclude`: as in
+    `resolve_inputs`)."""
+    tables = [read_table(p) for p in resolve_inputs(spec, what, exclude)]
     for table in tables:
         table.file.sha256  # noqa: B018 - computes and caches it
     return tables
@@ -656,7 +894,7 @@ def output_target(out: Path) -> Path:
     return Path(os.path.realpath(out)) if out.is_symlink() else out
 
 
-def _shown(out: Path, target: Path) -> str:
+def _output_shown(out: Path, target: Path) -> str:
     out = out.absolute()
     return str(out) if out == target else f"{out} (a link to {target})"
 
@@ -911,7 +1149,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     user should know though the run succeeded (an old output kept aside).
     """
     target = output_target(out)
-    shown = _shown(out, target)
+    shown = _output_shown(out, target)
     if not target.name:
         raise OutputError(f"{shown}: the root directory cannot be an output")
     for notice in _remove_stale_staging(target):

@@ -578,3 +578,65 @@ def fill_runs(out, values, counts):
         for _ in range(counts[b]):
             out[at] = values[b]
             at += 1
+
+
+_QUOTE, _COMMA, _CR, _LF = 34, 44, 13, 10
+_LINE_START, _FIELD_START, _UNQUOTED, _QUOTED = 0, 1, 2, 3
+
+
+@njit(cache=True, nogil=True)
+def csv_scan(data, start, stop_after):
+    """Walk CSV bytes data[start:] the way pyarrow's parser reads them: fields split by ",",
+    a '"' opens a quoted field only at the start of a field, inside one '""' is a quote and
+    a lone '"' closes it (what follows, up to the next comma or line end, is plain text), a
+    quote anywhere else is a literal character; lines end with LF, CRLF or CR, and blank
+    lines are no records.
+
+    Returns (records: non-blank records seen, the last one possibly unterminated; end: the
+    offset just past the line end of record number `stop_after` (stop_after <= 0: never
+    stop), else len(data); open_line: the 1-based physical line (LF, CRLF or CR each end
+    one, quoted or not) of the opening quote of a field still open at `end`, else 0;
+    quoted_break: whether a quoted field before `end` holds a line break)."""
+    n = data.shape[0]
+    state = _LINE_START
+    records = 0
+    line = 1
+    open_line = 0
+    quoted_break = False
+    i = start
+    while i < n:
+        c = data[i]
+        i += 1
+        if state == _QUOTED:
+            if c == _QUOTE:
+                if i < n and data[i] == _QUOTE:
+                    i += 1
+                else:
+                    state = _UNQUOTED
+            elif c == _LF or c == _CR:
+                quoted_break = True
+                if c == _CR and i < n and data[i] == _LF:
+                    i += 1
+                line += 1
+            continue
+        if c == _LF or c == _CR:
+            if c == _CR and i < n and data[i] == _LF:
+                i += 1
+            line += 1
+            if state != _LINE_START:
+                state = _LINE_START
+                if records == stop_after:
+                    return records, i, 0, quoted_break
+            continue
+        if state == _LINE_START:
+            records += 1
+            state = _FIELD_START
+        if c == _COMMA:
+            state = _FIELD_START
+        elif state == _FIELD_START:
+            if c == _QUOTE:
+                state = _QUOTED
+                open_line = line
+            else:
+                state = _UNQUOTED
+    return records, n, open_line if state == _QUOTED else 0, quoted_break

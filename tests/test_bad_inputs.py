@@ -1324,3 +1324,247 @@ def test_kind_in_any_case_with_surrounding_spaces_is_that_kind(tmp_path: Path) -
     verdicts = read_out(out)["verdicts"].select("rule_set_id", "position_id", "verdict").rows()
     assert verdicts == [(rid, i, "W" if wins(kind, moves, h) else "L")
                         for rid, (_, kind, moves) in kinds.items() for i, h in enumerate(heaps)]
+
+
+# ---- finding and reading inputs: line ends, quotes, names, outputs, messages -----------------
+
+REFERENCE_RULES = {"1": ("subtraction", (2, 5)), "2": ("nim", ())}  # RULES_CSV, by definition
+
+
+def expected_verdicts(positions: list[tuple[int, int, list[int]]]) -> dict[tuple[int, int], str]:
+    """Brute-force game search on every position (conftest.wins)."""
+    return {(rid, pid): "W" if wins(*REFERENCE_RULES[str(rid)], heaps) else "L"
+            for rid, pid, heaps in positions}
+
+
+def _reference_rules(directory: Path) -> Path:
+    """RULES_CSV (cheap tables, unlike good_rules' rule 5, whose period is probed at length)."""
+    path = directory / "rules.csv"
+    path.write_text(RULES_CSV)
+    return path
+
+
+def verdict_map(out: Path) -> dict[tuple[int, int], str]:
+    verdicts = pl.scan_parquet(out / "verdicts.parquet").collect()
+    return {(r, p): v for r, p, v in verdicts.select("rule_set_id", "position_id", "verdict")
+            .iter_rows()}
+
+
+def styled_positions(count: int, style: str, final: bool, seed: int
+                     ) -> tuple[bytes, list[tuple[int, int, list[int]]]]:
+    """A wide positions CSV in one line-end style (mixed: LF, CR and CRLF in turn) whose heaps
+    are written plain, quoted with a comma or a line break inside, or quoted with a trailing
+    line break or comma (the last row too), and its positions."""
+    ends = {"LF": ["\n"], "CRLF": ["\r\n"], "CR": ["\r"], "mixed": ["\n", "\r", "\r\n"]}[style]
+    rng = random.Random(seed)
+    lines, positions = ["rule_set_id,position_id,heaps"], []
+    for pid in range(count):
+        rid = 1 + pid % 2
+        heaps = [rng.randrange(16) for _ in range(rng.randrange(4))]
+        end = ends[pid % len(ends)]
+        text = " ".join(map(str, heaps))
+        cell = [text, f'"{text.replace(" ", ",")}"', f'"{text.replace(" ", end)}"',
+                f'"{text}{end}"', f'"{text},"'][(pid + (pid == count - 1)) % 5]
+        lines.append(f"{rid},{pid},{cell}")
+        positions.append((rid, pid, heaps))
+    body = "".join(line + ends[i % len(ends)] for i, line in enumerate(lines[:-1]))
+    body += lines[-1] + (ends[(len(lines) - 1) % len(ends)] if final else "")
+    return body.encode(), positions
+
+
+@pytest.mark.parametrize("final", [True, False], ids=["final-end", "no-final-end"])
+@pytest.mark.parametrize("style", ["LF", "CRLF", "CR", "mixed"])
+@pytest.mark.parametrize("count", [12, 100_000], ids=["small", "over-1MiB"])
+def test_every_line_end_style_gives_every_verdict(tmp_path: Path, style: str, final: bool,
+                                                  count: int) -> None:
+    """CR-only, LF, CRLF and mixed line ends, small and over 1 MiB: every row read and
+    evaluated (a CR-only file under 1 MiB used to be read as a header and no rows, exit 0)."""
+    data, positions = styled_positions(count, style, final, seed=count)
+    if count > 100:
+        assert len(data) > 1 << 20
+    got, out = run_texts(tmp_path, RULES_CSV, data)
+    assert got.code == 0, got.stderr
+    manifest = read_out(out)["manifest"]
+    assert manifest["counts"]["positions"]["rows_read"] == count
+    assert_reconciled(manifest)
+    assert verdict_map(out) == expected_verdicts(positions)
+
+
+@pytest.mark.parametrize("ending", ["", "\n", "\r\n", "\r", "\r\r"])
+def test_header_only_positions_in_every_style_is_an_empty_run(tmp_path: Path,
+                                                              ending: str) -> None:
+    got, out = run_texts(tmp_path, RULES_CSV, f"rule_set_id,position_id,heaps{ending}")
+    assert got.code == 0, got.stderr
+    assert read_out(out)["manifest"]["counts"]["positions"]["rows_read"] == 0
+
+
+@pytest.mark.parametrize("rules_text", [RULES_CSV, RULES_CSV.replace("\n", "\r"),
+                                        "\ufeff" + RULES_CSV.replace("\n", "\r")],
+                         ids=["LF", "CR", "BOM+CR"])
+def test_cr_only_rules_file_is_read(tmp_path: Path, rules_text: str) -> None:
+    got, out = run_texts(tmp_path, rules_text, POSITIONS_CSV)
+    assert got.code == 0, got.stderr
+    assert read_out(out)["manifest"]["counts"]["rules"]["rows_read"] == 2
+    assert verdict_map(out) == expected_verdicts([(1, 0, [5, 12]), (2, 0, [1, 2])])
+
+
+@pytest.mark.parametrize("body", ['1,0,"5\n"\n', '1,0,"5,"', '1,0,"5\n"', '1,0,"5,"\n',
+                                  '1,0,"5"\n', '1,0,"5\r\n"\r\n'])
+def test_last_quoted_field_ending_in_a_line_break_or_comma_is_valid(tmp_path: Path,
+                                                                   body: str) -> None:
+    """Valid CSV whose last field ends inside its quotes with a line break or a comma (it
+    used to be refused as 'a quoted field is never closed')."""
+    got, out = run_texts(tmp_path, RULES_CSV, "rule_set_id,position_id,heaps\n" + body)
+    assert got.code == 0, got.stderr
+    assert verdict_map(out) == expected_verdicts([(1, 0, [5])])
+
+
+def test_a_quote_never_closed_in_a_cr_only_file_names_its_line(tmp_path: Path) -> None:
+    got, out = run_texts(tmp_path, RULES_CSV,
+                         'rule_set_id,position_id,heaps\r1,0,5\r1,1,"3\r2,0,4\r')
+    assert got.code == 1
+    assert got.stderr.strip() == (f"snim-batch: error: {tmp_path / 'positions.csv'}: line 3: "
+                                  "a quoted field is never closed (unterminated quote)")
+    assert not out.exists()
+
+
+def _positions_file(path: Path, rows: list[tuple[int, int, list[int]]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        pl.DataFrame(rows, schema=POSITIONS_SCHEMA, orient="row").write_parquet(path)
+        return path
+    path.write_text("rule_set_id,position_id,heaps\n" + "".join(
+        f"{r},{p},{' '.join(map(str, h))}\n" for r, p, h in rows))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("name", ["pos[1]", "pos*", "pos?"])
+def test_a_file_named_with_glob_characters_is_that_file(tmp_path: Path, name: str,
+                                                        fmt: str) -> None:
+    """Neither the spec nor a reader (polars globs Parquet paths) expands its characters."""
+    rules = _reference_rules(tmp_path)
+    mine = [(1, 0, [5, 12]), (2, 0, [3])]
+    named = _positions_file(tmp_path / f"{name}.{fmt}", mine)
+    _positions_file(tmp_path / f"pos1.{fmt}", [(1, 7, [4])])
+    _positions_file(tmp_path / f"posx.{fmt}", [(1, 8, [6])])
+    got = invoke(job_args(rules, named, tmp_path / "out"), tmp_path)
+    assert got.code == 0, got.stderr
+    assert verdict_map(tmp_path / "out") == expected_verdicts(mine)
+    inputs = read_out(tmp_path / "out")["manifest"]["inputs"]["positions"]
+    assert [f["path"] for f in inputs] == [str(named)]
+
+
+def test_output_inside_the_positions_folder_is_not_read_back(tmp_path: Path) -> None:
+    """--out inside the positions directory: the second run (and one writing elsewhere in the
+    same directory) reads the positions only, not the earlier outputs."""
+    rules = _reference_rules(tmp_path)
+    rows = [(1, 0, [5, 12]), (1, 1, [2, 4, 7]), (2, 0, [1, 2])]
+    folder = tmp_path / "positions"
+    data = _positions_file(folder / "part-0.csv", rows)
+    for out, extra in [(folder / "out", []), (folder / "out", ["--overwrite"]),
+                       (folder / "out2", []), (folder / "nested" / "out3", [])]:
+        got = invoke(job_args(rules, folder, out, *extra), tmp_path)
+        assert got.code == 0, got.stderr
+        result = read_out(out)
+        assert [f["path"] for f in result["manifest"]["inputs"]["positions"]] == [str(data)]
+        assert verdict_map(out) == expected_verdicts(rows)
+    glob = invoke(job_args(rules, folder / "**" / "*.*", tmp_path / "out4"), tmp_path)
+    assert glob.code == 0, glob.stderr
+    assert [f["path"] for f in read_out(tmp_path / "out4")["manifest"]["inputs"]["positions"]
+            ] == [str(data)]
+
+
+def test_glob_skips_spark_markers_like_a_directory(tmp_path: Path) -> None:
+    rules = _reference_rules(tmp_path)
+    rows = [(1, 0, [5]), (2, 1, [3, 3])]
+    folder = tmp_path / "positions"
+    _positions_file(folder / "part-0.csv", rows)
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".part-0.csv.crc").write_bytes(b"\x00crc")
+    for spec in [folder / "*", folder]:
+        got = invoke(job_args(rules, spec, tmp_path / "out", "--overwrite"), tmp_path)
+        assert got.code == 0, got.stderr
+        assert verdict_map(tmp_path / "out") == expected_verdicts(rows)
+
+
+SKIPPED_MARKERS = ("whose names start with _ or . (hidden files and markers such as _SUCCESS "
+                   "are skipped, as Spark and Hadoop do)")
+
+
+def _input_problem(tmp_path: Path, positions: Path | str) -> str:
+    """Run the job on good rules and `positions`; exit 1, nothing written: the one line."""
+    rules = _reference_rules(tmp_path)
+    got = invoke(job_args(rules, positions, tmp_path / "out"), tmp_path)
+    got.assert_no_crash()
+    assert got.code == 1, got.stderr
+    assert not (tmp_path / "out").exists()
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1, got.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("names", "skipped"), [
+    (["_x.csv", ".x.csv"], f"2 files {SKIPPED_MARKERS}"),
+    (["a.txt", "b.json"], "2 files of another type (only .parquet, .pq and .csv files are read "
+                          "from a directory)"),
+    (["_SUCCESS", "_temporary/part-0.csv", "a.tsv"],
+     f"1 file and 1 directory {SKIPPED_MARKERS}, 1 file of another type (only .parquet, .pq "
+     "and .csv files are read from a directory)"),
+])
+def test_directory_with_nothing_to_read_says_what_it_skipped(tmp_path: Path, names: list[str],
+                                                             skipped: str) -> None:
+    folder = tmp_path / "positions"
+    for name in names:
+        _positions_file(folder / name, [(1, 0, [5])])
+    assert _input_problem(tmp_path, folder) == (
+        f"snim-batch: error: positions input {folder}: no .parquet, .pq or .csv files found; "
+        f"skipped {skipped}")
+
+
+def test_empty_directory_says_it_found_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "positions"
+    folder.mkdir()
+    assert _input_problem(tmp_path, folder) == (
+        f"snim-batch: error: positions input {folder}: no .parquet, .pq or .csv files found")
+
+
+def test_glob_matching_only_markers_says_what_it_skipped(tmp_path: Path) -> None:
+    folder = tmp_path / "positions"
+    folder.mkdir()
+    (folder / "_SUCCESS").write_text("")
+    assert _input_problem(tmp_path, folder / "*") == (
+        f"snim-batch: error: positions input {folder / '*'}: no file matches this pattern; "
+        f"skipped 1 file {SKIPPED_MARKERS}")
+
+
+def test_symlink_loop_and_dangling_symlink_are_named_as_such(tmp_path: Path) -> None:
+    loop, dangling = tmp_path / "loop.csv", tmp_path / "dangling.csv"
+    loop.symlink_to(loop)
+    dangling.symlink_to(tmp_path / "moved" / "positions.csv")
+    assert _input_problem(tmp_path, loop) == (
+        f"snim-batch: error: positions input {loop}: symlink loop (too many levels of symbolic "
+        "links)")
+    assert _input_problem(tmp_path, dangling) == (
+        f"snim-batch: error: positions input {dangling}: dangling symlink to "
+        f"{tmp_path / 'moved' / 'positions.csv'} (its target does not exist)")
+
+
+@pytest.mark.parametrize("where", ["top", "below"])
+def test_unreadable_directory_says_permission_denied(tmp_path: Path, where: str) -> None:
+    rules = _reference_rules(tmp_path)
+    folder = tmp_path / "positions"
+    _positions_file(folder / "a.csv", [(1, 0, [5])])
+    locked = folder if where == "top" else folder / "sub"
+    locked.mkdir(exist_ok=True)
+    locked.chmod(0)
+    try:
+        got = _without_read_override(job_args(rules, folder, tmp_path / "out"), tmp_path)
+    finally:
+        locked.chmod(0o755)
+    assert got.code == 1, got.stderr
+    shown = "" if where == "top" else f"{locked}: "
+    assert got.stderr.strip() == (f"snim-batch: error: positions input {folder}: {shown}cannot "
+                                  "read directory (Permission denied)")
+    assert not (tmp_path / "out").exists()

@@ -1162,3 +1162,353 @@ def test_csv_larger_than_the_parsers_blocks_streams_with_exact_row_numbers(tmp_p
     whole = io.read_table(path)
     assert whole.row.tolist() == [i for i, ok in enumerate(kinds) if ok]
     assert len(whole.bad_lines) == kinds.count(False)
+
+
+# ---- CSV line ends, quotes and the header, as pyarrow's parser reads them --------------------
+
+LINE_ENDS = {"LF": ["\n"], "CRLF": ["\r\n"], "CR": ["\r"], "mixed": ["\n", "\r", "\r\n"]}
+
+
+def styled(lines: list[str], style: str, final: bool) -> str:
+    """`lines` joined by the style's line ends (mixed: LF, CR and CRLF in turn), with a line
+    end after the last line when `final`."""
+    ends = LINE_ENDS[style]
+    text = "".join(line + ends[i % len(ends)] for i, line in enumerate(lines[:-1]))
+    return text + lines[-1] + (ends[(len(lines) - 1) % len(ends)] if final else "")
+
+
+def logical_table(count: int, style: str) -> tuple[list[str], list[int], list[int], list[str]]:
+    """(lines, kept data rows, data rows with an extra field, expected value of column b for
+    each kept row): quoted fields with a comma, an escaped quote, a line break (in the
+    file's own style) or a trailing line break, literal quotes inside plain fields, blank
+    lines, and a line with an extra field every 7th row."""
+    lines = ["a,b,c"]
+    kept, bad, values = [], [], []
+    for i in range(count):
+        end = LINE_ENDS[style][i % len(LINE_ENDS[style])]
+        written, value = [(f"x{i}", f"x{i}"), (f'"{i},"', f"{i},"), (f'"q""{i}"', f'q"{i}'),
+                          (f'"{i}{end}{i}"', f"{i}{end}{i}"), (f'"{i}{end}"', f"{i}{end}"),
+                          (f'{i}"', f'{i}"'), (f'"{i}"z', f"{i}z")][i % 7]
+        if i % 7 == 6:
+            lines.append(f"{i},{written},c,extra")
+            bad.append(i)
+        else:
+            lines.append(f"{i},{written},c")
+            kept.append(i)
+            values.append(value)
+        if i % 11 == 3:
+            lines.append("")  # a blank line is no row
+    return lines, kept, bad, values
+
+
+def check_logical(raw_batches: list[io.RawTable], kept: list[int], bad: list[int],
+                  values: list[str]) -> None:
+    rows = np.concatenate([b.row for b in raw_batches]).tolist()
+    frame = pl.concat([b.frame for b in raw_batches])
+    assert rows == kept
+    assert frame["a"].cast(pl.Int64).to_list() == kept
+    assert frame["b"].to_list() == values
+    assert frame["c"].to_list() == ["c"] * len(kept)
+    assert [r for b in raw_batches for r, _, _ in b.bad_lines] == bad
+
+
+@pytest.mark.parametrize("final", [True, False], ids=["final-end", "no-final-end"])
+@pytest.mark.parametrize("style", list(LINE_ENDS))
+@pytest.mark.parametrize("count", [40, 120_000], ids=["small", "over-block-size"])
+def test_csv_every_line_end_style_reads_the_same_rows(tmp_path, style, final, count):
+    """LF, CRLF, CR-only and mixed line ends, with quoted line breaks, commas and quotes:
+    the same rows with the same row numbers, in a small file and in one of about 3 MB (over
+    1 MiB and over pyarrow's 1 MiB blocks, so quoted line breaks fall on block edges)."""
+    lines, kept, bad, values = logical_table(count, style)
+    path = tmp_path / "t.csv"
+    path.write_bytes(styled(lines, style, final).encode())
+    if count > 100:
+        assert path.stat().st_size > 2 << 20
+    check_logical([io.read_table(path)], kept, bad, values)
+    check_logical(list(io.iter_batches(path, 10_007)), kept, bad, values)
+    assert io.columns_of(path) == ["a", "b", "c"]
+    if count < 100:
+        assert io.row_estimate([path]) == len(kept) + len(bad)
+
+
+@pytest.mark.parametrize("style", list(LINE_ENDS))
+def test_csv_row_estimate_of_a_large_file_counts_records_in_every_style(tmp_path, style):
+    lines, kept, bad, _ = logical_table(300_000, style)
+    path = tmp_path / "t.csv"
+    path.write_bytes(styled(lines, style, True).encode())
+    assert path.stat().st_size > 4 << 20
+    rows = len(kept) + len(bad)
+    assert 0.9 * rows < io.row_estimate([path]) < 1.2 * rows
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
+@pytest.mark.parametrize("ending", ["", "\n", "\r\n", "\r", "\n\n", "\r\r", "\r\n\r\n"])
+def test_csv_header_only_file_is_an_empty_table_in_every_style(tmp_path, ending, bom):
+    path = tmp_path / "t.csv"
+    path.write_bytes(bom + f'a,"b",c{ending}'.encode())
+    raw = io.read_table(path)
+    assert raw.frame.columns == ["a", "b", "c"] and raw.frame.height == 0
+    assert raw.bad_lines == [] and raw.row.tolist() == []
+    assert io.columns_of(path) == ["a", "b", "c"]
+    assert io.row_estimate([path]) == 0
+
+
+@pytest.mark.parametrize("style", ["LF", "CRLF", "CR"])
+def test_csv_bom_and_blank_lines_before_the_header_as_pyarrow_reads_them(tmp_path, style):
+    end = LINE_ENDS[style][0]
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + f'{end}{end}"a",b{end}1,2{end}'.encode())
+    raw = io.read_table(path)
+    assert raw.frame.to_dict(as_series=False) == {"a": ["1"], "b": ["2"]}
+    assert raw.row.tolist() == [0]
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ('a,b\r1,"x\r2,3\r', 2),               # CR-only: lines counted at each CR
+    ('a,b\r\n1,"x\r\n"\r\n2,"3', 4),       # a closed quoted break, then an open one
+    ('a,b\n1,"x""\n', 2),                  # "" is an escaped quote, so the field stays open
+    ('a,b\n1,"x"""\n2,"', 3),              # """ closes after an escaped quote
+    ('a,"b\n1,2\n', 1),                    # in the header
+    ('a,b\n\n\n1,x"y\n2,"\n', 5),          # a quote inside a plain field is literal
+])
+def test_csv_quote_never_closed_names_its_physical_line(tmp_path, text, line):
+    path = tmp_path / "t.csv"
+    path.write_bytes(text.encode())
+    with pytest.raises(InputError, match=re.escape(f"{path}: line {line}: a quoted field is "
+                                                   "never closed")):
+        io.read_table(path)
+
+
+@pytest.mark.parametrize(("body", "value"), [
+    ('1,"5\n"\n', "5\n"), ('1,"5,"', "5,"), ('1,"5\r"', "5\r"), ('1,"5"""', '5"'),
+    ('1,""', ""), ('1,"a""b"', 'a"b'), ('1,"5,\n"\r\n', "5,\n"),
+])
+def test_csv_last_quoted_field_ending_in_a_comma_quote_or_line_break_is_valid(tmp_path, body,
+                                                                               value):
+    raw = _read_csv_text(tmp_path, "a,b\n" + body)
+    assert raw.frame["b"].to_list() == [value] and raw.row.tolist() == [0]
+
+
+def test_csv_quoted_fields_that_swallow_rows_are_still_refused(tmp_path):
+    # Two quotes left open pair up: by the CSV rules the rows between are one field, which
+    # the exact scan accepts, so the field-content check still has to catch it.
+    path = tmp_path / "t.csv"
+    path.write_text('a,b,c\n1,0,"5\n1,1,6\n1,2,"7\n')
+    with pytest.raises(InputError, match=r"row 0, column c: a quoted field runs over several"):
+        io.read_table(path)
+
+
+def test_csv_large_cr_only_file_with_quoted_breaks_on_every_block_edge(tmp_path):
+    """Quoted CR line breaks at every offset around pyarrow's 1 MiB block edges."""
+    lines = ["a,b"]
+    size = 4
+    i = 0
+    while size < (3 << 20):
+        value = f'"{i}\r{"y" * (i % 13)}"'
+        lines.append(f"{i},{value}")
+        size += len(lines[-1]) + 1
+        i += 1
+    path = tmp_path / "t.csv"
+    path.write_bytes(styled(lines, "CR", True).encode())
+    raw = io.read_table(path)
+    assert raw.row.tolist() == list(range(i))
+    assert raw.frame["b"].to_list() == [f'{k}\r{"y" * (k % 13)}' for k in range(i)]
+
+
+# ---- resolve_inputs: names as written, what is skipped and why -------------------------------
+
+
+def touch(root: Path, *names: str, text: str = "x\n") -> None:
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def make_output(directory: Path, manifest: dict | None = None) -> Path:
+    """A directory that looks like a snim-batch output (or holds `manifest` instead)."""
+    touch(directory, "verdicts.parquet", "rejects.parquet", "summary.parquet")
+    manifest = manifest or {"run_id": "20250101T000000Z-abc123",
+                            "versions": {"snim-batch": "0.1.0", "python": "3.11"}}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+def resolve_error(spec: Path | str, exclude: Path | None = None) -> str:
+    with pytest.raises(InputError) as info:
+        io.resolve_inputs(str(spec), "positions", exclude)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("name", ["pos[1].csv", "pos*.csv", "pos?.csv", "p[!x]s.csv",
+                                  "[a-z].csv"])
+def test_an_existing_file_with_glob_characters_is_that_file(tmp_path, name):
+    touch(tmp_path, name, "pos1.csv", "poss.csv", "a.csv", "pas.csv")
+    assert io.resolve_inputs(str(tmp_path / name), "positions") == [tmp_path / name]
+
+
+def test_an_existing_directory_with_glob_characters_is_that_directory(tmp_path):
+    touch(tmp_path, "d[1]/a.csv", "d1/b.csv")
+    assert io.resolve_inputs(str(tmp_path / "d[1]"), "positions") == [tmp_path / "d[1]/a.csv"]
+
+
+def test_a_glob_takes_a_component_that_exists_as_written_literally(tmp_path):
+    touch(tmp_path, "d[1]/a.csv", "d1/b.csv")
+    assert io.resolve_inputs(str(tmp_path / "d[1]" / "*.csv"), "positions") == [
+        tmp_path / "d[1]/a.csv"]
+    assert io.resolve_inputs(str(tmp_path / "d[0-9]" / "*.csv"), "positions") == [
+        tmp_path / "d1/b.csv"]
+
+
+def test_a_missing_file_with_glob_characters_is_a_pattern(tmp_path):
+    touch(tmp_path, "pos1.csv", "pos2.csv")
+    assert io.resolve_inputs(str(tmp_path / "pos[1].csv"), "positions") == [tmp_path / "pos1.csv"]
+
+
+def test_a_glob_matching_directories_reads_them_as_directories(tmp_path):
+    touch(tmp_path, "day=1/a.csv", "day=1/_SUCCESS", "day=1/notes.txt", "day=2/sub/b.parquet",
+          "day=3.csv", "other/c.csv")
+    got = io.resolve_inputs(str(tmp_path / "day=*"), "positions")
+    assert got == [tmp_path / "day=1/a.csv", tmp_path / "day=2/sub/b.parquet",
+                   tmp_path / "day=3.csv"]
+
+
+def test_glob_skips_marker_and_hidden_names_like_a_directory(tmp_path):
+    touch(tmp_path, "d/a.csv", "d/_SUCCESS", "d/.a.csv.crc", "d/_tmp/x.csv", "d/.h/y.csv",
+          "d/notes.txt")
+    assert io.resolve_inputs(str(tmp_path / "d" / "*"), "positions") == [
+        tmp_path / "d/a.csv", tmp_path / "d/notes.txt"]  # a file a pattern names is taken
+    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [tmp_path / "d/a.csv"]
+    assert io.resolve_inputs(str(tmp_path / "d" / "**" / "*.csv"), "positions") == [
+        tmp_path / "d/a.csv"]
+
+
+def test_a_pattern_that_starts_with_the_character_matches_hidden_names(tmp_path):
+    touch(tmp_path, "d/_a.csv", "d/.b.csv", "d/c.csv")
+    assert io.resolve_inputs(str(tmp_path / "d" / "_*"), "positions") == [tmp_path / "d/_a.csv"]
+    assert io.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [tmp_path / "d/.b.csv"]
+
+
+@pytest.mark.parametrize("spec", ["d", "d/*", "d/**/*.csv", "d/*/*.csv"])
+def test_snim_outputs_and_staging_below_the_input_are_never_read(tmp_path, spec):
+    touch(tmp_path, "d/a.csv", "d/sub/b.csv")
+    make_output(tmp_path / "d" / "out")
+    make_output(tmp_path / "d" / "sub" / "old")
+    touch(tmp_path / "d", ".out.partial-123-20250101T000000Z-abc123/verdicts.parquet",
+          ".out.retired-123-20250101T000000Z-abc123/verdicts.parquet")
+    got = io.resolve_inputs(str(tmp_path / spec), "positions")
+    assert got == [p for p in [tmp_path / "d/a.csv", tmp_path / "d/sub/b.csv"]
+                   if spec != "d/*/*.csv" or p.parent.name == "sub"]
+
+
+def test_staging_is_skipped_even_by_a_pattern_for_hidden_names(tmp_path):
+    touch(tmp_path, "d/.old.csv", "d/.out.partial-123-20250101T000000Z-abc123/v.parquet")
+    assert io.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [
+        tmp_path / "d/.old.csv"]
+
+
+@pytest.mark.parametrize("manifest", [{"run_id": "x", "versions": {"other-tool": "1"}},
+                                      {"versions": {"snim-batch": "1"}}, ["run_id"]])
+def test_a_directory_with_another_tools_manifest_is_read(tmp_path, manifest):
+    touch(tmp_path, "d/data/a.csv")
+    (tmp_path / "d" / "data" / "manifest.json").write_text(json.dumps(manifest))
+    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [tmp_path / "d/data/a.csv"]
+
+
+def test_the_runs_own_output_is_never_read_even_without_a_manifest(tmp_path):
+    out = tmp_path / "d" / "out"
+    touch(tmp_path, "d/a.csv", "d/out/half-written.parquet")
+    for spec in ["d", "d/*"]:
+        assert io.resolve_inputs(str(tmp_path / spec), "positions", out) == [tmp_path / "d/a.csv"]
+    assert resolve_error(tmp_path / "d/**/*.parquet", out) == (
+        f"positions input {tmp_path / 'd/**/*.parquet'}: no file matches this pattern; skipped "
+        "the run's own output directory")
+    assert resolve_error(out, out) == (f"positions input {out}: no .parquet, .pq or .csv files "
+                                       "found; skipped the run's own output directory")
+
+
+def test_a_file_named_inside_an_output_is_read(tmp_path):
+    out = make_output(tmp_path / "out")
+    assert io.resolve_inputs(str(out / "rejects.parquet"), "positions", out) == [
+        out / "rejects.parquet"]
+    assert io.resolve_inputs(str(out), "positions") == [
+        out / "rejects.parquet", out / "summary.parquet", out / "verdicts.parquet"]
+
+
+def test_directory_symlinks_are_followed_and_a_loop_is_an_error(tmp_path):
+    touch(tmp_path, "data/a.csv", "d/b.csv")
+    (tmp_path / "d" / "linked").symlink_to(tmp_path / "data")
+    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [
+        tmp_path / "d/b.csv", tmp_path / "d/linked/a.csv"]
+    (tmp_path / "data" / "up").symlink_to(tmp_path / "d")
+    for spec in ["d", "d/**/*.csv"]:
+        assert resolve_error(tmp_path / spec) == (
+            f"positions input {tmp_path / spec}: {tmp_path / 'd/linked/up'}: symlink loop "
+            "(it leads back to a directory above it)")
+
+
+MARKERS = ("names start with _ or . (hidden files and markers such as _SUCCESS are skipped, "
+           "as Spark and Hadoop do)")
+OTHER_TYPE = "of another type (only .parquet, .pq and .csv files are read from a directory)"
+
+
+@pytest.mark.parametrize(("names", "found", "skipped"), [
+    ([], "no .parquet, .pq or .csv files found", ""),
+    (["_x.csv", ".x.csv"], "no .parquet, .pq or .csv files found",
+     f"; skipped 2 files whose {MARKERS}"),
+    (["_tmp/x.csv", "_SUCCESS"], "no .parquet, .pq or .csv files found",
+     f"; skipped 1 file and 1 directory whose {MARKERS}"),
+    (["a.txt", "b.json", "c.csv.gz"], "no .parquet, .pq or .csv files found",
+     f"; skipped 3 files {OTHER_TYPE}"),
+    (["_x.csv", "a.txt"], "no .parquet, .pq or .csv files found",
+     f"; skipped 1 file whose {MARKERS}, 1 file {OTHER_TYPE}"),
+])
+def test_an_empty_find_says_what_was_skipped_and_why(tmp_path, names, found, skipped):
+    directory = tmp_path / "d"
+    directory.mkdir()
+    touch(directory, *names)
+    assert resolve_error(directory) == f"positions input {directory}: {found}{skipped}"
+
+
+def test_an_empty_glob_says_what_it_skipped(tmp_path):
+    touch(tmp_path, "d/_SUCCESS", "d/.part-0.crc")
+    make_output(tmp_path / "d" / "old")
+    spec = tmp_path / "d" / "*"
+    assert resolve_error(spec) == (
+        f"positions input {spec}: no file matches this pattern; skipped 2 files whose "
+        f"{MARKERS}, 1 snim-batch output directory")
+    assert resolve_error(tmp_path / "nothing" / "*.csv") == (
+        f"positions input {tmp_path / 'nothing' / '*.csv'}: no file matches this pattern")
+
+
+def test_symlink_loop_and_dangling_symlink_say_so(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling.csv").symlink_to(tmp_path / "gone.csv")
+    assert resolve_error(tmp_path / "loop") == (
+        f"positions input {tmp_path / 'loop'}: symlink loop (too many levels of symbolic links)")
+    assert resolve_error(tmp_path / "dangling.csv") == (
+        f"positions input {tmp_path / 'dangling.csv'}: dangling symlink to "
+        f"{tmp_path / 'gone.csv'} (its target does not exist)")
+    assert resolve_error(tmp_path / "loop" / "x.csv") == (
+        f"positions input {tmp_path / 'loop' / 'x.csv'}: symlink loop (too many levels of "
+        "symbolic links)")
+
+
+def test_a_dangling_input_file_in_a_directory_is_an_error_not_a_silent_skip(tmp_path):
+    touch(tmp_path, "d/a.csv")
+    (tmp_path / "d" / "b.csv").symlink_to(tmp_path / "gone.csv")
+    (tmp_path / "d" / "notes.txt").symlink_to(tmp_path / "gone.txt")  # skipped by its suffix
+    assert resolve_error(tmp_path / "d") == (
+        f"positions input {tmp_path / 'd'}: {tmp_path / 'd/b.csv'}: dangling symlink to "
+        f"{tmp_path / 'gone.csv'} (its target does not exist)")
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_by_name(tmp_path):
+    raw = os.fsencode(tmp_path) + b"/d/pos\xff.csv"
+    os.makedirs(os.fsencode(tmp_path) + b"/d")
+    with open(raw, "wb") as fh:
+        fh.write(b"a\n")
+    shown = f"{tmp_path}/d/pos\\xff.csv"
+    assert resolve_error(tmp_path / "d") == (
+        f"positions input {tmp_path / 'd'}: {shown}: the file name is not UTF-8 text, which the "
+        "outputs need to name it (rename the file)")

@@ -444,3 +444,72 @@ def test_heap_text_lists_never_reads_an_empty_element_as_a_separator(text):
     counts, values, slow = kernels.heap_text_lists(*text_buffers([text, "5 , 6"]))
     assert slow.tolist() == [0]
     assert values[counts[1]:counts[2]].tolist() == [5, 6]
+
+
+# CSV scan: records, quoted line breaks and open quotes, against two CSV parsers
+# ---------------------------------------------------------------------------------------------
+
+
+def _python_csv_records(text: str) -> list[list[str]]:
+    """Python's csv module (non-strict: a quote opens a field only at its start, "" inside
+    quotes is a quote, text after a closing quote is kept); blank lines come back empty."""
+    import csv
+    import io as stdio
+
+    return [row for row in csv.reader(stdio.StringIO(text, newline="")) if row]
+
+
+def _pyarrow_records(text: str) -> list[list[str]] | None:
+    """pyarrow's reader, every record kept (None where it refuses the text)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    skipped = []
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(text.encode()),
+            read_options=pacsv.ReadOptions(autogenerate_column_names=True, use_threads=False),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True,
+                                             invalid_row_handler=lambda r: skipped.append(r)
+                                             or "skip"),
+            convert_options=pacsv.ConvertOptions(strings_can_be_null=False,
+                                                 quoted_strings_can_be_null=False))
+    except (pa.ArrowInvalid, ValueError):
+        return None
+    types = {name: pa.string() for name in table.column_names}
+    rows = [list(r.values()) for r in table.cast(pa.schema(types)).to_pylist()]
+    return rows + [[]] * len(skipped)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet='a,"\r\n', max_size=40))
+def test_csv_scan_counts_records_and_quoted_breaks_as_csv_parsers_do(text):
+    data = np.frombuffer(text.encode(), np.uint8)
+    records, end, open_line, quoted_break = kernels.csv_scan(data, 0, 0)
+    assert end == len(data)
+    if open_line:
+        return  # a field open to the end: parsers close it silently; see the cases below
+    rows = _python_csv_records(text)
+    assert records == len(rows)
+    assert quoted_break == any("\r" in f or "\n" in f for row in rows for f in row)
+    by_arrow = _pyarrow_records(text)
+    if by_arrow is not None:
+        assert records == len(by_arrow)
+
+
+@pytest.mark.parametrize(("text", "open_line"), [
+    ('"', 1), ('a\n"b', 2), ('a\r"b\r\nc', 2), ('a,"b""', 1), ('a,"b"""', 0), ('a"b', 0),
+    ('"a"b"c', 0), ('\r\n\r\n"', 3), ('"a\r\rb', 1), ('x,"a\nb"\n"', 3), ('a,b"\n"', 2),
+])
+def test_csv_scan_finds_the_line_of_a_quote_never_closed(text, open_line):
+    data = np.frombuffer(text.encode(), np.uint8)
+    assert kernels.csv_scan(data, 0, 0)[2] == open_line
+
+
+@pytest.mark.parametrize(("text", "stop", "expected"), [
+    ("a,b\n1,2\n", 1, (1, 4)), ("\n\r\na,b\r1", 1, (1, 7)), ('"a\nb",c\r\n1', 1, (1, 9)),
+    ("a,b", 1, (1, 3)), ("a\nb\nc\n", 2, (2, 4)), ("a\nb\n", 5, (2, 4)),
+])
+def test_csv_scan_stops_after_a_record(text, stop, expected):
+    data = np.frombuffer(text.encode(), np.uint8)
+    assert kernels.csv_scan(data, 0, stop)[:2] == expected

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import moves_text, write_csv, write_parquet
+from conftest import moves_text, wins, write_csv, write_parquet
 from polars.testing import assert_frame_equal
 
 pytest.importorskip("pyspark")
@@ -470,3 +470,103 @@ def test_work_limits_match_polars(spark, tmp_path, form):
     reasons = outputs(expected)["rejects"]["reason"].to_list()
     for limit in ("max_rule_ops", "max_run_ops"):
         assert any(f"beyond tables.{limit} " in reason for reason in reasons), limit
+
+
+# ---- finding and reading inputs: line ends, names with glob characters, earlier outputs -------
+
+
+def _verdicts_by_brute_force(rows: list[tuple[int, int, list[int]]]) -> dict:
+    rules = {1: ("subtraction", (2, 5)), 2: ("nim", ())}
+    return {(r, p): "W" if wins(*rules[r], heaps) else "L" for r, p, heaps in rows}
+
+
+def _verdicts(result: RunResult) -> dict:
+    frame = outputs(result)["verdicts"]
+    return {(r, p): v for r, p, v in frame.select("rule_set_id", "position_id", "verdict")
+            .iter_rows()}
+
+
+@pytest.mark.spark
+def test_csv_line_end_styles_and_quoted_breaks_match_polars(spark, tmp_path):
+    """CSV files with CR-only, CRLF and mixed line ends, quoted line breaks and a last field
+    ending inside its quotes, and a header-only CR file: the same rows in both engines."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "2 5"], [2, "nim", ""]])
+    rng = random.Random("line-ends")
+    d = tmp_path / "positions"
+    d.mkdir()
+    rows, pid = [], 0
+    for name, ends in [("cr", ["\r"]), ("crlf", ["\r\n"]), ("mixed", ["\n", "\r", "\r\n"])]:
+        lines = ["rule_set_id,position_id,heaps"]
+        for i in range(50):
+            heaps = [rng.randrange(14) for _ in range(rng.randrange(4))]
+            end = ends[i % len(ends)]
+            text = " ".join(map(str, heaps))
+            lines.append(f"{1 + pid % 2},{pid},"
+                         + [text, f'"{text.replace(" ", end)}"', f'"{text}{end}"',
+                            f'"{text},"'][i % 4])
+            rows.append((1 + pid % 2, pid, heaps))
+            pid += 1
+        (d / f"{name}.csv").write_bytes("".join(
+            line + ends[i % len(ends)] for i, line in enumerate(lines)).encode())
+    (d / "header-only.csv").write_bytes(b"rule_set_id,position_id,heaps\r")
+    expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
+    assert expected.exit_code == 0
+    assert expected.manifest["counts"]["positions"]["rows_read"] == len(rows)
+    assert _verdicts(expected) == _verdicts_by_brute_force(rows)
+
+
+@pytest.mark.spark
+def test_parquet_names_with_glob_characters_are_read_as_named(spark, tmp_path):
+    """Spark expands [ ] { } * ? in the paths it is given; a file named with them is read as
+    that file, not as the files its name would match."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "2 5"], [2, "nim", ""]])
+    d = tmp_path / "positions"
+    schema = {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS}
+    rows = {}
+    for k, name in enumerate(["pos[1].parquet", "pos1.parquet", "pos{a,b}.parquet",
+                              "posa.parquet", "pos?.parquet", "pos\\1.parquet",
+                              "pos %5B1%5D.parquet", "t=00:00/pos.parquet"]):
+        rows[name] = [(1 + k % 2, 10 * k + j, [k + j, 3]) for j in range(3)]
+        write_parquet(d / name, {"rule_set_id": [x[0] for x in rows[name]],
+                                 "position_id": [x[1] for x in rows[name]],
+                                 "heaps": [x[2] for x in rows[name]]}, schema)
+    everything, _ = run_both(tmp_path / "all", rules=str(r), positions=str(d))
+    assert _verdicts(everything) == _verdicts_by_brute_force(
+        [x for name in rows for x in rows[name]])
+    one, _ = run_both(tmp_path / "one", rules=str(r), positions=str(d / "pos[1].parquet"))
+    assert _verdicts(one) == _verdicts_by_brute_force(rows["pos[1].parquet"])
+
+
+@pytest.mark.spark
+def test_parquet_file_name_with_a_colon_is_a_plain_error_on_spark(spark, tmp_path):
+    """Hadoop's local file system cannot open a file whose name holds ':' (its checksum
+    file's name is no valid path): the Spark engine says so instead of failing inside Spark."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "", "2 5"]])
+    p = write_parquet(tmp_path / "pos:1.parquet", {"rule_set_id": [1], "position_id": [0],
+                                                   "heaps": [[5]]},
+                      {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS})
+    with pytest.raises(InputError) as err:
+        run_job(config_from_dict({"rules": str(r), "positions": str(p), "engine": "spark",
+                                  "out": str(tmp_path / "out")}))
+    assert str(err.value) == (f"{p}: Spark cannot read a Parquet file whose name holds ':' "
+                              "(rename it, or use --engine polars)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.spark
+def test_outputs_inside_the_positions_folder_are_not_read_back(spark, tmp_path):
+    """Both engines write their outputs (Spark's as directories of part files) into the
+    positions folder; the next runs read the positions alone."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "2 5"], [2, "nim", ""]])
+    d = tmp_path / "positions"
+    rows = [(1, 0, [5, 12]), (2, 1, [1, 2]), (1, 2, [7])]
+    write_csv(d / "part-0.csv", ["rule_set_id", "position_id", "heaps"],
+              [[a, b, " ".join(map(str, c))] for a, b, c in rows])
+    for _ in range(2):
+        expected, _ = run_both(d, rules=str(r), positions=str(d), overwrite=True)
+        assert [f["path"] for f in expected.manifest["inputs"]["positions"]] == [
+            str(d / "part-0.csv")]
+        assert _verdicts(expected) == _verdicts_by_brute_force(rows)

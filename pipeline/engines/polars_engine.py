@@ -119,7 +119,7 @@ def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: s
 def read_rules(config: Config) -> tuple[pl.DataFrame, list[io.InputFile]]:
     """All rules files, normalised and validated (reasons on bad rows)."""
     frames, files = [], []
-    for raw in io.read_tables(config.rules, "rules"):
+    for raw in io.read_tables(config.rules, "rules", exclude=config.out):
         source = str(raw.file.path)
         frame = transforms.normalize_rules(raw.frame, raw.row, source, config.columns)
         frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
@@ -190,7 +190,7 @@ def execute(config: Config, staging: Path, phase: Phase,
     with phase("rules"):
         rules, rule_files = read_rules(config)
         distinct, index = transforms.rule_index(rules)
-        paths = io.resolve_inputs(config.positions, "positions")
+        paths = io.resolve_inputs(config.positions, "positions", exclude=config.out)
         form = positions_form(paths, config)
     with phase("tables"):
         cache = table_cache(distinct, config, paths, form)

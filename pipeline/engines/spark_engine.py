@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -203,6 +204,13 @@ class _ParquetFile:
     source: str
     dtypes: dict[str, pl.DataType]
     default_pid: bool
+
+
+def _hadoop_literal(path: str) -> str:
+    """`path` with the characters Hadoop's glob expands escaped: the input files are already
+    resolved, and Spark would read `pos[1].parquet` as pos1.parquet (turning globbing off
+    with its `__globPaths__` option still read such files more than once)."""
+    return re.sub(r"([\\\[\]{}*?])", r"\\\1", path)
 
 
 def _real(path_or_uri: str) -> str:
@@ -413,7 +421,7 @@ class _Job:
             if isinstance(info, _ParquetFile):
                 groups.setdefault(tuple(info.dtypes.items()), []).append(info)
         for infos in groups.values():  # one read per schema: Spark reads one schema at a time
-            raw = self.spark.read.parquet(*[f.source for f in infos]).select(
+            raw = self.spark.read.parquet(*[_hadoop_literal(f.source) for f in infos]).select(
                 "*", F.col("_metadata.file_path").alias(PATH),
                 F.col("_metadata.row_index").alias(ROW))
             parts.append(self.map(raw, _parquet_task, NORM_SCHEMA,
@@ -442,6 +450,9 @@ class _Job:
         """A Parquet file's column types (as the polars engine reads them) and the whole-file
         errors its normalising would raise, found on an empty frame of its schema."""
         path = self.paths[i]
+        if ":" in path.name:  # Hadoop's local file system cannot name its checksum file
+            return (f"{path}: Spark cannot read a Parquet file whose name holds ':' (rename "
+                    "it, or use --engine polars)")
         try:
             empty = pl.from_arrow(pq.read_schema(path).empty_table())
             assert isinstance(empty, pl.DataFrame)
@@ -640,7 +651,7 @@ def execute(config: Config, staging: Path, phase: Phase,
     with phase("rules"):
         rules, rule_files = polars_engine.read_rules(config)
         distinct, index = transforms.rule_index(rules)
-        paths = io.resolve_inputs(config.positions, "positions")
+        paths = io.resolve_inputs(config.positions, "positions", exclude=config.out)
         form = polars_engine.positions_form(paths, config)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = [checksums.submit(io.checksummed, p) for p in paths]
