@@ -1353,8 +1353,9 @@ def verdict_map(out: Path) -> dict[tuple[int, int], str]:
 def styled_positions(count: int, style: str, final: bool, seed: int
                      ) -> tuple[bytes, list[tuple[int, int, list[int]]]]:
     """A wide positions CSV in one line-end style (mixed: LF, CR and CRLF in turn) whose heaps
-    are written plain, quoted with a comma or a line break inside, or quoted with a trailing
-    line break or comma (the last row too), and its positions."""
+    are written plain, quoted with a comma or a line break inside, quoted with a trailing
+    line break (the last row too) or bracketed, and its positions. (A quoted field that ends
+    in a comma is valid CSV, but its heaps then end in an empty element, a rejected row.)"""
     ends = {"LF": ["\n"], "CRLF": ["\r\n"], "CR": ["\r"], "mixed": ["\n", "\r", "\r\n"]}[style]
     rng = random.Random(seed)
     lines, positions = ["rule_set_id,position_id,heaps"], []
@@ -1364,7 +1365,7 @@ def styled_positions(count: int, style: str, final: bool, seed: int
         end = ends[pid % len(ends)]
         text = " ".join(map(str, heaps))
         cell = [text, f'"{text.replace(" ", ",")}"', f'"{text.replace(" ", end)}"',
-                f'"{text}{end}"', f'"{text},"'][(pid + (pid == count - 1)) % 5]
+                f'"{text}{end}"', f'"[{text.replace(" ", ", ")}]"'][(pid + (pid == count - 1)) % 5]
         lines.append(f"{rid},{pid},{cell}")
         positions.append((rid, pid, heaps))
     body = "".join(line + ends[i % len(ends)] for i, line in enumerate(lines[:-1]))
