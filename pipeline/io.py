@@ -108,7 +108,15 @@ def is_snim_output(directory: Path) -> bool:
         manifest = json.loads((directory / MANIFEST).read_bytes())
     except (OSError, ValueError, RecursionError):
         return False
-    return _listed(manifest) is not None
+    return written_by_snim(manifest)
+
+
+def written_by_snim(manifest: object) -> bool:
+    """Whether a parsed manifest.json is one snim-batch wrote: a run_id and versions naming
+    snim-batch (enough never to read it as input; replacing it takes `_listed` too)."""
+    return (isinstance(manifest, dict) and isinstance(manifest.get("run_id"), str)
+            and isinstance(manifest.get("versions"), dict)
+            and "snim-batch" in manifest["versions"])
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -912,11 +920,9 @@ def _listed(manifest: object) -> dict[str, set[str] | None] | None:
     """The entries a snim-batch manifest lists (name -> None for a file, or the names of the
     files in a directory), or None when it is not a manifest that snim-batch wrote. A bare
     name (as in manifests before directory contents were listed) is a file."""
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("run_id"), str):
+    if not written_by_snim(manifest):
         return None
-    versions, outputs = manifest.get("versions"), manifest.get("outputs")
-    if not isinstance(versions, dict) or "snim-batch" not in versions:
-        return None
+    outputs = manifest.get("outputs")  # a dict: written_by_snim checked it
     if not isinstance(outputs, list):
         return None
     listed: dict[str, set[str] | None] = {}

@@ -771,7 +771,7 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
     """Reasons for rows whose heap `_bad` lies beyond a table with no proven period."""
     labels = pl.DataFrame({
         "table": pl.Series(range(len(tables.tables)), dtype=pl.Int64),
-        "_label": pl.Series([cut(t.rule.label) for t in tables.tables], dtype=pl.String),
+        "_label": pl.Series([t.rule.label for t in tables.tables], dtype=pl.String),
         "_len": pl.Series([t.table_len for t in tables.tables], dtype=pl.Int64),
         "_limit": pl.Series([t.stopped_by or "tables.max_table_len" for t in tables.tables],
                             dtype=pl.String),

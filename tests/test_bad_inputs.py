@@ -1414,8 +1414,16 @@ def test_cr_only_rules_file_is_read(tmp_path: Path, rules_text: str) -> None:
 def test_last_quoted_field_ending_in_a_line_break_or_comma_is_valid(tmp_path: Path,
                                                                    body: str) -> None:
     """Valid CSV whose last field ends inside its quotes with a line break or a comma (it
-    used to be refused as 'a quoted field is never closed')."""
+    used to be refused as 'a quoted field is never closed'): the file is read; heaps that end
+    in a comma end in an empty element, a rejected row naming it."""
     got, out = run_texts(tmp_path, RULES_CSV, "rule_set_id,position_id,heaps\n" + body)
+    if '5,"' in body:
+        assert got.code == 3, got.stderr
+        rejects = read_out(out)["rejects"]
+        assert rejects.select("row", "column", "reason").rows() == [
+            (0, "heaps", "heap at index 1 is empty in '5,'")]
+        assert verdict_map(out) == {}
+        return
     assert got.code == 0, got.stderr
     assert verdict_map(out) == expected_verdicts([(1, 0, [5])])
 

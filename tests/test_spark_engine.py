@@ -504,7 +504,7 @@ def test_csv_line_end_styles_and_quoted_breaks_match_polars(spark, tmp_path):
             text = " ".join(map(str, heaps))
             lines.append(f"{1 + pid % 2},{pid},"
                          + [text, f'"{text.replace(" ", end)}"', f'"{text}{end}"',
-                            f'"{text},"'][i % 4])
+                            f'"[{text.replace(" ", ",")}]"'][i % 4])
             rows.append((1 + pid % 2, pid, heaps))
             pid += 1
         (d / f"{name}.csv").write_bytes("".join(
