@@ -220,7 +220,7 @@ def _progress_printer(quiet: bool, verbose: bool):
 
 
 def _parse_moves(text: str):
-    from pipeline.transforms import parse_int_list
+    from pipeline.transforms.lists import parse_int_list
 
     try:
         return parse_int_list(text, allow_ranges=True, item="move")

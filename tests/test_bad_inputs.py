@@ -56,7 +56,7 @@ POSITIONS_SCHEMA = {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": L
 
 
 DUPLICATE_CRASH = ("any duplicated (rule_set_id, position_id) in wide form crashes the run: "
-                   "transforms.split_duplicates does pl.col('_loc') >> LOC_SHIFT, and polars "
+                   "ordering.split_duplicates does pl.col('_loc') >> LOC_SHIFT, and polars "
                    "expressions have no >> ('internal error: TypeError: unsupported operand "
                    "type(s) for >>: 'Expr' and 'int'', exit 1, nothing written; regression of "
                    "commit 8f8a64e)")

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from pipeline import ordering
-from pipeline.transforms import REJECT_SCHEMA, with_verdict
+from pipeline.transforms import ordering
+from pipeline.transforms.evaluate import with_verdict
+from pipeline.transforms.schema import REJECT_SCHEMA
 
 COLUMNS = ["rule_set_id", "position_id", "nim_sum"]
 

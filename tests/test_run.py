@@ -34,12 +34,13 @@ from conftest import (
 )
 from polars.testing import assert_frame_equal
 
-from pipeline import io, ordering
+from pipeline import io
 from pipeline.config import config_from_dict
 from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
 from pipeline.run import run_job
-from pipeline.transforms import from_scratch, to_scratch
+from pipeline.transforms import ordering
+from pipeline.transforms.long_form import from_scratch, to_scratch
 
 OUTPUTS = ["manifest.json", "rejects.parquet", "sg_tables.parquet", "summary.parquet",
            "verdicts.parquet"]

@@ -10,18 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import Columns
-from pipeline.transforms import (
-    REJECT_SCHEMA,
-    _heaps_from_text,
-    _heaps_from_text_exactly,
-    _key,
-    integer_keys,
-    long_to_wide_sorted,
-    normalize_positions,
-    normalize_rules,
-    parse_int_list,
-    summary_counts,
-)
+from pipeline.keys import integer_keys, key_column
+from pipeline.transforms.lists import _heaps_from_text_exactly, heaps_from_text, parse_int_list
+from pipeline.transforms.long_form import long_to_wide_sorted
+from pipeline.transforms.normalize import normalize_positions, normalize_rules
+from pipeline.transforms.outputs import summary_counts
+from pipeline.transforms.schema import REJECT_SCHEMA
 
 
 def writes_itself(text: str | None) -> bool:
@@ -64,7 +58,7 @@ def test_heaps_text_kernel_agrees_with_the_exact_grammar(texts):
     # The kernel covers plain ASCII lists and leaves every other row to the polars grammar;
     # together they must give what the grammar gives on its own, row for row.
     s = pl.Series("heaps", texts, dtype=pl.String)
-    assert _heaps_from_text(s).to_list() == _heaps_from_text_exactly(s).to_list()
+    assert heaps_from_text(s).to_list() == _heaps_from_text_exactly(s).to_list()
 
 
 # One element of a comma-separated heaps list: a heap, or an empty element (nothing, or only
@@ -91,7 +85,7 @@ def test_heaps_text_with_empty_elements_is_rejected_by_kernel_and_grammar(rows):
             expected.append([int(e) for e, b in zip(elements, blank) if not b])
     s = pl.Series("heaps", texts, dtype=pl.String)
     assert _heaps_from_text_exactly(s).to_list() == expected
-    assert _heaps_from_text(s).to_list() == expected
+    assert heaps_from_text(s).to_list() == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -136,7 +130,7 @@ def test_parse_int_list_names_the_bad_element(text, message):
 ])
 def test_whitespace_separators_and_empty_lists_stay_valid(text, heaps):
     assert parse_int_list(text, item="heap") == heaps
-    assert _heaps_from_text(pl.Series("heaps", [text])).to_list() == [heaps]
+    assert heaps_from_text(pl.Series("heaps", [text])).to_list() == [heaps]
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -171,7 +165,7 @@ def test_heaps_text_reads_lists_written_with_any_separator(lists, sep, brackets)
     texts = [sep.join(map(str, heaps)) for heaps in lists]
     if brackets:
         texts = [f"[{t}]" for t in texts]
-    assert _heaps_from_text(pl.Series("heaps", texts, dtype=pl.String)).to_list() == lists
+    assert heaps_from_text(pl.Series("heaps", texts, dtype=pl.String)).to_list() == lists
 
 
 KEY_CHARS = st.sampled_from(list("0123456789-+ \t") + ["\xa0", "x"])
@@ -187,7 +181,7 @@ def test_text_keys_read_as_stripping_then_integer_keys_would(texts):
     frame = pl.DataFrame({"position_id": pl.Series(texts, dtype=pl.String)})
     stripped = frame.select(pl.col("position_id").str.strip_chars().replace("", None))
     expected = integer_keys(stripped)["position_id"]
-    got = integer_keys(_key(frame, "position_id", "t.csv").to_frame())["position_id"]
+    got = integer_keys(key_column(frame, "position_id", "t.csv").to_frame())["position_id"]
     assert got.dtype == expected.dtype
     assert got.to_list() == expected.to_list()
 

@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline import io, ordering, transforms
+from pipeline import io, keys
 from pipeline.config import Config, Tables
 from pipeline.engines import EngineResult, manifest_counts, problem_text
 from pipeline.errors import InputError
 from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableBudget, TableSet
+from pipeline.transforms import buffers, evaluate, long_form, normalize, ordering, outputs, schema
 
 Phase = Callable[[str], AbstractContextManager[None]]
 BATCH_ROWS = 1 << 20
@@ -121,12 +122,12 @@ def read_rules(config: Config) -> tuple[pl.DataFrame, list[io.InputFile]]:
     frames, files = [], []
     for raw in io.read_tables(config.rules, "rules", exclude=config.out):
         source = str(raw.file.path)
-        frame = transforms.normalize_rules(raw.frame, raw.row, source, config.columns)
+        frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns)
         frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
         files.append(raw.file)
-    frames = transforms.unify_key_types(frames, "rule_set_id")
+    frames = keys.unify_key_types(frames, "rule_set_id")
     rules = pl.concat(frames, how="vertical_relaxed")
-    return transforms.reject_duplicate_rules(rules), files
+    return normalize.reject_duplicate_rules(rules), files
 
 
 def _with_bad_lines(frame: pl.DataFrame, raw: io.RawTable, keys: dict[str, str]
@@ -159,7 +160,7 @@ def _with_bad_lines(frame: pl.DataFrame, raw: io.RawTable, keys: dict[str, str]
 
 def positions_form(paths: list[Path], config: Config) -> str:
     """The positions form, which every file must share."""
-    forms = {p: transforms.detect_form(io.columns_of(p), config.columns, str(p)) for p in paths}
+    forms = {p: schema.detect_form(io.columns_of(p), config.columns, str(p)) for p in paths}
     first = forms[paths[0]]
     for path, form in forms.items():
         if form != first:
@@ -175,7 +176,7 @@ def position_batches(paths: list[Path], config: Config, form: str
     for index, path in enumerate(paths):
         rows_here = 0
         for raw in io.iter_batches(path, BATCH_ROWS):
-            frame = transforms.normalize_positions(raw.frame, raw.row, str(path),
+            frame = normalize.normalize_positions(raw.frame, raw.row, str(path),
                                                    config.columns, form, file_start)
             rows_here += raw.frame.height + len(raw.bad_lines)
             keys = {"rule_set_id": config.columns.rule_set_id,
@@ -189,7 +190,7 @@ def execute(config: Config, staging: Path, phase: Phase,
     """Read, validate, tabulate, evaluate and write every output but the manifest."""
     with phase("rules"):
         rules, rule_files = read_rules(config)
-        distinct, index = transforms.rule_index(rules)
+        distinct, index = normalize.rule_index(rules)
         paths = io.resolve_inputs(config.positions, "positions", exclude=config.out)
         form = positions_form(paths, config)
     with phase("tables"):
@@ -205,10 +206,10 @@ def execute(config: Config, staging: Path, phase: Phase,
             verdicts, position_rejects, rows_read = _evaluate_long(paths, config, index, cache,
                                                                    staging, note)
     with phase("finish"):
-        rejects = transforms.with_input_column_names(transforms.sort_rejects(pl.concat(
-            [transforms.reject_rows(rules, "rules"), position_rejects])), config.columns, form)
-        summary = transforms.summary_rows(index, *transforms.summary_counts(verdicts, rejects))
-        sg_tables = transforms.sg_table_rows(rules, distinct, cache.reported(), index)
+        rejects = schema.with_input_column_names(outputs.sort_rejects(pl.concat(
+            [outputs.reject_rows(rules, "rules"), position_rejects])), config.columns, form)
+        summary = outputs.summary_rows(index, *outputs.summary_counts(verdicts, rejects))
+        sg_tables = outputs.sg_table_rows(rules, distinct, cache.reported(), index)
     counts = manifest_counts(
         rules.height, rejects.filter(pl.col("table") == "rules").height, rows_read,
         rejects.filter(pl.col("table") == "positions").height, verdicts.height,
@@ -218,7 +219,7 @@ def execute(config: Config, staging: Path, phase: Phase,
               "positions": [f.result().as_dict() for f in described]}
     if not (rejects.height and config.on_bad_rows == "fail"):
         with phase("write"):
-            io.sink_parquet(transforms.with_verdict(verdicts.lazy()),
+            io.sink_parquet(evaluate.with_verdict(verdicts.lazy()),
                             staging / "verdicts.parquet")
             io.write_parquet(rejects, staging / "rejects.parquet")
             io.write_parquet(sg_tables, staging / "sg_tables.parquet")
@@ -235,20 +236,20 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
              else None)  # exact from the footers; a CSV's rows are known once it is read
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
-        frame, batch_index = transforms.match_key_type(transforms.integer_keys(frame), index)
-        frame = transforms.attach_tables(frame, batch_index)
-        buffers = transforms.heap_buffers(frame)
-        tables = cache.ensure(transforms.largest_heaps(frame, len(cache.distinct), buffers))
-        evaluated = transforms.evaluate(frame, tables, config.winning_moves, buffers)
+        frame, batch_index = keys.match_key_type(keys.integer_keys(frame), index)
+        frame = evaluate.attach_tables(frame, batch_index)
+        chunks = buffers.heap_buffers(frame)
+        tables = cache.ensure(evaluate.largest_heaps(frame, len(cache.distinct), chunks))
+        evaluated = evaluate.evaluate(frame, tables, config.winning_moves, chunks)
         if evaluated["_reason"].null_count() < evaluated.height:
-            rejects.append(transforms.reject_rows(evaluated, "positions"))
+            rejects.append(outputs.reject_rows(evaluated, "positions"))
             evaluated = evaluated.filter(pl.col("_reason").is_null())
         parts.append(ordering.verdict_part(evaluated, file_index, rule_ids, keep))
-        del frame, evaluated, buffers
+        del frame, evaluated, chunks
         note(f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
              if total else
              f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
-    rejected = pl.concat([pl.DataFrame(schema=transforms.REJECT_SCHEMA), *rejects])
+    rejected = pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *rejects])
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
                                                         [str(p) for p in paths])
     return verdicts, pl.concat([rejected, duplicates]), rows_read
@@ -271,11 +272,11 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
                   ) -> list[pl.DataFrame]:
     """`unify_key_types` for both keys; a key that `text` says some other frame of the run
     made text is text here too (values as given, as when all frames are unified at once)."""
-    for key in ordering.KEYS:
+    for key in keys.KEYS:
         if text and text[key]:
             frames = [f.with_columns(pl.col(key).cast(pl.String)) for f in frames]
         else:
-            frames = transforms.unify_key_types(frames, key)
+            frames = keys.unify_key_types(frames, key)
     return frames
 
 
@@ -286,25 +287,25 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     parts = -(-io.row_estimate(paths) // LONG_PARTITION_ROWS)
     if parts <= 1:
         frames = [frame for _, frame in batches]
-        text = {key: any(transforms.needs_text(f, key) for f in frames) for key in ordering.KEYS}
+        text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
         verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
                                         cache, note)
         return verdicts, rejects, sum(f.height for f in frames)
     rows_read = 0
-    text = dict.fromkeys(ordering.KEYS, False)
+    text = dict.fromkeys(keys.KEYS, False)
     with io.spill(staging) as scratch:
         for file_index, frame in batches:
             rows_read += frame.height
             empty = frame.clear()
-            text = {key: text[key] or transforms.needs_text(frame, key) for key in text}
-            scratch_rows = transforms.to_scratch(frame, file_index)
-            for part, rows in transforms.by_partition(scratch_rows, parts).items():
+            text = {key: text[key] or keys.needs_text(frame, key) for key in text}
+            scratch_rows = long_form.to_scratch(frame, file_index)
+            for part, rows in long_form.by_partition(scratch_rows, parts).items():
                 scratch.write(part, rows)
             note(f"positions: {rows_read:,} rows split into {parts} parts "
                  f"(file {file_index + 1} of {len(paths)})")
         scratch.close()
         sources = [str(p) for p in paths]
-        split = ([transforms.from_scratch(f, sources, empty.columns) for f in scratch.read(part)]
+        split = ([long_form.from_scratch(f, sources, empty.columns) for f in scratch.read(part)]
                  for part in range(parts))
         verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, note)
     return verdicts, rejects, rows_read
@@ -329,7 +330,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int, text: dict[str,
         note(f"positions: part {n} of {total} evaluated")
     if rule_ids is None:
         return ordering.sorted_from_parts(verdicts), pl.concat(rejects)
-    no_rejects = pl.DataFrame(schema=transforms.REJECT_SCHEMA)  # a long-form key cannot repeat
+    no_rejects = pl.DataFrame(schema=schema.REJECT_SCHEMA)  # a long-form key cannot repeat
     return ordering.key_sorted_verdicts(verdicts, rule_ids, no_rejects, [])[0], pl.concat(rejects)
 
 
@@ -338,20 +339,20 @@ def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFr
     """Long-form rows holding every row of their positions, with unified key types ->
     (evaluated positions, none rejected; rejects; rows read)."""
     rows = pl.concat(frames, how="vertical_relaxed")
-    positions = transforms.long_to_wide_sorted(rows, index)
+    positions = long_form.long_to_wide_sorted(rows, index)
     if positions is not None:  # clean: no row to reject unless a heap is beyond its table
-        tables = cache.ensure(transforms.largest_heaps(positions, len(cache.distinct)))
-        evaluated = transforms.evaluate(positions, tables, config.winning_moves)
+        tables = cache.ensure(evaluate.largest_heaps(positions, len(cache.distinct)))
+        evaluated = evaluate.evaluate(positions, tables, config.winning_moves)
         if evaluated["_reason"].null_count() == evaluated.height:
-            return evaluated, pl.DataFrame(schema=transforms.REJECT_SCHEMA), rows.height
-    positions, long_rejects = transforms.long_to_wide(rows)
+            return evaluated, pl.DataFrame(schema=schema.REJECT_SCHEMA), rows.height
+    positions, long_rejects = long_form.long_to_wide(rows)
     key_type = positions["rule_set_id"].dtype  # the verdicts keep it, as for wide batches
-    positions, index = transforms.match_key_type(positions, index)
-    positions = transforms.attach_tables(positions, index)
-    tables = cache.ensure(transforms.largest_heaps(positions, len(cache.distinct)))
-    evaluated = transforms.evaluate(positions, tables, config.winning_moves)
-    rejected = transforms.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
-    rejects = pl.concat([transforms.reject_rows(rejected, "positions"),
-                         transforms.reject_rows(long_rejects, "positions")])
+    positions, index = keys.match_key_type(positions, index)
+    positions = evaluate.attach_tables(positions, index)
+    tables = cache.ensure(evaluate.largest_heaps(positions, len(cache.distinct)))
+    evaluated = evaluate.evaluate(positions, tables, config.winning_moves)
+    rejected = long_form.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
+    rejects = pl.concat([outputs.reject_rows(rejected, "positions"),
+                         outputs.reject_rows(long_rejects, "positions")])
     clean = evaluated.filter(pl.col("_reason").is_null())
     return clean.with_columns(pl.col("rule_set_id").cast(key_type)), rejects, rows.height

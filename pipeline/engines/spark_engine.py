@@ -8,7 +8,7 @@ Division of labour. Every row-level rule is imported from `transforms`, `polars_
   (`polars_engine.TableCache`), grown from a Spark aggregation of the largest heaps and then
   broadcast once as a `TableSet`.
 * Executors, per Arrow batch (`mapInArrow`): normalise, validate and attach exactly as the
-  polars engine does, then `transforms.evaluate` (wide) or `kernels.sg_per_heap` (long).
+  polars engine does, then `evaluate.evaluate` (wide) or `kernels.sg_per_heap` (long).
 * Shuffles only where all rows of a key must meet: duplicate positions (wide; only the keys
   that can be duplicates move), tainted positions and the per-position `bit_xor` (long), and the
   final sorts. Whole key groups that need polars logic (`split_duplicates`, `long_to_wide`) are
@@ -59,10 +59,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pipeline import io, kernels, ordering, transforms
+from pipeline import io, kernels, keys
 from pipeline.config import Config
 from pipeline.engines import EngineResult, manifest_counts, polars_engine, problem_text
 from pipeline.errors import InputError, SnimError
+from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
+from pipeline.transforms.schema import REJECT_SCHEMA as REJECT_COLUMNS
+from pipeline.transforms.schema import input_column_names
 
 Phase = Callable[[str], AbstractContextManager[None]]
 Batches = Iterator[pa.RecordBatch]
@@ -72,7 +75,7 @@ DATA, FATAL = 0, 1
 LONG, STRING, INT, BOOL = T.LongType(), T.StringType(), T.IntegerType(), T.BooleanType()
 
 REJECT_SCHEMA = T.StructType([T.StructField(name, LONG if dtype == pl.Int64 else STRING)
-                              for name, dtype in transforms.REJECT_SCHEMA.items()])
+                              for name, dtype in REJECT_COLUMNS.items()])
 # A normalised input row, keys as text (their output type is decided once every row is seen);
 # or, with _kind = FATAL, an input file that could not be read (_reason holds the message).
 NORM_SCHEMA = T.StructType([
@@ -155,9 +158,9 @@ def _out(frame: pl.DataFrame, schema: T.StructType) -> Batches:
 
 
 def _is_int(frame: pl.DataFrame, name: str) -> bool:
-    """Would `transforms.unify_key_types` make this key Int64, judged on these rows only?
+    """Would `keys.unify_key_types` make this key Int64, judged on these rows only?
     (Its rule is a conjunction over rows, so the flags of all batches AND together.)"""
-    (unified,) = transforms.unify_key_types([frame.select(name)], name)
+    (unified,) = keys.unify_key_types([frame.select(name)], name)
     return unified[name].dtype == pl.Int64
 
 
@@ -166,8 +169,8 @@ def _step(frame: pl.DataFrame, file_index: int, form: str, index: pl.DataFrame,
     """The polars engine's per-batch step after normalising: wide batches are attached to
     their tables here, with the batch's own key type; long ones once they are positions."""
     if form == "wide":
-        frame, batch_index = transforms.match_key_type(frame, index)
-        frame = transforms.attach_tables(frame, batch_index)
+        frame, batch_index = keys.match_key_type(frame, index)
+        frame = evaluate.attach_tables(frame, batch_index)
     else:
         frame = frame.with_columns(pl.lit(None, pl.Int64).alias("table"))
     yield from _out(frame.with_columns(
@@ -232,7 +235,7 @@ def _parquet_task(batches: Batches, files: dict[str, _ParquetFile], config: Conf
             if info.default_pid:  # row number in the file; shifted by the earlier files later
                 raw = raw.with_columns(pl.Series(config.columns.position_id, rows))
             try:
-                frame = transforms.normalize_positions(raw, rows, info.source, config.columns,
+                frame = normalize.normalize_positions(raw, rows, info.source, config.columns,
                                                        form, 0)
             except SnimError as exc:
                 yield from _fatal(info.index, str(exc), schema)
@@ -242,17 +245,17 @@ def _parquet_task(batches: Batches, files: dict[str, _ParquetFile], config: Conf
 
 def _reject_task(batches: Batches, schema: T.StructType) -> Batches:
     for batch in batches:
-        yield from _out(transforms.reject_rows(_frame(batch), "positions"), schema)
+        yield from _out(outputs.reject_rows(_frame(batch), "positions"), schema)
 
 
 def _evaluate_task(batches: Batches, tables: Any, winning_moves: bool,
                    schema: T.StructType) -> Batches:
-    """Wide: `transforms.evaluate` and `with_verdict` per batch, each row's `_loc` as the
+    """Wide: `evaluate.evaluate` and `with_verdict` per batch, each row's `_loc` as the
     polars engine packs it, and whether the batch's valid keys are integers (flags)."""
     for batch in batches:
-        evaluated = transforms.evaluate(_frame(batch), tables.value, winning_moves)
+        evaluated = evaluate.evaluate(_frame(batch), tables.value, winning_moves)
         valid = evaluated.filter(pl.col("_reason").is_null())
-        yield from _out(transforms.with_verdict(evaluated).with_columns(
+        yield from _out(evaluate.with_verdict(evaluated).with_columns(
             (pl.col("_row") + pl.col("_file").cast(pl.Int64) * (1 << ordering.LOC_SHIFT))
             .alias("_loc"),
             pl.lit(_is_int(valid, "rule_set_id")).alias("_rid_int"),
@@ -276,7 +279,7 @@ def _split_task(batches: Batches, sources: list[str], columns: list[str], keep: 
         return
     verdicts = ordering.sort_by_keys(rows.filter(pl.col("_side") == 0).select(columns))
     rejects = rows.filter(pl.col("_side") == 1).select(
-        pl.col(f"_r_{n}").alias(n) if n in KEYS else pl.col(n) for n in transforms.REJECT_SCHEMA)
+        pl.col(f"_r_{n}").alias(n) if n in KEYS else pl.col(n) for n in REJECT_COLUMNS)
     clean, duplicates = ordering.split_duplicates(verdicts, rejects, sources)
     yield from _out(clean if keep == "clean" else duplicates, schema)
 
@@ -287,18 +290,18 @@ def _in_input_order(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _taint_task(batches: Batches, schema: T.StructType) -> Batches:
-    """Long: whole positions that have a bad row, rejected by `transforms.long_to_wide`."""
+    """Long: whole positions that have a bad row, rejected by `long_form.long_to_wide`."""
     rows = _whole(batches)
     if rows is not None:
-        _, rejected = transforms.long_to_wide(_in_input_order(rows))
-        yield from _out(transforms.reject_rows(rejected, "positions"), schema)
+        _, rejected = long_form.long_to_wide(_in_input_order(rows))
+        yield from _out(outputs.reject_rows(rejected, "positions"), schema)
 
 
 def _attach_task(batches: Batches, index: pl.DataFrame, schema: T.StructType) -> Batches:
     """Long: the table of each (clean) row; the same for every row of a position."""
     for batch in batches:
-        frame, batch_index = transforms.match_key_type(_frame(batch).drop("table"), index)
-        yield from _out(transforms.attach_tables(frame, batch_index), schema)
+        frame, batch_index = keys.match_key_type(_frame(batch).drop("table"), index)
+        yield from _out(evaluate.attach_tables(frame, batch_index), schema)
 
 
 def _sg_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
@@ -319,12 +322,12 @@ def _beyond_task(batches: Batches, tables: Any, index: pl.DataFrame, winning_mov
     rows = _whole(batches)
     if rows is None:
         return
-    positions, _ = transforms.long_to_wide(_in_input_order(rows).drop("table"))
-    positions, batch_index = transforms.match_key_type(positions, index)
-    evaluated = transforms.evaluate(transforms.attach_tables(positions, batch_index),
+    positions, _ = long_form.long_to_wide(_in_input_order(rows).drop("table"))
+    positions, batch_index = keys.match_key_type(positions, index)
+    evaluated = evaluate.evaluate(evaluate.attach_tables(positions, batch_index),
                                     tables.value, winning_moves)
-    rejected = transforms.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
-    yield from _out(transforms.reject_rows(rejected, "positions"), schema)
+    rejected = long_form.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
+    yield from _out(outputs.reject_rows(rejected, "positions"), schema)
 
 
 def _moves_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
@@ -332,14 +335,14 @@ def _moves_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
     for batch in batches:
         positions = _frame(batch).with_columns(pl.lit(None, pl.String).alias("_reason"),
                                                pl.lit(None, pl.String).alias("_column"))
-        evaluated = transforms.evaluate(positions, tables.value, True)
-        yield from _out(transforms.with_verdict(ordering.verdict_rows(evaluated, True)),
+        evaluated = evaluate.evaluate(positions, tables.value, True)
+        yield from _out(evaluate.with_verdict(ordering.verdict_rows(evaluated, True)),
                         schema)
 
 
 def _verdict_task(batches: Batches, schema: T.StructType) -> Batches:
     for batch in batches:
-        yield from _out(transforms.with_verdict(_frame(batch)), schema)
+        yield from _out(evaluate.with_verdict(_frame(batch)), schema)
 
 
 # ---- the job, on the driver -----------------------------------------------------------------
@@ -456,7 +459,7 @@ class _Job:
         try:
             empty = pl.from_arrow(pq.read_schema(path).empty_table())
             assert isinstance(empty, pl.DataFrame)
-            transforms.normalize_positions(empty, np.zeros(0, np.int64), str(path),
+            normalize.normalize_positions(empty, np.zeros(0, np.int64), str(path),
                                            self.config.columns, self.form, 0)
         except SnimError as exc:
             return str(exc)
@@ -637,9 +640,9 @@ def _polars(df: DataFrame) -> pl.DataFrame:
 
 
 def _input_column_names(config: Config, form: str) -> Any:
-    """The rejects' `column` renamed as `transforms.with_input_column_names` renames it."""
+    """The rejects' `column` renamed as `schema.with_input_column_names` renames it."""
     renamed = F.col("column")
-    for canonical, name in transforms.input_column_names(config.columns, form).items():
+    for canonical, name in input_column_names(config.columns, form).items():
         renamed = F.when(F.col("column") == canonical, F.lit(name)).otherwise(renamed)
     return renamed
 
@@ -650,7 +653,7 @@ def execute(config: Config, staging: Path, phase: Phase,
     (`note` takes progress messages, as in the polars engine)."""
     with phase("rules"):
         rules, rule_files = polars_engine.read_rules(config)
-        distinct, index = transforms.rule_index(rules)
+        distinct, index = normalize.rule_index(rules)
         paths = io.resolve_inputs(config.positions, "positions", exclude=config.out)
         form = polars_engine.positions_form(paths, config)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
@@ -670,7 +673,7 @@ def execute(config: Config, staging: Path, phase: Phase,
             verdicts = job.persist(verdicts)
             position_rejects = job.persist(position_rejects)
         with phase("finish"):
-            rule_rejects = transforms.reject_rows(rules, "rules")
+            rule_rejects = outputs.reject_rows(rules, "rules")
             rejects = (spark.createDataFrame(
                 rule_rejects.to_arrow().cast(to_arrow_schema(REJECT_SCHEMA)), REJECT_SCHEMA)
                 .unionByName(position_rejects)
@@ -681,10 +684,10 @@ def execute(config: Config, staging: Path, phase: Phase,
                 F.count_if(F.col("verdict") == "L").alias("L")))
             rejected = _polars(position_rejects.groupBy("rule_set_id").agg(
                 F.count(F.lit(1)).alias("rejected")))
-            summary = transforms.summary_rows(index, counts.cast({"W": pl.Int64, "L": pl.Int64}),
+            summary = outputs.summary_rows(index, counts.cast({"W": pl.Int64, "L": pl.Int64}),
                                rejected.filter(pl.col("rule_set_id").is_not_null())
                                .cast({"rejected": pl.Int64}))
-            sg_tables = transforms.sg_table_rows(rules, distinct, job.cache.reported(), index)
+            sg_tables = outputs.sg_table_rows(rules, distinct, job.cache.reported(), index)
             problems = [problem_text(r)
                         for r in _polars(rejects.limit(10)).iter_rows(named=True)]
             w, n = int(counts["W"].sum()), int(counts["W"].sum() + counts["L"].sum())

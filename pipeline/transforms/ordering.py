@@ -15,10 +15,13 @@ import numpy as np
 import polars as pl
 
 from pipeline import kernels
-from pipeline.transforms import REJECT_SCHEMA, reject_rows, shown_text, unify_key_types
+from pipeline.keys import KEYS, unify_key_types
+from pipeline.transforms.outputs import reject_rows
+from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
 LOC_SHIFT = 40
-KEYS = ["rule_set_id", "position_id"]
+
+
 Locate = Callable[[np.ndarray], np.ndarray]
 
 

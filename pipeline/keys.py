@@ -1,0 +1,104 @@
+"""The one rule for key types, for both engines: integer keys or text keys, never a mix.
+
+A key column (rule_set_id, position_id) is Int64 when every non-null value in every input of
+the run is an integer: an integer column, or text that is an optional minus sign and decimal
+digits without leading zeros ("0", "-0", "42", "-7"; not "07" or "+7") that fits in int64.
+Otherwise the column is text in every file, each value as given (stripped of surrounding
+whitespace; empty is null). So "7" in a CSV file and 7 in a Parquet file are the same key,
+while "07" makes the whole column text and stays "07".
+
+Batches are typed early where that loses nothing: a text batch whose every value reads back
+as written ("-0" does not) may become Int64 at once (`integer_keys`), so that it takes the
+integer paths; `unify_key_types` over all batches still decides the run's type as it would on
+the text. See docs/ARCHITECTURE.md, "Keys".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from pipeline import kernels
+from pipeline.transforms.buffers import text_buffers
+from pipeline.transforms.schema import wrong_type
+
+KEYS = ["rule_set_id", "position_id"]
+_CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"
+
+
+_ROUND_TRIP_INT = r"^(0|-?[1-9][0-9]*)$"
+
+
+def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
+    s = frame[name]
+    if s.dtype.is_integer():
+        return s.cast(pl.Int64, strict=False).alias(name)
+    if s.dtype == pl.String:
+        if s.len() and not s.null_count():
+            values, exact = kernels.int_text_values(*text_buffers(s))
+            if exact:  # CSV integers as Int64 at once: the same as stripping and integer_keys
+                return pl.Series(name, values, dtype=pl.Int64)
+        return s.str.strip_chars().replace("", None).alias(name)
+    raise wrong_type(source, name, s.dtype, "integer or string")
+
+
+def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFrame]:
+    """Give one key column the same type in every frame: Int64 when every value in every frame
+    is an integer (CSV text included), else String."""
+    dtypes = {f[name].dtype for f in frames}
+    if dtypes <= {pl.Int64, pl.Null}:
+        return [f.with_columns(pl.col(name).cast(pl.Int64)) for f in frames]
+    as_text = [f.with_columns(pl.col(name).cast(pl.String)) for f in frames]
+    all_int = all(
+        f.select(pl.col(name).drop_nulls().str.contains(_CANONICAL_INT).all()).item() is not False
+        and f.select(pl.col(name).cast(pl.Int64, strict=False).null_count()
+                     == pl.col(name).null_count()).item()
+        for f in as_text
+    )
+    if all_int:
+        return [f.with_columns(pl.col(name).cast(pl.Int64)) for f in as_text]
+    return as_text
+
+
+def integer_keys(frame: pl.DataFrame) -> pl.DataFrame:
+    """Text key columns (CSV) whose every value is an integer written as Int64 writes it, as
+    Int64, so that a batch can take the integer sort. The text each value came from is what
+    casting back gives ("-0" and "07" stay text), so `unify_key_types` over all batches still
+    decides as it would on the text."""
+    text = [name for name in ("rule_set_id", "position_id")
+            if name in frame.columns and frame[name].dtype == pl.String]
+    exact = [name for name in text if frame.select(
+        pl.col(name).drop_nulls().str.contains(_ROUND_TRIP_INT).all()
+        & (pl.col(name).cast(pl.Int64, strict=False).null_count() == pl.col(name).null_count())
+    ).item()]
+    return frame.with_columns(pl.col(name).cast(pl.Int64) for name in exact) if exact else frame
+
+
+def needs_text(frame: pl.DataFrame, name: str) -> bool:
+    """Whether this frame alone makes a key column text for every frame it is unified with."""
+    (unified,) = unify_key_types([frame.select(name)], name)
+    return unified[name].dtype == pl.String
+
+
+def match_key_type(frame: pl.DataFrame, index: pl.DataFrame) -> tuple[pl.DataFrame,
+                                                                      pl.DataFrame]:
+    """Give a batch's rule_set_id and the rule index's the same type, for the join."""
+    if frame["rule_set_id"].dtype == index["rule_set_id"].dtype:
+        return frame, index
+    (index,) = unify_key_types([index], "rule_set_id")
+    if frame["rule_set_id"].dtype == index["rule_set_id"].dtype:
+        return frame, index
+    text = pl.col("rule_set_id").cast(pl.String)
+    return frame.with_columns(text), index.with_columns(text)
+
+
+def key_hash(rows: pl.DataFrame, name: str) -> pl.Expr:
+    """A hash of a key column that is the same for the integer 7 and the text "7" (and
+    differs for "07"), so that it agrees with `unify_key_types` whatever type a file gave."""
+    key = pl.col(name)
+    if rows[name].dtype != pl.String:
+        return key.cast(pl.Int64).hash(seed=0)
+    number = key.cast(pl.Int64, strict=False)
+    canonical = key.str.contains(_CANONICAL_INT) & number.is_not_null()
+    return pl.when(canonical).then(number.hash(seed=0)).otherwise(key.hash(seed=0))

@@ -1,0 +1,66 @@
+"""Zero-copy numpy views of polars' Arrow buffers, the arrays the numba kernels take."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+HeapChunks = list[tuple[np.ndarray, np.ndarray]]
+
+
+def text_buffers(s: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A String column as Arrow (offsets, UTF-8 bytes) numpy views, for the text kernels."""
+    arr = s.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type != pa.large_string():
+        arr = arr.cast(pa.large_string())
+    buffers = arr.buffers()
+    offsets = np.frombuffer(buffers[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    data = (np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None
+            else np.zeros(0, np.uint8))
+    return offsets, data
+
+
+def arrow_int64(values: np.ndarray) -> pa.Array:
+    """A view of int64 values as Arrow (`pa.array` would import pandas, 0.15 s, to check
+    whether they are pandas objects)."""
+    return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
+
+
+def list_chunks(heaps: pl.Series) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Per chunk of a List(Int64) column: (Arrow offsets, the child's int64 values, how many
+    child values are null), as views of polars' own buffers (no rechunk, and no copy unless
+    nulls are read as 0). Offsets index the child values from its start."""
+    out = []
+    for chunk in heaps.get_chunks():
+        arr = chunk.to_arrow()
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+        child = arr.values
+        nulls = child.null_count
+        if nulls:
+            child = pc.fill_null(child, 0)
+        values = np.frombuffer(child.buffers()[1], np.int64)[child.offset:
+                                                             child.offset + len(child)]
+        out.append((offsets, values, nulls))
+    return out
+
+
+def heap_buffers(positions: pl.DataFrame) -> HeapChunks:
+    """The heaps column as (Arrow offsets, flat int64 values) per chunk, computed once per
+    batch (null heaps, only possible in rows that are not evaluated, read as 0)."""
+    return [(offsets, values) for offsets, values, _ in list_chunks(positions["heaps"])]
+
+
+def row_slices(buffers: HeapChunks) -> list[tuple[slice, np.ndarray, np.ndarray]]:
+    """Each chunk's rows within the frame, with its offsets and values."""
+    out, start = [], 0
+    for offsets, values in buffers:
+        stop = start + offsets.shape[0] - 1
+        out.append((slice(start, stop), offsets, values))
+        start = stop
+    return out

@@ -1,0 +1,137 @@
+"""Rule sets to tables, heaps to nim-sums and winning moves, nim-sums to verdicts."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+import polars as pl
+
+from pipeline import kernels
+from pipeline.grundy import TableSet
+from pipeline.transforms.buffers import HeapChunks, heap_buffers, row_slices
+from pipeline.transforms.schema import shown_text
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
+
+
+def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
+    """Add `table` to each position; unknown or invalid rule sets become reasons."""
+    fast = _tables_by_rank(positions, index)
+    if fast is not None:
+        return fast
+    joined = positions.join(index, on="rule_set_id", how="left", maintain_order="left")
+    newly_bad = pl.col("_reason").is_null() & pl.col("table").is_null()
+    return joined.with_columns(
+        pl.when(newly_bad).then(pl.coalesce(
+            "rule_problem",
+            pl.format("unknown rule_set_id {} (not in the rules table)",
+                      shown_text(pl.col("rule_set_id"))),
+        )).otherwise(pl.col("_reason")).alias("_reason"),
+        pl.when(newly_bad).then(pl.lit("rule_set_id")).otherwise(pl.col("_column"))
+        .alias("_column"),
+    ).drop("rule_problem")
+
+
+def valid_ranks(rid: pl.Series, index: pl.DataFrame
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For integer ids that all name a valid rule set: (the valid ids sorted, their tables,
+    each id's rank among them); else None, for the hash join and its reasons."""
+    if rid.dtype != pl.Int64 or index["rule_set_id"].dtype != pl.Int64 or rid.null_count():
+        return None
+    ordered = index.filter(pl.col("table").is_not_null()).sort("rule_set_id")
+    ids = ordered["rule_set_id"].to_numpy()
+    ranks = kernels.rank_in(rid.to_numpy(), ids)
+    if ranks.size and ranks.min() < 0:
+        return None
+    return ids, ordered["table"].to_numpy().astype(np.int64), ranks
+
+
+def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
+    """The common case without a hash join: integer ids that all name a valid rule set."""
+    found = valid_ranks(positions["rule_set_id"], index)
+    if found is None:
+        return None
+    _, tables, ranks = found
+    return positions.with_columns(pl.Series("table", tables[ranks], dtype=pl.Int64))
+
+
+def largest_heaps(positions: pl.DataFrame, n_tables: int,
+                  buffers: HeapChunks | None = None) -> np.ndarray:
+    """Per table, the largest heap that valid positions look up in it (-1 where none)."""
+    table_of_row = positions.select(
+        pl.when(pl.col("_reason").is_null()).then(pl.col("table")).otherwise(-1)
+        .fill_null(-1).cast(pl.Int64)).to_series().to_numpy()
+    largest = np.full(n_tables, -1, np.int64)
+    for rows, offsets, values in row_slices(buffers or heap_buffers(positions)):
+        np.maximum(largest, kernels.max_heap_per_table(offsets, values, table_of_row[rows],
+                                                       n_tables), out=largest)
+    return largest
+
+
+def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
+             buffers: HeapChunks | None = None) -> pl.DataFrame:
+    """nim_sum (and a winning move) for valid positions; a heap beyond its table (no proven
+    period within the cap) becomes the row's reason."""
+    if positions["_reason"].null_count() == positions.height:
+        valid = positions
+        buffers = buffers or heap_buffers(valid)
+    else:
+        valid = positions.filter(pl.col("_reason").is_null())
+        buffers = heap_buffers(valid)
+    table_of_row = valid["table"].to_numpy().astype(np.int64, copy=False)
+    parts = []
+    for rows, offsets, values in row_slices(buffers):
+        nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row[rows],
+                                         *tables.lookup_args())
+        moves = (kernels.winning_moves_wide(offsets, values, table_of_row[rows], nim,
+                                            *tables.move_args()) if winning_moves else ())
+        parts.append((nim, bad, *moves))
+    empty = [np.zeros(0, np.int64)] * (4 if winning_moves else 2)
+    nim, bad, *moves = [np.concatenate(c) for c in zip(*parts)] if parts else empty
+    columns = [pl.Series("nim_sum", nim, dtype=pl.Int64)]
+    if winning_moves:
+        columns += [pl.Series("move_heap", moves[0]).replace(-1, None),
+                    pl.Series("move_take", moves[1]).replace(-1, None)]
+    out = valid.with_columns(*columns, pl.Series("_bad", bad))
+    if (bad >= 0).any():
+        out = _beyond_table_reasons(out, tables)
+    out = out.drop("_bad")
+    if valid is positions:
+        return out
+    return pl.concat([out, positions.filter(pl.col("_reason").is_not_null())],
+                     how="diagonal_relaxed")
+
+
+def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
+    """Reasons for rows whose heap `_bad` lies beyond a table with no proven period."""
+    labels = pl.DataFrame({
+        "table": pl.Series(range(len(tables.tables)), dtype=pl.Int64),
+        "_label": pl.Series([t.rule.label for t in tables.tables], dtype=pl.String),
+        "_len": pl.Series([t.table_len for t in tables.tables], dtype=pl.Int64),
+        "_limit": pl.Series([t.stopped_by or "tables.max_table_len" for t in tables.tables],
+                            dtype=pl.String),
+    })
+    beyond = pl.col("_bad") >= 0
+    bad_heap = pl.col("heaps").list.get(pl.col("_bad").clip(0, None), null_on_oob=True)
+    return out.join(labels, on="table", how="left", maintain_order="left").with_columns(
+        pl.when(beyond).then(pl.format(
+            "heap {} at index {} needs SG values of {} beyond {} ({} values tabulated), "
+            "and no period was proven within them",
+            bad_heap, pl.col("_bad"), pl.col("_label"), pl.col("_limit"), pl.col("_len"),
+        )).otherwise(pl.col("_reason")).alias("_reason"),
+        pl.when(beyond).then(pl.lit("heaps")).otherwise(pl.col("_column")).alias("_column"),
+    ).drop("_label", "_len", "_limit")
+
+
+def with_verdict(verdicts: FrameT) -> FrameT:
+    """Add `verdict` (W iff nim_sum != 0) after nim_sum; nim_sum and the move columns become
+    Int64, a negative move null (the sort keeps them narrow, with -1 for no move); lazy in,
+    lazy out."""
+    names = verdicts.collect_schema().names()
+    at = names.index("nim_sum") + 1
+    verdict = pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
+    moves = [pl.when(pl.col(name) >= 0).then(pl.col(name).cast(pl.Int64)).alias(name)
+             for name in ("move_heap", "move_take") if name in names]
+    return verdicts.select(*names[:at - 1], pl.col("nim_sum").cast(pl.Int64),
+                           verdict.alias("verdict"), *names[at:]).with_columns(moves)

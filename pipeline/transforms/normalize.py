@@ -1,0 +1,274 @@
+"""Input rows -> typed, validated rows (reasons on bad ones); rule sets -> distinct rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from pipeline.config import Columns
+from pipeline.errors import InputError, RuleError, shown
+from pipeline.grundy import KINDS, MAX_HEAP, Rule, canonical_rule
+from pipeline.keys import key_column
+from pipeline.transforms.buffers import list_chunks
+from pipeline.transforms.lists import (
+    explain_heap_text,
+    explain_heaps,
+    heaps_from_text,
+    parse_int_list,
+    strip_spaces,
+)
+from pipeline.transforms.schema import HEAPS, LISTED_CHARS, check_columns, shown_text, wrong_type
+
+_LISTED_ROWS = 5  # a clash names the first few rows of a rule_set_id defined many times
+
+
+def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
+                    cols: Columns) -> pl.DataFrame:
+    """Rules file -> (_source, _row, rule_set_id, kind, moves, _column, _reason)."""
+    check_columns(raw.columns, [cols.rule_set_id], [cols.kind, cols.moves], source)
+    if cols.moves not in raw.columns and cols.kind not in raw.columns:
+        raise InputError(f"{source}: missing column {shown(cols.moves)} (columns are "
+                         f"{shown(raw.columns, LISTED_CHARS)})")
+    ids = key_column(raw, cols.rule_set_id, source)
+    n = raw.height
+    kinds = _text_column(raw, cols.kind, source, n)
+    moves_col = raw[cols.moves] if cols.moves in raw.columns else pl.Series([None] * n)
+    if moves_col.dtype == pl.String or moves_col.dtype == pl.Null:
+        pass
+    elif not (isinstance(moves_col.dtype, pl.List) and (
+            moves_col.dtype.inner.is_integer() or moves_col.dtype.inner == pl.Null)):
+        raise wrong_type(source, cols.moves, moves_col.dtype,
+                          'a list of integers (or text like "2 5 12")')
+    out_kind, out_moves, out_col, out_reason = [], [], [], []
+    for rid, kind, moves in zip(ids.to_list(), kinds, moves_col.to_list()):
+        kind = None if kind is None else strip_spaces(kind).lower()
+        column, reason, rule = _rule_of(rid, kind, moves)
+        out_kind.append(rule.kind if rule else kind)
+        out_moves.append(list(rule.moves) if rule else None)
+        out_col.append(column)
+        out_reason.append(reason)
+    return pl.DataFrame({
+        "_source": pl.Series([source] * n, dtype=pl.String),
+        "_row": pl.Series(rows, dtype=pl.Int64),
+        "rule_set_id": ids,
+        "kind": pl.Series(out_kind, dtype=pl.String),
+        "moves": pl.Series(out_moves, dtype=HEAPS),
+        "_column": pl.Series(out_col, dtype=pl.String),
+        "_reason": pl.Series(out_reason, dtype=pl.String),
+    })
+
+
+def _rule_of(rid: object, kind: str | None, moves: str | list[int | None] | None
+             ) -> tuple[str | None, str | None, Rule | None]:
+    """(column at fault, reason, None) for a bad rules row, else (None, None, its Rule).
+    `kind` is already stripped and lower case; the column is the canonical name."""
+    if rid is None:
+        return "rule_set_id", "rule_set_id is empty", None
+    if isinstance(moves, str):
+        try:
+            moves = parse_int_list(moves, allow_ranges=True, item="move")
+        except ValueError as exc:
+            return "moves", str(exc), None
+    elif moves is not None and None in moves:
+        return "moves", f"move at index {moves.index(None)} is null", None
+    try:
+        return None, None, canonical_rule(kind, moves)
+    except RuleError as exc:
+        return ("kind" if kind and kind not in KINDS else "moves"), str(exc), None
+
+
+def _text_column(raw: pl.DataFrame, name: str, source: str, n: int) -> list[str | None]:
+    if name not in raw.columns:
+        return [None] * n
+    s = raw[name]
+    if s.dtype not in (pl.String, pl.Null):
+        raise wrong_type(source, name, s.dtype, "string")
+    return s.to_list()
+
+
+def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
+    """A rule_set_id given more than once is rejected on every row, naming the clash, unless
+    every copy is valid and the same rule (harmless repeats are accepted)."""
+    keyed = rules.filter(pl.col("rule_set_id").is_not_null())
+    where = pl.format("{} row {}", pl.col("_source"), pl.col("_row"))
+    clash = (
+        keyed.group_by("rule_set_id")
+        .agg(pl.len().alias("n"),
+             pl.col("_reason").is_not_null().any().alias("any_bad"),
+             pl.struct("kind", "moves").n_unique().alias("variants"),
+             where.head(_LISTED_ROWS).alias("rows"))
+        .filter((pl.col("n") > 1) & (pl.col("any_bad") | (pl.col("variants") > 1)))
+    )
+    if clash.is_empty():
+        return rules
+    more = pl.when(pl.col("n") > _LISTED_ROWS).then(
+        pl.format("; and {} more", pl.col("n") - _LISTED_ROWS)).otherwise(pl.lit(""))
+    rows = pl.concat_str(pl.col("rows").list.join("; "), more)
+    rid = shown_text(pl.col("rule_set_id"))
+    clash = clash.select(
+        "rule_set_id",
+        pl.when(pl.col("any_bad"))
+        .then(pl.format("rule_set_id {} is defined {} times and not every definition is valid "
+                        "({})", rid, pl.col("n"), rows))
+        .otherwise(pl.format("rule_set_id {} is defined {} different ways ({})",
+                             rid, pl.col("variants"), rows))
+        .alias("clash"))
+    return (
+        rules.join(clash, on="rule_set_id", how="left", nulls_equal=False, maintain_order="left")
+        .with_columns(
+            pl.coalesce("_reason", "clash").alias("_reason"),
+            pl.when(pl.col("_reason").is_null() & pl.col("clash").is_not_null())
+            .then(pl.lit("moves")).otherwise(pl.col("_column")).alias("_column"),
+        )
+        .drop("clash")
+    )
+
+
+def rule_index(rules: pl.DataFrame) -> tuple[list[Rule], pl.DataFrame]:
+    """Distinct canonical rules (sorted) and rule_set_id -> table index, or the rule's problem.
+
+    The returned frame has one row per rule_set_id: `table` (null for an invalid rule) and
+    `rule_problem` (why its positions are rejected).
+    """
+    valid = rules.filter(pl.col("_reason").is_null()).unique("rule_set_id", keep="first",
+                                                              maintain_order=True)
+    distinct = sorted({Rule(k, tuple(m or ())) for k, m in
+                       zip(valid["kind"].to_list(), valid["moves"].to_list())})
+    index = {r: i for i, r in enumerate(distinct)}
+    table = [index[Rule(k, tuple(m or ()))] for k, m in
+             zip(valid["kind"].to_list(), valid["moves"].to_list())]
+    good = valid.select("rule_set_id").with_columns(
+        pl.Series("table", table, dtype=pl.Int64), pl.lit(None, pl.String).alias("rule_problem"))
+    bad_ids = rules.filter(pl.col("_reason").is_not_null() & pl.col("rule_set_id").is_not_null()
+                           & ~pl.col("rule_set_id").is_in(valid["rule_set_id"].implode()))
+    bad = (
+        bad_ids.group_by("rule_set_id", maintain_order=True).first()
+        .select(
+            "rule_set_id",
+            pl.lit(None, pl.Int64).alias("table"),
+            pl.format("rule set {} is invalid: {} ({} row {})", shown_text(pl.col("rule_set_id")),
+                      pl.col("_reason"), pl.col("_source"), pl.col("_row")).alias("rule_problem"),
+        )
+    )
+    return distinct, pl.concat([good, bad])
+
+
+def _nulls(n: int) -> pl.Series:
+    return pl.repeat(None, n, dtype=pl.String, eager=True)
+
+
+def _heaps_column(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
+    """The heaps list as List(Int64), and the text it came from (for messages) if any."""
+    s = raw[name]
+    if s.dtype == pl.String:
+        return heaps_from_text(s).alias(name), s
+    if isinstance(s.dtype, pl.List) and (s.dtype.inner.is_integer() or s.dtype.inner == pl.Null):
+        if s.dtype.inner == pl.UInt64:
+            too_big = s.list.eval(pl.element() > MAX_HEAP).list.any()
+            s = pl.select(pl.when(too_big).then(pl.lit(None, HEAPS)).otherwise(
+                s.cast(HEAPS, strict=False))).to_series().alias(name)
+            return s, pl.select(pl.when(too_big).then(
+                pl.lit("a heap is larger than 2^63-1")).otherwise(None)).to_series()
+        return s.cast(HEAPS), _nulls(s.len())
+    raise wrong_type(source, name, s.dtype, 'a list of integers (or text like "5 12")')
+
+
+def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: Columns,
+                        form: str, first_row_number: int) -> pl.DataFrame:
+    """Positions file -> (_source, _row, rule_set_id, position_id, heaps, _column, _reason).
+
+    Long form gets a one-element `heaps` list per row. Without a position_id column, a wide
+    row's id is its row number in the file (`rows`) plus `first_row_number`, the rows of the
+    files before it, so ids number the rows of all files in order (skipped lines included).
+    """
+    if form == "wide":
+        check_columns(raw.columns, [cols.rule_set_id, cols.heaps], [cols.position_id], source)
+        heap_name = cols.heaps
+    else:
+        check_columns(raw.columns, [cols.rule_set_id, cols.position_id, cols.heap], [], source)
+        heap_name = cols.heap
+    ids = key_column(raw, cols.rule_set_id, source).alias("rule_set_id")
+    if cols.position_id in raw.columns:
+        pids = key_column(raw, cols.position_id, source).alias("position_id")
+    else:
+        pids = pl.Series("position_id", rows + first_row_number, dtype=pl.Int64)
+    if form == "wide":
+        heaps, text = _heaps_column(raw, heap_name, source)
+    else:
+        heaps, text = _heap_scalar(raw, heap_name, source)
+    frame = pl.DataFrame({
+        "_row": pl.Series(rows, dtype=pl.Int64),
+        "rule_set_id": ids, "position_id": pids, "heaps": heaps,
+        "_text": text.cast(pl.String),
+    }).select(pl.lit(source, pl.String).alias("_source"), pl.all())  # a scalar, not n copies
+    if _obviously_clean(frame):
+        return frame.drop("_text").with_columns(pl.lit(None, pl.String).alias("_column"),
+                                                pl.lit(None, pl.String).alias("_reason"))
+    has_null = pl.col("heaps").list.drop_nulls().list.len() != pl.col("heaps").list.len()
+    negative = pl.col("heaps").list.min() < 0
+    heap_col = pl.lit("heaps" if form == "wide" else "heap")
+    reason_expr = (
+        pl.when(pl.col("rule_set_id").is_null())
+        .then(pl.struct(col=pl.lit("rule_set_id"), why=pl.lit("rule_set_id is empty")))
+        .when(pl.col("position_id").is_null())
+        .then(pl.struct(col=pl.lit("position_id"), why=pl.lit("position_id is empty")))
+        .when(pl.col("heaps").is_null() | has_null | negative)
+        .then(pl.struct(col=heap_col, why=pl.lit(None, pl.String)))
+        .otherwise(pl.lit(None, pl.Struct({"col": pl.String, "why": pl.String})))
+    )
+    frame = frame.with_columns(reason_expr.alias("_r")).with_columns(
+        pl.col("_r").struct.field("col").alias("_column"),
+        pl.col("_r").struct.field("why").alias("_reason"),
+    ).drop("_r")
+    needs_text = frame.filter(pl.col("_column").is_not_null() & pl.col("_reason").is_null())
+    if not needs_text.is_empty():
+        wide = form == "wide"
+        explained = [
+            (explain_heap_text(t, wide) if t is not None and not t.startswith("a heap")
+             else t or explain_heaps(h) or "heaps is null")
+            for t, h in zip(needs_text["_text"].to_list(), needs_text["heaps"].to_list())
+        ]
+        if not wide:
+            explained = [e.replace("heap at index 0", "heap").replace(" at index 0", "")
+                         for e in explained]
+        fix = needs_text.select("_row").with_columns(pl.Series("_why", explained,
+                                                               dtype=pl.String))
+        frame = frame.join(fix, on="_row", how="left", maintain_order="left").with_columns(
+            pl.coalesce("_reason", "_why").alias("_reason")).drop("_why")
+    return frame.drop("_text")
+
+
+def _obviously_clean(frame: pl.DataFrame) -> bool:
+    """True when no row can have a problem: the fast path for large clean batches, which
+    skips the per-row reason expressions (decided on Arrow null counts and the minimum)."""
+    if frame["rule_set_id"].null_count() or frame["position_id"].null_count():
+        return False
+    heaps = frame["heaps"]
+    if heaps.null_count():
+        return False
+    for offsets, values, nulls in list_chunks(heaps):
+        used = values[offsets[0]:offsets[-1]]
+        if nulls or (used.shape[0] and used.min() < 0):
+            return False
+    return True
+
+
+def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
+    s = raw[name]
+    if s.dtype == pl.String:
+        stripped = s.str.strip_chars()
+        value = stripped.cast(pl.Int64, strict=False)
+        return value.implode().explode().to_frame().select(
+            pl.when(pl.col(name).is_not_null()).then(pl.concat_list(pl.col(name)))
+        ).to_series().alias(name), s
+    if s.dtype.is_integer():
+        if s.dtype == pl.UInt64:
+            big = s > MAX_HEAP
+            value = pl.select(pl.when(big).then(None).otherwise(s.cast(pl.Int64, strict=False)))
+            text = pl.select(pl.when(big).then(pl.lit("heap is larger than 2^63-1")))
+            listed = value.select(pl.when(pl.all().is_not_null()).then(pl.concat_list(pl.all())))
+            return listed.to_series().alias(name), text.to_series()
+        value = s.cast(pl.Int64).to_frame(name)
+        listed = value.select(pl.when(pl.col(name).is_not_null()).then(pl.concat_list(name)))
+        return listed.to_series().alias(name), _nulls(s.len())
+    raise wrong_type(source, name, s.dtype, "integer")

@@ -1,0 +1,100 @@
+"""The output tables besides verdicts: rejects, sg_tables and summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from pipeline import kernels
+from pipeline.grundy import Rule, TableSet
+from pipeline.keys import unify_key_types
+from pipeline.transforms.schema import HEAPS, REJECT_SCHEMA
+
+
+def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
+    """Rows with a reason, in the rejects schema (keys as text, as given)."""
+    bad = frame.filter(pl.col("_reason").is_not_null())
+    exprs = {
+        "table": pl.lit(table),
+        "source": pl.col("_source"),
+        "row": pl.col("_row"),
+        "rule_set_id": pl.col("rule_set_id").cast(pl.String),
+        "position_id": (pl.col("position_id").cast(pl.String) if "position_id" in bad.columns
+                        else pl.lit(None, pl.String)),
+        "column": pl.col("_column"),
+        "reason": pl.col("_reason"),
+    }
+    return bad.select(**exprs).cast(REJECT_SCHEMA)
+
+
+def sort_rejects(rejects: pl.DataFrame) -> pl.DataFrame:
+    return rejects.sort("table", "source", "row", descending=[True, False, False])
+
+
+def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSet,
+                  index: pl.DataFrame) -> pl.DataFrame:
+    """One row per distinct rule: kind, canonical moves, the rule_set_ids sharing it, periods."""
+    ids = (index.filter(pl.col("table").is_not_null())
+           .group_by("table").agg(pl.col("rule_set_id").sort().cast(pl.String)
+                                  .alias("rule_set_ids")))
+    built = {t.rule: t for t in tables.tables}
+    frame = pl.DataFrame({
+        "table": pl.Series(range(len(distinct)), dtype=pl.Int64),
+        "kind": pl.Series([r.kind for r in distinct], dtype=pl.String),
+        "moves": pl.Series([list(r.moves) for r in distinct], dtype=HEAPS),
+        "preperiod": pl.Series([built[r].preperiod if r in built else None for r in distinct],
+                               dtype=pl.Int64),
+        "period": pl.Series([built[r].period if r in built else None for r in distinct],
+                            dtype=pl.Int64),
+        "table_len": pl.Series([built[r].table_len if r in built else 0 for r in distinct],
+                               dtype=pl.Int64),
+    })
+    return frame.join(ids, on="table", how="left").select(
+        "kind", "moves", "rule_set_ids", "preperiod", "period", "table_len").sort("kind", "moves")
+
+
+def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame
+                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per rule set: (rule_set_id, W, L) from verdicts and (rule_set_id as text, rejected)
+    from the positions' rejects."""
+    counts = _run_counts(verdicts)
+    if counts is None:
+        counts = verdicts.group_by("rule_set_id").agg(
+            (pl.col("nim_sum") != 0).sum().cast(pl.Int64).alias("W"),
+            (pl.col("nim_sum") == 0).sum().cast(pl.Int64).alias("L"))
+    rejected = (rejects.filter((pl.col("table") == "positions")
+                               & pl.col("rule_set_id").is_not_null())
+                .group_by("rule_set_id").agg(pl.len().cast(pl.Int64).alias("rejected")))
+    return counts, rejected
+
+
+def _run_counts(verdicts: pl.DataFrame) -> pl.DataFrame | None:
+    """(rule_set_id, W, L) from runs of equal ids, when the ids are sorted integers (verdicts
+    in key order): no hash group_by over every verdict."""
+    rid = verdicts["rule_set_id"]
+    if rid.dtype != pl.Int64 or rid.null_count() or not rid.is_sorted():
+        return None
+    ids, sizes, losing = kernels.run_counts(rid.to_numpy(), verdicts["nim_sum"].to_numpy())
+    return pl.DataFrame({"rule_set_id": ids, "W": sizes - losing, "L": losing},
+                        schema={"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
+
+
+def summary_rows(index: pl.DataFrame, counts: pl.DataFrame, rejected: pl.DataFrame
+                 ) -> pl.DataFrame:
+    """Per rule set: positions evaluated (W + L), W, L, rejected input rows, and W rate, from
+    `summary_counts` (or an engine's own aggregation of the same shape)."""
+    ids = pl.concat([index.select(pl.col("rule_set_id").cast(pl.String)),
+                     rejected.select("rule_set_id")]).unique()
+    frame = (ids.join(counts.with_columns(pl.col("rule_set_id").cast(pl.String)),
+                      on="rule_set_id", how="left")
+             .join(rejected, on="rule_set_id", how="left")
+             .with_columns(pl.col("W", "L", "rejected").fill_null(0)))
+    (frame,) = unify_key_types([frame], "rule_set_id")  # "07" stays text: it is not 7
+    return frame.select(
+        "rule_set_id",
+        (pl.col("W") + pl.col("L")).alias("positions"),
+        "W", "L", "rejected",
+        pl.when(pl.col("W") + pl.col("L") > 0)
+        .then(pl.col("W") / (pl.col("W") + pl.col("L"))).alias("w_rate"),
+    ).sort("rule_set_id")

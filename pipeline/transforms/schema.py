@@ -1,0 +1,74 @@
+"""The input's columns and form, and the schema and column names of the rejects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from pipeline.config import Columns
+from pipeline.errors import SHOWN_CHARS, InputError, cut, shown
+
+REJECT_SCHEMA = {
+    "table": pl.String, "source": pl.String, "row": pl.Int64, "rule_set_id": pl.String,
+    "position_id": pl.String, "column": pl.String, "reason": pl.String,
+}
+
+
+HEAPS = pl.List(pl.Int64)
+LISTED_CHARS = 200  # a list of column names (or a type) in a message
+
+
+def detect_form(columns: Sequence[str], cols: Columns, source: str) -> str:
+    """'wide' or 'long' from the columns present (DESIGN 2)."""
+    has_wide, has_long = cols.heaps in columns, cols.heap in columns
+    if has_wide and has_long:
+        raise InputError(f"{source}: has both {shown(cols.heaps)} (wide) and "
+                         f"{shown(cols.heap)} (long) columns; keep one")
+    if not has_wide and not has_long:
+        raise InputError(f"{source}: no {shown(cols.heaps)} column (wide form) or "
+                         f"{shown(cols.heap)} column (long form); columns are "
+                         f"{shown(list(columns), LISTED_CHARS)}")
+    return "wide" if has_wide else "long"
+
+
+def check_columns(columns: Sequence[str], required: Sequence[str], optional: Sequence[str],
+                  source: str) -> None:
+    """Missing, extra or misnamed columns are whole-file errors naming the column."""
+    missing = [c for c in required if c not in columns]
+    extra = [c for c in columns if c not in required and c not in optional]
+    if missing:
+        hint = f"; unexpected columns {shown(extra, LISTED_CHARS)}" if extra else ""
+        raise InputError(f"{source}: missing column {shown(missing[0])} (columns are "
+                         f"{shown(list(columns), LISTED_CHARS)}{hint})")
+    if extra:
+        expected = list(required) + [c for c in optional]
+        raise InputError(f"{source}: unexpected column {shown(extra[0])} (expected "
+                         f"{shown(expected, LISTED_CHARS)})")
+
+
+def wrong_type(source: str, name: str, dtype: pl.DataType, expected: str) -> InputError:
+    return InputError(f"{source}: column {shown(name)} has type "
+                      f"{cut(str(dtype), LISTED_CHARS)}, expected {expected}")
+
+
+def input_column_names(cols: Columns, form: str) -> dict[str, str]:
+    """The input column each canonical `_column` name stands for (`columns:` in config.yaml).
+    Every step names the column at fault canonically; the rejects are renamed once, by the
+    engine, so that `column` says what the user's file calls it. In long form the heaps are
+    one `heap` column."""
+    return {"rule_set_id": cols.rule_set_id, "kind": cols.kind, "moves": cols.moves,
+            "position_id": cols.position_id, "heap": cols.heap,
+            "heaps": cols.heaps if form == "wide" else cols.heap}
+
+
+def with_input_column_names(rejects: pl.DataFrame, cols: Columns, form: str) -> pl.DataFrame:
+    """Rejects whose `column` names the user's input column (see `input_column_names`)."""
+    return rejects.with_columns(pl.col("column").replace(input_column_names(cols, form)))
+
+
+def shown_text(value: pl.Expr) -> pl.Expr:
+    """A value as text for a reason, cut as `errors.cut` cuts it: ids may be any length."""
+    text = value.cast(pl.String)
+    return pl.when(text.str.len_chars() <= SHOWN_CHARS).then(text).otherwise(
+        pl.concat_str(text.str.slice(0, SHOWN_CHARS - 3), pl.lit("...")))
