@@ -310,10 +310,10 @@ def convert(
 ) -> None:
     """Convert the classic S-Nim text format to rules.parquet + positions.parquet (wide form)."""
     try:
-        from pipeline.io import write_classic_tables
+        from pipeline.convert import convert_classic
 
         data = _stdin_bytes() if str(source) == "-" else _read_bytes(source)
-        written = write_classic_tables(data, out)
+        written = convert_classic(data, out)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     _say(f"wrote {', '.join(str(p) for p in written)}")

@@ -48,6 +48,12 @@ def cut(text: str, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's first line of text (or its type's name), at most `limit` characters: a
+    library's error as the cause in one of ours."""
+    return cut((str(exc).strip().splitlines() or [type(exc).__name__])[0], limit)
+
+
 class SnimError(Exception):
     """Base of every error a user can cause; carries its exit code."""
 

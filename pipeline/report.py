@@ -10,8 +10,8 @@ from typing import Any
 
 import polars as pl
 
-from pipeline import io
 from pipeline.errors import InputError, OutputError, cut
+from pipeline.io.manifest import add_output_file, read_manifest
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -107,7 +107,7 @@ def write_report(out_dir: Path, target: Path | None = None) -> Path:
     """Render the run in `out_dir` to `target` (default OUT_DIR/report.html). A page written
     into the output directory is listed in its manifest, so that the directory stays provably
     a snim-batch output (a later --overwrite replaces it with the rest)."""
-    manifest = io.read_manifest(out_dir)
+    manifest = read_manifest(out_dir)
     try:
         frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")
                   for name in ("summary", "sg_tables", "rejects")}
@@ -116,7 +116,7 @@ def write_report(out_dir: Path, target: Path | None = None) -> Path:
     page = render_report(manifest, frames["summary"], frames["sg_tables"], frames["rejects"])
     target = target or out_dir / "report.html"
     if os.path.realpath(target.parent) == os.path.realpath(out_dir):
-        return io.add_output_file(out_dir, target.name, page.encode("utf-8"))
+        return add_output_file(out_dir, target.name, page.encode("utf-8"))
     try:
         target.write_text(page, encoding="utf-8")
     except OSError as exc:

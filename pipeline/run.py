@@ -13,10 +13,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline import __version__, io
+from pipeline import __version__
 from pipeline.config import Config
 from pipeline.engines import load_engine
 from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError
+from pipeline.io import commit
+from pipeline.io.manifest import output_listing, write_manifest
 
 Progress = Callable[[str, bool], None]
 """progress(message, done): a phase starting or finished (done=True), or a status line within
@@ -72,7 +74,7 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
 
     engine = load_engine(config.engine)
     warnings: list[str] = []
-    with io.staged_output(config.out, run_id, config.overwrite, warnings.append) as staging:
+    with commit.staged_output(config.out, run_id, config.overwrite, warnings.append) as staging:
         result = engine.execute(config, staging, phase, note)
         rejected = result.counts["rules"]["rows_rejected"] + \
             result.counts["positions"]["rows_rejected"]
@@ -98,7 +100,7 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
             and result.counts["rules"]["rows_read"]
             == result.counts["rules"]["rows_accepted"] + result.counts["rules"]["rows_rejected"],
             "timings_s": timings,
-            "outputs": io.output_listing(staging),
+            "outputs": output_listing(staging),
         }
-        io.write_manifest(manifest, staging)
+        write_manifest(manifest, staging)
     return RunResult(Path(config.out), exit_code, manifest, result.problems, warnings)

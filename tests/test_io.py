@@ -25,8 +25,8 @@ import polars as pl
 import pytest
 from conftest import invoke
 
-from pipeline import io
 from pipeline.errors import InputError, OutputError
+from pipeline.io import commit, failures, inputs, manifest, readers, scratch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = ROOT / ".venv" / "bin" / "snim-batch"
@@ -109,25 +109,25 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_resolve_single_file(tree: Path) -> None:
-    assert io.resolve_inputs(str(tree / "a.csv"), "rules") == [tree / "a.csv"]
+    assert inputs.resolve_inputs(str(tree / "a.csv"), "rules") == [tree / "a.csv"]
 
 
 def test_resolve_single_file_with_any_suffix(tree: Path) -> None:
     """A file named explicitly is taken whatever its suffix (its format is sniffed)."""
-    assert io.resolve_inputs(str(tree / "notes.txt"), "rules") == [tree / "notes.txt"]
+    assert inputs.resolve_inputs(str(tree / "notes.txt"), "rules") == [tree / "notes.txt"]
 
 
 def test_resolve_directory_recursive_sorted_skipping_hidden(tree: Path) -> None:
-    got = io.resolve_inputs(str(tree), "positions")
+    got = inputs.resolve_inputs(str(tree), "positions")
     assert got == [tree / "a.csv", tree / "b.parquet", tree / "sub/c.CSV",
                    tree / "sub/deeper/d.pq"]
 
 
 def test_resolve_glob(tree: Path) -> None:
-    assert io.resolve_inputs(str(tree / "*.csv"), "rules") == [tree / "a.csv"]
-    got = io.resolve_inputs(str(tree / "sub" / "**" / "*.pq"), "positions")
+    assert inputs.resolve_inputs(str(tree / "*.csv"), "rules") == [tree / "a.csv"]
+    got = inputs.resolve_inputs(str(tree / "sub" / "**" / "*.pq"), "positions")
     assert got == [tree / "sub/deeper/d.pq"]
-    assert io.resolve_inputs(str(tree / "[ab].*"), "positions") == [tree / "a.csv",
+    assert inputs.resolve_inputs(str(tree / "[ab].*"), "positions") == [tree / "a.csv",
                                                                     tree / "b.parquet"]
 
 
@@ -137,7 +137,7 @@ def test_resolve_missing_raises_input_error_naming_it(tmp_path: Path, spec: str)
     (tmp_path / "empty" / "notes.txt").write_text("not an input\n")
     target = str(tmp_path / spec)
     with pytest.raises(InputError) as info:
-        io.resolve_inputs(target, "positions")
+        inputs.resolve_inputs(target, "positions")
     message = str(info.value)
     assert "positions" in message and target.rstrip("/") in message
 
@@ -153,13 +153,13 @@ def test_resolve_missing_via_cli_exit_1(tmp_path: Path) -> None:
 # ---- CSV field counts and row numbers -------------------------------------------------------
 
 
-def _read_csv_text(tmp_path: Path, text: str | bytes) -> io.RawTable:
+def _read_csv_text(tmp_path: Path, text: str | bytes) -> inputs.RawTable:
     path = tmp_path / "t.csv"
     if isinstance(text, bytes):
         path.write_bytes(text)
     else:
         path.write_text(text)
-    return io.read_table(path)
+    return readers.read_table(path)
 
 
 @pytest.mark.parametrize(("body", "good_rows", "bad"), [
@@ -265,7 +265,7 @@ def test_failed_run_keeps_previous_output_and_leaves_no_staging(tmp_path: Path) 
 
 def test_staged_output_removes_staging_on_error(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    with pytest.raises(RuntimeError), io.staged_output(out, "20260101T000000Z-abcdef",
+    with pytest.raises(RuntimeError), commit.staged_output(out, "20260101T000000Z-abcdef",
                                                        False) as staging:
         (staging / "verdicts.parquet").write_bytes(b"partial")
         assert staging.name.startswith(".out.partial-") and staging.parent == tmp_path
@@ -357,7 +357,7 @@ def test_overwrite_refuses_a_listed_file_that_became_a_directory(tmp_path: Path)
 ])
 def test_manifests_that_snim_batch_did_not_write(tmp_path: Path, text: str, reason: str) -> None:
     (tmp_path / "manifest.json").write_text(text)
-    problem = io.ownership_problem(tmp_path)
+    problem = manifest.ownership_problem(tmp_path)
     assert problem is not None and problem.startswith(reason), problem
 
 
@@ -373,20 +373,20 @@ def test_a_manifest_lists_the_files_inside_directory_outputs(tmp_path: Path) -> 
         {"name": "summary.parquet", "type": "file", "size": 8},
         {"name": "verdicts.parquet", "type": "directory",
          "files": [{"name": "part-0.parquet", "size": 4}]}]))
-    assert io.ownership_problem(tmp_path) is None
+    assert manifest.ownership_problem(tmp_path) is None
     (tmp_path / "verdicts.parquet" / "part-1.parquet").write_bytes(b"PAR1")
-    assert io.ownership_problem(tmp_path) == (
+    assert manifest.ownership_problem(tmp_path) == (
         "holds what its manifest.json does not list: verdicts.parquet/part-1.parquet")
     (tmp_path / "verdicts.parquet" / "part-1.parquet").unlink()
     (tmp_path / "manifest.json").write_text(foreign_manifest(
         outputs=["manifest.json", "summary.parquet", "verdicts.parquet"]))
-    assert io.ownership_problem(tmp_path) == (
+    assert manifest.ownership_problem(tmp_path) == (
         "holds what its manifest.json does not list: verdicts.parquet/")
     (tmp_path / "manifest.json").write_text(foreign_manifest(
         outputs=["manifest.json", "summary.parquet"]))
     (tmp_path / "verdicts.parquet" / "part-0.parquet").unlink()
     (tmp_path / "verdicts.parquet").rmdir()
-    assert io.ownership_problem(tmp_path) is None  # an older manifest of plain files
+    assert manifest.ownership_problem(tmp_path) is None  # an older manifest of plain files
 
 
 def test_the_manifest_lists_every_output_file_with_its_size(tmp_path: Path) -> None:
@@ -414,7 +414,7 @@ def test_an_output_that_gains_a_file_during_the_run_is_not_replaced(tmp_path: Pa
     assert invoke(job(rules, positions, out), tmp_path)[0] == 0
     before = snapshot(out)
     with pytest.raises(OutputError) as caught, \
-            io.staged_output(out, "20260101T000000Z-abcdef", True) as staging:
+            commit.staged_output(out, "20260101T000000Z-abcdef", True) as staging:
         (out / "added-meanwhile.txt").write_text("mine\n")
         _replacement(staging)
     assert str(caught.value) == refusal(
@@ -433,15 +433,15 @@ def test_an_old_output_that_gains_a_file_at_the_swap_is_kept_not_deleted(
     out = tmp_path / "job" / "out"
     assert invoke(job(rules, positions, out), tmp_path)[0] == 0
     before = snapshot(out)
-    real_exchange = io._exchange
+    real_exchange = commit._exchange
 
     def exchange_after_a_write(a: Path, b: Path) -> bool:
         (out / "added-meanwhile.txt").write_text("mine\n")
         return real_exchange(a, b)
 
-    monkeypatch.setattr(io, "_exchange", exchange_after_a_write)
+    monkeypatch.setattr(commit, "_exchange", exchange_after_a_write)
     notices: list[str] = []
-    with io.staged_output(out, "20260101T000000Z-abcdef", True, notices.append) as staging:
+    with commit.staged_output(out, "20260101T000000Z-abcdef", True, notices.append) as staging:
         _replacement(staging)
     kept = out.parent / ".out.kept-20260101T000000Z-abcdef"
     assert snapshot(kept) == {**before,
@@ -546,7 +546,7 @@ def test_a_link_to_a_file_or_a_loop_is_refused(tmp_path: Path) -> None:
 
 def test_the_root_directory_is_no_output(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="the root directory cannot be an output"), \
-            io.staged_output(Path("/"), "r", True):
+            commit.staged_output(Path("/"), "r", True):
         pass
 
 
@@ -560,7 +560,7 @@ def _race(out: Path, overwrite: bool) -> list[str]:
 
     def racer(i: int) -> None:
         try:
-            with io.staged_output(out, f"20260101T000000Z-race{i}", overwrite) as staging:
+            with commit.staged_output(out, f"20260101T000000Z-race{i}", overwrite) as staging:
                 (staging / "data.txt").write_text(f"racer {i}\n")
                 (staging / "manifest.json").write_text(foreign_manifest(f"race{i}", outputs=[
                     {"name": "data.txt", "type": "file", "size": 8},
@@ -584,15 +584,15 @@ def test_two_runs_racing_for_a_fresh_output(tmp_path: Path, monkeypatch: pytest.
     """Both runs see no output, then both commit at once (held at a barrier just before the
     rename): one creates it; the other finds an existing output, as if it had been there."""
     if not renameat2:
-        monkeypatch.setattr(io, "_renameat2", lambda source, target, flags: False)
-    real_create = io._create
+        monkeypatch.setattr(commit, "_renameat2", lambda source, target, flags: False)
+    real_create = commit._create
     barrier = threading.Barrier(2, timeout=30)
 
     def create_together(staging: Path, target: Path) -> None:
         barrier.wait()
         real_create(staging, target)
 
-    monkeypatch.setattr(io, "_create", create_together)
+    monkeypatch.setattr(commit, "_create", create_together)
     for attempt in range(25):
         out = tmp_path / f"out{attempt}"
         results = _race(out, overwrite)
@@ -613,8 +613,8 @@ def test_two_runs_racing_for_a_fresh_output(tmp_path: Path, monkeypatch: pytest.
 
 def test_a_failed_write_names_the_output_the_file_and_the_cause(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    with pytest.raises(OutputError) as caught, io.staged_output(out, "r", False) as staging:
-        io.write_parquet(pl.DataFrame({"a": [1]}), staging / "gone" / "summary.parquet")
+    with pytest.raises(OutputError) as caught, commit.staged_output(out, "r", False) as staging:
+        commit.write_parquet(pl.DataFrame({"a": [1]}), staging / "gone" / "summary.parquet")
     assert str(caught.value) == (f"{out}: no such file or directory while writing "
                                  "summary.parquet; nothing was written")
     assert list(tmp_path.iterdir()) == []
@@ -625,15 +625,15 @@ def test_storage_errors_reported_by_spark_are_output_errors(tmp_path: Path) -> N
     java = Exception("An error occurred while calling o123.parquet.\n: org.apache.spark."
                      "SparkException: Job aborted.\nCaused by: java.io.IOException: No space "
                      "left on device")
-    failure = io.storage_failure("verdicts.parquet", java)
+    failure = failures.storage_failure("verdicts.parquet", java)
     assert failure is not None
     out = tmp_path / "out"
-    with pytest.raises(OutputError) as caught, io.staged_output(out, "r", False):
+    with pytest.raises(OutputError) as caught, commit.staged_output(out, "r", False):
         raise failure
     assert str(caught.value) == (f"{out}: no space left on device while writing "
                                  "verdicts.parquet; nothing was written (free space or choose "
                                  "another --out)")
-    assert io.storage_failure("verdicts.parquet", Exception("ZeroDivisionError")) is None
+    assert failures.storage_failure("verdicts.parquet", Exception("ZeroDivisionError")) is None
     assert list(tmp_path.iterdir()) == []
 
 
@@ -809,7 +809,7 @@ def test_next_run_cleans_staging_left_by_sigkill(tmp_path: Path,
 # run, then the process SIGKILLs itself at the chosen instant.
 DRIVER = r"""
 import os, signal, sys
-import pipeline.io as pio
+from pipeline.io import commit
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -817,33 +817,33 @@ def die():
 mode = sys.argv[1]
 if mode == "manifest-written":
     # the staging directory is complete (manifest.json written, files synced), not yet renamed
-    if not hasattr(pio, "_fsync_tree"):
+    if not hasattr(commit, "_fsync_tree"):
         sys.exit(99)
-    real_fsync_tree = pio._fsync_tree
+    real_fsync_tree = commit._fsync_tree
     def fsync_tree(root):
         real_fsync_tree(root)
         die()
-    pio._fsync_tree = fsync_tree
+    commit._fsync_tree = fsync_tree
 elif mode == "after-exchange":
     # the exchange has swapped the new output in: the staging name now holds the old output
-    if not hasattr(pio, "_exchange"):
+    if not hasattr(commit, "_exchange"):
         sys.exit(99)
-    real_rmtree = pio.shutil.rmtree
+    real_rmtree = commit.shutil.rmtree
     def rmtree(path, *a, **k):
         if ".partial-" in str(path) and not k.get("ignore_errors"):
             die()
         return real_rmtree(path, *a, **k)
-    pio.shutil.rmtree = rmtree
+    commit.shutil.rmtree = rmtree
 elif mode == "no-exchange":
     # a system without renameat2(RENAME_EXCHANGE): killed between the two renames
-    if not hasattr(pio, "_exchange"):
+    if not hasattr(commit, "_exchange"):
         sys.exit(99)
-    pio._exchange = lambda a, b: False
+    commit._exchange = lambda a, b: False
     real_rename = os.rename
     def rename(a, b):
         real_rename(a, b)
         die()
-    pio.os.rename = rename
+    commit.os.rename = rename
 from pipeline.cli import app
 sys.argv = ["snim-batch", *sys.argv[2:]]
 app()
@@ -874,7 +874,7 @@ def assert_leftovers_complete_or_unmarked(parent: Path, out: Path) -> None:
         if hidden.is_dir() and (hidden / "manifest.json").exists():
             listed = manifest_files(json.loads((hidden / "manifest.json").read_text()))
             assert all((hidden / name).exists() for name in listed), f"{hidden} is partial"
-    io._remove_stale_staging(out)
+    commit._remove_stale_staging(out)
     assert sorted(p.name for p in parent.iterdir()) == ["out"]
 
 
@@ -896,7 +896,7 @@ def test_kill_between_fallback_renames_is_repaired_by_the_next_run(tmp_path: Pat
     """Without renameat2 (non-Linux) the commit takes two renames; killed between them, the
     previous output waits under a hidden name and the next run puts it back."""
     out, before, before_id = _simulated_kill(tmp_path, "no-exchange")
-    io._remove_stale_staging(out)
+    commit._remove_stale_staging(out)
     assert out.is_dir(), "the previous output was not restored"
     assert snapshot(out) == before and run_id(out) == before_id
     assert sorted(p.name for p in out.parent.iterdir()) == ["out"]
@@ -908,9 +908,7 @@ def test_renameat2_exchange_available_here(tmp_path: Path) -> None:
     a.mkdir()
     b.mkdir()
     (a / "x").write_text("a")
-    if not hasattr(io, "_exchange"):
-        pytest.skip("no _exchange helper any more")
-    assert io._exchange(a, b)
+    assert commit._exchange(a, b)
     assert (b / "x").read_text() == "a"
 
 
@@ -1069,8 +1067,8 @@ def test_row_estimate_counts_parquet_rows_and_csv_lines(tmp_path):
     pl.DataFrame({"a": list(range(7))}).write_parquet(tmp_path / "a.parquet")
     (tmp_path / "b.csv").write_text("rule_set_id,position_id,heap\n" + "1,2,3\n" * 5)
     (tmp_path / "c.csv").write_text("rule_set_id,position_id,heap\n1,2,3\n1,2,4")
-    assert io.row_estimate([tmp_path / "a.parquet"]) == 7
-    assert io.row_estimate([tmp_path / "a.parquet", tmp_path / "b.csv", tmp_path / "c.csv"]) \
+    assert readers.row_estimate([tmp_path / "a.parquet"]) == 7
+    assert readers.row_estimate([tmp_path / "a.parquet", tmp_path / "b.csv", tmp_path / "c.csv"]) \
         == 7 + 5 + 2
 
 
@@ -1079,7 +1077,7 @@ def test_row_estimate_scales_the_lines_of_a_large_csvs_start(tmp_path):
     # so the estimate (about size / 9) is high, never low: parts come out smaller, not larger.
     path = tmp_path / "big.csv"
     path.write_text("h,h,h\n" + "1,100,10\n" * 500_000 + "1,1000000,1000000\n" * 100_000)
-    estimate = io.row_estimate([path])
+    estimate = readers.row_estimate([path])
     assert 600_000 < estimate <= path.stat().st_size // 9 + 2
 
 
@@ -1087,36 +1085,36 @@ def test_spill_round_trip_and_the_directory_goes_away(tmp_path):
     ints = pl.DataFrame({"rule_set_id": [1, None], "position_id": [5, 6],
                          "heaps": [[3], None], "_reason": [None, "heap is empty"]})
     text = ints.with_columns(pl.col("position_id").cast(pl.String))  # another file's schema
-    with io.spill(tmp_path) as scratch:
+    with scratch.spill(tmp_path) as spilled:
         for part, frame in [(3, ints), (0, text), (3, ints), (3, text), (3, ints)]:
-            scratch.write(part, frame)
-        scratch.close()
-        got = scratch.read(3)
+            spilled.write(part, frame)
+        spilled.close()
+        got = spilled.read(3)
         assert [f.schema for f in got] == [ints.schema, text.schema, ints.schema]
         assert got[0].equals(pl.concat([ints, ints])) and got[1].equals(text)
         assert got[2].equals(ints)
-        assert scratch.read(1) == []
-        assert scratch.read(0)[0].equals(text)
-        assert list(scratch.directory.iterdir()) == []  # read files are removed at once
+        assert spilled.read(1) == []
+        assert spilled.read(0)[0].equals(text)
+        assert list(spilled.directory.iterdir()) == []  # read files are removed at once
     assert list(tmp_path.iterdir()) == []
 
 
 def test_spill_keeps_at_most_max_open_streams(tmp_path, monkeypatch):
-    monkeypatch.setattr(io.Spill, "MAX_OPEN", 2)
+    monkeypatch.setattr(scratch.Spill, "MAX_OPEN", 2)
     frame = pl.DataFrame({"a": [1, 2]})
-    with io.spill(tmp_path) as scratch:
+    with scratch.spill(tmp_path) as spilled:
         for part in [0, 1, 2, 0, 1]:
-            scratch.write(part, frame)
-        assert len(scratch._open) == 2
-        scratch.close()
-        assert [f.height for f in scratch.read(0)] == [2, 2]  # two files: closed in between
-        assert [f.height for f in scratch.read(2)] == [2]
+            spilled.write(part, frame)
+        assert len(spilled._open) == 2
+        spilled.close()
+        assert [f.height for f in spilled.read(0)] == [2, 2]  # two files: closed in between
+        assert [f.height for f in spilled.read(2)] == [2]
 
 
 def test_spill_write_failure_names_the_file(tmp_path):
-    scratch = io.Spill(tmp_path / "gone")
+    spilled = scratch.Spill(tmp_path / "gone")
     with pytest.raises(OutputError, match=r"gone/0-0\.arrows: cannot write scratch file \(No such"):
-        scratch.write(0, pl.DataFrame({"a": [1]}))
+        spilled.write(0, pl.DataFrame({"a": [1]}))
 
 
 # ---- CSV read as it streams ------------------------------------------------------------------
@@ -1130,7 +1128,7 @@ def csv_lines(kinds: list[bool]) -> str:
 
 
 def check_csv_batches(path: Path, kinds: list[bool], batch: int) -> None:
-    batches = list(io.iter_batches(path, batch))
+    batches = list(readers.iter_batches(path, batch))
     good = [i for i, ok in enumerate(kinds) if ok]
     assert np.concatenate([b.row for b in batches]).tolist() == good
     assert [int(x) for b in batches for x in b.frame["a"].to_list()] == good
@@ -1159,7 +1157,7 @@ def test_csv_larger_than_the_parsers_blocks_streams_with_exact_row_numbers(tmp_p
     path = tmp_path / "big.csv"
     path.write_text(csv_lines(kinds))
     check_csv_batches(path, kinds, 50_000)
-    whole = io.read_table(path)
+    whole = readers.read_table(path)
     assert whole.row.tolist() == [i for i, ok in enumerate(kinds) if ok]
     assert len(whole.bad_lines) == kinds.count(False)
 
@@ -1201,7 +1199,7 @@ def logical_table(count: int, style: str) -> tuple[list[str], list[int], list[in
     return lines, kept, bad, values
 
 
-def check_logical(raw_batches: list[io.RawTable], kept: list[int], bad: list[int],
+def check_logical(raw_batches: list[inputs.RawTable], kept: list[int], bad: list[int],
                   values: list[str]) -> None:
     rows = np.concatenate([b.row for b in raw_batches]).tolist()
     frame = pl.concat([b.frame for b in raw_batches])
@@ -1224,11 +1222,11 @@ def test_csv_every_line_end_style_reads_the_same_rows(tmp_path, style, final, co
     path.write_bytes(styled(lines, style, final).encode())
     if count > 100:
         assert path.stat().st_size > 2 << 20
-    check_logical([io.read_table(path)], kept, bad, values)
-    check_logical(list(io.iter_batches(path, 10_007)), kept, bad, values)
-    assert io.columns_of(path) == ["a", "b", "c"]
+    check_logical([readers.read_table(path)], kept, bad, values)
+    check_logical(list(readers.iter_batches(path, 10_007)), kept, bad, values)
+    assert readers.columns_of(path) == ["a", "b", "c"]
     if count < 100:
-        assert io.row_estimate([path]) == len(kept) + len(bad)
+        assert readers.row_estimate([path]) == len(kept) + len(bad)
 
 
 @pytest.mark.parametrize("style", list(LINE_ENDS))
@@ -1238,7 +1236,7 @@ def test_csv_row_estimate_of_a_large_file_counts_records_in_every_style(tmp_path
     path.write_bytes(styled(lines, style, True).encode())
     assert path.stat().st_size > 4 << 20
     rows = len(kept) + len(bad)
-    assert 0.9 * rows < io.row_estimate([path]) < 1.2 * rows
+    assert 0.9 * rows < readers.row_estimate([path]) < 1.2 * rows
 
 
 @pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
@@ -1246,11 +1244,11 @@ def test_csv_row_estimate_of_a_large_file_counts_records_in_every_style(tmp_path
 def test_csv_header_only_file_is_an_empty_table_in_every_style(tmp_path, ending, bom):
     path = tmp_path / "t.csv"
     path.write_bytes(bom + f'a,"b",c{ending}'.encode())
-    raw = io.read_table(path)
+    raw = readers.read_table(path)
     assert raw.frame.columns == ["a", "b", "c"] and raw.frame.height == 0
     assert raw.bad_lines == [] and raw.row.tolist() == []
-    assert io.columns_of(path) == ["a", "b", "c"]
-    assert io.row_estimate([path]) == 0
+    assert readers.columns_of(path) == ["a", "b", "c"]
+    assert readers.row_estimate([path]) == 0
 
 
 @pytest.mark.parametrize("style", ["LF", "CRLF", "CR"])
@@ -1258,7 +1256,7 @@ def test_csv_bom_and_blank_lines_before_the_header_as_pyarrow_reads_them(tmp_pat
     end = LINE_ENDS[style][0]
     path = tmp_path / "t.csv"
     path.write_bytes(b"\xef\xbb\xbf" + f'{end}{end}"a",b{end}1,2{end}'.encode())
-    raw = io.read_table(path)
+    raw = readers.read_table(path)
     assert raw.frame.to_dict(as_series=False) == {"a": ["1"], "b": ["2"]}
     assert raw.row.tolist() == [0]
 
@@ -1276,7 +1274,7 @@ def test_csv_quote_never_closed_names_its_physical_line(tmp_path, text, line):
     path.write_bytes(text.encode())
     with pytest.raises(InputError, match=re.escape(f"{path}: line {line}: a quoted field is "
                                                    "never closed")):
-        io.read_table(path)
+        readers.read_table(path)
 
 
 @pytest.mark.parametrize(("body", "value"), [
@@ -1295,7 +1293,7 @@ def test_csv_quoted_fields_that_swallow_rows_are_still_refused(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text('a,b,c\n1,0,"5\n1,1,6\n1,2,"7\n')
     with pytest.raises(InputError, match=r"row 0, column c: a quoted field runs over several"):
-        io.read_table(path)
+        readers.read_table(path)
 
 
 def test_csv_large_cr_only_file_with_quoted_breaks_on_every_block_edge(tmp_path):
@@ -1310,7 +1308,7 @@ def test_csv_large_cr_only_file_with_quoted_breaks_on_every_block_edge(tmp_path)
         i += 1
     path = tmp_path / "t.csv"
     path.write_bytes(styled(lines, "CR", True).encode())
-    raw = io.read_table(path)
+    raw = readers.read_table(path)
     assert raw.row.tolist() == list(range(i))
     assert raw.frame["b"].to_list() == [f'{k}\r{"y" * (k % 13)}' for k in range(i)]
 
@@ -1336,7 +1334,7 @@ def make_output(directory: Path, manifest: dict | None = None) -> Path:
 
 def resolve_error(spec: Path | str, exclude: Path | None = None) -> str:
     with pytest.raises(InputError) as info:
-        io.resolve_inputs(str(spec), "positions", exclude)
+        inputs.resolve_inputs(str(spec), "positions", exclude)
     return str(info.value)
 
 
@@ -1344,31 +1342,32 @@ def resolve_error(spec: Path | str, exclude: Path | None = None) -> str:
                                   "[a-z].csv"])
 def test_an_existing_file_with_glob_characters_is_that_file(tmp_path, name):
     touch(tmp_path, name, "pos1.csv", "poss.csv", "a.csv", "pas.csv")
-    assert io.resolve_inputs(str(tmp_path / name), "positions") == [tmp_path / name]
+    assert inputs.resolve_inputs(str(tmp_path / name), "positions") == [tmp_path / name]
 
 
 def test_an_existing_directory_with_glob_characters_is_that_directory(tmp_path):
     touch(tmp_path, "d[1]/a.csv", "d1/b.csv")
-    assert io.resolve_inputs(str(tmp_path / "d[1]"), "positions") == [tmp_path / "d[1]/a.csv"]
+    assert inputs.resolve_inputs(str(tmp_path / "d[1]"), "positions") == [tmp_path / "d[1]/a.csv"]
 
 
 def test_a_glob_takes_a_component_that_exists_as_written_literally(tmp_path):
     touch(tmp_path, "d[1]/a.csv", "d1/b.csv")
-    assert io.resolve_inputs(str(tmp_path / "d[1]" / "*.csv"), "positions") == [
+    assert inputs.resolve_inputs(str(tmp_path / "d[1]" / "*.csv"), "positions") == [
         tmp_path / "d[1]/a.csv"]
-    assert io.resolve_inputs(str(tmp_path / "d[0-9]" / "*.csv"), "positions") == [
+    assert inputs.resolve_inputs(str(tmp_path / "d[0-9]" / "*.csv"), "positions") == [
         tmp_path / "d1/b.csv"]
 
 
 def test_a_missing_file_with_glob_characters_is_a_pattern(tmp_path):
     touch(tmp_path, "pos1.csv", "pos2.csv")
-    assert io.resolve_inputs(str(tmp_path / "pos[1].csv"), "positions") == [tmp_path / "pos1.csv"]
+    found = inputs.resolve_inputs(str(tmp_path / "pos[1].csv"), "positions")
+    assert found == [tmp_path / "pos1.csv"]
 
 
 def test_a_glob_matching_directories_reads_them_as_directories(tmp_path):
     touch(tmp_path, "day=1/a.csv", "day=1/_SUCCESS", "day=1/notes.txt", "day=2/sub/b.parquet",
           "day=3.csv", "other/c.csv")
-    got = io.resolve_inputs(str(tmp_path / "day=*"), "positions")
+    got = inputs.resolve_inputs(str(tmp_path / "day=*"), "positions")
     assert got == [tmp_path / "day=1/a.csv", tmp_path / "day=2/sub/b.parquet",
                    tmp_path / "day=3.csv"]
 
@@ -1376,17 +1375,17 @@ def test_a_glob_matching_directories_reads_them_as_directories(tmp_path):
 def test_glob_skips_marker_and_hidden_names_like_a_directory(tmp_path):
     touch(tmp_path, "d/a.csv", "d/_SUCCESS", "d/.a.csv.crc", "d/_tmp/x.csv", "d/.h/y.csv",
           "d/notes.txt")
-    assert io.resolve_inputs(str(tmp_path / "d" / "*"), "positions") == [
+    assert inputs.resolve_inputs(str(tmp_path / "d" / "*"), "positions") == [
         tmp_path / "d/a.csv", tmp_path / "d/notes.txt"]  # a file a pattern names is taken
-    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [tmp_path / "d/a.csv"]
-    assert io.resolve_inputs(str(tmp_path / "d" / "**" / "*.csv"), "positions") == [
+    assert inputs.resolve_inputs(str(tmp_path / "d"), "positions") == [tmp_path / "d/a.csv"]
+    assert inputs.resolve_inputs(str(tmp_path / "d" / "**" / "*.csv"), "positions") == [
         tmp_path / "d/a.csv"]
 
 
 def test_a_pattern_that_starts_with_the_character_matches_hidden_names(tmp_path):
     touch(tmp_path, "d/_a.csv", "d/.b.csv", "d/c.csv")
-    assert io.resolve_inputs(str(tmp_path / "d" / "_*"), "positions") == [tmp_path / "d/_a.csv"]
-    assert io.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [tmp_path / "d/.b.csv"]
+    assert inputs.resolve_inputs(str(tmp_path / "d" / "_*"), "positions") == [tmp_path / "d/_a.csv"]
+    assert inputs.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [tmp_path / "d/.b.csv"]
 
 
 @pytest.mark.parametrize("spec", ["d", "d/*", "d/**/*.csv", "d/*/*.csv"])
@@ -1396,14 +1395,14 @@ def test_snim_outputs_and_staging_below_the_input_are_never_read(tmp_path, spec)
     make_output(tmp_path / "d" / "sub" / "old")
     touch(tmp_path / "d", ".out.partial-123-20250101T000000Z-abc123/verdicts.parquet",
           ".out.retired-123-20250101T000000Z-abc123/verdicts.parquet")
-    got = io.resolve_inputs(str(tmp_path / spec), "positions")
+    got = inputs.resolve_inputs(str(tmp_path / spec), "positions")
     assert got == [p for p in [tmp_path / "d/a.csv", tmp_path / "d/sub/b.csv"]
                    if spec != "d/*/*.csv" or p.parent.name == "sub"]
 
 
 def test_staging_is_skipped_even_by_a_pattern_for_hidden_names(tmp_path):
     touch(tmp_path, "d/.old.csv", "d/.out.partial-123-20250101T000000Z-abc123/v.parquet")
-    assert io.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [
+    assert inputs.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [
         tmp_path / "d/.old.csv"]
 
 
@@ -1412,14 +1411,15 @@ def test_staging_is_skipped_even_by_a_pattern_for_hidden_names(tmp_path):
 def test_a_directory_with_another_tools_manifest_is_read(tmp_path, manifest):
     touch(tmp_path, "d/data/a.csv")
     (tmp_path / "d" / "data" / "manifest.json").write_text(json.dumps(manifest))
-    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [tmp_path / "d/data/a.csv"]
+    assert inputs.resolve_inputs(str(tmp_path / "d"), "positions") == [tmp_path / "d/data/a.csv"]
 
 
 def test_the_runs_own_output_is_never_read_even_without_a_manifest(tmp_path):
     out = tmp_path / "d" / "out"
     touch(tmp_path, "d/a.csv", "d/out/half-written.parquet")
     for spec in ["d", "d/*"]:
-        assert io.resolve_inputs(str(tmp_path / spec), "positions", out) == [tmp_path / "d/a.csv"]
+        found = inputs.resolve_inputs(str(tmp_path / spec), "positions", out)
+        assert found == [tmp_path / "d/a.csv"]
     assert resolve_error(tmp_path / "d/**/*.parquet", out) == (
         f"positions input {tmp_path / 'd/**/*.parquet'}: no file matches this pattern; skipped "
         "the run's own output directory")
@@ -1429,16 +1429,16 @@ def test_the_runs_own_output_is_never_read_even_without_a_manifest(tmp_path):
 
 def test_a_file_named_inside_an_output_is_read(tmp_path):
     out = make_output(tmp_path / "out")
-    assert io.resolve_inputs(str(out / "rejects.parquet"), "positions", out) == [
+    assert inputs.resolve_inputs(str(out / "rejects.parquet"), "positions", out) == [
         out / "rejects.parquet"]
-    assert io.resolve_inputs(str(out), "positions") == [
+    assert inputs.resolve_inputs(str(out), "positions") == [
         out / "rejects.parquet", out / "summary.parquet", out / "verdicts.parquet"]
 
 
 def test_directory_symlinks_are_followed_and_a_loop_is_an_error(tmp_path):
     touch(tmp_path, "data/a.csv", "d/b.csv")
     (tmp_path / "d" / "linked").symlink_to(tmp_path / "data")
-    assert io.resolve_inputs(str(tmp_path / "d"), "positions") == [
+    assert inputs.resolve_inputs(str(tmp_path / "d"), "positions") == [
         tmp_path / "d/b.csv", tmp_path / "d/linked/a.csv"]
     (tmp_path / "data" / "up").symlink_to(tmp_path / "d")
     for spec in ["d", "d/**/*.csv"]:

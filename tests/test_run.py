@@ -34,10 +34,10 @@ from conftest import (
 )
 from polars.testing import assert_frame_equal
 
-from pipeline import io
 from pipeline.config import config_from_dict
 from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
+from pipeline.io import scratch
 from pipeline.run import run_job
 from pipeline.transforms import ordering
 from pipeline.transforms.long_form import from_scratch, to_scratch
@@ -327,13 +327,13 @@ def split_long_form(monkeypatch, rows_per_part: int) -> list[int]:
     does for large inputs); returns the list that records the part of each frame written."""
     monkeypatch.setattr(polars_engine, "LONG_PARTITION_ROWS", rows_per_part)
     written: list[int] = []
-    write = io.Spill.write
+    write = scratch.Spill.write
 
-    def recording(self: io.Spill, part: int, frame: pl.DataFrame) -> None:
+    def recording(self: scratch.Spill, part: int, frame: pl.DataFrame) -> None:
         write(self, part, frame)
         written.append(part)
 
-    monkeypatch.setattr(io.Spill, "write", recording)
+    monkeypatch.setattr(scratch.Spill, "write", recording)
     return written
 
 

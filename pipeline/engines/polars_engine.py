@@ -19,11 +19,21 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline import io, keys
+from pipeline import keys
 from pipeline.config import Config, Tables
 from pipeline.engines import EngineResult, manifest_counts, problem_text
 from pipeline.errors import InputError
 from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableBudget, TableSet
+from pipeline.io.commit import sink_parquet, write_parquet
+from pipeline.io.inputs import InputFile, RawTable, checksummed, format_of, resolve_inputs
+from pipeline.io.readers import (
+    columns_of,
+    heap_upper_bound,
+    iter_batches,
+    read_tables,
+    row_estimate,
+)
+from pipeline.io.scratch import spill
 from pipeline.transforms import buffers, evaluate, long_form, normalize, ordering, outputs, schema
 
 Phase = Callable[[str], AbstractContextManager[None]]
@@ -113,14 +123,14 @@ def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: s
     (both engines, so that their tables, and sg_tables, are the same)."""
     cache = TableCache(distinct, config.tables)
     if form == "wide":
-        cache.presize(io.heap_upper_bound(paths, config.columns.heaps))
+        cache.presize(heap_upper_bound(paths, config.columns.heaps))
     return cache
 
 
-def read_rules(config: Config) -> tuple[pl.DataFrame, list[io.InputFile]]:
+def read_rules(config: Config) -> tuple[pl.DataFrame, list[InputFile]]:
     """All rules files, normalised and validated (reasons on bad rows)."""
     frames, files = [], []
-    for raw in io.read_tables(config.rules, "rules", exclude=config.out):
+    for raw in read_tables(config.rules, "rules", exclude=config.out):
         source = str(raw.file.path)
         frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns)
         frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
@@ -130,7 +140,7 @@ def read_rules(config: Config) -> tuple[pl.DataFrame, list[io.InputFile]]:
     return normalize.reject_duplicate_rules(rules), files
 
 
-def _with_bad_lines(frame: pl.DataFrame, raw: io.RawTable, keys: dict[str, str]
+def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, keys: dict[str, str]
                     ) -> pl.DataFrame:
     """Add the CSV lines the reader skipped (wrong field count) as rejected rows, with their
     key columns as given (`keys` maps output name -> input column) so that their rule set or
@@ -160,7 +170,7 @@ def _with_bad_lines(frame: pl.DataFrame, raw: io.RawTable, keys: dict[str, str]
 
 def positions_form(paths: list[Path], config: Config) -> str:
     """The positions form, which every file must share."""
-    forms = {p: schema.detect_form(io.columns_of(p), config.columns, str(p)) for p in paths}
+    forms = {p: schema.detect_form(columns_of(p), config.columns, str(p)) for p in paths}
     first = forms[paths[0]]
     for path, form in forms.items():
         if form != first:
@@ -175,7 +185,7 @@ def position_batches(paths: list[Path], config: Config, form: str
     file_start = 0  # rows of the earlier files, which number default position ids on
     for index, path in enumerate(paths):
         rows_here = 0
-        for raw in io.iter_batches(path, BATCH_ROWS):
+        for raw in iter_batches(path, BATCH_ROWS):
             frame = normalize.normalize_positions(raw.frame, raw.row, str(path),
                                                    config.columns, form, file_start)
             rows_here += raw.frame.height + len(raw.bad_lines)
@@ -191,12 +201,12 @@ def execute(config: Config, staging: Path, phase: Phase,
     with phase("rules"):
         rules, rule_files = read_rules(config)
         distinct, index = normalize.rule_index(rules)
-        paths = io.resolve_inputs(config.positions, "positions", exclude=config.out)
+        paths = resolve_inputs(config.positions, "positions", exclude=config.out)
         form = positions_form(paths, config)
     with phase("tables"):
         cache = table_cache(distinct, config, paths, form)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    described = [checksums.submit(io.checksummed, p) for p in paths]
+    described = [checksums.submit(checksummed, p) for p in paths]
     checksums.shutdown(wait=False)
     with phase("positions"):
         if form == "wide":
@@ -219,11 +229,11 @@ def execute(config: Config, staging: Path, phase: Phase,
               "positions": [f.result().as_dict() for f in described]}
     if not (rejects.height and config.on_bad_rows == "fail"):
         with phase("write"):
-            io.sink_parquet(evaluate.with_verdict(verdicts.lazy()),
+            sink_parquet(evaluate.with_verdict(verdicts.lazy()),
                             staging / "verdicts.parquet")
-            io.write_parquet(rejects, staging / "rejects.parquet")
-            io.write_parquet(sg_tables, staging / "sg_tables.parquet")
-            io.write_parquet(summary, staging / "summary.parquet")
+            write_parquet(rejects, staging / "rejects.parquet")
+            write_parquet(sg_tables, staging / "sg_tables.parquet")
+            write_parquet(summary, staging / "summary.parquet")
     return EngineResult(inputs, counts, form, problems)
 
 
@@ -232,7 +242,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     parts, rejects, rows_read = [], [], 0
     keep = _verdict_columns(config)
     rule_ids = _integer_rule_ids(index)
-    total = (io.row_estimate(paths) if all(io.format_of(p) == "parquet" for p in paths)
+    total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
@@ -284,7 +294,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
                    staging: Path, note: Callable[[str], None]
                    ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     batches = position_batches(paths, config, "long")
-    parts = -(-io.row_estimate(paths) // LONG_PARTITION_ROWS)
+    parts = -(-row_estimate(paths) // LONG_PARTITION_ROWS)
     if parts <= 1:
         frames = [frame for _, frame in batches]
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
@@ -293,7 +303,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
         return verdicts, rejects, sum(f.height for f in frames)
     rows_read = 0
     text = dict.fromkeys(keys.KEYS, False)
-    with io.spill(staging) as scratch:
+    with spill(staging) as scratch:
         for file_index, frame in batches:
             rows_read += frame.height
             empty = frame.clear()

@@ -59,10 +59,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pipeline import io, kernels, keys
+from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.engines import EngineResult, manifest_counts, polars_engine, problem_text
-from pipeline.errors import InputError, SnimError
+from pipeline.errors import InputError, SnimError, first_line
+from pipeline.io.commit import write_parquet
+from pipeline.io.failures import storage_failure, writing
+from pipeline.io.inputs import checksummed, format_of, resolve_inputs
+from pipeline.io.readers import columns_of
 from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
 from pipeline.transforms.schema import REJECT_SCHEMA as REJECT_COLUMNS
 from pipeline.transforms.schema import input_column_names
@@ -360,9 +364,6 @@ def _nulls(schema: T.StructType, drop: tuple[str, ...] = ()) -> list[Any]:
             if f.name not in drop]
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
 
 @dataclass
 class _Job:
@@ -406,7 +407,7 @@ class _Job:
         """Normalised rows of every positions file (NORM_SCHEMA) and the rows of each file.
 
         Raises the InputError the polars engine would raise first (files in order)."""
-        formats = [io.format_of(p) for p in self.paths]
+        formats = [format_of(p) for p in self.paths]
         csv = [i for i, f in enumerate(formats) if f == "csv"]
         probed = {i: self._probe(i) for i, f in enumerate(formats) if f == "parquet"}
         errors = {i: p for i, p in probed.items() if isinstance(p, str)}
@@ -440,7 +441,7 @@ class _Job:
             raise
         except CapturedException as exc:  # e.g. a corrupt Parquet page
             raise InputError(f"positions input {self.config.positions}: Spark could not read "
-                             f"it ({_first_line(exc)})") from None
+                             f"it ({first_line(exc)})") from None
         problems = {**{r["_file"]: r["why"] for r in stats if r["_kind"] == FATAL}, **errors}
         if problems:
             raise InputError(problems[min(problems)])
@@ -464,7 +465,7 @@ class _Job:
         except SnimError as exc:
             return str(exc)
         except (pa.ArrowException, OSError) as exc:
-            return f"{path}: not a readable Parquet file ({_first_line(exc)})"
+            return f"{path}: not a readable Parquet file ({first_line(exc)})"
         default_pid = self.form == "wide" and self.config.columns.position_id not in empty.columns
         return _ParquetFile(i, str(path), dict(empty.schema), default_pid)
 
@@ -474,7 +475,7 @@ class _Job:
         if self.form != "wide":
             return norm
         defaults = [i for i, p in enumerate(self.paths)
-                    if self.config.columns.position_id not in io.columns_of(p)]
+                    if self.config.columns.position_id not in columns_of(p)]
         if not defaults:
             return norm
         offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
@@ -623,11 +624,11 @@ class _Job:
         try:
             df.write.option("compression", "zstd").parquet(str(target))
         except Exception as exc:  # the write runs the job: only storage errors are ours here
-            failure = io.storage_failure(target.name, exc)
+            failure = storage_failure(target.name, exc)
             if failure is None:
                 raise
             raise failure from None
-        with io.writing(target.name):
+        with writing(target.name):
             for name in os.listdir(target):
                 if not name.startswith("part-"):
                     os.remove(target / name)
@@ -654,10 +655,10 @@ def execute(config: Config, staging: Path, phase: Phase,
     with phase("rules"):
         rules, rule_files = polars_engine.read_rules(config)
         distinct, index = normalize.rule_index(rules)
-        paths = io.resolve_inputs(config.positions, "positions", exclude=config.out)
+        paths = resolve_inputs(config.positions, "positions", exclude=config.out)
         form = polars_engine.positions_form(paths, config)
     checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    described = [checksums.submit(io.checksummed, p) for p in paths]
+    described = [checksums.submit(checksummed, p) for p in paths]
     checksums.shutdown(wait=False)
     with phase("tables"):
         cache = polars_engine.table_cache(distinct, config, paths, form)
@@ -700,8 +701,8 @@ def execute(config: Config, staging: Path, phase: Phase,
             with phase("write"):
                 job.write(verdicts.orderBy(*KEYS), staging / "verdicts.parquet")
                 job.write(rejects, staging / "rejects.parquet")
-                io.write_parquet(sg_tables, staging / "sg_tables.parquet")
-                io.write_parquet(summary, staging / "summary.parquet")
+                write_parquet(sg_tables, staging / "sg_tables.parquet")
+                write_parquet(summary, staging / "summary.parquet")
         return EngineResult(inputs, result_counts, form, problems)
     finally:
         job.close()

@@ -1,0 +1,23 @@
+"""`convert`: classic S-Nim text -> rules.parquet + positions.parquet, the job's own input
+tables (wide form, integer ids: test case i is rule set i, its positions numbered from 0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.classic import classic_to_tables
+from pipeline.io.commit import write_table_files
+
+RULES_SCHEMA = {"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.List(pl.Int64)}
+POSITIONS_SCHEMA = {"rule_set_id": pl.Int64, "position_id": pl.Int64,
+                    "heaps": pl.List(pl.Int64)}
+
+
+def convert_classic(data: bytes | memoryview, out: Path) -> list[Path]:
+    """Parse (and check) classic text, then write its two tables into `out`."""
+    rules, positions = classic_to_tables(data)
+    return write_table_files({"rules.parquet": pl.DataFrame(rules, schema=RULES_SCHEMA),
+                              "positions.parquet": pl.DataFrame(positions,
+                                                                schema=POSITIONS_SCHEMA)}, out)

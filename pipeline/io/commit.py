@@ -1,0 +1,341 @@
+"""The atomic output commit: the run writes into a hidden staging directory beside the target,
+which replaces the target with one atomic rename; an existing output is replaced only when it
+is provably a snim-batch output. See docs/ARCHITECTURE.md, "The commit"."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+import shutil
+import signal
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.errors import OutputError
+from pipeline.io.failures import WriteFailure, failure, write_cause, writing
+from pipeline.io.manifest import MANIFEST, ownership_problem
+
+_RENAME_NOREPLACE = 1
+
+
+_RENAME_EXCHANGE = 2
+
+
+_AT_FDCWD = -100
+
+
+
+
+
+
+_TAKEN = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR)
+
+
+_COMMIT_ATTEMPTS = 8
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def _renameat2(source: Path, target: Path, flags: int) -> bool:
+    """Linux renameat2(2): True when done, False where the call or the flag is unsupported;
+    any other failure raises OSError."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags) == 0:
+        return True
+    number = ctypes.get_errno()
+    if number in (errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(number, os.strerror(number), str(target))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two directories (Linux renameat2); False where unsupported."""
+    return _renameat2(a, b, _RENAME_EXCHANGE)
+
+
+def _create(staging: Path, target: Path) -> None:
+    """Rename `staging` to `target` only if nothing is there (renameat2 RENAME_NOREPLACE);
+    where that is unsupported, a plain rename, which fails over a non-empty directory or a
+    file (and replaces an empty directory, which is no output). A taken `target` raises
+    OSError with errno EEXIST, ENOTEMPTY or ENOTDIR."""
+    if not _renameat2(staging, target, _RENAME_NOREPLACE):
+        os.rename(staging, target)
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True) + [root]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def output_target(out: Path) -> Path:
+    """Where `--out OUT` is committed: OUT, or for a symbolic link the path it resolves to
+    (every link followed, a dangling one to the path it names); the link itself is kept."""
+    out = out.absolute()
+    return Path(os.path.realpath(out)) if out.is_symlink() else out
+
+
+def _output_shown(out: Path, target: Path) -> str:
+    out = out.absolute()
+    return str(out) if out == target else f"{out} (a link to {target})"
+
+
+
+
+def _target_state(target: Path, overwrite: bool, shown: str) -> str:
+    """"missing", "empty" (an empty directory, filled without --overwrite) or "output" (a
+    snim-batch output that --overwrite allows to replace); anything else raises."""
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        raise OutputError(f"{shown}: cannot inspect it ({exc.strerror}); nothing was written"
+                          ) from None
+    if stat.S_ISLNK(mode):
+        raise OutputError(f"{shown}: a symbolic link that does not resolve (a loop?); "
+                          "nothing was written")
+    if not stat.S_ISDIR(mode):
+        raise OutputError(f"{shown}: exists and is not a directory; refusing to replace it")
+    try:
+        with os.scandir(target) as entries:
+            if next(entries, None) is None:
+                return "empty"
+    except OSError as exc:
+        raise OutputError(f"{shown}: cannot list it ({exc.strerror}); nothing was written"
+                          ) from None
+    problem = ownership_problem(target)
+    if problem is not None:
+        raise OutputError(f"{shown}: exists and is not provably a snim-batch output "
+                          f"({problem}); refusing to replace it, nothing was written")
+    if not overwrite:
+        raise OutputError(f"{shown}: output already exists (pass --overwrite to replace it)")
+    return "output"
+
+
+def _dispose(old: Path, target: Path, tag: str, shown: str, what: str) -> str | None:
+    """Delete `what` (an output at `old`) if it is still provably a snim-batch output;
+    otherwise keep it under a hidden name beside `target`. Returns what to tell the user (None
+    when it was deleted); never raises, since by then the run's own output is in place."""
+    problem = ownership_problem(old)
+    try:
+        if problem is None:
+            shutil.rmtree(old)
+            return None
+        kept = target.parent / f".{target.name}.kept-{tag}"
+        os.rename(old, kept)
+    except OSError as exc:
+        undone = "removed" if problem is None else "moved aside"
+        return f"{shown}: {what} could not be {undone} ({exc.strerror}); it is at {old}"
+    return (f"{shown}: {what} is not provably a snim-batch output any more ({problem}), so "
+            f"it was not deleted: it is kept as {kept}")
+
+
+def _remove_stale_staging(out: Path) -> list[str]:
+    """Clean up after earlier runs for this target whose process is gone: put back an output
+    that a killed run had moved aside (the fallback commit without renameat2), remove
+    unfinished staging directories, and remove a complete one (a new output not yet renamed,
+    or the old one swapped out) only while it is provably a snim-batch output; one that is
+    not is kept under a hidden `.NAME.kept-...` name. Returns what to tell the user."""
+    notices: list[str] = []
+    retired = []
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.(partial|retired)-(\d+)-(.*)")
+    try:
+        names = sorted(os.listdir(out.parent))
+    except OSError:
+        return []
+    for name in names:
+        match = pattern.fullmatch(name)
+        if not match or _pid_alive(int(match.group(2))):
+            continue
+        stale = out.parent / name
+        if match.group(1) == "retired":
+            retired.append((stale, match.group(3)))
+        elif not os.path.lexists(stale / MANIFEST):
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            notices.append(_dispose(stale, out, match.group(3), str(out),
+                                    f"the output left by an interrupted run at {stale}") or "")
+    for old, tag in retired:
+        if not os.path.lexists(out):
+            try:
+                os.rename(old, out)
+                continue
+            except OSError as exc:
+                notices.append(f"{out}: cannot put back the output at {old} ({exc.strerror})")
+                continue
+        notices.append(_dispose(old, out, tag, str(out),
+                                f"the output left by an interrupted run at {old}") or "")
+    return [notice for notice in notices if notice]
+
+
+def _make_staging(target: Path, run_id: str, shown: str) -> Path:
+    parent = target.parent
+    staging = parent / f".{target.name}.partial-{os.getpid()}-{run_id}"
+    for doing, make in ((f"creating the directory {parent}",
+                         lambda: parent.mkdir(parents=True, exist_ok=True)),
+                        (f"creating the staging directory {staging}", staging.mkdir)):
+        try:
+            make()
+        except OSError as exc:
+            raise failure(shown, doing, *write_cause(exc)) from None
+    return staging
+
+
+def _swap(staging: Path, target: Path) -> Path:
+    """Swap the new output in for the old one; returns where the old one now is."""
+    if _exchange(staging, target):
+        return staging
+    retired = staging.with_name(staging.name.replace(".partial-", ".retired-", 1))
+    os.rename(target, retired)
+    try:
+        os.rename(staging, target)
+    except OSError:
+        os.rename(retired, target)
+        raise
+    return retired
+
+
+def _commit(staging: Path, target: Path, overwrite: bool, shown: str) -> Path | None:
+    """Put the finished `staging` at `target`; returns where the replaced output now is (None
+    when there was none). A missing target is created atomically and never over an output
+    another run committed meanwhile: that one is then judged like any existing output."""
+    for _ in range(_COMMIT_ATTEMPTS):
+        state = _target_state(target, overwrite, shown)
+        try:
+            if state == "missing":
+                _create(staging, target)
+                return None
+            if state == "empty":
+                os.rename(staging, target)  # the kernel refuses if it is no longer empty
+                return None
+            return _swap(staging, target)
+        except OSError as exc:
+            if exc.errno not in (*_TAKEN, errno.ENOENT) or not staging.is_dir():
+                raise
+    raise OutputError(f"{shown}: kept changing while this run committed its output; nothing "
+                      "was written")
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ignore Ctrl-C while the new output is swapped in and the old one removed: once
+    started, the commit completes, so no message can say nothing was written after it was."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
+@contextmanager
+def staged_output(out: Path, run_id: str, overwrite: bool,
+                  notify: Callable[[str], None] = lambda message: None) -> Iterator[Path]:
+    """Yield a hidden staging directory beside the output; on normal exit it replaces the
+    output atomically.
+
+    A symbolic link `out` is followed (`output_target`). An existing output is replaced only
+    with `overwrite`, and only when it is provably a snim-batch output (`ownership_problem`),
+    checked before any work, at the commit, and again right before it is deleted. A failed
+    write names the output, the file and the cause (`writing`). The staging directory is
+    removed on any exception. A run killed outright leaves only a hidden
+    `.NAME.partial-PID-RUN` directory, cleaned up by the next run. `notify` gets what the
+    user should know though the run succeeded (an old output kept aside).
+    """
+    target = output_target(out)
+    shown = _output_shown(out, target)
+    if not target.name:
+        raise OutputError(f"{shown}: the root directory cannot be an output")
+    for notice in _remove_stale_staging(target):
+        notify(notice)
+    _target_state(target, overwrite, shown)
+    staging = _make_staging(target, run_id, shown)
+    committed = False
+    try:
+        yield staging
+        try:
+            _fsync_tree(staging)
+        except OSError as exc:
+            raise failure(shown, "syncing the output to disk", *write_cause(exc)) from None
+        with _interrupts_held():
+            try:
+                old = _commit(staging, target, overwrite, shown)
+            except OSError as exc:
+                raise failure(shown, f"renaming {staging.name} to {target.name}",
+                               *write_cause(exc)) from None
+            committed = True
+            if old is not None:
+                notice = _dispose(old, target, run_id, shown, "the replaced output")
+                if notice:
+                    notify(notice)
+    except WriteFailure as exc:
+        raise exc.about(shown) from None
+    finally:
+        if not committed:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_parquet(frame: pl.DataFrame, path: Path) -> None:
+    """One output table as Parquet; a failure names the file (see `writing`)."""
+    with writing(path.name):
+        frame.write_parquet(path, compression="zstd", statistics=True)
+
+
+def sink_parquet(frame: pl.LazyFrame, path: Path) -> None:
+    """Stream a lazy frame to one Parquet file (columns computed chunk by chunk)."""
+    with writing(path.name):
+        frame.sink_parquet(path, compression="zstd", statistics=True)
+
+
+def write_table_files(frames: dict[str, pl.DataFrame], directory: Path) -> list[Path]:
+    """Write each frame to `directory / name` (created if missing), each file replaced
+    atomically (written beside it, then renamed); the paths written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{directory}: cannot create directory ({exc.strerror})") from None
+    written = []
+    for name, frame in frames.items():
+        target, tmp = directory / name, directory / f".{name}.tmp"
+        with writing(str(target)):
+            frame.write_parquet(tmp)
+            os.replace(tmp, target)
+        written.append(target)
+    return written

@@ -1,0 +1,250 @@
+"""CSV files in batches with exact row numbers: pyarrow's streaming parser, every column as
+text, after one exact scan of the bytes for encoding, quotes and line ends."""
+
+from __future__ import annotations
+
+import codecs
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from pipeline import kernels
+from pipeline.errors import InputError, first_line
+from pipeline.io.inputs import InputFile, RawTable
+
+_BOM = b"\xef\xbb\xbf"
+
+
+_HEADER_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True)
+class _TextScan:
+    """What a pass over a CSV file's bytes found: the offset of the first NUL byte or invalid
+    UTF-8 sequence (-1: none; binary data is never CSV), the physical line of a quote that
+    is never closed (0: none), and whether a quoted field holds a line break."""
+
+    bad_byte: int
+    open_line: int
+    quoted_break: bool
+
+
+def _csv_bytes(data: bytes | mmap.mmap) -> np.ndarray:
+    return np.frombuffer(data, np.uint8)
+
+
+def _bom_length(data: bytes | mmap.mmap) -> int:
+    return len(_BOM) if data[:len(_BOM)] == _BOM else 0
+
+
+def _scan_text(path: Path) -> _TextScan:
+    """Check the whole file through a memory map (decoded in 16 MiB slices, quotes followed
+    by a compiled scan of the mapped bytes), so a large file is never held twice."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        nul = data.find(b"\x00")
+        if nul >= 0:
+            return _TextScan(nul, 0, False)
+        step = 1 << 24
+        for start in range(0, len(data), step):
+            try:
+                decoder.decode(data[start:start + step], final=start + step >= len(data))
+            except UnicodeDecodeError as exc:
+                return _TextScan(start + exc.start, 0, False)
+        if data.find(b'"') < 0:
+            return _TextScan(-1, 0, False)
+        view = _csv_bytes(data)
+        _, _, open_line, quoted_break = kernels.csv_scan(view, _bom_length(data), 0)
+        del view  # the map cannot close while an array still points into it
+    return _TextScan(-1, open_line, quoted_break)
+
+
+def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
+    """A CSV file in batches of `batch_rows` rows (the last one fewer), parsed as it streams
+    (pyarrow's serial reader, every column as text), so memory holds one batch, not the file.
+    Each batch carries the lines with the wrong number of fields found since the previous
+    one."""
+    path = file.path
+    if file.size == 0:
+        raise InputError(f"{path}: empty file (expected a CSV header line)")
+    header, terminated = read_header(path)
+    scan = _scan_text(path)
+    if scan.bad_byte >= 0:
+        raise InputError(f"{path}: not a CSV file (binary data or invalid UTF-8 at byte "
+                         f"{scan.bad_byte})")
+    if scan.open_line:
+        raise _unclosed_quote(path, scan.open_line)
+    if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
+        yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
+                       np.zeros(0, np.int64), [])
+        return
+    bad: list[tuple[int, str, str]] = []
+
+    def on_invalid(row: Any) -> str:
+        number = row.number - 2 if row.number is not None else -1  # 1-based, with header
+        bad.append((number, f"line has {row.actual_columns} fields, expected "
+                            f"{row.expected_columns}", row.text or ""))
+        return "skip"
+
+    def unreadable(exc: Exception) -> InputError:
+        return InputError(f"{path}: not a readable CSV file ({first_line(exc)})")
+
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(use_threads=False),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
+                                             newlines_in_values=scan.quoted_break),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.string() for name in header},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise unreadable(exc) from None
+    numbering = _RowNumbers()
+    given = 0
+
+    def emit(table: pa.Table) -> RawTable:
+        nonlocal given
+        rows = numbering.next(table.num_rows, [r for r, _, _ in bad[numbering.skipped:]])
+        if scan.quoted_break:
+            _check_text(path, table, rows)
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        new_bad, given = bad[given:], len(bad)
+        return RawTable(file, frame, rows, new_bad)
+
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    yielded = False
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            raise unreadable(exc) from None
+        pending.append(batch)
+        held += batch.num_rows
+        if held < batch_rows:
+            continue
+        table = pa.Table.from_batches(pending, schema=reader.schema)
+        whole = held - held % batch_rows
+        for start in range(0, whole, batch_rows):
+            yield emit(table.slice(start, batch_rows))
+            yielded = True
+        pending, held = table.slice(whole).to_batches(), held - whole
+    if held or not yielded or given < len(bad):
+        yield emit(pa.Table.from_batches(pending, schema=reader.schema))
+
+
+class _RowNumbers:
+    """Data row numbers of the rows a CSV reader keeps, given the numbers of the lines it
+    skipped so far (reported in order, before the rows after them are returned)."""
+
+    def __init__(self) -> None:
+        self.row = 0
+        self.skipped = 0
+
+    def next(self, count: int, new_skips: list[int]) -> np.ndarray:
+        out = np.empty(count, np.int64)
+        done = 0
+        skips = iter(new_skips)
+        skip = next(skips, None)
+        while done < count:
+            while skip is not None and skip <= self.row:
+                if skip == self.row:
+                    self.row += 1
+                self.skipped += 1
+                skip = next(skips, None)
+            take = count - done if skip is None else min(count - done, skip - self.row)
+            out[done:done + take] = np.arange(self.row, self.row + take)
+            done += take
+            self.row += take
+        return out
+
+
+def _check_text(path: Path, table: pa.Table, rows: np.ndarray) -> None:
+    """Reject a field that swallowed whole CSV lines; a quoted line break alone is valid CSV.
+    The quote scan finds a quote left open to the end of the file; this finds two quotes
+    left open that close each other ('"5' ... '"7'), valid by the CSV rules but never meant.
+    `rows` numbers the table's rows in the file."""
+    for name in table.column_names:
+        column = table[name]
+        spans = pc.match_substring_regex(column, "[\r\n]")
+        if not pc.any(spans).as_py():
+            continue
+        swallowed = pc.and_(spans, pc.match_substring_regex(column, "[\r\n][^\r\n]*[,\"]"))
+        if pc.any(swallowed).as_py():
+            row = int(rows[pc.index(swallowed, True).as_py()])
+            raise InputError(f"{path}: row {row}, column {name}: a quoted field runs over "
+                             "several lines that look like CSV rows (unterminated quote?)")
+
+
+def _unclosed_quote(path: Path, line: int) -> InputError:
+    return InputError(f"{path}: line {line}: a quoted field is never closed (unterminated "
+                      "quote)")
+
+
+def read_header(path: Path) -> tuple[list[str], bool]:
+    """(column names, whether a line end follows them) from the file's first record, found
+    by the same scan of quotes and line ends (LF, CRLF, CR) as the rows; blank lines before
+    it are skipped, as pyarrow skips them."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_HEADER_LIMIT)
+            whole = len(head) == os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    records, end, open_line, _ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
+    if records == 0 and whole:
+        raise InputError(f"{path}: no header line (the file holds only blank lines; "
+                         "expected column names)")
+    if open_line and whole:
+        raise _unclosed_quote(path, open_line)
+    terminated = not open_line and head[end - 1:end] in (b"\n", b"\r")
+    if not terminated and not whole:
+        raise InputError(f"{path}: the header line does not end within the first "
+                         f"{_HEADER_LIMIT >> 20} MiB (is this a CSV file?)")
+    first = head[:end]
+    try:
+        text = first.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a CSV file (the first line is not UTF-8 text)") from None
+    if not text.strip():
+        raise InputError(f"{path}: empty header line (expected column names)")
+    try:
+        table = pacsv.read_csv(pa.py_buffer(first if terminated else first + b"\n"),
+                               read_options=pacsv.ReadOptions(use_threads=False))
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"{path}: not a readable CSV header ({first_line(exc)})") from None
+    names = table.column_names
+    if len(set(names)) != len(names):
+        raise InputError(f"{path}: duplicate column names in header: {names}")
+    return names, terminated
+
+
+def csv_row_estimate(path: Path, sample: int = 1 << 22) -> int:
+    """Exact for a file of at most `sample` bytes (its records less the header, counted as
+    the parser counts them); else those of its first `sample` bytes scaled to its size."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(sample)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    rows = max(kernels.csv_scan(_csv_bytes(head), _bom_length(head), 0)[0] - 1, 0)
+    if len(head) == size:
+        return rows
+    return -(-size * rows // len(head))

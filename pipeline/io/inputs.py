@@ -1,0 +1,337 @@
+"""Finding the input files of a spec (a file, a directory or a glob), describing and
+checksumming them. A name that exists is that file; outputs and staging are never inputs."""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline.errors import InputError
+from pipeline.io.manifest import MANIFEST, written_by_snim
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+CSV_SUFFIXES = (".csv",)
+
+
+GLOB_CHARS = "*?["
+
+
+_INPUT_SUFFIXES = PARQUET_SUFFIXES + CSV_SUFFIXES
+
+
+_STAGING_NAME = re.compile(r"\..+\.(?:partial|retired)-\d+-.+")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file as recorded in the manifest; its checksum is computed on first use (for
+    positions, by the engines in a background thread while the rows are read)."""
+
+    path: Path
+    format: str
+    size: int
+    _digest: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def sha256(self) -> str:
+        if self._digest is None:
+            try:
+                object.__setattr__(self, "_digest", _checksum(self.path))
+            except OSError as exc:
+                raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+        assert self._digest is not None
+        return self._digest
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "format": self.format, "size": self.size,
+                "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class RawTable:
+    """A file's rows as read (CSV: every column a string), plus rows the reader had to skip.
+
+    `row` is the 0-based data row number in the file for each frame row; `bad_lines` holds
+    (row, reason, line text) for CSV lines with the wrong number of fields.
+    """
+
+    file: InputFile
+    frame: pl.DataFrame
+    row: np.ndarray
+    bad_lines: list[tuple[int, str, str]]
+
+
+def format_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    if suffix in CSV_SUFFIXES:
+        return "csv"
+    with path.open("rb") as fh:
+        return "parquet" if fh.read(4) == b"PAR1" else "csv"
+
+
+def resolve_inputs(spec: str, what: str, exclude: Path | None = None) -> list[Path]:
+    """A file, a directory (its .parquet/.pq/.csv files, recursively) or a glob -> sorted files.
+
+    A path that exists is taken as written, glob characters and all; only one that does not
+    is a glob pattern. What a directory listing or a wildcard finds is skipped when its name
+    starts with _ or . (hidden files, markers such as _SUCCESS, staging directories) or it is
+    a snim-batch output directory; the directory `exclude` (the run's own output) is never
+    read. Raises InputError saying what was found and skipped when no file is left."""
+    return _InputFinder(spec, what, exclude).files()
+
+
+def is_snim_output(directory: Path) -> bool:
+    """Whether `directory` holds a manifest.json written by snim-batch: a JSON object with a
+    run_id and versions naming snim-batch."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return written_by_snim(manifest)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of what `path` leads to, None when it leads nowhere."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _shown(name: str) -> str:
+    """A file name as printable text: bytes that are not UTF-8 as backslash escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+class _InputFinder:
+    """The files of one input spec, with a count of what was skipped and why (which the
+    error says when nothing is left)."""
+
+    def __init__(self, spec: str, what: str, exclude: Path | None):
+        self.spec = spec
+        self.what = what
+        self.excluded = _identity(exclude) if exclude is not None else None
+        self.found: list[Path] = []
+        self.skipped: dict[str, set[Path]] = {key: set() for key in (
+            "hidden file", "hidden dir", "suffix", "special", "output", "own")}
+
+    def files(self) -> list[Path]:
+        path = Path(self.spec)
+        if self.exists(path):
+            if self.kind_of(path) != "dir":
+                return self.named_in_utf8([path])
+            self.take_dir(path, ())
+            empty = "no .parquet, .pq or .csv files found"
+        elif any(ch in self.spec for ch in GLOB_CHARS):
+            self.match(Path(path.anchor or "."), path.parts[1 if path.anchor else 0:], ())
+            empty = "no file matches this pattern"
+        else:
+            raise self.error(path, "no such file or directory")
+        if not self.found:
+            raise self.error(path, empty + self.skip_text())
+        return self.named_in_utf8(sorted(set(self.found)))
+
+    def named_in_utf8(self, files: list[Path]) -> list[Path]:
+        """`files`, once each name is known to be UTF-8 text, as the outputs record it."""
+        for file in files:
+            if _shown(str(file)) != str(file):
+                raise self.error(file, "the file name is not UTF-8 text, which the outputs "
+                                       "need to name it (rename the file)")
+        return files
+
+    def exists(self, path: Path) -> bool:
+        """Whether `path` itself (a symlink, even a broken one, included) exists; an error
+        other than its absence (a directory on the way that cannot be searched) is raised."""
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise self.path_error(path, exc) from None
+        return True
+
+    def error(self, path: Path, message: str) -> InputError:
+        where = "" if path == Path(self.spec) else f"{_shown(str(path))}: "
+        return InputError(f"{self.what} input {_shown(self.spec)}: {where}{message}")
+
+    def path_error(self, path: Path, exc: OSError) -> InputError:
+        if exc.errno == errno.ELOOP:
+            return self.error(path, "symlink loop (too many levels of symbolic links)")
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            return self.error(path, f"dangling symlink to {_shown(os.readlink(path))} (its target "
+                                    "does not exist)")
+        if exc.errno == errno.ENOENT:
+            return self.error(path, "no such file or directory")
+        return self.error(path, f"cannot read it ({exc.strerror})")
+
+    def kind_of(self, path: Path) -> str:
+        """'dir', 'file' (regular) or 'special', through symlinks; a broken one is an error."""
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise self.path_error(path, exc) from None
+        if stat.S_ISDIR(mode):
+            return "dir"
+        return "file" if stat.S_ISREG(mode) else "special"
+
+    def entries(self, directory: Path) -> list[str]:
+        try:
+            return sorted(os.listdir(directory))
+        except OSError as exc:
+            raise self.error(directory, f"cannot read directory ({exc.strerror})") from None
+
+    def hidden(self, directory: Path, name: str, pattern: str = "") -> bool:
+        """Skip (and count) a name starting with _ or ., unless `pattern` starts with that
+        character too; a staging directory is skipped whatever the pattern."""
+        if not name.startswith(("_", ".")) or (
+                pattern.startswith(name[0]) and not _STAGING_NAME.fullmatch(name)):
+            return False
+        path = directory / name
+        self.skipped["hidden dir" if os.path.isdir(path) else "hidden file"].add(path)
+        return True
+
+    def enter(self, directory: Path, ancestors: tuple[Any, ...], found_by_name: bool
+              ) -> tuple[Any, ...] | None:
+        """The ancestors to walk `directory` with, or None to skip it: the run's own output,
+        or (when a listing or a wildcard found it) a snim-batch output."""
+        identity = _identity(directory)
+        if identity is not None and identity == self.excluded:
+            self.skipped["own"].add(directory)
+            return None
+        if not found_by_name and is_snim_output(directory):
+            self.skipped["output"].add(directory)
+            return None
+        if identity in ancestors:
+            raise self.error(directory, "symlink loop (it leads back to a directory above it)")
+        return (*ancestors, identity)
+
+    def take_dir(self, directory: Path, ancestors: tuple[Any, ...], found_by_name: bool = True
+                 ) -> None:
+        """Every .parquet/.pq/.csv file below `directory`, following symlinks."""
+        inner = self.enter(directory, ancestors, found_by_name)
+        if inner is None:
+            return
+        for name in self.entries(directory):
+            if self.hidden(directory, name):
+                continue
+            path = directory / name
+            if not name.lower().endswith(_INPUT_SUFFIXES) and not os.path.isdir(path):
+                self.skipped["suffix"].add(path)
+                continue
+            kind = self.kind_of(path)
+            if kind == "dir":
+                self.take_dir(path, inner, found_by_name=False)
+            elif kind == "file":
+                self.found.append(path)
+            else:
+                self.skipped["special"].add(path)
+
+    def match(self, base: Path, parts: tuple[str, ...], ancestors: tuple[Any, ...]) -> None:
+        """The paths below `base` that match the pattern components `parts`; a component
+        that exists as written is taken literally."""
+        if not parts:
+            kind = self.kind_of(base)
+            if kind == "dir":
+                self.take_dir(base, ancestors, found_by_name=False)
+            elif kind == "file":
+                self.found.append(base)
+            else:
+                self.skipped["special"].add(base)
+            return
+        head, rest = parts[0], parts[1:]
+        if not any(ch in head for ch in GLOB_CHARS) or os.path.lexists(base / head):
+            if rest and os.path.isdir(base / head):
+                inner = self.enter(base / head, ancestors, found_by_name=True)
+                if inner is not None:
+                    self.match(base / head, rest, inner)
+            elif not rest and os.path.lexists(base / head):
+                self.match(base / head, rest, ancestors)
+            return
+        if not os.path.isdir(base):
+            return
+        if head == "**":  # any depth of directories, this one included
+            self.match(base, rest, ancestors)
+        for name in self.entries(base):
+            path = base / name
+            if head == "**" and not os.path.isdir(path) or (
+                    head != "**" and not fnmatch.fnmatchcase(name, head)):
+                continue
+            if self.hidden(base, name, "" if head == "**" else head):
+                continue
+            if not rest and head != "**":
+                self.match(path, (), ancestors)
+            elif os.path.isdir(path):
+                inner = self.enter(path, ancestors, found_by_name=False)
+                if inner is not None:
+                    self.match(path, parts if head == "**" else rest, inner)
+
+    def skip_text(self) -> str:
+        """'; skipped ...' naming what was skipped and why, or '' when nothing was."""
+        counts = {key: len(paths) for key, paths in self.skipped.items()}
+        hidden = [_plural(counts[key], one, many) for key, one, many in (
+            ("hidden file", "file", "files"), ("hidden dir", "directory", "directories"))
+            if counts[key]]
+        parts = []
+        if hidden:
+            parts.append(" and ".join(hidden) + " whose names start with _ or . (hidden files "
+                         "and markers such as _SUCCESS are skipped, as Spark and Hadoop do)")
+        if counts["suffix"]:
+            parts.append(_plural(counts["suffix"], "file", "files") + " of another type (only "
+                         ".parquet, .pq and .csv files are read from a directory)")
+        if counts["special"]:
+            parts.append(_plural(counts["special"], "entry that is", "entries that are")
+                         + " neither a file nor a directory")
+        if counts["output"]:
+            parts.append(_plural(counts["output"], "snim-batch output directory",
+                                 "snim-batch output directories"))
+        if counts["own"]:
+            parts.append("the run's own output directory")
+        return "; skipped " + ", ".join(parts) if parts else ""
+
+
+def _checksum(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe(path: Path) -> InputFile:
+    try:
+        with path.open("rb"):
+            pass  # unreadable files fail here, with a plain message
+        return InputFile(path, format_of(path), path.stat().st_size)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def checksummed(path: Path) -> InputFile:
+    """`describe` with the checksum computed now."""
+    file = describe(path)
+    file.sha256  # noqa: B018 - computes and caches it
+    return file
+
+
+def first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,187 @@
+"""The run manifest: written last, it lists every output file; a directory is provably a
+snim-batch output only when its manifest lists everything in it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import InputError, OutputError, first_line
+from pipeline.io.failures import writing
+
+MANIFEST = "manifest.json"
+_NAMES_SHOWN = 5
+
+
+def few_names(names: list[str]) -> str:
+    more = len(names) - _NAMES_SHOWN
+    return ", ".join(names[:_NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def written_by_snim(manifest: object) -> bool:
+    """Whether a parsed manifest.json is one snim-batch wrote: a run_id and versions naming
+    snim-batch (enough never to read it as input; replacing it takes `_listed` too)."""
+    return (isinstance(manifest, dict) and isinstance(manifest.get("run_id"), str)
+            and isinstance(manifest.get("versions"), dict)
+            and "snim-batch" in manifest["versions"])
+
+
+def _plain_name(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+
+
+def _listed(manifest: object) -> dict[str, set[str] | None] | None:
+    """The entries a snim-batch manifest lists (name -> None for a file, or the names of the
+    files in a directory), or None when it is not a manifest that snim-batch wrote. A bare
+    name (as in manifests before directory contents were listed) is a file."""
+    if not written_by_snim(manifest):
+        return None
+    outputs = manifest.get("outputs")  # a dict: written_by_snim checked it
+    if not isinstance(outputs, list):
+        return None
+    listed: dict[str, set[str] | None] = {}
+    for entry in outputs:
+        if _plain_name(entry):
+            listed[entry] = None
+            continue
+        if not isinstance(entry, dict) or not _plain_name(entry.get("name")):
+            return None
+        if entry.get("type") == "file":
+            listed[entry["name"]] = None
+        elif entry.get("type") == "directory" and isinstance(entry.get("files"), list):
+            files = [f.get("name") if isinstance(f, dict) else None for f in entry["files"]]
+            if not all(_plain_name(f) for f in files):
+                return None
+            listed[entry["name"]] = set(files)
+        else:
+            return None
+    return listed
+
+
+def _unlisted(directory: Path, listed: dict[str, set[str] | None]) -> list[str]:
+    """Entries of `directory` that `listed` does not account for (a directory's name ends
+    with /; an entry of another kind than listed counts as unlisted)."""
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            is_dir = entry.is_dir(follow_symlinks=False)
+            shown = entry.name + "/" * is_dir
+            if entry.name not in listed:
+                found.append(shown)
+            elif listed[entry.name] is None:
+                if not entry.is_file(follow_symlinks=False):
+                    found.append(shown)
+            elif not is_dir:
+                found.append(shown)
+            else:
+                inside = listed[entry.name] or set()
+                with os.scandir(entry.path) as children:
+                    found.extend(
+                        f"{entry.name}/{child.name}" + "/" * child.is_dir(follow_symlinks=False)
+                        for child in sorted(children, key=lambda c: c.name)
+                        if child.name not in inside or not child.is_file(follow_symlinks=False))
+    return found
+
+
+def ownership_problem(directory: Path) -> str | None:
+    """Why `directory` is not provably a snim-batch output, or None when it is: its
+    manifest.json was written by snim-batch (run_id, versions, outputs) and lists every entry
+    in it, and every file in each directory it lists."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        return f"no {MANIFEST}"
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"unreadable {MANIFEST}: {first_line(exc)}"
+    listed = _listed(manifest)
+    if listed is None:
+        return f"its {MANIFEST} was not written by snim-batch"
+    try:
+        unlisted = _unlisted(directory, listed)
+    except OSError as exc:
+        return f"cannot list it: {exc.strerror}"
+    if unlisted:
+        return f"holds what its {MANIFEST} does not list: {few_names(unlisted)}"
+    return None
+
+
+def output_listing(directory: Path) -> list[dict[str, Any]]:
+    """The manifest's `outputs` for a finished staging directory: each file with its size,
+    each directory (Spark's part files) with every file in it and its size, and the
+    manifest itself (written after, so without a size). A later --overwrite replaces the
+    directory only while this accounts for everything in it."""
+    entries: list[dict[str, Any]] = [{"name": MANIFEST, "type": "file"}]
+    with os.scandir(directory) as found:
+        for entry in found:
+            if entry.name == MANIFEST:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as children:
+                    files = [{"name": c.name, "size": c.stat(follow_symlinks=False).st_size}
+                             for c in children]
+                entries.append({"name": entry.name, "type": "directory",
+                                "files": sorted(files, key=lambda f: f["name"])})
+            else:
+                entries.append({"name": entry.name, "type": "file",
+                                "size": entry.stat(follow_symlinks=False).st_size})
+    return sorted(entries, key=lambda e: e["name"])
+
+
+def write_manifest(manifest: dict[str, Any], directory: Path) -> None:
+    """Write `directory`/manifest.json atomically (a synced temporary file renamed over it).
+    In a run it is written last: a directory without one is never a complete output."""
+    tmp = directory / f".{MANIFEST}.tmp-{os.getpid()}"
+    text = json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n"
+    try:
+        with writing(MANIFEST):
+            with tmp.open("w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, directory / MANIFEST)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def add_output_file(directory: Path, name: str, data: bytes) -> Path:
+    """Add (or replace) file `name` in a committed output, listed in its manifest so that a
+    later --overwrite still proves the directory is a snim-batch output. The manifest is
+    updated first, atomically; the file is then written in place (a file cut short by a
+    kill is still listed, and the next write replaces it)."""
+    manifest = read_manifest(directory)
+    outputs = manifest.get("outputs")
+    target = directory / name
+    if isinstance(outputs, list):
+        same = [e for e in outputs if (e.get("name") if isinstance(e, dict) else e) == name]
+        if name == MANIFEST or any(not isinstance(e, dict) or e.get("added_by") != "report"
+                                   for e in same):
+            raise OutputError(f"{target}: is one of the run's own outputs; refusing to "
+                              "replace it")
+        manifest["outputs"] = sorted(
+            [e for e in outputs if e not in same] + [
+                {"name": name, "type": "file", "size": len(data), "added_by": "report"}],
+            key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
+        try:
+            write_manifest(manifest, directory)
+        except OutputError as exc:
+            raise OutputError(f"{directory}: {exc}") from None
+    try:
+        target.write_bytes(data)
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot write ({exc.strerror})") from None
+    return target
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise InputError(f"{directory}: not a snim-batch output (no {MANIFEST})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"{directory / MANIFEST}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise InputError(f"{directory / MANIFEST}: not a snim-batch manifest (not an object)")
+    return manifest

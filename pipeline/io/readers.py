@@ -1,0 +1,127 @@
+"""Reading input files: Parquet through polars' streaming reader, CSV through `csv_reader`,
+in batches or whole; what the footers say without reading rows."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import InputError, first_line
+from pipeline.io.csv_reader import csv_batches, csv_row_estimate, read_header
+from pipeline.io.inputs import InputFile, RawTable, describe, format_of, resolve_inputs
+
+
+def _parquet_error(path: Path, exc: BaseException) -> InputError:
+    if isinstance(exc, PermissionError):
+        return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})")
+    return InputError(f"{path}: not a readable Parquet file ({first_line(exc)})")
+
+
+def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
+    """polars' streaming reader (about 2x pyarrow's iter_batches here), after pyarrow has
+    checked the footer so that a file that is not Parquet gets a plain message."""
+    try:
+        schema = pq.read_schema(file.path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _parquet_error(file.path, exc) from None
+    start = 0
+    try:
+        for frame in pl.scan_parquet(file.path, glob=False).collect_batches(
+                chunk_size=batch_rows):
+            rows = np.arange(start, start + frame.height, dtype=np.int64)
+            start += frame.height
+            yield RawTable(file, frame, rows, [])
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # corrupt pages can surface as a pyo3 PanicException
+        raise _parquet_error(file.path, exc) from None
+    if start == 0:
+        empty = pl.from_arrow(schema.empty_table())
+        assert isinstance(empty, pl.DataFrame)
+        yield RawTable(file, empty, np.zeros(0, np.int64), [])
+
+
+def heap_upper_bound(paths: list[Path], column: str) -> int | None:
+    """Largest value of a Parquet list column's leaves over all files, from the row-group
+    statistics alone (no data read); None when any file is CSV or lacks the statistics."""
+    bound = -1
+    for path in paths:
+        if format_of(path) != "parquet":
+            return None
+        try:
+            meta = pq.ParquetFile(path).metadata
+        except (pa.ArrowException, OSError):
+            return None
+        leaves = [i for i in range(meta.num_columns)
+                  if meta.schema.column(i).path.split(".")[0] == column]
+        if len(leaves) != 1:
+            return None
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(leaves[0]).statistics
+            if stats is None or not stats.has_min_max or not isinstance(stats.max, int):
+                return None
+            bound = max(bound, stats.max)
+    return bound
+
+
+def row_estimate(paths: list[Path]) -> int:
+    """Rows in the input files: exact for Parquet (from the footers); for CSV, the records of
+    its first 4 MiB scaled to its size (it only sizes the long-form parts; ids grow longer
+    down a file, so this tends to count high, which keeps parts small)."""
+    rows = 0
+    for path in paths:
+        if format_of(path) != "parquet":
+            rows += csv_row_estimate(path)
+            continue
+        try:
+            rows += pq.ParquetFile(path).metadata.num_rows
+        except (pa.ArrowException, OSError) as exc:
+            raise _parquet_error(path, exc) from None
+    return rows
+
+
+def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
+    """One file in batches of at most `batch_rows` rows (CSV: exactly that many but the last),
+    so memory holds one batch, not the file."""
+    file = describe(path)
+    if file.format == "parquet":
+        yield from _parquet_batches(file, batch_rows)
+        return
+    yield from csv_batches(file, batch_rows)
+
+
+def columns_of(path: Path) -> list[str]:
+    """Column names of an input file without reading its rows."""
+    if format_of(path) == "parquet":
+        try:
+            return pq.read_schema(path).names
+        except (pa.ArrowException, OSError) as exc:
+            raise _parquet_error(path, exc) from None
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: empty file (expected a CSV header line)")
+    return read_header(path)[0]
+
+
+def read_table(path: Path) -> RawTable:
+    """Read one input file whole; whole-file problems raise InputError naming the file."""
+    batches = list(iter_batches(path, batch_rows=1 << 62))
+    if len(batches) == 1:
+        return batches[0]
+    frame = pl.concat([b.frame for b in batches])
+    return RawTable(batches[0].file, frame, np.concatenate([b.row for b in batches]),
+                    [line for b in batches for line in b.bad_lines])
+
+
+def read_tables(spec: str, what: str, exclude: Path | None = None) -> list[RawTable]:
+    """Every file of `spec` read whole, each checksummed as it is read (`exclude`: as in
+    `resolve_inputs`)."""
+    tables = [read_table(p) for p in resolve_inputs(spec, what, exclude)]
+    for table in tables:
+        table.file.sha256  # noqa: B018 - computes and caches it
+    return tables
