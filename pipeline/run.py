@@ -1,12 +1,19 @@
-"""The orchestrator: `run_job(config) -> RunResult`. It never prints or exits."""
+"""The orchestrator: `run_job(config) -> RunResult`, the one job skeleton for every engine.
+
+rules -> SG tables -> positions (the engine) -> summary and sg_tables -> outputs -> manifest,
+all inside a staging directory that replaces the output atomically at the end. It never
+prints or exits; `progress` hears about phases, and errors are SnimError subclasses.
+"""
 
 from __future__ import annotations
 
+import logging
 import platform
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -14,15 +21,23 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
+from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
-from pipeline.engines import load_engine
+from pipeline.engines import Engine, PositionsJob, load_engine
 from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError
 from pipeline.io import commit
+from pipeline.io.inputs import InputFile, checksummed, resolve_inputs
 from pipeline.io.manifest import output_listing, write_manifest
+from pipeline.tables import table_cache
+from pipeline.transforms import normalize, outputs, schema
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[str, bool], None]
 """progress(message, done): a phase starting or finished (done=True), or a status line within
 the current phase (done=False, e.g. rows so far), for a terminal to show."""
+Phase = Callable[[str], AbstractContextManager[None]]
+PROBLEMS_SHOWN = 10  # rejects named in the result (the CLI prints some of them)
 
 
 @dataclass(frozen=True)
@@ -35,18 +50,18 @@ class RunResult:
     """What the user should know though the run succeeded (an old output kept aside)."""
 
 
-def _versions() -> dict[str, str]:
-    versions = {"snim-batch": __version__, "python": platform.python_version()}
-    for dist in ("polars", "pyarrow", "numpy", "numba", "typer", "pyspark"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions
+@dataclass(frozen=True)
+class JobOutcome:
+    """What the skeleton reports for the manifest once every output but it is written."""
 
+    inputs: dict[str, list[dict[str, Any]]]
+    counts: dict[str, dict[str, int]]
+    form: str
+    problems: list[str]
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    @property
+    def rejected(self) -> int:
+        return self.counts["rules"]["rows_rejected"] + self.counts["positions"]["rows_rejected"]
 
 
 def run_job(config: Config, progress: Progress | None = None) -> RunResult:
@@ -65,6 +80,7 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
         t0 = time.perf_counter()
         yield
         timings[name] = round(time.perf_counter() - t0, 4)
+        log.debug("phase %s took %.3f s", name, timings[name])
         if progress:
             progress(f"{name} done in {timings[name]:.2f}s", True)
 
@@ -73,34 +89,118 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
             progress(message, False)
 
     engine = load_engine(config.engine)
+    log.info("run %s: engine %s, output %s", run_id, engine.name, config.out)
     warnings: list[str] = []
     with commit.staged_output(config.out, run_id, config.overwrite, warnings.append) as staging:
-        result = engine.execute(config, staging, phase, note)
-        rejected = result.counts["rules"]["rows_rejected"] + \
-            result.counts["positions"]["rows_rejected"]
-        if rejected and config.on_bad_rows == "fail":
-            raise BadRowsError(f"{rejected} input rows failed validation "
-                               "(--on-bad-rows fail); nothing was written", result.problems,
-                               rejected)
-        exit_code = EXIT_REJECTS if rejected else EXIT_OK
-        pos = result.counts["positions"]
+        outcome = execute(config, engine, staging, phase, note)
+        if outcome.rejected and config.on_bad_rows == "fail":
+            raise BadRowsError(f"{outcome.rejected} input rows failed validation "
+                               "(--on-bad-rows fail); nothing was written", outcome.problems,
+                               outcome.rejected)
+        exit_code = EXIT_REJECTS if outcome.rejected else EXIT_OK
         manifest = {
             "run_id": run_id,
             "started_at": started,
             "finished_at": _now(),
-            "status": "completed_with_rejects" if rejected else "ok",
+            "status": "completed_with_rejects" if outcome.rejected else "ok",
             "exit_code": exit_code,
             "engine": config.engine,
-            "positions_form": result.form,
+            "positions_form": outcome.form,
             "versions": _versions(),
             "config": config.as_dict(),
-            "inputs": result.inputs,
-            "counts": result.counts,
-            "reconciled": pos["rows_read"] == pos["rows_evaluated"] + pos["rows_rejected"]
-            and result.counts["rules"]["rows_read"]
-            == result.counts["rules"]["rows_accepted"] + result.counts["rules"]["rows_rejected"],
+            "inputs": outcome.inputs,
+            "counts": outcome.counts,
+            "reconciled": _reconciled(outcome.counts),
             "timings_s": timings,
             "outputs": output_listing(staging),
         }
         write_manifest(manifest, staging)
-    return RunResult(Path(config.out), exit_code, manifest, result.problems, warnings)
+    return RunResult(Path(config.out), exit_code, manifest, outcome.problems, warnings)
+
+
+def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
+            note: Callable[[str], None]) -> JobOutcome:
+    """Every step of the job and every output but the manifest, written into `staging`
+    (under --on-bad-rows fail with rejected rows, nothing is written)."""
+    with phase("rules"):
+        rules, rule_files = read_rules(config)
+        distinct, index = normalize.rule_index(rules)
+        paths = resolve_inputs(config.positions, "positions", exclude=config.out)
+        form = positions_form(paths, config)
+        log.info("%d rule rows, %d distinct rules; %d positions files in %s form",
+                 rules.height, len(distinct), len(paths), form)
+    with phase("tables"):
+        cache = table_cache(distinct, config, paths, form)
+    described = _checksums(paths)
+    job = PositionsJob(config, paths, form, index, cache, staging, note)
+    with ExitStack() as evaluation_lasts:
+        with phase("positions"):
+            evaluation = evaluation_lasts.enter_context(engine.evaluate(job))
+        with phase("finish"):
+            rule_rejects = schema.with_input_column_names(outputs.reject_rows(rules, "rules"),
+                                                          config.columns, form)
+            verdict_counts, rejected_by_rule = evaluation.counts()
+            summary = outputs.summary_rows(index, verdict_counts, rejected_by_rule)
+            sg_tables = outputs.sg_table_rows(rules, distinct, cache.reported(), index)
+            problems = [problem_text(row) for row in evaluation.first_rejects(
+                rule_rejects, PROBLEMS_SHOWN).iter_rows(named=True)]
+            w = int(verdict_counts["W"].sum())
+            counts = manifest_counts(rules.height, rule_rejects.height, evaluation.rows_read,
+                                     evaluation.rows_rejected,
+                                     w + int(verdict_counts["L"].sum()), w)
+        inputs = {"rules": [f.as_dict() for f in rule_files],
+                  "positions": [f.result().as_dict() for f in described]}
+        outcome = JobOutcome(inputs, counts, form, problems)
+        if not (outcome.rejected and config.on_bad_rows == "fail"):
+            with phase("write"):
+                evaluation.write(rule_rejects, staging)
+                commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
+                commit.write_parquet(summary, staging / "summary.parquet")
+    return outcome
+
+
+def _checksums(paths: list[Path]) -> list[Future[InputFile]]:
+    """The positions files' checksums, computed in a background thread while the engine
+    reads them (the page cache serves both)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
+    described = [pool.submit(checksummed, p) for p in paths]
+    pool.shutdown(wait=False)
+    return described
+
+
+def manifest_counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected: int,
+                    verdicts: int, w: int) -> dict[str, dict[str, int]]:
+    """The manifest's counts per table: rows read = accepted/evaluated + rejected."""
+    return {
+        "rules": {"rows_read": rules_read, "rows_accepted": rules_read - rules_rejected,
+                  "rows_rejected": rules_rejected},
+        "positions": {"rows_read": rows_read, "rows_evaluated": rows_read - rows_rejected,
+                      "rows_rejected": rows_rejected, "verdicts": verdicts,
+                      "W": w, "L": verdicts - w},
+    }
+
+
+def _reconciled(counts: dict[str, dict[str, int]]) -> bool:
+    pos, rules = counts["positions"], counts["rules"]
+    return (pos["rows_read"] == pos["rows_evaluated"] + pos["rows_rejected"]
+            and rules["rows_read"] == rules["rows_accepted"] + rules["rows_rejected"])
+
+
+def problem_text(row: dict[str, Any]) -> str:
+    """One rejects row as a line for the terminal: file, row, column, reason."""
+    column = f", column {row['column']}" if row["column"] else ""
+    return f"{row['source']} row {row['row']}{column}: {row['reason']}"
+
+
+def _versions() -> dict[str, str]:
+    versions = {"snim-batch": __version__, "python": platform.python_version()}
+    for dist in ("polars", "pyarrow", "numpy", "numba", "typer", "pyspark"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")

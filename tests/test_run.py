@@ -34,6 +34,7 @@ from conftest import (
 )
 from polars.testing import assert_frame_equal
 
+from pipeline import batches
 from pipeline.config import config_from_dict
 from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
@@ -420,7 +421,7 @@ def test_wide_csv_batches_keep_each_key_as_one_table_would(tmp_path, monkeypatch
     # is written, so its batch stays text, yet it is the integer 0 when every key is one; a
     # "07" makes every key text, and then "-0" is a key of its own, as when all rows are
     # unified at once. Under S = {1, 2}, SG(h) = h % 3.
-    monkeypatch.setattr(polars_engine, "BATCH_ROWS", 2)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 2)
     sorts: list[int] = []
     counting_sorted = ordering._counting_sorted
 
@@ -451,7 +452,7 @@ def test_wide_csv_batches_keep_each_key_as_one_table_would(tmp_path, monkeypatch
 def test_progress_counts_rows_against_the_total_when_it_is_known(tmp_path, monkeypatch, fmt):
     # Parquet footers give the total up front, so progress is "rows of total (percent)";
     # a CSV file's rows are known only once it is read, so progress counts files.
-    monkeypatch.setattr(polars_engine, "BATCH_ROWS", 2)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 2)
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "nim", ""]])
     header = ["rule_set_id", "position_id", "heaps"]
     for name, ids in (("a", [1, 2, 3]), ("b", [4, 5])):
@@ -481,7 +482,7 @@ def test_default_position_ids_are_row_numbers_across_files_and_skipped_lines(
     # Wide CSV files without position_id: a row's id is its row number counted over the
     # files in name order, lines with the wrong field count included (they are rejects with
     # their own row numbers), however the files are cut into batches. Under nim, SG(h) = h.
-    monkeypatch.setattr(polars_engine, "BATCH_ROWS", batch_rows)
+    monkeypatch.setattr(batches, "BATCH_ROWS", batch_rows)
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "nim", ""]])
     files = {"a.csv": ["1,3", "1,4,9", "1,5", "1,6", "1,1,1", "1,7"],
              "b.csv": ["1,8", "1,9,9", "1,2"]}
@@ -1005,7 +1006,7 @@ def test_rule_work_limit_does_not_depend_on_batching(tmp_path, monkeypatch, form
               overwrite=True)
     whole = run(cfg)
     outputs = read_outputs(tmp_path / "out")
-    monkeypatch.setattr(polars_engine, "BATCH_ROWS", 7)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 7)
     if form == "long":
         split_long_form(monkeypatch, 50)
     batched = run(cfg)

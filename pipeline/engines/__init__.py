@@ -1,52 +1,81 @@
-"""Execution engines: the same steps, under the same names, on polars or on Spark."""
+"""Execution engines: what an engine supplies to the one job skeleton (`pipeline.run`).
+
+The skeleton reads the rules, builds the SG tables and writes the small tables and the
+manifest; an engine evaluates the positions and writes the two large tables. `polars`
+(default) streams batches on this machine; `spark` runs the same per-batch steps on a cluster.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
+import polars as pl
+
+from pipeline.config import Config
 from pipeline.errors import UsageError
+from pipeline.tables import TableCache
+
+Note = Callable[[str], None]
+"""note(message): a status line within the current phase (rows so far), for a terminal."""
 
 
-@dataclass
-class EngineResult:
-    """What an engine reports back to the orchestrator (written into the manifest)."""
+@dataclass(frozen=True)
+class PositionsJob:
+    """What an engine needs to evaluate the positions, prepared by the skeleton."""
 
-    inputs: dict[str, list[dict[str, Any]]]
-    counts: dict[str, dict[str, int]]
-    form: str
-    problems: list[str] = field(default_factory=list)
-
-
-def manifest_counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected: int,
-                    verdicts: int, w: int) -> dict[str, dict[str, int]]:
-    """The manifest's counts per table: rows read = accepted/evaluated + rejected."""
-    return {
-        "rules": {"rows_read": rules_read, "rows_accepted": rules_read - rules_rejected,
-                  "rows_rejected": rules_rejected},
-        "positions": {"rows_read": rows_read, "rows_evaluated": rows_read - rows_rejected,
-                      "rows_rejected": rows_rejected, "verdicts": verdicts,
-                      "W": w, "L": verdicts - w},
-    }
+    config: Config
+    paths: list[Path]
+    form: str  # "wide" or "long", shared by every file
+    index: pl.DataFrame  # rule_set_id -> table (or the rule's problem), from normalize.rule_index
+    cache: TableCache
+    staging: Path  # the output's staging directory (scratch files may go below it)
+    note: Note
 
 
-def problem_text(row: dict[str, Any]) -> str:
-    """One rejects row as a line for the terminal: file, row, column, reason."""
-    column = f", column {row['column']}" if row["column"] else ""
-    return f"{row['source']} row {row['row']}{column}: {row['reason']}"
+class Evaluation(Protocol):
+    """An engine's evaluated positions, held where the engine keeps them (memory, a cluster)."""
+
+    rows_read: int
+    rows_rejected: int
+
+    def counts(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Per rule set: (rule_set_id, W, L) of the verdicts, and (rule_set_id as text,
+        rejected) of the rejected position rows that name one."""
+        ...
+
+    def first_rejects(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
+        """The first `n` rows of rejects.parquet (rules' rejects first)."""
+        ...
+
+    def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
+        """verdicts.parquet and rejects.parquet (with the rules' rejects) into `staging`."""
+        ...
 
 
-def load_engine(name: str) -> Any:
-    """The engine module for `name`; Spark needs the optional extra."""
+class Engine(Protocol):
+    name: str
+
+    def evaluate(self, job: PositionsJob) -> AbstractContextManager[Evaluation]:
+        """Evaluate every position; the evaluation lasts until the context exits (a Spark
+        session, cached frames), which the skeleton leaves after the write."""
+        ...
+
+
+def load_engine(name: str) -> Engine:
+    """The engine called `name`; Spark needs the optional extra."""
     if name == "polars":
-        from pipeline.engines import polars_engine
+        from pipeline.engines.polars_engine import PolarsEngine
 
-        return polars_engine
+        return PolarsEngine()
     if name == "spark":
         try:
-            from pipeline.engines import spark_engine
+            from pipeline.engines.spark_engine import SparkEngine
         except ImportError:
             raise UsageError("the Spark engine needs the spark extra: "
                              "pip install 'snim-batch[spark]'") from None
-        return spark_engine
+        return SparkEngine()
     raise UsageError(f"unknown engine {name!r} (expected polars or spark)")

@@ -1,12 +1,12 @@
-"""The Spark engine: the polars engine's steps, run per partition on a cluster (DESIGN 6).
+"""The Spark engine: the polars engine's per-batch steps, run per partition on a cluster.
 
-Division of labour. Every row-level rule is imported from `transforms`, `polars_engine`,
-`grundy` and `kernels`; Spark only moves rows, counts, joins, sorts and writes.
+Division of labour. Every row-level rule comes from `transforms` and `kernels`, run inside the
+tasks by `spark_tasks`; Spark only moves rows, counts, joins, sorts and writes.
 
-* Driver: rules (`polars_engine.read_rules`), the rule index, the positions form
-  (`polars_engine.positions_form`), a schema probe of each Parquet file, and the SG tables
-  (`polars_engine.TableCache`), grown from a Spark aggregation of the largest heaps and then
-  broadcast once as a `TableSet`.
+* Driver (the job skeleton, `pipeline.run`): rules, the rule index, the positions form and the
+  SG tables (`pipeline.tables.TableCache`). Here, on the driver: a schema probe of each
+  Parquet file, a Spark aggregation of the largest heap per table (the tables grow to it), and
+  one broadcast of the `TableSet`.
 * Executors, per Arrow batch (`mapInArrow`): normalise, validate and attach exactly as the
   polars engine does, then `evaluate.evaluate` (wide) or `kernels.sg_per_heap` (long).
 * Shuffles only where all rows of a key must meet: duplicate positions (wide; only the keys
@@ -23,7 +23,7 @@ Row numbers (`row` in rejects; the default `position_id` of wide files without o
 * CSV: the polars engine's CSV semantics (pyarrow's parser; "" is not null; a line with the
   wrong field count is the reject "line has N fields, expected M") must hold row for row, and
   row numbers need a sequential scan anyway, so each CSV file is one task that runs
-  `polars_engine.position_batches` on it.
+  `batches.position_batches` on it.
 * Default position ids are numbered per file inside the task, then shifted by the number of
   rows of the earlier files (counted by Spark): the polars engine's numbering.
 
@@ -41,12 +41,10 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 import polars as pl
@@ -59,37 +57,44 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pipeline import kernels, keys
+from pipeline import kernels
 from pipeline.config import Config
-from pipeline.engines import EngineResult, manifest_counts, polars_engine, problem_text
+from pipeline.engines import PositionsJob
+from pipeline.engines.spark_tasks import (
+    BOOL,
+    DATA,
+    FATAL,
+    KEYS,
+    LONG,
+    NORM_SCHEMA,
+    PATH,
+    REJECT_SCHEMA,
+    ROW,
+    STRING,
+    Batches,
+    ParquetFile,
+    attach_task,
+    beyond_task,
+    cast_keys_task,
+    csv_task,
+    evaluate_task,
+    moves_task,
+    parquet_task,
+    real_path,
+    reject_task,
+    sg_task,
+    split_task,
+    taint_task,
+    verdict_task,
+)
 from pipeline.errors import InputError, SnimError, first_line
-from pipeline.io.commit import write_parquet
 from pipeline.io.failures import storage_failure, writing
-from pipeline.io.inputs import checksummed, format_of, resolve_inputs
+from pipeline.io.inputs import format_of
 from pipeline.io.readers import columns_of
-from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
-from pipeline.transforms.schema import REJECT_SCHEMA as REJECT_COLUMNS
+from pipeline.tables import TableCache
+from pipeline.transforms import normalize
 from pipeline.transforms.schema import input_column_names
 
-Phase = Callable[[str], AbstractContextManager[None]]
-Batches = Iterator[pa.RecordBatch]
-KEYS = ["rule_set_id", "position_id"]
-PATH, ROW = "__snim_path", "__snim_row"
-DATA, FATAL = 0, 1
-LONG, STRING, INT, BOOL = T.LongType(), T.StringType(), T.IntegerType(), T.BooleanType()
-
-REJECT_SCHEMA = T.StructType([T.StructField(name, LONG if dtype == pl.Int64 else STRING)
-                              for name, dtype in REJECT_COLUMNS.items()])
-# A normalised input row, keys as text (their output type is decided once every row is seen);
-# or, with _kind = FATAL, an input file that could not be read (_reason holds the message).
-NORM_SCHEMA = T.StructType([
-    T.StructField("_kind", INT), T.StructField("_file", INT), T.StructField("_source", STRING),
-    T.StructField("_row", LONG), T.StructField("rule_set_id", STRING),
-    T.StructField("position_id", STRING), T.StructField("heaps", T.ArrayType(LONG)),
-    T.StructField("_column", STRING), T.StructField("_reason", STRING),
-    T.StructField("table", LONG), T.StructField("_rid_int", BOOL),
-    T.StructField("_pid_int", BOOL),
-])
 SESSION_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.log.level": "ERROR",
@@ -97,6 +102,8 @@ SESSION_CONF = {
     # partition is a Python task, and 200 near-empty ones cost seconds on small inputs
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
 }
+
+
 _LOG4J = """rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
@@ -138,218 +145,12 @@ def session(master: str, conf: dict[str, str] | None = None) -> tuple[SparkSessi
     return builder.getOrCreate(), True
 
 
-# ---- inside tasks ---------------------------------------------------------------------------
-
-def _frame(batch: pa.RecordBatch) -> pl.DataFrame:
-    frame = pl.from_arrow(batch)
-    assert isinstance(frame, pl.DataFrame)
-    return frame
-
-
-def _whole(batches: Batches) -> pl.DataFrame | None:
-    """A partition as one frame (after a shuffle by key: whole key groups)."""
-    frames = [_frame(b) for b in batches]
-    return pl.concat(frames) if frames else None
-
-
-def _out(frame: pl.DataFrame, schema: T.StructType) -> Batches:
-    """A polars frame as record batches of exactly the declared Spark schema."""
-    missing = [n for n in schema.fieldNames() if n not in frame.columns]
-    if missing:
-        raise RuntimeError(f"spark engine: columns {missing} missing from {frame.columns}")
-    yield from (frame.select(schema.fieldNames()).to_arrow()
-                .cast(to_arrow_schema(schema)).to_batches())
-
-
-def _is_int(frame: pl.DataFrame, name: str) -> bool:
-    """Would `keys.unify_key_types` make this key Int64, judged on these rows only?
-    (Its rule is a conjunction over rows, so the flags of all batches AND together.)"""
-    (unified,) = keys.unify_key_types([frame.select(name)], name)
-    return unified[name].dtype == pl.Int64
-
-
-def _step(frame: pl.DataFrame, file_index: int, form: str, index: pl.DataFrame,
-          schema: T.StructType) -> Batches:
-    """The polars engine's per-batch step after normalising: wide batches are attached to
-    their tables here, with the batch's own key type; long ones once they are positions."""
-    if form == "wide":
-        frame, batch_index = keys.match_key_type(frame, index)
-        frame = evaluate.attach_tables(frame, batch_index)
-    else:
-        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("table"))
-    yield from _out(frame.with_columns(
-        pl.lit(DATA, pl.Int32).alias("_kind"), pl.lit(file_index, pl.Int32).alias("_file"),
-        pl.lit(_is_int(frame, "rule_set_id")).alias("_rid_int"),
-        pl.lit(_is_int(frame, "position_id")).alias("_pid_int"),
-        *[pl.col(k).cast(pl.String) for k in KEYS]), schema)
-
-
-def _fatal(file_index: int, message: str, schema: T.StructType) -> Batches:
-    row = pl.DataFrame({"_kind": [FATAL], "_file": [file_index], "_reason": [message]},
-                       schema={"_kind": pl.Int32, "_file": pl.Int32, "_reason": pl.String})
-    yield from _out(row.with_columns(pl.lit(None).alias(n) for n in schema.fieldNames()
-                                     if n not in row.columns), schema)
-
-
-def _csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
-              schema: T.StructType) -> Batches:
-    """Whole CSV files, one per input row (file, path), read exactly as the polars engine
-    reads them; a file it cannot read becomes one FATAL row."""
-    for batch in batches:
-        for file_index, path in zip(batch.column("file").to_pylist(),
-                                    batch.column("path").to_pylist()):
-            try:
-                for _, frame in polars_engine.position_batches([Path(path)], config, form):
-                    yield from _step(frame, file_index, form, index, schema)
-            except SnimError as exc:
-                yield from _fatal(file_index, str(exc), schema)
-
-
-@dataclass(frozen=True)
-class _ParquetFile:
-    index: int
-    source: str
-    dtypes: dict[str, pl.DataType]
-    default_pid: bool
-
-
 def _hadoop_literal(path: str) -> str:
     """`path` with the characters Hadoop's glob expands escaped: the input files are already
     resolved, and Spark would read `pos[1].parquet` as pos1.parquet (turning globbing off
     with its `__globPaths__` option still read such files more than once)."""
     return re.sub(r"([\\\[\]{}*?])", r"\\\1", path)
 
-
-def _real(path_or_uri: str) -> str:
-    if path_or_uri.startswith("file:"):
-        path_or_uri = unquote(urlparse(path_or_uri).path)
-    return os.path.realpath(path_or_uri)
-
-
-def _parquet_task(batches: Batches, files: dict[str, _ParquetFile], config: Config, form: str,
-                  index: pl.DataFrame, schema: T.StructType) -> Batches:
-    """Rows read by Spark, per file: the file's own column types back, then the polars steps."""
-    by_uri: dict[str, _ParquetFile] = {}
-    for batch in batches:
-        for part in _frame(batch).partition_by(PATH, maintain_order=True):
-            uri = part[PATH][0]
-            info = by_uri.setdefault(uri, files[_real(uri)])
-            rows = part[ROW].to_numpy().astype(np.int64)
-            raw = part.drop(PATH, ROW).cast(info.dtypes)
-            if info.default_pid:  # row number in the file; shifted by the earlier files later
-                raw = raw.with_columns(pl.Series(config.columns.position_id, rows))
-            try:
-                frame = normalize.normalize_positions(raw, rows, info.source, config.columns,
-                                                       form, 0)
-            except SnimError as exc:
-                yield from _fatal(info.index, str(exc), schema)
-                continue
-            yield from _step(frame, info.index, form, index, schema)
-
-
-def _reject_task(batches: Batches, schema: T.StructType) -> Batches:
-    for batch in batches:
-        yield from _out(outputs.reject_rows(_frame(batch), "positions"), schema)
-
-
-def _evaluate_task(batches: Batches, tables: Any, winning_moves: bool,
-                   schema: T.StructType) -> Batches:
-    """Wide: `evaluate.evaluate` and `with_verdict` per batch, each row's `_loc` as the
-    polars engine packs it, and whether the batch's valid keys are integers (flags)."""
-    for batch in batches:
-        evaluated = evaluate.evaluate(_frame(batch), tables.value, winning_moves)
-        valid = evaluated.filter(pl.col("_reason").is_null())
-        yield from _out(evaluate.with_verdict(evaluated).with_columns(
-            (pl.col("_row") + pl.col("_file").cast(pl.Int64) * (1 << ordering.LOC_SHIFT))
-            .alias("_loc"),
-            pl.lit(_is_int(valid, "rule_set_id")).alias("_rid_int"),
-            pl.lit(_is_int(valid, "position_id")).alias("_pid_int")), schema)
-
-
-def _cast_keys_task(batches: Batches, dtypes: dict[str, pl.DataType],
-                    schema: T.StructType) -> Batches:
-    """Rejected rows' keys cast to the verdict key types, as `split_duplicates` casts them."""
-    for batch in batches:
-        yield from _out(_frame(batch).with_columns(
-            pl.col(k).cast(dtypes[k], strict=False).alias(f"_k_{k}") for k in KEYS), schema)
-
-
-def _split_task(batches: Batches, sources: list[str], columns: list[str], keep: str,
-                schema: T.StructType) -> Batches:
-    """`ordering.split_duplicates` on whole key groups: verdict rows have `_side` 0, the
-    rejected rows with the same keys `_side` 1 (their keys as given in `_r_*`)."""
-    rows = _whole(batches)
-    if rows is None:
-        return
-    verdicts = ordering.sort_by_keys(rows.filter(pl.col("_side") == 0).select(columns))
-    rejects = rows.filter(pl.col("_side") == 1).select(
-        pl.col(f"_r_{n}").alias(n) if n in KEYS else pl.col(n) for n in REJECT_COLUMNS)
-    clean, duplicates = ordering.split_duplicates(verdicts, rejects, sources)
-    yield from _out(clean if keep == "clean" else duplicates, schema)
-
-
-def _in_input_order(rows: pl.DataFrame) -> pl.DataFrame:
-    """Long rows as the polars engine concatenates them: files in order, then rows."""
-    return rows.sort("_file", "_row")
-
-
-def _taint_task(batches: Batches, schema: T.StructType) -> Batches:
-    """Long: whole positions that have a bad row, rejected by `long_form.long_to_wide`."""
-    rows = _whole(batches)
-    if rows is not None:
-        _, rejected = long_form.long_to_wide(_in_input_order(rows))
-        yield from _out(outputs.reject_rows(rejected, "positions"), schema)
-
-
-def _attach_task(batches: Batches, index: pl.DataFrame, schema: T.StructType) -> Batches:
-    """Long: the table of each (clean) row; the same for every row of a position."""
-    for batch in batches:
-        frame, batch_index = keys.match_key_type(_frame(batch).drop("table"), index)
-        yield from _out(evaluate.attach_tables(frame, batch_index), schema)
-
-
-def _sg_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
-    """Long: each heap's Grundy value (kernels.BEYOND_TABLE where its table cannot say)."""
-    for batch in batches:
-        frame = _frame(batch)
-        heap = frame["heaps"].list.first().to_numpy().astype(np.int64)
-        table = frame["table"].to_numpy().astype(np.int64)
-        sg = kernels.sg_per_heap(heap, table, *tables.value.lookup_args())
-        yield from _out(frame.with_columns(pl.Series("heap", heap, dtype=pl.Int64),
-                                           pl.Series("_sg", sg, dtype=pl.Int64)), schema)
-
-
-def _beyond_task(batches: Batches, tables: Any, index: pl.DataFrame, winning_moves: bool,
-                 schema: T.StructType) -> Batches:
-    """Long: whole positions with a heap beyond an unproven table, through the polars steps,
-    so the reason names the first such heap in input order."""
-    rows = _whole(batches)
-    if rows is None:
-        return
-    positions, _ = long_form.long_to_wide(_in_input_order(rows).drop("table"))
-    positions, batch_index = keys.match_key_type(positions, index)
-    evaluated = evaluate.evaluate(evaluate.attach_tables(positions, batch_index),
-                                    tables.value, winning_moves)
-    rejected = long_form.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
-    yield from _out(outputs.reject_rows(rejected, "positions"), schema)
-
-
-def _moves_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
-    """Long with winning moves: positions (heaps in input order) through `evaluate`."""
-    for batch in batches:
-        positions = _frame(batch).with_columns(pl.lit(None, pl.String).alias("_reason"),
-                                               pl.lit(None, pl.String).alias("_column"))
-        evaluated = evaluate.evaluate(positions, tables.value, True)
-        yield from _out(evaluate.with_verdict(ordering.verdict_rows(evaluated, True)),
-                        schema)
-
-
-def _verdict_task(batches: Batches, schema: T.StructType) -> Batches:
-    for batch in batches:
-        yield from _out(evaluate.with_verdict(_frame(batch)), schema)
-
-
-# ---- the job, on the driver -----------------------------------------------------------------
 
 def _schema(*fields: tuple[str, T.DataType]) -> T.StructType:
     return T.StructType([T.StructField(name, dtype) for name, dtype in fields])
@@ -364,7 +165,6 @@ def _nulls(schema: T.StructType, drop: tuple[str, ...] = ()) -> list[Any]:
             if f.name not in drop]
 
 
-
 @dataclass
 class _Job:
     spark: SparkSession
@@ -372,7 +172,7 @@ class _Job:
     paths: list[Path]
     form: str
     index: pl.DataFrame
-    cache: polars_engine.TableCache
+    cache: TableCache
     cached: list[DataFrame] = field(default_factory=list)
     broadcasts: list[Any] = field(default_factory=list)
 
@@ -418,18 +218,18 @@ class _Job:
             files = self.spark.sparkContext.parallelize(
                 [(i, str(self.paths[i])) for i in csv], numSlices=len(csv))
             parts.append(self.map(self.spark.createDataFrame(files, "file int, path string"),
-                                  _csv_task, NORM_SCHEMA, config=self.config, form=self.form,
+                                  csv_task, NORM_SCHEMA, config=self.config, form=self.form,
                                   index=self.index))
-        groups: dict[tuple, list[_ParquetFile]] = {}
+        groups: dict[tuple, list[ParquetFile]] = {}
         for info in probed.values():
-            if isinstance(info, _ParquetFile):
+            if isinstance(info, ParquetFile):
                 groups.setdefault(tuple(info.dtypes.items()), []).append(info)
         for infos in groups.values():  # one read per schema: Spark reads one schema at a time
             raw = self.spark.read.parquet(*[_hadoop_literal(f.source) for f in infos]).select(
                 "*", F.col("_metadata.file_path").alias(PATH),
                 F.col("_metadata.row_index").alias(ROW))
-            parts.append(self.map(raw, _parquet_task, NORM_SCHEMA,
-                                  files={_real(f.source): f for f in infos}, config=self.config,
+            parts.append(self.map(raw, parquet_task, NORM_SCHEMA,
+                                  files={real_path(f.source): f for f in infos}, config=self.config,
                                   form=self.form, index=self.index))
         if not parts:
             raise InputError(errors[min(errors)])
@@ -450,7 +250,7 @@ class _Job:
             rows[r["_file"]] = r["n"]
         return norm.filter(F.col("_kind") == DATA).drop("_kind"), rows
 
-    def _probe(self, i: int) -> _ParquetFile | str:
+    def _probe(self, i: int) -> ParquetFile | str:
         """A Parquet file's column types (as the polars engine reads them) and the whole-file
         errors its normalising would raise, found on an empty frame of its schema."""
         path = self.paths[i]
@@ -467,7 +267,7 @@ class _Job:
         except (pa.ArrowException, OSError) as exc:
             return f"{path}: not a readable Parquet file ({first_line(exc)})"
         default_pid = self.form == "wide" and self.config.columns.position_id not in empty.columns
-        return _ParquetFile(i, str(path), dict(empty.schema), default_pid)
+        return ParquetFile(i, str(path), dict(empty.schema), default_pid)
 
     def number_rows(self, norm: DataFrame, rows: list[int]) -> DataFrame:
         """Shift default position ids (numbered from 0 in each file) by the earlier files'
@@ -499,7 +299,7 @@ class _Job:
 
     def tables(self, largest: list[np.ndarray]) -> Any:
         """Grow the tables as the polars engine does (there batch by batch, here file by file:
-        the same for files of up to polars_engine.BATCH_ROWS rows), then broadcast them once."""
+        the same for files of up to batches.BATCH_ROWS rows), then broadcast them once."""
         for need in largest:
             self.cache.ensure(need)
         return self.broadcast(self.cache.table_set())
@@ -512,7 +312,7 @@ class _Job:
         tables = self.tables(self.largest(norm.filter(F.col("_reason").isNull()), by_file=True))
         moves = [("move_heap", LONG), ("move_take", LONG)] if wm else []
         evaluated = self.persist(self.map(
-            norm, _evaluate_task, _schema(*_pairs(norm.schema), ("nim_sum", LONG),
+            norm, evaluate_task, _schema(*_pairs(norm.schema), ("nim_sum", LONG),
                                           ("verdict", STRING), *moves, ("_loc", LONG),
                                           ("_rid_int", BOOL), ("_pid_int", BOOL)),
             tables=tables, winning_moves=wm))
@@ -523,7 +323,7 @@ class _Job:
                  "position_id": LONG if flags["p"] is not False else STRING}
         verdicts = valid.select(*[F.col(k).cast(types[k]) for k in KEYS], "nim_sum",
                                 "verdict", *[m for m, _ in moves], "_loc")
-        rejected = self.map(evaluated.filter(F.col("_reason").isNotNull()), _reject_task,
+        rejected = self.map(evaluated.filter(F.col("_reason").isNotNull()), reject_task,
                             REJECT_SCHEMA)
         return self.duplicates(verdicts, rejected, types)
 
@@ -534,7 +334,7 @@ class _Job:
         rows do not move."""
         casted = self.map(
             rejected.filter(F.col("rule_set_id").isNotNull() & F.col("position_id").isNotNull()),
-            _cast_keys_task,
+            cast_keys_task,
             _schema(*_pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS]),
             dtypes={k: pl.Int64 if t == LONG else pl.String for k, t in types.items()})
         casted = casted.filter(F.col("_k_rule_set_id").isNotNull()
@@ -560,9 +360,9 @@ class _Job:
             *[F.col(k).alias(f"_r_{k}") for k in KEYS])
         groups = self.persist(self.by_key(verdict_side.unionByName(reject_side)))
         kwargs = {"sources": [str(p) for p in self.paths], "columns": columns}
-        clean = self.map(groups, _split_task, _schema(*_pairs(verdicts.schema, ("_loc",))),
+        clean = self.map(groups, split_task, _schema(*_pairs(verdicts.schema, ("_loc",))),
                          keep="clean", **kwargs)
-        dups = self.map(groups, _split_task, REJECT_SCHEMA, keep="duplicates", **kwargs)
+        dups = self.map(groups, split_task, REJECT_SCHEMA, keep="duplicates", **kwargs)
         kept = verdicts.join(suspects, KEYS, "left_anti").drop("_loc")
         return kept.unionByName(clean), rejected.unionByName(dups)
 
@@ -582,14 +382,14 @@ class _Job:
         tainted = self.persist(bad.select(*KEYS).distinct())
         if not tainted.isEmpty():  # positions with a bad row: rejected whole
             whole = bad.unionByName(good.join(tainted, KEYS, "left_semi"))
-            rejects.append(self.map(self.by_key(whole), _taint_task, REJECT_SCHEMA))
+            rejects.append(self.map(self.by_key(whole), taint_task, REJECT_SCHEMA))
             good = good.join(tainted, KEYS, "left_anti")
-        attached = self.persist(self.map(good, _attach_task, rows.schema, index=self.index))
-        rejects.append(self.map(attached.filter(F.col("_reason").isNotNull()), _reject_task,
+        attached = self.persist(self.map(good, attach_task, rows.schema, index=self.index))
+        rejects.append(self.map(attached.filter(F.col("_reason").isNotNull()), reject_task,
                                 REJECT_SCHEMA))
         valid = attached.filter(F.col("_reason").isNull())
         tables = self.tables(self.largest(valid, by_file=False))
-        with_sg = self.map(valid, _sg_task, _schema(*_pairs(rows.schema), ("heap", LONG),
+        with_sg = self.map(valid, sg_task, _schema(*_pairs(rows.schema), ("heap", LONG),
                                                     ("_sg", LONG)), tables=tables)
         aggregates = [F.bit_xor("_sg").alias("nim_sum"), F.min("_sg").alias("_min_sg"),
                       F.max("table").alias("table")]
@@ -600,17 +400,17 @@ class _Job:
         beyond = positions.filter(F.col("_min_sg") == kernels.BEYOND_TABLE).select(*KEYS)
         if not beyond.isEmpty():  # a heap beyond an unproven table: rejected whole
             rows_beyond = self.by_key(valid.join(beyond, KEYS, "left_semi"))
-            rejects.append(self.map(rows_beyond, _beyond_task, REJECT_SCHEMA, tables=tables,
+            rejects.append(self.map(rows_beyond, beyond_task, REJECT_SCHEMA, tables=tables,
                                     index=self.index, winning_moves=wm))
         ok = positions.filter(F.col("_min_sg") != kernels.BEYOND_TABLE)
         if wm:
-            verdicts = self.map(ok.select(*KEYS, "heaps", "table"), _moves_task,
+            verdicts = self.map(ok.select(*KEYS, "heaps", "table"), moves_task,
                                 _schema(*[(k, types[k]) for k in KEYS], ("nim_sum", LONG),
                                         ("verdict", STRING), ("move_heap", LONG),
                                         ("move_take", LONG)),
                                 tables=tables)
         else:
-            verdicts = self.map(ok.select(*KEYS, "nim_sum"), _verdict_task,
+            verdicts = self.map(ok.select(*KEYS, "nim_sum"), verdict_task,
                                 _schema(*[(k, types[k]) for k in KEYS], ("nim_sum", LONG),
                                         ("verdict", STRING)))
         return verdicts, functools.reduce(DataFrame.unionByName, rejects)
@@ -648,63 +448,74 @@ def _input_column_names(config: Config, form: str) -> Any:
     return renamed
 
 
-def execute(config: Config, staging: Path, phase: Phase,
-            note: Callable[[str], None] = lambda message: None) -> EngineResult:
-    """Read, validate, tabulate, evaluate and write every output but the manifest
-    (`note` takes progress messages, as in the polars engine)."""
-    with phase("rules"):
-        rules, rule_files = polars_engine.read_rules(config)
-        distinct, index = normalize.rule_index(rules)
-        paths = resolve_inputs(config.positions, "positions", exclude=config.out)
-        form = polars_engine.positions_form(paths, config)
-    checksums = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    described = [checksums.submit(checksummed, p) for p in paths]
-    checksums.shutdown(wait=False)
-    with phase("tables"):
-        cache = polars_engine.table_cache(distinct, config, paths, form)
-    spark, owned = session(config.spark.master, dict(config.spark.conf))
-    job = _Job(spark, config, paths, form, index, cache)
-    try:
-        with phase("positions"):
-            note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")
-            norm, rows_per_file = job.read()
-            note(f"positions: {sum(rows_per_file):,} rows read ({len(paths)} files)")
-            norm = job.number_rows(norm, rows_per_file)
-            verdicts, position_rejects = job.wide(norm) if form == "wide" else job.long(norm)
-            verdicts = job.persist(verdicts)
-            position_rejects = job.persist(position_rejects)
-        with phase("finish"):
-            rule_rejects = outputs.reject_rows(rules, "rules")
-            rejects = (spark.createDataFrame(
-                rule_rejects.to_arrow().cast(to_arrow_schema(REJECT_SCHEMA)), REJECT_SCHEMA)
-                .unionByName(position_rejects)
-                .withColumn("column", _input_column_names(config, form))
-                .orderBy(F.col("table").desc(), F.col("source"), F.col("row")))
-            counts = _polars(verdicts.groupBy("rule_set_id").agg(
+class SparkEngine:
+    """Positions evaluated by Spark: in a session snim-batch starts (`spark.master`, or the
+    one spark-submit made), which it stops after the write."""
+
+    name = "spark"
+
+    @contextmanager
+    def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
+        config = job.config
+        spark, owned = session(config.spark.master, dict(config.spark.conf))
+        work = _Job(spark, config, job.paths, job.form, job.index, job.cache)
+        try:
+            job.note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")
+            norm, rows_per_file = work.read()
+            job.note(f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)")
+            norm = work.number_rows(norm, rows_per_file)
+            verdicts, rejects = work.wide(norm) if job.form == "wide" else work.long(norm)
+            rejects = rejects.withColumn("column", _input_column_names(config, job.form))
+            yield SparkEvaluation(work, work.persist(verdicts), work.persist(rejects),
+                                  sum(rows_per_file))
+        finally:
+            work.close()
+            if owned:
+                spark.stop()
+
+
+@dataclass
+class SparkEvaluation:
+    """Verdicts and the positions' rejects as cached Spark frames; counts come back to the
+    driver as one row per rule set."""
+
+    work: _Job
+    verdicts: DataFrame
+    rejects: DataFrame
+    rows_read: int
+    _counts: tuple[pl.DataFrame, pl.DataFrame, int] | None = field(default=None, repr=False)
+
+    def _count(self) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+        if self._counts is None:
+            verdicts = _polars(self.verdicts.groupBy("rule_set_id").agg(
                 F.count_if(F.col("verdict") == "W").alias("W"),
                 F.count_if(F.col("verdict") == "L").alias("L")))
-            rejected = _polars(position_rejects.groupBy("rule_set_id").agg(
+            rejected = _polars(self.rejects.groupBy("rule_set_id").agg(
                 F.count(F.lit(1)).alias("rejected")))
-            summary = outputs.summary_rows(index, counts.cast({"W": pl.Int64, "L": pl.Int64}),
-                               rejected.filter(pl.col("rule_set_id").is_not_null())
-                               .cast({"rejected": pl.Int64}))
-            sg_tables = outputs.sg_table_rows(rules, distinct, job.cache.reported(), index)
-            problems = [problem_text(r)
-                        for r in _polars(rejects.limit(10)).iter_rows(named=True)]
-            w, n = int(counts["W"].sum()), int(counts["W"].sum() + counts["L"].sum())
-            result_counts = manifest_counts(rules.height, rule_rejects.height, sum(rows_per_file),
-                                    int(rejected["rejected"].sum()), n, w)
-        inputs = {"rules": [f.as_dict() for f in rule_files],
-                  "positions": [f.result().as_dict() for f in described]}
-        n_rejected = sum(c["rows_rejected"] for c in result_counts.values())
-        if not (n_rejected and config.on_bad_rows == "fail"):
-            with phase("write"):
-                job.write(verdicts.orderBy(*KEYS), staging / "verdicts.parquet")
-                job.write(rejects, staging / "rejects.parquet")
-                write_parquet(sg_tables, staging / "sg_tables.parquet")
-                write_parquet(summary, staging / "summary.parquet")
-        return EngineResult(inputs, result_counts, form, problems)
-    finally:
-        job.close()
-        if owned:
-            spark.stop()
+            self._counts = (verdicts.cast({"W": pl.Int64, "L": pl.Int64}),
+                            rejected.filter(pl.col("rule_set_id").is_not_null())
+                            .cast({"rejected": pl.Int64}),
+                            int(rejected["rejected"].sum()))
+        return self._counts
+
+    @property
+    def rows_rejected(self) -> int:
+        return self._count()[2]
+
+    def counts(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        verdicts, rejected, _ = self._count()
+        return verdicts, rejected
+
+    def _with_rules(self, rule_rejects: pl.DataFrame) -> DataFrame:
+        spark = self.work.spark
+        rules = spark.createDataFrame(
+            rule_rejects.to_arrow().cast(to_arrow_schema(REJECT_SCHEMA)), REJECT_SCHEMA)
+        return (rules.unionByName(self.rejects)
+                .orderBy(F.col("table").desc(), F.col("source"), F.col("row")))
+
+    def first_rejects(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
+        return _polars(self._with_rules(rule_rejects).limit(n))
+
+    def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
+        self.work.write(self.verdicts.orderBy(*KEYS), staging / "verdicts.parquet")
+        self.work.write(self._with_rules(rule_rejects), staging / "rejects.parquet")

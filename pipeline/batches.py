@@ -1,0 +1,87 @@
+"""Reading the job's inputs for any engine: rules files into one validated table, positions
+files into normalised batches with reasons, in file order with exact row numbers."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+
+from pipeline import keys
+from pipeline.config import Config
+from pipeline.errors import InputError
+from pipeline.io.inputs import InputFile, RawTable
+from pipeline.io.readers import columns_of, iter_batches, read_tables
+from pipeline.transforms import normalize, schema
+
+BATCH_ROWS = 1 << 20
+
+
+def read_rules(config: Config) -> tuple[pl.DataFrame, list[InputFile]]:
+    """All rules files, normalised and validated (reasons on bad rows)."""
+    frames, files = [], []
+    for raw in read_tables(config.rules, "rules", exclude=config.out):
+        source = str(raw.file.path)
+        frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns)
+        frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
+        files.append(raw.file)
+    frames = keys.unify_key_types(frames, "rule_set_id")
+    rules = pl.concat(frames, how="vertical_relaxed")
+    return normalize.reject_duplicate_rules(rules), files
+
+
+def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, str]
+                    ) -> pl.DataFrame:
+    """Add the CSV lines the reader skipped (wrong field count) as rejected rows, with their
+    key columns as given (`key_columns` maps output name -> input column) so that their rule set or
+    position is accounted for too."""
+    if not raw.bad_lines:
+        return frame
+    header = raw.frame.columns
+    fields = [next(csv.reader([text]), []) for _, _, text in raw.bad_lines]
+
+    def field(values: list[str], column: str) -> str | None:
+        at = header.index(column) if column in header else -1
+        value = values[at].strip() if 0 <= at < len(values) else ""
+        return value or None
+
+    bad = pl.DataFrame({
+        "_source": [str(raw.file.path)] * len(raw.bad_lines),
+        "_row": [r for r, _, _ in raw.bad_lines],
+        "_reason": [why for _, why, _ in raw.bad_lines],
+        **{name: [field(v, column) for v in fields] for name, column in key_columns.items()},
+    }, schema={"_source": pl.String, "_row": pl.Int64, "_reason": pl.String,
+               **{name: pl.String for name in key_columns}})
+    if any(frame[name].dtype != pl.String for name in key_columns if name in frame.columns):
+        frame = frame.with_columns(pl.col(name).cast(pl.String) for name in key_columns
+                                   if name in frame.columns)
+    return pl.concat([frame, bad], how="diagonal_relaxed").sort("_row")
+
+
+def positions_form(paths: list[Path], config: Config) -> str:
+    """The positions form, which every file must share."""
+    forms = {p: schema.detect_form(columns_of(p), config.columns, str(p)) for p in paths}
+    first = forms[paths[0]]
+    for path, form in forms.items():
+        if form != first:
+            raise InputError(f"{path}: is in {form} form but {paths[0]} is in {first} form; "
+                             "use one form per run")
+    return first
+
+
+def position_batches(paths: list[Path], config: Config, form: str
+                     ) -> Iterator[tuple[int, pl.DataFrame]]:
+    """(file index, normalised batch with reasons) for every batch of every positions file."""
+    file_start = 0  # rows of the earlier files, which number default position ids on
+    for index, path in enumerate(paths):
+        rows_here = 0
+        for raw in iter_batches(path, BATCH_ROWS):
+            frame = normalize.normalize_positions(raw.frame, raw.row, str(path),
+                                                   config.columns, form, file_start)
+            rows_here += raw.frame.height + len(raw.bad_lines)
+            key_columns = {"rule_set_id": config.columns.rule_set_id,
+                           "position_id": config.columns.position_id}
+            yield index, _with_bad_lines(frame, raw, key_columns)
+        file_start += rows_here

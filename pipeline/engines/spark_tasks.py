@@ -1,0 +1,245 @@
+"""The Spark engine's per-partition steps: each runs inside a Python worker on an executor, on
+the Arrow batches `mapInArrow` hands it, and calls the same transforms as the polars engine
+(so every row-level rule is the polars engine's). Nothing here talks to Spark itself."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from pipeline import kernels, keys
+from pipeline.batches import position_batches
+from pipeline.config import Config
+from pipeline.errors import SnimError
+from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
+from pipeline.transforms.schema import REJECT_SCHEMA as REJECT_COLUMNS
+
+Batches = Iterator[pa.RecordBatch]
+KEYS = keys.KEYS
+PATH, ROW = "__snim_path", "__snim_row"
+DATA, FATAL = 0, 1
+LONG, STRING, INT, BOOL = T.LongType(), T.StringType(), T.IntegerType(), T.BooleanType()
+
+REJECT_SCHEMA = T.StructType([T.StructField(name, LONG if dtype == pl.Int64 else STRING)
+                              for name, dtype in REJECT_COLUMNS.items()])
+# A normalised input row, keys as text (their output type is decided once every row is seen);
+# or, with _kind = FATAL, an input file that could not be read (_reason holds the message).
+NORM_SCHEMA = T.StructType([
+    T.StructField("_kind", INT), T.StructField("_file", INT), T.StructField("_source", STRING),
+    T.StructField("_row", LONG), T.StructField("rule_set_id", STRING),
+    T.StructField("position_id", STRING), T.StructField("heaps", T.ArrayType(LONG)),
+    T.StructField("_column", STRING), T.StructField("_reason", STRING),
+    T.StructField("table", LONG), T.StructField("_rid_int", BOOL),
+    T.StructField("_pid_int", BOOL),
+])
+
+
+def _frame(batch: pa.RecordBatch) -> pl.DataFrame:
+    frame = pl.from_arrow(batch)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _whole(batches: Batches) -> pl.DataFrame | None:
+    """A partition as one frame (after a shuffle by key: whole key groups)."""
+    frames = [_frame(b) for b in batches]
+    return pl.concat(frames) if frames else None
+
+
+def _out(frame: pl.DataFrame, schema: T.StructType) -> Batches:
+    """A polars frame as record batches of exactly the declared Spark schema."""
+    missing = [n for n in schema.fieldNames() if n not in frame.columns]
+    if missing:
+        raise RuntimeError(f"spark engine: columns {missing} missing from {frame.columns}")
+    yield from (frame.select(schema.fieldNames()).to_arrow()
+                .cast(to_arrow_schema(schema)).to_batches())
+
+
+def _is_int(frame: pl.DataFrame, name: str) -> bool:
+    """Would the run's key rule make this key Int64, judged on these rows only? (The rule is
+    a conjunction over rows, so the flags of all batches AND together.)"""
+    return not keys.needs_text(frame, name)
+
+
+def _step(frame: pl.DataFrame, file_index: int, form: str, index: pl.DataFrame,
+          schema: T.StructType) -> Batches:
+    """The polars engine's per-batch step after normalising: wide batches are attached to
+    their tables here, with the batch's own key type; long ones once they are positions."""
+    if form == "wide":
+        frame, batch_index = keys.match_key_type(frame, index)
+        frame = evaluate.attach_tables(frame, batch_index)
+    else:
+        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("table"))
+    yield from _out(frame.with_columns(
+        pl.lit(DATA, pl.Int32).alias("_kind"), pl.lit(file_index, pl.Int32).alias("_file"),
+        pl.lit(_is_int(frame, "rule_set_id")).alias("_rid_int"),
+        pl.lit(_is_int(frame, "position_id")).alias("_pid_int"),
+        *[pl.col(k).cast(pl.String) for k in KEYS]), schema)
+
+
+def _fatal(file_index: int, message: str, schema: T.StructType) -> Batches:
+    row = pl.DataFrame({"_kind": [FATAL], "_file": [file_index], "_reason": [message]},
+                       schema={"_kind": pl.Int32, "_file": pl.Int32, "_reason": pl.String})
+    yield from _out(row.with_columns(pl.lit(None).alias(n) for n in schema.fieldNames()
+                                     if n not in row.columns), schema)
+
+
+def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
+              schema: T.StructType) -> Batches:
+    """Whole CSV files, one per input row (file, path), read exactly as the polars engine
+    reads them; a file it cannot read becomes one FATAL row."""
+    for batch in batches:
+        for file_index, path in zip(batch.column("file").to_pylist(),
+                                    batch.column("path").to_pylist()):
+            try:
+                for _, frame in position_batches([Path(path)], config, form):
+                    yield from _step(frame, file_index, form, index, schema)
+            except SnimError as exc:
+                yield from _fatal(file_index, str(exc), schema)
+
+
+@dataclass(frozen=True)
+class ParquetFile:
+    index: int
+    source: str
+    dtypes: dict[str, pl.DataType]
+    default_pid: bool
+
+
+def real_path(path_or_uri: str) -> str:
+    if path_or_uri.startswith("file:"):
+        path_or_uri = unquote(urlparse(path_or_uri).path)
+    return os.path.realpath(path_or_uri)
+
+
+def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config, form: str,
+                  index: pl.DataFrame, schema: T.StructType) -> Batches:
+    """Rows read by Spark, per file: the file's own column types back, then the polars steps."""
+    by_uri: dict[str, ParquetFile] = {}
+    for batch in batches:
+        for part in _frame(batch).partition_by(PATH, maintain_order=True):
+            uri = part[PATH][0]
+            info = by_uri.setdefault(uri, files[real_path(uri)])
+            rows = part[ROW].to_numpy().astype(np.int64)
+            raw = part.drop(PATH, ROW).cast(info.dtypes)
+            if info.default_pid:  # row number in the file; shifted by the earlier files later
+                raw = raw.with_columns(pl.Series(config.columns.position_id, rows))
+            try:
+                frame = normalize.normalize_positions(raw, rows, info.source, config.columns,
+                                                       form, 0)
+            except SnimError as exc:
+                yield from _fatal(info.index, str(exc), schema)
+                continue
+            yield from _step(frame, info.index, form, index, schema)
+
+
+def reject_task(batches: Batches, schema: T.StructType) -> Batches:
+    for batch in batches:
+        yield from _out(outputs.reject_rows(_frame(batch), "positions"), schema)
+
+
+def evaluate_task(batches: Batches, tables: Any, winning_moves: bool,
+                   schema: T.StructType) -> Batches:
+    """Wide: `evaluate.evaluate` and `with_verdict` per batch, each row's `_loc` as the
+    polars engine packs it, and whether the batch's valid keys are integers (flags)."""
+    for batch in batches:
+        evaluated = evaluate.evaluate(_frame(batch), tables.value, winning_moves)
+        valid = evaluated.filter(pl.col("_reason").is_null())
+        yield from _out(evaluate.with_verdict(evaluated).with_columns(
+            (pl.col("_row") + pl.col("_file").cast(pl.Int64) * (1 << ordering.LOC_SHIFT))
+            .alias("_loc"),
+            pl.lit(_is_int(valid, "rule_set_id")).alias("_rid_int"),
+            pl.lit(_is_int(valid, "position_id")).alias("_pid_int")), schema)
+
+
+def cast_keys_task(batches: Batches, dtypes: dict[str, pl.DataType],
+                    schema: T.StructType) -> Batches:
+    """Rejected rows' keys cast to the verdict key types, as `split_duplicates` casts them."""
+    for batch in batches:
+        yield from _out(_frame(batch).with_columns(
+            pl.col(k).cast(dtypes[k], strict=False).alias(f"_k_{k}") for k in KEYS), schema)
+
+
+def split_task(batches: Batches, sources: list[str], columns: list[str], keep: str,
+                schema: T.StructType) -> Batches:
+    """`ordering.split_duplicates` on whole key groups: verdict rows have `_side` 0, the
+    rejected rows with the same keys `_side` 1 (their keys as given in `_r_*`)."""
+    rows = _whole(batches)
+    if rows is None:
+        return
+    verdicts = ordering.sort_by_keys(rows.filter(pl.col("_side") == 0).select(columns))
+    rejects = rows.filter(pl.col("_side") == 1).select(
+        pl.col(f"_r_{n}").alias(n) if n in KEYS else pl.col(n) for n in REJECT_COLUMNS)
+    clean, duplicates = ordering.split_duplicates(verdicts, rejects, sources)
+    yield from _out(clean if keep == "clean" else duplicates, schema)
+
+
+def _in_input_order(rows: pl.DataFrame) -> pl.DataFrame:
+    """Long rows as the polars engine concatenates them: files in order, then rows."""
+    return rows.sort("_file", "_row")
+
+
+def taint_task(batches: Batches, schema: T.StructType) -> Batches:
+    """Long: whole positions that have a bad row, rejected by `long_form.long_to_wide`."""
+    rows = _whole(batches)
+    if rows is not None:
+        _, rejected = long_form.long_to_wide(_in_input_order(rows))
+        yield from _out(outputs.reject_rows(rejected, "positions"), schema)
+
+
+def attach_task(batches: Batches, index: pl.DataFrame, schema: T.StructType) -> Batches:
+    """Long: the table of each (clean) row; the same for every row of a position."""
+    for batch in batches:
+        frame, batch_index = keys.match_key_type(_frame(batch).drop("table"), index)
+        yield from _out(evaluate.attach_tables(frame, batch_index), schema)
+
+
+def sg_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
+    """Long: each heap's Grundy value (kernels.BEYOND_TABLE where its table cannot say)."""
+    for batch in batches:
+        frame = _frame(batch)
+        heap = frame["heaps"].list.first().to_numpy().astype(np.int64)
+        table = frame["table"].to_numpy().astype(np.int64)
+        sg = kernels.sg_per_heap(heap, table, *tables.value.lookup_args())
+        yield from _out(frame.with_columns(pl.Series("heap", heap, dtype=pl.Int64),
+                                           pl.Series("_sg", sg, dtype=pl.Int64)), schema)
+
+
+def beyond_task(batches: Batches, tables: Any, index: pl.DataFrame, winning_moves: bool,
+                 schema: T.StructType) -> Batches:
+    """Long: whole positions with a heap beyond an unproven table, through the polars steps,
+    so the reason names the first such heap in input order."""
+    rows = _whole(batches)
+    if rows is None:
+        return
+    positions, _ = long_form.long_to_wide(_in_input_order(rows).drop("table"))
+    positions, batch_index = keys.match_key_type(positions, index)
+    evaluated = evaluate.evaluate(evaluate.attach_tables(positions, batch_index),
+                                    tables.value, winning_moves)
+    rejected = long_form.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
+    yield from _out(outputs.reject_rows(rejected, "positions"), schema)
+
+
+def moves_task(batches: Batches, tables: Any, schema: T.StructType) -> Batches:
+    """Long with winning moves: positions (heaps in input order) through `evaluate`."""
+    for batch in batches:
+        positions = _frame(batch).with_columns(pl.lit(None, pl.String).alias("_reason"),
+                                               pl.lit(None, pl.String).alias("_column"))
+        evaluated = evaluate.evaluate(positions, tables.value, True)
+        yield from _out(evaluate.with_verdict(ordering.verdict_rows(evaluated, True)),
+                        schema)
+
+
+def verdict_task(batches: Batches, schema: T.StructType) -> Batches:
+    for batch in batches:
+        yield from _out(evaluate.with_verdict(_frame(batch)), schema)

@@ -1,0 +1,101 @@
+"""The run's SG tables: one per distinct rule, grown only as far as the heaps seen so far need,
+within the run's work and size limits. Engine-neutral: both engines build tables here, on the
+driver, so their tables (and sg_tables) are the same."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.config import Config, Tables
+from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableBudget, TableSet
+from pipeline.io.readers import heap_upper_bound
+
+PRESIZE_LIMIT = 1 << 16
+
+
+class TableCache:
+    """One SG table per distinct rule, tabulated only as far as the heaps seen so far need
+    (exactly, so the final tables do not depend on how the input was batched), within the
+    run's `TableBudget`; `reported` then spends the period-probe budget to prove periods for
+    sg_tables."""
+
+    def __init__(self, distinct: list[Rule], settings: Tables):
+        self.distinct = distinct
+        self.budget = TableBudget(settings.max_table_len, settings.max_rule_ops,
+                                  settings.max_total_values, settings.max_run_ops)
+        self.probe_budget = settings.period_probe_ops
+        self.tables: list[SGTable | None] = [None] * len(distinct)
+        self.known = np.full(len(distinct), -1, dtype=np.int64)
+        self._set: TableSet | None = None
+
+    def _build_all(self, ts: list[int], largest: list[int]) -> None:
+        """Tables t in `ts` grown for heaps up to `largest`, on all cores; a table stopped by
+        a limit is known for every heap (those beyond it are rejected, naming the limit)."""
+        if not ts:
+            return
+        built = self.budget.build([self.distinct[t] for t in ts],
+                                  [min(h + 1, MAX_HEAP) for h in largest],
+                                  [self.tables[t] for t in ts])
+        for t, table in zip(ts, built):
+            self.tables[t] = replace(table, stopped_by=f"tables.{table.stopped_by}"
+                                     ) if table.stopped_by else table
+            stopped = table.stopped_by is not None or table.rule.kind != "subtraction"
+            self.known[t] = MAX_HEAP if stopped else table.max_known_heap()
+        self._set = None
+
+    def presize(self, largest_heap: int | None) -> None:
+        """Build every table for heaps up to `largest_heap` at once when that bound (from
+        Parquet statistics) is small, instead of growing tables batch by batch."""
+        if largest_heap is not None and 0 <= largest_heap < PRESIZE_LIMIT:
+            missing = [t for t in range(len(self.distinct)) if self.tables[t] is None]
+            self._build_all(missing, [largest_heap] * len(missing))
+
+    def ensure(self, largest: np.ndarray) -> TableSet:
+        """Tables covering `largest[t]` for every t (beyond a limit, heaps are rejected)."""
+        grow = np.flatnonzero((largest > self.known) | (largest >= 0) & (self.known < 0))
+        self._build_all(grow.tolist(), largest[grow].tolist())
+        return self.table_set()
+
+    def reported(self) -> TableSet:
+        """The tables for sg_tables: those without a proven period that no limit stopped are
+        tabulated further, up to `period_probe_ops` operations in all (within max_table_len,
+        max_rule_ops and max_total_values). Rules go cheapest first and each may use an equal
+        share of what is left, so budget a rule does not need (its period came early) flows to
+        the rules after it; a lone rule may use all of it."""
+        self.table_set()
+        budget = self.probe_budget
+        pending = sorted((t for t, table in enumerate(self.tables)
+                          if table is not None and table.rule.kind == "subtraction"
+                          and table.period is None and table.stopped_by is None),
+                         key=lambda t: (self.distinct[t].value_ops, t))
+        for left, t in zip(range(len(pending), 0, -1), pending):
+            old = self.tables[t]
+            assert old is not None
+            probe = replace(self.budget, max_run_ops=budget // left, ops=0)
+            (table,) = probe.build([old.rule], [MAX_HEAP], [old])
+            budget -= probe.ops
+            self.budget.values = probe.values
+            self.tables[t] = replace(table, stopped_by=None)
+        self._set = None
+        return self.table_set()
+
+    def table_set(self) -> TableSet:
+        if self._set is None:
+            missing = [t for t, table in enumerate(self.tables) if table is None]
+            if missing:
+                self._build_all(missing, [-1] * len(missing))
+            self._set = TableSet.of([t for t in self.tables if t is not None])
+        return self._set
+
+
+def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: str
+                ) -> TableCache:
+    """The run's table cache, presized from Parquet statistics where they bound the heaps
+    (both engines, so that their tables, and sg_tables, are the same)."""
+    cache = TableCache(distinct, config.tables)
+    if form == "wide":
+        cache.presize(heap_upper_bound(paths, config.columns.heaps))
+    return cache
