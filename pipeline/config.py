@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, cut, shown
-from pipeline.grundy import (
+from pipeline.limits import (
+    DEFAULT_PROBE_OPS,
     DEFAULT_RULE_OPS,
     DEFAULT_RUN_OPS,
     DEFAULT_TABLE_LEN,
@@ -30,7 +31,7 @@ MAX_INT_CHARS = 100  # longer integers are refused before Python converts them (
 
 @dataclass(frozen=True)
 class Columns:
-    """Input column names (DESIGN 2), configurable for tables that name them differently."""
+    """Input column names, configurable for tables that name them differently."""
 
     rule_set_id: str = "rule_set_id"
     kind: str = "kind"
@@ -45,14 +46,14 @@ class Tables:
     """SG table limits: `max_table_len` caps any table and `max_total_values` all of a run's
     tables together (memory: 1 byte a value for |S| < 255); `max_rule_ops` caps the work of
     any table and `max_run_ops` all tables' together (operations: values x (|S| + 200),
-    about a nanosecond each, see grundy.PROOF_OPS); `period_probe_ops` is the work spent
+    about a nanosecond each); `period_probe_ops` is the work spent
     past the data's largest heaps proving periods to report in sg_tables."""
 
     max_table_len: int = DEFAULT_TABLE_LEN
     max_total_values: int = DEFAULT_TOTAL_VALUES
     max_rule_ops: int = DEFAULT_RULE_OPS
     max_run_ops: int = DEFAULT_RUN_OPS
-    period_probe_ops: int = 200_000_000
+    period_probe_ops: int = DEFAULT_PROBE_OPS
 
 
 @dataclass(frozen=True)
