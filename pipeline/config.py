@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, cut, shown
+from pipeline.io.locations import Location
 from pipeline.limits import (
     DEFAULT_PROBE_OPS,
     DEFAULT_RULE_OPS,
@@ -266,9 +267,9 @@ def _refuse_duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[in
         _refuse_duplicate_keys(value, name, source, seen)
 
 
-def _resolve(path: str, base: Path) -> str:
-    p = Path(path).expanduser()
-    return str(p if p.is_absolute() else base / p)
+def resolve_location(text: str, base: Path) -> str:
+    """A location as given (a path relative to `base`, or a URL) -> the text the job reads."""
+    return str(Location.parse(text, base))
 
 
 def load_config(path: Path) -> Config:
@@ -306,9 +307,12 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     for required in ("rules", "positions", "out"):
         if required not in values:
             raise ConfigError(f"{source}: missing key '{required}'")
+    for key in ("engine", "on_bad_rows"):  # choices in any case, as the CLI takes them
+        if key in values:
+            values[key] = values[key].strip().lower()
     for key in ("rules", "positions"):
-        values[key] = _resolve(values[key], base)
-    values["out"] = Path(_resolve(values["out"], base))
+        values[key] = resolve_location(values[key], base)
+    values["out"] = Path(resolve_location(values["out"], base))
     cfg = Config(**values)
     _check_choices(cfg, f"{source}: key")
     names = dataclasses.asdict(cfg.columns)

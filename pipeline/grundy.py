@@ -2,7 +2,7 @@
 
 A `Rule` is canonical (sorted, distinct moves), so identical S under different rule_set_ids share
 one `SGTable`. Tables are tabulated only as far as the data needs (or until the period is proven),
-never past the configured cap; see DESIGN section 1.
+never past the configured limits; see docs/ARCHITECTURE.md, "Periods".
 """
 
 from __future__ import annotations

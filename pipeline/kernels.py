@@ -85,9 +85,9 @@ def tabulate_subtraction(moves, vals, start, stop_len):
 
     Fills vals[start:n], where vals[0:start] holds values already tabulated without a repeated
     window (a table being extended), and stops at `stop_len` values or as soon as a window of
-    max(moves) values repeats, which proves exact periodicity (DESIGN 1). Returns
-    (n, preperiod, period); period is 0 when no repeat was seen within stop_len values. Window
-    ends must stay below 2**32.
+    max(moves) values repeats, which proves exact periodicity (docs/ARCHITECTURE.md,
+    "Periods"). Returns (n, preperiod, period); period is 0 when no repeat was seen within
+    stop_len values. Window ends must stay below 2**32.
     """
     k = moves.shape[0]
     m = moves[k - 1]

@@ -98,7 +98,7 @@ def sg_nim(x: int) -> int:
 
 
 def sg_half(x: int) -> int:
-    """DESIGN 1: x with its trailing one-bits dropped, then halved (checked in test_run)."""
+    """The closed form: x with its trailing one-bits dropped, then halved (checked in test_run)."""
     while x & 1:
         x >>= 1
     return x >> 1

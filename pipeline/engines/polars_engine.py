@@ -9,6 +9,7 @@ LONG_PARTITION_ROWS rows each, which are then collected one at a time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from pipeline.tables import TableCache
 from pipeline.transforms import buffers, evaluate, long_form, ordering, outputs, schema
 
 LONG_PARTITION_ROWS = 1 << 22
+log = logging.getLogger(__name__)
 
 
 class PolarsEngine:
@@ -132,6 +134,8 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
                    ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     batches = position_batches(paths, config, "long")
     parts = -(-row_estimate(paths) // LONG_PARTITION_ROWS)
+    log.info("long form: %s", "collected whole" if parts <= 1 else
+             f"split by key into {parts} scratch parts of about {LONG_PARTITION_ROWS:,} rows")
     if parts <= 1:
         frames = [frame for _, frame in batches]
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
