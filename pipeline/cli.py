@@ -39,6 +39,12 @@ class Policy(str, Enum):
     fail = "fail"
 
 
+class KeyType(str, Enum):
+    int = "int"
+    string = "string"
+    uuid = "uuid"
+
+
 def _err(message: str) -> None:
     typer.echo(f"snim-batch: {message}", err=True)
 
@@ -280,14 +286,26 @@ def generate(
     form: Annotated[str, typer.Option(help="wide or long.")] = "wide",
     format: Annotated[str, typer.Option("--format", help="parquet or csv.")] = "parquet",
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same files).")] = 0,
+    key_type: Annotated[KeyType, typer.Option(
+        help="int: integer ids; string: rule ids as text (rs00042); uuid: text rule ids and "
+             "UUID position ids.")] = KeyType.int,
+    shuffle: Annotated[bool, typer.Option(
+        help="Write the rows in random order (long form: a position's heaps scatter).")]
+    = False,
+    files: Annotated[int, typer.Option(
+        min=0, help="Position files (0: one per million positions).")] = 0,
 ) -> None:
-    """Write a seeded synthetic dataset for benchmarks and tests."""
+    """Write a seeded synthetic dataset for benchmarks and tests.
+
+    The same seed draws the same positions (rule set and heaps) whatever the form, format,
+    key type, order and number of files.
+    """
     try:
         from pipeline.generate import Spec
         from pipeline.generate import generate as write_dataset
 
         spec = Spec(positions, rule_sets, max_heap, moves_per_set, max_move, heaps, form, format,
-                    seed)
+                    seed, key_type.value, shuffle, files)
         written = write_dataset(out, spec)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
