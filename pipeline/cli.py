@@ -63,6 +63,12 @@ class Format(str, Enum):
     csv = "csv"
 
 
+class KeyType(str, Enum):
+    int = "int"
+    string = "string"
+    uuid = "uuid"
+
+
 # Characters a terminal acts on rather than shows: C0 controls (ESC starts the sequences that
 # recolour, move the cursor or retitle the window; CR and LF forge lines), DEL, C1 controls
 # (CSI 0x9b is a one-byte ESC [), the bidirectional overrides and isolates that reorder what
@@ -378,14 +384,26 @@ def generate(
     format: Annotated[Format, typer.Option("--format", case_sensitive=False,
                                            help="File format.")] = Format.parquet,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same files).")] = 0,
+    key_type: Annotated[KeyType, typer.Option(case_sensitive=False,
+        help="int: integer ids; string: rule ids as text (rs00042); uuid: text rule ids and "
+             "UUID position ids.")] = KeyType.int,
+    shuffle: Annotated[bool, typer.Option(
+        help="Write the rows in random order (long form: a position's heaps scatter).")]
+    = False,
+    files: Annotated[int, typer.Option(
+        min=0, help="Position files (0: one per million positions).")] = 0,
 ) -> None:
-    """Write a seeded synthetic dataset for benchmarks and tests."""
+    """Write a seeded synthetic dataset for benchmarks and tests.
+
+    The same seed draws the same positions (rule set and heaps) whatever the form, format,
+    key type, order and number of files.
+    """
     try:
         from pipeline.generate import Spec
         from pipeline.generate import generate as write_dataset
 
         spec = Spec(positions, rule_sets, max_heap, moves_per_set, max_move, heaps, form.value,
-                    format.value, seed)
+                    format.value, seed, key_type.value, shuffle, files)
         written = write_dataset(out, spec)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
