@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from pipeline import keys
@@ -80,7 +79,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
                    note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     parts, rejects, rows_read = [], [], 0
     keep = _verdict_columns(config)
-    rule_ids = _integer_rule_ids(index)
+    rule_ids = _rule_ids(index)
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
     for file_index, frame in position_batches(paths, config, "wide"):
@@ -109,12 +108,13 @@ def _verdict_columns(config: Config) -> list[str]:
         list(ordering.MOVE_COLUMNS) if config.winning_moves else [])
 
 
-def _integer_rule_ids(index: pl.DataFrame) -> np.ndarray | None:
-    """Every rule_set_id, sorted, when they are integers (the counting sort's buckets)."""
+def _rule_ids(index: pl.DataFrame, integer_only: bool = False) -> pl.Series | None:
+    """Every rule_set_id in key order (the counting sort's buckets); None for text ids where
+    only integer ones will do."""
     ids = index["rule_set_id"]
-    if ids.dtype != pl.Int64:
+    if integer_only and ids.dtype != pl.Int64:
         return None
-    return np.unique(ids.drop_nulls().to_numpy())
+    return keys.sorted_ids(ids)
 
 
 def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = None
@@ -169,7 +169,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int, text: dict[str,
     (verdicts in key order, rejects). A key that `text` says any input row made text is text
     in every part, as when all rows are unified at once; with integer keys throughout, the
     parts are kept narrow and merged with one counting sort, as wide batches are."""
-    rule_ids = None if any(text.values()) else _integer_rule_ids(index)
+    rule_ids = None if any(text.values()) else _rule_ids(index, integer_only=True)
     verdicts, rejects = [], []
     for n, frames in enumerate(parts, 1):
         clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text), config,
