@@ -116,14 +116,20 @@ def _azure_account(lowered: Mapping[str, str]) -> str | None:
             or os.environ.get("AZURE_STORAGE_ACCOUNT"))
 
 
+_CLIENT_ENV = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
+
+
 def filesystem(location: Location) -> Any:
     """The pyarrow file system for `location` (its options bound by `Location.options`),
-    built once per store and options."""
-    return _filesystem(location.scheme, location.account, location.options)
+    built once per store, options and provider environment variables."""
+    environment = tuple(sorted((k, v) for k, v in os.environ.items()
+                               if k.startswith(_CLIENT_ENV)))
+    return _filesystem(location.scheme, location.account, location.options, environment)
 
 
 @lru_cache(maxsize=16)
-def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...]) -> Any:
+def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
+                environment: tuple[tuple[str, str], ...]) -> Any:
     from pyarrow import fs
 
     merged = dict(options)
@@ -311,3 +317,13 @@ def is_object(location: Location) -> bool:
         return filesystem(location).get_file_info(location.store_path).type == fs.FileType.File
     except (OSError, ValueError) as exc:
         raise store_error(location, exc, "looking it up") from None
+
+
+def bucket_exists(location: Location) -> bool:
+    """Whether the bucket (or container) of `location` exists."""
+    from pyarrow import fs
+
+    try:
+        return filesystem(location).get_file_info(location.bucket).type != fs.FileType.NotFound
+    except (OSError, ValueError) as exc:
+        raise store_error(location, exc, "looking up its bucket") from None

@@ -13,7 +13,13 @@ from pathlib import PurePosixPath
 from pipeline.errors import InputError
 from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST, written_by_snim
-from pipeline.io.object_store import filesystem, is_object, list_below, store_error
+from pipeline.io.object_store import (
+    bucket_exists,
+    filesystem,
+    is_object,
+    list_below,
+    store_error,
+)
 
 GLOB_CHARS = "*?["
 
@@ -48,6 +54,8 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[
             continue
         found.append(key)
     if not found:
+        if not listed and not bucket_exists(spec):
+            raise InputError(f"{what} input {spec}: the bucket {spec.bucket!r} does not exist")
         if not listed and pattern is None:
             raise InputError(f"{what} input {spec}: no such object or prefix")
         empty = ("no object matches this pattern" if pattern is not None
