@@ -10,7 +10,8 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.errors import InputError, OutputError, cut
+from pipeline.errors import InputError, OutputError, UsageError, cut
+from pipeline.io.locations import Location
 from pipeline.io.manifest import add_output_file, read_manifest
 
 _CSS = """
@@ -103,10 +104,15 @@ def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl
 """
 
 
-def write_report(out_dir: Path, target: Path | None = None) -> Path:
-    """Render the run in `out_dir` to `target` (default OUT_DIR/report.html). A page written
-    into the output directory is listed in its manifest, so that the directory stays provably
-    a snim-batch output (a later --overwrite replaces it with the rest)."""
+def write_report(out: str | Path, target: Path | None = None) -> Path:
+    """Render the run in the local directory `out` to `target` (default OUT/report.html). A
+    page written into the output directory is listed in its manifest, so that the directory
+    stays provably a snim-batch output (a later --overwrite replaces it with the rest)."""
+    location = Location.parse(str(out), Path.cwd())
+    if location.is_remote or location.path is None:
+        raise UsageError(f"{location}: report reads a local output directory; copy the "
+                         "output's manifest.json and the files it lists first")
+    out_dir = location.path if "://" in str(out) else Path(out)  # as given, for messages
     manifest = read_manifest(out_dir)
     try:
         frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")

@@ -121,3 +121,16 @@ def test_a_report_never_replaces_one_of_the_runs_own_files(tmp_path: Path) -> No
         assert f"{out / name}: is one of the run's own outputs; refusing to replace it" in \
             result.output
         assert (out / name).read_bytes() == before
+
+
+def test_an_object_store_url_is_a_usage_error_that_writes_nothing(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for url, message in [
+        ("s3://bkt/out", "s3://bkt/out: report reads a local output directory"),
+        ("ftp://h/out", "ftp:// locations are not supported"),
+    ]:
+        result = CliRunner().invoke(app, ["report", url])
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+    assert list(tmp_path.iterdir()) == []
