@@ -601,3 +601,23 @@ def test_the_streamed_scan_equals_the_scan_of_the_whole_file(
     monkeypatch.setattr(csv_reader, "_PART", part)
     remote = object_store.bound(Location.parse("s3://bkt/f.csv", Path("/")))
     assert csv_reader._scan_text(remote) == csv_reader._scan_text(tmp_path / "f.csv")
+
+
+def test_the_readme_polars_recipe_reads_the_committed_output(s3, tmp_path: Path) -> None:
+    """The README's way to read an output from its manifest, run as written (the bucket and
+    prefix replaced), with only the standard AWS environment."""
+    readme = (ROOT / "README.md").read_text()
+    recipe = "# polars" + readme.split("```python\n# polars", 1)[1].split("```", 1)[0]
+    recipe = recipe.replace("bucket/verdicts/2026-12-01", "bkt/out")
+    sample = ROOT / "data" / "sample"
+    job = ["run", "--rules", str(sample / "rules.csv"), "--positions",
+           str(sample / "positions.csv"), "--out", "s3://bkt/out"]
+    assert run_cli(job, tmp_path, s3.env()).returncode == 0
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe + "\nverdicts.write_parquet('read.parquet')\n")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env={**os.environ, **s3.env()},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert pl.read_parquet(tmp_path / "read.parquet").equals(
+        remote_outputs(s3, "out")["verdicts"])
