@@ -54,6 +54,13 @@ def keys(server, prefix: str = "") -> dict[str, bytes]:
             for o in found}
 
 
+def listed_files(entry: dict) -> list[tuple[str, int]]:
+    """(path under OUT, size) of each file a manifest output entry lists."""
+    if entry["type"] == "directory":
+        return [(f"{entry['path']}/{f['name']}", f["size"]) for f in entry["files"]]
+    return [(entry["path"], entry["size"])]
+
+
 def remote_outputs(server, out_key: str) -> dict[str, pl.DataFrame]:
     """The four tables of a committed S3 output, found through its manifest only."""
     objects = keys(server, out_key + "/")
@@ -62,7 +69,8 @@ def remote_outputs(server, out_key: str) -> dict[str, pl.DataFrame]:
     for entry in manifest["outputs"]:
         stem = entry["name"].removesuffix(".parquet")
         if stem in OUTPUTS:
-            frames[stem] = pl.read_parquet(io.BytesIO(objects[f"{out_key}/{entry['path']}"]))
+            frames[stem] = pl.concat([pl.read_parquet(io.BytesIO(objects[f"{out_key}/{path}"]))
+                                      for path, _ in listed_files(entry)])
     return frames
 
 
@@ -78,8 +86,8 @@ def assert_whole(server, out_key: str) -> dict:
     for entry in manifest["outputs"]:
         if entry["name"] == "manifest.json":
             continue
-        data = objects[f"{out_key}/{entry['path']}"]
-        assert len(data) == entry["size"], entry
+        for path, size in listed_files(entry):
+            assert len(objects[f"{out_key}/{path}"]) == size, path
     verdicts = remote_outputs(server, out_key)["verdicts"]
     assert verdicts.height == manifest["counts"]["positions"]["verdicts"]
     return manifest
@@ -621,3 +629,39 @@ def test_the_readme_polars_recipe_reads_the_committed_output(s3, tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert pl.read_parquet(tmp_path / "read.parquet").equals(
         remote_outputs(s3, "out")["verdicts"])
+
+
+# ---- the Spark engine -----------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_reads_rules_from_s3_and_commits_to_s3_like_the_polars_engine(
+        s3, tmp_path: Path) -> None:
+    """Rules on S3 are read by the polars reader on the driver; the Spark engine's part-file
+    directories are committed by the manifest. Positions on S3 are refused before a session
+    starts (exit 2), with nothing written."""
+    sample = ROOT / "data" / "sample"
+    s3.client().upload_file(str(sample / "rules.parquet"), "bkt", "in/rules.parquet")
+    s3.client().upload_file(str(sample / "positions.parquet"), "bkt", "in/positions.parquet")
+    job = ["run", "--rules", "s3://bkt/in/rules.parquet", "--positions",
+           str(sample / "positions.parquet")]
+    assert run_cli([*job, "--out", "s3://bkt/polars"], tmp_path, s3.env()).returncode == 0
+    done = run_cli([*job, "--out", "s3://bkt/spark", "--engine", "spark", "--spark-master",
+                    "local[1]"], tmp_path, s3.env())
+    assert done.returncode == 0, done.stderr
+    manifest = assert_whole(s3, "spark")
+    assert [e["type"] for e in manifest["outputs"] if e["name"] == "verdicts.parquet"] == [
+        "directory"]
+    spark, polars = remote_outputs(s3, "spark"), remote_outputs(s3, "polars")
+    for name in OUTPUTS:
+        assert spark[name].equals(polars[name]), name
+    refused = run_cli(["run", "--rules", "s3://bkt/in/rules.parquet", "--positions",
+                       "s3://bkt/in/positions.parquet", "--out", "s3://bkt/spark2",
+                       "--engine", "spark"], tmp_path, s3.env())
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "snim-batch: error: positions input s3://bkt/in/positions.parquet: the Spark engine "
+        "reads positions from a file system its executors share, not from an object store "
+        "(use the polars engine, or copy them)"]
+    assert not names(s3, "spark2")
