@@ -469,6 +469,11 @@ def kill_when(args: list[str], where: Path, env: dict[str, str], ready) -> int:
 @pytest.mark.slow
 def test_sigkill_at_every_stage_leaves_the_previous_or_the_new_output_whole(
         s3, tmp_path: Path, big_job: tuple[Path, Path]) -> None:
+    """Killed before its manifest is in place, a run leaves the previous output whole; killed
+    after, the new one. Each kill waits for a marker: a log line, or the file a run creates
+    where remote_commit's test pause (SNIM_BATCH_TEST_PAUSE) holds it."""
+    from pipeline.io.remote_commit import PAUSE_ENV
+
     rules, positions = big_job
     env = s3.env()
     job = ["run", "--rules", str(rules), "--positions", str(positions), "--out",
@@ -476,30 +481,32 @@ def test_sigkill_at_every_stage_leaves_the_previous_or_the_new_output_whole(
     first = run_cli(job, tmp_path, env)
     assert first.returncode == 0, first.stderr
     baseline = assert_whole(s3, "out")
+    marker = tmp_path / "paused"
 
-    def data_objects() -> list[str]:
-        return [k for k in names(s3, "out/")
-                if not k.startswith(f"out/{baseline['run_id']}/") and k.endswith(".parquet")]
+    def paused(lines: list[str]) -> bool:
+        return marker.exists()
 
-    moments = {
-        "early": lambda lines: True,
-        "mid-positions": lambda lines: any("tables done" in line for line in lines),
-        "while uploading": lambda lines: len(data_objects()) >= 1,
-        "at the commit": lambda lines: len(data_objects()) >= len(OUTPUTS),
-    }
-    outcomes = {}
-    for name, ready in moments.items():
-        status = kill_when([*job, "--winning-moves"], tmp_path, env, ready)
+    moments = [  # (name, pause point or None, ready, the new output committed?)
+        ("early", None, lambda lines: True, False),
+        ("mid-positions", None, lambda lines: any("tables done" in x for x in lines), False),
+        ("while uploading", "uploaded", paused, False),
+        ("before the manifest", "committing", paused, False),
+        ("after the manifest", "committed", paused, True),
+    ]
+    for name, point, ready, committed in moments:
+        marker.unlink(missing_ok=True)
+        pause = {PAUSE_ENV: f"{point}:{marker}"} if point else {}
+        status = kill_when([*job, "--winning-moves"], tmp_path, {**env, **pause}, ready)
+        assert status == -signal.SIGKILL, name
         manifest = assert_whole(s3, "out")
-        outcomes[name] = (status, manifest["run_id"] == baseline["run_id"])
-        if manifest["run_id"] == baseline["run_id"]:
-            assert manifest == baseline, name
-        else:
+        if committed:
+            assert manifest["run_id"] != baseline["run_id"], name
             assert manifest["config"]["winning_moves"] is True, name
-            baseline = manifest
-    assert outcomes["early"] == (-signal.SIGKILL, True)
-    assert outcomes["mid-positions"] == (-signal.SIGKILL, True)
-    assert outcomes["while uploading"][0] == -signal.SIGKILL
+        else:
+            assert manifest == baseline, name
+        if point == "uploaded":
+            assert any(k.endswith(".parquet") and baseline["run_id"] not in k
+                       for k in names(s3, "out/")), "nothing was uploaded before the kill"
     after = run_cli(job, tmp_path, env)  # the next run commits over what the kills left
     assert after.returncode == 0, after.stderr
     assert_whole(s3, "out")
