@@ -672,3 +672,27 @@ def test_spark_reads_rules_from_s3_and_commits_to_s3_like_the_polars_engine(
         "reads positions from a file system its executors share, not from an object store "
         "(use the polars engine, or copy them)"]
     assert not names(s3, "spark2")
+
+
+def test_refused_credentials_exit_1_in_one_line_without_the_secret(tmp_path: Path) -> None:
+    """A moto server that checks credentials (no IAM user has this key): exit 1, one line
+    saying access was refused, neither key nor secret shown."""
+    from s3_server import MotoServer
+
+    server = MotoServer({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}).start()
+    try:
+        sample = ROOT / "data" / "sample"
+        started = time.monotonic()
+        result = run_cli(["run", "--rules", "s3://bkt/rules.csv", "--positions",
+                          str(sample / "positions.csv"), "--out", str(tmp_path / "out")],
+                         tmp_path, {**server.env(), "AWS_ACCESS_KEY_ID": "AKIAUNKNOWN0KEY",
+                                    "AWS_SECRET_ACCESS_KEY": SECRET}, timeout=120)
+    finally:
+        server.stop()
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 60
+    assert result.stderr.strip().splitlines() == [
+        "snim-batch: error: s3://bkt/rules.csv: the object store refused access while "
+        "looking it up (check the credentials)"]
+    assert SECRET not in result.stderr and "AKIAUNKNOWN0KEY" not in result.stderr
+    assert not (tmp_path / "out").exists()

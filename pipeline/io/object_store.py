@@ -227,9 +227,10 @@ def store_problem(location: Location, exc: BaseException, doing: str = "reading"
     if "resolve" in low:
         return StoreError(f"{location}: cannot resolve the object store's host{endpoint} "
                           f"while {doing}")
-    if any(word in low for word in ("accessdenied", "access denied", "forbidden", "403",
-                                    "invalidaccesskeyid", "signaturedoesnotmatch",
-                                    "credential", "token request", "authoriz", "account must")):
+    if any(word in low for word in ("accessdenied", "access denied", "access_denied",
+                                    "forbidden", "403", "invalidaccesskeyid",
+                                    "signaturedoesnotmatch", "credential", "token request",
+                                    "authoriz", "account must")):
         return StoreError(f"{location}: the object store refused access while {doing} "
                           "(check the credentials)")
     if "object-store error" in low or "aws error" in low or "google::cloud" in low \
