@@ -376,6 +376,24 @@ def test_solve_and_convert_refuse_an_input_that_may_be_truncated(cli, tmp_path, 
     assert not (tmp_path / "tables").exists()
 
 
+@pytest.mark.parametrize("text", ["", " ", "\n\n", " \t\r\n "])
+def test_solve_and_convert_refuse_an_input_without_any_number(cli, tmp_path, monkeypatch, text):
+    """Empty or whitespace-only input is no game: exit 1 (malformed input), nothing printed or
+    written; a lone 0 stays a valid input without test cases."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.txt").write_text(text)
+    for result in (cli("solve", input=text), cli("convert", "empty.txt", "--out", "tables")):
+        no_traceback(result)
+        assert result.exit_code == 1
+        assert result.stdout == ""
+        assert result.stderr == ("snim-batch: error: classic input: is empty (no number at all): "
+                                 "expected test cases ending with a line holding 0 (a lone 0 is "
+                                 "an input without test cases)\n")
+    assert not (tmp_path / "tables").exists()
+    zero = cli("solve", input=text + "0\n")
+    assert (zero.exit_code, zero.stdout) == (0, "")
+
+
 @pytest.mark.parametrize("text", [CLASSIC_SAMPLE, "random"])
 def test_convert_then_run_matches_solve(cli, tmp_path, monkeypatch, text):
     monkeypatch.chdir(tmp_path)
@@ -434,6 +452,18 @@ def test_script_solve_and_grundy(tmp_path):
     lines = grundy_lines(grundy.stdout)
     assert (lines["preperiod"], lines["period"]) == ("0", "7")
     assert lines["SG(0..20)"].split() == [str(v) for v in naive_sg((2, 5), 21)]
+
+
+@needs_script
+@pytest.mark.parametrize("text", ["", "\n \n"])
+def test_script_solve_refuses_an_empty_file_on_stdin(tmp_path, text):
+    path = tmp_path / "in.txt"
+    path.write_text(text)
+    with path.open("rb") as stdin:
+        solved = subprocess.run([SCRIPT, "solve"], stdin=stdin, capture_output=True, text=True,
+                                cwd=tmp_path, timeout=120)
+    assert (solved.returncode, solved.stdout) == (1, "")
+    assert "classic input: is empty (no number at all)" in solved.stderr
 
 
 @needs_script
