@@ -252,6 +252,66 @@ def test_every_fixed_choice_is_checked_by_typer_with_one_error_style(cli, tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+LONG_CHOICE = "x" * 2000 + "tail"
+LONG_CHOICES = [
+    (("grundy", "--kind"), "--kind", "'subtraction', 'nim', 'half'"),
+    (("generate", "--out", "g", "--form"), "--form", "'wide', 'long'"),
+    (("generate", "--out", "g", "--format"), "--format", "'parquet', 'csv'"),
+    (("generate", "--out", "g", "--key-type"), "--key-type", "'int', 'string', 'uuid'"),
+    (("run", "--engine"), "--engine", "'polars', 'spark'"),
+    (("run", "--on-bad-rows"), "--on-bad-rows", "'reject', 'fail'"),
+]
+
+
+@pytest.mark.parametrize(("args", "option", "listed"), LONG_CHOICES,
+                         ids=[c[1] for c in LONG_CHOICES])
+def test_a_long_choice_value_is_echoed_cut(cli, tmp_path, monkeypatch, args, option, listed):
+    """A 2004-character value for a fixed choice: exit 2 naming the option and the choices,
+    the value shown in 60 characters ('xxx...xxtail'), not in full."""
+    monkeypatch.chdir(tmp_path)
+    result = cli(*args, LONG_CHOICE)
+    no_traceback(result)
+    assert result.exit_code == 2, result.output
+    flat = "".join(line.strip("│ ") for line in result.stderr.splitlines())
+    shown = "'" + "x" * 27 + "..." + "x" * 24 + "tail'"
+    assert f"Invalid value for '{option}': Value error,{shown} is not one of{listed}." in \
+        flat.replace("is not one of ", "is not one of"), result.stderr
+    assert "x" * 61 not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "option", "limit"), [
+    (("grundy", "--moves", "2 5", "--upto", str(10**15)), "--upto", "1000000"),
+    (("grundy", "--moves", "2 5", "--upto", str(2**63)), "--upto", "1000000"),
+    (("grundy", "--moves", "2 5", "--upto", "1000001"), "--upto", "1000000"),
+    (("grundy", "--moves", "2 5", "--cap", str(2**32)), "--cap", "4294967295"),
+    (("solve", "--cap", str(2**32)), "--cap", "4294967295"),
+])
+def test_too_large_sizes_are_usage_errors_naming_the_limit(cli, args, option, limit):
+    result = cli(*args, input="1 2\n1\n1 3\n0\n")
+    no_traceback(result)
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    flat = " ".join(line.strip("│ ") for line in result.stderr.splitlines())
+    assert f"Invalid value for '{option}': Input should be less than or equal to {limit}" in \
+        " ".join(flat.split()), result.stderr
+
+
+@pytest.mark.parametrize("args", [("--upto", "-1"), ("--upto", str(-2**63)), ("--cap", "0")])
+def test_negative_or_zero_sizes_are_usage_errors(cli, args):
+    result = cli("grundy", "--moves", "2 5", *args)
+    no_traceback(result)
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    assert f"Invalid value for '{args[0]}'" in result.stderr
+
+
+def test_grundy_prints_up_to_the_upto_limit(cli):
+    result = cli("grundy", "--moves", "2 5", "--upto", "1000000")
+    assert result.exit_code == 0, result.output
+    values = grundy_lines(result.stdout)["SG(0..1000000)"].split()
+    period = [str(v) for v in naive_sg((2, 5), 7)]  # {2, 5}: preperiod 0, period 7
+    assert values == period * (1_000_001 // 7) + period[:1_000_001 % 7]
+
+
 def test_generate_choices_in_any_case(cli, tmp_path):
     result = cli("generate", "--out", str(tmp_path / "g"), "--positions", "7", "--rule-sets",
                  "2", "--form", "LONG", "--format", "Csv")
