@@ -79,11 +79,11 @@ def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
         raise RuleError("moves are empty (a subtraction rule needs a non-empty set S)")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise RuleError(f"move {v!r} is not an integer")
+            raise RuleError(f"move {shown(v)} is not an integer")
         if v <= 0:
-            raise RuleError(f"move {v} is not a positive integer")
+            raise RuleError(f"move {shown(v)} is not a positive integer")
         if v > MAX_TABLE_LEN:
-            raise RuleError(f"move {v} is larger than {MAX_TABLE_LEN}")
+            raise RuleError(f"move {shown(v)} is larger than {MAX_TABLE_LEN}")
     return Rule(kind, tuple(sorted({int(v) for v in values})))
 
 
@@ -143,7 +143,7 @@ def _value_dtype(n_moves: int) -> type:
 
 def _stop_len(rule: Rule, need_len: int, cap: int, probe_ops: int = 0) -> int:
     if not 1 <= cap <= MAX_TABLE_LEN:
-        raise RuleError(f"table cap {cap} must be between 1 and {MAX_TABLE_LEN}")
+        raise RuleError(f"table cap {shown(cap)} must be between 1 and {MAX_TABLE_LEN}")
     probe_len = rule.ops_len(probe_ops) if probe_ops > 0 else 0
     return min(cap, max(need_len, probe_len, 1))
 
