@@ -208,9 +208,14 @@ def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence
     start = np.array([_given(grow[i] if grow else None, vals[vals_base[q]:][:stop[q]])
                       for q, i in enumerate(subtraction)], dtype=np.int64)
     worker_start, jobs = balance((stop - start) * (k + PROOF_OPS), numba.get_num_threads())
-    n, pre, per = kernels.tabulate_many(
-        moves, np.concatenate(([0], np.cumsum(k)[:-1])).astype(np.int64), k, vals, vals_base,
-        start, stop, worker_start, jobs)
+    if len(chosen) == 1:  # no parallel region to start (each start costs ~1 ms, more on a
+        # busy machine), as when the period probe grows one table at a time
+        n, pre, per = (np.array([v]) for v in kernels.tabulate_subtraction(
+            moves, vals, int(start[0]), int(stop[0])))
+    else:
+        n, pre, per = kernels.tabulate_many(
+            moves, np.concatenate(([0], np.cumsum(k)[:-1])).astype(np.int64), k, vals,
+            vals_base, start, stop, worker_start, jobs)
     # Tables may share the buffer (no copy) unless one stopped early: its unused room would
     # then stay allocated as long as any other table lives.
     share = not per.any()
