@@ -373,6 +373,12 @@ def test_wide_value_dtype_table_mixed_with_closed_forms():
     check_rows(specs, refs, ts, big, brute=False)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 64, 1000, 2**20 + 7, 2**32 - 1])
+def test_window_power_is_the_rolling_hash_weight_modulo_2_to_the_64(m):
+    base = 0x100000001B3
+    assert int(kernels.window_power(m)) == pow(base, m - 1, 2**64)
+
+
 # ---------------------------------------------------------------------------------------------
 # Ordering kernels against numpy's stable lexsort
 # ---------------------------------------------------------------------------------------------

@@ -84,7 +84,9 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
              else None)  # exact from the footers; a CSV's rows are known once it is read
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
-        frame, batch_index = keys.match_key_type(keys.integer_keys(frame), index)
+        frame = keys.integer_keys(frame)
+        same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
+        frame, batch_index = keys.match_key_type(frame, index)
         frame = evaluate.attach_tables(frame, batch_index)
         chunks = buffers.heap_buffers(frame)
         tables = cache.ensure(evaluate.largest_heaps(frame, len(cache.distinct), chunks))
@@ -92,7 +94,9 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         if evaluated["_reason"].null_count() < evaluated.height:
             rejects.append(outputs.reject_rows(evaluated, "positions"))
             evaluated = evaluated.filter(pl.col("_reason").is_null())
-        parts.append(ordering.verdict_part(evaluated, file_index, rule_ids, keep))
+        # ids made text only to meet the rules' are sorted, and typed, as the general path does
+        parts.append(ordering.verdict_part(evaluated, file_index,
+                                           rule_ids if same_type else None, keep))
         del frame, evaluated, chunks
         note(f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
              if total else
