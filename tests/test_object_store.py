@@ -696,3 +696,27 @@ def test_refused_credentials_exit_1_in_one_line_without_the_secret(tmp_path: Pat
         "looking it up (check the credentials)"]
     assert SECRET not in result.stderr and "AKIAUNKNOWN0KEY" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_readme_duckdb_recipe_reads_the_files_the_manifest_lists(s3_env,
+                                                                     tmp_path: Path) -> None:
+    """The README's DuckDB SQL, on a local copy of a committed output (DuckDB's S3 support,
+    httpfs, is an extension downloaded at first use): the same verdicts as the manifest's."""
+    import duckdb
+
+    readme = (ROOT / "README.md").read_text()
+    sql = readme.split("```sql\n", 1)[1].split("```", 1)[0]
+    sample = ROOT / "data" / "sample"
+    assert invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                   sample / "positions.csv", "--out", "s3://bkt/out"], tmp_path)[0] == 0
+    copy = tmp_path / "copy"
+    for key, data in keys(s3_env, "out/").items():
+        (copy / key).parent.mkdir(parents=True, exist_ok=True)
+        (copy / key).write_bytes(data)
+    sql = sql.replace("s3://bucket/verdicts/2026-12-01", str(copy / "out"))
+    with duckdb.connect() as db:
+        *setup, query = [part for part in sql.split(";") if part.strip()]
+        for statement in setup:
+            db.execute(statement)
+        got = db.execute(query).pl()
+    assert got.equals(remote_outputs(s3_env, "out")["verdicts"])
