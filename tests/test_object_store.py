@@ -722,3 +722,15 @@ def test_the_readme_duckdb_recipe_reads_the_files_the_manifest_lists(s3_env,
             db.execute(statement)
         got = db.execute(query).pl()
     assert got.equals(remote_outputs(s3_env, "out")["verdicts"])
+
+
+@pytest.mark.parametrize("engine", ["polars", "spark"])
+def test_hdfs_is_a_usage_error_naming_the_url(tmp_path: Path, engine: str) -> None:
+    code, err = invoke(["run", "--rules", "hdfs://namenode:8020/in/rules.parquet",
+                        "--positions", "p", "--out", "o", "--engine", engine], tmp_path)
+    assert code == 2, err
+    assert err.strip().splitlines() == [
+        "snim-batch: error: hdfs://namenode:8020/in/rules.parquet: hdfs:// locations are not "
+        "read yet (neither engine uses Hadoop's file systems); copy the data to a local or "
+        "shared path or an object store"]
+    assert list(tmp_path.iterdir()) == []
