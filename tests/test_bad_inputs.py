@@ -1577,3 +1577,26 @@ def test_unreadable_directory_says_permission_denied(tmp_path: Path, where: str)
     assert got.stderr.strip() == (f"snim-batch: error: positions input {folder}: {shown}cannot "
                                   "read directory (Permission denied)")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("spec", "locked", "mode"), [
+    ("u2/*.csv", "u2", 0), ("u2/*.csv", "u2", 0o300), ("u2/a.csv", "u2", 0),
+    ("*/u2/*.csv", "w/u2", 0), ("w/**/a.csv", "w/u2", 0), ("w/**", "w/u2", 0o300)])
+def test_an_unreadable_directory_in_a_glob_is_named(tmp_path: Path, spec: str, locked: str,
+                                                    mode: int) -> None:
+    """Whether the directory cannot be searched (mode 0) or only listed (0o300), the message
+    names that directory, not the pattern that led to it."""
+    rules = _reference_rules(tmp_path)
+    for folder in ("u2", "w/u2"):
+        _positions_file(tmp_path / folder / "a.csv", [(1, 0, [5])])
+    (tmp_path / locked).chmod(mode)
+    try:
+        got = _without_read_override(job_args(rules, tmp_path / spec, tmp_path / "out"),
+                                     tmp_path)
+    finally:
+        (tmp_path / locked).chmod(0o755)
+    assert got.code == 1, got.stderr
+    assert got.stderr.strip() == (f"snim-batch: error: positions input {tmp_path / spec}: "
+                                  f"{tmp_path / locked}: cannot read directory (Permission "
+                                  "denied)")
+    assert not (tmp_path / "out").exists()

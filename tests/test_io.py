@@ -1372,6 +1372,36 @@ def test_a_glob_matching_directories_reads_them_as_directories(tmp_path):
                    tmp_path / "day=3.csv"]
 
 
+@pytest.mark.parametrize("spec", ["d/**", "d/**/**", "**"])
+def test_a_glob_ending_in_double_star_reads_every_directory_below(tmp_path, spec,
+                                                                   monkeypatch):
+    """`**` at the end is every directory at any depth, the one before it included, each
+    read as a directory is: its .parquet/.pq/.csv files, hidden names and outputs skipped."""
+    touch(tmp_path, "d/a.csv", "d/notes.txt", "d/sub/b.parquet", "d/sub/deep/c.pq",
+          "d/_tmp/x.csv", "d/.h/y.csv")
+    make_output(tmp_path / "d" / "sub" / "old")
+    monkeypatch.chdir(tmp_path / "d" if spec == "**" else tmp_path)
+    found = [tmp_path / "d/a.csv", tmp_path / "d/sub/b.parquet", tmp_path / "d/sub/deep/c.pq"]
+    assert inputs.resolve_inputs(spec, "positions") == [
+        Path(os.path.relpath(p)) for p in found]
+    assert inputs.resolve_inputs(str(Path.cwd() / spec), "positions") == found
+
+
+def test_a_glob_ending_in_double_star_still_finds_a_symlink_loop(tmp_path):
+    touch(tmp_path, "d/a.csv")
+    (tmp_path / "d" / "up").symlink_to(tmp_path / "d")
+    assert resolve_error(tmp_path / "d" / "**") == (
+        f"positions input {tmp_path / 'd' / '**'}: {tmp_path / 'd/up'}: symlink loop (it leads "
+        "back to a directory above it)")
+
+
+def test_a_glob_ending_in_double_star_with_nothing_says_what_it_skipped(tmp_path):
+    touch(tmp_path, "d/_SUCCESS", "d/sub/notes.txt")
+    assert resolve_error(tmp_path / "d" / "**") == (
+        f"positions input {tmp_path / 'd' / '**'}: no file matches this pattern; skipped 1 "
+        f"file whose {MARKERS}, 1 file {OTHER_TYPE}")
+
+
 def test_glob_skips_marker_and_hidden_names_like_a_directory(tmp_path):
     touch(tmp_path, "d/a.csv", "d/_SUCCESS", "d/.a.csv.crc", "d/_tmp/x.csv", "d/.h/y.csv",
           "d/notes.txt")
