@@ -389,6 +389,56 @@ def test_a_manifest_lists_the_files_inside_directory_outputs(tmp_path: Path) -> 
     assert manifest.ownership_problem(tmp_path) is None  # an older manifest of plain files
 
 
+@pytest.mark.parametrize("name", ["summary.parquet", "verdicts.parquet"])
+def test_overwrite_refuses_an_output_whose_listed_file_changed_size(tmp_path: Path,
+                                                                    name: str) -> None:
+    """A user who put a file of their own in place of a listed one (same name, another size)
+    keeps it: the size the manifest records is part of the proof."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert invoke(job(rules, positions, out), tmp_path)[0] == 0
+    listed = {e["name"]: e for e in json.loads((out / "manifest.json").read_text())["outputs"]}
+    (out / name).write_bytes(b"mine" * 8)
+    before = snapshot(out)
+    code, err = invoke(job(rules, positions, out, "--overwrite"), tmp_path)
+    assert code == 1
+    assert err.strip() == "snim-batch: error: " + refusal(
+        out, f"files changed size since its manifest.json listed them: {name} (32 bytes, "
+             f"listed with {listed[name]['size']})")
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+
+
+def test_sizes_are_checked_inside_directory_outputs_too(tmp_path: Path) -> None:
+    (tmp_path / "verdicts.parquet").mkdir()
+    (tmp_path / "verdicts.parquet" / "part-0.parquet").write_bytes(b"PAR1")
+    (tmp_path / "notes.txt").write_bytes(b"mine")
+    (tmp_path / "manifest.json").write_text(foreign_manifest(outputs=[
+        {"name": "manifest.json", "type": "file"},
+        {"name": "notes.txt", "type": "file", "size": 3},
+        {"name": "verdicts.parquet", "type": "directory",
+         "files": [{"name": "part-0.parquet", "size": 5}]}]))
+    assert manifest.ownership_problem(tmp_path) == (
+        "files changed size since its manifest.json listed them: notes.txt (4 bytes, listed "
+        "with 3), verdicts.parquet/part-0.parquet (4 bytes, listed with 5)")
+    (tmp_path / "extra").write_bytes(b"")
+    assert manifest.ownership_problem(tmp_path) == (
+        "holds what its manifest.json does not list: extra; files changed size since its "
+        "manifest.json listed them: notes.txt (4 bytes, listed with 3), "
+        "verdicts.parquet/part-0.parquet (4 bytes, listed with 5)")
+
+
+@pytest.mark.parametrize("size", ["4", -4, 4.0, True, [4]])
+def test_a_size_that_is_not_a_byte_count_is_no_manifest_of_ours(tmp_path: Path,
+                                                                size: object) -> None:
+    (tmp_path / "a.parquet").write_bytes(b"PAR1")
+    (tmp_path / "manifest.json").write_text(foreign_manifest(outputs=[
+        {"name": "manifest.json", "type": "file"},
+        {"name": "a.parquet", "type": "file", "size": size}]))
+    assert manifest.ownership_problem(tmp_path) == (
+        "its manifest.json was not written by snim-batch")
+
+
 def test_the_manifest_lists_every_output_file_with_its_size(tmp_path: Path) -> None:
     rules, positions = small_inputs(tmp_path / "in")
     out = tmp_path / "out"
