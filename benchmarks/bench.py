@@ -40,16 +40,67 @@ SNIM = PY.parent / "snim-batch"
 GIB = 2**30
 LARGE_RSS_GOAL = 4 * GIB
 
-# Datasets of `snim-batch generate` (positions in parts of 1,000,000 rows).
+# Datasets of `snim-batch generate`; the same seed draws the same positions in every shape.
 GEN_COMMON = ["--rule-sets", "1000", "--moves-per-set", "100", "--max-heap", "10000",
               "--heaps", "5"]  # HEAPS
-P10M = ("p10m", 10_000_000, 1)
-P40M = ("p40m", 40_000_000, 2)
-P40M_LONG = ("p40m_long", 40_000_000, 2)  # the same positions, one row per heap
-P40M_CSV = ("p40m_csv", 40_000_000, 2)  # the same positions, wide form in CSV files
 HEAPS = 5
-PART_ROWS = 1_000_000
 MAX_HEAP = 10_000
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A generated input: `snim-batch generate` with GEN_COMMON and these options."""
+
+    name: str
+    positions: int
+    seed: int
+    form: str = "wide"
+    fmt: str = "parquet"
+    key_type: str = "int"
+    shuffle: bool = False
+    files: int = 0  # 0: one per million positions
+
+    @property
+    def file_count(self) -> int:
+        return self.files or max(1, math.ceil(self.positions / 1_000_000))
+
+    @property
+    def rows(self) -> int:
+        return self.positions * (HEAPS if self.form == "long" else 1)
+
+    def options(self) -> list[str]:
+        return ["--positions", str(self.positions), *GEN_COMMON, "--form", self.form,
+                "--format", self.fmt, "--seed", str(self.seed), "--key-type", self.key_type,
+                "--files", str(self.files), *(["--shuffle"] if self.shuffle else [])]
+
+    def describe(self) -> str:
+        keys = {"int": "integer ids", "string": "text rule ids",
+                "uuid": "text rule ids, UUID position ids"}[self.key_type]
+        order = ", rows shuffled" if self.shuffle else ""
+        return (f"{self.positions:,} positions, {self.form} form, {self.fmt}, {keys}{order}, "
+                f"{self.file_count} file{'s' if self.file_count > 1 else ''}")
+
+
+TEN_M = 10_000_000
+# The matrix of `make bench`: the shapes warehouse tables have, 10M positions each (seed 1).
+MATRIX = [
+    ("integer ids", Dataset("m_int", TEN_M, 1, files=1)),
+    ("text rule ids", Dataset("m_string", TEN_M, 1, key_type="string", files=1)),
+    ("UUIDs, shuffled, 4 files", Dataset("m_uuid", TEN_M, 1, key_type="uuid", shuffle=True,
+                                         files=4)),
+    ("wide CSV, text rule ids", Dataset("m_csv", TEN_M, 1, fmt="csv", key_type="string",
+                                        files=10)),
+    ("long form", Dataset("m_long", TEN_M, 1, form="long", files=1)),
+]
+MATRIX_RSS_GOAL = 2 * GIB
+FLOOR_GOAL, LONG_GOAL = 1.5, 2.0
+# `make bench-large`: 200M heaps (40M positions, seed 2).
+LARGE = [
+    Dataset("p40m", 40_000_000, 2),
+    Dataset("p40m_string", 40_000_000, 2, key_type="string", files=20),
+    Dataset("p40m_csv", 40_000_000, 2, fmt="csv"),
+    Dataset("p40m_long", 40_000_000, 2, form="long"),
+]
 
 # SG builder benchmark: 1,000 rule sets x 100 distinct moves from 1..10^4, SG(0..10^4).
 SG_RULES, SG_MOVES, SG_MAX_MOVE, SG_VALUES, SG_SEED = 1000, 100, 10_000, 10_001, 3
@@ -98,8 +149,10 @@ def _short(argv: list[str]) -> str:
 
 
 def measure(name: str, argv: list[str], *, stdin: Path | None = None,
-            stdout: Path | None = None, cwd: Path = ROOT) -> Proc:
-    """Run argv as a child; wall time (perf_counter) and peak RSS (wait4); exit code checked."""
+            stdout: Path | None = None, cwd: Path = ROOT, code: Path | None = None) -> Proc:
+    """Run argv as a child; wall time (perf_counter) and peak RSS (wait4); exit code checked.
+    `code` is a checkout whose `pipeline` the child imports instead (PYTHONPATH)."""
+    env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
     LOGS.mkdir(parents=True, exist_ok=True)
     out_path = stdout or LOGS / f"{name}.stdout"
     err_path = LOGS / f"{name}.stderr"
@@ -109,7 +162,8 @@ def measure(name: str, argv: list[str], *, stdin: Path | None = None,
         with open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
             t0 = time.perf_counter()
             try:
-                proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=cwd)
+                proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=cwd,
+                                        env=env)
             except OSError as exc:
                 raise BenchError(f"{name}: cannot start {argv[0]}: {exc.strerror}") from None
             try:
@@ -164,34 +218,28 @@ def checked(argv: list[str], what: str) -> None:
 # --------------------------------------------------------------------------- inputs
 
 
-def ensure_dataset(name: str, positions: int, seed: int, form: str = "wide",
-                   fmt: str = "parquet") -> Path:
+def ensure_dataset(ds: Dataset) -> Path:
     """benchmarks/data/NAME from `snim-batch generate`, reused when complete."""
-    target = DATA / name
-    parts = math.ceil(positions / PART_ROWS)
-    expected = positions * (HEAPS if form == "long" else 1)
+    target = DATA / ds.name
     if target.exists():
-        found = sorted((target / "positions").glob(f"part-*.{fmt}"))
-        if (target / f"rules.{fmt}").is_file() and len(found) == parts:
+        found = sorted((target / "positions").glob(f"part-*.{ds.fmt}"))
+        if (target / f"rules.{ds.fmt}").is_file() and len(found) == ds.file_count:
             rows = int(helper("rows", str(target)))
-            if rows == expected:
-                log(f"reusing {target.relative_to(ROOT)} ({parts} parts, {rows} rows)")
+            if rows == ds.rows:
+                log(f"reusing {target.relative_to(ROOT)} ({len(found)} files, {rows} rows)")
                 return target
-            problem = f"{rows} position rows, expected {expected}"
+            problem = f"{rows} position rows, expected {ds.rows}"
         else:
-            problem = f"{len(found)} position parts, expected {parts}"
+            problem = f"{len(found)} position files, expected {ds.file_count}"
         newest = max((p.stat().st_mtime for p in target.rglob("*")), default=0)
         if time.time() - newest < 120:
             raise BenchError(f"{target} is incomplete ({problem}) and was modified in the last "
                              "2 minutes; is it being generated? Wait, or remove it.")
         log(f"{target.relative_to(ROOT)} is incomplete ({problem}); generating it again")
     DATA.mkdir(parents=True, exist_ok=True)
-    tmp = DATA / f".{name}.tmp-{os.getpid()}"
-    log(f"generating {target.relative_to(ROOT)}: {positions} positions in {form} form, "
-        f"{fmt}, seed {seed} (a few minutes)")
-    checked([str(SNIM), "generate", "--out", str(tmp), "--positions", str(positions),
-             *GEN_COMMON, "--form", form, "--format", fmt, "--seed", str(seed)],
-            "snim-batch generate")
+    tmp = DATA / f".{ds.name}.tmp-{os.getpid()}"
+    log(f"generating {target.relative_to(ROOT)}: {ds.describe()} (a few minutes)")
+    checked([str(SNIM), "generate", "--out", str(tmp), *ds.options()], "snim-batch generate")
     if target.exists():
         shutil.rmtree(target)
     tmp.rename(target)
@@ -238,12 +286,22 @@ def compile_references() -> dict[str, Path]:
 # --------------------------------------------------------------------------- environment
 
 
-def _git(*args: str) -> str:
+def _git(*args: str, cwd: Path = ROOT) -> str:
     try:
-        res = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+        res = subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd)
     except OSError:
         return "?"
     return res.stdout.strip() if res.returncode == 0 else "?"
+
+
+def code_under_test() -> Path:
+    """The checkout whose `pipeline` the measured programs import (PYTHONPATH may point the
+    venv at another checkout, e.g. an older commit for a before/after comparison)."""
+    res = subprocess.run([str(PY), "-c", "import pipeline; print(pipeline.__file__)"],
+                         capture_output=True, text=True, cwd="/")  # not ROOT: -c imports from cwd
+    if res.returncode != 0:
+        raise BenchError(f"cannot import pipeline: {res.stderr.strip()}")
+    return Path(res.stdout.strip()).parent.parent
 
 
 def environment() -> list[str]:
@@ -261,14 +319,15 @@ def environment() -> list[str]:
         mem = f"{kib / 2**20:.1f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    dirty = _git("status", "--porcelain", "--", "pipeline")
+    code = code_under_test()
+    dirty = _git("status", "--porcelain", "--", "pipeline", cwd=code)
     dirty_files = ([line.split(maxsplit=1)[-1] for line in dirty.splitlines()]
                    if dirty != "?" else ["?"])
     return [
         f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}",
         f"- machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {mem} RAM, "
         f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-        f"- code: commit {_git('rev-parse', '--short', 'HEAD')}"
+        f"- code: {code}, commit {_git('rev-parse', '--short', 'HEAD', cwd=code)}"
         + (f", uncommitted changes in {', '.join(dirty_files)}" if dirty_files else ", clean"),
         f"- python {platform.python_version()} ({PY})",
     ]
@@ -332,10 +391,53 @@ def warm_up() -> None:
         subprocess.run([str(SNIM), "solve"], stdin=fh, capture_output=True, check=False)
 
 
-def bench(repeat: int) -> None:
+def prepare(large: bool) -> None:
+    """Generate (or check) every input of `make bench` or `make bench-large`."""
+    for ds in LARGE if large else [ds for _, ds in MATRIX]:
+        ensure_dataset(ds)
+    if not large:
+        ensure_moves()
+        ensure_classic()
+
+
+def run_argv(ds: Dataset, data: Path, out: Path, *extra: str) -> list[str]:
+    return [str(SNIM), "run", "--rules", str(data / f"rules.{ds.fmt}"), "--positions",
+            str(data / "positions"), "--out", str(out), "--overwrite", "--quiet", *extra]
+
+
+def floor_argv(ds: Dataset, data: Path, out: Path) -> list[str]:
+    return [str(PY), str(BENCH / "floor.py"), ds.form, ds.fmt,
+            str(data / "positions" / f"*.{ds.fmt}"), str(out)]
+
+
+def before_after(r: dict[str, Proc], before: Path | None) -> list[str]:
+    """The matrix's `run` with the older checkout's pipeline against this one, if measured."""
+    if before is None:
+        return []
+    lines = [f"### Before and after: `--before {before}` (commit "
+             f"{_git('rev-parse', '--short', 'HEAD', cwd=before)})", "",
+             "Each shape's two runs back to back; ratios against the same floor run.", "",
+             "| shape | before wall (s) | after wall (s) | **after / before** | before / floor "
+             "| after / floor | before RSS (MiB) | after RSS (MiB) |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for label, ds in MATRIX:
+        old, new, fl = r[f"before_{ds.name}"], r[f"run_{ds.name}"], r[f"floor_{ds.name}"]
+        lines.append(f"| {label} | {secs(old.wall_s)} | {secs(new.wall_s)} | "
+                     f"{ratio(new.wall_s, old.wall_s)} | {ratio(old.wall_s, fl.wall_s)} | "
+                     f"{ratio(new.wall_s, fl.wall_s)} | {mib(old.maxrss)} | {mib(new.maxrss)} |")
+    return [*lines, ""]
+
+
+def goal(value: float | None, limit: float) -> str:
+    if value is None:
+        return "—"
+    return "met" if value <= limit else "**not met**"
+
+
+def bench(repeat: int, before: Path | None = None) -> None:
     env = environment()
     refs = compile_references()
-    p10m = ensure_dataset(*P10M)
+    data = {ds.name: ensure_dataset(ds) for _, ds in MATRIX}
     moves = ensure_moves()
     classic = ensure_classic()
     RES.mkdir(parents=True, exist_ok=True)
@@ -346,21 +448,16 @@ def bench(repeat: int) -> None:
     floor = rss_floor()
     warm_up()
 
-    rules = str(p10m / "rules.parquet")
-    pos_dir = str(p10m / "positions")
-    pos_glob = str(p10m / "positions" / "*.parquet")
-    run_out = RES / "run_p10m"
-    floor_out = RES / "io_floor_p10m.parquet"
-    plan_out = RES / "polars_plan_p10m.parquet"
+    base = MATRIX[0][1]
+    plan_out = RES / "polars_plan_m_int.parquet"
     sg_ours_bin, sg_ref_bin = RES / "sg_ours.bin", RES / "sg_reference.bin"
     solve_ours_txt, solve_ref_txt = RES / "solve_ours.txt", RES / "solve_reference.txt"
-
     runs: dict[str, list[Proc]] = {}
 
-    def one(key: str, *args, **kwargs) -> None:
+    def one(key: str, *args, out: Path | None = None, **kwargs) -> None:
         proc = measure(key, *args, **kwargs)
-        if key == "run":  # its in-process time is in the manifest, which the next run replaces
-            total, proc.values["phases"] = manifest_total(run_out)
+        if out is not None:  # its in-process time is in the manifest the next run replaces
+            total, proc.values["phases"] = manifest_total(out)
             if total is not None:
                 proc.values["job_s"] = str(total)
         runs.setdefault(key, []).append(proc)
@@ -370,14 +467,22 @@ def bench(repeat: int) -> None:
     for i in range(repeat):
         if repeat > 1:
             log(f"round {i + 1} of {repeat}")
-        one("startup", [str(PY), "-c", "import pipeline.cli, pipeline.classic, pipeline.grundy"])
-        one("run", [str(SNIM), "run", "--rules", rules, "--positions", pos_dir,
-                    "--out", str(run_out), "--overwrite", "--no-winning-moves", "--quiet"],
+        one("startup", [str(PY), "-c", "import pipeline.cli, pipeline.classic, pipeline.grundy"],
             cwd=cwd)
-        one("io_floor", [str(PY), str(BENCH / "io_floor.py"), pos_glob, str(floor_out)])
-        one("read_only", [str(PY), str(BENCH / "read_only.py"), pos_glob])
-        one("polars_plan", [str(PY), str(BENCH / "polars_plan.py"), rules, pos_glob,
-                            str(plan_out), str(MAX_HEAP)])
+        for _, ds in MATRIX:
+            out = RES / f"run_{ds.name}"
+            if before is not None:
+                old = RES / f"before_{ds.name}"
+                one(f"before_{ds.name}", run_argv(ds, data[ds.name], old, "--no-winning-moves"),
+                    out=old, cwd=cwd, code=before)
+            one(f"run_{ds.name}", run_argv(ds, data[ds.name], out, "--no-winning-moves"),
+                out=out, cwd=cwd)
+            one(f"floor_{ds.name}", floor_argv(ds, data[ds.name],
+                                               RES / f"floor_{ds.name}.parquet"))
+        one("polars_plan", [str(PY), str(BENCH / "polars_plan.py"),
+                            str(data[base.name] / "rules.parquet"),
+                            str(data[base.name] / "positions" / "*.parquet"), str(plan_out),
+                            str(MAX_HEAP)])
         one("sg_ours", [str(PY), str(BENCH / "sg_ours.py"), str(moves), str(sg_ours_bin)])
         one("sg_reference", [str(refs["sg_reference"]), str(moves), str(sg_ref_bin)])
         one("solve", [str(SNIM), "solve"], stdin=classic, stdout=solve_ours_txt)
@@ -385,9 +490,19 @@ def bench(repeat: int) -> None:
             stdout=solve_ref_txt)
 
     log("verifying outputs")
-    checks = {}
-    checks["nim"] = helper("same-nim-sums", str(run_out / "verdicts.parquet"), str(plan_out),
-                           str(floor_out), str(P10M[1]))
+    base_verdicts = RES / f"run_{base.name}" / "verdicts.parquet"
+    checks = {"plan": helper("same-nim-sums", str(base_verdicts), str(plan_out),
+                             str(RES / f"floor_{base.name}.parquet"), str(base.positions))}
+    for _, ds in MATRIX[1:]:
+        checks[ds.name] = helper("same-verdicts", str(base_verdicts),
+                                 str(RES / f"run_{ds.name}" / "verdicts.parquet"),
+                                 str(RES / f"floor_{ds.name}.parquet"))
+    if before is not None:
+        for _, ds in MATRIX:
+            checks[f"before_{ds.name}"] = helper(
+                "same-verdicts", str(base_verdicts),
+                str(RES / f"before_{ds.name}" / "verdicts.parquet"),
+                str(RES / f"floor_{ds.name}.parquet"))
     ours_sum = runs["sg_ours"][-1].values.get("checksum")
     ref_sum = runs["sg_reference"][-1].values.get("checksum")
     if ours_sum is None or ours_sum != ref_sum:
@@ -398,25 +513,6 @@ def bench(repeat: int) -> None:
     log("all outputs verified")
 
     r = {k: best(v) for k, v in runs.items()}
-    run_in, run_phases = r["run"].num("job_s"), r["run"].values["phases"]
-    sg_ours, sg_ref = r["sg_ours"], r["sg_reference"]
-    classic_mb = classic.stat().st_size / 1e6
-    rows = [
-        ("1", "`snim-batch run`", "I/O floor (polars streaming: read, sum heaps, sink)",
-         r["run"], r["io_floor"], run_in, r["io_floor"].num("job_s"), checks["nim"]),
-        ("1r", "diagnostic: polars reads the 3 columns `run` reads (no compute, no output)",
-         "I/O floor", r["read_only"], r["io_floor"], r["read_only"].num("job_s"),
-         r["io_floor"].num("job_s"), f"{r['read_only'].values.get('rows')} rows read"),
-        ("2", "`snim-batch run`", "straightforward polars plan (explode, join, XOR group_by)",
-         r["run"], r["polars_plan"], run_in, r["polars_plan"].num("job_s"), "same nim sums"),
-        ("3", "`grundy.build_table` ×1000 (one core)", "C textbook SG (`gcc -O2`)", sg_ours,
-         sg_ref, sg_ours.num("build_s"), sg_ref.num("build_s"), checks["sg"]),
-        ("3b", f"`grundy.build_tables` (all {sg_ours.values.get('threads', '?')} cores, as "
-         "`run` and `solve` build)", "the same C run", None, sg_ref,
-         sg_ours.num("parallel_s"), sg_ref.num("build_s"), checks["sg"]),
-        ("4", "`snim-batch solve`", "C textbook solver (`gcc -O2`)", r["solve"],
-         r["snim_reference"], None, r["snim_reference"].num("solve_s"), checks["solve"]),
-    ]
     lines = ["# snim-batch benchmarks", "", *env,
              f"- runs per program: {repeat} (best wall time; highest peak RSS)",
              f"- peak RSS floor: {mib(floor)} MiB (a child's ru_maxrss is at least the driver's "
@@ -426,39 +522,78 @@ def bench(repeat: int) -> None:
              "The machine is shared and noisy; the two sides of each ratio were measured back "
              "to back in this one run, so compare ratios, not absolute seconds.",
              "",
-             "## Ratios", "",
-             "| # | ours | reference | wall ours (s) | wall ref (s) | **wall ratio** | "
-             "in-process ours (s) | in-process ref (s) | **in-process ratio** | "
-             "peak RSS ours (MiB) | peak RSS ref (MiB) | **RSS ratio** |",
-             "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for n, ours, ref, po, pr, io, ir, _ in rows:
+             "## The data users have: `run` against its I/O floor", "",
+             f"Goals: wall ≤ {FLOOR_GOAL}× the floor and peak RSS ≤ 2 GiB on every shape; long "
+             f"form ≤ {LONG_GOAL}× the wide run of the same positions.", "",
+             "| shape | data | run wall (s) | floor wall (s) | **wall ratio** | goal | "
+             "run in-process (s) | floor in-process (s) | run RSS (MiB) | floor RSS (MiB) | "
+             "RSS goal | run phases (s) |",
+             "|---|---|--:|--:|--:|---|--:|--:|--:|--:|---|---|"]
+    for label, ds in MATRIX:
+        run, fl = r[f"run_{ds.name}"], r[f"floor_{ds.name}"]
+        lines.append(
+            f"| {label} | `{ds.name}`: {ds.describe()} | {secs(run.wall_s)} | "
+            f"{secs(fl.wall_s)} | {ratio(run.wall_s, fl.wall_s)} | "
+            f"{goal(run.wall_s / fl.wall_s, FLOOR_GOAL)} | {secs(run.num('job_s'))} | "
+            f"{secs(fl.num('job_s'))} | {mib(run.maxrss, floor)} | {mib(fl.maxrss, floor)} | "
+            f"{goal(run.maxrss, MATRIX_RSS_GOAL)} | {run.values.get('phases', '?')} |")
+    long_run, wide_run = r["run_m_long"], r[f"run_{base.name}"]
+    lines += [
+        "",
+        f"Long form against the wide run of the same positions: {secs(long_run.wall_s)} / "
+        f"{secs(wide_run.wall_s)} s = {ratio(long_run.wall_s, wide_run.wall_s)} "
+        f"({goal(long_run.wall_s / wide_run.wall_s, LONG_GOAL)}; goal ≤ {LONG_GOAL}×).",
+        "",
+        "`run` is `snim-batch run --rules R --positions DIR --out OUT --overwrite --quiet "
+        "--no-winning-moves` (the floor writes no move columns either). The floor "
+        "(`benchmarks/floor.py`) is a polars streaming plan that reads the same three columns "
+        "and writes the same four (rule_set_id, position_id, nim_sum, verdict), with the sum "
+        "of the heaps in place of the nim-sum: `scan_parquet`/`scan_csv` (CSV heaps split and "
+        "cast), long form through a streamed `group_by(rule_set_id, position_id)`. Datasets: "
+        "`snim-batch generate " + " ".join(GEN_COMMON) + " --seed 1` with the shape's "
+        "`--key-type`, `--shuffle`, `--files`, `--form` and `--format`; every shape holds the "
+        "same positions.",
+        "", *before_after(r, before),
+        "## References", "",
+        "| # | ours | reference | wall ours (s) | wall ref (s) | **wall ratio** | "
+        "in-process ours (s) | in-process ref (s) | **in-process ratio** | "
+        "peak RSS ours (MiB) | peak RSS ref (MiB) | **RSS ratio** |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    sg_ours, sg_ref = r["sg_ours"], r["sg_reference"]
+    rows = [
+        ("2", "`snim-batch run` (integer ids)",
+         "straightforward polars plan (explode, join, XOR group_by)", wide_run,
+         r["polars_plan"], wide_run.num("job_s"), r["polars_plan"].num("job_s")),
+        ("3", "`grundy.build_table` ×1000 (one core)", "C textbook SG (`gcc -O2`)", sg_ours,
+         sg_ref, sg_ours.num("build_s"), sg_ref.num("build_s")),
+        ("3b", f"`grundy.build_tables` (all {sg_ours.values.get('threads', '?')} cores, as "
+         "`run` and `solve` build)", "the same C run", None, sg_ref,
+         sg_ours.num("parallel_s"), sg_ref.num("build_s")),
+        ("4", "`snim-batch solve`", "C textbook solver (`gcc -O2`)", r["solve"],
+         r["snim_reference"], None, r["snim_reference"].num("solve_s")),
+    ]
+    for n, ours, ref, po, pr, io, ir in rows:
         wall, rss = (po.wall_s, po.maxrss) if po else (None, None)  # 3b: in-process only
         lines.append(f"| {n} | {ours} | {ref} | {secs(wall)} | {secs(pr.wall_s)} | "
                      f"{ratio(wall, pr.wall_s)} | {secs(io)} | {secs(ir)} | "
                      f"{ratio(io, ir)} | {mib(rss, floor)} | {mib(pr.maxrss, floor)} | "
                      f"{ratio(rss, pr.maxrss)} |")
+    classic_mb = classic.stat().st_size / 1e6
     lines += [
         "", "Workloads:", "",
-        f"- 1, 2: `{P10M[0]}`: {P10M[1]:,} positions × 5 heaps ≤ {MAX_HEAP:,}, 1,000 rule sets "
-        "of 1..100 moves (`snim-batch generate ... --seed 1`); `run` with "
-        "`--no-winning-moves --quiet`. 1r (`benchmarks/read_only.py`) only reads what `run` "
-        "must read (rule_set_id, position_id, heaps) into memory: `run` cannot take less than "
-        "that plus its startup, and the floor reads one of those columns.",
+        f"- 2: `{base.name}` as above; the plan builds a lookup frame (rule_set_id, heap, sg) "
+        f"for heaps 0..{MAX_HEAP:,} (tables {secs(r['polars_plan'].num('tables_s'))} s, plan "
+        f"{secs(r['polars_plan'].num('plan_s'))} s).",
         f"- 3: {SG_RULES:,} rule sets × {SG_MOVES} distinct moves from 1..{SG_MAX_MOVE:,}, "
         f"SG(0..{SG_VALUES - 1:,}); ours is `build_table(rule, need_len={SG_VALUES}, "
         f"cap={SG_VALUES})` (no period probe; it stops early when it proves a period: "
         f"{sg_ours.values.get('periodic', '?')} of {SG_RULES} did). 3b is the same process "
         "building the same tables with `build_tables` (checked equal), so it has no wall time "
-        "of its own; the C reference is single-threaded.",
+        "of its own; the C reference is single-threaded. In-process: the table-building loop "
+        f"only (ours after a warm-up call of {secs(sg_ours.num('warmup_s'))} s).",
         f"- 4: a {classic_mb:.0f} MB classic-format input (`{classic.name}`; up to 100 moves "
-        "≤ 10^4 per test case, 1..10 heaps ≤ 10^4 per position).",
-        "",
-        "In-process: 1, 2 `run` = sum of the manifest's phase timings "
-        f"({run_phases}); I/O floor and plan = the plan's execution after imports (plan: "
-        f"tables {secs(r['polars_plan'].num('tables_s'))} s + plan "
-        f"{secs(r['polars_plan'].num('plan_s'))} s); 3 = the table-building loop only (ours "
-        f"after a warm-up call of {secs(sg_ours.num('warmup_s'))} s that loads the numba "
-        "kernel); 4 C = parse + tables + answers, after reading stdin.",
+        "≤ 10^4 per test case, 1..10 heaps ≤ 10^4 per position); C in-process = parse + "
+        "tables + answers, after reading stdin.",
         "",
         f"Startup of ours (interpreter + `import pipeline.cli, pipeline.classic, "
         f"pipeline.grundy`, i.e. numpy and numba): {secs(r['startup'].wall_s)} s wall, "
@@ -466,7 +601,8 @@ def bench(repeat: int) -> None:
         "references do not.",
         "",
         "## Checks", "",
-        f"- 1, 2: {checks['nim']} (`run` vs the polars plan); all three wrote {P10M[1]:,} rows",
+        f"- `{base.name}`: {checks['plan']} (`run`, the polars plan and the floor)",
+        *[f"- `{ds.name}`: {checks[ds.name]}" for _, ds in MATRIX[1:]],
         f"- 3: {checks['sg']}",
         f"- 4: {checks['solve']}",
         "",
@@ -489,34 +625,28 @@ def bench(repeat: int) -> None:
 
 
 def bench_large() -> None:
-    """The 200M-heap job in wide form (batches, Parquet and CSV) and in long form (split into
-    scratch parts), each with the default options (winning moves on) against the 4 GiB peak
-    RSS goal."""
+    """The 200M-heap job in every large shape, each with the default options (winning moves
+    on), against the 4 GiB peak RSS goal; every shape's verdicts checked against the first."""
     env = environment()
     RES.mkdir(parents=True, exist_ok=True)
     cwd = RES / "cwd"
     cwd.mkdir(exist_ok=True)
     floor = rss_floor()
     rows = []
-    for (name, positions, seed), form, fmt in ((P40M, "wide", "parquet"),
-                                               (P40M_CSV, "wide", "csv"),
-                                               (P40M_LONG, "long", "parquet")):
-        data = ensure_dataset(name, positions, seed, form, fmt)
-        out = RES / f"run_{name}"
-        p = measure(f"run_{name}", [str(SNIM), "run", "--rules", str(data / f"rules.{fmt}"),
-                                    "--positions", str(data / "positions"), "--out", str(out),
-                                    "--overwrite", "--quiet"], cwd=cwd)
+    for ds in LARGE:
+        data = ensure_dataset(ds)
+        out = RES / f"run_{ds.name}"
+        p = measure(f"run_{ds.name}", run_argv(ds, data, out), cwd=cwd)
         total, phases = manifest_total(out)
-        goal = "met" if p.maxrss <= LARGE_RSS_GOAL else "**NOT met**"
         rows.append(
-            f"| `{name}`: {positions:,} positions × {HEAPS} heaps, {form} form, {fmt}, "
-            f"seed {seed} | "
-            f"{secs(p.wall_s)} | {secs(total)} | {positions * HEAPS / p.wall_s / 1e6:.1f} M | "
-            f"{mib(p.maxrss, floor)} | {goal} |")
+            f"| `{ds.name}`: {ds.describe()} × {HEAPS} heaps, seed {ds.seed} | "
+            f"{secs(p.wall_s)} | {secs(total)} | {ds.positions * HEAPS / p.wall_s / 1e6:.1f} M | "
+            f"{mib(p.maxrss, floor)} | {goal(p.maxrss, LARGE_RSS_GOAL)} |")
         rows.append(f"| phases (s): {phases} | | | | | |")
-    same = [helper("same-frame", str(RES / f"run_{P40M[0]}" / "verdicts.parquet"),
-                   str(RES / f"run_{other[0]}" / "verdicts.parquet"))
-            for other in (P40M_CSV, P40M_LONG)]
+    first = RES / f"run_{LARGE[0].name}" / "verdicts.parquet"
+    same = [f"`{ds.name}`: " + helper("same-verdicts", str(first),
+                                      str(RES / f"run_{ds.name}" / "verdicts.parquet"))
+            for ds in LARGE[1:]]
     lines = [
         "", "## Large: 200M heaps (`make bench-large`)", "", *env,
         f"- peak RSS floor: {mib(floor)} MiB", "",
@@ -528,7 +658,7 @@ def bench_large() -> None:
         "Command: `snim-batch run --rules DATA/rules.FORMAT --positions DATA/positions --out OUT "
         "--overwrite --quiet` (winning moves on, the default). Long form holds more than 2^22 "
         "rows, so it is split by key into scratch parts first (README, \"One machine\").",
-        f"Checks: CSV vs Parquet verdicts: {same[0]}; long vs wide verdicts: {same[1]}.",
+        f"Checks against `{LARGE[0].name}`: " + "; ".join(same) + ".",
         "",
     ]
     text = "\n".join(lines)
@@ -544,8 +674,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--large", action="store_true",
                     help="run the 200M-heap job instead (make bench-large)")
+    ap.add_argument("--prepare", action="store_true",
+                    help="only generate the inputs (of --large, with it) and stop")
     ap.add_argument("--repeat", type=int, default=1,
                     help="measure every program N times (best wall time is reported)")
+    ap.add_argument("--before", type=Path, metavar="CHECKOUT",
+                    help="also run the matrix with CHECKOUT's pipeline (an older commit), each "
+                    "shape back to back with this one, for a before/after table")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
@@ -554,7 +689,10 @@ def main() -> int:
               file=sys.stderr)
         return 1
     try:
-        bench_large() if args.large else bench(args.repeat)
+        if args.prepare:
+            prepare(args.large)
+        else:
+            bench_large() if args.large else bench(args.repeat, args.before)
     except BenchError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1

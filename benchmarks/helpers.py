@@ -10,10 +10,12 @@
     helpers.py same-nim-sums VERDICTS PLAN FLOOR N
         check that the polars plan's nim_sum equals snim-batch's for every position, and that
         both (and the I/O floor) have N rows
+    helpers.py same-verdicts A B [FLOOR]
+        check that verdicts B hold, per rule set (rs00042 is 42), as many positions of each
+        nim-sum as A (the shapes of one seed hold the same positions under other keys), and
+        that the floor wrote as many rows as B
     helpers.py same-bytes A B
         check that two files are byte for byte identical
-    helpers.py same-frame A B
-        check that two Parquet files hold the same rows in the same order
 """
 
 from __future__ import annotations
@@ -94,6 +96,30 @@ def same_nim_sums(verdicts: Path, plan: Path, floor: Path, n: int) -> None:
     print(f"nim sums identical on all {n} positions")
 
 
+def same_verdicts(a: Path, b: Path, floor: Path | None) -> None:
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    def profile(path: Path) -> pl.DataFrame:
+        rule = pl.col("rule_set_id").cast(pl.String).str.strip_prefix("rs").cast(pl.Int64)
+        return (pl.scan_parquet(path).group_by(rule.alias("rule"), "nim_sum").len()
+                .sort("rule", "nim_sum").collect())
+
+    x, y = profile(a), profile(b)
+    try:
+        assert_frame_equal(x, y)
+    except AssertionError as exc:
+        sys.exit(f"{b} and {a} differ in nim-sums per rule set: {str(exc).splitlines()[0]}")
+    n = int(y["len"].sum())
+    said = f"same nim-sums per rule set as `{a.parent.name}` ({n:,} verdicts)"
+    if floor is not None:
+        rows = pl.scan_parquet(floor).select(pl.len()).collect().item()
+        if rows != n:
+            sys.exit(f"the floor wrote {rows} rows, {b} {n}")
+        said += "; the floor wrote as many rows"
+    print(said)
+
+
 def same_bytes(a: Path, b: Path) -> None:
     x, y = a.read_bytes(), b.read_bytes()
     if x != y:
@@ -101,18 +127,6 @@ def same_bytes(a: Path, b: Path) -> None:
         sys.exit(f"{a} and {b} differ (sizes {len(x)} and {len(y)}; first difference at "
                  f"byte {at})")
     print(f"identical ({len(x)} bytes)")
-
-
-def same_frame(a: Path, b: Path) -> None:
-    import polars as pl
-    from polars.testing import assert_frame_equal
-
-    x, y = pl.read_parquet(a), pl.read_parquet(b)
-    try:
-        assert_frame_equal(x, y)
-    except AssertionError as exc:
-        sys.exit(f"{a} and {b} differ: {str(exc).splitlines()[0]}")
-    print(f"identical ({x.height:,} rows)")
 
 
 def main() -> None:
@@ -136,10 +150,13 @@ def main() -> None:
     p.add_argument("plan", type=Path)
     p.add_argument("floor", type=Path)
     p.add_argument("n", type=int)
-    for name in ("same-bytes", "same-frame"):
-        p = sub.add_parser(name)
-        p.add_argument("a", type=Path)
-        p.add_argument("b", type=Path)
+    p = sub.add_parser("same-verdicts")
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
+    p.add_argument("floor", type=Path, nargs="?")
+    p = sub.add_parser("same-bytes")
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
     a = ap.parse_args()
     if a.cmd == "moves":
         write_moves(a.out, a.rules, a.moves, a.max_move, a.values, a.seed)
@@ -149,8 +166,8 @@ def main() -> None:
         rows(a.dir)
     elif a.cmd == "same-nim-sums":
         same_nim_sums(a.verdicts, a.plan, a.floor, a.n)
-    elif a.cmd == "same-frame":
-        same_frame(a.a, a.b)
+    elif a.cmd == "same-verdicts":
+        same_verdicts(a.a, a.b, a.floor)
     else:
         same_bytes(a.a, a.b)
 

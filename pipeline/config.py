@@ -14,7 +14,9 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, cut, shown
-from pipeline.grundy import (
+from pipeline.io.locations import Location
+from pipeline.limits import (
+    DEFAULT_PROBE_OPS,
     DEFAULT_RULE_OPS,
     DEFAULT_RUN_OPS,
     DEFAULT_TABLE_LEN,
@@ -30,7 +32,7 @@ MAX_INT_CHARS = 100  # longer integers are refused before Python converts them (
 
 @dataclass(frozen=True)
 class Columns:
-    """Input column names (DESIGN 2), configurable for tables that name them differently."""
+    """Input column names, configurable for tables that name them differently."""
 
     rule_set_id: str = "rule_set_id"
     kind: str = "kind"
@@ -45,14 +47,14 @@ class Tables:
     """SG table limits: `max_table_len` caps any table and `max_total_values` all of a run's
     tables together (memory: 1 byte a value for |S| < 255); `max_rule_ops` caps the work of
     any table and `max_run_ops` all tables' together (operations: values x (|S| + 200),
-    about a nanosecond each, see grundy.PROOF_OPS); `period_probe_ops` is the work spent
+    about a nanosecond each); `period_probe_ops` is the work spent
     past the data's largest heaps proving periods to report in sg_tables."""
 
     max_table_len: int = DEFAULT_TABLE_LEN
     max_total_values: int = DEFAULT_TOTAL_VALUES
     max_rule_ops: int = DEFAULT_RULE_OPS
     max_run_ops: int = DEFAULT_RUN_OPS
-    period_probe_ops: int = 200_000_000
+    period_probe_ops: int = DEFAULT_PROBE_OPS
 
 
 @dataclass(frozen=True)
@@ -265,9 +267,9 @@ def _refuse_duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[in
         _refuse_duplicate_keys(value, name, source, seen)
 
 
-def _resolve(path: str, base: Path) -> str:
-    p = Path(path).expanduser()
-    return str(p if p.is_absolute() else base / p)
+def resolve_location(text: str, base: Path) -> str:
+    """A location as given (a path relative to `base`, or a URL) -> the text the job reads."""
+    return str(Location.parse(text, base))
 
 
 def load_config(path: Path) -> Config:
@@ -305,9 +307,12 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     for required in ("rules", "positions", "out"):
         if required not in values:
             raise ConfigError(f"{source}: missing key '{required}'")
+    for key in ("engine", "on_bad_rows"):  # choices in any case, as the CLI takes them
+        if key in values:
+            values[key] = values[key].strip().lower()
     for key in ("rules", "positions"):
-        values[key] = _resolve(values[key], base)
-    values["out"] = Path(_resolve(values["out"], base))
+        values[key] = resolve_location(values[key], base)
+    values["out"] = Path(resolve_location(values["out"], base))
     cfg = Config(**values)
     _check_choices(cfg, f"{source}: key")
     names = dataclasses.asdict(cfg.columns)

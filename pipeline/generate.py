@@ -1,7 +1,13 @@
-"""Seeded synthetic datasets for benchmarks and tests (rules + positions, wide or long)."""
+"""Seeded synthetic datasets for benchmarks and tests (rules + positions, wide or long).
+
+Besides the plain shape (integer ids, positions in id order), it makes the shapes warehouse
+tables have: text rule ids (`rs00042`), UUID position ids, rows in random order, many files.
+The same seed gives the same positions in every form and format, so runs can be compared.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +18,9 @@ import pyarrow as pa
 from pipeline.errors import OutputError, UsageError, shown
 
 CHUNK = 1_000_000
+ROW_GROUP_ROWS = 1 << 20
+KEY_TYPES = ("int", "string", "uuid")
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 
 @dataclass(frozen=True)
@@ -25,14 +34,35 @@ class Spec:
     form: str = "wide"
     format: str = "parquet"
     seed: int = 0
+    key_type: str = "int"
+    shuffle: bool = False
+    files: int = 0
 
     def check(self) -> None:
         if self.form not in ("wide", "long"):
             raise UsageError(f"--form must be wide or long, got {shown(self.form)}")
         if self.format not in ("parquet", "csv"):
             raise UsageError(f"--format must be parquet or csv, got {shown(self.format)}")
+        if self.key_type not in KEY_TYPES:
+            raise UsageError(f"--key-type must be one of {', '.join(KEY_TYPES)}, "
+                             f"got {shown(self.key_type)}")
         if min(self.rule_sets, self.moves_per_set, self.max_heap) < 1 or self.positions < 0:
             raise UsageError("--rule-sets, --moves-per-set and --max-heap must be >= 1")
+        if self.files < 0:
+            raise UsageError("--files must be >= 0 (0: one file per million positions)")
+
+    def file_count(self) -> int:
+        """Position files: `files`, or one per CHUNK positions (at least one)."""
+        return self.files or max(1, -(-self.positions // CHUNK))
+
+
+def rule_ids(spec: Spec) -> pl.Series:
+    """1..rule_sets, or as text `rs00001`.. for the string and uuid key types."""
+    ids = np.arange(1, spec.rule_sets + 1, dtype=np.int64)
+    if spec.key_type == "int":
+        return pl.Series("rule_set_id", ids)
+    width = max(5, len(str(spec.rule_sets)))
+    return pl.Series("rule_set_id", [f"rs{i:0{width}d}" for i in ids.tolist()])
 
 
 def rules_frame(spec: Spec, rng: np.random.Generator) -> pl.DataFrame:
@@ -43,37 +73,83 @@ def rules_frame(spec: Spec, rng: np.random.Generator) -> pl.DataFrame:
         k = int(rng.integers(1, min(spec.moves_per_set, top) + 1))
         moves.append(np.sort(rng.choice(top, size=k, replace=False) + 1).tolist())
     return pl.DataFrame({
-        "rule_set_id": np.arange(1, spec.rule_sets + 1, dtype=np.int64),
+        "rule_set_id": rule_ids(spec),
         "kind": ["subtraction"] * spec.rule_sets,
-        "moves": moves,
-    }, schema={"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.List(pl.Int64)})
+        "moves": pl.Series(moves, dtype=pl.List(pl.Int64)),
+    })
 
 
-def positions_chunk(spec: Spec, rng: np.random.Generator, start: int, n: int) -> pl.DataFrame:
+def uuid_text(rng: np.random.Generator, n: int) -> pl.Series:
+    """n random (version 4) UUIDs as text, built as bytes without a Python loop."""
+    raw = rng.integers(0, 256, size=(n, 16), dtype=np.uint8)
+    raw[:, 6] = (raw[:, 6] & 0x0F) | 0x40
+    raw[:, 8] = (raw[:, 8] & 0x3F) | 0x80
+    digits = np.empty((n, 32), np.uint8)
+    digits[:, 0::2] = _HEX[raw >> 4]
+    digits[:, 1::2] = _HEX[raw & 0x0F]
+    text = np.full((n, 36), ord("-"), np.uint8)
+    for src, dst, width in ((0, 0, 8), (8, 9, 4), (12, 14, 4), (16, 19, 4), (20, 24, 12)):
+        text[:, dst:dst + width] = digits[:, src:src + width]
+    offsets = np.arange(0, 36 * n + 1, 36, dtype=np.int64)
+    array = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets),
+                                             pa.py_buffer(text.tobytes()))
+    return pl.Series("position_id", array, dtype=pl.String)
+
+
+def positions_chunk(spec: Spec, rng: np.random.Generator, start: int, n: int,
+                    uuids: np.random.Generator | None = None) -> pl.DataFrame:
+    """Positions start..start+n in wide form: random rule sets and heaps. UUID position ids
+    come from their own generator `uuids`, so every key type draws the same positions."""
     k = spec.heaps_per_position
-    ids = rng.integers(1, spec.rule_sets + 1, size=n, dtype=np.int64)
+    ids = rng.integers(0, spec.rule_sets, size=n, dtype=np.int64)
     heaps = rng.integers(0, spec.max_heap + 1, size=n * k, dtype=np.int64)
-    pids = np.arange(start, start + n, dtype=np.int64)
-    if spec.form == "long":
-        return pl.DataFrame({"rule_set_id": np.repeat(ids, k), "position_id": np.repeat(pids, k),
-                             "heap": heaps})
+    if spec.key_type == "uuid":
+        position_id = uuid_text(uuids or np.random.default_rng([spec.seed, 1]), n)
+    else:
+        position_id = pl.Series("position_id", np.arange(start, start + n, dtype=np.int64))
     offsets = np.arange(0, n * k + 1, k, dtype=np.int64)
     lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(heaps))
-    return pl.DataFrame({"rule_set_id": ids, "position_id": pids,
+    return pl.DataFrame({"rule_set_id": rule_ids(spec).gather(ids), "position_id": position_id,
                          "heaps": pl.Series(lists).cast(pl.List(pl.Int64))})
+
+
+def long_form(wide: pl.DataFrame) -> pl.DataFrame:
+    """One row per heap, in the order of the wide rows and their heaps."""
+    return wide.explode("heaps").rename({"heaps": "heap"})
 
 
 def _write(frame: pl.DataFrame, path: Path, fmt: str) -> None:
     if fmt == "parquet":
-        frame.write_parquet(path)
+        frame.write_parquet(path, row_group_size=ROW_GROUP_ROWS)
         return
     text_cols = [pl.col(c).cast(pl.List(pl.String)).list.join(" ").alias(c)
                  for c, t in frame.schema.items() if isinstance(t, pl.List)]
     frame.with_columns(text_cols).write_csv(path)
 
 
+def _chunks(spec: Spec, rng: np.random.Generator) -> Iterator[pl.DataFrame]:
+    """The positions in frames of at most CHUNK positions, in the requested form, in file
+    order. Shuffled, the same rows come in a random order (of rows: in long form a position's
+    heaps scatter over the files), from a generator of their own."""
+    uuids = np.random.default_rng([spec.seed, 1])
+    chunks = (positions_chunk(spec, rng, start, min(CHUNK, spec.positions - start), uuids)
+              for start in range(0, spec.positions, CHUNK))
+    if spec.form == "long":
+        chunks = (long_form(chunk) for chunk in chunks)
+    if not spec.shuffle:
+        yield from chunks
+        return
+    rows = pl.concat(list(chunks))
+    rows = rows.gather(np.random.default_rng([spec.seed, 2]).permutation(rows.height))
+    step = CHUNK * (spec.heaps_per_position if spec.form == "long" else 1) or 1
+    for start in range(0, rows.height, step):
+        yield rows.slice(start, step)
+
+
 def generate(out: Path, spec: Spec) -> list[Path]:
-    """Write rules.<fmt> and positions/part-NNNNN.<fmt> under `out`; returns the files."""
+    """Write rules.<fmt> and positions/part-NNNNN.<fmt> under `out`; returns the files.
+
+    Positions are split over `spec.file_count()` files of as equal a row count as possible."""
     spec.check()
     rng = np.random.default_rng(spec.seed)
     try:
@@ -82,9 +158,24 @@ def generate(out: Path, spec: Spec) -> list[Path]:
         raise OutputError(f"{out}: cannot create directory ({exc.strerror})") from None
     written = [out / f"rules.{spec.format}"]
     _write(rules_frame(spec, rng), written[0], spec.format)
-    for part, start in enumerate(range(0, spec.positions, CHUNK)):
-        n = min(CHUNK, spec.positions - start)
+    per_row = spec.heaps_per_position if spec.form == "long" else 1
+    files = spec.file_count()
+    bounds = [spec.positions * per_row * f // files for f in range(files + 1)]
+    pending: list[pl.DataFrame] = []
+    held = 0
+    for chunk in _chunks(spec, rng):
+        pending.append(chunk)
+        held += chunk.height
+        while len(written) - 1 < files and held >= bounds[len(written)] - bounds[len(written) - 1]:
+            rows = pl.concat(pending) if len(pending) > 1 else pending[0]
+            size = bounds[len(written)] - bounds[len(written) - 1]
+            path = out / "positions" / f"part-{len(written) - 1:05d}.{spec.format}"
+            _write(rows.slice(0, size), path, spec.format)
+            written.append(path)
+            pending, held = [rows.slice(size)], held - size
+    empty = positions_chunk(spec, rng, 0, 0)
+    for part in range(len(written) - 1, files):  # no positions left for these files
         path = out / "positions" / f"part-{part:05d}.{spec.format}"
-        _write(positions_chunk(spec, rng, start, n), path, spec.format)
+        _write(long_form(empty) if spec.form == "long" else empty, path, spec.format)
         written.append(path)
     return written

@@ -2,7 +2,7 @@
 
 A `Rule` is canonical (sorted, distinct moves), so identical S under different rule_set_ids share
 one `SGTable`. Tables are tabulated only as far as the data needs (or until the period is proven),
-never past the configured cap; see DESIGN section 1.
+never past the configured limits; see docs/ARCHITECTURE.md, "Periods".
 """
 
 from __future__ import annotations
@@ -16,20 +16,22 @@ import numpy as np
 
 from pipeline import kernels
 from pipeline.errors import RuleError, shown
+from pipeline.limits import (
+    DEFAULT_RULE_OPS,
+    DEFAULT_RUN_OPS,
+    DEFAULT_TABLE_LEN,
+    DEFAULT_TOTAL_VALUES,
+    MAX_HEAP,
+    MAX_TABLE_LEN,
+)
 
 KINDS = {"subtraction": kernels.KIND_SUBTRACTION, "nim": kernels.KIND_NIM,
          "half": kernels.KIND_HALF}
-MAX_HEAP = 2**63 - 1
-MAX_TABLE_LEN = 2**32 - 1
 # Work is counted in operations: one SG value of a subtraction rule costs |S| + PROOF_OPS, its
 # moves plus the period proof's window hash, which costs about as much as PROOF_OPS moves (a
 # cache miss in a table as long as the SG table). One operation is about a nanosecond.
 PROOF_OPS = 200
 REGROW_OPS = 64  # growing a table hashes the windows it has seen again (measured 17-63 ns each)
-DEFAULT_TABLE_LEN = 2**26
-DEFAULT_TOTAL_VALUES = 2**30
-DEFAULT_RULE_OPS = 2_000_000_000
-DEFAULT_RUN_OPS = 10_000_000_000
 LABEL_MOVES = 12  # `Rule.label` shows this many moves at most
 FIRST_ROUND_LEN = 1 << 16  # `TableBudget.build` grows a table to this length, then doubles it
 

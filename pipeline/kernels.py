@@ -85,9 +85,9 @@ def tabulate_subtraction(moves, vals, start, stop_len):
 
     Fills vals[start:n], where vals[0:start] holds values already tabulated without a repeated
     window (a table being extended), and stops at `stop_len` values or as soon as a window of
-    max(moves) values repeats, which proves exact periodicity (DESIGN 1). Returns
-    (n, preperiod, period); period is 0 when no repeat was seen within stop_len values. Window
-    ends must stay below 2**32.
+    max(moves) values repeats, which proves exact periodicity (docs/ARCHITECTURE.md,
+    "Periods"). Returns (n, preperiod, period); period is 0 when no repeat was seen within
+    stop_len values. Window ends must stay below 2**32.
     """
     k = moves.shape[0]
     m = moves[k - 1]
@@ -383,6 +383,83 @@ def counting_sort(bucket, n_buckets, key, dest):
     return sorted_key, counts
 
 
+@njit(cache=True, inline="always")
+def _text_chunk(offsets, data, row, depth):
+    """Bytes 8 * depth .. 8 * depth + 7 of text `row` as a big-endian integer (zeros past its
+    end), so that integers compare as the bytes do."""
+    start = offsets[row] + 8 * depth
+    end = offsets[row + 1]
+    key = np.uint64(0)
+    for k in range(8):
+        byte = np.uint64(data[start + k]) if start + k < end else np.uint64(0)
+        key = (key << np.uint64(8)) | byte
+    return key
+
+
+@njit(cache=True, nogil=True)
+def _sort_texts(order, lo, hi, offsets, data):
+    """Sort order[lo:hi] (rows) by their texts' bytes, stably: most significant 8 bytes
+    first, then only the runs still tied on the next 8, and so on; texts equal up to the
+    shorter one's end put the shorter first, and equal texts keep their order."""
+    stack = [(lo, hi, 0)]
+    while len(stack):
+        a, b, depth = stack.pop()
+        keys = np.empty(b - a, np.uint64)
+        for i in range(a, b):
+            keys[i - a] = _text_chunk(offsets, data, order[i], depth)
+        within = np.argsort(keys, kind="mergesort")
+        rows = order[a:b].copy()
+        for q in range(b - a):
+            order[a + q] = rows[within[q]]
+        i = a
+        while i < b:
+            key = keys[within[i - a]]
+            j = i + 1
+            while j < b and keys[within[j - a]] == key:
+                j += 1
+            if j - i > 1:
+                longer = False
+                for r in range(i, j):
+                    if offsets[order[r] + 1] - offsets[order[r]] > 8 * (depth + 1):
+                        longer = True
+                        break
+                if longer:
+                    stack.append((i, j, depth + 1))
+                else:  # every text ends within these bytes: shorter first
+                    lengths = np.empty(j - i, np.int64)
+                    for r in range(i, j):
+                        lengths[r - i] = offsets[order[r] + 1] - offsets[order[r]]
+                    by_length = np.argsort(lengths, kind="mergesort")
+                    tied = order[i:j].copy()
+                    for q in range(j - i):
+                        order[i + q] = tied[by_length[q]]
+            i = j
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def text_key_order(bucket, n_buckets, offsets, data):
+    """The stable order of rows by (bucket, text), texts given as Arrow (offsets, bytes):
+    a counting sort on the dense bucket, then each bucket's rows sorted by their bytes (as
+    polars orders strings), buckets in parallel. Returns (order, rows per bucket), where
+    order[j] is the row at sorted position j."""
+    n = bucket.shape[0]
+    counts = np.zeros(n_buckets, np.int64)
+    for i in range(n):
+        counts[bucket[i]] += 1
+    first = np.zeros(n_buckets + 1, np.int64)
+    for b in range(n_buckets):
+        first[b + 1] = first[b] + counts[b]
+    fill = first[:-1].copy()
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        order[fill[bucket[i]]] = i
+        fill[bucket[i]] += 1
+    for b in prange(n_buckets):
+        if counts[b] > 1:
+            _sort_texts(order, first[b], first[b + 1], offsets, data)
+    return order, counts
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def scatter(values, dest):
     """out[dest[i]] = values[i] for a permutation `dest`, on all threads."""
@@ -525,6 +602,18 @@ def int_text_values(offsets, data):
             value = value * 10 + d
         values[i] = -value if negative else value
     return values, True
+
+
+@njit(cache=True, nogil=True)
+def needs_strip(offsets, data):
+    """Whether any string data[offsets[i]:offsets[i+1]] is empty or may start or end with
+    whitespace (an ASCII space or any non-ASCII byte, which the exact strip then judges)."""
+    for i in range(offsets.shape[0] - 1):
+        a, b = offsets[i], offsets[i + 1]
+        if a == b or _is_space(data[a]) or data[a] >= 128 or _is_space(data[b - 1]) \
+                or data[b - 1] >= 128:
+            return True
+    return False
 
 
 @njit(cache=True, nogil=True)

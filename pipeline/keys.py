@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import polars as pl
 
 from pipeline import kernels
@@ -24,6 +25,7 @@ from pipeline.transforms.buffers import text_buffers
 from pipeline.transforms.schema import wrong_type
 
 KEYS = ["rule_set_id", "position_id"]
+_PEEK = 64  # values `integer_keys` looks at before it scans a whole column
 _CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"
 
 
@@ -36,9 +38,12 @@ def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
         return s.cast(pl.Int64, strict=False).alias(name)
     if s.dtype == pl.String:
         if s.len() and not s.null_count():
-            values, exact = kernels.int_text_values(*text_buffers(s))
+            buffers = text_buffers(s)
+            values, exact = kernels.int_text_values(*buffers)
             if exact:  # CSV integers as Int64 at once: the same as stripping and integer_keys
                 return pl.Series(name, values, dtype=pl.Int64)
+            if not kernels.needs_strip(*buffers):  # no edge space, none empty: as given
+                return s.alias(name)
         return s.str.strip_chars().replace("", None).alias(name)
     raise wrong_type(source, name, s.dtype, "integer or string")
 
@@ -67,12 +72,20 @@ def integer_keys(frame: pl.DataFrame) -> pl.DataFrame:
     casting back gives ("-0" and "07" stay text), so `unify_key_types` over all batches still
     decides as it would on the text."""
     text = [name for name in ("rule_set_id", "position_id")
-            if name in frame.columns and frame[name].dtype == pl.String]
+            if name in frame.columns and frame[name].dtype == pl.String
+            and _may_be_integers(frame[name])]
     exact = [name for name in text if frame.select(
         pl.col(name).drop_nulls().str.contains(_ROUND_TRIP_INT).all()
         & (pl.col(name).cast(pl.Int64, strict=False).null_count() == pl.col(name).null_count())
     ).item()]
     return frame.with_columns(pl.col(name).cast(pl.Int64) for name in exact) if exact else frame
+
+
+def _may_be_integers(text: pl.Series) -> bool:
+    """False when one of the first values already is not an integer, so that a column of
+    UUIDs or names skips the scan of every value."""
+    head = text.head(_PEEK).drop_nulls()
+    return bool(head.str.contains(_ROUND_TRIP_INT).all())
 
 
 def needs_text(frame: pl.DataFrame, name: str) -> bool:
@@ -102,3 +115,24 @@ def key_hash(rows: pl.DataFrame, name: str) -> pl.Expr:
     number = key.cast(pl.Int64, strict=False)
     canonical = key.str.contains(_CANONICAL_INT) & number.is_not_null()
     return pl.when(canonical).then(number.hash(seed=0)).otherwise(key.hash(seed=0))
+
+
+def sorted_ids(ids: pl.Series) -> pl.Series:
+    """The distinct non-null ids in key order: the buckets of the counting sort and the ranks
+    that stand for rule sets while positions are evaluated."""
+    return ids.drop_nulls().unique().sort()
+
+
+def ranks(values: pl.Series, ids: pl.Series) -> np.ndarray:
+    """Each value's index in `ids` (from `sorted_ids`; -1 where absent or null), for integer
+    and text keys alike: a direct table or binary search for integers, an Enum cast for text
+    (one hash lookup per distinct value of a batch, not a join)."""
+    if values.dtype != ids.dtype or values.dtype not in (pl.Int64, pl.String):
+        return np.full(values.len(), -1, np.int64)
+    if values.dtype == pl.Int64:
+        found = kernels.rank_in(values.fill_null(0).to_numpy(), ids.to_numpy())
+        if values.null_count():
+            found[values.is_null().to_numpy()] = -1
+        return found
+    enum = values.cast(pl.Enum(ids.to_list()), strict=False)
+    return enum.to_physical().cast(pl.Int64).fill_null(-1).to_numpy()

@@ -80,7 +80,6 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
         t0 = time.perf_counter()
         yield
         timings[name] = round(time.perf_counter() - t0, 4)
-        log.debug("phase %s took %.3f s", name, timings[name])
         if progress:
             progress(f"{name} done in {timings[name]:.2f}s", True)
 

@@ -11,6 +11,8 @@ from functools import cache
 from pathlib import Path
 
 import polars as pl
+import pytest
+from s3_server import MotoServer
 
 # ---- the game, by definition ----------------------------------------------------------------
 
@@ -98,7 +100,7 @@ def sg_nim(x: int) -> int:
 
 
 def sg_half(x: int) -> int:
-    """DESIGN 1: x with its trailing one-bits dropped, then halved (checked in test_run)."""
+    """The closed form: x with its trailing one-bits dropped, then halved (checked in test_run)."""
     while x & 1:
         x >>= 1
     return x >> 1
@@ -191,3 +193,21 @@ def invoke(args, where: Path) -> tuple[int, str]:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.stderr
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """One real S3 API server (moto) for the session, stopped at its end."""
+    server = MotoServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def s3(moto_server):
+    """The S3 server, emptied, with a bucket `bkt`."""
+    moto_server.reset()
+    moto_server.client().create_bucket(Bucket="bkt")
+    return moto_server

@@ -2,7 +2,7 @@
 
 Every case goes through the real command line (`pipeline.cli.app` in-process through typer's
 CliRunner for speed; a few whole-file cases also through the installed `snim-batch` executable)
-and is checked against what the data contract promises (DESIGN 2-4):
+and is checked against what the data contract promises (README: data contract, outputs, exit codes):
 
 * reject (default): exit 3; every bad row is in rejects.parquet with its source file, its 0-based
   data row, the key columns as given, the column at fault and a sensible reason; the good rows'

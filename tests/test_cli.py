@@ -515,3 +515,21 @@ def test_script_on_a_terminal_escapes_user_data(tmp_path):
     assert_printable("\n".join(lines))  # the status line's own "\r ESC [K" aside
     assert (f"pos{HOSTILE_NAME_SHOWN}.csv row 2, column rule_set_id: unknown rule_set_id "
             f"ghost{HOSTILE_SHOWN}") in err
+
+
+# ---- logging: the core logs, the CLI shows it ------------------------------------------------
+
+
+def test_verbose_shows_the_cores_log_and_default_does_not(cli, tmp_path):
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    args = ["run", "--rules", str(sample / "rules.csv"), "--positions",
+            str(sample / "positions.csv")]
+    quiet = cli(*args, "--out", str(tmp_path / "a"))
+    loud = cli(*args, "--out", str(tmp_path / "b"), "--verbose")
+    assert (quiet.exit_code, loud.exit_code) == (0, 0), quiet.output + loud.output
+    quiet_err, loud_err = quiet.stderr, loud.stderr
+    assert "info:" not in quiet_err and "debug:" not in quiet_err
+    assert "snim-batch: info: 6 rule rows, 6 distinct rules; 1 positions files in wide form" \
+        in loud_err
+    assert f"snim-batch: info: committed {tmp_path / 'b'}" in loud_err
+    assert "snim-batch: debug: staging the output in " in loud_err

@@ -105,7 +105,7 @@ def test_missing_required_key(tmp_path: Path, missing: str) -> None:
     assert f"'{missing}'" in str(info.value)
 
 
-@pytest.mark.parametrize(("key", "value"), [("engine", "flink"), ("engine", "Polars"),
+@pytest.mark.parametrize(("key", "value"), [("engine", "flink"), ("engine", "Polars-x"),
                                             ("on_bad_rows", "skip"), ("on_bad_rows", "")])
 def test_bad_choice(tmp_path: Path, key: str, value: str) -> None:
     path = write(tmp_path / "config.yaml", BASE + f"{key}: '{value}'\n")
@@ -113,6 +113,15 @@ def test_bad_choice(tmp_path: Path, key: str, value: str) -> None:
         load_config(path)
     message = str(info.value)
     assert f"'{key}'" in message, message
+
+
+@pytest.mark.parametrize(("key", "value", "taken"), [("engine", "Polars", "polars"),
+                                                     ("engine", " SPARK ", "spark"),
+                                                     ("on_bad_rows", "Fail", "fail")])
+def test_choices_in_any_case_as_the_cli_takes_them(tmp_path: Path, key: str, value: str,
+                                                   taken: str) -> None:
+    cfg = load_config(write(tmp_path / "config.yaml", BASE + f"{key}: '{value}'\n"))
+    assert getattr(cfg, key) == taken
 
 
 @pytest.mark.parametrize(("key", "value"), [("engine", "flink"), ("on_bad_rows", "skip")])

@@ -558,7 +558,7 @@ def test_canonical_rule_errors(kind, moves):
 
 
 # ---------------------------------------------------------------------------------------------
-# The long period from DESIGN: {2501, 6000, 8501} has period 32,507,998
+# A long period known to the design: {2501, 6000, 8501} has period 32,507,998
 # ---------------------------------------------------------------------------------------------
 
 
@@ -606,7 +606,7 @@ def test_long_period_2501_6000_8501():
     # cheap spot check demanded by the brief, then the full table
     assert np.array_equal(t.values[:200_000], ref[:200_000])
     assert np.array_equal(t.values, ref[:per])
-    # window W_M repeats at W_{M+per}: periodic from 0 with per (proof, DESIGN 1)
+    # window W_M repeats at W_{M+per}: periodic from 0 with per (a repeating window proves it)
     assert np.array_equal(ref[:m], ref[per : per + m])
     # minimal: no per/q (q prime) is a period from 0; with pre == 0 the minimal period divides
     # per, so this also shows no earlier window repeats (W_M is the first repeating window).

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,18 +17,31 @@ from pipeline.transforms.schema import REJECT_SCHEMA
 COLUMNS = ["rule_set_id", "position_id", "nim_sum"]
 
 
-def evaluated(rows, first_row, gaps):
+KEY_TEXT = {
+    "int": (None, None),
+    "text-ids": (lambda r: f"rule-{r}", None),
+    # position ids sharing their first 12 bytes, and of several lengths: the text sort has to
+    # look past its first 8-byte chunk and order a prefix before the longer text
+    "text-both": (lambda r: f"rule-{r}", lambda p: "position-id-" + "9" * (p % 3) + str(p)),
+    "uuid-like": (lambda r: "r" * (r % 3) + str(r), lambda p: f"{p * 7919 % 97:02x}-{p}"),
+}
+
+
+def evaluated(rows, first_row, gaps, keys="int"):
     """An evaluated batch: rows (rid, pid, nim), input rows numbered from first_row, with a
-    skipped input row after each index in gaps."""
+    skipped input row after each index in gaps; ids written as text as `keys` says."""
     numbers, r = [], first_row
     for i in range(len(rows)):
         numbers.append(r)
         r += 2 if i in gaps else 1
+    rid_text, pid_text = KEY_TEXT[keys]
     return pl.DataFrame({
-        "rule_set_id": [rid for rid, _, _ in rows], "position_id": [pid for _, pid, _ in rows],
+        "rule_set_id": [rid if rid_text is None else rid_text(rid) for rid, _, _ in rows],
+        "position_id": [pid if pid_text is None else pid_text(pid) for _, pid, _ in rows],
         "nim_sum": [nim for _, _, nim in rows], "_row": numbers,
-    }, schema={"rule_set_id": pl.Int64, "position_id": pl.Int64, "nim_sum": pl.Int64,
-               "_row": pl.Int64})
+    }, schema={"rule_set_id": pl.Int64 if rid_text is None else pl.String,
+               "position_id": pl.Int64 if pid_text is None else pl.String,
+               "nim_sum": pl.Int64, "_row": pl.Int64})
 
 
 def reference(batches, sources):
@@ -52,11 +64,13 @@ batch_rows = st.lists(st.tuples(st.integers(1, 6), st.integers(0, 15), st.intege
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.tuples(batch_rows, st.sets(st.integers(0, 25))), min_size=1,
                         max_size=4),
-       fast=st.booleans())
-def test_key_sorted_verdicts_match_reference(batches, fast):
+       fast=st.booleans(), keys=st.sampled_from(sorted(KEY_TEXT)))
+def test_key_sorted_verdicts_match_reference(batches, fast, keys):
     sources = ["a.parquet", "b.parquet"]
-    rule_ids = np.arange(1, 7, dtype=np.int64)
-    frames = [(i % 2, evaluated(rows, 100 * i, gaps)) for i, (rows, gaps) in enumerate(batches)]
+    rid_text = KEY_TEXT[keys][0]
+    rule_ids = pl.Series([r if rid_text is None else rid_text(r) for r in range(1, 7)]).sort()
+    frames = [(i % 2, evaluated(rows, 100 * i, gaps, keys))
+              for i, (rows, gaps) in enumerate(batches)]
     parts = [ordering.verdict_part(frame, file, rule_ids if fast else None, COLUMNS)
              for file, frame in frames]
     assert all(("_bucket" in p.frame.columns) == fast for p in parts)
@@ -72,7 +86,7 @@ def test_key_sorted_verdicts_match_reference(batches, fast):
 def test_mixed_parts_fall_back_to_polars_sort():
     """A batch whose ids are not all known keeps rule_set_id; the others' ranks are mapped
     back, and the result is the same as the all-known case."""
-    rule_ids = np.array([3, 7], dtype=np.int64)
+    rule_ids = pl.Series([3, 7], dtype=pl.Int64)
     a = evaluated([(7, 2, 1), (3, 5, 0)], 0, set())
     b = evaluated([(9, 1, 4), (3, 1, 2), (7, 2, 6)], 10, {0})
     parts = [ordering.verdict_part(a, 0, rule_ids, COLUMNS),
@@ -87,7 +101,7 @@ def test_mixed_parts_fall_back_to_polars_sort():
 
 
 def test_a_rejected_twin_takes_its_verdict_out():
-    rule_ids = np.array([1], dtype=np.int64)
+    rule_ids = pl.Series([1], dtype=pl.Int64)
     parts = [ordering.verdict_part(evaluated([(1, 4, 3), (1, 5, 0)], 0, set()), 0, rule_ids,
                                    COLUMNS)]
     rejected = pl.DataFrame([("positions", "p.csv", 7, "1", "4", "heaps", "bad")],
@@ -99,7 +113,7 @@ def test_a_rejected_twin_takes_its_verdict_out():
 
 
 def test_moves_and_nim_sums_stay_narrow_until_written_then_are_int64_with_nulls():
-    rule_ids = np.array([1, 2], dtype=np.int64)
+    rule_ids = pl.Series([1, 2], dtype=pl.Int64)
     frame = evaluated([(2, 0, 0), (1, 3, 5), (1, 1, 300)], 0, set()).with_columns(
         pl.Series("move_heap", [None, 0, 1], dtype=pl.Int64),
         pl.Series("move_take", [None, 2**40, 7], dtype=pl.Int64))

@@ -9,12 +9,12 @@ LONG_PARTITION_ROWS rows each, which are then collected one at a time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from pipeline import keys
@@ -29,6 +29,7 @@ from pipeline.tables import TableCache
 from pipeline.transforms import buffers, evaluate, long_form, ordering, outputs, schema
 
 LONG_PARTITION_ROWS = 1 << 22
+log = logging.getLogger(__name__)
 
 
 class PolarsEngine:
@@ -78,12 +79,14 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
                    note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     parts, rejects, rows_read = [], [], 0
     keep = _verdict_columns(config)
-    rule_ids = _integer_rule_ids(index)
+    rule_ids = _rule_ids(index)
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
-        frame, batch_index = keys.match_key_type(keys.integer_keys(frame), index)
+        frame = keys.integer_keys(frame)
+        same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
+        frame, batch_index = keys.match_key_type(frame, index)
         frame = evaluate.attach_tables(frame, batch_index)
         chunks = buffers.heap_buffers(frame)
         tables = cache.ensure(evaluate.largest_heaps(frame, len(cache.distinct), chunks))
@@ -91,7 +94,9 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         if evaluated["_reason"].null_count() < evaluated.height:
             rejects.append(outputs.reject_rows(evaluated, "positions"))
             evaluated = evaluated.filter(pl.col("_reason").is_null())
-        parts.append(ordering.verdict_part(evaluated, file_index, rule_ids, keep))
+        # ids made text only to meet the rules' are sorted, and typed, as the general path does
+        parts.append(ordering.verdict_part(evaluated, file_index,
+                                           rule_ids if same_type else None, keep))
         del frame, evaluated, chunks
         note(f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
              if total else
@@ -107,12 +112,13 @@ def _verdict_columns(config: Config) -> list[str]:
         list(ordering.MOVE_COLUMNS) if config.winning_moves else [])
 
 
-def _integer_rule_ids(index: pl.DataFrame) -> np.ndarray | None:
-    """Every rule_set_id, sorted, when they are integers (the counting sort's buckets)."""
+def _rule_ids(index: pl.DataFrame, integer_only: bool = False) -> pl.Series | None:
+    """Every rule_set_id in key order (the counting sort's buckets); None for text ids where
+    only integer ones will do."""
     ids = index["rule_set_id"]
-    if ids.dtype != pl.Int64:
+    if integer_only and ids.dtype != pl.Int64:
         return None
-    return np.unique(ids.drop_nulls().to_numpy())
+    return keys.sorted_ids(ids)
 
 
 def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = None
@@ -132,6 +138,8 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
                    ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     batches = position_batches(paths, config, "long")
     parts = -(-row_estimate(paths) // LONG_PARTITION_ROWS)
+    log.info("long form: %s", "collected whole" if parts <= 1 else
+             f"split by key into {parts} scratch parts of about {LONG_PARTITION_ROWS:,} rows")
     if parts <= 1:
         frames = [frame for _, frame in batches]
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
@@ -165,7 +173,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int, text: dict[str,
     (verdicts in key order, rejects). A key that `text` says any input row made text is text
     in every part, as when all rows are unified at once; with integer keys throughout, the
     parts are kept narrow and merged with one counting sort, as wide batches are."""
-    rule_ids = None if any(text.values()) else _integer_rule_ids(index)
+    rule_ids = None if any(text.values()) else _rule_ids(index, integer_only=True)
     verdicts, rejects = [], []
     for n, frames in enumerate(parts, 1):
         clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text), config,

@@ -36,6 +36,7 @@ must be readable by the driver and every executor (local mode, or a shared file 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import sys
@@ -95,6 +96,7 @@ from pipeline.tables import TableCache
 from pipeline.transforms import normalize
 from pipeline.transforms.schema import input_column_names
 
+log = logging.getLogger(__name__)
 SESSION_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.log.level": "ERROR",
@@ -458,6 +460,8 @@ class SparkEngine:
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
         config = job.config
         spark, owned = session(config.spark.master, dict(config.spark.conf))
+        log.info("Spark %s at %s (%s session)", spark.version, spark.sparkContext.master,
+                 "a new" if owned else "the active")
         work = _Job(spark, config, job.paths, job.form, job.index, job.cache)
         try:
             job.note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")

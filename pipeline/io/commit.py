@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import re
 import shutil
@@ -21,6 +22,8 @@ import polars as pl
 from pipeline.errors import OutputError
 from pipeline.io.failures import WriteFailure, failure, write_cause, writing
 from pipeline.io.manifest import MANIFEST, ownership_problem
+
+log = logging.getLogger(__name__)
 
 _RENAME_NOREPLACE = 1
 
@@ -287,6 +290,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
         notify(notice)
     _target_state(target, overwrite, shown)
     staging = _make_staging(target, run_id, shown)
+    log.debug("staging the output in %s", staging)
     committed = False
     try:
         yield staging
@@ -301,6 +305,8 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
                 raise failure(shown, f"renaming {staging.name} to {target.name}",
                                *write_cause(exc)) from None
             committed = True
+            log.info("committed %s%s", shown, " (replacing the previous output)"
+                     if old is not None else "")
             if old is not None:
                 notice = _dispose(old, target, run_id, shown, "the replaced output")
                 if notice:

@@ -7,7 +7,7 @@ from typing import TypeVar
 import numpy as np
 import polars as pl
 
-from pipeline import kernels
+from pipeline import kernels, keys
 from pipeline.grundy import TableSet
 from pipeline.transforms.buffers import HeapChunks, heap_buffers, row_slices
 from pipeline.transforms.schema import shown_text
@@ -34,21 +34,21 @@ def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
 
 
 def valid_ranks(rid: pl.Series, index: pl.DataFrame
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """For integer ids that all name a valid rule set: (the valid ids sorted, their tables,
+                ) -> tuple[pl.Series, np.ndarray, np.ndarray] | None:
+    """For ids that all name a valid rule set: (the valid ids in key order, their tables,
     each id's rank among them); else None, for the hash join and its reasons."""
-    if rid.dtype != pl.Int64 or index["rule_set_id"].dtype != pl.Int64 or rid.null_count():
+    if rid.dtype != index["rule_set_id"].dtype or rid.null_count():
         return None
     ordered = index.filter(pl.col("table").is_not_null()).sort("rule_set_id")
-    ids = ordered["rule_set_id"].to_numpy()
-    ranks = kernels.rank_in(rid.to_numpy(), ids)
-    if ranks.size and ranks.min() < 0:
+    ids = ordered["rule_set_id"]
+    found = keys.ranks(rid, ids)
+    if found.size and found.min() < 0:
         return None
-    return ids, ordered["table"].to_numpy().astype(np.int64), ranks
+    return ids, ordered["table"].to_numpy().astype(np.int64), found
 
 
 def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
-    """The common case without a hash join: integer ids that all name a valid rule set."""
+    """The common case without a hash join: ids that all name a valid rule set."""
     found = valid_ranks(positions["rule_set_id"], index)
     if found is None:
         return None

@@ -84,10 +84,10 @@ def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def long_to_wide_sorted(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
     """`long_to_wide` then `attach_tables` for the common case, by a counting sort instead of a
-    group_by: clean rows with integer keys that all name a valid rule set (else None, for the
-    general path). Positions come out in key order, each with its heaps in input order (the
-    sort is stable); they carry no input locations (`_source` "", `_row` -1), which only
-    rejects would need."""
+    group_by: clean rows with integer position ids whose rule set ids (integer or text) all
+    name a valid rule set (else None, for the general path). Positions come out in key
+    order, each with its heaps in input order (the sort is stable); they carry no input
+    locations (`_source` "", `_row` -1), which only rejects would need."""
     pid = rows["position_id"]
     if (pid.dtype != pl.Int64 or pid.null_count() or rows["heaps"].null_count()
             or rows["_reason"].null_count() != rows.height):
@@ -98,12 +98,12 @@ def long_to_wide_sorted(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame
     ids, tables, bucket = found
     heaps = rows["heaps"].list.first().to_numpy()
     dest = np.empty(rows.height, np.int32 if rows.height < 2**31 else np.int64)
-    sorted_pid, counts = kernels.counting_sort(bucket, ids.shape[0], pid.to_numpy(), dest)
+    sorted_pid, counts = kernels.counting_sort(bucket, ids.len(), pid.to_numpy(), dest)
     offsets, run_bucket = kernels.key_runs(counts, sorted_pid)
     lists = pa.LargeListArray.from_arrays(arrow_int64(offsets),
                                           arrow_int64(kernels.scatter(heaps, dest)))
     return pl.DataFrame({
-        "rule_set_id": ids[run_bucket], "position_id": sorted_pid[offsets[:-1]],
+        "rule_set_id": ids.gather(run_bucket), "position_id": sorted_pid[offsets[:-1]],
         "heaps": pl.Series(lists, dtype=HEAPS),
         "table": tables[run_bucket],
     }).select(pl.lit("", pl.String).alias("_source"), pl.lit(-1, pl.Int64).alias("_row"),

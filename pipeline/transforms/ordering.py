@@ -2,8 +2,9 @@
 more than once taken out as rejects. Pure frames and arrays; no paths.
 
 The wide fast path keeps each batch narrow until the end (the rule set as an int32 rank among
-all rule ids, the value columns in their fewest bytes, no per-row location column), then
-sorts with one counting sort and parallel scatters. Other key types go through polars' sort.
+all rule ids, integer or text, the value columns in their fewest bytes, no per-row location
+column), then sorts with one counting sort and parallel scatters. Text position ids go
+through polars' sort.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline import kernels
+from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
+from pipeline.transforms.buffers import text_buffers
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -28,7 +30,7 @@ Locate = Callable[[np.ndarray], np.ndarray]
 @dataclass
 class VerdictPart:
     """One batch's verdict rows: `frame` holds `_bucket` (rank of rule_set_id in the run's
-    sorted integer rule ids) or `rule_set_id`, then position_id, nim_sum and any move
+    sorted rule ids) or `rule_set_id`, then position_id, nim_sum and any move
     columns. Row i came from row `rows[i]` of file `file` (`rows` None: `first_row + i`)."""
 
     frame: pl.DataFrame
@@ -42,10 +44,11 @@ class VerdictPart:
         return (np.int64(self.file) << LOC_SHIFT) | row
 
 
-def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: np.ndarray | None,
+def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series | None,
                  columns: Sequence[str]) -> VerdictPart:
     """Keep `columns` of a batch's evaluated rows (none rejected), narrowed for the sort:
-    integer keys found in the sorted `rule_ids` become their int32 rank, and nim_sum and the
+    rule set ids found in `rule_ids` (`keys.sorted_ids`) become their int32 rank, and nim_sum
+    and the
     move columns (-1 for none) take the narrowest type that holds them (`with_verdict` writes
     them as Int64, with nulls). `file` None keeps no input locations: for long-form
     positions, which have none of their own and whose keys cannot repeat."""
@@ -53,9 +56,10 @@ def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: np.ndarray
     contiguous = rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1))
     frame = evaluated.select(columns)
     rid = frame["rule_set_id"]
-    if (rule_ids is not None and rid.dtype == pl.Int64 and not rid.null_count()
-            and frame["position_id"].dtype == pl.Int64 and not frame["position_id"].null_count()):
-        bucket = kernels.rank_in(rid.to_numpy(), rule_ids)
+    pid = frame["position_id"]
+    if (rule_ids is not None and rid.dtype == rule_ids.dtype and not rid.null_count()
+            and pid.dtype in (pl.Int64, pl.String) and not pid.null_count()):
+        bucket = keys.ranks(rid, rule_ids)
         if bucket.shape[0] == 0 or bucket.min() >= 0:
             frame = frame.with_columns(pl.Series("rule_set_id", bucket.astype(np.int32))
                                        ).rename({"rule_set_id": "_bucket"})
@@ -87,16 +91,19 @@ _RANGES = {pl.UInt8: (0, 2**8), pl.UInt16: (0, 2**16), pl.UInt32: (0, 2**32),
            pl.Int8: (-2**7, 2**7), pl.Int16: (-2**15, 2**15), pl.Int32: (-2**31, 2**31)}
 
 
-def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: np.ndarray | None,
+def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: pl.Series | None,
                         rejects: pl.DataFrame, sources: Sequence[str]
                         ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """All parts' rows in key order, minus duplicate keys: (verdicts, duplicate rejects).
     nim_sum and the move columns stay narrow (see `verdict_part`). Consumes `parts`."""
     in_input = _locator(parts)
     frames = [p.frame for p in parts]
-    if rule_ids is not None and all("_bucket" in f.columns for f in frames):
+    if (rule_ids is not None and all("_bucket" in f.columns for f in frames)
+            and len({f["position_id"].dtype for f in frames}) == 1):
         parts.clear()
-        ordered, dest = _counting_sorted(frames, rule_ids)
+        ordered, dest = (_counting_sorted(frames, rule_ids)
+                         if frames[0]["position_id"].dtype == pl.Int64
+                         else _text_sorted(frames, rule_ids))
 
         def locate(at: np.ndarray) -> np.ndarray:
             if dest is None:
@@ -108,7 +115,7 @@ def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: np.ndarray | None,
         return split_duplicates(ordered, rejects, sources, locate)
     for i, (p, frame) in enumerate(zip(parts, frames)):
         if "_bucket" in frame.columns:
-            ids = pl.Series("rule_set_id", rule_ids[frame["_bucket"].to_numpy()])
+            ids = rule_ids.gather(frame["_bucket"]).alias("rule_set_id")
             frame = frame.with_columns(ids).select("rule_set_id", pl.exclude("_bucket",
                                                                              "rule_set_id"))
         loc = p.locations(np.arange(frame.height, dtype=np.int64))
@@ -135,7 +142,7 @@ def _locator(parts: Sequence[VerdictPart]) -> Locate:
     return locate
 
 
-def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
+def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
                      ) -> tuple[pl.DataFrame, np.ndarray | None]:
     """Concatenate and sort rows by (rank, position_id) with a counting sort over the ranks,
     consuming `frames` column by column. Returns the frame (rule_set_id restored) and where
@@ -144,11 +151,16 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
     pid = np.concatenate([f.drop_in_place("position_id").to_numpy() for f in frames])
     dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
-    sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.shape[0], pid, dest)
+    sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
     del bucket
-    kernels.fill_runs(pid, rule_ids, counts)  # pid's pages are mapped already: reuse them
+    if rule_ids.dtype == pl.Int64:
+        kernels.fill_runs(pid, rule_ids.to_numpy(), counts)  # pid's pages are mapped: reuse
+        rule_set_id = pl.Series("rule_set_id", pid)
+    else:
+        runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
+        rule_set_id = rule_ids.gather(runs).alias("rule_set_id")
     in_order = kernels.is_identity(dest)
-    columns = {"rule_set_id": pl.Series("rule_set_id", pid),
+    columns = {"rule_set_id": rule_set_id,
                "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:
         column = _concat([f.drop_in_place(name) for f in frames])
@@ -160,6 +172,30 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: np.ndarray
             columns[name] = column.gather(kernels.scatter(np.arange(dest.shape[0]), dest))
     frames.clear()
     return pl.DataFrame(columns), None if in_order else dest
+
+
+def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
+                 ) -> tuple[pl.DataFrame, np.ndarray | None]:
+    """`_counting_sorted` for text position ids: the rows of each rule set sorted by their
+    ids' bytes by a kernel (polars' own string sort took four times as long on UUIDs)."""
+    names = [c for c in frames[0].columns if c != "_bucket"]
+    bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
+    pid = _concat([f.drop_in_place("position_id") for f in frames])
+    order, counts = kernels.text_key_order(bucket, rule_ids.len(), *text_buffers(pid))
+    del bucket
+    in_order = kernels.is_identity(order)
+    runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
+    columns = {"rule_set_id": rule_ids.gather(runs).alias("rule_set_id"),
+               "position_id": pid if in_order else pid.gather(order)}
+    for name in names[1:]:
+        column = _concat([f.drop_in_place(name) for f in frames])
+        columns[name] = column if in_order else column.gather(order)
+    frames.clear()
+    if in_order:
+        return pl.DataFrame(columns), None
+    dest = np.empty(order.shape[0], np.int64)
+    dest[order] = np.arange(order.shape[0])
+    return pl.DataFrame(columns), dest
 
 
 def _concat(pieces: list[pl.Series]) -> pl.Series:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import polars as pl
 
 from pipeline import kernels
@@ -70,14 +71,23 @@ def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame
 
 
 def _run_counts(verdicts: pl.DataFrame) -> pl.DataFrame | None:
-    """(rule_set_id, W, L) from runs of equal ids, when the ids are sorted integers (verdicts
-    in key order): no hash group_by over every verdict."""
+    """(rule_set_id, W, L) from runs of equal ids, when the ids are sorted (verdicts in key
+    order): no hash group_by over every verdict. Integer ids are cut into runs by a kernel,
+    text ids where each differs from the one before it."""
     rid = verdicts["rule_set_id"]
-    if rid.dtype != pl.Int64 or rid.null_count() or not rid.is_sorted():
+    if rid.dtype not in (pl.Int64, pl.String) or rid.null_count() or not rid.is_sorted():
         return None
-    ids, sizes, losing = kernels.run_counts(rid.to_numpy(), verdicts["nim_sum"].to_numpy())
-    return pl.DataFrame({"rule_set_id": ids, "W": sizes - losing, "L": losing},
-                        schema={"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
+    nim = verdicts["nim_sum"].to_numpy()
+    if rid.dtype == pl.Int64:
+        ids, sizes, losing = kernels.run_counts(rid.to_numpy(), nim)
+        return pl.DataFrame({"rule_set_id": ids, "W": sizes - losing, "L": losing},
+                            schema={"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
+    starts = np.flatnonzero((rid != rid.shift(1)).fill_null(True).to_numpy())
+    sizes = np.diff(np.append(starts, rid.len())).astype(np.int64)
+    losing = (np.add.reduceat((nim == 0).astype(np.int64), starts) if starts.shape[0]
+              else np.zeros(0, np.int64))
+    return pl.DataFrame({"rule_set_id": rid.gather(starts), "W": sizes - losing, "L": losing},
+                        schema={"rule_set_id": pl.String, "W": pl.Int64, "L": pl.Int64})
 
 
 def summary_rows(index: pl.DataFrame, counts: pl.DataFrame, rejected: pl.DataFrame

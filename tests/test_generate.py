@@ -1,0 +1,116 @@
+"""`generate`: the data shapes of the benchmarks, and the job's verdicts on each of them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import invoke, naive_sg, read_outputs
+from polars.testing import assert_frame_equal
+
+from pipeline.generate import Spec, generate
+
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+SMALL = {"positions": 2_500, "rule_sets": 7, "max_heap": 60, "moves_per_set": 4,
+         "heaps_per_position": 3, "seed": 11}
+
+
+def _read(directory: Path, fmt: str = "parquet") -> tuple[pl.DataFrame, pl.DataFrame]:
+    files = sorted((directory / "positions").glob(f"part-*.{fmt}"))
+    if fmt == "parquet":
+        return pl.read_parquet(directory / "rules.parquet"), pl.concat(
+            [pl.read_parquet(f) for f in files])
+    return pl.read_csv(directory / "rules.csv"), pl.concat(
+        [pl.read_csv(f, infer_schema=False) for f in files])
+
+
+def _by_number(positions: pl.DataFrame) -> pl.DataFrame:
+    """(rule set number, heaps) per position, whatever the key type: rs00042 -> 42."""
+    return positions.select(
+        pl.col("rule_set_id").cast(pl.String).str.strip_prefix("rs").cast(pl.Int64)
+        .alias("rule"), "heaps")
+
+
+def test_every_key_type_draws_the_same_positions(tmp_path: Path) -> None:
+    plain, text, uuids = (tmp_path / k for k in ("int", "string", "uuid"))
+    for key_type, out in (("int", plain), ("string", text), ("uuid", uuids)):
+        generate(out, Spec(**SMALL, key_type=key_type))
+    rules_int, base = _read(plain)
+    rules_text, as_text = _read(text)
+    _, as_uuid = _read(uuids)
+    assert base["position_id"].to_list() == list(range(SMALL["positions"]))
+    assert as_text["position_id"].to_list() == list(range(SMALL["positions"]))
+    assert rules_text["rule_set_id"].to_list() == [f"rs{i:05d}" for i in range(1, 8)]
+    assert rules_text["moves"].to_list() == rules_int["moves"].to_list()
+    assert_frame_equal(_by_number(as_text), _by_number(base))
+    assert_frame_equal(_by_number(as_uuid), _by_number(base))
+    ids = as_uuid["position_id"].to_list()
+    assert all(UUID.match(i) for i in ids) and len(set(ids)) == len(ids)
+
+
+def test_shuffled_files_hold_the_same_rows_in_another_order(tmp_path: Path) -> None:
+    generate(tmp_path / "plain", Spec(**SMALL))
+    generate(tmp_path / "mixed", Spec(**SMALL, shuffle=True, files=3))
+    _, plain = _read(tmp_path / "plain")
+    files = sorted((tmp_path / "mixed" / "positions").glob("*.parquet"))
+    sizes = [pl.read_parquet(f).height for f in files]
+    assert len(files) == 3 and sum(sizes) == SMALL["positions"] and max(sizes) - min(sizes) <= 1
+    _, mixed = _read(tmp_path / "mixed")
+    assert mixed["position_id"].to_list() != plain["position_id"].to_list()
+    assert_frame_equal(mixed.sort("position_id"), plain)
+
+
+def test_long_form_is_the_wide_form_one_heap_a_row(tmp_path: Path) -> None:
+    generate(tmp_path / "wide", Spec(**SMALL, key_type="string"))
+    generate(tmp_path / "long", Spec(**SMALL, key_type="string", form="long", format="csv",
+                                     shuffle=True, files=4))
+    _, wide = _read(tmp_path / "wide")
+    _, long = _read(tmp_path / "long", "csv")
+    assert long.height == SMALL["positions"] * SMALL["heaps_per_position"]
+    exploded = wide.explode("heaps").select("rule_set_id", pl.col("position_id").cast(pl.String),
+                                            pl.col("heaps").cast(pl.String).alias("heap"))
+    assert_frame_equal(long.sort(pl.all()), exploded.sort(pl.all()))
+
+
+def test_more_files_than_positions_leaves_empty_files(tmp_path: Path) -> None:
+    written = generate(tmp_path, Spec(positions=2, files=3, seed=1))
+    sizes = [pl.read_parquet(p).height for p in written[1:]]
+    assert sorted(sizes) == [0, 1, 1]
+
+
+@pytest.mark.parametrize("key_type,form,fmt", [("string", "wide", "parquet"),
+                                               ("uuid", "wide", "csv"),
+                                               ("uuid", "long", "parquet")])
+def test_the_job_is_right_on_every_shape(tmp_path: Path, key_type: str, form: str,
+                                         fmt: str) -> None:
+    data = tmp_path / "data"
+    code, err = invoke(["generate", "--out", data, "--positions", 3_000, "--rule-sets", 9,
+                        "--max-heap", 40, "--moves-per-set", 5, "--heaps", 3, "--seed", 4,
+                        "--key-type", key_type, "--shuffle", "--files", 3, "--form", form,
+                        "--format", fmt], tmp_path)
+    assert code == 0, err
+    code, err = invoke(["run", "--rules", data / f"rules.{fmt}", "--positions",
+                        data / "positions", "--out", tmp_path / "out"], tmp_path)
+    assert code == 0, err
+    rules = pl.read_parquet(data / "rules.parquet") if fmt == "parquet" else pl.read_csv(
+        data / "rules.csv").with_columns(pl.col("moves").str.split(" ").cast(pl.List(pl.Int64)))
+    sg = {r: naive_sg(m, 41) for r, m in rules.select("rule_set_id", "moves").iter_rows()}
+    generate(tmp_path / "wide", Spec(3_000, 9, 40, 5, 0, 3, seed=4, key_type=key_type))
+    _, wide = _read(tmp_path / "wide")
+    expected = {(r, p): _xor(sg[r], h) for r, p, h in wide.iter_rows()}
+    verdicts = read_outputs(tmp_path / "out")["verdicts"]
+    assert verdicts.height == len(expected)
+    got = {(r, p): n for r, p, n in verdicts.select("rule_set_id", "position_id",
+                                                     "nim_sum").iter_rows()}
+    assert got == expected
+    keys = verdicts.select("rule_set_id", "position_id")
+    assert_frame_equal(keys, keys.sort(pl.all()))
+
+
+def _xor(values: list[int], heaps: list[int]) -> int:
+    out = 0
+    for h in heaps:
+        out ^= values[h]
+    return out

@@ -1,0 +1,71 @@
+"""pipeline.keys: the one key-type rule, its fast paths checked against plain Python."""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.keys import integer_keys, key_column, ranks, sorted_ids
+
+EDGY = st.text(alphabet=st.sampled_from(["a", "7", "-", " ", "\t", "\n", "\xa0", "é", "\u2003",
+                                         "0", "\x1c"]), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(EDGY, min_size=1, max_size=30))
+def test_text_keys_are_stripped_and_empty_is_null_whatever_the_path(texts):
+    """Text that no kernel reads as integers is taken as given when no value has an edge to
+    strip, and stripped (Unicode whitespace, as str.strip does for these) otherwise."""
+    got = key_column(pl.DataFrame({"k": texts}), "k", "t.csv")
+    stripped = [t.strip(" \t\n\xa0\u2003\x0b\x0c\r\x85") for t in texts]
+    if got.dtype == pl.Int64:
+        assert got.to_list() == [int(t) for t in stripped]
+        assert all(str(int(t)) == t for t in stripped)
+    else:
+        assert got.to_list() == [t or None for t in stripped]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.from_regex(r"-?[0-9]{1,3}", fullmatch=True),
+                          st.sampled_from(["x", "7a", "b1"])), min_size=1, max_size=100))
+def test_integer_keys_decides_on_every_value_not_only_the_first(values):
+    """A column is Int64 only when every value reads back as written; the look at its first
+    values that lets UUIDs skip the scan never changes that."""
+    frame = pl.DataFrame({"position_id": values}, schema={"position_id": pl.String})
+    got = integer_keys(frame)["position_id"]
+    every = all(v is None or reads_back(v) for v in values)
+    assert (got.dtype == pl.Int64) == every
+    if every:
+        assert got.to_list() == [None if v is None else int(v) for v in values]
+
+
+def reads_back(text: str) -> bool:
+    try:
+        return str(int(text)) == text
+    except ValueError:
+        return False
+
+
+@settings(deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(-5, 40)), max_size=60),
+       st.sets(st.integers(-5, 40), max_size=20))
+def test_integer_ranks_are_indexes_among_the_sorted_ids(values, ids):
+    order = sorted(ids)
+    got = ranks(pl.Series(values, dtype=pl.Int64), sorted_ids(pl.Series(list(ids), dtype=pl.Int64)))
+    assert got.tolist() == [order.index(v) if v in ids else -1 for v in values]
+
+
+@settings(deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["rs1", "rs10", "rs2", "é", "", "x y"])),
+                max_size=60),
+       st.sets(st.sampled_from(["rs1", "rs10", "rs2", "é", "x y", "zz"]), max_size=6))
+def test_text_ranks_follow_byte_order(values, ids):
+    order = sorted(ids, key=str.encode)
+    got = ranks(pl.Series(values, dtype=pl.String), sorted_ids(pl.Series(list(ids),
+                                                                         dtype=pl.String)))
+    assert got.tolist() == [order.index(v) if v in ids else -1 for v in values]
+
+
+def test_ranks_of_another_type_are_absent():
+    assert ranks(pl.Series(["1"]), pl.Series([1])).tolist() == [-1]
