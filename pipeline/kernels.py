@@ -685,13 +685,18 @@ def csv_scan(data, start, stop_after):
     offset just past the line end of record number `stop_after` (stop_after <= 0: never
     stop), else len(data); open_line: the 1-based physical line (LF, CRLF or CR each end
     one, quoted or not) of the opening quote of a field still open at `end`, else 0;
-    quoted_break: whether a quoted field before `end` holds a line break)."""
+    quoted_break: whether a quoted field before `end` holds a line break; stray_line: the
+    physical line of the opening quote of the first field that holds a line break and whose
+    closing quote text follows (not a comma, a line end or the end), else 0: two quotes left
+    open that closed each other, never valid by the strict CSV rules)."""
     n = data.shape[0]
     state = _LINE_START
     records = 0
     line = 1
     open_line = 0
     quoted_break = False
+    stray_line = 0
+    field_break = False
     i = start
     while i < n:
         c = data[i]
@@ -702,8 +707,12 @@ def csv_scan(data, start, stop_after):
                     i += 1
                 else:
                     state = _UNQUOTED
+                    if (field_break and stray_line == 0 and i < n and data[i] != _COMMA
+                            and data[i] != _LF and data[i] != _CR):
+                        stray_line = open_line
             elif c == _LF or c == _CR:
                 quoted_break = True
+                field_break = True
                 if c == _CR and i < n and data[i] == _LF:
                     i += 1
                 line += 1
@@ -715,7 +724,7 @@ def csv_scan(data, start, stop_after):
             if state != _LINE_START:
                 state = _LINE_START
                 if records == stop_after:
-                    return records, i, 0, quoted_break
+                    return records, i, 0, quoted_break, stray_line
             continue
         if state == _LINE_START:
             records += 1
@@ -726,6 +735,7 @@ def csv_scan(data, start, stop_after):
             if c == _QUOTE:
                 state = _QUOTED
                 open_line = line
+                field_break = False
             else:
                 state = _UNQUOTED
-    return records, n, open_line if state == _QUOTED else 0, quoted_break
+    return records, n, open_line if state == _QUOTED else 0, quoted_break, stray_line
