@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import invoke
+from conftest import invoke, on_small_disk
 
 from pipeline.errors import InputError, OutputError
 from pipeline.io import commit, failures, inputs, manifest, readers, scratch
@@ -527,6 +527,38 @@ def test_a_stale_output_that_is_not_provably_ours_is_kept_and_the_user_told(
     assert sorted(p.name for p in parent.iterdir()) == [kept.name, "out"]
 
 
+@pytest.mark.parametrize("failing", ["missing positions", "bad rows under fail"])
+def test_a_run_that_fails_still_says_where_it_kept_a_leftover_output(tmp_path: Path,
+                                                                    failing: str) -> None:
+    """The leftover is kept aside before the run reads its inputs: a run that then fails
+    (exit 1) must still tell where the user's files now are."""
+    rules, positions = small_inputs(tmp_path / "in")
+    assert invoke(job(rules, positions, tmp_path / "first"), tmp_path)[0] == 0
+    parent = tmp_path / "job"
+    parent.mkdir()
+    stale = parent / f".out.partial-{_dead_pid()}-20260101T000000Z-abcdef"
+    (tmp_path / "first").rename(stale)
+    (stale / "mine.txt").write_text("mine\n")
+    expected = snapshot(stale)
+    extra: list[str] = []
+    if failing == "missing positions":
+        positions = tmp_path / "in" / "nowhere.csv"
+    else:
+        positions.write_text("rule_set_id,position_id,heaps\n1,0,x\n")
+        extra = ["--on-bad-rows", "fail"]
+    code, err = invoke(job(rules, positions, parent / "out", *extra), tmp_path)
+    assert code == 1, err
+    kept = parent / ".out.kept-20260101T000000Z-abcdef"
+    assert snapshot(kept) == expected
+    lines = err.strip().splitlines()
+    assert lines[0] == (
+        f"snim-batch: warning: {parent / 'out'}: the output left by an interrupted run at "
+        f"{stale} is not provably a snim-batch output any more (holds what its manifest.json "
+        f"does not list: mine.txt), so it was not deleted: it is kept as {kept}")
+    assert lines[1].startswith("snim-batch: error: ")
+    assert sorted(p.name for p in parent.iterdir()) == [kept.name]
+
+
 # ---- a symbolic link as --out ---------------------------------------------------------------
 
 
@@ -635,14 +667,14 @@ def test_two_runs_racing_for_a_fresh_output(tmp_path: Path, monkeypatch: pytest.
     rename): one creates it; the other finds an existing output, as if it had been there."""
     if not renameat2:
         monkeypatch.setattr(commit, "_renameat2", lambda source, target, flags: False)
-    real_create = commit._create
+    real_create = commit.rename_noreplace
     barrier = threading.Barrier(2, timeout=30)
 
     def create_together(staging: Path, target: Path) -> None:
         barrier.wait()
         real_create(staging, target)
 
-    monkeypatch.setattr(commit, "_create", create_together)
+    monkeypatch.setattr(commit, "rename_noreplace", create_together)
     for attempt in range(25):
         out = tmp_path / f"out{attempt}"
         results = _race(out, overwrite)
@@ -977,57 +1009,6 @@ def test_an_empty_output_directory_needs_no_overwrite(tmp_path: Path) -> None:
 # ---- a full or read-only file system (a real small tmpfs) ------------------------------------
 
 
-DISK_DRIVER = r"""
-import hashlib, json, os, subprocess, sys
-exe, disk, steps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-
-def snapshot(top):
-    return {os.path.relpath(os.path.join(d, f), top):
-            hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
-            for d, _, files in os.walk(top) for f in files}
-
-results = []
-for step, *args in steps:
-    if step == "run":
-        proc = subprocess.run([exe, "run", "--quiet", *args], capture_output=True, text=True)
-        results.append([proc.returncode, proc.stderr])
-    elif step == "snapshot":
-        results.append(snapshot(os.path.join(disk, args[0])))
-    elif step == "entries":
-        results.append(sorted(os.listdir(disk)))
-    elif step == "free":
-        st = os.statvfs(disk)
-        results.append([st.f_bfree, st.f_ffree])
-    elif step == "fill-inodes":
-        os.mkdir(os.path.join(disk, "filler"))
-        for i in range(100000):
-            try:
-                open(os.path.join(disk, "filler", str(i)), "w").close()
-            except OSError:
-                break
-        results.append(i)
-    elif step == "read-only":
-        subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
-        results.append(None)
-print(json.dumps(results))
-"""
-
-
-def on_small_disk(tmp_path: Path, options: str, steps: list[list[str]]) -> list:
-    """Run `steps` (DISK_DRIVER's) in a private mount namespace with a fresh tmpfs of
-    `options` mounted at tmp_path/disk; returns each step's result."""
-    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unshare -rm (user and mount namespaces) is not permitted here")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    proc = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o "$1" tmpfs "$2" && shift 2 && '
-         'exec "$@"', "sh", options, str(disk), sys.executable, "-c", DISK_DRIVER, str(EXE),
-         str(disk), json.dumps(steps)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 def disk_job(rules: Path, positions: Path, out: Path, *extra: str) -> list[str]:
     return ["run", "--rules", str(rules), "--positions", str(positions), "--out", str(out),
             *extra]
@@ -1338,11 +1319,12 @@ def test_csv_last_quoted_field_ending_in_a_comma_quote_or_line_break_is_valid(tm
 
 
 def test_csv_quoted_fields_that_swallow_rows_are_still_refused(tmp_path):
-    # Two quotes left open pair up: by the CSV rules the rows between are one field, which
-    # the exact scan accepts, so the field-content check still has to catch it.
+    # Two quotes left open pair up: by the lenient CSV rules the rows between are one field;
+    # the text after its closing quote is what the strict rules refuse.
     path = tmp_path / "t.csv"
     path.write_text('a,b,c\n1,0,"5\n1,1,6\n1,2,"7\n')
-    with pytest.raises(InputError, match=r"row 0, column c: a quoted field runs over several"):
+    with pytest.raises(InputError, match=r"line 2: a quoted field runs over several lines "
+                                         "and text follows its closing quote"):
         readers.read_table(path)
 
 

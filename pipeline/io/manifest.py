@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, OutputError, first_line
+from pipeline.errors import InputError, first_line
 from pipeline.io.failures import writing
 
 MANIFEST = "manifest.json"
@@ -79,6 +79,12 @@ def _listed(manifest: object) -> dict[str, int | None | _Sizes] | None:
         else:
             return None
     return listed
+
+
+def lists_its_outputs(manifest: object) -> bool:
+    """Whether a parsed manifest.json is one snim-batch wrote, with a valid `outputs` list:
+    one that a page can be added to and still prove the directory."""
+    return _listed(manifest) is not None
 
 
 def _differences(directory: Path, listed: dict[str, int | None | _Sizes]
@@ -182,35 +188,6 @@ def write_manifest(manifest: dict[str, Any], directory: Path) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def add_output_file(directory: Path, name: str, data: bytes) -> Path:
-    """Add (or replace) file `name` in a committed output, listed in its manifest so that a
-    later --overwrite still proves the directory is a snim-batch output. The manifest is
-    updated first, atomically; the file is then written in place (a file cut short by a
-    kill is still listed, and the next write replaces it)."""
-    manifest = read_manifest(directory)
-    outputs = manifest.get("outputs")
-    target = directory / name
-    if isinstance(outputs, list):
-        same = [e for e in outputs if (e.get("name") if isinstance(e, dict) else e) == name]
-        if name == MANIFEST or any(not isinstance(e, dict) or e.get("added_by") != "report"
-                                   for e in same):
-            raise OutputError(f"{target}: is one of the run's own outputs; refusing to "
-                              "replace it")
-        manifest["outputs"] = sorted(
-            [e for e in outputs if e not in same] + [
-                {"name": name, "type": "file", "size": len(data), "added_by": "report"}],
-            key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
-        try:
-            write_manifest(manifest, directory)
-        except OutputError as exc:
-            raise OutputError(f"{directory}: {exc}") from None
-    try:
-        target.write_bytes(data)
-    except OSError as exc:
-        raise OutputError(f"{target}: cannot write ({exc.strerror})") from None
-    return target
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
