@@ -425,3 +425,20 @@ def test_report_killed_at_any_moment_leaves_a_provable_output(tmp_path: Path,
         assert sorted(p.name for p in parent.iterdir()) == ["out"]
         assert page.read_bytes() == expected.read_bytes()
     assert limit > 6, "report made fewer changes than staging and renaming take"
+
+
+def test_a_page_elsewhere_removes_what_a_killed_report_left_beside_it(tmp_path: Path) -> None:
+    """`.NAME.tmp-PID-TAG` beside the page, of a process that is gone, is removed by the next
+    report writing that page; a live process's, and other names, are kept."""
+    out = _run(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    left = f".r.html.tmp-{dead.pid}-0123abcd"
+    kept = [f".r.html.tmp-{os.getpid()}-0123abcd", f".other.html.tmp-{dead.pid}-0123abcd"]
+    for name in [left, *kept]:
+        (pages / name).write_text("<html>half")
+    result = CliRunner().invoke(app, ["report", str(out), "--html", str(pages / "r.html")])
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(pages)) == sorted([*kept, "r.html"])
