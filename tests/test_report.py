@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import stat
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import on_small_disk
+from conftest import CLI_EXE, on_small_disk
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -442,3 +443,28 @@ def test_a_page_elsewhere_removes_what_a_killed_report_left_beside_it(tmp_path: 
     result = CliRunner().invoke(app, ["report", str(out), "--html", str(pages / "r.html")])
     assert result.exit_code == 0, result.output
     assert sorted(os.listdir(pages)) == sorted([*kept, "r.html"])
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_report_past_the_file_size_limit_writes_nothing(tmp_path: Path, elsewhere: bool) -> None:
+    """A write cut short by RLIMIT_FSIZE (EFBIG, as a quota would): exit 1, one line naming
+    the page and the cause, the output and the directory as they were."""
+    out = _run(tmp_path)
+    before = _tree(tmp_path)
+    target = [] if not elsewhere else ["--html", str(tmp_path / "r.html")]
+    proc = subprocess.run([str(CLI_EXE), "report", str(out), *target], capture_output=True,
+                          text=True, preexec_fn=_limit_file_size, timeout=120)
+    assert proc.returncode == 1
+    if elsewhere:
+        assert proc.stderr == (f"snim-batch: error: {tmp_path / 'r.html'}: file too large "
+                               "while writing it; nothing was written\n")
+    else:
+        assert re.fullmatch(
+            f"snim-batch: error: {re.escape(str(out / 'report.html'))}: file too large while "
+            f"writing it in {re.escape(str(tmp_path))}/\\.out\\.partial-\\d+-report-[0-9a-f]+; "
+            "nothing was written\n", proc.stderr), proc.stderr
+    assert _tree(tmp_path) == before
