@@ -283,3 +283,37 @@ def on_small_disk(tmp_path: Path, options: str, steps: list[list[str]]) -> list:
          str(disk), json.dumps(steps)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+# A real snim-batch command, SIGKILLed right after its N-th change to the file system (a
+# directory made or removed, a file synced, renamed, replaced or removed).
+KILL_DRIVER = r"""
+import os, signal, sys
+from pipeline.io import commit
+
+limit, done = int(sys.argv[1]), 0
+
+def counted(real):
+    def change(*args, **kwargs):
+        global done
+        result = real(*args, **kwargs)
+        done += 1
+        if done == limit:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    return change
+
+for name in ("mkdir", "rmdir", "rename", "replace", "unlink", "fsync"):
+    setattr(os, name, counted(getattr(os, name)))
+commit._renameat2 = counted(commit._renameat2)
+from pipeline.cli import app
+sys.argv = ["snim-batch", *sys.argv[2:]]
+app()
+"""
+
+
+def killed_at(limit: int, args: list[str]) -> subprocess.CompletedProcess:
+    """Run `snim-batch ARGS`, killed (SIGKILL) right after its `limit`-th change to the file
+    system; its return code is 0 (or the command's own) if it finished first."""
+    return subprocess.run([sys.executable, "-c", KILL_DRIVER, str(limit), *args],
+                          capture_output=True, text=True, timeout=120)

@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import on_small_disk
+from conftest import killed_at, on_small_disk
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -113,32 +112,6 @@ def test_convert_on_a_full_or_read_only_disk_writes_nothing(tmp_path: Path, disk
         assert tree == []
 
 
-# The real `convert`, SIGKILLed right after its N-th change to the file system.
-KILL_DRIVER = r"""
-import os, signal, sys
-
-limit, done = int(sys.argv[1]), 0
-
-def counted(real):
-    def change(*args, **kwargs):
-        global done
-        result = real(*args, **kwargs)
-        done += 1
-        if done == limit:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-    return change
-
-for name in ("mkdir", "rmdir", "rename", "replace", "unlink", "fsync"):
-    setattr(os, name, counted(getattr(os, name)))
-from pipeline.io import commit
-commit._renameat2 = counted(commit._renameat2)
-from pipeline.cli import app
-sys.argv = ["snim-batch", *sys.argv[2:]]
-app()
-"""
-
-
 @pytest.mark.slow
 def test_a_killed_convert_is_finished_or_undone_by_the_next(tmp_path: Path) -> None:
     """Killed after each of its changes in turn while replacing tables: each table is then
@@ -152,9 +125,7 @@ def test_a_killed_convert_is_finished_or_undone_by_the_next(tmp_path: Path) -> N
             for name in os.listdir(out):
                 (out / name).unlink()
         assert _convert(tmp_path, FIRST, out) == (0, "")
-        proc = subprocess.run([sys.executable, "-c", KILL_DRIVER, str(limit), "convert",
-                               str(source), "--out", str(out), "--overwrite"],
-                              capture_output=True, text=True, timeout=120)
+        proc = killed_at(limit, ["convert", str(source), "--out", str(out), "--overwrite"])
         assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
         rules = out / "rules.parquet"
         positions = out / "positions.parquet"

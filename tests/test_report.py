@@ -10,13 +10,12 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import CLI_EXE, on_small_disk
+from conftest import CLI_EXE, killed_at, on_small_disk
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -361,33 +360,6 @@ def test_report_on_a_read_only_file_system(tmp_path: Path) -> None:
     assert after == before and tree_after == tree
 
 
-# The real `report`, SIGKILLed right after its N-th change to the file system (a directory
-# made or removed, a file synced, renamed or removed): every moment of its work, in turn.
-KILL_DRIVER = r"""
-import os, signal, sys
-from pipeline.io import commit
-
-limit, done = int(sys.argv[1]), 0
-
-def counted(real):
-    def change(*args, **kwargs):
-        global done
-        result = real(*args, **kwargs)
-        done += 1
-        if done == limit:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-    return change
-
-for name in ("mkdir", "rmdir", "rename", "replace", "unlink", "fsync"):
-    setattr(os, name, counted(getattr(os, name)))
-commit._renameat2 = counted(commit._renameat2)
-from pipeline.cli import app
-sys.argv = ["snim-batch", *sys.argv[2:]]
-app()
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("earlier", [False, True])
 def test_report_killed_at_any_moment_leaves_a_provable_output(tmp_path: Path,
@@ -408,8 +380,7 @@ def test_report_killed_at_any_moment_leaves_a_provable_output(tmp_path: Path,
         shutil.rmtree(parent, ignore_errors=True)
         parent.mkdir()
         shutil.copytree(pristine, out)
-        proc = subprocess.run([sys.executable, "-c", KILL_DRIVER, str(limit), "report", str(out)],
-                              capture_output=True, text=True, timeout=120)
+        proc = killed_at(limit, ["report", str(out)])
         assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
         assert manifest.ownership_problem(out) is None, limit
         page = out / "report.html"
