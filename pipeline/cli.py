@@ -222,11 +222,9 @@ def run(
         )
         _configure_logging(quiet, verbose)
         progress = _progress_printer(quiet, verbose)
-        result = run_job(cfg, progress)
+        result = run_job(cfg, progress, lambda warning: _err(f"warning: {warning}"))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose)
-    for warning in result.warnings:
-        _err(f"warning: {warning}")
     if not quiet:
         counts = result.manifest["counts"]
         pos, rul = counts["positions"], counts["rules"]
@@ -368,13 +366,17 @@ def solve(
 def convert(
     source: Annotated[Path, typer.Argument(help="Classic-format text file ('-' for stdin).")],
     out: Annotated[Path, typer.Option(help="Directory for rules.parquet and positions.parquet.")],
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace tables an earlier convert wrote there (nothing else).")]
+    = False,
 ) -> None:
-    """Convert the classic S-Nim text format to rules.parquet + positions.parquet (wide form)."""
+    """Convert the classic S-Nim text format to rules.parquet + positions.parquet (wide form),
+    both or neither."""
     try:
         from pipeline.convert import convert_classic
 
         data = _stdin_bytes() if str(source) == "-" else _read_bytes(source)
-        written = convert_classic(data, out)
+        written = convert_classic(data, out, overwrite)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     _say(f"wrote {', '.join(str(p) for p in written)}")

@@ -8,16 +8,18 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.classic import classic_to_tables
-from pipeline.io.commit import write_table_files
+from pipeline.io.publish import write_tables
 
 RULES_SCHEMA = {"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.List(pl.Int64)}
 POSITIONS_SCHEMA = {"rule_set_id": pl.Int64, "position_id": pl.Int64,
                     "heaps": pl.List(pl.Int64)}
 
 
-def convert_classic(data: bytes | memoryview, out: Path) -> list[Path]:
-    """Parse (and check) classic text, then write its two tables into `out`."""
+def convert_classic(data: bytes | memoryview, out: Path, overwrite: bool = False) -> list[Path]:
+    """Parse (and check) classic text, then write its two tables into `out`, both or neither
+    (`write_tables`: an existing table is replaced only with `overwrite`, and only one that
+    convert wrote)."""
     rules, positions = classic_to_tables(data)
-    return write_table_files({"rules.parquet": pl.DataFrame(rules, schema=RULES_SCHEMA),
-                              "positions.parquet": pl.DataFrame(positions,
-                                                                schema=POSITIONS_SCHEMA)}, out)
+    return write_tables({"rules.parquet": pl.DataFrame(rules, schema=RULES_SCHEMA),
+                         "positions.parquet": pl.DataFrame(positions, schema=POSITIONS_SCHEMA)},
+                        out, overwrite)

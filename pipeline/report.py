@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pipeline.errors import InputError, OutputError, UsageError, cut
+from pipeline.errors import InputError, UsageError, cut
 from pipeline.io.locations import Location
-from pipeline.io.manifest import add_output_file, read_manifest
+from pipeline.io.manifest import read_manifest
+from pipeline.io.publish import place_page
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -105,9 +105,9 @@ def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl
 
 
 def write_report(out: str | Path, target: Path | None = None) -> Path:
-    """Render the run in the local directory `out` to `target` (default OUT/report.html). A
-    page written into the output directory is listed in its manifest, so that the directory
-    stays provably a snim-batch output (a later --overwrite replaces it with the rest)."""
+    """Render the run in the local directory `out` to `target` (default OUT/report.html);
+    returns it. A page directly in the output is listed in its manifest, so that the
+    directory stays provably a snim-batch output; see `place_page` for what is refused."""
     location = Location.parse(str(out), Path.cwd())
     if location.is_remote or location.path is None:
         raise UsageError(f"{location}: report reads a local output directory; copy the "
@@ -121,10 +121,5 @@ def write_report(out: str | Path, target: Path | None = None) -> Path:
         raise InputError(f"{out_dir}: cannot read run outputs ({cut(str(exc), 200)})") from None
     page = render_report(manifest, frames["summary"], frames["sg_tables"], frames["rejects"])
     target = target or out_dir / "report.html"
-    if os.path.realpath(target.parent) == os.path.realpath(out_dir):
-        return add_output_file(out_dir, target.name, page.encode("utf-8"))
-    try:
-        target.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"{target}: cannot write report ({exc.strerror})") from None
+    place_page(out_dir, target, page.encode("utf-8"))
     return target

@@ -73,10 +73,14 @@ class JobOutcome:
         return self.counts["rules"]["rows_rejected"] + self.counts["positions"]["rows_rejected"]
 
 
-def run_job(config: Config, progress: Progress | None = None) -> RunResult:
+def run_job(config: Config, progress: Progress | None = None,
+            warn: Callable[[str], None] | None = None) -> RunResult:
     """Run the batch job and commit its output directory atomically.
 
-    Raises SnimError subclasses for user-caused failures; nothing is written then.
+    Raises SnimError subclasses for user-caused failures; nothing is written then. `warn`
+    gets each warning as it arises (an old output kept aside, and where), so that the user
+    learns where their files are even when the run then fails; RunResult.warnings lists
+    them too.
     """
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     started = _now()
@@ -99,7 +103,13 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
     engine = load_engine(config.engine)
     log.info("run %s: engine %s, output %s", run_id, engine.name, config.out)
     warnings: list[str] = []
-    with _staged(config, run_id, warnings.append) as staging:
+
+    def notify(message: str) -> None:
+        warnings.append(message)
+        if warn:
+            warn(message)
+
+    with _staged(config, run_id, notify) as staging:
         outcome = execute(config, engine, staging, phase, note)
         if outcome.rejected and config.on_bad_rows == "fail":
             raise BadRowsError(f"{outcome.rejected} input rows failed validation "

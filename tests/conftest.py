@@ -2,11 +2,15 @@
 
 Nothing here imports `pipeline`: expected values come from exhaustive game-tree search, naive mex
 tabulation, a naive first-repeating-window period search and closed forms checked against them.
+Also: running commands on a small real file system (`on_small_disk`).
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -211,3 +215,105 @@ def s3(moto_server):
     moto_server.reset()
     moto_server.client().create_bucket(Bucket="bkt")
     return moto_server
+
+
+CLI_EXE = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "snim-batch"
+if not CLI_EXE.exists():  # pragma: no cover - another layout of the virtualenv
+    CLI_EXE = Path(sys.executable).parent / "snim-batch"
+
+
+# Commands on a small real file system (a tmpfs in a private mount namespace)
+DISK_DRIVER = r"""
+import hashlib, json, os, subprocess, sys
+exe, disk, steps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+
+def snapshot(top):
+    return {os.path.relpath(os.path.join(d, f), top):
+            hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
+            for d, _, files in os.walk(top) for f in files}
+
+results = []
+for step, *args in steps:
+    if step in ("run", "report", "convert"):
+        quiet = ["--quiet"] if step == "run" else []
+        proc = subprocess.run([exe, step, *quiet, *args], capture_output=True, text=True)
+        results.append([proc.returncode, proc.stderr])
+    elif step == "tree":
+        results.append(sorted(os.path.relpath(os.path.join(d, name), disk)
+                              for d, dirs, files in os.walk(disk) for name in dirs + files))
+    elif step == "snapshot":
+        results.append(snapshot(os.path.join(disk, args[0])))
+    elif step == "entries":
+        results.append(sorted(os.listdir(disk)))
+    elif step == "free":
+        st = os.statvfs(disk)
+        results.append([st.f_bfree, st.f_ffree])
+    elif step == "fill-inodes":
+        os.mkdir(os.path.join(disk, "filler"))
+        for i in range(100000):
+            try:
+                open(os.path.join(disk, "filler", str(i)), "w").close()
+            except OSError:
+                break
+        results.append(i)
+    elif step == "fill-leaving":
+        st = os.statvfs(disk)
+        with open(os.path.join(disk, "filler"), "wb") as fh:
+            fh.write(b"\0" * (st.f_bavail * st.f_frsize - int(args[0])))
+        st = os.statvfs(disk)
+        results.append(st.f_bavail * st.f_frsize)
+    elif step == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
+        results.append(None)
+print(json.dumps(results))
+"""
+
+
+def on_small_disk(tmp_path: Path, options: str, steps: list[list[str]]) -> list:
+    """Run `steps` (DISK_DRIVER's: a `snim-batch` command, or a look at the disk) in a private
+    mount namespace with a fresh tmpfs of `options` mounted at tmp_path/disk; returns each
+    step's result."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -rm (user and mount namespaces) is not permitted here")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o "$1" tmpfs "$2" && shift 2 && '
+         'exec "$@"', "sh", options, str(disk), sys.executable, "-c", DISK_DRIVER, str(CLI_EXE),
+         str(disk), json.dumps(steps)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+# A real snim-batch command, SIGKILLed right after its N-th change to the file system (a
+# directory made or removed, a file synced, renamed, replaced or removed).
+KILL_DRIVER = r"""
+import os, signal, sys
+from pipeline.io import commit
+
+limit, done = int(sys.argv[1]), 0
+
+def counted(real):
+    def change(*args, **kwargs):
+        global done
+        result = real(*args, **kwargs)
+        done += 1
+        if done == limit:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    return change
+
+for name in ("mkdir", "rmdir", "rename", "replace", "unlink", "fsync"):
+    setattr(os, name, counted(getattr(os, name)))
+commit._renameat2 = counted(commit._renameat2)
+from pipeline.cli import app
+sys.argv = ["snim-batch", *sys.argv[2:]]
+app()
+"""
+
+
+def killed_at(limit: int, args: list[str]) -> subprocess.CompletedProcess:
+    """Run `snim-batch ARGS`, killed (SIGKILL) right after its `limit`-th change to the file
+    system; its return code is 0 (or the command's own) if it finished first."""
+    return subprocess.run([sys.executable, "-c", KILL_DRIVER, str(limit), *args],
+                          capture_output=True, text=True, timeout=120)

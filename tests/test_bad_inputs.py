@@ -1428,6 +1428,49 @@ def test_last_quoted_field_ending_in_a_line_break_or_comma_is_valid(tmp_path: Pa
     assert verdict_map(out) == expected_verdicts([(1, 0, [5])])
 
 
+def _reference_positions(text: str) -> list[tuple[int, int, list[int]]]:
+    """Positions read by Python's csv module (strict), heaps split at commas and blanks."""
+    import csv
+
+    rows = list(csv.reader(io.StringIO(text, newline=""), strict=True))[1:]
+    return [(int(r), int(p), [int(h) for h in re.split(r"[,\s]+", heaps.strip())])
+            for r, p, heaps in rows]
+
+
+@pytest.mark.parametrize("padding", [0, 90_000])  # the file under 1 MiB, and over it
+@pytest.mark.parametrize("fields", [['"2\n, 3"', '"5\n"'], ['"7\r\n,1"', '"4,\r\n 6"'],
+                                    ['" 3\r"', '"1\n\n2"']])
+def test_quoted_heaps_holding_line_breaks_are_read_as_csv_reads_them(tmp_path: Path,
+                                                                     padding: int,
+                                                                     fields: list[str]) -> None:
+    """Valid multi-line quoted heaps, first and last in the file (the last field of the
+    file): read as Python's csv module reads them, verdicts by brute force."""
+    rows = [f"1,0,{fields[0]}"] + [f"2,{i},{i % 97} {i % 13}" for i in range(1, padding + 1)]
+    text = ("rule_set_id,position_id,heaps\n" + "\n".join(rows)
+            + f"\n1,{padding + 1},{fields[1]}")
+    assert (len(text) > 1 << 20) == bool(padding)
+    got, out = run_texts(tmp_path, RULES_CSV, text)
+    assert got.code == 0, got.stderr
+    assert verdict_map(out) == expected_verdicts(_reference_positions(text))
+
+
+@pytest.mark.parametrize("padding", [0, 110_000])
+def test_two_open_quotes_that_close_each_other_are_refused_with_the_first_line(
+        tmp_path: Path, padding: int) -> None:
+    """'"5' and '"7' each left open: by the CSV rules the lines between are one field, but
+    text after its closing quote shows it was never meant; refused, naming where it opens."""
+    pad = "".join(f"2,{i},{i % 50}\n" for i in range(2, padding + 2))
+    text = f'rule_set_id,position_id,heaps\n{pad}1,0,"5\n1,1,6\n1,2,"7\n'
+    assert (len(text) > 1 << 20) == bool(padding)
+    got, out = run_texts(tmp_path, RULES_CSV, text)
+    assert got.code == 1
+    assert got.stderr.strip() == (
+        f"snim-batch: error: {tmp_path / 'positions.csv'}: line {padding + 2}: a quoted field "
+        "runs over several lines and text follows its closing quote (an unterminated quote "
+        "that a later one closed?)")
+    assert not out.exists()
+
+
 def test_a_quote_never_closed_in_a_cr_only_file_names_its_line(tmp_path: Path) -> None:
     got, out = run_texts(tmp_path, RULES_CSV,
                          'rule_set_id,position_id,heaps\r1,0,5\r1,1,"3\r2,0,4\r')
@@ -1576,4 +1619,27 @@ def test_unreadable_directory_says_permission_denied(tmp_path: Path, where: str)
     shown = "" if where == "top" else f"{locked}: "
     assert got.stderr.strip() == (f"snim-batch: error: positions input {folder}: {shown}cannot "
                                   "read directory (Permission denied)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("spec", "locked", "mode"), [
+    ("u2/*.csv", "u2", 0), ("u2/*.csv", "u2", 0o300), ("u2/a.csv", "u2", 0),
+    ("*/u2/*.csv", "w/u2", 0), ("w/**/a.csv", "w/u2", 0), ("w/**", "w/u2", 0o300)])
+def test_an_unreadable_directory_in_a_glob_is_named(tmp_path: Path, spec: str, locked: str,
+                                                    mode: int) -> None:
+    """Whether the directory cannot be searched (mode 0) or only listed (0o300), the message
+    names that directory, not the pattern that led to it."""
+    rules = _reference_rules(tmp_path)
+    for folder in ("u2", "w/u2"):
+        _positions_file(tmp_path / folder / "a.csv", [(1, 0, [5])])
+    (tmp_path / locked).chmod(mode)
+    try:
+        got = _without_read_override(job_args(rules, tmp_path / spec, tmp_path / "out"),
+                                     tmp_path)
+    finally:
+        (tmp_path / locked).chmod(0o755)
+    assert got.code == 1, got.stderr
+    assert got.stderr.strip() == (f"snim-batch: error: positions input {tmp_path / spec}: "
+                                  f"{tmp_path / locked}: cannot read directory (Permission "
+                                  "denied)")
     assert not (tmp_path / "out").exists()

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import invoke
+from conftest import invoke, on_small_disk
 
 from pipeline.errors import InputError, OutputError
 from pipeline.io import commit, failures, inputs, manifest, readers, scratch
@@ -389,6 +389,56 @@ def test_a_manifest_lists_the_files_inside_directory_outputs(tmp_path: Path) -> 
     assert manifest.ownership_problem(tmp_path) is None  # an older manifest of plain files
 
 
+@pytest.mark.parametrize("name", ["summary.parquet", "verdicts.parquet"])
+def test_overwrite_refuses_an_output_whose_listed_file_changed_size(tmp_path: Path,
+                                                                    name: str) -> None:
+    """A user who put a file of their own in place of a listed one (same name, another size)
+    keeps it: the size the manifest records is part of the proof."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert invoke(job(rules, positions, out), tmp_path)[0] == 0
+    listed = {e["name"]: e for e in json.loads((out / "manifest.json").read_text())["outputs"]}
+    (out / name).write_bytes(b"mine" * 8)
+    before = snapshot(out)
+    code, err = invoke(job(rules, positions, out, "--overwrite"), tmp_path)
+    assert code == 1
+    assert err.strip() == "snim-batch: error: " + refusal(
+        out, f"files changed size since its manifest.json listed them: {name} (32 bytes, "
+             f"listed with {listed[name]['size']})")
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+
+
+def test_sizes_are_checked_inside_directory_outputs_too(tmp_path: Path) -> None:
+    (tmp_path / "verdicts.parquet").mkdir()
+    (tmp_path / "verdicts.parquet" / "part-0.parquet").write_bytes(b"PAR1")
+    (tmp_path / "notes.txt").write_bytes(b"mine")
+    (tmp_path / "manifest.json").write_text(foreign_manifest(outputs=[
+        {"name": "manifest.json", "type": "file"},
+        {"name": "notes.txt", "type": "file", "size": 3},
+        {"name": "verdicts.parquet", "type": "directory",
+         "files": [{"name": "part-0.parquet", "size": 5}]}]))
+    assert manifest.ownership_problem(tmp_path) == (
+        "files changed size since its manifest.json listed them: notes.txt (4 bytes, listed "
+        "with 3), verdicts.parquet/part-0.parquet (4 bytes, listed with 5)")
+    (tmp_path / "extra").write_bytes(b"")
+    assert manifest.ownership_problem(tmp_path) == (
+        "holds what its manifest.json does not list: extra; files changed size since its "
+        "manifest.json listed them: notes.txt (4 bytes, listed with 3), "
+        "verdicts.parquet/part-0.parquet (4 bytes, listed with 5)")
+
+
+@pytest.mark.parametrize("size", ["4", -4, 4.0, True, [4]])
+def test_a_size_that_is_not_a_byte_count_is_no_manifest_of_ours(tmp_path: Path,
+                                                                size: object) -> None:
+    (tmp_path / "a.parquet").write_bytes(b"PAR1")
+    (tmp_path / "manifest.json").write_text(foreign_manifest(outputs=[
+        {"name": "manifest.json", "type": "file"},
+        {"name": "a.parquet", "type": "file", "size": size}]))
+    assert manifest.ownership_problem(tmp_path) == (
+        "its manifest.json was not written by snim-batch")
+
+
 def test_the_manifest_lists_every_output_file_with_its_size(tmp_path: Path) -> None:
     rules, positions = small_inputs(tmp_path / "in")
     out = tmp_path / "out"
@@ -475,6 +525,38 @@ def test_a_stale_output_that_is_not_provably_ours_is_kept_and_the_user_told(
             f"manifest.json does not list: mine.txt), so it was not deleted: it is kept as "
             f"{kept}") in err
     assert sorted(p.name for p in parent.iterdir()) == [kept.name, "out"]
+
+
+@pytest.mark.parametrize("failing", ["missing positions", "bad rows under fail"])
+def test_a_run_that_fails_still_says_where_it_kept_a_leftover_output(tmp_path: Path,
+                                                                    failing: str) -> None:
+    """The leftover is kept aside before the run reads its inputs: a run that then fails
+    (exit 1) must still tell where the user's files now are."""
+    rules, positions = small_inputs(tmp_path / "in")
+    assert invoke(job(rules, positions, tmp_path / "first"), tmp_path)[0] == 0
+    parent = tmp_path / "job"
+    parent.mkdir()
+    stale = parent / f".out.partial-{_dead_pid()}-20260101T000000Z-abcdef"
+    (tmp_path / "first").rename(stale)
+    (stale / "mine.txt").write_text("mine\n")
+    expected = snapshot(stale)
+    extra: list[str] = []
+    if failing == "missing positions":
+        positions = tmp_path / "in" / "nowhere.csv"
+    else:
+        positions.write_text("rule_set_id,position_id,heaps\n1,0,x\n")
+        extra = ["--on-bad-rows", "fail"]
+    code, err = invoke(job(rules, positions, parent / "out", *extra), tmp_path)
+    assert code == 1, err
+    kept = parent / ".out.kept-20260101T000000Z-abcdef"
+    assert snapshot(kept) == expected
+    lines = err.strip().splitlines()
+    assert lines[0] == (
+        f"snim-batch: warning: {parent / 'out'}: the output left by an interrupted run at "
+        f"{stale} is not provably a snim-batch output any more (holds what its manifest.json "
+        f"does not list: mine.txt), so it was not deleted: it is kept as {kept}")
+    assert lines[1].startswith("snim-batch: error: ")
+    assert sorted(p.name for p in parent.iterdir()) == [kept.name]
 
 
 # ---- a symbolic link as --out ---------------------------------------------------------------
@@ -585,14 +667,14 @@ def test_two_runs_racing_for_a_fresh_output(tmp_path: Path, monkeypatch: pytest.
     rename): one creates it; the other finds an existing output, as if it had been there."""
     if not renameat2:
         monkeypatch.setattr(commit, "_renameat2", lambda source, target, flags: False)
-    real_create = commit._create
+    real_create = commit.rename_noreplace
     barrier = threading.Barrier(2, timeout=30)
 
     def create_together(staging: Path, target: Path) -> None:
         barrier.wait()
         real_create(staging, target)
 
-    monkeypatch.setattr(commit, "_create", create_together)
+    monkeypatch.setattr(commit, "rename_noreplace", create_together)
     for attempt in range(25):
         out = tmp_path / f"out{attempt}"
         results = _race(out, overwrite)
@@ -927,57 +1009,6 @@ def test_an_empty_output_directory_needs_no_overwrite(tmp_path: Path) -> None:
 # ---- a full or read-only file system (a real small tmpfs) ------------------------------------
 
 
-DISK_DRIVER = r"""
-import hashlib, json, os, subprocess, sys
-exe, disk, steps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-
-def snapshot(top):
-    return {os.path.relpath(os.path.join(d, f), top):
-            hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
-            for d, _, files in os.walk(top) for f in files}
-
-results = []
-for step, *args in steps:
-    if step == "run":
-        proc = subprocess.run([exe, "run", "--quiet", *args], capture_output=True, text=True)
-        results.append([proc.returncode, proc.stderr])
-    elif step == "snapshot":
-        results.append(snapshot(os.path.join(disk, args[0])))
-    elif step == "entries":
-        results.append(sorted(os.listdir(disk)))
-    elif step == "free":
-        st = os.statvfs(disk)
-        results.append([st.f_bfree, st.f_ffree])
-    elif step == "fill-inodes":
-        os.mkdir(os.path.join(disk, "filler"))
-        for i in range(100000):
-            try:
-                open(os.path.join(disk, "filler", str(i)), "w").close()
-            except OSError:
-                break
-        results.append(i)
-    elif step == "read-only":
-        subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
-        results.append(None)
-print(json.dumps(results))
-"""
-
-
-def on_small_disk(tmp_path: Path, options: str, steps: list[list[str]]) -> list:
-    """Run `steps` (DISK_DRIVER's) in a private mount namespace with a fresh tmpfs of
-    `options` mounted at tmp_path/disk; returns each step's result."""
-    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unshare -rm (user and mount namespaces) is not permitted here")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    proc = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o "$1" tmpfs "$2" && shift 2 && '
-         'exec "$@"', "sh", options, str(disk), sys.executable, "-c", DISK_DRIVER, str(EXE),
-         str(disk), json.dumps(steps)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 def disk_job(rules: Path, positions: Path, out: Path, *extra: str) -> list[str]:
     return ["run", "--rules", str(rules), "--positions", str(positions), "--out", str(out),
             *extra]
@@ -1288,11 +1319,12 @@ def test_csv_last_quoted_field_ending_in_a_comma_quote_or_line_break_is_valid(tm
 
 
 def test_csv_quoted_fields_that_swallow_rows_are_still_refused(tmp_path):
-    # Two quotes left open pair up: by the CSV rules the rows between are one field, which
-    # the exact scan accepts, so the field-content check still has to catch it.
+    # Two quotes left open pair up: by the lenient CSV rules the rows between are one field;
+    # the text after its closing quote is what the strict rules refuse.
     path = tmp_path / "t.csv"
     path.write_text('a,b,c\n1,0,"5\n1,1,6\n1,2,"7\n')
-    with pytest.raises(InputError, match=r"row 0, column c: a quoted field runs over several"):
+    with pytest.raises(InputError, match=r"line 2: a quoted field runs over several lines "
+                                         "and text follows its closing quote"):
         readers.read_table(path)
 
 
@@ -1370,6 +1402,36 @@ def test_a_glob_matching_directories_reads_them_as_directories(tmp_path):
     got = inputs.resolve_inputs(str(tmp_path / "day=*"), "positions")
     assert got == [tmp_path / "day=1/a.csv", tmp_path / "day=2/sub/b.parquet",
                    tmp_path / "day=3.csv"]
+
+
+@pytest.mark.parametrize("spec", ["d/**", "d/**/**", "**"])
+def test_a_glob_ending_in_double_star_reads_every_directory_below(tmp_path, spec,
+                                                                   monkeypatch):
+    """`**` at the end is every directory at any depth, the one before it included, each
+    read as a directory is: its .parquet/.pq/.csv files, hidden names and outputs skipped."""
+    touch(tmp_path, "d/a.csv", "d/notes.txt", "d/sub/b.parquet", "d/sub/deep/c.pq",
+          "d/_tmp/x.csv", "d/.h/y.csv")
+    make_output(tmp_path / "d" / "sub" / "old")
+    monkeypatch.chdir(tmp_path / "d" if spec == "**" else tmp_path)
+    found = [tmp_path / "d/a.csv", tmp_path / "d/sub/b.parquet", tmp_path / "d/sub/deep/c.pq"]
+    assert inputs.resolve_inputs(spec, "positions") == [
+        Path(os.path.relpath(p)) for p in found]
+    assert inputs.resolve_inputs(str(Path.cwd() / spec), "positions") == found
+
+
+def test_a_glob_ending_in_double_star_still_finds_a_symlink_loop(tmp_path):
+    touch(tmp_path, "d/a.csv")
+    (tmp_path / "d" / "up").symlink_to(tmp_path / "d")
+    assert resolve_error(tmp_path / "d" / "**") == (
+        f"positions input {tmp_path / 'd' / '**'}: {tmp_path / 'd/up'}: symlink loop (it leads "
+        "back to a directory above it)")
+
+
+def test_a_glob_ending_in_double_star_with_nothing_says_what_it_skipped(tmp_path):
+    touch(tmp_path, "d/_SUCCESS", "d/sub/notes.txt")
+    assert resolve_error(tmp_path / "d" / "**") == (
+        f"positions input {tmp_path / 'd' / '**'}: no file matches this pattern; skipped 1 "
+        f"file whose {MARKERS}, 1 file {OTHER_TYPE}")
 
 
 def test_glob_skips_marker_and_hidden_names_like_a_directory(tmp_path):

@@ -491,7 +491,7 @@ def _pyarrow_records(text: str) -> list[list[str]] | None:
 @given(st.text(alphabet='a,"\r\n', max_size=40))
 def test_csv_scan_counts_records_and_quoted_breaks_as_csv_parsers_do(text):
     data = np.frombuffer(text.encode(), np.uint8)
-    records, end, open_line, quoted_break = kernels.csv_scan(data, 0, 0)
+    records, end, open_line, quoted_break, _ = kernels.csv_scan(data, 0, 0)
     assert end == len(data)
     if open_line:
         return  # a field open to the end: parsers close it silently; see the cases below
@@ -501,6 +501,47 @@ def test_csv_scan_counts_records_and_quoted_breaks_as_csv_parsers_do(text):
     by_arrow = _pyarrow_records(text)
     if by_arrow is not None:
         assert records == len(by_arrow)
+
+
+def _strict_csv_accepts(text: str) -> bool:
+    """Whether Python's csv module in strict mode (a closing quote must be followed by a
+    comma or a line end) reads the text."""
+    import csv
+    import io as stdio
+
+    try:
+        list(csv.reader(stdio.StringIO(text, newline=""), strict=True))
+    except csv.Error:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet='a,"\r\n', max_size=40))
+def test_csv_scan_flags_only_what_strict_csv_refuses(text):
+    """A flagged text-after-a-closing-quote is always one strict CSV refuses; text strict CSV
+    reads is never flagged."""
+    data = np.frombuffer(text.encode(), np.uint8)
+    stray_line = kernels.csv_scan(data, 0, 0)[4]
+    if stray_line:
+        assert not _strict_csv_accepts(text)
+    if _strict_csv_accepts(text):
+        assert stray_line == 0
+
+
+@pytest.mark.parametrize(("text", "stray_line"), [
+    ('a\n1,"5\n1,1,6\n1,2,"7\n', 2),   # two open quotes closing each other
+    ('"x\r\ny"z\n', 1),                  # CRLF inside, text after the close
+    ('a\r"b\rc""d"e', 2),                # an escaped quote is no close
+    ('"5\n"\n', 0), ('"2\n, 3"', 0),      # a line break inside, then a line end or the end
+    ('"5\n",x\n', 0),                     # then a comma
+    ('"5"x\n', 0),                         # on one line: text after the quote is kept
+    ('"a\nb"\n"c"d\n', 0),                # the field with text after it is on one line
+])
+def test_csv_scan_finds_text_after_the_close_of_a_field_holding_a_line_break(text,
+                                                                             stray_line):
+    data = np.frombuffer(text.encode(), np.uint8)
+    assert kernels.csv_scan(data, 0, 0)[4] == stray_line
 
 
 @pytest.mark.parametrize(("text", "open_line"), [

@@ -605,7 +605,7 @@ def test_secret_values_are_redacted_from_messages(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize("text", [
     b'a,b\n1,"x\ny"\n2,3\n', b'a,b\r\n1,"x""y"\r\n2,"3', b'\xef\xbb\xbfa,b\n"1\r\n2",3\n',
     b'a,b\n1,2\n3,"4\n5,6\n', b'a,b\n1,"2""\n', b'a,b\n' + b'1,2\r\n' * 7,
-    b'a,b\n1,\xff\n', b'a,b\n1,2\x00\n',
+    b'a,b\n1,\xff\n', b'a,b\n1,2\x00\n', b'a,b\n1,"x\ny"z\n2,3\n', b'a,b\r\n"1\r\n""2"",3\r\n',
 ])
 @pytest.mark.parametrize("part", [1, 2, 3, 5, 1 << 24])
 def test_the_streamed_scan_equals_the_scan_of_the_whole_file(

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
+import shutil
+import signal
+import stat
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import polars as pl
+import pytest
+from conftest import CLI_EXE, killed_at, on_small_disk
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.io import manifest
 
 RULES = "rule_set_id,kind,moves\n1,,2 5\n2,nim,\n3,,1 2 3\n"
 POSITIONS = ("rule_set_id,position_id,heaps\n1,0,5 12\n1,1,2 4 7\n2,0,1 2 3\n2,1,7\n"
@@ -33,6 +42,7 @@ class _Tags(HTMLParser):
 
 
 def _run(tmp_path: Path, *extra: str) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "rules.csv").write_text(RULES)
     (tmp_path / "positions.csv").write_text(POSITIONS)
     out = tmp_path / "out"
@@ -121,6 +131,314 @@ def test_a_report_never_replaces_one_of_the_runs_own_files(tmp_path: Path) -> No
         assert f"{out / name}: is one of the run's own outputs; refusing to replace it" in \
             result.output
         assert (out / name).read_bytes() == before
+
+
+# ---- what report may replace, and where it may write ---------------------------------------
+
+
+def _tree(top: Path) -> dict[str, bytes | str]:
+    """Everything under `top` (hidden names too): a file's bytes, a link's target, a
+    directory as '/', anything else (a FIFO, never opened) as its file type."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(top.rglob("*")):
+        name = str(path.relative_to(top))
+        if path.is_symlink():
+            found[name] = "-> " + str(path.readlink())
+        elif path.is_dir():
+            found[name] = "/"
+        elif path.is_file():
+            found[name] = path.read_bytes()
+        else:
+            found[name] = f"type {stat.S_IFMT(path.lstat().st_mode):o}"
+    return found
+
+
+ELSEWHERE = "(write the page elsewhere with --html)"
+
+
+@pytest.mark.parametrize("kind", ["link", "file", "directory"])
+def test_report_never_replaces_or_follows_what_it_did_not_add(tmp_path: Path,
+                                                              kind: str) -> None:
+    """Anything named report.html in OUT that the manifest does not list as report's page (a
+    link to the user's file, the user's own file, a directory) is left alone, and so is the
+    manifest: a later --overwrite still refuses, and deletes nothing of the user's."""
+    out = _run(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    page = out / "report.html"
+    if kind == "link":
+        page.symlink_to(victim)
+    elif kind == "file":
+        page.write_text("mine\n")
+    else:
+        page.mkdir()
+        (page / "mine.txt").write_text("mine\n")
+    before = _tree(tmp_path)
+    result = CliRunner().invoke(app, ["report", str(out)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (f"snim-batch: error: {page}: not a page that report added to this "
+                             "output (its manifest does not list it as one); refusing to "
+                             f"replace it {ELSEWHERE}\n")
+    assert _tree(tmp_path) == before
+    rerun = CliRunner().invoke(app, ["run", "--rules", str(tmp_path / "rules.csv"),
+                                     "--positions", str(tmp_path / "positions.csv"),
+                                     "--out", str(out), "--overwrite", "--quiet"])
+    assert rerun.exit_code == 1 and "report.html" in rerun.stderr
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("change", ["edited", "link", "fifo"])
+def test_report_refuses_its_own_page_once_someone_changed_it(tmp_path: Path,
+                                                             change: str) -> None:
+    """A page report added, then edited by the user (another size), or put in place of by a
+    link or a special file, is no longer report's to replace."""
+    out = _run(tmp_path)
+    assert CliRunner().invoke(app, ["report", str(out)]).exit_code == 0
+    page = out / "report.html"
+    listed = _listed(out)["report.html"]["size"]
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    if change == "edited":
+        with page.open("a") as fh:
+            fh.write("<!-- my notes -->\n")
+        why = (f"changed since report added it ({listed + 18} bytes, listed with {listed}); "
+               "refusing to replace it")
+    elif change == "link":
+        page.unlink()
+        page.symlink_to(victim)
+        why = "a symbolic link, not the page report added; refusing to follow or replace it"
+    else:
+        page.unlink()
+        os.mkfifo(page)
+        why = "not a regular file, not the page report added; refusing to replace it"
+    before = _tree(tmp_path)
+    result = CliRunner().invoke(app, ["report", str(out)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"snim-batch: error: {page}: {why} {ELSEWHERE}\n"
+    assert _tree(tmp_path) == before
+
+
+def test_report_replaces_its_own_page_whole_and_records_its_size(tmp_path: Path) -> None:
+    """Report's page is replaced by rename (a new file, never written in place) and listed
+    with its new size; nothing else is left beside or in the output."""
+    out = _run(tmp_path)
+    page = out / "report.html"
+    assert CliRunner().invoke(app, ["report", str(out)]).exit_code == 0
+    first = page.stat().st_ino
+    recorded = json.loads((out / "manifest.json").read_text())
+    recorded["status"] = "checked by hand"
+    (out / "manifest.json").write_text(json.dumps(recorded, indent=2))
+    entries = _listed(out)
+    assert CliRunner().invoke(app, ["report", str(out)]).exit_code == 0
+    assert page.stat().st_ino != first
+    assert "checked by hand" in page.read_text()
+    assert _listed(out)["report.html"] == {"name": "report.html", "type": "file",
+                                          "size": page.stat().st_size, "added_by": "report"}
+    assert {k: v for k, v in _listed(out).items() if k != "report.html"} == {
+        k: v for k, v in entries.items() if k != "report.html"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions.csv", "rules.csv"]
+    assert manifest.ownership_problem(out) is None
+
+
+def test_a_page_inside_another_output_or_a_part_directory_is_refused(tmp_path: Path) -> None:
+    """Writing into another snim-batch output (or below this one) would leave a file its
+    manifest does not list: refused, nothing written."""
+    out = _run(tmp_path)
+    other = _run(tmp_path / "second")
+    (out / "verdicts_parts").mkdir()
+    shutil.copytree(out, tmp_path / "copy")
+    (out / "verdicts_parts").rmdir()
+    before = _tree(tmp_path)
+    for target, enclosing in ((other / "r.html", other), (out / "verdicts.parquet" / "r.html",
+                                                           out),
+                              (tmp_path / "copy" / "verdicts_parts" / "r.html",
+                               tmp_path / "copy")):
+        result = CliRunner().invoke(app, ["report", str(out), "--html", str(target)])
+        assert result.exit_code == 1, result.output
+        assert result.stderr == (
+            f"snim-batch: error: {target}: inside the snim-batch output {enclosing}, whose "
+            "manifest would no longer list all it holds; refusing to write there (a page goes "
+            "directly in the output it describes, or outside any output)\n")
+    assert _tree(tmp_path) == before
+
+
+def test_a_page_named_through_a_link_to_the_output_is_added_to_it(tmp_path: Path) -> None:
+    """The output reached through a link to it, or a link outside it naming its page: the
+    same rules as the page named directly."""
+    out = _run(tmp_path)
+    (tmp_path / "alias").symlink_to(out)
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "alias"), "--html",
+                                      str(tmp_path / "alias" / "page.html")])
+    assert result.exit_code == 0, result.output
+    assert "page.html" in _listed(out) and (out / "page.html").is_file()
+    (tmp_path / "latest.html").symlink_to(out / "page.html")
+    result = CliRunner().invoke(app, ["report", str(out), "--html",
+                                      str(tmp_path / "latest.html")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "latest.html").is_symlink()
+    assert _listed(out)["page.html"]["size"] == (out / "page.html").stat().st_size
+    assert manifest.ownership_problem(out) is None
+
+
+def test_a_page_elsewhere_replaces_the_named_file_whole(tmp_path: Path) -> None:
+    """Outside any output, --html names the file to write: an existing file is replaced
+    (by rename), a link is followed to the file it names, a directory is refused."""
+    out = _run(tmp_path)
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "old.html").write_text("old\n")
+    (pages / "latest.html").symlink_to(pages / "old.html")
+    for name in ("old.html", "latest.html"):
+        result = CliRunner().invoke(app, ["report", str(out), "--html", str(pages / name)])
+        assert result.exit_code == 0, result.output
+    assert (pages / "latest.html").is_symlink()
+    assert (pages / "old.html").read_text().startswith("<!doctype html>")
+    assert sorted(p.name for p in pages.iterdir()) == ["latest.html", "old.html"]
+    (pages / "dir.html").mkdir()
+    result = CliRunner().invoke(app, ["report", str(out), "--html", str(pages / "dir.html")])
+    assert result.exit_code == 1
+    assert result.stderr == (f"snim-batch: error: {pages / 'dir.html'}: exists and is not a "
+                             "regular file; refusing to replace it, nothing was written\n")
+    missing = tmp_path / "nowhere" / "r.html"
+    result = CliRunner().invoke(app, ["report", str(out), "--html", str(missing)])
+    assert result.exit_code == 1
+    assert result.stderr == (f"snim-batch: error: {missing}: no such file or directory while "
+                             "writing it; nothing was written\n")
+    assert "report.html" not in _listed(out)
+
+
+# ---- failed writes and kills leave the output as it was -------------------------------------
+
+
+def _disk_run(disk: Path) -> tuple[list[str], Path]:
+    rules, positions = disk.parent / "rules.csv", disk.parent / "positions.csv"
+    rules.write_text(RULES)
+    positions.write_text(POSITIONS)
+    return (["run", "--rules", str(rules), "--positions", str(positions), "--out",
+             str(disk / "out")], disk / "out")
+
+
+def test_report_on_a_full_disk_leaves_the_output_as_it_was(tmp_path: Path) -> None:
+    """One free page (4 KiB) and a page of more: exit 1 naming the page and the cause;
+    the output, the manifest and the free space are as before, and nothing is left beside."""
+    job, out = _disk_run(tmp_path / "disk")
+    ran, before, tree, free, failed, again, after, tree_after = on_small_disk(
+        tmp_path, "size=256k", [job, ["snapshot", "out"], ["tree"], ["fill-leaving", "4096"],
+                                ["report", str(out)], ["report", str(out), "--html",
+                                                       str(out.parent / "elsewhere.html")],
+                                ["snapshot", "out"], ["tree"]])
+    assert ran[0] == 3 and free == 4096
+    code, err = failed
+    assert code == 1
+    assert re.fullmatch(
+        f"snim-batch: error: {re.escape(str(out / 'report.html'))}: no space left on device "
+        f"while writing it in {re.escape(str(out.parent))}/\\.out\\.partial-\\d+-report-"
+        r"[0-9a-f]+; nothing was written \(free space or choose another --html\)\n", err), err
+    assert again == [1, f"snim-batch: error: {out.parent / 'elsewhere.html'}: no space left on "
+                        "device while writing it; nothing was written (free space or choose "
+                        "another --html)\n"]
+    assert after == before
+    assert tree_after == sorted([*tree, "filler"])
+
+
+def test_report_on_a_read_only_file_system(tmp_path: Path) -> None:
+    job, out = _disk_run(tmp_path / "disk")
+    ran, before, tree, _, failed, again, after, tree_after = on_small_disk(
+        tmp_path, "size=256k", [job, ["snapshot", "out"], ["tree"], ["read-only"],
+                                ["report", str(out)], ["report", str(out), "--html",
+                                                       str(out.parent / "elsewhere.html")],
+                                ["snapshot", "out"], ["tree"]])
+    assert ran[0] == 3
+    code, err = failed
+    assert code == 1
+    assert re.fullmatch(
+        f"snim-batch: error: {re.escape(str(out / 'report.html'))}: read-only file system "
+        f"while creating the staging directory {re.escape(str(out.parent))}/\\.out\\.partial-"
+        r"\d+-report-[0-9a-f]+; nothing was written\n", err), err
+    assert again == [1, f"snim-batch: error: {out.parent / 'elsewhere.html'}: read-only file "
+                        "system while writing it; nothing was written\n"]
+    assert after == before and tree_after == tree
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("earlier", [False, True])
+def test_report_killed_at_any_moment_leaves_a_provable_output(tmp_path: Path,
+                                                               earlier: bool) -> None:
+    """Killed after each of its changes in turn (adding a first page, or replacing one): the
+    output is always provably a snim-batch output (its manifest lists all it holds, each
+    file of the listed size), the page is absent or whole, beside it are only hidden
+    staging directories, and the next report removes them."""
+    pristine = _run(tmp_path / "first")
+    expected = tmp_path / "expected.html"
+    assert CliRunner().invoke(app, ["report", str(pristine), "--html", str(expected)]
+                              ).exit_code == 0
+    if earlier:
+        assert CliRunner().invoke(app, ["report", str(pristine)]).exit_code == 0
+    parent = tmp_path / "job"
+    out = parent / "out"
+    for limit in range(1, 100):
+        shutil.rmtree(parent, ignore_errors=True)
+        parent.mkdir()
+        shutil.copytree(pristine, out)
+        proc = killed_at(limit, ["report", str(out)])
+        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
+        assert manifest.ownership_problem(out) is None, limit
+        page = out / "report.html"
+        assert not page.exists() or page.read_bytes() == expected.read_bytes(), limit
+        if page.exists():
+            assert _listed(out)["report.html"]["size"] == page.stat().st_size
+        for left in parent.iterdir():
+            assert left.name == "out" or re.fullmatch(r"\.out\.partial-\d+-report-[0-9a-f]+",
+                                                      left.name), left.name
+        if proc.returncode == 0:
+            assert sorted(p.name for p in parent.iterdir()) == ["out"]
+            break
+        assert CliRunner().invoke(app, ["report", str(out)]).exit_code == 0, limit
+        assert sorted(p.name for p in parent.iterdir()) == ["out"]
+        assert page.read_bytes() == expected.read_bytes()
+    assert limit > 6, "report made fewer changes than staging and renaming take"
+
+
+def test_a_page_elsewhere_removes_what_a_killed_report_left_beside_it(tmp_path: Path) -> None:
+    """`.NAME.tmp-PID-TAG` beside the page, of a process that is gone, is removed by the next
+    report writing that page; a live process's, and other names, are kept."""
+    out = _run(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    left = f".r.html.tmp-{dead.pid}-0123abcd"
+    kept = [f".r.html.tmp-{os.getpid()}-0123abcd", f".other.html.tmp-{dead.pid}-0123abcd"]
+    for name in [left, *kept]:
+        (pages / name).write_text("<html>half")
+    result = CliRunner().invoke(app, ["report", str(out), "--html", str(pages / "r.html")])
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(pages)) == sorted([*kept, "r.html"])
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_report_past_the_file_size_limit_writes_nothing(tmp_path: Path, elsewhere: bool) -> None:
+    """A write cut short by RLIMIT_FSIZE (EFBIG, as a quota would): exit 1, one line naming
+    the page and the cause, the output and the directory as they were."""
+    out = _run(tmp_path)
+    before = _tree(tmp_path)
+    target = [] if not elsewhere else ["--html", str(tmp_path / "r.html")]
+    proc = subprocess.run([str(CLI_EXE), "report", str(out), *target], capture_output=True,
+                          text=True, preexec_fn=_limit_file_size, timeout=120)
+    assert proc.returncode == 1
+    if elsewhere:
+        assert proc.stderr == (f"snim-batch: error: {tmp_path / 'r.html'}: file too large "
+                               "while writing it; nothing was written\n")
+    else:
+        assert re.fullmatch(
+            f"snim-batch: error: {re.escape(str(out / 'report.html'))}: file too large while "
+            f"writing it in {re.escape(str(tmp_path))}/\\.out\\.partial-\\d+-report-[0-9a-f]+; "
+            "nothing was written\n", proc.stderr), proc.stderr
+    assert _tree(tmp_path) == before
 
 
 def test_an_object_store_url_is_a_usage_error_that_writes_nothing(tmp_path: Path,

@@ -77,7 +77,7 @@ def _exchange(a: Path, b: Path) -> bool:
     return _renameat2(a, b, _RENAME_EXCHANGE)
 
 
-def _create(staging: Path, target: Path) -> None:
+def rename_noreplace(staging: Path, target: Path) -> None:
     """Rename `staging` to `target` only if nothing is there (renameat2 RENAME_NOREPLACE);
     where that is unsupported, a plain rename, which fails over a non-empty directory or a
     file (and replaces an empty directory, which is no output). A taken `target` raises
@@ -95,7 +95,7 @@ def _fsync_tree(root: Path) -> None:
             os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -183,7 +183,7 @@ def _remove_stale_staging(out: Path) -> list[str]:
         return []
     for name in names:
         match = pattern.fullmatch(name)
-        if not match or _pid_alive(int(match.group(2))):
+        if not match or pid_alive(int(match.group(2))):
             continue
         stale = out.parent / name
         if match.group(1) == "retired":
@@ -241,7 +241,7 @@ def _commit(staging: Path, target: Path, overwrite: bool, shown: str) -> Path | 
         state = _target_state(target, overwrite, shown)
         try:
             if state == "missing":
-                _create(staging, target)
+                rename_noreplace(staging, target)
                 return None
             if state == "empty":
                 os.rename(staging, target)  # the kernel refuses if it is no longer empty
@@ -255,7 +255,7 @@ def _commit(staging: Path, target: Path, overwrite: bool, shown: str) -> Path | 
 
 
 @contextmanager
-def _interrupts_held() -> Iterator[None]:
+def interrupts_held() -> Iterator[None]:
     """Ignore Ctrl-C while the new output is swapped in and the old one removed: once
     started, the commit completes, so no message can say nothing was written after it was."""
     if threading.current_thread() is not threading.main_thread():
@@ -298,7 +298,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
             _fsync_tree(staging)
         except OSError as exc:
             raise failure(shown, "syncing the output to disk", *write_cause(exc)) from None
-        with _interrupts_held():
+        with interrupts_held():
             try:
                 old = _commit(staging, target, overwrite, shown)
             except OSError as exc:
@@ -328,20 +328,3 @@ def sink_parquet(frame: pl.LazyFrame, path: Path) -> None:
     """Stream a lazy frame to one Parquet file (columns computed chunk by chunk)."""
     with writing(path.name):
         frame.sink_parquet(path, compression="zstd", statistics=True)
-
-
-def write_table_files(frames: dict[str, pl.DataFrame], directory: Path) -> list[Path]:
-    """Write each frame to `directory / name` (created if missing), each file replaced
-    atomically (written beside it, then renamed); the paths written."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"{directory}: cannot create directory ({exc.strerror})") from None
-    written = []
-    for name, frame in frames.items():
-        target, tmp = directory / name, directory / f".{name}.tmp"
-        with writing(str(target)):
-            frame.write_parquet(tmp)
-            os.replace(tmp, target)
-        written.append(target)
-    return written

@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from pipeline import kernels
-from pipeline.errors import InputError, cut, first_line
+from pipeline.errors import InputError, first_line
 from pipeline.io import object_store
 from pipeline.io.inputs import InputFile, RawTable, Source
 from pipeline.io.locations import Location
@@ -33,11 +32,14 @@ _HEADER_LIMIT = 1 << 20
 class _TextScan:
     """What a pass over a CSV file's bytes found: the offset of the first NUL byte or invalid
     UTF-8 sequence (-1: none; binary data is never CSV), the physical line of a quote that
-    is never closed (0: none), and whether a quoted field holds a line break."""
+    is never closed (0: none), whether a quoted field holds a line break, and the line of
+    a quote that opens a field holding a line break whose closing quote text follows (0:
+    none; `kernels.csv_scan`)."""
 
     bad_byte: int
     open_line: int
     quoted_break: bool
+    stray_line: int = 0
 
 
 def _csv_bytes(data: bytes | mmap.mmap) -> np.ndarray:
@@ -67,9 +69,10 @@ def _scan_text(path: Source) -> _TextScan:
         if data.find(b'"') < 0:
             return _TextScan(-1, 0, False)
         view = _csv_bytes(data)
-        _, _, open_line, quoted_break = kernels.csv_scan(view, _bom_length(data), 0)
+        _, _, open_line, quoted_break, stray_line = kernels.csv_scan(view, _bom_length(data),
+                                                                     0)
         del view  # the map cannot close while an array still points into it
-    return _TextScan(-1, open_line, quoted_break)
+    return _TextScan(-1, open_line, quoted_break, stray_line)
 
 
 _PART = 1 << 24
@@ -79,7 +82,7 @@ def _scan_stream(location: Location) -> _TextScan:
     """`_scan_text` for an object in a store, read once as a stream in 16 MiB parts (the
     same checks; the quote walk carried from part to part), never held whole."""
     decoder = codecs.getincrementaldecoder("utf-8")()
-    state, line, open_line, quoted_break = 0, 1, 0, False
+    state, line, open_line, quoted_break, stray_line, field_break = 0, 1, 0, False, 0, False
     carried = b""
     offset = 0  # of carried[0] in the object
     first = True
@@ -102,13 +105,15 @@ def _scan_stream(location: Location) -> _TextScan:
             first = False
             view = _csv_bytes(data)
             limit = len(data) if last else len(data) - 1
-            done, state, line, open_line, quoted_break = kernels.csv_scan_part(
-                view[start:], limit - start, state, line, open_line, quoted_break)
+            done, state, line, open_line, quoted_break, stray_line, field_break = \
+                kernels.csv_scan_part(view[start:], limit - start, state, line, open_line,
+                                      quoted_break, stray_line, field_break)
             if last:
                 break
             carried = data[start + done:]
             offset += start + done
-    return _TextScan(-1, open_line if state == kernels.CSV_IN_QUOTES else 0, quoted_break)
+    return _TextScan(-1, open_line if state == kernels.CSV_IN_QUOTES else 0, quoted_break,
+                     stray_line)
 
 
 def read_start(path: Source, count: int) -> tuple[bytes, int]:
@@ -137,6 +142,10 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
                          f"{scan.bad_byte})")
     if scan.open_line:
         raise _unclosed_quote(path, scan.open_line)
+    if scan.stray_line:
+        raise InputError(f"{path}: line {scan.stray_line}: a quoted field runs over several "
+                         "lines and text follows its closing quote (an unterminated quote "
+                         "that a later one closed?)")
     if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
         yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
                        np.zeros(0, np.int64), [])
@@ -177,8 +186,6 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     def emit(table: pa.Table) -> RawTable:
         nonlocal given
         rows = numbering.next(table.num_rows, [r for r, _, _ in bad[numbering.skipped:]])
-        if scan.quoted_break:
-            _check_text(path, table, rows)
         frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
         new_bad, given = bad[given:], len(bad)
@@ -234,23 +241,6 @@ class _RowNumbers:
         return out
 
 
-def _check_text(path: Path, table: pa.Table, rows: np.ndarray) -> None:
-    """Reject a field that swallowed whole CSV lines; a quoted line break alone is valid CSV.
-    The quote scan finds a quote left open to the end of the file; this finds two quotes
-    left open that close each other ('"5' ... '"7'), valid by the CSV rules but never meant.
-    `rows` numbers the table's rows in the file."""
-    for name in table.column_names:
-        column = table[name]
-        spans = pc.match_substring_regex(column, "[\r\n]")
-        if not pc.any(spans).as_py():
-            continue
-        swallowed = pc.and_(spans, pc.match_substring_regex(column, "[\r\n][^\r\n]*[,\"]"))
-        if pc.any(swallowed).as_py():
-            row = int(rows[pc.index(swallowed, True).as_py()])
-            raise InputError(f"{path}: row {row}, column {cut(name)}: a quoted field runs over "
-                             "several lines that look like CSV rows (unterminated quote?)")
-
-
 def _unclosed_quote(path: Path, line: int) -> InputError:
     return InputError(f"{path}: line {line}: a quoted field is never closed (unterminated "
                       "quote)")
@@ -262,7 +252,7 @@ def read_header(path: Source) -> tuple[list[str], bool]:
     it are skipped, as pyarrow skips them."""
     head, size = read_start(path, _HEADER_LIMIT)
     whole = len(head) == size
-    records, end, open_line, _ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
+    records, end, open_line, _, _ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
     if records == 0 and whole:
         raise InputError(f"{path}: no header line (the file holds only blank lines; "
                          "expected column names)")

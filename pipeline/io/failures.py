@@ -31,8 +31,11 @@ class WriteFailure(OutputError):
         return failure(shown, self.doing, self.cause, self.no_space)
 
 
-def failure(shown: str, doing: str, cause: str, no_space: bool) -> OutputError:
-    advice = " (free space or choose another --out)" if no_space else ""
+def failure(shown: str, doing: str, cause: str, no_space: bool, option: str = "--out"
+            ) -> OutputError:
+    """'SHOWN: CAUSE while DOING; nothing was written', with advice for a full disk (free
+    space, or point `option` elsewhere)."""
+    advice = f" (free space or choose another {option})" if no_space else ""
     return OutputError(f"{shown}: {cause} while {doing}; nothing was written{advice}")
 
 

@@ -141,6 +141,18 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
+def _unsearchable_directory(path: Path) -> Path:
+    """The directory that keeps `path` from being looked up (permission denied): the
+    deepest of its parents that can itself be looked up."""
+    for parent in path.parents:
+        try:
+            os.lstat(parent)
+        except OSError:
+            continue
+        return parent
+    return path
+
+
 def _shown(name: str) -> str:
     """A file name as printable text: bytes that are not UTF-8 as backslash escapes."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -170,7 +182,10 @@ class _InputFinder:
             self.take_dir(path, ())
             empty = "no .parquet, .pq or .csv files found"
         elif any(ch in self.spec for ch in GLOB_CHARS):
-            self.match(Path(path.anchor or "."), path.parts[1 if path.anchor else 0:], ())
+            root = Path(path.anchor or ".")
+            inner = self.enter(root, (), found_by_name=True)
+            if inner is not None:
+                self.match(root, path.parts[1 if path.anchor else 0:], inner)
             empty = "no file matches this pattern"
         else:
             raise self.error(path, "no such file or directory")
@@ -194,6 +209,9 @@ class _InputFinder:
         except (FileNotFoundError, NotADirectoryError):
             return False
         except OSError as exc:
+            if exc.errno == errno.EACCES:
+                blocked = _unsearchable_directory(path)
+                raise self.error(blocked, f"cannot read directory ({exc.strerror})") from None
             raise self.path_error(path, exc) from None
         return True
 
@@ -256,8 +274,12 @@ class _InputFinder:
                  ) -> None:
         """Every .parquet/.pq/.csv file below `directory`, following symlinks."""
         inner = self.enter(directory, ancestors, found_by_name)
-        if inner is None:
-            return
+        if inner is not None:
+            self.take_entries(directory, inner)
+
+    def take_entries(self, directory: Path, ancestors: tuple[Any, ...]) -> None:
+        """`take_dir` for a directory already entered (`ancestors` ends with it)."""
+        inner = ancestors
         for name in self.entries(directory):
             if self.hidden(directory, name):
                 continue
@@ -274,8 +296,9 @@ class _InputFinder:
                 self.skipped["special"].add(path)
 
     def match(self, base: Path, parts: tuple[str, ...], ancestors: tuple[Any, ...]) -> None:
-        """The paths below `base` that match the pattern components `parts`; a component
-        that exists as written is taken literally."""
+        """The paths below `base` (a directory already entered, unless `parts` is empty) that
+        match the pattern components `parts`; a component that exists as written is taken
+        literally. A `**` at the end is every directory below `base` and `base` itself."""
         if not parts:
             kind = self.kind_of(base)
             if kind == "dir":
@@ -286,15 +309,19 @@ class _InputFinder:
                 self.skipped["special"].add(base)
             return
         head, rest = parts[0], parts[1:]
-        if not any(ch in head for ch in GLOB_CHARS) or os.path.lexists(base / head):
+        literal = self.exists(base / head)
+        if not any(ch in head for ch in GLOB_CHARS) or literal:
             if rest and os.path.isdir(base / head):
                 inner = self.enter(base / head, ancestors, found_by_name=True)
                 if inner is not None:
                     self.match(base / head, rest, inner)
-            elif not rest and os.path.lexists(base / head):
+            elif not rest and literal:
                 self.match(base / head, rest, ancestors)
             return
         if not os.path.isdir(base):
+            return
+        if head == "**" and not rest:  # every directory at any depth, this one included
+            self.take_entries(base, ancestors)
             return
         if head == "**":  # any depth of directories, this one included
             self.match(base, rest, ancestors)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, OutputError, first_line
+from pipeline.errors import InputError, first_line
 from pipeline.io.failures import writing
 
 MANIFEST = "manifest.json"
@@ -32,16 +32,29 @@ def _plain_name(name: object) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
 
 
-def _listed(manifest: object) -> dict[str, set[str] | None] | None:
-    """The entries a snim-batch manifest lists (name -> None for a file, or the names of the
-    files in a directory), or None when it is not a manifest that snim-batch wrote. A bare
-    name (as in manifests before directory contents were listed) is a file."""
+_Sizes = dict[str, int | None]
+
+
+def _size(entry: dict[str, Any]) -> tuple[bool, int | None]:
+    """(whether it is valid, the size) of an entry's recorded size; None: none recorded (a
+    manifest before sizes were recorded, or the manifest itself)."""
+    size = entry.get("size")
+    if size is None:
+        return True, None
+    return type(size) is int and size >= 0, size
+
+
+def _listed(manifest: object) -> dict[str, int | None | _Sizes] | None:
+    """The entries a snim-batch manifest lists (name -> the size of a file, None when none is
+    recorded, or a dict of a directory's files and their sizes), or None when it is not a
+    manifest that snim-batch wrote. A bare name (as in manifests before directory contents
+    and sizes were listed) is a file of unknown size."""
     if not written_by_snim(manifest):
         return None
     outputs = manifest.get("outputs")  # a dict: written_by_snim checked it
     if not isinstance(outputs, list):
         return None
-    listed: dict[str, set[str] | None] = {}
+    listed: dict[str, int | None | _Sizes] = {}
     for entry in outputs:
         if _plain_name(entry):
             listed[entry] = None
@@ -49,46 +62,73 @@ def _listed(manifest: object) -> dict[str, set[str] | None] | None:
         if not isinstance(entry, dict) or not _plain_name(entry.get("name")):
             return None
         if entry.get("type") == "file":
-            listed[entry["name"]] = None
-        elif entry.get("type") == "directory" and isinstance(entry.get("files"), list):
-            files = [f.get("name") if isinstance(f, dict) else None for f in entry["files"]]
-            if not all(_plain_name(f) for f in files):
+            valid, size = _size(entry)
+            if not valid:
                 return None
-            listed[entry["name"]] = set(files)
+            listed[entry["name"]] = size
+        elif entry.get("type") == "directory" and isinstance(entry.get("files"), list):
+            files: _Sizes = {}
+            for item in entry["files"]:
+                if not isinstance(item, dict) or not _plain_name(item.get("name")):
+                    return None
+                valid, size = _size(item)
+                if not valid:
+                    return None
+                files[item["name"]] = size
+            listed[entry["name"]] = files
         else:
             return None
     return listed
 
 
-def _unlisted(directory: Path, listed: dict[str, set[str] | None]) -> list[str]:
-    """Entries of `directory` that `listed` does not account for (a directory's name ends
-    with /; an entry of another kind than listed counts as unlisted)."""
-    found = []
+def lists_its_outputs(manifest: object) -> bool:
+    """Whether a parsed manifest.json is one snim-batch wrote, with a valid `outputs` list:
+    one that a page can be added to and still prove the directory."""
+    return _listed(manifest) is not None
+
+
+def _differences(directory: Path, listed: dict[str, int | None | _Sizes]
+                 ) -> tuple[list[str], list[str]]:
+    """(entries of `directory` that `listed` does not account for, a directory's name ending
+    with / and an entry of another kind than listed counting as unlisted; listed files whose
+    size is not the one recorded, each with both sizes)."""
+    unlisted: list[str] = []
+    resized: list[str] = []
+
+    def check_file(entry: os.DirEntry[str], shown: str, size: int | None) -> None:
+        if not entry.is_file(follow_symlinks=False):
+            unlisted.append(shown + "/" * entry.is_dir(follow_symlinks=False))
+            return
+        actual = entry.stat(follow_symlinks=False).st_size
+        if size is not None and actual != size:
+            resized.append(f"{shown} ({actual} bytes, listed with {size})")
+
     with os.scandir(directory) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             is_dir = entry.is_dir(follow_symlinks=False)
-            shown = entry.name + "/" * is_dir
             if entry.name not in listed:
-                found.append(shown)
-            elif listed[entry.name] is None:
-                if not entry.is_file(follow_symlinks=False):
-                    found.append(shown)
+                unlisted.append(entry.name + "/" * is_dir)
+                continue
+            expected = listed[entry.name]
+            if not isinstance(expected, dict):
+                check_file(entry, entry.name, expected)
             elif not is_dir:
-                found.append(shown)
+                unlisted.append(entry.name)
             else:
-                inside = listed[entry.name] or set()
                 with os.scandir(entry.path) as children:
-                    found.extend(
-                        f"{entry.name}/{child.name}" + "/" * child.is_dir(follow_symlinks=False)
-                        for child in sorted(children, key=lambda c: c.name)
-                        if child.name not in inside or not child.is_file(follow_symlinks=False))
-    return found
+                    for child in sorted(children, key=lambda c: c.name):
+                        shown = f"{entry.name}/{child.name}"
+                        if child.name not in expected:
+                            unlisted.append(shown + "/" * child.is_dir(follow_symlinks=False))
+                        else:
+                            check_file(child, shown, expected[child.name])
+    return unlisted, resized
 
 
 def ownership_problem(directory: Path) -> str | None:
     """Why `directory` is not provably a snim-batch output, or None when it is: its
     manifest.json was written by snim-batch (run_id, versions, outputs) and lists every entry
-    in it, and every file in each directory it lists."""
+    in it, and every file in each directory it lists, each of the size it records."""
     try:
         manifest = json.loads((directory / MANIFEST).read_bytes())
     except FileNotFoundError:
@@ -99,12 +139,16 @@ def ownership_problem(directory: Path) -> str | None:
     if listed is None:
         return f"its {MANIFEST} was not written by snim-batch"
     try:
-        unlisted = _unlisted(directory, listed)
+        unlisted, resized = _differences(directory, listed)
     except OSError as exc:
         return f"cannot list it: {exc.strerror}"
+    problems = []
     if unlisted:
-        return f"holds what its {MANIFEST} does not list: {few_names(unlisted)}"
-    return None
+        problems.append(f"holds what its {MANIFEST} does not list: {few_names(unlisted)}")
+    if resized:
+        problems.append(f"files changed size since its {MANIFEST} listed them: "
+                        f"{few_names(resized)}")
+    return "; ".join(problems) or None
 
 
 def output_listing(directory: Path) -> list[dict[str, Any]]:
@@ -144,35 +188,6 @@ def write_manifest(manifest: dict[str, Any], directory: Path) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def add_output_file(directory: Path, name: str, data: bytes) -> Path:
-    """Add (or replace) file `name` in a committed output, listed in its manifest so that a
-    later --overwrite still proves the directory is a snim-batch output. The manifest is
-    updated first, atomically; the file is then written in place (a file cut short by a
-    kill is still listed, and the next write replaces it)."""
-    manifest = read_manifest(directory)
-    outputs = manifest.get("outputs")
-    target = directory / name
-    if isinstance(outputs, list):
-        same = [e for e in outputs if (e.get("name") if isinstance(e, dict) else e) == name]
-        if name == MANIFEST or any(not isinstance(e, dict) or e.get("added_by") != "report"
-                                   for e in same):
-            raise OutputError(f"{target}: is one of the run's own outputs; refusing to "
-                              "replace it")
-        manifest["outputs"] = sorted(
-            [e for e in outputs if e not in same] + [
-                {"name": name, "type": "file", "size": len(data), "added_by": "report"}],
-            key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
-        try:
-            write_manifest(manifest, directory)
-        except OutputError as exc:
-            raise OutputError(f"{directory}: {exc}") from None
-    try:
-        target.write_bytes(data)
-    except OSError as exc:
-        raise OutputError(f"{target}: cannot write ({exc.strerror})") from None
-    return target
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

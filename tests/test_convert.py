@@ -1,0 +1,179 @@
+"""`convert` through the CLI: both tables or neither, the same overwrite policy as `run`
+(an existing table only with --overwrite, and only one convert wrote), and what a killed
+convert leaves cleaned up by the next. Expected tables are read off the classic text."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import killed_at, on_small_disk
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+
+FIRST = "2 1 2\n2\n1 3\n2 1 4\n1 3\n1\n0\n0\n"
+FIRST_RULES = [(1, "subtraction", [1, 2]), (2, "subtraction", [3])]
+FIRST_POSITIONS = [(1, 0, [3]), (1, 1, [1, 4]), (2, 0, [])]
+SECOND = "1 5\n1\n2 6 7\n0\n"
+SECOND_RULES = [(1, "subtraction", [5])]
+SECOND_POSITIONS = [(1, 0, [6, 7])]
+TABLES = ["positions.parquet", "rules.parquet"]
+
+
+def _convert(tmp_path: Path, text: str, out: Path, *extra: str) -> tuple[int, str]:
+    source = tmp_path / "classic.txt"
+    source.write_text(text)
+    result = CliRunner().invoke(app, ["convert", str(source), "--out", str(out), *extra])
+    return result.exit_code, result.stderr
+
+
+def _tables(out: Path) -> tuple[list, list]:
+    return (pl.read_parquet(out / "rules.parquet").rows(),
+            pl.read_parquet(out / "positions.parquet").rows())
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_an_existing_table_needs_overwrite_and_is_then_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    assert _convert(tmp_path, FIRST, out) == (0, "")
+    assert _tables(out) == (FIRST_RULES, FIRST_POSITIONS)
+    before = _files(out)
+    code, err = _convert(tmp_path, SECOND, out)
+    assert code == 1
+    assert err == (f"snim-batch: error: {out / 'rules.parquet'}: already exists (pass "
+                   "--overwrite to replace it); nothing was written\n")
+    assert _files(out) == before
+    assert _convert(tmp_path, SECOND, out, "--overwrite") == (0, "")
+    assert _tables(out) == (SECOND_RULES, SECOND_POSITIONS)
+    assert sorted(os.listdir(out)) == TABLES
+
+
+@pytest.mark.parametrize("foreign", ["rules.parquet", "positions.parquet"])
+@pytest.mark.parametrize("content", ["parquet", "text"])
+def test_overwrite_never_replaces_a_table_convert_did_not_write(tmp_path: Path, foreign: str,
+                                                                content: str) -> None:
+    """A user's own table (Parquet without convert's mark, or any other file) under either
+    name: refused, and neither table is written."""
+    out = tmp_path / "tables"
+    out.mkdir()
+    if content == "parquet":
+        pl.DataFrame({"mine": [1, 2]}).write_parquet(out / foreign)
+    else:
+        (out / foreign).write_text("my notes\n")
+    (out / "other.txt").write_text("keep\n")
+    before = _files(out)
+    code, err = _convert(tmp_path, FIRST, out, "--overwrite")
+    assert code == 1
+    assert err == (f"snim-batch: error: {out / foreign}: exists and is not a table snim-batch "
+                   "convert wrote; refusing to replace it, nothing was written\n")
+    assert _files(out) == before
+
+
+def test_a_directory_in_the_way_of_the_second_table_writes_neither(tmp_path: Path) -> None:
+    out = tmp_path / "new" / "tables"
+    out.mkdir(parents=True)
+    (out / "positions.parquet").mkdir()
+    code, err = _convert(tmp_path, FIRST, out, "--overwrite")
+    assert code == 1
+    assert err == (f"snim-batch: error: {out / 'positions.parquet'}: exists and is not a "
+                   "regular file; refusing to replace it, nothing was written\n")
+    assert sorted(os.listdir(out)) == ["positions.parquet"]
+
+
+@pytest.mark.parametrize("disk", ["full", "read-only"])
+def test_convert_on_a_full_or_read_only_disk_writes_nothing(tmp_path: Path, disk: str) -> None:
+    """A real small tmpfs: no space (or a read-only mount) while writing the tables: exit 1,
+    one line naming the output directory and the cause, no file left (a missing directory
+    made for the tables is removed again)."""
+    source = tmp_path / "classic.txt"
+    source.write_text(FIRST)
+    out = tmp_path / "disk" / "made" / "tables"
+    fault = ["fill-leaving", "0"] if disk == "full" else ["read-only"]
+    _, failed, tree = on_small_disk(tmp_path, "size=256k", [
+        fault, ["convert", str(source), "--out", str(out)], ["tree"]])
+    code, err = failed
+    assert code == 1
+    if disk == "full":
+        assert err == (f"snim-batch: error: {out}: no space left on device while writing "
+                       "rules.parquet; nothing was written (free space or choose another "
+                       "--out)\n")
+        assert tree == ["filler"]
+    else:
+        assert err == (f"snim-batch: error: {out}: read-only file system while creating the "
+                       f"directory {out.parent}; nothing was written\n")
+        assert tree == []
+
+
+@pytest.mark.slow
+def test_a_killed_convert_is_finished_or_undone_by_the_next(tmp_path: Path) -> None:
+    """Killed after each of its changes in turn while replacing tables: each table is then
+    absent, or a whole old or new one; the next convert finishes or removes what was left,
+    leaving exactly the two tables, and nothing else beside them."""
+    out = tmp_path / "tables"
+    source = tmp_path / "second.txt"
+    source.write_text(SECOND)
+    for limit in range(1, 40):
+        if out.exists():
+            for name in os.listdir(out):
+                (out / name).unlink()
+        assert _convert(tmp_path, FIRST, out) == (0, "")
+        proc = killed_at(limit, ["convert", str(source), "--out", str(out), "--overwrite"])
+        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
+        rules = out / "rules.parquet"
+        positions = out / "positions.parquet"
+        assert not rules.exists() or pl.read_parquet(rules).rows() in (FIRST_RULES,
+                                                                      SECOND_RULES), limit
+        assert not positions.exists() or pl.read_parquet(positions).rows() in (
+            FIRST_POSITIONS, SECOND_POSITIONS), limit
+        assert _convert(tmp_path, SECOND, out, "--overwrite") == (0, ""), limit
+        assert _tables(out) == (SECOND_RULES, SECOND_POSITIONS)
+        assert sorted(os.listdir(out)) == TABLES, limit
+        if proc.returncode == 0:
+            break
+    assert proc.returncode == 0
+
+
+def test_only_a_dead_process_temporaries_are_removed(tmp_path: Path) -> None:
+    """Leftovers named as convert names them, of a process that is gone, are removed; a live
+    process's, and names of any other form, are kept."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    out = tmp_path / "tables"
+    out.mkdir()
+    leftovers = [f".rules.parquet.tmp-{dead.pid}-0123abcd",
+                 f".positions.parquet.old-{dead.pid}-0123abcd"]
+    kept = [f".rules.parquet.tmp-{os.getpid()}-0123abcd", f".notes.tmp-{dead.pid}-0123abcd",
+            f".rules.parquet.tmp-{dead.pid}-mine"]
+    for name in leftovers + kept:
+        (out / name).write_bytes(b"partial")
+    assert _convert(tmp_path, FIRST, out) == (0, "")
+    assert sorted(os.listdir(out)) == sorted(kept + TABLES)
+
+
+def test_a_dead_process_journal_finishes_its_renames(tmp_path: Path) -> None:
+    """A journal left by a convert killed while renaming: its whole tables are renamed into
+    place by the next convert, which then judges them as its own (refused without
+    --overwrite)."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    staged = tmp_path / "staged"
+    assert _convert(tmp_path, SECOND, staged) == (0, "")
+    out = tmp_path / "tables"
+    assert _convert(tmp_path, FIRST, out) == (0, "")
+    token = f"{dead.pid}-0123abcd"
+    os.rename(out / "rules.parquet", out / f".rules.parquet.old-{token}")
+    os.rename(staged / "rules.parquet", out / f".rules.parquet.tmp-{token}")
+    os.rename(staged / "positions.parquet", out / f".positions.parquet.tmp-{token}")
+    (out / f".snim-tables-{token}.journal").write_text('["rules.parquet", "positions.parquet"]')
+    code, err = _convert(tmp_path, FIRST, out)
+    assert code == 1, err
+    assert sorted(os.listdir(out)) == TABLES
+    assert _tables(out) == (SECOND_RULES, SECOND_POSITIONS)
