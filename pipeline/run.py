@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from pipeline import __version__
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
-from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError
+from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, UsageError
 from pipeline.io import commit
 from pipeline.io.inputs import InputFile, checksummed, resolve_inputs
 from pipeline.io.manifest import output_listing, write_manifest
@@ -64,11 +64,18 @@ class JobOutcome:
         return self.counts["rules"]["rows_rejected"] + self.counts["positions"]["rows_rejected"]
 
 
-def run_job(config: Config, progress: Progress | None = None) -> RunResult:
-    """Run the batch job and commit its output directory atomically.
+def run_job(config: Config, progress: Progress | None = None, run_date: date | None = None
+            ) -> RunResult:
+    """Run the batch job and commit its output directory atomically, or with --format delta
+    its night `run_date` (default: today in UTC) to the Delta tables under `config.out`.
 
     Raises SnimError subclasses for user-caused failures; nothing is written then.
     """
+    delta = _delta_output() if config.output.format == "delta" else None
+    if run_date is not None and delta is None:
+        raise UsageError("--run-date applies to --format delta only (a Parquet output is "
+                         "one run, not a night of a table)")
+    night = run_date or datetime.now(UTC).date()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     started = _now()
     timings: dict[str, float] = {}
@@ -90,7 +97,13 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
     engine = load_engine(config.engine)
     log.info("run %s: engine %s, output %s", run_id, engine.name, config.out)
     warnings: list[str] = []
-    with commit.staged_output(config.out, run_id, config.overwrite, warnings.append) as staging:
+    if delta is None:
+        staged = commit.staged_output(config.out, run_id, config.overwrite, warnings.append)
+    else:
+        delta_root = delta.TableRoot(str(config.out))
+        delta.check_root(delta_root)
+        staged = delta.staging_directory(delta_root, run_id)
+    with staged as staging:
         outcome = execute(config, engine, staging, phase, note)
         if outcome.rejected and config.on_bad_rows == "fail":
             raise BadRowsError(f"{outcome.rejected} input rows failed validation "
@@ -111,9 +124,14 @@ def run_job(config: Config, progress: Progress | None = None) -> RunResult:
             "counts": outcome.counts,
             "reconciled": _reconciled(outcome.counts),
             "timings_s": timings,
-            "outputs": output_listing(staging),
         }
-        write_manifest(manifest, staging)
+        if delta is None:
+            manifest["outputs"] = output_listing(staging)
+            write_manifest(manifest, staging)
+        else:
+            with phase("commit"):
+                manifest["run_date"] = night.isoformat()
+                manifest["table_versions"] = delta.publish(delta_root, staging, manifest, night)
     return RunResult(Path(config.out), exit_code, manifest, outcome.problems, warnings)
 
 
@@ -156,6 +174,16 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
                 commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
                 commit.write_parquet(summary, staging / "summary.parquet")
     return outcome
+
+
+def _delta_output() -> Any:
+    """The Delta writer (pipeline.io.delta), which needs the optional deltalake package."""
+    try:
+        from pipeline.io import delta
+    except ImportError:
+        raise UsageError("--format delta needs the delta extra: "
+                         "pip install 'snim-batch[delta]'") from None
+    return delta
 
 
 def _checksums(paths: list[Path]) -> list[Future[InputFile]]:

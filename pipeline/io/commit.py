@@ -95,7 +95,7 @@ def _fsync_tree(root: Path) -> None:
             os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -183,7 +183,7 @@ def _remove_stale_staging(out: Path) -> list[str]:
         return []
     for name in names:
         match = pattern.fullmatch(name)
-        if not match or _pid_alive(int(match.group(2))):
+        if not match or pid_alive(int(match.group(2))):
             continue
         stale = out.parent / name
         if match.group(1) == "retired":
@@ -255,7 +255,7 @@ def _commit(staging: Path, target: Path, overwrite: bool, shown: str) -> Path | 
 
 
 @contextmanager
-def _interrupts_held() -> Iterator[None]:
+def interrupts_held() -> Iterator[None]:
     """Ignore Ctrl-C while the new output is swapped in and the old one removed: once
     started, the commit completes, so no message can say nothing was written after it was."""
     if threading.current_thread() is not threading.main_thread():
@@ -298,7 +298,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
             _fsync_tree(staging)
         except OSError as exc:
             raise failure(shown, "syncing the output to disk", *write_cause(exc)) from None
-        with _interrupts_held():
+        with interrupts_held():
             try:
                 old = _commit(staging, target, overwrite, shown)
             except OSError as exc:

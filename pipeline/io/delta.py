@@ -1,0 +1,395 @@
+"""Delta Lake output (`--format delta`): `--out` is a table root holding the Delta tables
+verdicts, rejects, summary, sg_tables and runs; every row carries its run's `run_id` and
+`run_date`, and every table is partitioned by `run_date`.
+
+A run stages its four tables as Parquet, exactly as a Parquet run writes them, in a local
+staging directory; they are checked (row counts, column types against the tables) before
+anything reaches Delta. Then each table gets one commit that replaces the run's night (a
+predicate overwrite on `run_date`), streamed from the staged files batch by batch, and the
+runs table is committed last: a run is complete once the runs table lists it. A rerun of a
+night first takes that night's row out of the runs table, so that the runs table never lists
+a run whose rows a later run has begun to replace. A root may be local or a URL with
+`storage_options` (deltalake's object-store keys).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
+from deltalake import CommitProperties, DeltaTable, Schema, WriterProperties, write_deltalake
+from deltalake.exceptions import DeltaError
+
+from pipeline.errors import InputError, OutputError, first_line
+from pipeline.io.commit import interrupts_held, pid_alive
+from pipeline.io.manifest import MANIFEST
+
+log = logging.getLogger(__name__)
+
+DATA_TABLES = ("verdicts", "rejects", "summary", "sg_tables")
+RUNS = "runs"
+PARTITION = "run_date"
+METADATA_KEY = "snim_batch"  # the commit-info key under which a run's commits describe it
+_BATCH_ROWS = 1 << 17
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+@dataclass(frozen=True)
+class TableRoot:
+    """Where the Delta tables live: a local directory or a URL, and the options deltalake
+    needs to reach it (credentials, endpoint; None for local paths and the environment's)."""
+
+    uri: str
+    storage_options: dict[str, str] | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return _URL.match(self.uri) is None or self.uri.startswith("file://")
+
+    def table(self, name: str) -> str:
+        return f"{self.uri.rstrip('/')}/{name}"
+
+    def exists(self, name: str) -> bool:
+        return DeltaTable.is_deltatable(self.table(name), self.storage_options)
+
+    def open(self, name: str, version: int | None = None) -> DeltaTable:
+        return DeltaTable(self.table(name), version=version,
+                          storage_options=self.storage_options)
+
+
+def check_root(root: TableRoot) -> None:
+    """Refuse a root that is not (or cannot become) a snim-batch table root: a file, a
+    Parquet output of snim-batch, or a table directory that is not a Delta table partitioned
+    by run_date. Checked before any work and again right before the first commit."""
+    if root.is_local:
+        path = Path(root.uri.removeprefix("file://"))
+        if path.exists() and not path.is_dir():
+            raise OutputError(f"{root.uri}: exists and is not a directory; a Delta table root "
+                              "is a directory")
+        if (path / MANIFEST).exists():
+            raise OutputError(f"{root.uri}: is a Parquet output of snim-batch ({MANIFEST}); "
+                              "--format delta needs a table root of its own (another --out)")
+        for name in (*DATA_TABLES, RUNS):
+            table = path / name
+            if table.exists() and any(table.iterdir()) and not root.exists(name):
+                raise OutputError(f"{root.table(name)}: exists and is not a Delta table; "
+                                  "refusing to write into it")
+    for name in (*DATA_TABLES, RUNS):
+        try:
+            if not root.exists(name):
+                continue
+            partitions = root.open(name).metadata().partition_columns
+        except (DeltaError, OSError) as exc:
+            raise OutputError(f"{root.table(name)}: cannot read the Delta table "
+                              f"({first_line(exc)})") from None
+        if list(partitions) != [PARTITION]:
+            raise OutputError(f"{root.table(name)}: a Delta table partitioned by "
+                              f"{list(partitions) or 'nothing'}, not by {PARTITION}; not a "
+                              "snim-batch table")
+
+
+@contextmanager
+def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
+    """A local directory for the run's staged Parquet tables (and the engine's scratch),
+    removed at the end: beside a local root (same file system, so a Spark cluster that
+    shares the root shares it), else in the system's temporary directory. Staging
+    directories left by killed runs beside the root are removed first."""
+    if root.is_local:
+        target = Path(root.uri.removeprefix("file://")).absolute()
+        if not target.name:
+            raise OutputError(f"{root.uri}: the root directory cannot be a table root")
+        _remove_stale(target)
+        staging = target.parent / f".{target.name}.delta-staging-{os.getpid()}-{run_id}"
+        try:
+            staging.mkdir(parents=True)
+        except OSError as exc:
+            raise OutputError(f"{root.uri}: cannot create the staging directory {staging} "
+                              f"({exc.strerror})") from None
+    else:
+        staging = Path(tempfile.mkdtemp(prefix=f"snim-batch-{run_id}-"))
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale(target: Path) -> None:
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.delta-staging-(\d+)-.*")
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match and not pid_alive(int(match.group(1))):
+            shutil.rmtree(target.parent / name, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One table's commit: the staged rows, the columns as the table will hold them, and
+    whether the commit adds columns to the table's schema."""
+
+    name: str
+    staged: ds.Dataset
+    schema: pa.Schema
+    adds_columns: bool
+
+
+def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: date
+            ) -> dict[str, int]:
+    """Commit the run staged in `staging` to the Delta tables under `root`, replacing the
+    night `run_date`; returns each table's version after its commit. Everything is checked
+    before the first commit; Ctrl-C is held from the first commit to the last."""
+    run_id = manifest["run_id"]
+    check_root(root)
+    expected = _expected_rows(manifest)
+    plans = [_plan(root, name, staging / f"{name}.parquet", expected.get(name))
+             for name in DATA_TABLES]
+    described = {"run_id": run_id, "run_date": run_date.isoformat(),
+                 "status": manifest["status"], **_run_counts(manifest)}
+    versions: dict[str, int] = {}
+    with interrupts_held():
+        _retract_night(root, run_date, run_id)
+        for plan in plans:
+            versions[plan.name] = _commit(root, plan, run_id, run_date, described)
+        row = run_row(manifest, run_date, versions)
+        runs = _plan_frame(root, RUNS, row)
+        versions[RUNS] = _commit(root, runs, run_id, run_date,
+                                 {**described, "versions": dict(versions)})
+    log.info("committed run %s as night %s to %s (versions %s)", run_id, run_date, root.uri,
+             versions)
+    return versions
+
+
+def _expected_rows(manifest: dict[str, Any]) -> dict[str, int]:
+    counts = manifest["counts"]
+    return {"verdicts": counts["positions"]["verdicts"],
+            "rejects": counts["positions"]["rows_rejected"] + counts["rules"]["rows_rejected"]}
+
+
+def _run_counts(manifest: dict[str, Any]) -> dict[str, Any]:
+    pos, rules = manifest["counts"]["positions"], manifest["counts"]["rules"]
+    return {"rows_read": pos["rows_read"], "verdicts": pos["verdicts"], "W": pos["W"],
+            "L": pos["L"], "rejected": pos["rows_rejected"] + rules["rows_rejected"],
+            "w_rate": pos["W"] / pos["verdicts"] if pos["verdicts"] else None}
+
+
+def _plan(root: TableRoot, name: str, path: Path, expected: int | None) -> _Plan:
+    """A staged table checked against what the run counted and against the Delta table's
+    columns (a column may be added, none may change its type)."""
+    if not path.exists():
+        raise OutputError(f"{root.uri}: the run staged no {path.name}; nothing was written")
+    staged = ds.dataset(str(path), format="parquet")
+    rows = staged.count_rows()
+    if expected is not None and rows != expected:
+        raise OutputError(f"{root.uri}: the staged {path.name} holds {rows} rows where the "
+                          f"run counted {expected}; nothing was written")
+    return _checked(root, name, staged, staged.schema)
+
+
+def _plan_frame(root: TableRoot, name: str, frame: pa.Table) -> _Plan:
+    return _checked(root, name, ds.dataset(frame), frame.schema)
+
+
+def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) -> _Plan:
+    columns = pa.schema([pa.field(PARTITION, pa.date32()), pa.field("run_id", pa.string()),
+                         *[f for f in schema if f.name not in (PARTITION, "run_id")]])
+    if not root.exists(name):
+        return _Plan(name, staged, columns, False)
+    try:
+        existing = pa.schema(root.open(name).schema().to_arrow())
+    except (DeltaError, OSError) as exc:
+        raise OutputError(f"{root.table(name)}: cannot read the Delta table "
+                          f"({first_line(exc)})") from None
+    old = {f.name: str(f.type) for f in Schema.from_arrow(existing).fields}
+    new = {f.name: str(f.type) for f in Schema.from_arrow(columns).fields}
+    changed = [f"{c} ({_type_name(old[c])} in the table, {_type_name(t)} in this run)"
+               for c, t in new.items() if c in old and old[c] != t]
+    if changed:
+        raise OutputError(f"{root.table(name)}: this run's columns do not fit the table: "
+                          f"{', '.join(changed)}; key columns are integers only when every "
+                          "key of the run is one. Write this run to another table root; "
+                          "nothing was written")
+    added = [f for f in columns if f.name not in old]
+    return _Plan(name, staged, pa.schema([*existing, *added]), bool(added))
+
+
+def _type_name(delta_type: str) -> str:
+    match = re.search(r'PrimitiveType\("(\w+)"\)', delta_type)
+    simple = {"long": "integer", "integer": "integer", "string": "text"}
+    return simple.get(match.group(1), match.group(1)) if match and delta_type.startswith(
+        "Primitive") else delta_type
+
+
+def _batches(plan: _Plan, run_id: str, run_date: date) -> pa.RecordBatchReader:
+    """The staged rows as the table's columns, one batch at a time (memory does not grow
+    with the table): run_date and run_id added, a column the run lacks as nulls."""
+
+    def aligned() -> Iterator[pa.RecordBatch]:
+        for batch in plan.staged.to_batches(batch_size=_BATCH_ROWS, batch_readahead=1,
+                                            fragment_readahead=1):
+            n = batch.num_rows
+            given = {PARTITION: pa.repeat(pa.scalar(run_date, pa.date32()), n),
+                     "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n)}
+            arrays = [given[f.name] if f.name in given
+                      else batch.column(f.name).cast(f.type) if f.name in batch.schema.names
+                      else pa.nulls(n, f.type)
+                      for f in plan.schema]
+            yield pa.RecordBatch.from_arrays(arrays, schema=plan.schema)
+
+    return pa.RecordBatchReader.from_batches(plan.schema, aligned())
+
+
+def _commit(root: TableRoot, plan: _Plan, run_id: str, run_date: date,
+            described: dict[str, Any]) -> int:
+    """One commit replacing the night `run_date` of one table; its new version."""
+    try:
+        write_deltalake(
+            root.table(plan.name), _batches(plan, run_id, run_date), mode="overwrite",
+            predicate=f"{PARTITION} = '{run_date.isoformat()}'", partition_by=[PARTITION],
+            schema_mode="merge" if plan.adds_columns else None,
+            storage_options=root.storage_options,
+            writer_properties=WriterProperties(compression="ZSTD"),
+            commit_properties=CommitProperties(custom_metadata={METADATA_KEY: described}))
+        return root.open(plan.name).version()
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        raise OutputError(f"{root.table(plan.name)}: cannot commit the run's rows "
+                          f"({first_line(exc)}); {_committed_note(described)}") from None
+
+
+def _committed_note(described: dict[str, Any]) -> str:
+    return (f"the runs table does not list run {described['run_id']}, so readers that join "
+            "through it do not see its rows")
+
+
+def _retract_night(root: TableRoot, run_date: date, run_id: str) -> None:
+    """Before a rerun replaces a night, take the night's row out of the runs table (one
+    commit), so that it never lists a run whose rows are being replaced."""
+    if not root.exists(RUNS):
+        return
+    runs = root.open(RUNS)
+    night = pl.scan_delta(root.table(RUNS), storage_options=root.storage_options).filter(
+        pl.col(PARTITION) == run_date).select("run_id").collect()
+    if night.is_empty():
+        return
+    try:
+        runs.delete(f"{PARTITION} = '{run_date.isoformat()}'", commit_properties=CommitProperties(
+            custom_metadata={METADATA_KEY: {"retracted": night["run_id"].to_list(),
+                                            "by_run_id": run_id}}))
+    except (DeltaError, OSError) as exc:
+        raise OutputError(f"{root.table(RUNS)}: cannot take out the night {run_date} for the "
+                          f"rerun ({first_line(exc)}); nothing was written") from None
+
+
+def run_row(manifest: dict[str, Any], run_date: date, versions: dict[str, int]) -> pa.Table:
+    """The runs table's row for one run: the manifest, flattened where a query needs it
+    (counts, W rate, times, the data tables' versions), the rest as JSON text."""
+    pos, rules = manifest["counts"]["positions"], manifest["counts"]["rules"]
+    row: dict[str, Any] = {
+        PARTITION: run_date,
+        "run_id": manifest["run_id"],
+        "started_at": datetime.fromisoformat(manifest["started_at"]),
+        "finished_at": datetime.fromisoformat(manifest["finished_at"]),
+        "status": manifest["status"],
+        "exit_code": manifest["exit_code"],
+        "engine": manifest["engine"],
+        "positions_form": manifest["positions_form"],
+        "snim_batch_version": manifest["versions"]["snim-batch"],
+        "rules_rows_read": rules["rows_read"],
+        "rules_rows_rejected": rules["rows_rejected"],
+        "positions_rows_read": pos["rows_read"],
+        "positions_rows_evaluated": pos["rows_evaluated"],
+        "positions_rows_rejected": pos["rows_rejected"],
+        "verdicts": pos["verdicts"],
+        "W": pos["W"],
+        "L": pos["L"],
+        "w_rate": pos["W"] / pos["verdicts"] if pos["verdicts"] else None,
+        "reconciled": manifest["reconciled"],
+        **{f"{name}_version": versions[name] for name in DATA_TABLES},
+        "input_files": json.dumps(manifest["inputs"]),
+        "config": json.dumps(manifest["config"]),
+        "versions": json.dumps(manifest["versions"]),
+        "timings_s": json.dumps(manifest["timings_s"]),
+    }
+    return pa.Table.from_pylist([row], schema=_RUNS_SCHEMA)
+
+
+_RUNS_SCHEMA = pa.schema(
+    [(PARTITION, pa.date32()), ("run_id", pa.string()),
+     ("started_at", pa.timestamp("us", "UTC")), ("finished_at", pa.timestamp("us", "UTC")),
+     ("status", pa.string()), ("exit_code", pa.int64()), ("engine", pa.string()),
+     ("positions_form", pa.string()), ("snim_batch_version", pa.string()),
+     *[(c, pa.int64()) for c in ("rules_rows_read", "rules_rows_rejected",
+                                 "positions_rows_read", "positions_rows_evaluated",
+                                 "positions_rows_rejected", "verdicts", "W", "L")],
+     ("w_rate", pa.float64()), ("reconciled", pa.bool_()),
+     *[(f"{name}_version", pa.int64()) for name in DATA_TABLES],
+     *[(c, pa.string()) for c in ("input_files", "config", "versions", "timings_s")]])
+
+
+# -- reading --
+
+
+def require_root(root: TableRoot) -> None:
+    """Refuse a root without a runs table: not the output of a --format delta run."""
+    try:
+        found = root.exists(RUNS)
+    except (DeltaError, OSError) as exc:
+        raise InputError(f"{root.uri}: cannot read ({first_line(exc)})") from None
+    if not found:
+        raise InputError(f"{root.uri}: not a snim-batch Delta table root (no Delta table "
+                         f"'{RUNS}' in it; it is written by `run --format delta`)")
+
+
+def is_table_root(uri: str, storage_options: dict[str, str] | None = None) -> bool:
+    return TableRoot(uri, storage_options).exists(RUNS)
+
+
+def read_runs(root: TableRoot) -> pl.DataFrame:
+    """The runs table as it is now: one row per night, the run whose rows are live."""
+    require_root(root)
+    return pl.read_delta(root.table(RUNS), storage_options=root.storage_options
+                         ).sort(PARTITION)
+
+
+def scan_table(root: TableRoot, name: str) -> pl.LazyFrame:
+    return pl.scan_delta(root.table(name), storage_options=root.storage_options)
+
+
+def run_history(root: TableRoot) -> pl.DataFrame:
+    """Every run ever committed to the runs table, oldest first, from its commit log: run
+    date, run id, the runs table's version that committed it, status, counts, W rate, the
+    verdicts table's version holding its rows, and whether it is still the night's live run
+    (a rerun of the night replaces it)."""
+    require_root(root)
+    live = set(read_runs(root)["run_id"].to_list())
+    rows = []
+    for commit in root.open(RUNS).history():
+        run = commit.get(METADATA_KEY)
+        if not isinstance(run, dict) or "versions" not in run:
+            continue
+        rows.append({"run_date": run["run_date"], "run_id": run["run_id"],
+                     "version": commit["version"], "status": run["status"],
+                     "rows_read": run["rows_read"], "verdicts": run["verdicts"],
+                     "W": run["W"], "rejected": run["rejected"], "w_rate": run["w_rate"],
+                     "verdicts_version": run["versions"].get("verdicts"),
+                     "live": run["run_id"] in live})
+    schema = {"run_date": pl.String, "run_id": pl.String, "version": pl.Int64,
+              "status": pl.String, "rows_read": pl.Int64, "verdicts": pl.Int64,
+              "W": pl.Int64, "rejected": pl.Int64, "w_rate": pl.Float64,
+              "verdicts_version": pl.Int64, "live": pl.Boolean}
+    return pl.DataFrame(rows, schema=schema, orient="row").sort("version")
