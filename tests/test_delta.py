@@ -437,3 +437,25 @@ def test_delta_tables_on_s3(tmp_path: Path, s3) -> None:
         (staged[2][0].manifest["run_id"], 3, True)]
     keys = {o["Key"] for o in s3.client().list_objects_v2(Bucket="bkt")["Contents"]}
     assert {k.split("/")[2] for k in keys} == set(TABLES)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_the_spark_engine_writes_the_same_tables(tmp_path: Path) -> None:
+    """The Spark engine's part files, staged, stream into the same Delta tables: equal to the
+    polars engine's Delta rows and to the brute-force verdicts."""
+    pytest.importorskip("pyspark")
+    positions = random_positions(5, 300)
+    roots = {engine: tmp_path / engine for engine in ("polars", "spark")}
+    for engine, root in roots.items():
+        run_night(tmp_path, root, positions, NIGHT_1, bad_rows=1, engine=engine,
+                  winning_moves=True, spark={"master": "local[2]"})
+    for table in TABLES[:4]:
+        polars_rows, spark_rows = (pl.read_delta(str(roots[e] / table)).drop("run_id")
+                                   for e in ("polars", "spark"))
+        assert_frame_equal(spark_rows, polars_rows, check_row_order=False)
+    spark_runs = pl.read_delta(str(roots["spark"] / "runs"))
+    assert spark_runs.select("engine", "verdicts", "positions_rows_rejected").rows() == [
+        ("spark", 300, 1)]
+    assert_frame_equal(verdict_rows(pl.read_delta(str(roots["spark"] / "verdicts"))),
+                       expected_verdicts(positions))
