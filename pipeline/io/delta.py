@@ -4,11 +4,12 @@ verdicts, rejects, summary, sg_tables and runs; every row carries its run's `run
 
 A run stages its four tables as Parquet, exactly as a Parquet run writes them, in a local
 staging directory; they are checked (row counts, column types against the tables) before
-anything reaches Delta. Then each table gets one commit that replaces the run's night (a
-predicate overwrite on `run_date`), streamed from the staged files batch by batch, and the
-runs table is committed last: a run is complete once the runs table lists it. A rerun of a
-night first takes that night's row out of the runs table, so that the runs table never lists
-a run whose rows a later run has begun to replace. A root may be local or a URL with
+anything reaches Delta. Their rows are then streamed, batch by batch, into new data files in
+each table's partition of the night (invisible until committed), and each table gets one
+commit that replaces the night's files with them, the runs table last: a run is complete
+once the runs table lists it. A rerun of a night first takes that night's row out of the
+runs table, so that the runs table never lists a run whose rows a later run has begun to
+replace. A root may be local or a URL with
 `storage_options` (deltalake's object-store keys).
 """
 
@@ -20,8 +21,10 @@ import os
 import re
 import shutil
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -29,9 +32,14 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import CommitProperties, DeltaTable, Schema, WriterProperties, write_deltalake
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.exceptions import DeltaError
+from deltalake.fs import DeltaStorageHandler
+from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from pipeline.errors import InputError, OutputError, first_line
 from pipeline.io.commit import interrupts_held, pid_alive
@@ -43,7 +51,8 @@ DATA_TABLES = ("verdicts", "rejects", "summary", "sg_tables")
 RUNS = "runs"
 PARTITION = "run_date"
 METADATA_KEY = "snim_batch"  # the commit-info key under which a run's commits describe it
-_BATCH_ROWS = 1 << 17
+_BATCH_ROWS = 1 << 20  # rows read from the staged files at a time, and a row group
+_FILE_ROWS = 1 << 24  # rows per data file (about 50 MB of verdicts)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -152,8 +161,9 @@ class _Plan:
 def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: date
             ) -> dict[str, int]:
     """Commit the run staged in `staging` to the Delta tables under `root`, replacing the
-    night `run_date`; returns each table's version after its commit. Everything is checked
-    before the first commit; Ctrl-C is held from the first commit to the last."""
+    night `run_date`; returns each table's version after its commit. Everything is checked,
+    and every data file written, before the first commit; the commits then follow each other
+    in milliseconds, with Ctrl-C held from the first to the last."""
     run_id = manifest["run_id"]
     check_root(root)
     expected = _expected_rows(manifest)
@@ -161,15 +171,15 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
              for name in DATA_TABLES]
     described = {"run_id": run_id, "run_date": run_date.isoformat(),
                  "status": manifest["status"], **_run_counts(manifest)}
+    written = [_write_files(root, plan, run_id, run_date) for plan in plans]
     versions: dict[str, int] = {}
     with interrupts_held():
         _retract_night(root, run_date, run_id)
-        for plan in plans:
-            versions[plan.name] = _commit(root, plan, run_id, run_date, described)
-        row = run_row(manifest, run_date, versions)
-        runs = _plan_frame(root, RUNS, row)
-        versions[RUNS] = _commit(root, runs, run_id, run_date,
-                                 {**described, "versions": dict(versions)})
+        for plan, actions in zip(plans, written, strict=True):
+            versions[plan.name] = _commit(root, plan, actions, run_date, described)
+        runs = _plan_frame(root, RUNS, run_row(manifest, run_date, versions))
+        versions[RUNS] = _commit(root, runs, _write_files(root, runs, run_id, run_date),
+                                 run_date, {**described, "versions": dict(versions)})
     log.info("committed run %s as night %s to %s (versions %s)", run_id, run_date, root.uri,
              versions)
     return versions
@@ -235,36 +245,99 @@ def _type_name(delta_type: str) -> str:
         "Primitive") else delta_type
 
 
-def _batches(plan: _Plan, run_id: str, run_date: date) -> pa.RecordBatchReader:
-    """The staged rows as the table's columns, one batch at a time (memory does not grow
-    with the table): run_date and run_id added, a column the run lacks as nulls."""
-
-    def aligned() -> Iterator[pa.RecordBatch]:
-        for batch in plan.staged.to_batches(batch_size=_BATCH_ROWS, batch_readahead=1,
-                                            fragment_readahead=1):
-            n = batch.num_rows
-            given = {PARTITION: pa.repeat(pa.scalar(run_date, pa.date32()), n),
-                     "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n)}
-            arrays = [given[f.name] if f.name in given
-                      else batch.column(f.name).cast(f.type) if f.name in batch.schema.names
-                      else pa.nulls(n, f.type)
-                      for f in plan.schema]
-            yield pa.RecordBatch.from_arrays(arrays, schema=plan.schema)
-
-    return pa.RecordBatchReader.from_batches(plan.schema, aligned())
+def _batches(plan: _Plan, run_id: str) -> Iterator[pa.RecordBatch]:
+    """The staged rows as the table's columns (run_date aside: it is the partition), one
+    batch at a time: run_id added, a column the run lacks as nulls."""
+    columns = [f for f in plan.schema if f.name != PARTITION]
+    for batch in plan.staged.to_batches(batch_size=_BATCH_ROWS, batch_readahead=1,
+                                        fragment_readahead=1):
+        n = batch.num_rows
+        yield pa.RecordBatch.from_arrays(
+            [pa.repeat(pa.scalar(run_id, pa.string()), n) if f.name == "run_id"
+             else batch.column(f.name).cast(f.type) if f.name in batch.schema.names
+             else pa.nulls(n, f.type)
+             for f in columns], schema=pa.schema(columns))
 
 
-def _commit(root: TableRoot, plan: _Plan, run_id: str, run_date: date,
-            described: dict[str, Any]) -> int:
-    """One commit replacing the night `run_date` of one table; its new version."""
+class _FileStats:
+    """A data file's Delta statistics (row count; nulls, min and max of integer columns),
+    gathered batch by batch as it is written."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.nulls: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.high: dict[str, int] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.rows += batch.num_rows
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            self.nulls[name] = self.nulls.get(name, 0) + column.null_count
+            if pa.types.is_integer(column.type) and column.null_count < len(column):
+                low, high = pc.min_max(column).values()
+                self.low[name] = min(self.low.get(name, low.as_py()), low.as_py())
+                self.high[name] = max(self.high.get(name, high.as_py()), high.as_py())
+
+    def json(self) -> str:
+        return json.dumps({"numRecords": self.rows, "minValues": self.low,
+                           "maxValues": self.high, "nullCount": self.nulls})
+
+
+def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date
+                 ) -> list[AddAction]:
+    """Write the table's rows for the night as Parquet data files in the table's partition
+    directory, streamed (memory holds one batch), not yet part of the table: a reader sees
+    them only once `_commit` adds them. Files of a run that dies before its commit are never
+    read (`DeltaTable.vacuum` removes them); on an error they are deleted here."""
+    uri = root.table(plan.name)
+    if root.is_local:
+        Path(uri.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+    files = pafs.PyFileSystem(DeltaStorageHandler(uri, root.storage_options))
+    partition = f"{PARTITION}={run_date.isoformat()}"
+    actions: list[AddAction] = []
+    batches = _batches(plan, run_id)
+    schema = pa.schema([f for f in plan.schema if f.name != PARTITION])
     try:
-        write_deltalake(
-            root.table(plan.name), _batches(plan, run_id, run_date), mode="overwrite",
-            predicate=f"{PARTITION} = '{run_date.isoformat()}'", partition_by=[PARTITION],
-            schema_mode="merge" if plan.adds_columns else None,
-            storage_options=root.storage_options,
-            writer_properties=WriterProperties(compression="ZSTD"),
-            commit_properties=CommitProperties(custom_metadata={METADATA_KEY: described}))
+        batch = next(batches, None)
+        while batch is not None:
+            path = f"{partition}/part-{run_id}-{uuid.uuid4().hex}.zstd.parquet"
+            stats = _FileStats()
+            with files.open_output_stream(path) as stream, \
+                    pq.ParquetWriter(stream, schema, compression="zstd") as writer:
+                while batch is not None and stats.rows < _FILE_ROWS:
+                    writer.write_batch(batch, row_group_size=_BATCH_ROWS)
+                    stats.add(batch)
+                    batch = next(batches, None)
+            actions.append(AddAction(path, files.get_file_info(path).size,
+                                     {PARTITION: run_date.isoformat()},
+                                     int(time.time() * 1000), True, stats.json()))
+    except BaseException as exc:
+        for action in actions:
+            with suppress(OSError):
+                files.delete_file(action.path)
+        if isinstance(exc, (DeltaError, OSError, pa.ArrowException)):
+            raise OutputError(f"{uri}: cannot write the run's rows ({first_line(exc)}); "
+                              "nothing was committed") from None
+        raise
+    return actions
+
+
+def _commit(root: TableRoot, plan: _Plan, actions: list[AddAction], run_date: date,
+            described: dict[str, Any]) -> int:
+    """One commit that replaces the night `run_date` of one table with the files written
+    for it (creating the table for its first night); the table's new version."""
+    properties = CommitProperties(custom_metadata={METADATA_KEY: described})
+    try:
+        if root.exists(plan.name):
+            root.open(plan.name).create_write_transaction(
+                actions, "overwrite", plan.schema, partition_by=[PARTITION],
+                partition_filters=[(PARTITION, "=", run_date.isoformat())],
+                commit_properties=properties)
+        else:
+            create_table_with_add_actions(root.table(plan.name), Schema.from_arrow(plan.schema),
+                                          actions, mode="error", partition_by=[PARTITION],
+                                          storage_options=root.storage_options,
+                                          commit_properties=properties)
         return root.open(plan.name).version()
     except (DeltaError, OSError, pa.ArrowException) as exc:
         raise OutputError(f"{root.table(plan.name)}: cannot commit the run's rows "
