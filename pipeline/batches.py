@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
-from pathlib import Path
 
 import polars as pl
 
 from pipeline import keys
 from pipeline.config import Config
 from pipeline.errors import InputError
-from pipeline.io.inputs import InputFile, RawTable
+from pipeline.io.inputs import InputFile, RawTable, Source
 from pipeline.io.readers import columns_of, iter_batches, read_tables
 from pipeline.transforms import normalize, schema
 
@@ -22,7 +21,7 @@ BATCH_ROWS = 1 << 20
 def read_rules(config: Config) -> tuple[pl.DataFrame, list[InputFile]]:
     """All rules files, normalised and validated (reasons on bad rows)."""
     frames, files = [], []
-    for raw in read_tables(config.rules, "rules", exclude=config.out):
+    for raw in read_tables(config.rules, "rules", config.out, config.storage_options):
         source = str(raw.file.path)
         frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns)
         frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
@@ -60,7 +59,7 @@ def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, s
     return pl.concat([frame, bad], how="diagonal_relaxed").sort("_row")
 
 
-def positions_form(paths: list[Path], config: Config) -> str:
+def positions_form(paths: list[Source], config: Config) -> str:
     """The positions form, which every file must share."""
     forms = {p: schema.detect_form(columns_of(p), config.columns, str(p)) for p in paths}
     first = forms[paths[0]]
@@ -71,7 +70,7 @@ def positions_form(paths: list[Path], config: Config) -> str:
     return first
 
 
-def position_batches(paths: list[Path], config: Config, form: str
+def position_batches(paths: list[Source], config: Config, form: str
                      ) -> Iterator[tuple[int, pl.DataFrame]]:
     """(file index, normalised batch with reasons) for every batch of every positions file."""
     file_start = 0  # rows of the earlier files, which number default position ids on

@@ -192,14 +192,14 @@ def run(
     3 completed, but some rows were rejected (see rejects.parquet).
     """
     try:
-        from pipeline.config import resolve_location
+        from pipeline.config import resolve_location, resolve_output
         from pipeline.run import run_job
 
         cfg = _load(config, rules, positions, out)
         cfg = cfg.override(
             rules=resolve_location(rules, Path.cwd()) if rules else None,
             positions=resolve_location(positions, Path.cwd()) if positions else None,
-            out=Path(resolve_location(out, Path.cwd())) if out else None,
+            out=resolve_output(out, Path.cwd()) if out else None,
             engine=engine.value if engine else None,
             winning_moves=winning_moves,
             on_bad_rows=on_bad_rows.value if on_bad_rows else None,
@@ -227,9 +227,8 @@ def run(
                  f"{result.manifest['run_id']} (runs table version "
                  f"{result.manifest['table_versions']['runs']})")
         if result.problems:
-            rejects = (result.out / "rejects" if "run_date" in result.manifest
-                       else result.out / "rejects.parquet")
-            _err(f"some rows were rejected (exit 3); first ones, all in {rejects}:")
+            _err(f"some rows were rejected (exit 3); first ones, all in "
+                 f"{result.rejects}:")
             for problem in result.problems[:5]:
                 _err(f"  {problem}")
     raise typer.Exit(result.exit_code)

@@ -15,6 +15,7 @@ import yaml
 
 from pipeline.errors import ConfigError, cut, shown
 from pipeline.io.locations import Location
+from pipeline.io.object_store import shown_options
 from pipeline.limits import (
     DEFAULT_PROBE_OPS,
     DEFAULT_RULE_OPS,
@@ -77,9 +78,12 @@ class Output:
 
 @dataclass(frozen=True)
 class Config:
+    """A run's settings. `out` is a local Path, or the URL of an object-store output (a
+    str); `storage_options` configures object-store clients (`io.object_store`)."""
+
     rules: str
     positions: str
-    out: Path
+    out: Path | str
     engine: str = "polars"
     winning_moves: bool = False
     on_bad_rows: str = "reject"
@@ -88,6 +92,7 @@ class Config:
     tables: Tables = field(default_factory=Tables)
     spark: Spark = field(default_factory=Spark)
     output: Output = field(default_factory=Output)
+    storage_options: dict[str, str] = field(default_factory=dict)
 
     def override(self, **changes: Any) -> Config:
         """A copy with the given (non-None) values replaced, validated like the file's."""
@@ -100,6 +105,7 @@ class Config:
         """JSON-friendly form, recorded in the run manifest."""
         d = dataclasses.asdict(self)
         d["out"] = str(self.out)
+        d["storage_options"] = shown_options(self.storage_options)
         return d
 
 
@@ -285,6 +291,12 @@ def resolve_location(text: str, base: Path) -> str:
     return str(Location.parse(text, base))
 
 
+def resolve_output(text: str, base: Path) -> Path | str:
+    """An output location as given -> a local Path, or the URL of an object-store output."""
+    location = Location.parse(text, base)
+    return str(location) if location.is_remote else Path(str(location))
+
+
 def load_config(path: Path) -> Config:
     """Read and validate a config file once."""
     source = str(path)
@@ -307,7 +319,8 @@ def load_config(path: Path) -> Config:
 def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = Path(".")) -> Config:
     sections = {"columns": Columns, "tables": Tables, "spark": Spark, "output": Output}
     scalars = {"rules": str, "positions": str, "out": str, "engine": str,
-               "winning_moves": bool, "on_bad_rows": str, "overwrite": bool}
+               "winning_moves": bool, "on_bad_rows": str, "overwrite": bool,
+               "storage_options": dict}
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key in sections:
@@ -327,7 +340,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
         values["output"] = Output(values["output"].format.strip().lower())
     for key in ("rules", "positions"):
         values[key] = resolve_location(values[key], base)
-    values["out"] = Path(resolve_location(values["out"], base))
+    values["out"] = resolve_output(values["out"], base)
     cfg = Config(**values)
     _check_choices(cfg, f"{source}: key")
     names = dataclasses.asdict(cfg.columns)

@@ -671,29 +671,16 @@ def fill_runs(out, values, counts):
 
 _QUOTE, _COMMA, _CR, _LF = 34, 44, 13, 10
 _LINE_START, _FIELD_START, _UNQUOTED, _QUOTED = 0, 1, 2, 3
+CSV_IN_QUOTES = _QUOTED  # the state `csv_scan_part` returns inside a quoted field
 
 
 @njit(cache=True, nogil=True)
-def csv_scan(data, start, stop_after):
-    """Walk CSV bytes data[start:] the way pyarrow's parser reads them: fields split by ",",
-    a '"' opens a quoted field only at the start of a field, inside one '""' is a quote and
-    a lone '"' closes it (what follows, up to the next comma or line end, is plain text), a
-    quote anywhere else is a literal character; lines end with LF, CRLF or CR, and blank
-    lines are no records.
-
-    Returns (records: non-blank records seen, the last one possibly unterminated; end: the
-    offset just past the line end of record number `stop_after` (stop_after <= 0: never
-    stop), else len(data); open_line: the 1-based physical line (LF, CRLF or CR each end
-    one, quoted or not) of the opening quote of a field still open at `end`, else 0;
-    quoted_break: whether a quoted field before `end` holds a line break)."""
+def _csv_walk(data, i, limit, state, records, line, open_line, quoted_break, stop_after):
+    """The walk of `csv_scan` from offset `i` with the given state, up to offset `limit`
+    (bytes past it are looked at only to finish a '""' or a CRLF begun before it). Returns
+    (offset reached, state, records, line, open_line, quoted_break, stopped)."""
     n = data.shape[0]
-    state = _LINE_START
-    records = 0
-    line = 1
-    open_line = 0
-    quoted_break = False
-    i = start
-    while i < n:
+    while i < limit:
         c = data[i]
         i += 1
         if state == _QUOTED:
@@ -715,7 +702,7 @@ def csv_scan(data, start, stop_after):
             if state != _LINE_START:
                 state = _LINE_START
                 if records == stop_after:
-                    return records, i, 0, quoted_break
+                    return i, state, records, line, open_line, quoted_break, True
             continue
         if state == _LINE_START:
             records += 1
@@ -728,4 +715,37 @@ def csv_scan(data, start, stop_after):
                 open_line = line
             else:
                 state = _UNQUOTED
+    return i, state, records, line, open_line, quoted_break, False
+
+
+@njit(cache=True, nogil=True)
+def csv_scan(data, start, stop_after):
+    """Walk CSV bytes data[start:] the way pyarrow's parser reads them: fields split by ",",
+    a '"' opens a quoted field only at the start of a field, inside one '""' is a quote and
+    a lone '"' closes it (what follows, up to the next comma or line end, is plain text), a
+    quote anywhere else is a literal character; lines end with LF, CRLF or CR, and blank
+    lines are no records.
+
+    Returns (records: non-blank records seen, the last one possibly unterminated; end: the
+    offset just past the line end of record number `stop_after` (stop_after <= 0: never
+    stop), else len(data); open_line: the 1-based physical line (LF, CRLF or CR each end
+    one, quoted or not) of the opening quote of a field still open at `end`, else 0;
+    quoted_break: whether a quoted field before `end` holds a line break)."""
+    n = data.shape[0]
+    i, state, records, line, open_line, quoted_break, stopped = _csv_walk(
+        data, start, n, _LINE_START, 0, 1, 0, False, stop_after)
+    if stopped:
+        return records, i, 0, quoted_break
     return records, n, open_line if state == _QUOTED else 0, quoted_break
+
+
+@njit(cache=True, nogil=True)
+def csv_scan_part(data, limit, state, line, open_line, quoted_break):
+    """`csv_scan` over a file that arrives in parts: walk data[:limit] from `state` (start
+    with (0, 1, 0, False)); returns (offset reached, which may pass `limit` by the one byte
+    of a '""' or CRLF, and the new state, line, open_line, quoted_break). The caller keeps
+    data[offset:] and puts it before the next part; at the end of the file, state 3
+    (_QUOTED) means the quote opened on `open_line` is never closed."""
+    i, state, _, line, open_line, quoted_break, _ = _csv_walk(
+        data, 0, limit, state, 0, line, open_line, quoted_break, -1)
+    return i, state, line, open_line, quoted_break

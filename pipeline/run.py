@@ -25,9 +25,11 @@ from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
 from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, UsageError
-from pipeline.io import commit
-from pipeline.io.inputs import InputFile, checksummed, resolve_inputs
+from pipeline.io import commit, object_store
+from pipeline.io.inputs import InputFile, Source, checksummed, resolve_inputs
+from pipeline.io.locations import Location
 from pipeline.io.manifest import output_listing, write_manifest
+from pipeline.io.remote_commit import staged_remote_output
 from pipeline.tables import table_cache
 from pipeline.transforms import normalize, outputs, schema
 
@@ -42,12 +44,22 @@ PROBLEMS_SHOWN = 10  # rejects named in the result (the CLI prints some of them)
 
 @dataclass(frozen=True)
 class RunResult:
-    out: Path
+    out: Path | str  # a local directory, or an object-store URL
     exit_code: int
     manifest: dict[str, Any]
     problems: list[str]
     warnings: list[str] = field(default_factory=list)
     """What the user should know though the run succeeded (an old output kept aside)."""
+
+    @property
+    def rejects(self) -> str:
+        """Where the rejects are: rejects.parquet (in an object store, below OUT/RUN_ID/),
+        or with --format delta the rejects table."""
+        if "run_date" in self.manifest:
+            return f"{self.out}/rejects"
+        if isinstance(self.out, Path):
+            return str(self.out / "rejects.parquet")
+        return f"{self.out}/{self.manifest['run_id']}/rejects.parquet"
 
 
 @dataclass(frozen=True)
@@ -98,9 +110,9 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
     log.info("run %s: engine %s, output %s", run_id, engine.name, config.out)
     warnings: list[str] = []
     if delta is None:
-        staged = commit.staged_output(config.out, run_id, config.overwrite, warnings.append)
+        staged = _staged(config, run_id, warnings.append)
     else:
-        delta_root = delta.TableRoot(str(config.out))
+        delta_root = delta.table_root(config.out, config.storage_options)
         delta.check_root(delta_root)
         staged = delta.staging_directory(delta_root, run_id)
     with staged as staging:
@@ -132,7 +144,19 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
             with phase("commit"):
                 manifest["run_date"] = night.isoformat()
                 manifest["table_versions"] = delta.publish(delta_root, staging, manifest, night)
-    return RunResult(Path(config.out), exit_code, manifest, outcome.problems, warnings)
+    return RunResult(config.out, exit_code, manifest, outcome.problems, warnings)
+
+
+def _staged(config: Config, run_id: str, notify: Callable[[str], None]
+            ) -> AbstractContextManager[Path]:
+    """The output's staging directory: beside a local output (renamed in at the end), or a
+    local temporary one uploaded to an object-store output and committed by its manifest."""
+    if isinstance(config.out, Path):
+        return commit.staged_output(config.out, run_id, config.overwrite, notify)
+    location = object_store.bound(Location.parse(config.out, Path.cwd()),
+                                  config.storage_options)
+    return staged_remote_output(location, run_id, config.overwrite, notify)
+
 
 
 def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
@@ -142,7 +166,8 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
     with phase("rules"):
         rules, rule_files = read_rules(config)
         distinct, index = normalize.rule_index(rules)
-        paths = resolve_inputs(config.positions, "positions", exclude=config.out)
+        paths = resolve_inputs(config.positions, "positions", config.out,
+                               config.storage_options)
         form = positions_form(paths, config)
         log.info("%d rule rows, %d distinct rules; %d positions files in %s form",
                  rules.height, len(distinct), len(paths), form)
@@ -186,7 +211,7 @@ def _delta_output() -> Any:
     return delta
 
 
-def _checksums(paths: list[Path]) -> list[Future[InputFile]]:
+def _checksums(paths: list[Source]) -> list[Future[InputFile]]:
     """The positions files' checksums, computed in a background thread while the engine
     reads them (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,16 +34,18 @@ class MotoServer:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tempfile.TemporaryFile()  # a pipe nobody reads would fill and block moto
 
     def start(self, timeout: float = 60.0) -> MotoServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True)
         deadline = time.monotonic() + timeout
         delay = 0.02
         while not self._ready():
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                self.log.seek(0)
+                err = self.log.read().decode(errors="replace")
                 raise RuntimeError(f"moto exited with {self.proc.returncode}: {err[-2000:]}")
             if time.monotonic() > deadline:
                 self.stop()
@@ -66,6 +69,7 @@ class MotoServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
+            self.log.close()
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
@@ -73,6 +77,7 @@ class MotoServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout)
+        self.log.close()
 
     def env(self) -> dict[str, str]:
         """The standard AWS environment variables that point a client at this server."""

@@ -32,13 +32,49 @@ def test_home_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert str(Location.parse("~/r.csv", Path("/base"))) == "/home/someone/r.csv"
 
 
-@pytest.mark.parametrize("text", ["s3://bucket/rules.parquet", "gs://b/x", "az://c/x",
-                                  "abfss://c@acct.dfs.core.windows.net/x", "hdfs:///in/x",
-                                  "HTTP://example.com/x"])
-def test_other_schemes_are_refused_by_name(text: str) -> None:
+@pytest.mark.parametrize(("text", "scheme", "bucket", "key", "account"), [
+    ("s3://bucket/rules.parquet", "s3", "bucket", "rules.parquet", ""),
+    ("S3://bucket/in/", "s3", "bucket", "in", ""),
+    ("s3a://bucket/a/b.csv", "s3", "bucket", "a/b.csv", ""),
+    ("gs://b/x/*.parquet", "gs", "b", "x/*.parquet", ""),
+    ("gcs://b/x", "gs", "b", "x", ""),
+    ("az://c/x", "az", "c", "x", ""),
+    ("abfss://c@acct.dfs.core.windows.net/x/y", "az", "c", "x/y", "acct"),
+    ("abfs://c@acct.dfs.core.windows.net", "az", "c", "", "acct"),
+    ("hdfs:///in/x", "hdfs", "", "in/x", ""),
+    ("hdfs://namenode:8020/in/x", "hdfs", "namenode:8020", "in/x", ""),
+])
+def test_object_store_urls_are_taken_apart(text: str, scheme: str, bucket: str, key: str,
+                                           account: str) -> None:
+    location = Location.parse(text, Path("/base"))
+    assert (location.scheme, location.bucket, location.key, location.account) == (
+        scheme, bucket, key, account)
+    assert location.is_remote and location.path is None
+    assert str(location) == text.rstrip("/")
+
+
+def test_children_and_keys_keep_the_scheme_and_account() -> None:
+    base = Location.parse("abfss://c@acct.dfs.core.windows.net/out", Path("/base"))
+    child = base.child("run/verdicts.parquet")
+    assert (str(child), child.key, child.account, child.name, child.suffix) == (
+        "abfss://c@acct.dfs.core.windows.net/out/run/verdicts.parquet",
+        "out/run/verdicts.parquet", "acct", "verdicts.parquet", ".parquet")
+    assert str(base.at_key("in/a.csv")) == "abfss://c@acct.dfs.core.windows.net/in/a.csv"
+    assert child.store_path == "c/out/run/verdicts.parquet"
+
+
+@pytest.mark.parametrize("text", ["HTTP://example.com/x", "ftp://host/x", "hdfs2://x/y",
+                                  "webhdfs://x/y"])
+def test_unknown_schemes_are_refused_by_name(text: str) -> None:
     with pytest.raises(UsageError, match=r"locations are not supported") as info:
         Location.parse(text, Path("/base"))
     assert repr(text) in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["s3:///key", "gs://", "az:///x"])
+def test_a_store_url_without_a_bucket_is_refused(text: str) -> None:
+    with pytest.raises(UsageError, match=r"names a bucket"):
+        Location.parse(text, Path("/base"))
 
 
 def test_a_file_url_with_a_host_is_refused() -> None:
@@ -47,13 +83,13 @@ def test_a_file_url_with_a_host_is_refused() -> None:
 
 
 @pytest.mark.parametrize("option", ["--rules", "--positions", "--out"])
-def test_a_url_option_exits_2_and_creates_nothing(tmp_path: Path, option: str) -> None:
+def test_an_unknown_scheme_exits_2_and_creates_nothing(tmp_path: Path, option: str) -> None:
     args = {"--rules": str(SAMPLE / "rules.csv"), "--positions": str(SAMPLE / "positions.csv"),
             "--out": "out"}
-    args[option] = "s3://bucket/data"
+    args[option] = "ftp://bucket/data"
     code, err = invoke(["run", *[x for pair in args.items() for x in pair]], tmp_path)
     assert code == 2, err
-    assert "'s3://bucket/data': s3:// locations are not supported" in err
+    assert "'ftp://bucket/data': ftp:// locations are not supported" in err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -17,6 +17,7 @@ import polars as pl
 
 from pipeline.config import Config
 from pipeline.errors import UsageError
+from pipeline.io.inputs import Source
 from pipeline.tables import TableCache
 
 Note = Callable[[str], None]
@@ -28,7 +29,7 @@ class PositionsJob:
     """What an engine needs to evaluate the positions, prepared by the skeleton."""
 
     config: Config
-    paths: list[Path]
+    paths: list[Source]
     form: str  # "wide" or "long", shared by every file
     index: pl.DataFrame  # rule_set_id -> table (or the rule's problem), from normalize.rule_index
     cache: TableCache

@@ -19,7 +19,9 @@ import pyarrow.csv as pacsv
 
 from pipeline import kernels
 from pipeline.errors import InputError, first_line
-from pipeline.io.inputs import InputFile, RawTable
+from pipeline.io import object_store
+from pipeline.io.inputs import InputFile, RawTable, Source
+from pipeline.io.locations import Location
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -46,9 +48,11 @@ def _bom_length(data: bytes | mmap.mmap) -> int:
     return len(_BOM) if data[:len(_BOM)] == _BOM else 0
 
 
-def _scan_text(path: Path) -> _TextScan:
+def _scan_text(path: Source) -> _TextScan:
     """Check the whole file through a memory map (decoded in 16 MiB slices, quotes followed
     by a compiled scan of the mapped bytes), so a large file is never held twice."""
+    if isinstance(path, Location):
+        return _scan_stream(path)
     decoder = codecs.getincrementaldecoder("utf-8")()
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
         nul = data.find(b"\x00")
@@ -66,6 +70,56 @@ def _scan_text(path: Path) -> _TextScan:
         _, _, open_line, quoted_break = kernels.csv_scan(view, _bom_length(data), 0)
         del view  # the map cannot close while an array still points into it
     return _TextScan(-1, open_line, quoted_break)
+
+
+_PART = 1 << 24
+
+
+def _scan_stream(location: Location) -> _TextScan:
+    """`_scan_text` for an object in a store, read once as a stream in 16 MiB parts (the
+    same checks; the quote walk carried from part to part), never held whole."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    state, line, open_line, quoted_break = 0, 1, 0, False
+    carried = b""
+    offset = 0  # of carried[0] in the object
+    first = True
+    with object_store.open_stream(location) as stream:
+        while True:
+            try:
+                part = stream.read(_PART)
+            except OSError as exc:
+                raise object_store.store_error(location, exc) from None
+            last = len(part) < _PART
+            nul = part.find(b"\x00")
+            if nul >= 0:
+                return _TextScan(offset + len(carried) + nul, 0, False)
+            try:
+                decoder.decode(part, final=last)
+            except UnicodeDecodeError as exc:
+                return _TextScan(offset + len(carried) + exc.start, 0, False)
+            data = carried + part
+            start = _bom_length(data) if first else 0
+            first = False
+            view = _csv_bytes(data)
+            limit = len(data) if last else len(data) - 1
+            done, state, line, open_line, quoted_break = kernels.csv_scan_part(
+                view[start:], limit - start, state, line, open_line, quoted_break)
+            if last:
+                break
+            carried = data[start + done:]
+            offset += start + done
+    return _TextScan(-1, open_line if state == kernels.CSV_IN_QUOTES else 0, quoted_break)
+
+
+def read_start(path: Source, count: int) -> tuple[bytes, int]:
+    """The first `count` bytes of an input file, and its size."""
+    if isinstance(path, Location):
+        return object_store.read_head(path, count)
+    try:
+        with path.open("rb") as fh:
+            return fh.read(count), os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
@@ -96,11 +150,16 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         return "skip"
 
     def unreadable(exc: Exception) -> InputError:
+        if isinstance(path, Location):
+            problem = object_store.store_problem(path, exc)
+            if problem is not None:
+                return problem
         return InputError(f"{path}: not a readable CSV file ({first_line(exc)})")
 
+    source = object_store.open_stream(path) if isinstance(path, Location) else path
     try:
         reader = pacsv.open_csv(
-            path,
+            source,
             read_options=pacsv.ReadOptions(use_threads=False),
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
                                              newlines_in_values=scan.quoted_break),
@@ -110,7 +169,7 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
                 quoted_strings_can_be_null=False,
             ),
         )
-    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+    except (pa.ArrowInvalid, UnicodeDecodeError, OSError) as exc:
         raise unreadable(exc) from None
     numbering = _RowNumbers()
     given = 0
@@ -133,7 +192,7 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
             batch = reader.read_next_batch()
         except StopIteration:
             break
-        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        except (pa.ArrowInvalid, UnicodeDecodeError, OSError) as exc:
             raise unreadable(exc) from None
         pending.append(batch)
         held += batch.num_rows
@@ -197,16 +256,12 @@ def _unclosed_quote(path: Path, line: int) -> InputError:
                       "quote)")
 
 
-def read_header(path: Path) -> tuple[list[str], bool]:
+def read_header(path: Source) -> tuple[list[str], bool]:
     """(column names, whether a line end follows them) from the file's first record, found
     by the same scan of quotes and line ends (LF, CRLF, CR) as the rows; blank lines before
     it are skipped, as pyarrow skips them."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(_HEADER_LIMIT)
-            whole = len(head) == os.fstat(fh.fileno()).st_size
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    head, size = read_start(path, _HEADER_LIMIT)
+    whole = len(head) == size
     records, end, open_line, _ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
     if records == 0 and whole:
         raise InputError(f"{path}: no header line (the file holds only blank lines; "
@@ -235,15 +290,10 @@ def read_header(path: Path) -> tuple[list[str], bool]:
     return names, terminated
 
 
-def csv_row_estimate(path: Path, sample: int = 1 << 22) -> int:
+def csv_row_estimate(path: Source, sample: int = 1 << 22) -> int:
     """Exact for a file of at most `sample` bytes (its records less the header, counted as
     the parser counts them); else those of its first `sample` bytes scaled to its size."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(sample)
-            size = os.fstat(fh.fileno()).st_size
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    head, size = read_start(path, sample)
     rows = max(kernels.csv_scan(_csv_bytes(head), _bom_length(head), 0)[0] - 1, 0)
     if len(head) == size:
         return rows

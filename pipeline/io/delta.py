@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -41,8 +41,10 @@ from deltalake.exceptions import DeltaError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from pipeline.errors import InputError, OutputError, first_line
+from pipeline.errors import InputError, OutputError, UsageError, first_line
+from pipeline.io import object_store
 from pipeline.io.commit import interrupts_held, pid_alive
+from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,20 @@ class TableRoot:
     def open(self, name: str, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.table(name), version=version,
                           storage_options=self.storage_options)
+
+
+def table_root(out: Path | str, configured: Mapping[str, str] | None = None) -> TableRoot:
+    """The table root `out` names: a local directory, or an object-store URL with the client
+    options (credentials, endpoint, timeouts) every other object-store client of a run gets."""
+    if isinstance(out, Path):
+        return TableRoot(str(out))
+    location = object_store.bound(Location.parse(out, Path.cwd()), configured)
+    if not location.is_remote:
+        return TableRoot(str(location.path))
+    if location.scheme == "hdfs":
+        raise UsageError(f"{out}: Delta tables are written to local paths, s3://, gs:// and "
+                         "az:// roots, not hdfs://")
+    return TableRoot(object_store.client_url(location), dict(location.options))
 
 
 def check_root(root: TableRoot) -> None:

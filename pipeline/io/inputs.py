@@ -18,6 +18,8 @@ import numpy as np
 import polars as pl
 
 from pipeline.errors import InputError
+from pipeline.io import object_store
+from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST, written_by_snim
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -35,18 +37,27 @@ _INPUT_SUFFIXES = PARQUET_SUFFIXES + CSV_SUFFIXES
 _STAGING_NAME = re.compile(r"\..+\.(?:partial|retired)-\d+-.+")
 
 
+Source = Path | Location
+"""An input file: a local path, or an object in a store (a bound remote Location)."""
+
+
 @dataclass(frozen=True)
 class InputFile:
-    """One input file as recorded in the manifest; its checksum is computed on first use (for
-    positions, by the engines in a background thread while the rows are read)."""
+    """One input file as recorded in the manifest; a local file's checksum is computed on
+    first use (for positions, by the engines in a background thread while the rows are read);
+    an object carries the store's etag and version instead (no second read for a checksum)."""
 
-    path: Path
+    path: Source
     format: str
     size: int
+    etag: str | None = None
+    version: str | None = None
     _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
-    def sha256(self) -> str:
+    def sha256(self) -> str | None:
+        if isinstance(self.path, Location):
+            return None
         if self._digest is None:
             try:
                 object.__setattr__(self, "_digest", _checksum(self.path))
@@ -56,6 +67,9 @@ class InputFile:
         return self._digest
 
     def as_dict(self) -> dict[str, Any]:
+        if isinstance(self.path, Location):
+            return {"path": str(self.path), "format": self.format, "size": self.size,
+                    "etag": self.etag, "version": self.version}
         return {"path": str(self.path), "format": self.format, "size": self.size,
                 "sha256": self.sha256}
 
@@ -74,25 +88,38 @@ class RawTable:
     bad_lines: list[tuple[int, str, str]]
 
 
-def format_of(path: Path) -> str:
+def format_of(path: Source) -> str:
     suffix = path.suffix.lower()
     if suffix in PARQUET_SUFFIXES:
         return "parquet"
     if suffix in CSV_SUFFIXES:
         return "csv"
+    if isinstance(path, Location):
+        return "parquet" if object_store.read_head(path, 4)[0] == b"PAR1" else "csv"
     with path.open("rb") as fh:
         return "parquet" if fh.read(4) == b"PAR1" else "csv"
 
 
-def resolve_inputs(spec: str, what: str, exclude: Path | None = None) -> list[Path]:
+def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
+                   options: dict[str, str] | None = None) -> list[Source]:
     """A file, a directory (its .parquet/.pq/.csv files, recursively) or a glob -> sorted files.
 
     A path that exists is taken as written, glob characters and all; only one that does not
     is a glob pattern. What a directory listing or a wildcard finds is skipped when its name
     starts with _ or . (hidden files, markers such as _SUCCESS, staging directories) or it is
     a snim-batch output directory; the directory `exclude` (the run's own output) is never
-    read. Raises InputError saying what was found and skipped when no file is left."""
-    return _InputFinder(spec, what, exclude).files()
+    read. Raises InputError saying what was found and skipped when no file is left.
+
+    A URL (s3://, gs://, az://) is found in its store (`remote_inputs`), with `options`
+    (config.yaml's storage_options) for its client."""
+    location = Location.parse(spec, Path.cwd())
+    outside = Location.parse(str(exclude), Path.cwd()) if exclude is not None else None
+    if location.is_remote:
+        from pipeline.io.remote_inputs import resolve_remote
+
+        return list(resolve_remote(object_store.bound(location, options), what, outside))
+    local_exclude = outside.path if outside is not None and not outside.is_remote else None
+    return list(_InputFinder(spec, what, local_exclude).files())
 
 
 def is_snim_output(directory: Path) -> bool:
@@ -317,7 +344,10 @@ def _checksum(path: Path) -> str:
     return digest.hexdigest()
 
 
-def describe(path: Path) -> InputFile:
+def describe(path: Source) -> InputFile:
+    if isinstance(path, Location):
+        meta = object_store.object_metadata(path)
+        return InputFile(path, format_of(path), meta["size"], meta["etag"], meta["version"])
     try:
         with path.open("rb"):
             pass  # unreadable files fail here, with a plain message
@@ -326,8 +356,8 @@ def describe(path: Path) -> InputFile:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def checksummed(path: Path) -> InputFile:
-    """`describe` with the checksum computed now."""
+def checksummed(path: Source) -> InputFile:
+    """`describe` with the checksum computed now (none for an object in a store)."""
     file = describe(path)
     file.sha256  # noqa: B018 - computes and caches it
     return file

@@ -12,12 +12,18 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import InputError, first_line
-from pipeline.io.csv_reader import csv_batches, csv_row_estimate, read_header
-from pipeline.io.inputs import InputFile, RawTable, describe, format_of, resolve_inputs
+from pipeline.errors import InputError, SnimError, first_line
+from pipeline.io import object_store
+from pipeline.io.csv_reader import csv_batches, csv_row_estimate, read_header, read_start
+from pipeline.io.inputs import InputFile, RawTable, Source, describe, format_of, resolve_inputs
+from pipeline.io.locations import Location
 
 
-def _parquet_error(path: Path, exc: BaseException) -> InputError:
+def _parquet_error(path: Source, exc: BaseException) -> SnimError:
+    if isinstance(path, Location):
+        problem = object_store.store_problem(path, exc)
+        if problem is not None:
+            return problem
     if isinstance(exc, PermissionError):
         return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})")
     return InputError(f"{path}: not a readable Parquet file ({first_line(exc)})")
@@ -27,13 +33,17 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     """polars' streaming reader (about 2x pyarrow's iter_batches here), after pyarrow has
     checked the footer so that a file that is not Parquet gets a plain message."""
     try:
-        schema = pq.read_schema(file.path)
+        schema = pq.read_schema(_parquet_source(file.path))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _parquet_error(file.path, exc) from None
     start = 0
+    if isinstance(file.path, Location):
+        scan = pl.scan_parquet(object_store.client_url(file.path), glob=False,
+                               storage_options=object_store.polars_options(file.path))
+    else:
+        scan = pl.scan_parquet(file.path, glob=False)
     try:
-        for frame in pl.scan_parquet(file.path, glob=False).collect_batches(
-                chunk_size=batch_rows):
+        for frame in scan.collect_batches(chunk_size=batch_rows):
             rows = np.arange(start, start + frame.height, dtype=np.int64)
             start += frame.height
             yield RawTable(file, frame, rows, [])
@@ -47,7 +57,13 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         yield RawTable(file, empty, np.zeros(0, np.int64), [])
 
 
-def heap_upper_bound(paths: list[Path], column: str) -> int | None:
+def _parquet_source(path: Source) -> Path | pa.NativeFile:
+    """What pyarrow's Parquet reader opens: the local path, or the object's random-access
+    stream (footers are read by range, never the whole object)."""
+    return object_store.open_random(path) if isinstance(path, Location) else path
+
+
+def heap_upper_bound(paths: list[Source], column: str) -> int | None:
     """Largest value of a Parquet list column's leaves over all files, from the row-group
     statistics alone (no data read); None when any file is CSV or lacks the statistics."""
     bound = -1
@@ -55,8 +71,8 @@ def heap_upper_bound(paths: list[Path], column: str) -> int | None:
         if format_of(path) != "parquet":
             return None
         try:
-            meta = pq.ParquetFile(path).metadata
-        except (pa.ArrowException, OSError):
+            meta = pq.ParquetFile(_parquet_source(path)).metadata
+        except (pa.ArrowException, OSError, SnimError):
             return None
         leaves = [i for i in range(meta.num_columns)
                   if meta.schema.column(i).path.split(".")[0] == column]
@@ -70,7 +86,7 @@ def heap_upper_bound(paths: list[Path], column: str) -> int | None:
     return bound
 
 
-def row_estimate(paths: list[Path]) -> int:
+def row_estimate(paths: list[Source]) -> int:
     """Rows in the input files: exact for Parquet (from the footers); for CSV, the records of
     its first 4 MiB scaled to its size (it only sizes the long-form parts; ids grow longer
     down a file, so this tends to count high, which keeps parts small)."""
@@ -80,13 +96,13 @@ def row_estimate(paths: list[Path]) -> int:
             rows += csv_row_estimate(path)
             continue
         try:
-            rows += pq.ParquetFile(path).metadata.num_rows
+            rows += pq.ParquetFile(_parquet_source(path)).metadata.num_rows
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
     return rows
 
 
-def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
+def iter_batches(path: Source, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
     """One file in batches of at most `batch_rows` rows (CSV: exactly that many but the last),
     so memory holds one batch, not the file."""
     file = describe(path)
@@ -96,19 +112,19 @@ def iter_batches(path: Path, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
     yield from csv_batches(file, batch_rows)
 
 
-def columns_of(path: Path) -> list[str]:
+def columns_of(path: Source) -> list[str]:
     """Column names of an input file without reading its rows."""
     if format_of(path) == "parquet":
         try:
-            return pq.read_schema(path).names
+            return pq.read_schema(_parquet_source(path)).names
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
-    if path.stat().st_size == 0:
+    if read_start(path, 0)[1] == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
     return read_header(path)[0]
 
 
-def read_table(path: Path) -> RawTable:
+def read_table(path: Source) -> RawTable:
     """Read one input file whole; whole-file problems raise InputError naming the file."""
     batches = list(iter_batches(path, batch_rows=1 << 62))
     if len(batches) == 1:
@@ -118,10 +134,11 @@ def read_table(path: Path) -> RawTable:
                     [line for b in batches for line in b.bad_lines])
 
 
-def read_tables(spec: str, what: str, exclude: Path | None = None) -> list[RawTable]:
-    """Every file of `spec` read whole, each checksummed as it is read (`exclude`: as in
-    `resolve_inputs`)."""
-    tables = [read_table(p) for p in resolve_inputs(spec, what, exclude)]
+def read_tables(spec: str, what: str, exclude: Path | str | None = None,
+                options: dict[str, str] | None = None) -> list[RawTable]:
+    """Every file of `spec` read whole, each checksummed as it is read (`exclude` and
+    `options`: as in `resolve_inputs`)."""
+    tables = [read_table(p) for p in resolve_inputs(spec, what, exclude, options)]
     for table in tables:
         table.file.sha256  # noqa: B018 - computes and caches it
     return tables

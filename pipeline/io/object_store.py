@@ -1,0 +1,329 @@
+"""Object stores (S3, GCS, Azure): the options every client of a run gets, pyarrow file systems
+built from them, object metadata, and store errors as one line without secrets.
+
+Credentials come from the providers' own chains (AWS_* variables, profiles and instance roles;
+GOOGLE_APPLICATION_CREDENTIALS; AZURE_* variables and managed identities), overridden by the
+`storage_options:` mapping of config.yaml (object_store's names, as polars and deltalake take
+them). Every client gets bounded timeouts and retries (CLIENT_DEFAULTS, overridable there), so
+an endpoint that never answers fails the run instead of hanging it."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any
+
+from pipeline.errors import ConfigError, InputError, SnimError, cut
+from pipeline.io.locations import Location
+
+CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "30s", "max_retries": "2",
+                   "retry_timeout": "30s"}
+"""Bounds for every request: 5 s to connect, 30 s for a request, 2 retries within 30 s."""
+
+
+_SHOWN_KEYS = ("endpoint", "region", "allow_http", "timeout", "retries", "retry",
+               "account_name", "use_emulator", "virtual_hosted", "skip_signature", "bucket")
+"""Option names whose values are no secret (a manifest records them; others are hidden)."""
+
+
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
+               "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN",
+               "AZURE_CLIENT_SECRET", "GOOGLE_SERVICE_ACCOUNT_KEY")
+
+
+_SIGNED_QUERY = re.compile(r"((?:sig|X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|"
+                           r"Signature|se|sv|sp)=)[^&\s\"']+", re.IGNORECASE)
+
+
+def storage_options(location: Location, configured: Mapping[str, str] | None = None
+                    ) -> dict[str, str]:
+    """The object_store options for `location` (polars, deltalake): CLIENT_DEFAULTS, then
+    what config.yaml's `storage_options:` sets; for S3 an http:// endpoint (from there or
+    AWS_ENDPOINT_URL) is allowed, and for Azure the account an abfs URL names is used.
+    Empty for a local location."""
+    if not location.is_remote:
+        return {}
+    options = {**CLIENT_DEFAULTS, **(configured or {})}
+    lowered = {key.lower(): value for key, value in options.items()}
+    if location.scheme == "s3" and (s3_endpoint(lowered) or "").startswith("http://"):
+        options.setdefault("aws_allow_http", "true")
+    if location.scheme == "az" and location.account and not _azure_account(lowered):
+        options["account_name"] = location.account
+    return options
+
+
+def bound(location: Location, configured: Mapping[str, str] | None = None) -> Location:
+    """`location` with its client options (`storage_options`) attached."""
+    options = tuple(sorted(storage_options(location, configured).items()))
+    return replace(location, options=options)
+
+
+def polars_options(location: Location) -> dict[str, Any]:
+    """A bound location's options as polars takes them (max_retries an integer)."""
+    options: dict[str, Any] = dict(location.options)
+    if "max_retries" in options:
+        options["max_retries"] = int(options["max_retries"])
+    return options
+
+
+def shown_options(configured: Mapping[str, str]) -> dict[str, str]:
+    """`configured` for the manifest: values of names that may hold secrets are hidden."""
+    return {key: value if any(part in key.lower() for part in _SHOWN_KEYS) else "<hidden>"
+            for key, value in configured.items()}
+
+
+def redacted(text: str, configured: Mapping[str, str] | None = None) -> str:
+    """`text` without any secret it may quote: values of configured options that are not
+    shown in the manifest, secret environment variables, and signed-URL query values."""
+    secrets = [value for key, value in (configured or {}).items()
+               if shown_options({key: value})[key] == "<hidden>"]
+    secrets += [os.environ[name] for name in _SECRET_ENV if os.environ.get(name)]
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4:
+            text = text.replace(secret, "<hidden>")
+    return _SIGNED_QUERY.sub(r"\1<hidden>", text)
+
+
+def seconds(text: str, name: str) -> float:
+    """A duration option ("30s", "500ms", "2m", "1h" or plain seconds) in seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", str(text))
+    if match is None:
+        raise ConfigError(f"storage_options.{name}: not a duration ({cut(str(text))}); "
+                          "write it as 30s, 500ms or 2m")
+    scale = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+def _first(options: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        if options.get(name):
+            return options[name]
+    return None
+
+
+def s3_endpoint(lowered: Mapping[str, str]) -> str | None:
+    return (_first(lowered, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+            or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def _azure_account(lowered: Mapping[str, str]) -> str | None:
+    return (_first(lowered, "azure_storage_account_name", "account_name")
+            or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
+            or os.environ.get("AZURE_STORAGE_ACCOUNT"))
+
+
+_CLIENT_ENV = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
+
+
+def filesystem(location: Location) -> Any:
+    """The pyarrow file system for `location` (its options bound by `Location.options`),
+    built once per store, options and provider environment variables."""
+    environment = tuple(sorted((k, v) for k, v in os.environ.items()
+                               if k.startswith(_CLIENT_ENV)))
+    return _filesystem(location.scheme, location.account, location.options, environment)
+
+
+@lru_cache(maxsize=16)
+def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
+                environment: tuple[tuple[str, str], ...]) -> Any:
+    from pyarrow import fs
+
+    merged = dict(options)
+    lowered = {key.lower(): value for key, value in merged.items()}
+    timeout = seconds(lowered["timeout"], "timeout")
+    connect = seconds(lowered["connect_timeout"], "connect_timeout")
+    try:
+        attempts = int(lowered["max_retries"]) + 1
+    except ValueError:
+        raise ConfigError("storage_options.max_retries: not an integer") from None
+    if scheme == "s3":
+        endpoint = s3_endpoint(lowered)
+        return fs.S3FileSystem(
+            access_key=_first(lowered, "aws_access_key_id", "access_key_id"),
+            secret_key=_first(lowered, "aws_secret_access_key", "secret_access_key"),
+            session_token=_first(lowered, "aws_session_token", "session_token", "token"),
+            region=_first(lowered, "aws_region", "region", "aws_default_region")
+            or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+            endpoint_override=endpoint,
+            anonymous=_first(lowered, "aws_skip_signature", "skip_signature") == "true",
+            force_virtual_addressing=_first(
+                lowered, "aws_virtual_hosted_style_request",
+                "virtual_hosted_style_request") == "true",
+            connect_timeout=connect, request_timeout=timeout,
+            retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=attempts))
+    if scheme == "gs":
+        return fs.GcsFileSystem(
+            anonymous=_first(lowered, "google_skip_signature", "skip_signature") == "true",
+            retry_time_limit=timedelta(seconds=timeout * attempts))
+    if scheme == "az":
+        name = account or _azure_account(lowered)
+        if not name:
+            raise ConfigError("az:// needs a storage account: name it in the URL "
+                              "(abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH), in "
+                              "storage_options (account_name) or in AZURE_STORAGE_ACCOUNT_NAME")
+        return fs.AzureFileSystem(
+            name,
+            account_key=_first(lowered, "azure_storage_account_key", "account_key",
+                               "access_key") or os.environ.get("AZURE_STORAGE_ACCOUNT_KEY"),
+            sas_token=_first(lowered, "azure_storage_sas_key", "sas_key", "sas_token")
+            or os.environ.get("AZURE_STORAGE_SAS_TOKEN"),
+            client_id=_first(lowered, "azure_client_id", "client_id"),
+            client_secret=_first(lowered, "azure_client_secret", "client_secret"),
+            tenant_id=_first(lowered, "azure_tenant_id", "tenant_id"))
+    raise ConfigError(f"{scheme}:// is read only by the Spark engine (--engine spark)")
+
+
+class StoreError(SnimError):
+    """An object store refused or could not be reached; exit 1."""
+
+
+def client_url(location: Location) -> str:
+    """The URL polars' object_store client reads for `location` (s3a:// as s3://)."""
+    if location.scheme == "s3":
+        return f"s3://{location.store_path}"
+    if location.scheme == "gs":
+        return f"gs://{location.store_path}"
+    return location.url if location.account else f"az://{location.store_path}"
+
+
+def store_error(location: Location, exc: BaseException, doing: str = "reading") -> SnimError:
+    """`exc` from a store client as one line naming `location`: missing object or bucket,
+    unreachable endpoint, timeout, refused credentials, or the client's first line (secrets
+    removed)."""
+    if isinstance(exc, SnimError):
+        return exc
+    problem = store_problem(location, exc, doing)
+    if problem is not None:
+        return problem
+    text = redacted(" ".join(str(exc).split()), dict(location.options))
+    return StoreError(f"{location}: object store error while {doing} ({cut(text, 200)})")
+
+
+def store_problem(location: Location, exc: BaseException, doing: str = "reading"
+                  ) -> SnimError | None:
+    """The store-level failure `exc` reports (see `store_error`), or None when it is about
+    something else (a file's content)."""
+    text = redacted(" ".join(str(exc).split()), dict(location.options))
+    low = text.lower()
+    if "nosuchbucket" in low or "bucket does not exist" in low or "containernotfound" in low:
+        return InputError(f"{location}: the bucket {location.bucket!r} does not exist")
+    if isinstance(exc, FileNotFoundError) or "nosuchkey" in low or "not found" in low \
+            or "path does not exist" in low:
+        return InputError(f"{location}: no such object")
+    endpoint = _endpoint_shown(location)
+    limits = dict(location.options)
+    if "timed out" in low or "timeout" in low or "curlcode: 28" in low:
+        return StoreError(f"{location}: the object store{endpoint} did not answer while "
+                          f"{doing} (timeout {limits.get('timeout', '?')}, "
+                          f"{limits.get('max_retries', '?')} retries)")
+    if ("connection refused" in low or "could not connect" in low or "curlcode: 7" in low
+            or "connect error" in low):
+        return StoreError(f"{location}: cannot connect to the object store{endpoint} "
+                          f"while {doing} (connection refused)")
+    if "resolve" in low:
+        return StoreError(f"{location}: cannot resolve the object store's host{endpoint} "
+                          f"while {doing}")
+    if any(word in low for word in ("accessdenied", "access denied", "forbidden", "403",
+                                    "invalidaccesskeyid", "signaturedoesnotmatch",
+                                    "credential", "token request", "authoriz", "account must")):
+        return StoreError(f"{location}: the object store refused access while {doing} "
+                          "(check the credentials)")
+    if "object-store error" in low or "aws error" in low or "google::cloud" in low \
+            or "azure error" in low:
+        return StoreError(f"{location}: object store error while {doing} ({cut(text, 200)})")
+    return None
+
+
+def _endpoint_shown(location: Location) -> str:
+    if location.scheme != "s3":
+        return ""
+    endpoint = s3_endpoint({k.lower(): v for k, v in location.options})
+    return f" at {redacted(endpoint)}" if endpoint else ""
+
+
+def object_metadata(location: Location) -> dict[str, Any]:
+    """size, and the store's etag and version (None where it has none) of one object."""
+    store = filesystem(location)
+    try:
+        with store.open_input_file(location.store_path) as handle:
+            size = handle.size()
+            meta = {key.lower(): value for key, value in (handle.metadata() or {}).items()}
+    except (OSError, ValueError) as exc:
+        raise store_error(location, exc) from None
+
+    def text(*names: str) -> str | None:
+        for name in names:
+            if meta.get(name):
+                value = meta[name]
+                return (value.decode(errors="replace") if isinstance(value, bytes)
+                        else str(value)).strip('"')
+        return None
+
+    return {"size": size, "etag": text("etag"), "version": text("versionid", "generation")}
+
+
+def read_head(location: Location, count: int) -> tuple[bytes, int]:
+    """The first `count` bytes of an object, and its size."""
+    try:
+        with filesystem(location).open_input_file(location.store_path) as handle:
+            return handle.read(count), handle.size()
+    except (OSError, ValueError) as exc:
+        raise store_error(location, exc) from None
+
+
+def open_stream(location: Location) -> Any:
+    """A sequential pyarrow input stream over one object."""
+    try:
+        return filesystem(location).open_input_stream(location.store_path)
+    except (OSError, ValueError) as exc:
+        raise store_error(location, exc) from None
+
+
+def open_random(location: Location) -> Any:
+    """A random-access pyarrow input file over one object (Parquet footers)."""
+    try:
+        return filesystem(location).open_input_file(location.store_path)
+    except (OSError, ValueError) as exc:
+        raise store_error(location, exc) from None
+
+
+def list_below(location: Location) -> list[tuple[str, int, float]]:
+    """(key, size, modification time in seconds since the epoch) of every object below
+    `location` (as a prefix "key/"), sorted."""
+    from pyarrow import fs
+
+    try:
+        found = filesystem(location).get_file_info(fs.FileSelector(
+            location.store_path, recursive=True, allow_not_found=True))
+    except (OSError, ValueError) as exc:
+        raise store_error(location, exc, "listing") from None
+    start = len(location.bucket) + 1
+    return sorted((info.path[start:], info.size or 0,
+                   info.mtime.timestamp() if info.mtime is not None else 0.0)
+                  for info in found if info.type == fs.FileType.File)
+
+
+def is_object(location: Location) -> bool:
+    """Whether `location` names an object (not a prefix, not nothing)."""
+    from pyarrow import fs
+
+    if not location.key:
+        return False
+    try:
+        return filesystem(location).get_file_info(location.store_path).type == fs.FileType.File
+    except (OSError, ValueError) as exc:
+        raise store_error(location, exc, "looking it up") from None
+
+
+def bucket_exists(location: Location) -> bool:
+    """Whether the bucket (or container) of `location` exists."""
+    from pyarrow import fs
+
+    try:
+        return filesystem(location).get_file_info(location.bucket).type != fs.FileType.NotFound
+    except (OSError, ValueError) as exc:
+        raise store_error(location, exc, "looking up its bucket") from None

@@ -1,0 +1,132 @@
+"""Finding the input objects of an object-store spec, as `inputs.resolve_inputs` finds files:
+an object that exists is that object; else a prefix is a directory (its .parquet, .pq and
+.csv objects, at any depth) and a URL with glob characters is a pattern over keys, `**`
+matching any depth. Below what was named, names starting with _ or . are skipped, and so are
+snim-batch outputs (prefixes holding a manifest.json) and the run's own output."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from pathlib import PurePosixPath
+
+from pipeline.errors import InputError
+from pipeline.io.locations import Location
+from pipeline.io.manifest import MANIFEST, written_by_snim
+from pipeline.io.object_store import (
+    bucket_exists,
+    filesystem,
+    is_object,
+    list_below,
+    store_error,
+)
+
+GLOB_CHARS = "*?["
+
+
+INPUT_SUFFIXES = (".parquet", ".pq", ".csv")
+
+
+def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[Location]:
+    """The objects of `spec` (bound to its options), sorted by key; InputError naming the URL
+    when there are none."""
+    if is_object(spec):
+        return [spec]
+    parts = spec.key.split("/") if spec.key else []
+    wild = next((i for i, part in enumerate(parts) if any(c in part for c in GLOB_CHARS)), None)
+    if wild is None:
+        base, pattern = parts, None
+    else:
+        base, pattern = parts[:wild], parts[wild:]
+    root = spec.at_key("/".join(base))
+    listed = list_below(root)
+    outputs = _snim_outputs(root, listed)
+    found: list[str] = []
+    skipped = 0
+    for key, *_ in listed:
+        relative = key[len(root.key) + 1:].split("/") if root.key else key.split("/")
+        taken = _taken(relative, pattern)
+        owner = next((o for o in outputs if key.startswith(o + "/")), None)
+        if taken is None:
+            continue
+        if not taken or (owner is not None and owner != spec.key) or _own(key, spec, exclude):
+            skipped += 1
+            continue
+        found.append(key)
+    if not found:
+        if not listed and not bucket_exists(spec):
+            raise InputError(f"{what} input {spec}: the bucket {spec.bucket!r} does not exist")
+        if not listed and pattern is None:
+            raise InputError(f"{what} input {spec}: no such object or prefix")
+        empty = ("no object matches this pattern" if pattern is not None
+                 else "no .parquet, .pq or .csv objects found below this prefix")
+        more = f" (skipped {skipped}: hidden names, other types or snim-batch outputs)" \
+            if skipped else ""
+        raise InputError(f"{what} input {spec}: {empty}{more}")
+    return [spec.at_key(key) for key in sorted(found)]
+
+
+def _own(key: str, spec: Location, exclude: Location | None) -> bool:
+    return (exclude is not None and exclude.is_remote and exclude.bucket == spec.bucket
+            and (key == exclude.key or key.startswith(exclude.key + "/")))
+
+
+def _hidden(name: str, pattern: str = "") -> bool:
+    return name.startswith(("_", ".")) and not pattern.startswith(name[0])
+
+
+def _taken(relative: list[str], pattern: list[str] | None) -> bool | None:
+    """None when the pattern does not reach this object; True to read it; False when it is
+    reached but skipped (a hidden name or another type below what was named)."""
+    if pattern is None:
+        return _plain_below(relative)
+    ends = _matched_prefixes(pattern, relative)
+    if not ends:
+        return None
+    if len(relative) in ends:
+        return True
+    return any(_plain_below(relative[end:]) for end in ends)
+
+
+def _plain_below(relative: list[str]) -> bool:
+    """A file found below a directory: read when no name on the way is hidden and its
+    suffix is an input suffix."""
+    return (not any(_hidden(name) for name in relative)
+            and relative[-1].lower().endswith(INPUT_SUFFIXES))
+
+
+def _matched_prefixes(pattern: list[str], names: list[str]) -> set[int]:
+    """Every k such that `pattern` matches names[:k] (a wildcard never matches a hidden
+    name unless the pattern component starts with the same character)."""
+    if not pattern:
+        return {0}
+    head, rest = pattern[0], pattern[1:]
+    ends: set[int] = set()
+    if head == "**":
+        ends |= _matched_prefixes(rest, names)
+        if len(names) > 1 and not _hidden(names[0]):
+            ends |= {k + 1 for k in _matched_prefixes(pattern, names[1:])}
+        return ends
+    if names and fnmatch.fnmatchcase(names[0], head) and (
+            not any(c in head for c in GLOB_CHARS) or not _hidden(names[0], head)):
+        ends |= {k + 1 for k in _matched_prefixes(rest, names[1:])}
+    return ends
+
+
+def _snim_outputs(root: Location, listed: list[tuple[str, int, float]]) -> list[str]:
+    """Keys of the prefixes below `root` that hold a manifest.json written by snim-batch."""
+    outputs = []
+    for key, *_ in listed:
+        if PurePosixPath(key).name != MANIFEST:
+            continue
+        manifest = root.at_key(key)
+        try:
+            with filesystem(manifest).open_input_stream(manifest.store_path) as handle:
+                parsed = json.loads(handle.read())
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, ValueError):
+                continue
+            raise store_error(manifest, exc) from None
+        if written_by_snim(parsed):
+            outputs.append(str(PurePosixPath(key).parent))
+    return outputs

@@ -1,0 +1,603 @@
+"""Object stores end to end against a real S3 API (moto in server mode): inputs read from S3
+equal the same files read from disk, outputs committed to S3 by their manifest, kills at
+every stage, unreachable endpoints, and gs:// / az:// error paths."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import invoke
+
+from pipeline.errors import ConfigError
+from pipeline.generate import Spec, generate
+from pipeline.io import csv_reader, object_store
+from pipeline.io.inputs import resolve_inputs
+from pipeline.io.locations import Location
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUTS = ("verdicts", "rejects", "sg_tables", "summary")
+SECRET = "s3cr3t-Value-9f8e7d"
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+
+def upload_tree(server, local: Path, prefix: str) -> None:
+    client = server.client()
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), "bkt", f"{prefix}/{path.relative_to(local).as_posix()}")
+
+
+def names(server, prefix: str = "") -> list[str]:
+    """The keys below `prefix` (a listing only)."""
+    found = server.client().list_objects_v2(Bucket="bkt", Prefix=prefix).get("Contents", [])
+    return [o["Key"] for o in found]
+
+
+def keys(server, prefix: str = "") -> dict[str, bytes]:
+    """Every object below `prefix` with its bytes."""
+    client = server.client()
+    found = client.list_objects_v2(Bucket="bkt", Prefix=prefix).get("Contents", [])
+    return {o["Key"]: client.get_object(Bucket="bkt", Key=o["Key"])["Body"].read()
+            for o in found}
+
+
+def remote_outputs(server, out_key: str) -> dict[str, pl.DataFrame]:
+    """The four tables of a committed S3 output, found through its manifest only."""
+    objects = keys(server, out_key + "/")
+    manifest = json.loads(objects[f"{out_key}/manifest.json"])
+    frames = {}
+    for entry in manifest["outputs"]:
+        stem = entry["name"].removesuffix(".parquet")
+        if stem in OUTPUTS:
+            frames[stem] = pl.read_parquet(io.BytesIO(objects[f"{out_key}/{entry['path']}"]))
+    return frames
+
+
+def local_outputs(out: Path) -> dict[str, pl.DataFrame]:
+    return {name: pl.read_parquet(out / f"{name}.parquet") for name in OUTPUTS}
+
+
+def assert_whole(server, out_key: str) -> dict:
+    """The output at `out_key` is complete: its manifest lists files that are all there with
+    their sizes, and the verdicts hold the rows it counts. Returns the manifest."""
+    objects = keys(server, out_key + "/")
+    manifest = json.loads(objects[f"{out_key}/manifest.json"])
+    for entry in manifest["outputs"]:
+        if entry["name"] == "manifest.json":
+            continue
+        data = objects[f"{out_key}/{entry['path']}"]
+        assert len(data) == entry["size"], entry
+    verdicts = remote_outputs(server, out_key)["verdicts"]
+    assert verdicts.height == manifest["counts"]["positions"]["verdicts"]
+    return manifest
+
+
+def same_tables(left: dict[str, pl.DataFrame], right: dict[str, pl.DataFrame],
+                sources: tuple[str, str]) -> None:
+    """Equal row for row, once the rejects' `source` names the same file either way."""
+    for name in OUTPUTS:
+        a, b = left[name], right[name]
+        if "source" in a.columns:
+            a = a.with_columns(pl.col("source").str.replace(sources[0], sources[1],
+                                                            literal=True))
+        assert a.equals(b), name
+
+
+def dataset(base: Path, form: str, fmt: str) -> Path:
+    """A generated dataset in two positions files, plus one file of bad rows (a heap below
+    zero, an unknown rule set, a CSV line with a missing field) so that rejects are
+    compared too."""
+    generate(base, Spec(4000, 20, 300, 4, 0, 4, form, fmt, 11, "int", False, 2))
+    bad = base / "positions" / f"part-99999.{fmt}"
+    if form == "wide":
+        rows = "rule_set_id,position_id,heaps\n1,900001,3 -4\n999,900002,5\n2,900003\n3,9,1 2\n"
+    else:
+        rows = "rule_set_id,position_id,heap\n1,900001,-4\n999,900002,5\n2,900003\n3,900004,7\n"
+    if fmt == "csv":
+        bad.write_text(rows)
+    else:
+        frame = pl.read_csv(io.StringIO(rows.replace("2,900003\n", "")),
+                            schema_overrides={"heaps": pl.String} if form == "wide" else None)
+        if form == "wide":
+            frame = frame.with_columns(pl.col("heaps").str.split(" ").cast(pl.List(pl.Int64)))
+        frame.write_parquet(bad)
+    return base
+
+
+def run_cli(args: list[str], where: Path, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The real command in a new process (stdout and stderr captured)."""
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=where,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture()
+def s3_env(s3, monkeypatch: pytest.MonkeyPatch):
+    """The standard AWS variables pointing at the moto server, for in-process runs."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    return s3
+
+
+# ---- inputs on S3 equal the same files on disk ----------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["wide", "long"])
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_inputs_on_s3_give_the_outputs_of_the_same_files_on_disk(
+        s3_env, tmp_path: Path, form: str, fmt: str) -> None:
+    data = dataset(tmp_path / "data", form, fmt)
+    upload_tree(s3_env, data, "in")
+    code, err = invoke(["run", "--rules", data / f"rules.{fmt}", "--positions",
+                        data / "positions", "--out", tmp_path / "local"], tmp_path)
+    assert code == 3, err
+    code, err = invoke(["run", "--rules", f"s3://bkt/in/rules.{fmt}", "--positions",
+                        f"s3://bkt/in/positions/*.{fmt}", "--out", tmp_path / "from_s3"],
+                       tmp_path)
+    assert code == 3, err
+    local = local_outputs(tmp_path / "local")
+    assert local["rejects"].height >= 2
+    same_tables(local, local_outputs(tmp_path / "from_s3"),
+                (str(data / "positions"), "s3://bkt/in/positions"))
+    code, err = invoke(["run", "--rules", f"s3://bkt/in/rules.{fmt}", "--positions",
+                        "s3://bkt/in/positions", "--out", "s3://bkt/out"], tmp_path)
+    assert code == 3, err
+    same_tables(local, remote_outputs(s3_env, "out"),
+                (str(data / "positions"), "s3://bkt/in/positions"))
+    manifest = assert_whole(s3_env, "out")
+    files = manifest["inputs"]["positions"]
+    assert [f["path"] for f in files] == [
+        f"s3://bkt/in/positions/part-0000{i}.{fmt}" for i in (0, 1)] + [
+        f"s3://bkt/in/positions/part-99999.{fmt}"]
+    heads = [s3_env.client().head_object(Bucket="bkt", Key=f["path"][len("s3://bkt/"):])
+             for f in files]
+    assert [(f["size"], f["etag"]) for f in files] == [
+        (h["ContentLength"], h["ETag"].strip('"')) for h in heads]
+    assert all("sha256" not in f for f in files)
+
+
+def test_local_inputs_to_s3_and_s3_output_back_to_disk(s3_env, tmp_path: Path) -> None:
+    sample = ROOT / "data" / "sample"
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--out", "s3://bkt/job/out"], tmp_path)
+    assert code == 0, err
+    manifest = assert_whole(s3_env, "job/out")
+    verdicts = remote_outputs(s3_env, "job/out")["verdicts"]
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--out", tmp_path / "local"], tmp_path)
+    assert code == 0, err
+    assert local_outputs(tmp_path / "local")["verdicts"].equals(verdicts)
+    assert manifest["config"]["out"] == "s3://bkt/job/out"
+    run = manifest["run_id"]
+    assert sorted(keys(s3_env, "job/")) == sorted(
+        ["job/out/manifest.json"] + [f"job/out/{run}/{n}.parquet" for n in OUTPUTS])
+
+
+def test_prefixes_and_globs_skip_hidden_names_outputs_and_other_types(s3_env,
+                                                                      tmp_path: Path) -> None:
+    client = s3_env.client()
+    csv = b"rule_set_id,position_id,heaps\n1,0,5\n"
+    for key in ("d/a.csv", "d/sub/b.csv", "d/_SUCCESS", "d/.hidden.csv", "d/_tmp/c.csv",
+                "d/notes.txt", "d/out/x.csv"):
+        client.put_object(Bucket="bkt", Key=key, Body=csv)
+    client.put_object(Bucket="bkt", Key="d/out/manifest.json", Body=json.dumps(
+        {"run_id": "r", "versions": {"snim-batch": "0"}, "outputs": []}).encode())
+    found = lambda spec: [str(p) for p in resolve_inputs(spec, "positions")]  # noqa: E731
+    assert found("s3://bkt/d") == ["s3://bkt/d/a.csv", "s3://bkt/d/sub/b.csv"]
+    assert found("s3://bkt/d/") == ["s3://bkt/d/a.csv", "s3://bkt/d/sub/b.csv"]
+    assert found("s3://bkt/d/*.csv") == ["s3://bkt/d/a.csv"]
+    assert found("s3://bkt/d/**/*.csv") == ["s3://bkt/d/a.csv", "s3://bkt/d/sub/b.csv"]
+    assert found("s3://bkt/d/.h*") == ["s3://bkt/d/.hidden.csv"]
+    assert found("s3://bkt/d/notes.txt") == ["s3://bkt/d/notes.txt"]
+    assert found("s3://bkt/d/out") == ["s3://bkt/d/out/x.csv"]  # named: read
+    assert found("s3://bkt/d/s*") == ["s3://bkt/d/sub/b.csv"]
+    assert [str(p) for p in resolve_inputs("s3://bkt/d", "positions", "s3://bkt/d/sub")] == [
+        "s3://bkt/d/a.csv"]
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("rules", "message"), [
+    ("s3://bkt/nope/rules.csv", "rules input s3://bkt/nope/rules.csv: no such object or prefix"),
+    ("s3://bkt/empty", "rules input s3://bkt/empty: no .parquet, .pq or .csv objects found "
+                       "below this prefix (skipped 1"),
+    ("s3://bkt/in/*.parquet", "rules input s3://bkt/in/*.parquet: no object matches this "
+                              "pattern"),
+    ("s3://nobucket/rules.csv", "rules input s3://nobucket/rules.csv: the bucket 'nobucket' "
+                                "does not exist"),
+])
+def test_missing_objects_exit_1_naming_the_url(s3_env, tmp_path: Path, rules: str,
+                                               message: str) -> None:
+    s3_env.client().put_object(Bucket="bkt", Key="empty/_SUCCESS", Body=b"")
+    s3_env.client().put_object(Bucket="bkt", Key="in/r.csv", Body=b"rule_set_id\n1\n")
+    code, err = invoke(["run", "--rules", rules, "--positions", "s3://bkt/in/r.csv", "--out",
+                        "s3://bkt/out"], tmp_path)
+    assert code == 1, err
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert list(keys(s3_env)) == ["empty/_SUCCESS", "in/r.csv"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_csv_on_s3_names_the_object_row_and_line(s3_env, tmp_path: Path) -> None:
+    s3_env.client().put_object(Bucket="bkt", Key="r.csv", Body=b"rule_set_id,moves\n1,2\n")
+    s3_env.client().put_object(Bucket="bkt", Key="p.csv",
+                               Body=b'rule_set_id,heaps\n1,3\n1,"4\n1,5\n')
+    (tmp_path / "p.csv").write_bytes(b'rule_set_id,heaps\n1,3\n1,"4\n1,5\n')
+    code, err = invoke(["run", "--rules", "s3://bkt/r.csv", "--positions", "s3://bkt/p.csv",
+                        "--out", "s3://bkt/out"], tmp_path)
+    assert code == 1, err
+    assert "s3://bkt/p.csv: line 3: a quoted field is never closed" in err
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def config_file(tmp_path: Path, options: dict[str, str], **keys: str) -> Path:
+    path = tmp_path / "config.yaml"
+    lines = [f"{k}: {v}" for k, v in keys.items()] + ["storage_options:"] + [
+        f"  {k}: '{v}'" for k, v in options.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_closed_port_exits_1_at_once_with_one_line(tmp_path: Path) -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    config = config_file(tmp_path, {"aws_endpoint_url": endpoint, "aws_access_key_id": "k",
+                                    "aws_secret_access_key": SECRET},
+                         rules="s3://bkt/r.csv", positions="s3://bkt/p.csv",
+                         out="s3://bkt/out")
+    started = time.monotonic()
+    result = run_cli(["run", "--config", str(config)], tmp_path, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 30
+    assert result.stderr.strip().splitlines() == [
+        f"snim-batch: error: s3://bkt/out: cannot connect to the object store at {endpoint} "
+        "while listing (connection refused)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+@pytest.fixture()
+def black_hole():
+    """A TCP port that accepts connections and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("target", ["rules", "out"])
+def test_an_endpoint_that_never_answers_fails_within_the_configured_timeouts(
+        tmp_path: Path, black_hole: str, target: str) -> None:
+    """timeout 2 s and 1 retry: two attempts of 2 s, then exit 1 (bound well under 20 s)."""
+    sample = ROOT / "data" / "sample"
+    where = {"rules": "s3://bkt/r.csv", "positions": str(sample / "positions.csv"),
+             "out": str(tmp_path / "out")}
+    where[target] = "s3://bkt/x"
+    config = config_file(tmp_path, {"aws_endpoint_url": black_hole, "timeout": "2s",
+                                    "connect_timeout": "1s", "max_retries": "1",
+                                    "aws_access_key_id": "k", "aws_secret_access_key": SECRET},
+                         **where)
+    if target == "out":
+        (tmp_path / "config.yaml").write_text((tmp_path / "config.yaml").read_text().replace(
+            "rules: s3://bkt/r.csv", f"rules: {sample / 'rules.csv'}"))
+    started = time.monotonic()
+    result = run_cli(["run", "--config", str(config)], tmp_path, timeout=120)
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert 2 <= took < 20, took
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "did not answer" in lines[0] and black_hole in lines[0], lines
+    assert "s3://bkt/x" in lines[0]
+    assert SECRET not in result.stderr
+
+
+@pytest.mark.slow
+def test_the_default_timeouts_bound_an_endpoint_that_never_answers(
+        tmp_path: Path, black_hole: str) -> None:
+    """No timeout configured: the defaults (30 s a request, 2 retries) end the run with exit 1
+    in about 1.5 min, never a hang."""
+    result_started = time.monotonic()
+    result = run_cli(["run", "--rules", "s3://bkt/r.csv", "--positions", "s3://bkt/p.csv",
+                      "--out", "s3://bkt/out"], tmp_path, env={
+                          "AWS_ENDPOINT_URL": black_hole, "AWS_ACCESS_KEY_ID": "k",
+                          "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1"},
+                     timeout=300)
+    took = time.monotonic() - result_started
+    assert result.returncode == 1, result.stderr
+    assert took < 120, took
+    assert "did not answer" in result.stderr and SECRET not in result.stderr
+
+
+def test_secrets_reach_no_output_log_or_error(s3, tmp_path: Path) -> None:
+    """A secret in storage_options and one in the environment: neither appears in stdout,
+    stderr (--verbose included) or the manifest, on success or failure."""
+    sample = ROOT / "data" / "sample"
+    s3.client().upload_file(str(sample / "rules.csv"), "bkt", "in/rules.csv")
+    s3.client().upload_file(str(sample / "positions.csv"), "bkt", "in/positions.csv")
+    options = {**s3.storage_options(), "aws_session_token": "tok-" + SECRET}
+    config = config_file(tmp_path, options, rules="s3://bkt/in/rules.csv",
+                         positions="s3://bkt/in/positions.csv", out="s3://bkt/out")
+    env = {"AWS_SECRET_ACCESS_KEY": "env-" + SECRET, "AWS_ACCESS_KEY_ID": "testing"}
+    ok = run_cli(["run", "--config", str(config), "--verbose"], tmp_path, env)
+    assert ok.returncode == 0, ok.stderr
+    manifest = keys(s3, "out/manifest.json")["out/manifest.json"].decode()
+    assert json.loads(manifest)["config"]["storage_options"]["aws_secret_access_key"] == \
+        "<hidden>"
+    assert json.loads(manifest)["config"]["storage_options"]["aws_endpoint_url"] == \
+        s3.endpoint
+    bad = config_file(tmp_path, {**options, "aws_endpoint_url":
+                                 f"http://127.0.0.1:{closed_port()}"},
+                      rules="s3://bkt/in/rules.csv", positions="s3://bkt/in/positions.csv",
+                      out="s3://bkt/out2")
+    failed = run_cli(["run", "--config", str(bad), "--verbose"], tmp_path, env)
+    assert failed.returncode == 1
+    for text in (ok.stdout, ok.stderr, manifest, failed.stdout, failed.stderr):
+        assert SECRET not in text and "testing" not in text.replace("/testing", "")
+
+
+# ---- the commit -----------------------------------------------------------------------------
+
+
+def test_rerun_needs_overwrite_which_replaces_and_removes_the_old_files(s3_env,
+                                                                        tmp_path: Path) -> None:
+    sample = ROOT / "data" / "sample"
+    job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv",
+           "--out", "s3://bkt/out"]
+    assert invoke(job, tmp_path)[0] == 0
+    first = keys(s3_env, "out/")
+    code, err = invoke(job, tmp_path)
+    assert code == 1
+    assert "s3://bkt/out: output already exists (pass --overwrite to replace it)" in err
+    assert keys(s3_env, "out/") == first
+    code, err = invoke([*job, "--winning-moves", "--overwrite"], tmp_path)
+    assert code == 0, err
+    manifest = assert_whole(s3_env, "out")
+    assert manifest["config"]["winning_moves"] is True
+    run = manifest["run_id"]
+    assert sorted(k for k in keys(s3_env, "out/") if not k.endswith("/")) == sorted(
+        ["out/manifest.json"] + [f"out/{run}/{n}.parquet" for n in OUTPUTS])
+
+
+def test_a_failed_run_leaves_the_previous_output_as_it_was(s3_env, tmp_path: Path) -> None:
+    sample = ROOT / "data" / "sample"
+    assert invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                   sample / "positions.csv", "--out", "s3://bkt/out"], tmp_path)[0] == 0
+    before = keys(s3_env)
+    (tmp_path / "bad.csv").write_text("rule_set_id,heaps\n1,x\n")
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        tmp_path / "bad.csv", "--out", "s3://bkt/out", "--overwrite",
+                        "--on-bad-rows", "fail"], tmp_path)
+    assert code == 1, err
+    assert keys(s3_env) == before
+
+
+@pytest.mark.parametrize("foreign", ["out/notes.txt", "out/manifest.json"])
+def test_what_is_not_provably_a_snim_batch_output_is_never_replaced(
+        s3_env, tmp_path: Path, foreign: str) -> None:
+    s3_env.client().put_object(Bucket="bkt", Key=foreign, Body=b"{}")
+    sample = ROOT / "data" / "sample"
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--out", "s3://bkt/out", "--overwrite"],
+                       tmp_path)
+    assert code == 1, err
+    assert "s3://bkt/out: exists and is not provably a snim-batch output" in err
+    assert list(keys(s3_env)) == [foreign]
+
+
+def test_leftovers_of_dead_runs_are_removed_after_the_grace(s3_env, tmp_path: Path) -> None:
+    from pipeline.io import remote_commit
+
+    client = s3_env.client()
+    for run in ("20200101T000000Z-aaaaaa", "20200101T000000Z-bbbbbb"):
+        client.put_object(Bucket="bkt", Key=f"out/{run}/verdicts.parquet", Body=b"partial")
+    sample = ROOT / "data" / "sample"
+    job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv",
+           "--out", "s3://bkt/out"]
+    assert invoke(job, tmp_path)[0] == 0  # young leftovers (moto's clock is now): kept
+    assert "out/20200101T000000Z-aaaaaa/verdicts.parquet" in keys(s3_env)
+    remote_commit.LEFTOVER_GRACE, grace = -1, remote_commit.LEFTOVER_GRACE
+    try:
+        assert invoke([*job, "--overwrite"], tmp_path)[0] == 0
+    finally:
+        remote_commit.LEFTOVER_GRACE = grace
+    assert not any("20200101T" in key for key in keys(s3_env))
+    assert_whole(s3_env, "out")
+
+
+@pytest.fixture(scope="module")
+def big_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A job that takes a few seconds: 400k wide positions in Parquet (verdicts of a few MB)."""
+    base = tmp_path_factory.mktemp("big")
+    generate(base, Spec(400_000, 50, 100_000, 6, 0, 5, "wide", "parquet", 3, "int", False, 1))
+    return base / "rules.parquet", base / "positions"
+
+
+def kill_when(args: list[str], where: Path, env: dict[str, str], ready) -> int:
+    """Start the command, call `ready(progress_lines)` until it says to kill, then SIGKILL.
+    Returns the exit status (-9 when killed)."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args, "--verbose"],
+                            cwd=where, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        lines.extend(iter(proc.stderr.readline, ""))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    while proc.poll() is None and not ready(lines):
+        time.sleep(0.01)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    status = proc.wait(timeout=300)
+    reader.join(timeout=10)
+    return status
+
+
+@pytest.mark.slow
+def test_sigkill_at_every_stage_leaves_the_previous_or_the_new_output_whole(
+        s3, tmp_path: Path, big_job: tuple[Path, Path]) -> None:
+    rules, positions = big_job
+    env = s3.env()
+    job = ["run", "--rules", str(rules), "--positions", str(positions), "--out",
+           "s3://bkt/out", "--overwrite"]
+    first = run_cli(job, tmp_path, env)
+    assert first.returncode == 0, first.stderr
+    baseline = assert_whole(s3, "out")
+
+    def data_objects() -> list[str]:
+        return [k for k in names(s3, "out/")
+                if not k.startswith(f"out/{baseline['run_id']}/") and k.endswith(".parquet")]
+
+    moments = {
+        "early": lambda lines: True,
+        "mid-positions": lambda lines: any("tables done" in line for line in lines),
+        "while uploading": lambda lines: len(data_objects()) >= 1,
+        "at the commit": lambda lines: len(data_objects()) >= len(OUTPUTS),
+    }
+    outcomes = {}
+    for name, ready in moments.items():
+        status = kill_when([*job, "--winning-moves"], tmp_path, env, ready)
+        manifest = assert_whole(s3, "out")
+        outcomes[name] = (status, manifest["run_id"] == baseline["run_id"])
+        if manifest["run_id"] == baseline["run_id"]:
+            assert manifest == baseline, name
+        else:
+            assert manifest["config"]["winning_moves"] is True, name
+            baseline = manifest
+    assert outcomes["early"] == (-signal.SIGKILL, True)
+    assert outcomes["mid-positions"] == (-signal.SIGKILL, True)
+    assert outcomes["while uploading"][0] == -signal.SIGKILL
+    after = run_cli(job, tmp_path, env)  # the next run commits over what the kills left
+    assert after.returncode == 0, after.stderr
+    assert_whole(s3, "out")
+
+
+def test_a_racing_commit_loses_with_nothing_written(s3_env, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another run commits between this run's check and its commit: the conditional PUT
+    fails, this run exits 1 and deletes what it uploaded; the other output stays."""
+    from pipeline.io import remote_commit
+
+    sample = ROOT / "data" / "sample"
+    job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv",
+           "--out", "s3://bkt/out"]
+    real_upload = remote_commit._upload
+
+    def upload_then_race(staging: Path, prefix: Location) -> None:
+        real_upload(staging, prefix)
+        monkeypatch.setattr(remote_commit, "_upload", real_upload)
+        assert invoke(job, tmp_path)[0] == 0
+
+    monkeypatch.setattr(remote_commit, "_upload", upload_then_race)
+    code, err = invoke(job, tmp_path)
+    assert code == 1, err
+    assert "another run committed to this output while this run was writing" in err
+    manifest = assert_whole(s3_env, "out")
+    assert {k.split("/")[1] for k in keys(s3_env, "out/") if k.count("/") == 2} == {
+        manifest["run_id"]}
+
+
+# ---- gs:// and az:// ------------------------------------------------------------------------
+
+
+def test_az_without_an_account_is_a_usage_error(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT"):
+        monkeypatch.delenv(name, raising=False)
+    code, err = invoke(["run", "--rules", "az://container/rules.csv", "--positions",
+                        "az://container/p.csv", "--out", "out"], tmp_path)
+    assert code == 2, err
+    assert "az:// needs a storage account" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("url", ["gs://bucket/rules.csv",
+                                 "abfss://c@nosuchacct.dfs.core.windows.net/rules.csv"])
+def test_gs_and_az_without_reachable_credentials_exit_1_in_one_line(
+        tmp_path: Path, url: str) -> None:
+    config = config_file(tmp_path, {"timeout": "2s", "connect_timeout": "1s",
+                                    "max_retries": "0"},
+                         rules=url, positions=url, out=str(tmp_path / "out"))
+    started = time.monotonic()
+    result = run_cli(["run", "--config", str(config)], tmp_path, {
+        "GOOGLE_APPLICATION_CREDENTIALS": "", "AZURE_STORAGE_ACCOUNT_KEY": "a2V5"},
+        timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 60
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"snim-batch: error: {url}: "), lines
+    assert "Traceback" not in result.stderr
+
+
+def test_storage_options_for_each_store() -> None:
+    s3 = Location.parse("s3://b/k", Path("/"))
+    options = object_store.storage_options(s3, {"aws_endpoint_url": "http://h:1",
+                                                "timeout": "5s"})
+    assert options == {"connect_timeout": "5s", "timeout": "5s", "max_retries": "2",
+                       "retry_timeout": "30s", "aws_endpoint_url": "http://h:1",
+                       "aws_allow_http": "true"}
+    az = Location.parse("abfss://c@acct.dfs.core.windows.net/k", Path("/"))
+    assert object_store.storage_options(az)["account_name"] == "acct"
+    assert object_store.storage_options(Location.parse("/x", Path("/"))) == {}
+    assert object_store.polars_options(object_store.bound(s3))["max_retries"] == 2
+
+
+def test_a_bad_duration_is_a_config_error(tmp_path: Path) -> None:
+    location = object_store.bound(Location.parse("s3://b/k", Path("/")), {"timeout": "soon"})
+    with pytest.raises(ConfigError, match=r"storage_options.timeout: not a duration"):
+        object_store.filesystem(location)
+
+
+def test_secret_values_are_redacted_from_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "envsecret123")
+    text = ("GET https://a.blob.core.windows.net/c/x?sv=2020&sig=abc%2Fdef&se=2030 failed "
+            "with key optsecret456 and envsecret123")
+    assert object_store.redacted(text, {"account_key": "optsecret456"}) == (
+        "GET https://a.blob.core.windows.net/c/x?sv=<hidden>&sig=<hidden>&se=<hidden> failed "
+        "with key <hidden> and <hidden>")
+
+
+# ---- CSV from a stream ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [
+    b'a,b\n1,"x\ny"\n2,3\n', b'a,b\r\n1,"x""y"\r\n2,"3', b'\xef\xbb\xbfa,b\n"1\r\n2",3\n',
+    b'a,b\n1,2\n3,"4\n5,6\n', b'a,b\n1,"2""\n', b'a,b\n' + b'1,2\r\n' * 7,
+    b'a,b\n1,\xff\n', b'a,b\n1,2\x00\n',
+])
+@pytest.mark.parametrize("part", [1, 2, 3, 5, 1 << 24])
+def test_the_streamed_scan_equals_the_scan_of_the_whole_file(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bytes,
+        part: int) -> None:
+    """Whatever part boundaries cut (a '""', a CRLF, a BOM), the scan of an object read in
+    parts finds what the scan of the file on disk finds."""
+    (tmp_path / "f.csv").write_bytes(text)
+    s3_env.client().put_object(Bucket="bkt", Key="f.csv", Body=text)
+    monkeypatch.setattr(csv_reader, "_PART", part)
+    remote = object_store.bound(Location.parse("s3://bkt/f.csv", Path("/")))
+    assert csv_reader._scan_text(remote) == csv_reader._scan_text(tmp_path / "f.csv")
