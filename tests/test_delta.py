@@ -407,34 +407,34 @@ def test_sigkill_while_the_verdicts_are_written(tmp_path: Path) -> None:
 # ---- object storage -------------------------------------------------------------------------
 
 
-def test_delta_tables_on_s3(tmp_path: Path, s3) -> None:
-    """The commit step on the local S3 server: two nights, then a rerun of the first, from
-    runs staged as a Parquet run stages them; history and time travel through the same
-    storage options."""
-    options = s3.storage_options()
-    root = delta.TableRoot("s3://bkt/warehouse/snim", options)
-    staged = []
-    for seed in (1, 2, 3):
-        positions = random_positions(seed, 60)
-        result = run_job(config_from_dict({
-            "rules": str(write_rules(tmp_path / "rules.csv")),
-            "positions": str(write_positions(tmp_path / f"p{seed}.csv", positions)),
-            "out": str(tmp_path / f"staged{seed}")}))
-        staged.append((result, positions))
-    for (result, _), night in zip(staged, (NIGHT_1, NIGHT_2, NIGHT_1), strict=True):
-        delta.check_root(root)
-        delta.publish(root, result.out, result.manifest, night)
+def test_delta_tables_on_s3(tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --format delta --out s3://...` against the local S3 server, credentials and
+    endpoint from the standard AWS variables: two nights, then a rerun of the first; the
+    rows, versions, time travel and `history` read back through the same server."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
     uri = "s3://bkt/warehouse/snim"
+    rules = write_rules(tmp_path / "rules.csv")
+    nights = ((1, NIGHT_1), (2, NIGHT_2), (3, NIGHT_1))
+    for seed, night in nights:
+        positions = write_positions(tmp_path / f"p{seed}.csv", random_positions(seed, 60))
+        code, err = invoke(["run", "--rules", rules, "--positions", positions, "--out", uri,
+                            "--format", "delta", "--run-date", night.isoformat()], tmp_path)
+        assert code == 0, err
+    options = s3.storage_options()
     verdicts = pl.read_delta(f"{uri}/verdicts", storage_options=options)
-    for night, positions in ((NIGHT_1, staged[2][1]), (NIGHT_2, staged[1][1])):
+    for seed, night in nights[1:]:
         assert_frame_equal(verdict_rows(verdicts.filter(pl.col("run_date") == night)),
-                           expected_verdicts(positions))
+                           expected_verdicts(random_positions(seed, 60)))
     first = pl.read_delta(f"{uri}/verdicts", version=0, storage_options=options)
-    assert_frame_equal(verdict_rows(first), expected_verdicts(staged[0][1]))
-    history = delta.run_history(root)
-    assert history.select("run_id", "version", "live").rows() == [
-        (staged[0][0].manifest["run_id"], 0, False), (staged[1][0].manifest["run_id"], 1, True),
-        (staged[2][0].manifest["run_id"], 3, True)]
+    assert_frame_equal(verdict_rows(first), expected_verdicts(random_positions(1, 60)))
+    assert {name: DeltaTable(f"{uri}/{name}", storage_options=options).version()
+            for name in TABLES} == {**dict.fromkeys(TABLES[:4], 2), "runs": 3}
+    code, err = invoke(["history", uri], tmp_path)
+    assert code == 0, err
+    history = delta.run_history(delta.table_root(uri))
+    assert history.select("run_date", "version", "live").rows() == [
+        ("2026-11-01", 0, False), ("2026-11-02", 1, True), ("2026-11-01", 3, True)]
     keys = {o["Key"] for o in s3.client().list_objects_v2(Bucket="bkt")["Contents"]}
     assert {k.split("/")[2] for k in keys} == set(TABLES)
 

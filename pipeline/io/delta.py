@@ -73,6 +73,14 @@ class TableRoot:
     def table(self, name: str) -> str:
         return f"{self.uri.rstrip('/')}/{name}"
 
+    @property
+    def polars_options(self) -> dict[str, Any] | None:
+        """The same options as polars takes them (max_retries an integer)."""
+        if self.storage_options is None:
+            return None
+        return {key: int(value) if key == "max_retries" else value
+                for key, value in self.storage_options.items()}
+
     def exists(self, name: str) -> bool:
         return DeltaTable.is_deltatable(self.table(name), self.storage_options)
 
@@ -371,7 +379,7 @@ def _retract_night(root: TableRoot, run_date: date, run_id: str) -> None:
     if not root.exists(RUNS):
         return
     runs = root.open(RUNS)
-    night = pl.scan_delta(root.table(RUNS), storage_options=root.storage_options).filter(
+    night = pl.scan_delta(root.table(RUNS), storage_options=root.polars_options).filter(
         pl.col(PARTITION) == run_date).select("run_id").collect()
     if night.is_empty():
         return
@@ -451,12 +459,12 @@ def is_table_root(uri: str, storage_options: dict[str, str] | None = None) -> bo
 def read_runs(root: TableRoot) -> pl.DataFrame:
     """The runs table as it is now: one row per night, the run whose rows are live."""
     require_root(root)
-    return pl.read_delta(root.table(RUNS), storage_options=root.storage_options
+    return pl.read_delta(root.table(RUNS), storage_options=root.polars_options
                          ).sort(PARTITION)
 
 
 def scan_table(root: TableRoot, name: str) -> pl.LazyFrame:
-    return pl.scan_delta(root.table(name), storage_options=root.storage_options)
+    return pl.scan_delta(root.table(name), storage_options=root.polars_options)
 
 
 def run_history(root: TableRoot) -> pl.DataFrame:
