@@ -206,6 +206,38 @@ def test_a_failed_run_leaves_every_table_as_it_was(tmp_path: Path) -> None:
     assert versions(root) == before
 
 
+def test_a_run_failing_between_commits_puts_every_table_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rerun whose third table commit fails (the store refuses it) restores the two tables
+    it committed, and the night it took out of the runs table: every table then holds the
+    rows of its version before the run."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
+    before = versions(root)
+    rows_before = {t: pl.read_delta(str(root / t)) for t in TABLES}
+    real_commit, calls = delta._commit, []
+
+    def refused_third(*args, **kwargs):
+        calls.append(args[1].name)
+        if len(calls) == 3:
+            raise delta.OutputError(f"{root}/summary: cannot commit the run's rows (refused)")
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(delta, "_commit", refused_third)
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                        write_positions(tmp_path / "p2.csv", random_positions(2, 30)),
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
+                       tmp_path)
+    assert code == 1, err
+    assert "every table was put back to its rows before the run" in err
+    assert calls == ["verdicts", "rejects", "summary"]
+    assert versions(root) == {**before, "verdicts": before["verdicts"] + 2,
+                              "rejects": before["rejects"] + 2, "runs": before["runs"] + 2}
+    for table in TABLES:
+        assert_frame_equal(pl.read_delta(str(root / table)), rows_before[table],
+                           check_row_order=False)
+
+
 # ---- the command line -----------------------------------------------------------------------
 
 

@@ -198,15 +198,43 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
     written = [_write_files(root, plan, run_id, run_date) for plan in plans]
     versions: dict[str, int] = {}
     with interrupts_held():
-        _retract_night(root, run_date, run_id)
-        for plan, actions in zip(plans, written, strict=True):
-            versions[plan.name] = _commit(root, plan, actions, run_date, described)
-        runs = _plan_frame(root, RUNS, run_row(manifest, run_date, versions))
-        versions[RUNS] = _commit(root, runs, _write_files(root, runs, run_id, run_date),
-                                 run_date, {**described, "versions": dict(versions)})
+        previous = {name: root.open(name).version() if root.exists(name) else None
+                    for name in (*DATA_TABLES, RUNS)}
+        try:
+            _retract_night(root, run_date, run_id)
+            for plan, actions in zip(plans, written, strict=True):
+                versions[plan.name] = _commit(root, plan, actions, run_date, described)
+            runs = _plan_frame(root, RUNS, run_row(manifest, run_date, versions))
+            versions[RUNS] = _commit(root, runs, _write_files(root, runs, run_id, run_date),
+                                     run_date, {**described, "versions": dict(versions)})
+        except OutputError as exc:
+            raise OutputError(f"{exc}; {_roll_back(root, previous, run_id)}") from None
     log.info("committed run %s as night %s to %s (versions %s)", run_id, run_date, root.uri,
              versions)
     return versions
+
+
+def _roll_back(root: TableRoot, previous: dict[str, int | None], run_id: str) -> str:
+    """After a failed commit, put every table the run committed to back to the rows of its
+    version before the run (a restore commit; a table the run created is emptied); says how
+    that went, for the error message."""
+    properties = CommitProperties(custom_metadata={METADATA_KEY: {"rolled_back": run_id}})
+    failed = []
+    for name, version in previous.items():
+        try:
+            if not root.exists(name):
+                continue
+            table = root.open(name)
+            if version is None:
+                table.delete(commit_properties=properties)
+            elif table.version() != version:
+                table.restore(version, commit_properties=properties)
+        except (DeltaError, OSError) as exc:
+            failed.append(f"{name} ({first_line(exc)})")
+    if failed:
+        return ("these tables could not be put back and may hold part of the run: "
+                + ", ".join(failed))
+    return "every table was put back to its rows before the run"
 
 
 def _expected_rows(manifest: dict[str, Any]) -> dict[str, int]:
