@@ -15,6 +15,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 from conftest import invoke, wins, write_csv
@@ -131,6 +132,15 @@ def test_two_nights_then_a_rerun_replaces_exactly_its_night(tmp_path: Path) -> N
     assert_frame_equal(verdict_rows(old), expected_verdicts(first))
     old_rejects = night_rows(root, "rejects", NIGHT_1, version=0)
     assert old_rejects.height == 2 and set(old_rejects["column"]) == {"heaps"}
+    # the README's DuckDB query, through deltalake's dataset (duckdb's delta extension is a
+    # download): the same first-version rows
+    old_dataset = DeltaTable(str(root / "verdicts"), version=0).to_pyarrow_dataset()
+    connection = duckdb.connect()
+    connection.register("old_dataset", old_dataset)
+    via_duckdb = connection.execute(
+        "SELECT rule_set_id, position_id, verdict FROM old_dataset "
+        "WHERE run_date = DATE '2026-11-01' ORDER BY ALL").pl()
+    assert_frame_equal(via_duckdb, expected_verdicts(first))
     old_runs = pl.read_delta(str(root / "runs"), version=1).sort("run_date")
     assert old_runs["run_id"].to_list() == [r1.manifest["run_id"], r2.manifest["run_id"]]
     assert old_runs["positions_rows_rejected"].to_list() == [2, 0]
