@@ -495,6 +495,41 @@ def scan_table(root: TableRoot, name: str) -> pl.LazyFrame:
     return pl.scan_delta(root.table(name), storage_options=root.polars_options)
 
 
+def latest_night(root: TableRoot) -> dict[str, Any]:
+    """What `report` shows of a table root: `manifest` (the latest night's run, rebuilt from
+    its runs row), that night's `summary`, `sg_tables` and `rejects` rows, the `runs` table
+    and `summaries` (rule_set_id and w_rate of every night)."""
+    runs = read_runs(root)
+    if runs.is_empty():
+        raise InputError(f"{root.uri}: the runs table lists no run yet")
+    run = runs.row(-1, named=True)
+    night = run[PARTITION]
+
+    def rows(name: str) -> pl.DataFrame:
+        return scan_table(root, name).filter(pl.col(PARTITION) == night).drop(
+            PARTITION, "run_id").collect()
+
+    manifest = {
+        **{key: run[key] for key in ("run_id", "status", "exit_code", "engine")},
+        "run_date": night.isoformat(),
+        "started_at": run["started_at"].isoformat(),
+        "finished_at": run["finished_at"].isoformat(),
+        "counts": {
+            "rules": {"rows_read": run["rules_rows_read"],
+                      "rows_accepted": run["rules_rows_read"] - run["rules_rows_rejected"],
+                      "rows_rejected": run["rules_rows_rejected"]},
+            "positions": {"rows_read": run["positions_rows_read"],
+                          "rows_evaluated": run["positions_rows_evaluated"],
+                          "rows_rejected": run["positions_rows_rejected"],
+                          "verdicts": run["verdicts"], "W": run["W"], "L": run["L"]}},
+        **{key: json.loads(run[field]) for key, field in (
+            ("inputs", "input_files"), ("config", "config"), ("versions", "versions"),
+            ("timings_s", "timings_s"))}}
+    summaries = scan_table(root, "summary").select(PARTITION, "rule_set_id", "w_rate").collect()
+    return {"manifest": manifest, "summary": rows("summary"), "sg_tables": rows("sg_tables"),
+            "rejects": rows("rejects"), "runs": runs, "summaries": summaries}
+
+
 def run_history(root: TableRoot) -> pl.DataFrame:
     """Every run ever committed to the runs table, oldest first, from its commit log: run
     date, run id, the runs table's version that committed it, status, counts, W rate, the
