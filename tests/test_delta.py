@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -246,6 +247,31 @@ def test_a_run_failing_between_commits_puts_every_table_back(
     for table in TABLES:
         assert_frame_equal(pl.read_delta(str(root / table)), rows_before[table],
                            check_row_order=False)
+
+
+def test_report_of_a_table_root_shows_the_latest_night_and_every_night(
+        tmp_path: Path) -> None:
+    root = tmp_path / "tables"
+    first, second = random_positions(1, 40), random_positions(2, 30)
+    run_night(tmp_path, root, first, NIGHT_1)
+    latest = run_night(tmp_path, root, second, NIGHT_2).manifest["run_id"]
+    code, err = invoke(["report", root], tmp_path)
+    assert code == 0, err
+    page = (root / "report.html").read_text()
+    assert f"snim-batch run <code>{latest}</code>" in page
+    assert "for the night <b>2026-11-02</b>" in page and "Across nights" in page
+    assert "2026-11-01 w_rate" in page and "2026-11-02 w_rate" in page
+    rates = {n: {rid: sum(v == "W" for r, _, v in rows if r == rid) / sum(r == rid for r, _, _
+                                                                        in rows)
+                 for rid in {r for r, _, _ in rows}}
+             for n, rows in ((1, expected_verdicts(first).rows()),
+                             (2, expected_verdicts(second).rows()))}
+    spread = {rid: abs(rates[1][rid] - rates[2][rid]) for rid in rates[1].keys() & rates[2]}
+    top = max(sorted(spread), key=lambda rid: spread[rid])
+    row = re.search(r"<tr><td>(\d+)</td><td>([\d.]+)%</td><td>([\d.]+)%</td>", page)
+    assert row is not None and int(row.group(1)) == top
+    assert float(row.group(2)) == pytest.approx(100 * rates[1][top], abs=0.05)
+    assert float(row.group(3)) == pytest.approx(100 * rates[2][top], abs=0.05)
 
 
 # ---- the command line -----------------------------------------------------------------------
