@@ -53,7 +53,7 @@ DATA_TABLES = ("verdicts", "rejects", "summary", "sg_tables")
 RUNS = "runs"
 PARTITION = "run_date"
 METADATA_KEY = "snim_batch"  # the commit-info key under which a run's commits describe it
-_BATCH_ROWS = 1 << 20  # rows read from the staged files at a time, and a row group
+_BATCH_ROWS = 1 << 20  # at most this many rows in a batch, and in a row group
 _FILE_ROWS = 1 << 24  # rows per data file (about 50 MB of verdicts)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -301,14 +301,25 @@ def _batches(plan: _Plan, run_id: str) -> Iterator[pa.RecordBatch]:
     """The staged rows as the table's columns (run_date aside: it is the partition), one
     batch at a time: run_id added, a column the run lacks as nulls."""
     columns = [f for f in plan.schema if f.name != PARTITION]
-    for batch in plan.staged.to_batches(batch_size=_BATCH_ROWS, batch_readahead=1,
-                                        fragment_readahead=1):
+    for batch in _staged_batches(plan.staged):
         n = batch.num_rows
         yield pa.RecordBatch.from_arrays(
             [pa.repeat(pa.scalar(run_id, pa.string()), n) if f.name == "run_id"
              else batch.column(f.name).cast(f.type) if f.name in batch.schema.names
              else pa.nulls(n, f.type)
              for f in columns], schema=pa.schema(columns))
+
+
+def _staged_batches(staged: ds.Dataset) -> Iterator[pa.RecordBatch]:
+    """The staged rows one row group at a time: a dataset scanner reads ahead of a consumer
+    slower than it (the Parquet writer) and held 400 MB more at 10M verdicts."""
+    if not isinstance(staged, ds.FileSystemDataset):
+        yield from staged.to_batches()
+        return
+    for path in staged.files:
+        with pq.ParquetFile(path) as staged_file:
+            for group in range(staged_file.num_row_groups):
+                yield from staged_file.read_row_group(group).to_batches(_BATCH_ROWS)
 
 
 class _FileStats:
