@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from datetime import date
 from pathlib import Path
 
@@ -446,30 +445,39 @@ def test_sigkill_between_commits_never_lists_a_run_whose_rows_are_missing(
             assert len(listed) == 1 and listed != [previous.manifest["run_id"]]
 
 
-@pytest.mark.slow
-def test_sigkill_while_the_verdicts_are_written(tmp_path: Path) -> None:
-    """Killed once the verdicts' first data file of the night exists, before its commit: the
-    tables stay at the first night's versions, consistent."""
+# The real run, killed by itself once the data files of the first table are written.
+KILLED_AFTER_FILES = r"""
+import os, signal, sys
+from pipeline.io import delta
+
+real = delta._write_files
+def write_then_die(*args, **kwargs):
+    real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+delta._write_files = write_then_die
+sys.argv = ["snim-batch", *sys.argv[1:]]
+from pipeline.cli import main
+main()
+"""
+
+
+def test_sigkill_once_the_data_files_are_written(tmp_path: Path) -> None:
+    """Killed with the verdicts' data files of the night on disk, before any commit: the
+    tables stay at the first night's versions and rows; the files are in no table."""
     root = tmp_path / "tables"
     run_night(tmp_path, root, random_positions(1, 50), NIGHT_1)
     before = versions(root)
-    n = 3_000_000
-    rules = write_rules(tmp_path / "rules.csv")
-    positions = tmp_path / "big.parquet"
-    pl.DataFrame({"rule_set_id": [1, 2, 3, 4] * (n // 4), "position_id": range(n),
-                  "heaps": [[3, 7]] * n}).write_parquet(positions)
+    positions = write_positions(tmp_path / "p2.csv", random_positions(2, 50))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--rules", rules,
-                             "--positions", positions, "--out", root, "--format", "delta",
-                             "--run-date", "2026-11-02"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    night = root / "verdicts" / "run_date=2026-11-02"
-    while proc.poll() is None and not (night.is_dir() and any(night.iterdir())):
-        time.sleep(0.001)  # polls for the event; no assumption about the machine's speed
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(timeout=60) == -signal.SIGKILL
+    proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_FILES, "run", "--rules",
+                           tmp_path / "rules.csv", "--positions", positions, "--out", root,
+                           "--format", "delta", "--run-date", "2026-11-02"],
+                          env=env, capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    assert any((root / "verdicts" / "run_date=2026-11-02").iterdir())
     assert versions(root) == before
     assert_consistent(root)
+    assert set(pl.read_delta(str(root / "verdicts"))["run_date"]) == {NIGHT_1}
 
 
 # ---- object storage -------------------------------------------------------------------------
