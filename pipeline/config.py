@@ -353,15 +353,15 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     t = cfg.tables
     if not 1 <= t.max_table_len <= MAX_TABLE_LEN:
         raise ConfigError(f"{source}: key 'tables.max_table_len' must be between 1 and "
-                          f"{MAX_TABLE_LEN}, got {t.max_table_len}")
+                          f"{MAX_TABLE_LEN}, got {shown(t.max_table_len)}")
     if t.max_total_values < 1:
         raise ConfigError(f"{source}: key 'tables.max_total_values' must be >= 1, "
-                          f"got {t.max_total_values}")
+                          f"got {shown(t.max_total_values)}")
     for key in ("max_rule_ops", "max_run_ops"):
         if getattr(t, key) < 1:
             raise ConfigError(f"{source}: key 'tables.{key}' must be >= 1, "
-                              f"got {getattr(t, key)}")
+                              f"got {shown(getattr(t, key))}")
     if t.period_probe_ops < 0:
         raise ConfigError(f"{source}: key 'tables.period_probe_ops' must be >= 0, "
-                          f"got {t.period_probe_ops}")
+                          f"got {shown(t.period_probe_ops)}")
     return cfg
