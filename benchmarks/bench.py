@@ -129,6 +129,7 @@ class Proc:
     stdout: str
     stderr: str
     values: dict[str, str] = field(default_factory=dict)  # key=value tokens printed by it
+    cpu_s: float = 0.0  # user + system time of the child
 
     def num(self, key: str) -> float | None:
         v = self.values.get(key)
@@ -149,10 +150,12 @@ def _short(argv: list[str]) -> str:
 
 
 def measure(name: str, argv: list[str], *, stdin: Path | None = None,
-            stdout: Path | None = None, cwd: Path = ROOT, code: Path | None = None) -> Proc:
+            stdout: Path | None = None, cwd: Path = ROOT, code: Path | None = None,
+            env: dict[str, str] | None = None) -> Proc:
     """Run argv as a child; wall time (perf_counter) and peak RSS (wait4); exit code checked.
-    `code` is a checkout whose `pipeline` the child imports instead (PYTHONPATH)."""
-    env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
+    `code` is a checkout whose `pipeline` the child imports instead (PYTHONPATH); `env` is
+    added to the environment."""
+    env = {**os.environ, **(env or {}), **({"PYTHONPATH": str(code)} if code else {})}
     LOGS.mkdir(parents=True, exist_ok=True)
     out_path = stdout or LOGS / f"{name}.stdout"
     err_path = LOGS / f"{name}.stderr"
@@ -188,15 +191,17 @@ def measure(name: str, argv: list[str], *, stdin: Path | None = None,
         if "=" in tok:
             k, _, v = tok.partition("=")
             values[k] = v
-    log(f"{name}: {wall:.2f}s wall, peak RSS {usage.ru_maxrss / 1024:.0f} MiB")
-    return Proc(name, argv, wall, usage.ru_maxrss * 1024, out_text, err_text, values)
+    cpu = usage.ru_utime + usage.ru_stime
+    log(f"{name}: {wall:.2f}s wall, {cpu:.2f}s CPU, peak RSS {usage.ru_maxrss / 1024:.0f} MiB")
+    return Proc(name, argv, wall, usage.ru_maxrss * 1024, out_text, err_text, values, cpu)
 
 
-def helper(*args: str) -> str:
+def helper(*args: str, env: dict[str, str] | None = None) -> str:
     """Run benchmarks/helpers.py (not measured); its stdout; exit code checked."""
     argv = [str(PY), str(BENCH / "helpers.py"), *args]
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+        res = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT,
+                             env={**os.environ, **env} if env else None)
     except OSError as exc:
         raise BenchError(f"cannot start {argv[0]}: {exc.strerror}") from None
     if res.returncode != 0:
@@ -372,7 +377,7 @@ def best(runs: list[Proc]) -> Proc:
     """The fastest of repeated runs, with the highest peak RSS of them all."""
     b = min(runs, key=lambda p: p.wall_s)
     return Proc(b.name, b.argv, b.wall_s, max(p.maxrss for p in runs), b.stdout, b.stderr,
-                b.values)
+                b.values, b.cpu_s)
 
 
 # --------------------------------------------------------------------------- make bench
@@ -434,7 +439,7 @@ def goal(value: float | None, limit: float) -> str:
     return "met" if value <= limit else "**not met**"
 
 
-def bench(repeat: int, before: Path | None = None) -> None:
+def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M) -> None:
     env = environment()
     refs = compile_references()
     data = {ds.name: ensure_dataset(ds) for _, ds in MATRIX}
@@ -511,6 +516,7 @@ def bench(repeat: int, before: Path | None = None) -> None:
                     + helper("same-bytes", str(sg_ours_bin), str(sg_ref_bin)))
     checks["solve"] = "output " + helper("same-bytes", str(solve_ours_txt), str(solve_ref_txt))
     log("all outputs verified")
+    s3_section = bench_s3(s3_positions, cwd)
 
     r = {k: best(v) for k, v in runs.items()}
     lines = ["# snim-batch benchmarks", "", *env,
@@ -600,6 +606,7 @@ def bench(repeat: int, before: Path | None = None) -> None:
         f"{mib(r['startup'].maxrss, floor)} MiB peak RSS; every `ours` process pays it, the C "
         "references do not.",
         "",
+        *s3_section,
         "## Checks", "",
         f"- `{base.name}`: {checks['plan']} (`run`, the polars plan and the floor)",
         *[f"- `{ds.name}`: {checks[ds.name]}" for _, ds in MATRIX[1:]],
@@ -670,12 +677,102 @@ def bench_large() -> None:
     log(f"appended to {RESULTS.relative_to(ROOT)}")
 
 
+# --------------------------------------------------------------------------- object store
+
+
+S3_GOAL = 1.5
+S3_BUCKET = "bench"
+
+
+def s3_dataset(positions: int) -> Dataset:
+    """The integer-id shape of the matrix (`m_int` at 10M positions)."""
+    base = MATRIX[0][1]
+    return base if positions == base.positions else Dataset(f"s3_{positions}", positions, 1,
+                                                            files=1)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system time so far of a running process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_s3(positions: int, cwd: Path) -> list[str]:
+    """`run` reading from and writing to a local S3 server (moto, as in the tests) against the
+    same run on local disk, back to back; the S3 output's verdicts checked against the local
+    ones. Returns the RESULTS.md section."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from s3_server import MotoServer
+
+    ds = s3_dataset(positions)
+    data = ensure_dataset(ds)
+    local_out = RES / f"s3row_local_{ds.name}"
+    url = f"s3://{S3_BUCKET}"
+    server = MotoServer().start()
+    try:
+        env = server.env()
+        log(f"uploading {data.relative_to(ROOT)} to {url}/in on {server.endpoint}")
+        helper("upload", str(data), f"{url}/in", env=env)
+        local = measure(f"s3row_local_{ds.name}",
+                        run_argv(ds, data, local_out, "--no-winning-moves"), cwd=cwd)
+        before = _cpu_seconds(server.proc.pid)
+        remote = measure(f"s3row_s3_{ds.name}", [
+            str(SNIM), "run", "--rules", f"{url}/in/rules.{ds.fmt}", "--positions",
+            f"{url}/in/positions", "--out", f"{url}/out", "--overwrite", "--quiet",
+            "--no-winning-moves"], cwd=cwd, env=env)
+        server_cpu = _cpu_seconds(server.proc.pid) - before
+        fetched = RES / f"s3row_s3_{ds.name}_verdicts.parquet"
+        helper("fetch-verdicts", f"{url}/out", str(fetched), env=env)
+    finally:
+        server.stop()
+    check = helper("same-verdicts", str(local_out / "verdicts.parquet"), str(fetched))
+    wall = remote.wall_s / local.wall_s
+    return [
+        "", "## Object store: S3 in and out against local disk", "",
+        f"Goal: wall ≤ {S3_GOAL}× the same run on local disk.", "",
+        "| data | local wall (s) | local CPU (s) | S3 wall (s) | S3 CPU (s) | moto CPU (s) | "
+        "**wall ratio** | goal | local RSS (MiB) | S3 RSS (MiB) |",
+        "|---|--:|--:|--:|--:|--:|--:|---|--:|--:|",
+        f"| `{ds.name}`: {ds.describe()} | {secs(local.wall_s)} | {secs(local.cpu_s)} | "
+        f"{secs(remote.wall_s)} | {secs(remote.cpu_s)} | {secs(server_cpu)} | "
+        f"{ratio(remote.wall_s, local.wall_s)} | {goal(wall, S3_GOAL)} | "
+        f"{mib(local.maxrss)} | {mib(remote.maxrss)} |",
+        "",
+        f"Both runs: `snim-batch run ... --overwrite --quiet --no-winning-moves`; S3 reads "
+        f"`{url}/in/rules.{ds.fmt}` and the prefix `{url}/in/positions` and commits "
+        f"`{url}/out` (files under `out/RUN_ID/`, then `out/manifest.json`), on a moto server "
+        "(`tests/s3_server.py`) on 127.0.0.1 of the same machine: its CPU time competes with "
+        "the run's for the same cores, which a real object store's does not. "
+        f"Check: {check}.", ""]
+
+
+def s3_only(positions: int) -> None:
+    """Only the object-store row (`bench.py --s3`), appended to RESULTS.md."""
+    RES.mkdir(parents=True, exist_ok=True)
+    cwd = RES / "cwd"
+    cwd.mkdir(exist_ok=True)
+    warm_up()
+    text = "\n".join(["", *environment(), *bench_s3(positions, cwd)])
+    if not RESULTS.exists():
+        RESULTS.write_text("# snim-batch benchmarks\n")
+    with open(RESULTS, "a") as f:
+        f.write(text)
+    print(text)
+    log(f"appended to {RESULTS.relative_to(ROOT)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--large", action="store_true",
                     help="run the 200M-heap job instead (make bench-large)")
     ap.add_argument("--prepare", action="store_true",
                     help="only generate the inputs (of --large, with it) and stop")
+    ap.add_argument("--s3", action="store_true",
+                    help="run only the object-store row (S3 in and out on a local moto "
+                         "server against local disk)")
+    ap.add_argument("--s3-positions", type=int, default=TEN_M, metavar="N",
+                    help="positions of the object-store row (default 10M; smaller on a busy "
+                         "machine)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="measure every program N times (best wall time is reported)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT",
@@ -691,8 +788,11 @@ def main() -> int:
     try:
         if args.prepare:
             prepare(args.large)
+        elif args.s3:
+            s3_only(args.s3_positions)
         else:
-            bench_large() if args.large else bench(args.repeat, args.before)
+            bench_large() if args.large else bench(args.repeat, args.before,
+                                                   args.s3_positions)
     except BenchError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1

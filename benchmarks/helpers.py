@@ -21,6 +21,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -120,6 +122,39 @@ def same_verdicts(a: Path, b: Path, floor: Path | None) -> None:
     print(said)
 
 
+def _s3(url: str):
+    """A pyarrow S3 file system from the AWS_* environment, and `url` as bucket/key."""
+    import os
+
+    from pyarrow import fs
+
+    store = fs.S3FileSystem(endpoint_override=os.environ.get("AWS_ENDPOINT_URL"),
+                            region=os.environ.get("AWS_REGION"), allow_bucket_creation=True)
+    return store, url.removeprefix("s3://").rstrip("/")
+
+
+def upload(directory: Path, url: str) -> None:
+    """Every file below `directory` to the same relative key below `url` (bucket created)."""
+    store, prefix = _s3(url)
+    store.create_dir(prefix.split("/", 1)[0])
+    files = [p for p in sorted(directory.rglob("*")) if p.is_file()]
+    for path in files:
+        with path.open("rb") as src, store.open_output_stream(
+                f"{prefix}/{path.relative_to(directory).as_posix()}") as out:
+            shutil.copyfileobj(src, out, 1 << 23)
+    print(f"uploaded {len(files)} files")
+
+
+def fetch_verdicts(url: str, target: Path) -> None:
+    """The verdicts.parquet a committed object-store output's manifest lists, to `target`."""
+    store, prefix = _s3(url)
+    with store.open_input_stream(f"{prefix}/manifest.json") as fh:
+        manifest = json.loads(fh.read())
+    entry = next(e for e in manifest["outputs"] if e["name"] == "verdicts.parquet")
+    with store.open_input_stream(f"{prefix}/{entry['path']}") as src, target.open("wb") as out:
+        shutil.copyfileobj(src, out, 1 << 23)
+
+
 def same_bytes(a: Path, b: Path) -> None:
     x, y = a.read_bytes(), b.read_bytes()
     if x != y:
@@ -154,6 +189,12 @@ def main() -> None:
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
     p.add_argument("floor", type=Path, nargs="?")
+    p = sub.add_parser("upload")
+    p.add_argument("dir", type=Path)
+    p.add_argument("url")
+    p = sub.add_parser("fetch-verdicts")
+    p.add_argument("url")
+    p.add_argument("target", type=Path)
     p = sub.add_parser("same-bytes")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
@@ -168,6 +209,10 @@ def main() -> None:
         same_nim_sums(a.verdicts, a.plan, a.floor, a.n)
     elif a.cmd == "same-verdicts":
         same_verdicts(a.a, a.b, a.floor)
+    elif a.cmd == "upload":
+        upload(a.dir, a.url)
+    elif a.cmd == "fetch-verdicts":
+        fetch_verdicts(a.url, a.target)
     else:
         same_bytes(a.a, a.b)
 

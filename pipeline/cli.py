@@ -431,7 +431,7 @@ def convert(
 
 @app.command()
 def report(
-    out_dir: Annotated[Path, typer.Argument(help="A run's output directory.")],
+    out_dir: Annotated[str, typer.Argument(help="A run's output directory.")],
     html_file: Annotated[Path | None, typer.Option(
         "--html", help="Where to write the page (default: OUT_DIR/report.html).")] = None,
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import InputError, OutputError, UsageError, cut
+from pipeline.io.locations import Location
 from pipeline.io.manifest import add_output_file, read_manifest
 
 _CSS = """
@@ -225,11 +226,16 @@ def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl
 """
 
 
-def write_report(out_dir: Path, target: Path | None = None) -> Path:
-    """Render the run in `out_dir` (or the latest night of a Delta table root) to `target`
-    (default OUT_DIR/report.html). A page written
-    into the output directory is listed in its manifest, so that the directory stays provably
-    a snim-batch output (a later --overwrite replaces it with the rest)."""
+def write_report(out: str | Path, target: Path | None = None) -> Path:
+    """Render the run in the local directory `out` (or the latest night of a local Delta
+    table root) to `target` (default OUT/report.html). A page written into a run's output
+    directory is listed in its manifest, so that the directory stays provably a snim-batch
+    output (a later --overwrite replaces it with the rest)."""
+    location = Location.parse(str(out), Path.cwd())
+    if location.is_remote or location.path is None:
+        raise UsageError(f"{location}: report reads a local output directory; copy the "
+                         "output's manifest.json and the files it lists first")
+    out_dir = location.path if "://" in str(out) else Path(out)  # as given, for messages
     table_root = (out_dir / "runs" / "_delta_log").is_dir()
     page = _delta_page(out_dir) if table_root else _run_page(out_dir)
     target = target or out_dir / "report.html"

@@ -30,7 +30,8 @@ def free_port() -> int:
 class MotoServer:
     """One moto S3 server; `env()` and `storage_options()` are how a client reaches it."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.extra_env = env or {}  # e.g. INITIAL_NO_AUTH_ACTION_COUNT=0: check credentials
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -39,7 +40,8 @@ class MotoServer:
     def start(self, timeout: float = 60.0) -> MotoServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True,
+            env={**os.environ, **self.extra_env})
         deadline = time.monotonic() + timeout
         delay = 0.02
         while not self._ready():

@@ -54,6 +54,13 @@ def keys(server, prefix: str = "") -> dict[str, bytes]:
             for o in found}
 
 
+def listed_files(entry: dict) -> list[tuple[str, int]]:
+    """(path under OUT, size) of each file a manifest output entry lists."""
+    if entry["type"] == "directory":
+        return [(f"{entry['path']}/{f['name']}", f["size"]) for f in entry["files"]]
+    return [(entry["path"], entry["size"])]
+
+
 def remote_outputs(server, out_key: str) -> dict[str, pl.DataFrame]:
     """The four tables of a committed S3 output, found through its manifest only."""
     objects = keys(server, out_key + "/")
@@ -62,7 +69,8 @@ def remote_outputs(server, out_key: str) -> dict[str, pl.DataFrame]:
     for entry in manifest["outputs"]:
         stem = entry["name"].removesuffix(".parquet")
         if stem in OUTPUTS:
-            frames[stem] = pl.read_parquet(io.BytesIO(objects[f"{out_key}/{entry['path']}"]))
+            frames[stem] = pl.concat([pl.read_parquet(io.BytesIO(objects[f"{out_key}/{path}"]))
+                                      for path, _ in listed_files(entry)])
     return frames
 
 
@@ -78,8 +86,8 @@ def assert_whole(server, out_key: str) -> dict:
     for entry in manifest["outputs"]:
         if entry["name"] == "manifest.json":
             continue
-        data = objects[f"{out_key}/{entry['path']}"]
-        assert len(data) == entry["size"], entry
+        for path, size in listed_files(entry):
+            assert len(objects[f"{out_key}/{path}"]) == size, path
     verdicts = remote_outputs(server, out_key)["verdicts"]
     assert verdicts.height == manifest["counts"]["positions"]["verdicts"]
     return manifest
@@ -314,21 +322,23 @@ def test_an_endpoint_that_never_answers_fails_within_the_configured_timeouts(
     assert SECRET not in result.stderr
 
 
-@pytest.mark.slow
-def test_the_default_timeouts_bound_an_endpoint_that_never_answers(
-        tmp_path: Path, black_hole: str) -> None:
-    """No timeout configured: the defaults (30 s a request, 2 retries) end the run with exit 1
-    in about 1.5 min, never a hang."""
-    result_started = time.monotonic()
-    result = run_cli(["run", "--rules", "s3://bkt/r.csv", "--positions", "s3://bkt/p.csv",
-                      "--out", "s3://bkt/out"], tmp_path, env={
-                          "AWS_ENDPOINT_URL": black_hole, "AWS_ACCESS_KEY_ID": "k",
-                          "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1"},
-                     timeout=300)
-    took = time.monotonic() - result_started
-    assert result.returncode == 1, result.stderr
-    assert took < 120, took
-    assert "did not answer" in result.stderr and SECRET not in result.stderr
+def test_with_nothing_configured_the_client_defaults_bound_every_request(
+        tmp_path: Path, black_hole: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No storage_options: the clients still get CLIENT_DEFAULTS, not their libraries' own
+    (which wait on a silent endpoint for ever). The defaults are shrunk here so that the
+    run ends in seconds; at their real values (30 s, 2 retries) it ends in about 1.5 min."""
+    for key, value in {"AWS_ENDPOINT_URL": black_hole, "AWS_ACCESS_KEY_ID": "k",
+                       "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(object_store, "CLIENT_DEFAULTS", {
+        "connect_timeout": "1s", "timeout": "1s", "max_retries": "1", "retry_timeout": "2s"})
+    started = time.monotonic()
+    code, err = invoke(["run", "--rules", "s3://bkt/r.csv", "--positions", "s3://bkt/p.csv",
+                        "--out", "s3://bkt/out"], tmp_path)
+    assert code == 1, err
+    assert time.monotonic() - started < 30
+    assert "did not answer" in err and "(timeout 1s, 1 retries)" in err
+    assert SECRET not in err
 
 
 def test_secrets_reach_no_output_log_or_error(s3, tmp_path: Path) -> None:
@@ -461,6 +471,11 @@ def kill_when(args: list[str], where: Path, env: dict[str, str], ready) -> int:
 @pytest.mark.slow
 def test_sigkill_at_every_stage_leaves_the_previous_or_the_new_output_whole(
         s3, tmp_path: Path, big_job: tuple[Path, Path]) -> None:
+    """Killed before its manifest is in place, a run leaves the previous output whole; killed
+    after, the new one. Each kill waits for a marker: a log line, or the file a run creates
+    where remote_commit's test pause (SNIM_BATCH_TEST_PAUSE) holds it."""
+    from pipeline.io.remote_commit import PAUSE_ENV
+
     rules, positions = big_job
     env = s3.env()
     job = ["run", "--rules", str(rules), "--positions", str(positions), "--out",
@@ -468,30 +483,32 @@ def test_sigkill_at_every_stage_leaves_the_previous_or_the_new_output_whole(
     first = run_cli(job, tmp_path, env)
     assert first.returncode == 0, first.stderr
     baseline = assert_whole(s3, "out")
+    marker = tmp_path / "paused"
 
-    def data_objects() -> list[str]:
-        return [k for k in names(s3, "out/")
-                if not k.startswith(f"out/{baseline['run_id']}/") and k.endswith(".parquet")]
+    def paused(lines: list[str]) -> bool:
+        return marker.exists()
 
-    moments = {
-        "early": lambda lines: True,
-        "mid-positions": lambda lines: any("tables done" in line for line in lines),
-        "while uploading": lambda lines: len(data_objects()) >= 1,
-        "at the commit": lambda lines: len(data_objects()) >= len(OUTPUTS),
-    }
-    outcomes = {}
-    for name, ready in moments.items():
-        status = kill_when([*job, "--winning-moves"], tmp_path, env, ready)
+    moments = [  # (name, pause point or None, ready, the new output committed?)
+        ("early", None, lambda lines: True, False),
+        ("mid-positions", None, lambda lines: any("tables done" in x for x in lines), False),
+        ("while uploading", "uploaded", paused, False),
+        ("before the manifest", "committing", paused, False),
+        ("after the manifest", "committed", paused, True),
+    ]
+    for name, point, ready, committed in moments:
+        marker.unlink(missing_ok=True)
+        pause = {PAUSE_ENV: f"{point}:{marker}"} if point else {}
+        status = kill_when([*job, "--winning-moves"], tmp_path, {**env, **pause}, ready)
+        assert status == -signal.SIGKILL, name
         manifest = assert_whole(s3, "out")
-        outcomes[name] = (status, manifest["run_id"] == baseline["run_id"])
-        if manifest["run_id"] == baseline["run_id"]:
-            assert manifest == baseline, name
-        else:
+        if committed:
+            assert manifest["run_id"] != baseline["run_id"], name
             assert manifest["config"]["winning_moves"] is True, name
-            baseline = manifest
-    assert outcomes["early"] == (-signal.SIGKILL, True)
-    assert outcomes["mid-positions"] == (-signal.SIGKILL, True)
-    assert outcomes["while uploading"][0] == -signal.SIGKILL
+        else:
+            assert manifest == baseline, name
+        if point == "uploaded":
+            assert any(k.endswith(".parquet") and baseline["run_id"] not in k
+                       for k in names(s3, "out/")), "nothing was uploaded before the kill"
     after = run_cli(job, tmp_path, env)  # the next run commits over what the kills left
     assert after.returncode == 0, after.stderr
     assert_whole(s3, "out")
@@ -601,3 +618,119 @@ def test_the_streamed_scan_equals_the_scan_of_the_whole_file(
     monkeypatch.setattr(csv_reader, "_PART", part)
     remote = object_store.bound(Location.parse("s3://bkt/f.csv", Path("/")))
     assert csv_reader._scan_text(remote) == csv_reader._scan_text(tmp_path / "f.csv")
+
+
+def test_the_readme_polars_recipe_reads_the_committed_output(s3, tmp_path: Path) -> None:
+    """The README's way to read an output from its manifest, run as written (the bucket and
+    prefix replaced), with only the standard AWS environment."""
+    readme = (ROOT / "README.md").read_text()
+    recipe = "# polars" + readme.split("```python\n# polars", 1)[1].split("```", 1)[0]
+    recipe = recipe.replace("bucket/verdicts/2026-12-01", "bkt/out")
+    sample = ROOT / "data" / "sample"
+    job = ["run", "--rules", str(sample / "rules.csv"), "--positions",
+           str(sample / "positions.csv"), "--out", "s3://bkt/out"]
+    assert run_cli(job, tmp_path, s3.env()).returncode == 0
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe + "\nverdicts.write_parquet('read.parquet')\n")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env={**os.environ, **s3.env()},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert pl.read_parquet(tmp_path / "read.parquet").equals(
+        remote_outputs(s3, "out")["verdicts"])
+
+
+# ---- the Spark engine -----------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_reads_rules_from_s3_and_commits_to_s3_like_the_polars_engine(
+        s3, tmp_path: Path) -> None:
+    """Rules on S3 are read by the polars reader on the driver; the Spark engine's part-file
+    directories are committed by the manifest. Positions on S3 are refused before a session
+    starts (exit 2), with nothing written."""
+    sample = ROOT / "data" / "sample"
+    s3.client().upload_file(str(sample / "rules.parquet"), "bkt", "in/rules.parquet")
+    s3.client().upload_file(str(sample / "positions.parquet"), "bkt", "in/positions.parquet")
+    job = ["run", "--rules", "s3://bkt/in/rules.parquet", "--positions",
+           str(sample / "positions.parquet")]
+    assert run_cli([*job, "--out", "s3://bkt/polars"], tmp_path, s3.env()).returncode == 0
+    done = run_cli([*job, "--out", "s3://bkt/spark", "--engine", "spark", "--spark-master",
+                    "local[1]"], tmp_path, s3.env())
+    assert done.returncode == 0, done.stderr
+    manifest = assert_whole(s3, "spark")
+    assert [e["type"] for e in manifest["outputs"] if e["name"] == "verdicts.parquet"] == [
+        "directory"]
+    spark, polars = remote_outputs(s3, "spark"), remote_outputs(s3, "polars")
+    for name in OUTPUTS:
+        assert spark[name].equals(polars[name]), name
+    refused = run_cli(["run", "--rules", "s3://bkt/in/rules.parquet", "--positions",
+                       "s3://bkt/in/positions.parquet", "--out", "s3://bkt/spark2",
+                       "--engine", "spark"], tmp_path, s3.env())
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "snim-batch: error: positions input s3://bkt/in/positions.parquet: the Spark engine "
+        "reads positions from a file system its executors share, not from an object store "
+        "(use the polars engine, or copy them)"]
+    assert not names(s3, "spark2")
+
+
+def test_refused_credentials_exit_1_in_one_line_without_the_secret(tmp_path: Path) -> None:
+    """A moto server that checks credentials (no IAM user has this key): exit 1, one line
+    saying access was refused, neither key nor secret shown."""
+    from s3_server import MotoServer
+
+    server = MotoServer({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}).start()
+    try:
+        sample = ROOT / "data" / "sample"
+        started = time.monotonic()
+        result = run_cli(["run", "--rules", "s3://bkt/rules.csv", "--positions",
+                          str(sample / "positions.csv"), "--out", str(tmp_path / "out")],
+                         tmp_path, {**server.env(), "AWS_ACCESS_KEY_ID": "AKIAUNKNOWN0KEY",
+                                    "AWS_SECRET_ACCESS_KEY": SECRET}, timeout=120)
+    finally:
+        server.stop()
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 60
+    assert result.stderr.strip().splitlines() == [
+        "snim-batch: error: s3://bkt/rules.csv: the object store refused access while "
+        "looking it up (check the credentials)"]
+    assert SECRET not in result.stderr and "AKIAUNKNOWN0KEY" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_readme_duckdb_recipe_reads_the_files_the_manifest_lists(s3_env,
+                                                                     tmp_path: Path) -> None:
+    """The README's DuckDB SQL, on a local copy of a committed output (DuckDB's S3 support,
+    httpfs, is an extension downloaded at first use): the same verdicts as the manifest's."""
+    import duckdb
+
+    readme = (ROOT / "README.md").read_text()
+    sql = readme.split("```sql\n", 1)[1].split("```", 1)[0]
+    sample = ROOT / "data" / "sample"
+    assert invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                   sample / "positions.csv", "--out", "s3://bkt/out"], tmp_path)[0] == 0
+    copy = tmp_path / "copy"
+    for key, data in keys(s3_env, "out/").items():
+        (copy / key).parent.mkdir(parents=True, exist_ok=True)
+        (copy / key).write_bytes(data)
+    sql = sql.replace("s3://bucket/verdicts/2026-12-01", str(copy / "out"))
+    with duckdb.connect() as db:
+        *setup, query = [part for part in sql.split(";") if part.strip()]
+        for statement in setup:
+            db.execute(statement)
+        got = db.execute(query).pl()
+    assert got.equals(remote_outputs(s3_env, "out")["verdicts"])
+
+
+@pytest.mark.parametrize("engine", ["polars", "spark"])
+def test_hdfs_is_a_usage_error_naming_the_url(tmp_path: Path, engine: str) -> None:
+    code, err = invoke(["run", "--rules", "hdfs://namenode:8020/in/rules.parquet",
+                        "--positions", "p", "--out", "o", "--engine", engine], tmp_path)
+    assert code == 2, err
+    assert err.strip().splitlines() == [
+        "snim-batch: error: hdfs://namenode:8020/in/rules.parquet: hdfs:// locations are not "
+        "read yet (neither engine uses Hadoop's file systems); copy the data to a local or "
+        "shared path or an object store"]
+    assert list(tmp_path.iterdir()) == []

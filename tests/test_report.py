@@ -178,3 +178,15 @@ def test_a_report_of_1000_rule_sets_reads_well(tmp_path: Path) -> None:
     assert "940 more rows in summary.parquet" in text
     # header and row each: counts (1), three stand-out tables (10 each), list (60), sg (1)
     assert parser.tags.count("tr") == 2 + 3 * 11 + 61 + 2
+
+def test_an_object_store_url_is_a_usage_error_that_writes_nothing(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for url, message in [
+        ("s3://bkt/out", "s3://bkt/out: report reads a local output directory"),
+        ("ftp://h/out", "ftp:// locations are not supported"),
+    ]:
+        result = CliRunner().invoke(app, ["report", url])
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+    assert list(tmp_path.iterdir()) == []

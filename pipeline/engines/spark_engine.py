@@ -88,9 +88,10 @@ from pipeline.engines.spark_tasks import (
     taint_task,
     verdict_task,
 )
-from pipeline.errors import InputError, SnimError, first_line
+from pipeline.errors import InputError, SnimError, UsageError, first_line
 from pipeline.io.failures import storage_failure, writing
 from pipeline.io.inputs import format_of
+from pipeline.io.locations import Location
 from pipeline.io.readers import columns_of
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
@@ -458,6 +459,11 @@ class SparkEngine:
 
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
+        remote = next((p for p in job.paths if isinstance(p, Location)), None)
+        if remote is not None:  # before a session starts: its executors would not find it
+            raise UsageError(f"positions input {remote}: the Spark engine reads positions "
+                             "from a file system its executors share, not from an object "
+                             "store (use the polars engine, or copy them)")
         config = job.config
         spark, owned = session(config.spark.master, dict(config.spark.conf))
         log.info("Spark %s at %s (%s session)", spark.version, spark.sparkContext.master,

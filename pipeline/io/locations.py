@@ -1,7 +1,8 @@
 """What an input or output location names: a local path (or a `file://` URL naming one), or an
 object-store URL: `s3://bucket/key`, `gs://bucket/key`, `az://container/key` (also
-`abfs[s]://container@account.dfs.core.windows.net/key`). `hdfs://` and `s3a://` are Hadoop's
-names, read only by the Spark engine's own connectors. Any other scheme is a usage error."""
+`abfs[s]://container@account.dfs.core.windows.net/key`; `s3a://` is Hadoop's name for S3).
+`hdfs://` is parsed but no reader takes it yet (a usage error where a client is needed). Any
+other scheme is a usage error."""
 
 from __future__ import annotations
 
@@ -18,10 +19,6 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 STORES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az",
           "abfss": "az", "hdfs": "hdfs"}
 """URL scheme -> the store it names (`s3a` is Hadoop's name for S3; `gcs` Google's)."""
-
-
-HADOOP_ONLY = ("hdfs",)
-"""Stores that only Spark's Hadoop connectors read."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +53,8 @@ class Location:
             return cls("file", Path(unquote(url.path)))
         if scheme not in STORES:
             raise UsageError(f"{shown(text)}: {scheme}:// locations are not supported (local "
-                             "paths, file://, s3://, gs://, az:// and abfs[s]:// URLs are; "
-                             "hdfs:// and s3a:// with --engine spark)")
+                             "paths, file://, s3:// (s3a://), gs://, az:// and abfs[s]:// URLs "
+                             "are)")
         return cls.remote(text)
 
     @classmethod

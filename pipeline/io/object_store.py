@@ -17,7 +17,7 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
-from pipeline.errors import ConfigError, InputError, SnimError, cut
+from pipeline.errors import ConfigError, InputError, SnimError, UsageError, cut
 from pipeline.io.locations import Location
 
 CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "30s", "max_retries": "2",
@@ -122,6 +122,10 @@ _CLIENT_ENV = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
 def filesystem(location: Location) -> Any:
     """The pyarrow file system for `location` (its options bound by `Location.options`),
     built once per store, options and provider environment variables."""
+    if location.scheme not in ("s3", "gs", "az"):
+        raise UsageError(f"{location}: {location.scheme}:// locations are not read yet (neither "
+                         "engine uses Hadoop's file systems); copy the data to a local or "
+                         "shared path or an object store")
     environment = tuple(sorted((k, v) for k, v in os.environ.items()
                                if k.startswith(_CLIENT_ENV)))
     return _filesystem(location.scheme, location.account, location.options, environment)
@@ -174,7 +178,7 @@ def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
             client_id=_first(lowered, "azure_client_id", "client_id"),
             client_secret=_first(lowered, "azure_client_secret", "client_secret"),
             tenant_id=_first(lowered, "azure_tenant_id", "tenant_id"))
-    raise ConfigError(f"{scheme}:// is read only by the Spark engine (--engine spark)")
+    raise AssertionError(scheme)  # filesystem() refused it
 
 
 class StoreError(SnimError):
@@ -227,9 +231,10 @@ def store_problem(location: Location, exc: BaseException, doing: str = "reading"
     if "resolve" in low:
         return StoreError(f"{location}: cannot resolve the object store's host{endpoint} "
                           f"while {doing}")
-    if any(word in low for word in ("accessdenied", "access denied", "forbidden", "403",
-                                    "invalidaccesskeyid", "signaturedoesnotmatch",
-                                    "credential", "token request", "authoriz", "account must")):
+    if any(word in low for word in ("accessdenied", "access denied", "access_denied",
+                                    "forbidden", "403", "invalidaccesskeyid",
+                                    "signaturedoesnotmatch", "credential", "token request",
+                                    "authoriz", "account must")):
         return StoreError(f"{location}: the object store refused access while {doing} "
                           "(check the credentials)")
     if "object-store error" in low or "aws error" in low or "google::cloud" in low \

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -135,6 +136,21 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
     return state
 
 
+PAUSE_ENV = "SNIM_BATCH_TEST_PAUSE"
+"""For the kill tests: `POINT:FILE` makes the run create FILE at POINT (`uploaded`: one file
+is up; `committing`: all are, the manifest is not; `committed`: the manifest is, the old
+files are not deleted yet) and wait there (at most PAUSE_LIMIT seconds) to be killed."""
+
+PAUSE_LIMIT = 600
+
+
+def _pause(point: str) -> None:
+    wanted, _, marker = os.environ.get(PAUSE_ENV, "").partition(":")
+    if wanted == point and marker:
+        Path(marker).touch()
+        time.sleep(PAUSE_LIMIT)
+
+
 _UPLOADS = 4  # files uploaded at once
 
 
@@ -151,6 +167,7 @@ def _upload(staging: Path, prefix: Location) -> None:
                 shutil.copyfileobj(source, out, 1 << 23)
         except OSError as exc:
             raise object_store.store_error(target, exc, "writing the output") from None
+        _pause("uploaded")
 
     with ThreadPoolExecutor(_UPLOADS, thread_name_prefix="upload") as pool:
         for done in [pool.submit(put, path) for path in files]:
@@ -264,8 +281,10 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         uploaded = True
         _upload(staging, prefix)
         data = json.dumps(_remote_manifest(manifest, run_id), indent=2, default=str) + "\n"
+        _pause("committing")
         _put_manifest(out, data.encode(), previous.etag)
         committed = True
+        _pause("committed")
         log.info("committed %s%s", out, " (replacing the previous output)"
                  if previous.etag else "")
         replaced = [path.split("/", 1)[0] for path in previous.listed]
