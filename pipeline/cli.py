@@ -72,6 +72,11 @@ class Format(str, Enum):
     csv = "csv"
 
 
+class OutputFormat(str, Enum):
+    parquet = "parquet"
+    delta = "delta"
+
+
 class KeyType(str, Enum):
     int = "int"
     string = "string"
@@ -196,6 +201,13 @@ def run(
     = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
     = None,
+    output_format: Annotated[OutputFormat | None, typer.Option(
+        "--format", case_sensitive=False,
+        help="parquet: one directory per run; delta: --out is a root of Delta tables that "
+             "each run adds its night to.")] = None,
+    run_date: Annotated[str | None, typer.Option(
+        help="The night a --format delta run replaces, YYYY-MM-DD (default: today in UTC).")]
+    = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show details and tracebacks.")]
     = False,
@@ -219,10 +231,13 @@ def run(
             on_bad_rows=on_bad_rows.value if on_bad_rows else None,
             overwrite=overwrite,
             spark=dataclasses.replace(cfg.spark, master=spark_master) if spark_master else None,
+            output=(dataclasses.replace(cfg.output, format=output_format.value)
+                    if output_format else None),
         )
+        night = _run_date(run_date) if run_date is not None else None
         _configure_logging(quiet, verbose)
         progress = _progress_printer(quiet, verbose)
-        result = run_job(cfg, progress, lambda warning: _err(f"warning: {warning}"))
+        result = run_job(cfg, progress, night, lambda warning: _err(f"warning: {warning}"))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose)
     if not quiet:
@@ -231,12 +246,46 @@ def run(
         _say(f"wrote {result.out}: {pos['verdicts']} verdicts (W {pos['W']}, "
              f"L {pos['L']}) from {pos['rows_read']} position rows; rejected "
              f"{pos['rows_rejected']} position rows and {rul['rows_rejected']} rule rows")
+        if "run_date" in result.manifest:
+            _say(f"committed night {result.manifest['run_date']} as run "
+                 f"{result.manifest['run_id']} (runs table version "
+                 f"{result.manifest['table_versions']['runs']})")
         if result.problems:
             _err(f"some rows were rejected (exit 3); first ones, all in "
                  f"{result.rejects}:")
             for problem in result.problems[:5]:
                 _err(f"  {problem}")
     raise typer.Exit(result.exit_code)
+
+
+def _run_date(text: str):
+    from datetime import date
+
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            return date.fromisoformat(text)
+    except ValueError:
+        pass
+    from pipeline.errors import shown
+
+    raise UsageError(f"--run-date: expected a date YYYY-MM-DD, got {shown(text)}")
+
+
+@app.command()
+def history(
+    out_dir: Annotated[str, typer.Argument(help="A Delta table root (run --format delta).")],
+) -> None:
+    """List the runs committed to a Delta table root: night, run id, the runs table's version,
+    status, counts and W rate; a night's earlier runs are marked replaced."""
+    try:
+        from pipeline.config import resolve_location
+        from pipeline.history import history_lines
+
+        lines = history_lines(resolve_location(out_dir, Path.cwd()))
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, False)
+    for line in lines:
+        _say(line)
 
 
 class _PrintableFormatter(logging.Formatter):

@@ -26,6 +26,7 @@ from pipeline.limits import (
 )
 
 ENGINES = ("polars", "spark")
+FORMATS = ("parquet", "delta")
 POLICIES = ("reject", "fail")
 MAX_ALIASED_VALUES = 1000  # values that YAML aliases may add in all (a config needs few, if any)
 MAX_INT_CHARS = 100  # longer integers are refused before Python converts them (quadratic)
@@ -68,6 +69,14 @@ class Spark:
 
 
 @dataclass(frozen=True)
+class Output:
+    """`format`: `parquet` (one directory per run, replaced atomically) or `delta` (--out is a
+    root of Delta tables that every run adds its night to)."""
+
+    format: str = "parquet"
+
+
+@dataclass(frozen=True)
 class Config:
     """A run's settings. `out` is a local Path, or the URL of an object-store output (a
     str); `storage_options` configures object-store clients (`io.object_store`)."""
@@ -82,6 +91,7 @@ class Config:
     columns: Columns = field(default_factory=Columns)
     tables: Tables = field(default_factory=Tables)
     spark: Spark = field(default_factory=Spark)
+    output: Output = field(default_factory=Output)
     storage_options: dict[str, str] = field(default_factory=dict)
 
     def override(self, **changes: Any) -> Config:
@@ -106,6 +116,9 @@ def _check_choices(cfg: Config, where: str) -> None:
     if cfg.on_bad_rows not in POLICIES:
         raise ConfigError(f"{where} 'on_bad_rows' must be one of {', '.join(POLICIES)}, "
                           f"got {shown(cfg.on_bad_rows)}")
+    if cfg.output.format not in FORMATS:
+        raise ConfigError(f"{where} 'output.format' must be one of {', '.join(FORMATS)}, "
+                          f"got {shown(cfg.output.format)}")
 
 
 def _section(cls: type, raw: Any, prefix: str, source: str) -> Any:
@@ -304,7 +317,7 @@ def load_config(path: Path) -> Config:
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = Path(".")) -> Config:
-    sections = {"columns": Columns, "tables": Tables, "spark": Spark}
+    sections = {"columns": Columns, "tables": Tables, "spark": Spark, "output": Output}
     scalars = {"rules": str, "positions": str, "out": str, "engine": str,
                "winning_moves": bool, "on_bad_rows": str, "overwrite": bool,
                "storage_options": dict}
@@ -323,6 +336,8 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     for key in ("engine", "on_bad_rows"):  # choices in any case, as the CLI takes them
         if key in values:
             values[key] = values[key].strip().lower()
+    if "output" in values:
+        values["output"] = Output(values["output"].format.strip().lower())
     for key in ("rules", "positions"):
         values[key] = resolve_location(values[key], base)
     values["out"] = resolve_output(values["out"], base)

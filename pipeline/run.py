@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from pipeline import __version__
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
-from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, cut
+from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, UsageError, cut
 from pipeline.io import commit, object_store
 from pipeline.io.inputs import InputFile, Source, checksummed, resolve_inputs
 from pipeline.io.locations import Location
@@ -53,7 +53,10 @@ class RunResult:
 
     @property
     def rejects(self) -> str:
-        """Where rejects.parquet is (in an object store, below OUT/RUN_ID/)."""
+        """Where the rejects are: rejects.parquet (in an object store, below OUT/RUN_ID/),
+        or with --format delta the rejects table."""
+        if "run_date" in self.manifest:
+            return f"{self.out}/rejects"
         if isinstance(self.out, Path):
             return str(self.out / "rejects.parquet")
         return f"{self.out}/{self.manifest['run_id']}/rejects.parquet"
@@ -73,15 +76,21 @@ class JobOutcome:
         return self.counts["rules"]["rows_rejected"] + self.counts["positions"]["rows_rejected"]
 
 
-def run_job(config: Config, progress: Progress | None = None,
+def run_job(config: Config, progress: Progress | None = None, run_date: date | None = None,
             warn: Callable[[str], None] | None = None) -> RunResult:
-    """Run the batch job and commit its output directory atomically.
+    """Run the batch job and commit its output directory atomically, or with --format delta
+    its night `run_date` (default: today in UTC) to the Delta tables under `config.out`.
 
     Raises SnimError subclasses for user-caused failures; nothing is written then. `warn`
     gets each warning as it arises (an old output kept aside, and where), so that the user
     learns where their files are even when the run then fails; RunResult.warnings lists
     them too.
     """
+    delta = _delta_output() if config.output.format == "delta" else None
+    if run_date is not None and delta is None:
+        raise UsageError("--run-date applies to --format delta only (a Parquet output is "
+                         "one run, not a night of a table)")
+    night = run_date or datetime.now(UTC).date()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     started = _now()
     timings: dict[str, float] = {}
@@ -109,7 +118,13 @@ def run_job(config: Config, progress: Progress | None = None,
         if warn:
             warn(message)
 
-    with _staged(config, run_id, notify) as staging:
+    if delta is None:
+        staged = _staged(config, run_id, notify)
+    else:
+        delta_root = delta.table_root(config.out, config.storage_options)
+        delta.check_root(delta_root)
+        staged = delta.staging_directory(delta_root, run_id)
+    with staged as staging:
         outcome = execute(config, engine, staging, phase, note)
         if outcome.rejected and config.on_bad_rows == "fail":
             raise BadRowsError(f"{outcome.rejected} input rows failed validation "
@@ -130,9 +145,14 @@ def run_job(config: Config, progress: Progress | None = None,
             "counts": outcome.counts,
             "reconciled": _reconciled(outcome.counts),
             "timings_s": timings,
-            "outputs": output_listing(staging),
         }
-        write_manifest(manifest, staging)
+        if delta is None:
+            manifest["outputs"] = output_listing(staging)
+            write_manifest(manifest, staging)
+        else:
+            with phase("commit"):
+                manifest["run_date"] = night.isoformat()
+                manifest["table_versions"] = delta.publish(delta_root, staging, manifest, night)
     return RunResult(config.out, exit_code, manifest, outcome.problems, warnings)
 
 
@@ -145,6 +165,7 @@ def _staged(config: Config, run_id: str, notify: Callable[[str], None]
     location = object_store.bound(Location.parse(config.out, Path.cwd()),
                                   config.storage_options)
     return staged_remote_output(location, run_id, config.overwrite, notify)
+
 
 
 def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
@@ -187,6 +208,16 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
                 commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
                 commit.write_parquet(summary, staging / "summary.parquet")
     return outcome
+
+
+def _delta_output() -> Any:
+    """The Delta writer (pipeline.io.delta), which needs the optional deltalake package."""
+    try:
+        from pipeline.io import delta
+    except ImportError:
+        raise UsageError("--format delta needs the delta extra: "
+                         "pip install 'snim-batch[delta]'") from None
+    return delta
 
 
 def _checksums(paths: list[Source]) -> list[Future[InputFile]]:

@@ -65,7 +65,8 @@ def test_report_is_self_contained_and_shows_the_run(tmp_path: Path, monkeypatch)
     # nothing to fetch: no scripts, stylesheets, images or links to other files
     assert not {"script", "link", "img", "iframe"} & set(parser.tags)
     assert not [v for k, v in parser.attrs if k in ("src", "href")]
-    assert "svg" in parser.tags and parser.tags.count("rect") == 3  # one bar per rule set with W/L
+    # one bar per rule set with W/L, and the W-rate histogram's 20 bins
+    assert "svg" in parser.tags and parser.tags.count("rect") == 3 + 20
     text = " ".join(parser.text)
     assert "reconciles" in text and "MISMATCH" not in text
     # counts as in the manifest: 7 position rows read, 5 evaluated, 2 rejected
@@ -439,6 +440,62 @@ def test_report_past_the_file_size_limit_writes_nothing(tmp_path: Path, elsewher
             f"writing it in {re.escape(str(tmp_path))}/\\.out\\.partial-\\d+-report-[0-9a-f]+; "
             "nothing was written\n", proc.stderr), proc.stderr
     assert _tree(tmp_path) == before
+
+
+def _summary(n: int) -> pl.DataFrame:
+    """n rule sets: rule set i has 10,000 positions, W rate (i mod 101) / 100 but rule set 7
+    at 100% and rule set 8 at 0%, and i mod 5 rejected rows."""
+    ids = list(range(1, n + 1))
+    rates = [1.0 if i == 7 else 0.0 if i == 8 else (i % 101) / 100 for i in ids]
+    w = [round(r * 10_000) for r in rates]
+    return pl.DataFrame({"rule_set_id": ids, "positions": [10_000] * n, "W": w,
+                         "L": [10_000 - x for x in w], "rejected": [i % 5 for i in ids],
+                         "w_rate": rates})
+
+
+def test_w_rate_histogram_bins_of_five_points() -> None:
+    from pipeline.report import w_rate_histogram
+
+    frame = pl.DataFrame({"w_rate": [0.0, 0.049, 0.05, 0.5, 0.999, 1.0, None]})
+    assert w_rate_histogram(frame) == [2, 1] + [0] * 8 + [1] + [0] * 8 + [2]
+
+
+def test_standouts_highest_lowest_and_most_rejects() -> None:
+    from pipeline.report import standouts
+
+    found = standouts(_summary(1000))
+    # W rate 100%: rule set 7, then i mod 101 == 100: 100, 201, 302, ...
+    assert found["highest W rate"]["rule_set_id"].to_list() == [7, 100, 201, 302, 403, 504,
+                                                               605, 706, 807, 908]
+    assert found["lowest W rate"]["rule_set_id"].to_list() == [8, 101, 202, 303, 404, 505,
+                                                              606, 707, 808, 909]
+    assert found["most rejected rows"]["rule_set_id"].to_list() == [4, 9, 14, 19, 24, 29, 34,
+                                                                   39, 44, 49]
+
+
+def test_a_report_of_1000_rule_sets_reads_well(tmp_path: Path) -> None:
+    """10M positions over 1,000 rule sets: counts with thousands separators, a histogram and
+    the stand-outs instead of 1,000 bars, 60 rule sets listed (the rest named as elsewhere)."""
+    from pipeline.report import render_report
+
+    summary = _summary(1000)
+    manifest = {"run_id": "r", "status": "ok", "counts": {"positions": {
+        "rows_read": 10_000_000, "rows_evaluated": 10_000_000, "rows_rejected": 0,
+        "verdicts": 10_000_000, "W": 5_000_123, "L": 4_999_877}}}
+    sg = pl.DataFrame({"kind": ["nim"], "moves": [[]], "rule_set_ids": [["1"]], "preperiod": [0],
+                       "period": [1], "table_len": [1]},
+                      schema_overrides={"moves": pl.List(pl.Int64)})
+    page = render_report(manifest, summary, sg, pl.DataFrame())
+    parser = _Tags()
+    parser.feed(page)
+    text = " ".join(parser.text)
+    assert "10,000,000 verdicts: 5,000,123 W, 4,999,877 L" in text
+    assert re.search(r"positions\s+10,000,000\s+10,000,000\s+0", text)
+    assert parser.tags.count("rect") == 20  # the histogram only, no bar per rule set
+    assert "Distribution of W rates over the 1,000 rule sets" in text
+    assert "940 more rows in summary.parquet" in text
+    # header and row each: counts (1), three stand-out tables (10 each), list (60), sg (1)
+    assert parser.tags.count("tr") == 2 + 3 * 11 + 61 + 2
 
 
 def test_an_object_store_url_is_a_usage_error_that_writes_nothing(tmp_path: Path,

@@ -1,0 +1,35 @@
+"""`snim-batch history`: the runs committed to a Delta table root, as lines for a terminal."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.errors import UsageError
+
+_COLUMNS = ("run date", "run id", "version", "status", "verdicts", "W rate", "rejected",
+            "verdicts version", "")
+
+
+def history_lines(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
+    """One header line, then one line per run, oldest first (see `delta.run_history`)."""
+    try:
+        from pipeline.io.delta import run_history, table_root
+    except ImportError:
+        raise UsageError("history reads Delta tables: pip install 'snim-batch[delta]'") from None
+    runs = run_history(table_root(uri, storage_options))
+    return format_history(runs)
+
+
+def format_history(runs: pl.DataFrame) -> list[str]:
+    """Aligned columns; counts with thousands separators, the W rate as a percentage, and
+    `replaced` on a run a later run of its night replaced."""
+    cells = [[row["run_date"], row["run_id"], str(row["version"]), row["status"],
+              f"{row['verdicts']:,}", "" if row["w_rate"] is None else f"{row['w_rate']:.2%}",
+              f"{row['rejected']:,}", str(row["verdicts_version"]),
+              "" if row["live"] else "replaced"]
+             for row in runs.iter_rows(named=True)]
+    widths = [max(len(c) for c in column) for column in zip(_COLUMNS, *cells, strict=True)]
+    left = {0, 1, 3, 8}
+    return [" ".join(c.ljust(w) if i in left else c.rjust(w)
+                     for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+            for line in [list(_COLUMNS), *cells]]
