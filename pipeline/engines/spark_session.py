@@ -224,6 +224,9 @@ def _start_failure(exc: BaseException, jvm_log: Path | None) -> BaseException:
     cause = logged or cut(str(exc).strip().splitlines()[0] if str(exc).strip()
                           else type(exc).__name__, 200)
     where = f" (Spark's log: {jvm_log})" if jvm_log else ""
+    if re.search(_TOO_SMALL, cause):
+        return SparkFailure(f"Spark could not start: {cause}; raise spark.driver.memory "
+                            f"(spark.conf in config.yaml; at least 512m){where}")
     return SparkFailure(f"Spark could not start: {cause}; check spark.master and spark.conf"
                         f" (and that Java 17+ is installed){where}")
 
@@ -269,6 +272,7 @@ def _matching_line(pattern: str, text: str) -> str:
     return cut(found.group().strip(), 160) if found else ""
 
 
+_TOO_SMALL = r"INVALID_DRIVER_MEMORY|Insufficient driver memory|OutOfMemoryError"
 _OOM = r"(?:java\.lang\.)?OutOfMemoryError|GC overhead limit exceeded"
 _PYTHON_CRASH = r"Python worker exited unexpectedly|Python worker .*crashed|MemoryError"
 _EXECUTOR_LOST = (r"ExecutorLostFailure|Executor heartbeat timed out|exceeding memory limits|"
