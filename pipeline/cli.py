@@ -13,7 +13,7 @@ import time
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -156,6 +156,14 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
     raise typer.Exit(EXIT_FAILED)
 
 
+def _spark_options(spark: Any, master: str | None, remote: str | None) -> Any:
+    """The config's Spark section with the command line's --spark-master/--spark-remote."""
+    if master is None and remote is None:
+        return None
+    changes = {"master": master, "remote": remote}
+    return dataclasses.replace(spark, **{k: v for k, v in changes.items() if v is not None})
+
+
 def _load(config: Path | None, rules: str | None, positions: str | None, out: str | None):
     from pipeline.config import config_from_dict, load_config
 
@@ -196,6 +204,9 @@ def run(
     = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
     = None,
+    spark_remote: Annotated[str | None, typer.Option(
+        help="Spark Connect server, sc://HOST:PORT (--engine spark; instead of a master).")]
+    = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show details and tracebacks.")]
     = False,
@@ -218,7 +229,7 @@ def run(
             winning_moves=winning_moves,
             on_bad_rows=on_bad_rows.value if on_bad_rows else None,
             overwrite=overwrite,
-            spark=dataclasses.replace(cfg.spark, master=spark_master) if spark_master else None,
+            spark=_spark_options(cfg.spark, spark_master, spark_remote),
         )
         _configure_logging(quiet, verbose)
         progress = _progress_printer(quiet, verbose)

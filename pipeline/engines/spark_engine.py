@@ -52,7 +52,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import SparkContext
-from pyspark.errors.exceptions.captured import CapturedException, PythonException
+from pyspark.errors import PySparkException, PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -61,6 +61,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pipeline import kernels
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
+from pipeline.engines.spark_connect import connect_session, is_connect, ship
 from pipeline.engines.spark_tasks import (
     BOOL,
     DATA,
@@ -189,6 +190,10 @@ class _Job:
         return df
 
     def broadcast(self, value: Any) -> Any:
+        """`value` for the tasks (as `.value`): a broadcast variable, or on Spark Connect, which
+        has none, the value pickled into the tasks' closures."""
+        if is_connect(self.spark):
+            return ship(value)
         self.broadcasts.append(self.spark.sparkContext.broadcast(value))
         return self.broadcasts[-1]
 
@@ -217,9 +222,9 @@ class _Job:
             raise InputError(errors[min(errors)])
         parts = []
         if csv:
-            files = self.spark.sparkContext.parallelize(
-                [(i, str(self.paths[i])) for i in csv], numSlices=len(csv))
-            parts.append(self.map(self.spark.createDataFrame(files, "file int, path string"),
+            files = self.spark.createDataFrame([(i, str(self.paths[i])) for i in csv],
+                                               "file int, path string").repartition(len(csv))
+            parts.append(self.map(files,
                                   csv_task, NORM_SCHEMA, config=self.config, form=self.form,
                                   index=self.index))
         groups: dict[tuple, list[ParquetFile]] = {}
@@ -241,7 +246,7 @@ class _Job:
                 F.count(F.lit(1)).alias("n"), F.first("_reason").alias("why")).collect()
         except PythonException:
             raise
-        except CapturedException as exc:  # e.g. a corrupt Parquet page
+        except PySparkException as exc:  # e.g. a corrupt Parquet page
             raise InputError(f"positions input {self.config.positions}: Spark could not read "
                              f"it ({first_line(exc)})") from None
         problems = {**{r["_file"]: r["why"] for r in stats if r["_kind"] == FATAL}, **errors}
@@ -442,6 +447,13 @@ def _polars(df: DataFrame) -> pl.DataFrame:
     return frame
 
 
+def _where(spark: SparkSession) -> str:
+    """The master a session runs on, or the Spark Connect server it talks to."""
+    if is_connect(spark):
+        return f"{spark.conf.get('spark.master')} (through Spark Connect)"
+    return spark.sparkContext.master
+
+
 def _input_column_names(config: Config, form: str) -> Any:
     """The rejects' `column` renamed as `schema.with_input_column_names` renames it."""
     renamed = F.col("column")
@@ -459,12 +471,15 @@ class SparkEngine:
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
         config = job.config
-        spark, owned = session(config.spark.master, dict(config.spark.conf))
-        log.info("Spark %s at %s (%s session)", spark.version, spark.sparkContext.master,
+        if config.spark.remote:
+            spark, owned = connect_session(config.spark.remote), True
+        else:
+            spark, owned = session(config.spark.master, dict(config.spark.conf))
+        log.info("Spark %s at %s (%s session)", spark.version, _where(spark),
                  "a new" if owned else "the active")
         work = _Job(spark, config, job.paths, job.form, job.index, job.cache)
         try:
-            job.note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")
+            job.note(f"positions: Spark {spark.version} at {_where(spark)}")
             norm, rows_per_file = work.read()
             job.note(f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)")
             norm = work.number_rows(norm, rows_per_file)

@@ -1,0 +1,67 @@
+"""Spark Connect: the job run on a Spark Connect server (`spark.remote`, sc://HOST:PORT), the
+way Spark 4 and Databricks clusters are reached. The client here holds no JVM: there are no
+broadcast variables, no SparkContext and no RDDs, so the SG tables travel pickled inside the
+tasks' closures (`ship`), and every step is a DataFrame operation."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+from pipeline.engines.spark_tasks import Shipped
+from pipeline.errors import SnimError
+
+DEFAULT_PORT = 15002  # Spark Connect's own default
+REACH_TIMEOUT_S = 10.0
+RETRIES = 3  # the client's own default retries for up to 10 minutes on a lost connection
+# A plan travels as one gRPC message, which the server refuses above
+# spark.connect.grpc.maxInboundMessageSize (128 MiB by default); tables take at most this much.
+SHIP_LIMIT = 64 << 20
+
+
+class SparkConnectError(SnimError):
+    """The Spark Connect server cannot be reached, or cannot take what the job sends it."""
+
+
+def is_connect(spark: Any) -> bool:
+    """Is `spark` a Spark Connect session (rather than one with a JVM in this process)?"""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def address(url: str) -> tuple[str, int]:
+    """(host, port) of an sc:// URL (validated by the config)."""
+    parsed = urlparse(url.replace("sc://", "http://", 1))
+    return parsed.hostname or "", parsed.port or DEFAULT_PORT
+
+
+def connect_session(url: str) -> SparkSession:
+    """A Spark Connect session to `url`. The server must answer on its port within
+    REACH_TIMEOUT_S, and a connection lost later is retried RETRIES times, not for minutes."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    host, port = address(url)
+    try:
+        socket.create_connection((host, port), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__.replace("Error", " error").lower()
+        raise SparkConnectError(f"cannot reach the Spark Connect server at {host}:{port} "
+                                f"(spark.remote {url}): {why}") from None
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES)])
+    return spark
+
+
+def ship(value: Any) -> Shipped:
+    """`value` for the tasks, carried in their pickled closures (read there as `.value`, as a
+    broadcast variable is): small enough to go in every plan that uses it."""
+    size = len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    if size > SHIP_LIMIT:
+        raise SparkConnectError(
+            f"the SG tables take {size / 2**20:.0f} MiB, more than Spark Connect carries in a "
+            f"plan ({SHIP_LIMIT >> 20} MiB): lower tables.max_total_values, or run with "
+            "spark.master instead of spark.remote")
+    return Shipped(value)
