@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 
 from pipeline.engines.spark_tasks import Shipped
-from pipeline.errors import SnimError
+from pipeline.errors import SnimError, first_line
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
 REACH_TIMEOUT_S = 10.0
@@ -38,9 +38,11 @@ def address(url: str) -> tuple[str, int]:
     return parsed.hostname or "", parsed.port or DEFAULT_PORT
 
 
-def connect_session(url: str) -> SparkSession:
-    """A Spark Connect session to `url`. The server must answer on its port within
-    REACH_TIMEOUT_S, and a connection lost later is retried RETRIES times, not for minutes."""
+def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
+    """A Spark Connect session to `url`, with the SQL settings of `conf` (a server's other
+    settings are its own). The server must answer on its port within REACH_TIMEOUT_S, and a
+    connection lost later is retried RETRIES times, not for minutes."""
+    from pyspark.errors import PySparkException
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     host, port = address(url)
@@ -52,6 +54,13 @@ def connect_session(url: str) -> SparkSession:
                                 f"(spark.remote {url}): {why}") from None
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES)])
+    for key, value in conf.items():
+        if key.startswith("spark.sql."):
+            try:
+                spark.conf.set(key, value)
+            except PySparkException as exc:
+                raise SparkConnectError(f"spark.conf.{key}: the Spark Connect server refused "
+                                        f"it ({first_line(exc)})") from None
     return spark
 
 

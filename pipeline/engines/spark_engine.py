@@ -472,7 +472,8 @@ class SparkEngine:
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
         config = job.config
         if config.spark.remote:
-            spark, owned = connect_session(config.spark.remote), True
+            settings = {**SESSION_CONF, **config.spark.conf}
+            spark, owned = connect_session(config.spark.remote, settings), True
         else:
             spark, owned = session(config.spark.master, dict(config.spark.conf))
         log.info("Spark %s at %s (%s session)", spark.version, _where(spark),
