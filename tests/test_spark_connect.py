@@ -71,7 +71,7 @@ def test_closed_connect_port_is_one_line_and_exit_1(tmp_path):
                       "--out", str(tmp_path / "out"), where=tmp_path, env=spark_env())
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        f"error: cannot reach the Spark Connect server at 127.0.0.1:{port} "
+        f"snim-batch: error: cannot reach the Spark Connect server at 127.0.0.1:{port} "
         f"(spark.remote sc://127.0.0.1:{port}): Connection refused"]
     assert not (tmp_path / "out").exists()
 
