@@ -43,12 +43,11 @@ INT64_MAX = 2**63 - 1
 
 @pytest.fixture(scope="module")
 def spark():
-    from pipeline.engines.spark_engine import session
+    from pipeline.engines.spark_session import session
 
-    spark, owned = session("local[2]", {"spark.ui.enabled": "false"})
-    yield spark
-    if owned:
-        spark.stop()
+    run = session("local[2]", {"spark.ui.enabled": "false"})
+    yield run.spark
+    run.stop(failed=False)
 
 
 def run_both(tmp_path: Path, **cfg) -> tuple[RunResult, RunResult]:

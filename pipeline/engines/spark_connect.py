@@ -5,15 +5,22 @@ tasks' closures (`ship`), and every step is a DataFrame operation."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import pickle
+import re
 import socket
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
+from pipeline.engines.spark_session import SparkFailure
 from pipeline.engines.spark_tasks import Shipped
-from pipeline.errors import SnimError, first_line
+from pipeline.errors import first_line
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
 REACH_TIMEOUT_S = 10.0
@@ -23,7 +30,7 @@ RETRIES = 3  # the client's own default retries for up to 10 minutes on a lost c
 SHIP_LIMIT = 64 << 20
 
 
-class SparkConnectError(SnimError):
+class SparkConnectError(SparkFailure):
     """The Spark Connect server cannot be reached, or cannot take what the job sends it."""
 
 
@@ -61,6 +68,8 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
             except PySparkException as exc:
                 raise SparkConnectError(f"spark.conf.{key}: the Spark Connect server refused "
                                         f"it ({first_line(exc)})") from None
+    log.info("Spark %s at %s through Spark Connect (%s)", spark.version,
+             spark.conf.get("spark.master"), url)
     return spark
 
 
@@ -74,3 +83,23 @@ def ship(value: Any) -> Shipped:
             f"plan ({SHIP_LIMIT >> 20} MiB): lower tables.max_total_values, or run with "
             "spark.master instead of spark.remote")
     return Shipped(value)
+
+
+_LOST = r"StatusCode\.UNAVAILABLE|failed to connect to all addresses|Socket closed|GOAWAY"
+
+
+@contextlib.contextmanager
+def lost_server(url: str) -> Iterator[None]:
+    """A Spark Connect server lost mid-run (after the client's retries) as one line."""
+    try:
+        yield
+    except Exception as exc:
+        from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+        if not url or not isinstance(exc, SparkConnectGrpcException):
+            raise
+        found = re.search(rf"(?:{_LOST})[^\n]*", str(exc))
+        if found is None:
+            raise
+        raise SparkConnectError(f"lost the Spark Connect server at {url} during the run "
+                                f"({found.group()[:160]}); nothing was written") from None
