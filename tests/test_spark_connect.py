@@ -83,3 +83,22 @@ def test_closed_connect_port_is_one_line_and_exit_1(tmp_path):
 ])
 def test_address_of_a_connect_url(url, expected):
     assert address(url) == expected
+
+
+@pytest.mark.spark
+def test_connect_without_the_client_packages_is_exit_2(tmp_path):
+    """--spark-remote without grpc (hidden from a child interpreter): one line, exit 2."""
+    from spark_servers import spark_env
+
+    rules, positions = inputs_with_rejects(tmp_path, "wide")
+    hide = ("import sys; sys.modules['grpc'] = None; sys.argv[1:] = sys.argv[2:]; "
+            "from pipeline.cli import app; app()")
+    done = subprocess.run(
+        [sys.executable, "-c", hide, "--", "run", "--engine", "spark", "--spark-remote",
+         f"sc://127.0.0.1:{free_port()}", "--rules", str(rules), "--positions", str(positions),
+         "--out", str(tmp_path / "out")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=spark_env())
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'snim-batch[spark]'" in lines[0], lines
+    assert not (tmp_path / "out").exists()

@@ -609,7 +609,7 @@ def test_readme_spark_submit_on_a_standalone_cluster_matches_polars(tmp_path):
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text(
         "spark.executor.memory 512m\nspark.executor.cores 1\nspark.cores.max 1\n"
-        "spark.driver.memory 1g\nspark.ui.enabled false\n"
+        "spark.driver.memory 1g\nspark.ui.enabled false\nspark.sql.shuffle.partitions 4\n"
         f"spark.local.dir {tmp_path}\n")
     cluster = StandaloneCluster(tmp_path).start()
     try:

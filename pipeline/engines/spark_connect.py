@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.engines.spark_session import SparkFailure
 from pipeline.engines.spark_tasks import Shipped
-from pipeline.errors import first_line
+from pipeline.errors import UsageError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,15 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
     settings are its own). The server must answer on its port within REACH_TIMEOUT_S, and a
     connection lost later is retried RETRIES times, not for minutes."""
     from pyspark.errors import PySparkException
+
+    try:  # before pyspark's own check, which exits quietly when run by `python -c`
+        import grpc  # noqa: F401
+        import grpc_status  # noqa: F401
+        import zstandard  # noqa: F401
+        from google.rpc import error_details_pb2  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"Spark Connect needs the spark extra's client packages ({exc}): "
+                         "pip install 'snim-batch[spark]'") from None
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     host, port = address(url)
