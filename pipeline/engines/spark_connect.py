@@ -10,6 +10,7 @@ import logging
 import pickle
 import re
 import socket
+import warnings
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -70,6 +71,8 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
                                 f"(spark.remote {url}): {why}") from None
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES)])
+    # the client warns on stderr when it gives up; the run's error says so in one line
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
     for key, value in conf.items():
         if key.startswith("spark.sql."):
             try:
@@ -94,12 +97,14 @@ def ship(value: Any) -> Shipped:
     return Shipped(value)
 
 
-_LOST = r"StatusCode\.UNAVAILABLE|failed to connect to all addresses|Socket closed|GOAWAY"
+_LOST = (r"StatusCode\.UNAVAILABLE|failed to connect to all addresses|Socket closed|GOAWAY|"
+         r"SparkContext was shut down|on a stopped SparkContext")
 
 
 @contextlib.contextmanager
 def lost_server(url: str) -> Iterator[None]:
-    """A Spark Connect server lost mid-run (after the client's retries) as one line."""
+    """A Spark Connect server lost or stopped mid-run (after the client's retries) as one
+    line; the advice for a session started here (its driver memory) does not apply."""
     try:
         yield
     except Exception as exc:
@@ -110,5 +115,6 @@ def lost_server(url: str) -> Iterator[None]:
         found = re.search(rf"(?:{_LOST})[^\n]*", str(exc))
         if found is None:
             raise
-        raise SparkConnectError(f"lost the Spark Connect server at {url} during the run "
-                                f"({found.group()[:160]}); nothing was written") from None
+        raise SparkConnectError(f"the Spark Connect server at {url} stopped or was lost during "
+                                f"the run ({found.group()[:160]}); nothing was written: see "
+                                "the server's log") from None
