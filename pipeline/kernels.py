@@ -652,6 +652,15 @@ def run_counts(ids, nim):
 
 
 @njit(cache=True, nogil=True)
+def in_key_order(first, second):
+    """Whether rows are sorted by (first, second): then every key's rows are contiguous."""
+    for i in range(1, first.shape[0]):
+        if first[i] < first[i - 1] or first[i] == first[i - 1] and second[i] < second[i - 1]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def key_runs(counts, sorted_key):
     """Runs of equal keys in rows sorted by (bucket, key), where bucket b holds counts[b]
     rows: (offsets of the runs, n_runs + 1 of them; each run's bucket)."""

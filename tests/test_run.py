@@ -353,6 +353,58 @@ def test_long_form_split_into_parts_matches_brute_force(tmp_path, monkeypatch, f
     assert sorted(x.name for x in (tmp_path / "out").iterdir()) == OUTPUTS
 
 
+@pytest.mark.parametrize(("order", "fmt"), [("rule", "parquet"), ("position", "csv")])
+def test_long_form_in_key_order_is_grouped_as_it_streams(tmp_path, monkeypatch, order, fmt):
+    """A large long-form input (several parts' worth) whose rows come in key order, sorted by
+    rule set then position or by position then rule set, is grouped batch by batch with no
+    scratch file. Batches of 5 rows cut positions apart: each must still get all its heaps,
+    in input order (winning moves index them). Brute-force references."""
+    written = split_long_form(monkeypatch, 7)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 5)
+    rng = random.Random(f"in-order-{order}-{fmt}")
+    rules = random_rules(rng, "int")
+    positions = random_positions(rng, rules, "int", min_heaps=1)
+    positions.sort(key=(lambda p: (p[0], p[1])) if order == "rule" else (lambda p: (p[1], p[0])))
+    assert any(len(h) > 1 for _, _, h in positions)
+    manifest = run_checked(tmp_path, rules, positions, "long", fmt, winning_moves=True)
+    assert manifest["counts"]["positions"]["rows_read"] == sum(len(h) for _, _, h in positions)
+    assert written == []
+
+
+@pytest.mark.parametrize("fault", ["position_cut_apart", "text_key_later"])
+def test_long_form_that_leaves_key_order_late_is_split_after_all(tmp_path, monkeypatch,
+                                                                  fault):
+    """Rows in key order until near the end, where a position's last heaps come again (its
+    rows are not contiguous after all) or a second file has text position ids: the run
+    notices there, splits the whole input by key instead, and its outputs are those of any
+    other order (the position gets all its heaps, once). Brute-force references."""
+    written = split_long_form(monkeypatch, 7)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 5)
+    rng = random.Random(f"late-{fault}")
+    rules = random_rules(rng, "int")
+    positions = sorted(random_positions(rng, rules, "int", min_heaps=1),
+                       key=lambda p: (p[0], p[1]))
+    folder = tmp_path / "positions"
+    folder.mkdir()
+    if fault == "position_cut_apart":
+        at = next(i for i, (_, _, h) in enumerate(positions) if len(h) > 1)
+        rid, pid, heaps = positions[at]
+        rows = positions[:at] + [(rid, pid, heaps[:1])] + positions[at + 1:]
+        write_positions(folder / "a", rows + [(rid, pid, heaps[1:])], "long", "parquet")
+    else:
+        half = len(positions) // 2
+        positions[half:] = [(rid, f"p{pid}", h) for rid, pid, h in positions[half:]]
+        write_positions(folder / "a", positions[:half], "long", "csv")
+        write_positions(folder / "b", positions[half:], "long", "csv")
+        positions = [(rid, str(pid), h) for rid, pid, h in positions]
+    result = run(job(tmp_path, write_rules(tmp_path / "rules", rules, "csv"), folder,
+                     winning_moves=True))
+    assert result.exit_code == 0 and result.problems == []
+    check_outputs(tmp_path / "out", rules, positions,
+                  rows_read=sum(len(h) for _, _, h in positions), winning_moves=True)
+    assert written != []
+
+
 def test_long_form_split_gives_the_whole_runs_outputs_with_mixed_key_types(tmp_path,
                                                                             monkeypatch):
     # Integer keys in one file and text keys in another ("07" is not the integer 7, so every
