@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("grpc")
 
 from pipeline.config import config_from_dict  # noqa: E402
-from pipeline.engines.spark_connect import address  # noqa: E402
+from pipeline.engines.spark_connect import SparkConnectError, address, ship  # noqa: E402
 from pipeline.run import run_job  # noqa: E402
 
 CLI_TIMEOUT_S = 600
@@ -102,3 +102,13 @@ def test_connect_without_the_client_packages_is_exit_2(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'snim-batch[spark]'" in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+def test_tables_ride_in_the_closure_up_to_a_limit():
+    import numpy as np
+
+    values = np.arange(1 << 20, dtype=np.int64)  # 8 MiB
+    assert ship(values, limit=9 << 20).value is values
+    with pytest.raises(SparkConnectError, match=r"the SG tables take 8 MiB, more than Spark "
+                       r"Connect carries in a plan \(7 MiB.*tables\.max_total_values"):
+        ship(values, limit=7 << 20)

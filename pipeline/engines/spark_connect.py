@@ -27,8 +27,9 @@ DEFAULT_PORT = 15002  # Spark Connect's own default
 REACH_TIMEOUT_S = 10.0
 RETRIES = 3  # the client's own default retries for up to 10 minutes on a lost connection
 # A plan travels as one gRPC message, which the server refuses above
-# spark.connect.grpc.maxInboundMessageSize (128 MiB by default); tables take at most this much.
-SHIP_LIMIT = 64 << 20
+# spark.connect.grpc.maxInboundMessageSize (128 MiB by default); a long-form plan holds the
+# tables up to three times (per-heap values, rejects, winning moves).
+SHIP_LIMIT = 32 << 20
 
 
 class SparkConnectError(SparkFailure):
@@ -85,15 +86,16 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
     return spark
 
 
-def ship(value: Any) -> Shipped:
+def ship(value: Any, limit: int = SHIP_LIMIT) -> Shipped:
     """`value` for the tasks, carried in their pickled closures (read there as `.value`, as a
     broadcast variable is): small enough to go in every plan that uses it."""
     size = len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-    if size > SHIP_LIMIT:
+    if size > limit:
         raise SparkConnectError(
             f"the SG tables take {size / 2**20:.0f} MiB, more than Spark Connect carries in a "
-            f"plan ({SHIP_LIMIT >> 20} MiB): lower tables.max_total_values, or run with "
-            "spark.master instead of spark.remote")
+            f"plan ({limit / 2**20:.0f} MiB, for the server's "
+            "spark.connect.grpc.maxInboundMessageSize): lower tables.max_total_values, or run "
+            "with spark.master instead of spark.remote")
     return Shipped(value)
 
 
