@@ -152,8 +152,10 @@ def _short(argv: list[str]) -> str:
 
 
 def measure(name: str, argv: list[str], *, stdin: Path | None = None,
-            stdout: Path | None = None, cwd: Path = ROOT) -> Proc:
-    """Run argv as a child; wall time (perf_counter) and peak RSS (wait4); exit code checked."""
+            stdout: Path | None = None, cwd: Path = ROOT, code: Path | None = None) -> Proc:
+    """Run argv as a child; wall time (perf_counter) and peak RSS (wait4); exit code checked.
+    `code` is a checkout whose `pipeline` the child imports instead (PYTHONPATH)."""
+    env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
     LOGS.mkdir(parents=True, exist_ok=True)
     out_path = stdout or LOGS / f"{name}.stdout"
     err_path = LOGS / f"{name}.stderr"
@@ -163,7 +165,8 @@ def measure(name: str, argv: list[str], *, stdin: Path | None = None,
         with open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
             t0 = time.perf_counter()
             try:
-                proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=cwd)
+                proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=cwd,
+                                        env=env)
             except OSError as exc:
                 raise BenchError(f"{name}: cannot start {argv[0]}: {exc.strerror}") from None
             try:
@@ -410,13 +413,31 @@ def floor_argv(ds: Dataset, data: Path, out: Path) -> list[str]:
             str(data / "positions" / f"*.{ds.fmt}"), str(out)]
 
 
+def before_after(r: dict[str, Proc], before: Path | None) -> list[str]:
+    """The matrix's `run` with the older checkout's pipeline against this one, if measured."""
+    if before is None:
+        return []
+    lines = [f"### Before and after: `--before {before}` (commit "
+             f"{_git('rev-parse', '--short', 'HEAD', cwd=before)})", "",
+             "Each shape's two runs back to back; ratios against the same floor run.", "",
+             "| shape | before wall (s) | after wall (s) | **after / before** | before / floor "
+             "| after / floor | before RSS (MiB) | after RSS (MiB) |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for label, ds in MATRIX:
+        old, new, fl = r[f"before_{ds.name}"], r[f"run_{ds.name}"], r[f"floor_{ds.name}"]
+        lines.append(f"| {label} | {secs(old.wall_s)} | {secs(new.wall_s)} | "
+                     f"{ratio(new.wall_s, old.wall_s)} | {ratio(old.wall_s, fl.wall_s)} | "
+                     f"{ratio(new.wall_s, fl.wall_s)} | {mib(old.maxrss)} | {mib(new.maxrss)} |")
+    return [*lines, ""]
+
+
 def goal(value: float | None, limit: float) -> str:
     if value is None:
         return "—"
     return "met" if value <= limit else "**not met**"
 
 
-def bench(repeat: int) -> None:
+def bench(repeat: int, before: Path | None = None) -> None:
     env = environment()
     refs = compile_references()
     data = {ds.name: ensure_dataset(ds) for _, ds in MATRIX}
@@ -453,6 +474,10 @@ def bench(repeat: int) -> None:
             cwd=cwd)
         for _, ds in MATRIX:
             out = RES / f"run_{ds.name}"
+            if before is not None:
+                old = RES / f"before_{ds.name}"
+                one(f"before_{ds.name}", run_argv(ds, data[ds.name], old, "--no-winning-moves"),
+                    out=old, cwd=cwd, code=before)
             one(f"run_{ds.name}", run_argv(ds, data[ds.name], out, "--no-winning-moves"),
                 out=out, cwd=cwd)
             one(f"floor_{ds.name}", floor_argv(ds, data[ds.name],
@@ -476,6 +501,12 @@ def bench(repeat: int) -> None:
         checks[ds.name] = helper("same-verdicts", str(base_verdicts),
                                  str(RES / f"run_{ds.name}" / "verdicts.parquet"),
                                  str(RES / f"floor_{ds.name}.parquet"))
+    if before is not None:
+        for _, ds in MATRIX:
+            checks[f"before_{ds.name}"] = helper(
+                "same-verdicts", str(base_verdicts),
+                str(RES / f"before_{ds.name}" / "verdicts.parquet"),
+                str(RES / f"floor_{ds.name}.parquet"))
     ours_sum = runs["sg_ours"][-1].values.get("checksum")
     ref_sum = runs["sg_reference"][-1].values.get("checksum")
     if ours_sum is None or ours_sum != ref_sum:
@@ -527,7 +558,7 @@ def bench(repeat: int) -> None:
         "`snim-batch generate " + " ".join(GEN_COMMON) + " --seed 1` with the shape's "
         "`--key-type`, `--shuffle`, `--files`, `--form` and `--format`; every shape holds the "
         "same positions.",
-        "",
+        "", *before_after(r, before),
         "## References", "",
         "| # | ours | reference | wall ours (s) | wall ref (s) | **wall ratio** | "
         "in-process ours (s) | in-process ref (s) | **in-process ratio** | "
@@ -601,7 +632,7 @@ def bench(repeat: int) -> None:
 
 def spark_runs(one, ds: Dataset, data: Path) -> None:
     """The Spark engine (no Spark settings: the session's defaults) and the hand-rolled Spark
-    SQL plan on `ds`, right after the polars engine's run of the same data."""
+    SQL plan on `ds`, in the same round as the polars engine's run of the same data."""
     out = RES / f"spark_{ds.name}"
     one("spark_engine", run_argv(ds, data, out, "--no-winning-moves", "--engine", "spark",
                                  "--spark-master", SPARK_MASTER), out=out, cwd=RES / "cwd")
@@ -735,6 +766,9 @@ def main() -> int:
                     help="run only the Spark rows (results/SPARK.md)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="measure every program N times (best wall time is reported)")
+    ap.add_argument("--before", type=Path, metavar="CHECKOUT",
+                    help="also run the matrix with CHECKOUT's pipeline (an older commit), each "
+                    "shape back to back with this one, for a before/after table")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
@@ -751,7 +785,7 @@ def main() -> int:
             elif args.spark:
                 bench_spark(args.repeat)
             else:
-                bench(args.repeat)
+                bench(args.repeat, args.before)
     except BenchError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1

@@ -9,7 +9,9 @@ Input is whitespace-separated integers, a sequence of test cases
 ended by a test case whose k is 0; tokens after it are an error. The final 0 may be left out only
 where that cannot hide a truncated input: the input must then end with a line break after its
 last token, and that token must not be a 0 (read as m, l or a heap, it may be the terminator of
-an input that lost a number); otherwise the error says what the last token was read as. The
+an input that lost a number); otherwise the error says what the last token was read as. An
+input with no number at all (empty, or only whitespace) is an error too, as truncated as can be;
+a lone 0 is a valid input without test cases. The
 answer is one line per test case with one character per position: `W` when the player to move
 wins, `L` otherwise.
 
@@ -69,6 +71,7 @@ _NOT_INT = 12  # a token that is not an integer: start, end
 _OVERFLOW = 13  # an integer that does not fit in int64: start, end
 _UNTERMINATED = 14  # no terminating 0, and the end may be a cut: the last token (start, end),
 #                     read as m (positions = 0), as l (expected = 0) or as heap `read`
+_EMPTY = 15  # no token at all: nothing, or only whitespace (a lone 0 is a valid empty input)
 
 # Token reader verdicts.
 _T_INT = 0
@@ -357,6 +360,8 @@ def _parse(buf, max_move, keep):
         if st == _T_EOF:
             if nc:
                 _unterminated(buf, t, m, ln, err)
+            elif t < 0:
+                err[_E_CODE] = _EMPTY
             break
         if st != _T_INT:
             break
@@ -604,6 +609,8 @@ _MESSAGES = {
                "negative",
     _TRAILING: _WHERE + ": {value} unexpected token(s) after the terminating 0, starting at "
                         "{tok}",
+    _EMPTY: _WHERE + ": is empty (no number at all): expected test cases ending with a line "
+                     "holding 0 (a lone 0 is an input without test cases)",
 }
 
 

@@ -13,11 +13,18 @@ import time
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
-from pipeline.errors import EXIT_FAILED, BadRowsError, RuleError, SnimError, UsageError
+from pipeline.errors import (
+    EXIT_FAILED,
+    BadRowsError,
+    RuleError,
+    SnimError,
+    UsageError,
+    shown,
+)
 
 app = typer.Typer(
     name="snim-batch",
@@ -35,6 +42,8 @@ def _every_command() -> None:
     """Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out."""
     _configure_logging(quiet=False, verbose=False)
 GRUNDY_SEARCH_OPS = 10**9  # `grundy` tabulates for about a second at most (see --max-ops)
+GRUNDY_MAX_UPTO = 10**6  # `grundy` prints SG(0..UPTO) on one line: a few megabytes at most
+MAX_CAP = 2**32 - 1  # --cap as tables.max_table_len (limits.MAX_TABLE_LEN, without numba)
 
 
 class Engine(str, Enum):
@@ -67,6 +76,23 @@ class KeyType(str, Enum):
     int = "int"
     string = "string"
     uuid = "uuid"
+
+
+def _choice(choices: type[Enum]):
+    """A parser for an option with fixed `choices`, in any case: the Enum member, or a usage
+    error listing the choices that shows the value given cut (typer's own shows it whole)."""
+
+    def parse(value: object) -> Enum:
+        if isinstance(value, choices):
+            return value
+        text = str(value)
+        for choice in choices:
+            if choice.value.casefold() == text.casefold():
+                return choice
+        listed = ", ".join(repr(choice.value) for choice in choices)
+        raise ValueError(f"{shown(text)} is not one of {listed}.")
+
+    return parse
 
 
 # Characters a terminal acts on rather than shows: C0 controls (ESC starts the sequences that
@@ -130,6 +156,14 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
     raise typer.Exit(EXIT_FAILED)
 
 
+def _spark_options(spark: Any, master: str | None, remote: str | None) -> Any:
+    """The config's Spark section with the command line's --spark-master/--spark-remote."""
+    if master is None and remote is None:
+        return None
+    changes = {"master": master, "remote": remote}
+    return dataclasses.replace(spark, **{k: v for k, v in changes.items() if v is not None})
+
+
 def _load(config: Path | None, rules: str | None, positions: str | None, out: str | None):
     from pipeline.config import config_from_dict, load_config
 
@@ -155,13 +189,13 @@ def run(
         help="Positions table (wide or long form): a file, a directory, or a glob.")] = None,
     out: Annotated[str | None, typer.Option(
         help="Output directory (replaced atomically; a symbolic link is followed).")] = None,
-    engine: Annotated[Engine | None, typer.Option(case_sensitive=False,
+    engine: Annotated[Engine | None, typer.Option(parser=_choice(Engine),
                                                   help="Execution engine.")] = None,
     winning_moves: Annotated[bool | None, typer.Option(
         "--winning-moves/--no-winning-moves",
         help="Add one winning move (move_heap, move_take) to every W verdict.")] = None,
     on_bad_rows: Annotated[Policy | None, typer.Option(
-        case_sensitive=False,
+        parser=_choice(Policy),
         help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1.")]
     = None,
     overwrite: Annotated[bool | None, typer.Option(
@@ -169,6 +203,9 @@ def run(
         help="Replace an existing snim-batch output (one whose manifest lists all it holds).")]
     = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
+    = None,
+    spark_remote: Annotated[str | None, typer.Option(
+        help="Spark Connect server, sc://HOST:PORT (--engine spark; instead of a master).")]
     = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show details and tracebacks.")]
@@ -192,7 +229,7 @@ def run(
             winning_moves=winning_moves,
             on_bad_rows=on_bad_rows.value if on_bad_rows else None,
             overwrite=overwrite,
-            spark=dataclasses.replace(cfg.spark, master=spark_master) if spark_master else None,
+            spark=_spark_options(cfg.spark, spark_master, spark_remote),
         )
         _configure_logging(quiet, verbose)
         progress = _progress_printer(quiet, verbose)
@@ -265,11 +302,12 @@ def _parse_moves(text: str):
 def grundy(
     moves: Annotated[str, typer.Option(
         help='The move set S, e.g. "2 5", "2,5,12" or "1..3".')] = "",
-    kind: Annotated[Kind, typer.Option(case_sensitive=False, help="The rule's kind.")]
+    kind: Annotated[Kind, typer.Option(parser=_choice(Kind), help="The rule's kind.")]
     = Kind.subtraction,
-    upto: Annotated[int, typer.Option(min=0, help="Print SG(0..UPTO).")] = 40,
-    cap: Annotated[int, typer.Option(min=1, help="Longest table to search for a period.")]
-    = 2**26,
+    upto: Annotated[int, typer.Option(min=0, max=GRUNDY_MAX_UPTO, help="Print SG(0..UPTO).")]
+    = 40,
+    cap: Annotated[int, typer.Option(min=1, max=MAX_CAP,
+                                     help="Longest table to search for a period.")] = 2**26,
     max_ops: Annotated[int, typer.Option(
         min=1, help="Work limit of the table, for --upto and the period search, in operations "
         "(values x (|S| + 200), about 1 ns each).")] = GRUNDY_SEARCH_OPS,
@@ -314,7 +352,8 @@ def grundy(
 
 @app.command()
 def solve(
-    cap: Annotated[int, typer.Option(min=1, help="Longest SG table to build.")] = 2**26,
+    cap: Annotated[int, typer.Option(min=1, max=MAX_CAP, help="Longest SG table to build.")]
+    = 2**26,
     max_rule_ops: Annotated[int, typer.Option(
         min=1, help="Work limit of one rule's table, in operations (values x (|S| + 200), "
         "about 1 ns each), as tables.max_rule_ops.")] = 2_000_000_000,
@@ -379,12 +418,12 @@ def generate(
     max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE "
                                           "(0: same as --max-heap).")] = 0,
     heaps: Annotated[int, typer.Option(min=0, help="Heaps per position.")] = 5,
-    form: Annotated[Form, typer.Option(case_sensitive=False, help="Positions form.")]
+    form: Annotated[Form, typer.Option(parser=_choice(Form), help="Positions form.")]
     = Form.wide,
-    format: Annotated[Format, typer.Option("--format", case_sensitive=False,
+    format: Annotated[Format, typer.Option("--format", parser=_choice(Format),
                                            help="File format.")] = Format.parquet,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same files).")] = 0,
-    key_type: Annotated[KeyType, typer.Option(case_sensitive=False,
+    key_type: Annotated[KeyType, typer.Option(parser=_choice(KeyType),
         help="int: integer ids; string: rule ids as text (rs00042); uuid: text rule ids and "
              "UUID position ids.")] = KeyType.int,
     shuffle: Annotated[bool, typer.Option(

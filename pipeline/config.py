@@ -7,6 +7,7 @@ the same whatever directory it is started from. CLI flags override keys via `Con
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,12 @@ class Tables:
 @dataclass(frozen=True)
 class Spark:
     """`master` for a session snim-batch starts itself (spark-submit's --master wins when run
-    under it); `conf` is passed to the session builder (spark.driver.memory, ...)."""
+    under it); `conf` is passed to the session builder (spark.driver.memory, ...); `remote`,
+    a Spark Connect URL (sc://HOST:PORT), runs the job on that server instead ("": none)."""
 
     master: str = "local[*]"
     conf: dict[str, str] = field(default_factory=dict)
+    remote: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,14 @@ class Config:
         return d
 
 
+_CONNECT_URL = re.compile(r"sc://[^/:;\s]+(:\d{1,5})?(/;[^\s]*)?")
+
+
 def _check_choices(cfg: Config, where: str) -> None:
+    remote = cfg.spark.remote
+    if remote and not _CONNECT_URL.fullmatch(remote):
+        raise ConfigError(f"{where} 'spark.remote' must be a Spark Connect URL "
+                          f"sc://HOST:PORT, got {shown(remote)}")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"{where} 'engine' must be one of {', '.join(ENGINES)}, "
                           f"got {shown(cfg.engine)}")
@@ -325,15 +335,15 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     t = cfg.tables
     if not 1 <= t.max_table_len <= MAX_TABLE_LEN:
         raise ConfigError(f"{source}: key 'tables.max_table_len' must be between 1 and "
-                          f"{MAX_TABLE_LEN}, got {t.max_table_len}")
+                          f"{MAX_TABLE_LEN}, got {shown(t.max_table_len)}")
     if t.max_total_values < 1:
         raise ConfigError(f"{source}: key 'tables.max_total_values' must be >= 1, "
-                          f"got {t.max_total_values}")
+                          f"got {shown(t.max_total_values)}")
     for key in ("max_rule_ops", "max_run_ops"):
         if getattr(t, key) < 1:
             raise ConfigError(f"{source}: key 'tables.{key}' must be >= 1, "
-                              f"got {getattr(t, key)}")
+                              f"got {shown(getattr(t, key))}")
     if t.period_probe_ops < 0:
         raise ConfigError(f"{source}: key 'tables.period_probe_ops' must be >= 0, "
-                          f"got {t.period_probe_ops}")
+                          f"got {shown(t.period_probe_ops)}")
     return cfg

@@ -79,11 +79,11 @@ def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
         raise RuleError("moves are empty (a subtraction rule needs a non-empty set S)")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise RuleError(f"move {v!r} is not an integer")
+            raise RuleError(f"move {shown(v)} is not an integer")
         if v <= 0:
-            raise RuleError(f"move {v} is not a positive integer")
+            raise RuleError(f"move {shown(v)} is not a positive integer")
         if v > MAX_TABLE_LEN:
-            raise RuleError(f"move {v} is larger than {MAX_TABLE_LEN}")
+            raise RuleError(f"move {shown(v)} is larger than {MAX_TABLE_LEN}")
     return Rule(kind, tuple(sorted({int(v) for v in values})))
 
 
@@ -143,7 +143,7 @@ def _value_dtype(n_moves: int) -> type:
 
 def _stop_len(rule: Rule, need_len: int, cap: int, probe_ops: int = 0) -> int:
     if not 1 <= cap <= MAX_TABLE_LEN:
-        raise RuleError(f"table cap {cap} must be between 1 and {MAX_TABLE_LEN}")
+        raise RuleError(f"table cap {shown(cap)} must be between 1 and {MAX_TABLE_LEN}")
     probe_len = rule.ops_len(probe_ops) if probe_ops > 0 else 0
     return min(cap, max(need_len, probe_len, 1))
 
@@ -208,9 +208,14 @@ def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence
     start = np.array([_given(grow[i] if grow else None, vals[vals_base[q]:][:stop[q]])
                       for q, i in enumerate(subtraction)], dtype=np.int64)
     worker_start, jobs = balance((stop - start) * (k + PROOF_OPS), numba.get_num_threads())
-    n, pre, per = kernels.tabulate_many(
-        moves, np.concatenate(([0], np.cumsum(k)[:-1])).astype(np.int64), k, vals, vals_base,
-        start, stop, worker_start, jobs)
+    if len(chosen) == 1:  # no parallel region to start (each start costs ~1 ms, more on a
+        # busy machine), as when the period probe grows one table at a time
+        n, pre, per = (np.array([v]) for v in kernels.tabulate_subtraction(
+            moves, vals, int(start[0]), int(stop[0])))
+    else:
+        n, pre, per = kernels.tabulate_many(
+            moves, np.concatenate(([0], np.cumsum(k)[:-1])).astype(np.int64), k, vals,
+            vals_base, start, stop, worker_start, jobs)
     # Tables may share the buffer (no copy) unless one stopped early: its unused room would
     # then stay allocated as long as any other table lives.
     share = not per.any()

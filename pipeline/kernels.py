@@ -33,6 +33,21 @@ def mix64(h):
 
 
 @njit(cache=True)
+def window_power(m):
+    """_BASE ** (m - 1) modulo 2**64, the weight of a window's oldest value in its rolling hash,
+    by repeated squaring: O(log m) for windows as long as 2**32 - 1 values."""
+    result = np.uint64(1)
+    factor = _BASE
+    e = m - 1
+    while e > 0:
+        if e & 1:
+            result *= factor
+        factor *= factor
+        e >>= 1
+    return result
+
+
+@njit(cache=True)
 def _windows_equal(vals, a, b, m):
     for i in range(m):
         if vals[a - m + i] != vals[b - m + i]:
@@ -92,9 +107,7 @@ def tabulate_subtraction(moves, vals, start, stop_len):
     k = moves.shape[0]
     m = moves[k - 1]
     marks = np.zeros(k + 2, np.int64)
-    bpow = np.uint64(1)
-    for _ in range(m - 1):
-        bpow *= _BASE
+    bpow = window_power(m)
     h = np.uint64(0)
     for i in range(max(0, start - m), start):
         h = h * _BASE + np.uint64(vals[i]) + np.uint64(1)
@@ -636,6 +649,15 @@ def run_counts(ids, nim):
         if nim[i] == 0:
             losing[r] += 1
     return run_ids, sizes, losing
+
+
+@njit(cache=True, nogil=True)
+def in_key_order(first, second):
+    """Whether rows are sorted by (first, second): then every key's rows are contiguous."""
+    for i in range(1, first.shape[0]):
+        if first[i] < first[i - 1] or first[i] == first[i - 1] and second[i] < second[i - 1]:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)

@@ -24,7 +24,7 @@ from pipeline import __version__
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
-from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError
+from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, cut
 from pipeline.io import commit
 from pipeline.io.inputs import InputFile, checksummed, resolve_inputs
 from pipeline.io.manifest import output_listing, write_manifest
@@ -187,7 +187,7 @@ def _reconciled(counts: dict[str, dict[str, int]]) -> bool:
 
 def problem_text(row: dict[str, Any]) -> str:
     """One rejects row as a line for the terminal: file, row, column, reason."""
-    column = f", column {row['column']}" if row["column"] else ""
+    column = f", column {cut(row['column'])}" if row["column"] else ""
     return f"{row['source']} row {row['row']}{column}: {row['reason']}"
 
 

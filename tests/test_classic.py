@@ -146,12 +146,23 @@ def test_duplicate_and_unsorted_moves():
     assert solve_classic(render(cases)) == "LWW\n"
 
 
-def test_empty_inputs():
-    assert solve_classic(b"") == ""
-    assert solve_classic(b" \n\r\n") == ""
+def test_a_lone_terminator_is_an_input_without_test_cases():
     assert solve_classic(b"0") == ""
     assert solve_classic(b"0\n") == ""
+    assert solve_classic(b" \r\n0 \t\n") == ""
     assert parse_classic(b"0") == []
+    assert classic_to_tables(b"0\n") == ({"rule_set_id": [], "kind": [], "moves": []},
+                                          {"rule_set_id": [], "position_id": [], "heaps": []})
+
+
+@pytest.mark.parametrize("text", [b"", b" ", b"\n", b"\r", b" \n\r\n", b"\t\x0b\x0c \r\n\n"])
+def test_an_input_without_any_number_is_refused(text):
+    """Nothing or only whitespace is no valid input (it is the most truncated input there
+    is); solve, parse and convert say so."""
+    for fn in (solve_classic, parse_classic, classic_to_tables):
+        with pytest.raises(InputError, match=r"^classic input: is empty \(no number at all\): "
+                                             r"expected test cases ending with a line holding 0"):
+            fn(text)
 
 
 def test_huge_heaps_use_the_period():
@@ -276,7 +287,6 @@ def test_missing_terminator_where_the_input_may_be_truncated(text, pattern):
     (b"2 2 5\n1\n0\n0", "L\n"),  # an empty position, then the terminator
     (b"2 2 5\n0\n0", "\n"),  # no positions, then the terminator
     (b"2 2 5\n1\n1 0\n0\n", "L\n"),  # a heap of 0 with the terminator after it
-    (b"\n \t", ""),  # no test case at all
 ])
 def test_missing_terminator_accepted_where_it_cannot_hide_a_cut(text, expected):
     assert solve_classic(text) == expected
@@ -401,7 +411,8 @@ def test_truncated_inputs(cases, data):
     tail = data.draw(st.sampled_from([b"", b" ", b"\n", b" \r\n"]))
     text = " ".join(map(str, tokens[:cut])).encode() + tail
     if cut == 0:
-        assert solve_classic(text) == ""
+        with pytest.raises(InputError, match=r"is empty \(no number at all\)"):
+            solve_classic(text)
     elif cut in boundaries and unterminated_ok(tokens[:cut], tail):
         assert solve_classic(text) == brute_answer(cases[:boundaries.index(cut)])
     elif cut in boundaries:

@@ -252,6 +252,66 @@ def test_every_fixed_choice_is_checked_by_typer_with_one_error_style(cli, tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+LONG_CHOICE = "x" * 2000 + "tail"
+LONG_CHOICES = [
+    (("grundy", "--kind"), "--kind", "'subtraction', 'nim', 'half'"),
+    (("generate", "--out", "g", "--form"), "--form", "'wide', 'long'"),
+    (("generate", "--out", "g", "--format"), "--format", "'parquet', 'csv'"),
+    (("generate", "--out", "g", "--key-type"), "--key-type", "'int', 'string', 'uuid'"),
+    (("run", "--engine"), "--engine", "'polars', 'spark'"),
+    (("run", "--on-bad-rows"), "--on-bad-rows", "'reject', 'fail'"),
+]
+
+
+@pytest.mark.parametrize(("args", "option", "listed"), LONG_CHOICES,
+                         ids=[c[1] for c in LONG_CHOICES])
+def test_a_long_choice_value_is_echoed_cut(cli, tmp_path, monkeypatch, args, option, listed):
+    """A 2004-character value for a fixed choice: exit 2 naming the option and the choices,
+    the value shown in 60 characters ('xxx...xxtail'), not in full."""
+    monkeypatch.chdir(tmp_path)
+    result = cli(*args, LONG_CHOICE)
+    no_traceback(result)
+    assert result.exit_code == 2, result.output
+    flat = "".join(line.strip("│ ") for line in result.stderr.splitlines())
+    shown = "'" + "x" * 27 + "..." + "x" * 24 + "tail'"
+    assert f"Invalid value for '{option}': Value error,{shown} is not one of{listed}." in \
+        flat.replace("is not one of ", "is not one of"), result.stderr
+    assert "x" * 61 not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "option", "limit"), [
+    (("grundy", "--moves", "2 5", "--upto", str(10**15)), "--upto", "1000000"),
+    (("grundy", "--moves", "2 5", "--upto", str(2**63)), "--upto", "1000000"),
+    (("grundy", "--moves", "2 5", "--upto", "1000001"), "--upto", "1000000"),
+    (("grundy", "--moves", "2 5", "--cap", str(2**32)), "--cap", "4294967295"),
+    (("solve", "--cap", str(2**32)), "--cap", "4294967295"),
+])
+def test_too_large_sizes_are_usage_errors_naming_the_limit(cli, args, option, limit):
+    result = cli(*args, input="1 2\n1\n1 3\n0\n")
+    no_traceback(result)
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    flat = " ".join(line.strip("│ ") for line in result.stderr.splitlines())
+    assert f"Invalid value for '{option}': Input should be less than or equal to {limit}" in \
+        " ".join(flat.split()), result.stderr
+
+
+@pytest.mark.parametrize("args", [("--upto", "-1"), ("--upto", str(-2**63)), ("--cap", "0")])
+def test_negative_or_zero_sizes_are_usage_errors(cli, args):
+    result = cli("grundy", "--moves", "2 5", *args)
+    no_traceback(result)
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    assert f"Invalid value for '{args[0]}'" in result.stderr
+
+
+def test_grundy_prints_up_to_the_upto_limit(cli):
+    result = cli("grundy", "--moves", "2 5", "--upto", "1000000")
+    assert result.exit_code == 0, result.output
+    values = grundy_lines(result.stdout)["SG(0..1000000)"].split()
+    period = [str(v) for v in naive_sg((2, 5), 7)]  # {2, 5}: preperiod 0, period 7
+    assert values == period * (1_000_001 // 7) + period[:1_000_001 % 7]
+
+
 def test_generate_choices_in_any_case(cli, tmp_path):
     result = cli("generate", "--out", str(tmp_path / "g"), "--positions", "7", "--rule-sets",
                  "2", "--form", "LONG", "--format", "Csv")
@@ -376,6 +436,24 @@ def test_solve_and_convert_refuse_an_input_that_may_be_truncated(cli, tmp_path, 
     assert not (tmp_path / "tables").exists()
 
 
+@pytest.mark.parametrize("text", ["", " ", "\n\n", " \t\r\n "])
+def test_solve_and_convert_refuse_an_input_without_any_number(cli, tmp_path, monkeypatch, text):
+    """Empty or whitespace-only input is no game: exit 1 (malformed input), nothing printed or
+    written; a lone 0 stays a valid input without test cases."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.txt").write_text(text)
+    for result in (cli("solve", input=text), cli("convert", "empty.txt", "--out", "tables")):
+        no_traceback(result)
+        assert result.exit_code == 1
+        assert result.stdout == ""
+        assert result.stderr == ("snim-batch: error: classic input: is empty (no number at all): "
+                                 "expected test cases ending with a line holding 0 (a lone 0 is "
+                                 "an input without test cases)\n")
+    assert not (tmp_path / "tables").exists()
+    zero = cli("solve", input=text + "0\n")
+    assert (zero.exit_code, zero.stdout) == (0, "")
+
+
 @pytest.mark.parametrize("text", [CLASSIC_SAMPLE, "random"])
 def test_convert_then_run_matches_solve(cli, tmp_path, monkeypatch, text):
     monkeypatch.chdir(tmp_path)
@@ -434,6 +512,18 @@ def test_script_solve_and_grundy(tmp_path):
     lines = grundy_lines(grundy.stdout)
     assert (lines["preperiod"], lines["period"]) == ("0", "7")
     assert lines["SG(0..20)"].split() == [str(v) for v in naive_sg((2, 5), 21)]
+
+
+@needs_script
+@pytest.mark.parametrize("text", ["", "\n \n"])
+def test_script_solve_refuses_an_empty_file_on_stdin(tmp_path, text):
+    path = tmp_path / "in.txt"
+    path.write_text(text)
+    with path.open("rb") as stdin:
+        solved = subprocess.run([SCRIPT, "solve"], stdin=stdin, capture_output=True, text=True,
+                                cwd=tmp_path, timeout=120)
+    assert (solved.returncode, solved.stdout) == (1, "")
+    assert "classic input: is empty (no number at all)" in solved.stderr
 
 
 @needs_script

@@ -5,6 +5,7 @@ The CLI maps a ConfigError to exit code 2 with one line on stderr naming the fil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -77,12 +78,56 @@ def test_unknown_key(tmp_path: Path, extra: str, key: str) -> None:
     ("tables:\n  max_run_ops: -1\n", "tables.max_run_ops"),
     ("tables:\n  max_run_ops: lots\n", "tables.max_run_ops"),
     ("spark:\n  master: 5\n", "spark.master"),
+    ("spark:\n  remote: 'http://h:15002'\n", "spark.remote"),
+    ("spark:\n  remote: 'sc://'\n", "spark.remote"),
+    ("spark:\n  remote: ''\n", "spark.remote"),
+    ("spark:\n  remote: 15002\n", "spark.remote"),
 ])
 def test_wrong_type_or_value(tmp_path: Path, extra: str, key: str) -> None:
     path = write(tmp_path / "config.yaml", BASE + extra)
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert f"'{key}'" in str(info.value), str(info.value)
+
+
+LONGEST = "9" * 100  # the longest integer a config may hold (MAX_INT_CHARS)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("max_table_len", LONGEST), ("max_table_len", "-" + LONGEST[1:]),
+    ("max_total_values", "-" + LONGEST[1:]), ("max_rule_ops", "-" + LONGEST[1:]),
+    ("max_run_ops", "-" + LONGEST[1:]), ("period_probe_ops", "-" + LONGEST[1:]),
+    ("max_table_len", "0b" + "1" * 98), ("max_run_ops", "-0x" + "f" * 97),
+    ("max_run_ops", "-1" + ":59" * 32),  # YAML 1.1 base 60: a 58-digit integer
+])
+def test_an_integer_out_of_range_is_echoed_cut(tmp_path: Path, key: str, value: str) -> None:
+    """The longest integer a config may hold, out of a key's range: the message names the key
+    and shows the value in at most 60 characters, never in full."""
+    path = write(tmp_path / "c.yaml", BASE + f"tables:\n  {key}: {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    number = message.rpartition("got ")[2]
+    assert message.startswith(f"{path}: key 'tables.{key}' must be "), message
+    full = yaml_int(value)
+    assert len(number) <= 60, message
+    if number != str(full):
+        assert number in (f"<a {full.bit_length()}-bit integer>",
+                          f"{str(full)[:18]}...{str(full)[-19:]}"), message
+
+
+def yaml_int(text: str) -> int:
+    """An integer as YAML 1.1 reads it (sign, 0b, 0x, base 60), written here independently."""
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("-")
+    if digits.startswith("0b"):
+        return sign * int(digits[2:], 2)
+    if digits.startswith("0x"):
+        return sign * int(digits[2:], 16)
+    value = 0
+    for part in digits.split(":"):
+        value = value * 60 + int(part)
+    return sign * value
 
 
 @pytest.mark.parametrize(("key", "text"), [
@@ -422,6 +467,16 @@ def test_no_message_echoes_a_value_in_full(tmp_path: Path, extra: str) -> None:
         load_config(path)
     message = str(info.value)
     assert "zzz..." in message and len(message) < len(str(path)) + 260, message
+
+
+def test_spark_remote_from_the_file_and_the_command_line(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path / "c.yaml", BASE + "spark:\n  remote: sc://h:15002\n"))
+    assert cfg.spark.remote == "sc://h:15002"
+    assert config_from_dict({"rules": "r", "positions": "p", "out": "o"}).spark.remote == ""
+    with pytest.raises(ConfigError) as info:
+        cfg.override(spark=dataclasses.replace(cfg.spark, remote="h:15002"))
+    assert str(info.value) == ("option 'spark.remote' must be a Spark Connect URL "
+                               "sc://HOST:PORT, got 'h:15002'")
 
 
 def test_override_echoes_a_value_shortened() -> None:

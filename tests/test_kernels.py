@@ -373,6 +373,12 @@ def test_wide_value_dtype_table_mixed_with_closed_forms():
     check_rows(specs, refs, ts, big, brute=False)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 64, 1000, 2**20 + 7, 2**32 - 1])
+def test_window_power_is_the_rolling_hash_weight_modulo_2_to_the_64(m):
+    base = 0x100000001B3
+    assert int(kernels.window_power(m)) == pow(base, m - 1, 2**64)
+
+
 # ---------------------------------------------------------------------------------------------
 # Ordering kernels against numpy's stable lexsort
 # ---------------------------------------------------------------------------------------------
@@ -513,3 +519,10 @@ def test_csv_scan_finds_the_line_of_a_quote_never_closed(text, open_line):
 def test_csv_scan_stops_after_a_record(text, stop, expected):
     data = np.frombuffer(text.encode(), np.uint8)
     assert kernels.csv_scan(data, 0, stop)[:2] == expected
+
+
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-3, 3)), max_size=30))
+def test_in_key_order_is_lexicographic_order(pairs):
+    first = np.array([a for a, _ in pairs], np.int64)
+    second = np.array([b for _, b in pairs], np.int64)
+    assert kernels.in_key_order(first, second) == (pairs == sorted(pairs))

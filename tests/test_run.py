@@ -353,6 +353,58 @@ def test_long_form_split_into_parts_matches_brute_force(tmp_path, monkeypatch, f
     assert sorted(x.name for x in (tmp_path / "out").iterdir()) == OUTPUTS
 
 
+@pytest.mark.parametrize(("order", "fmt"), [("rule", "parquet"), ("position", "csv")])
+def test_long_form_in_key_order_is_grouped_as_it_streams(tmp_path, monkeypatch, order, fmt):
+    """A large long-form input (several parts' worth) whose rows come in key order, sorted by
+    rule set then position or by position then rule set, is grouped batch by batch with no
+    scratch file. Batches of 5 rows cut positions apart: each must still get all its heaps,
+    in input order (winning moves index them). Brute-force references."""
+    written = split_long_form(monkeypatch, 7)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 5)
+    rng = random.Random(f"in-order-{order}-{fmt}")
+    rules = random_rules(rng, "int")
+    positions = random_positions(rng, rules, "int", min_heaps=1)
+    positions.sort(key=(lambda p: (p[0], p[1])) if order == "rule" else (lambda p: (p[1], p[0])))
+    assert any(len(h) > 1 for _, _, h in positions)
+    manifest = run_checked(tmp_path, rules, positions, "long", fmt, winning_moves=True)
+    assert manifest["counts"]["positions"]["rows_read"] == sum(len(h) for _, _, h in positions)
+    assert written == []
+
+
+@pytest.mark.parametrize("fault", ["position_cut_apart", "text_key_later"])
+def test_long_form_that_leaves_key_order_late_is_split_after_all(tmp_path, monkeypatch,
+                                                                  fault):
+    """Rows in key order until near the end, where a position's last heaps come again (its
+    rows are not contiguous after all) or a second file has text position ids: the run
+    notices there, splits the whole input by key instead, and its outputs are those of any
+    other order (the position gets all its heaps, once). Brute-force references."""
+    written = split_long_form(monkeypatch, 7)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 5)
+    rng = random.Random(f"late-{fault}")
+    rules = random_rules(rng, "int")
+    positions = sorted(random_positions(rng, rules, "int", min_heaps=1),
+                       key=lambda p: (p[0], p[1]))
+    folder = tmp_path / "positions"
+    folder.mkdir()
+    if fault == "position_cut_apart":
+        at = next(i for i, (_, _, h) in enumerate(positions) if len(h) > 1)
+        rid, pid, heaps = positions[at]
+        rows = positions[:at] + [(rid, pid, heaps[:1])] + positions[at + 1:]
+        write_positions(folder / "a", rows + [(rid, pid, heaps[1:])], "long", "parquet")
+    else:
+        half = len(positions) // 2
+        positions[half:] = [(rid, f"p{pid}", h) for rid, pid, h in positions[half:]]
+        write_positions(folder / "a", positions[:half], "long", "csv")
+        write_positions(folder / "b", positions[half:], "long", "csv")
+        positions = [(rid, str(pid), h) for rid, pid, h in positions]
+    result = run(job(tmp_path, write_rules(tmp_path / "rules", rules, "csv"), folder,
+                     winning_moves=True))
+    assert result.exit_code == 0 and result.problems == []
+    check_outputs(tmp_path / "out", rules, positions,
+                  rows_read=sum(len(h) for _, _, h in positions), winning_moves=True)
+    assert written != []
+
+
 def test_long_form_split_gives_the_whole_runs_outputs_with_mixed_key_types(tmp_path,
                                                                             monkeypatch):
     # Integer keys in one file and text keys in another ("07" is not the integer 7, so every
@@ -965,6 +1017,68 @@ def test_rules_that_each_fit_but_together_pass_the_run_work_limit(tmp_path, fmt)
     evaluated = [(i, p, hs) for i, p, hs in positions if hs[0] < lens[i]]
     assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
         (i, p, naive_sg(sets[i], 1000)[h]) for i, p, [h] in evaluated]
+
+
+def test_sg_tables_names_the_limit_and_length_that_the_rejects_name(tmp_path):
+    """Twelve rules of one huge move each (SG = 0 below the move, by the rules of the game)
+    with a heap of 10^6 and one of 60,000, under a run work limit that binds part-way through
+    a round of growth, so the tables end with unequal lengths. For every rule sg_tables says
+    what its rejected rows say: the same table_len and, in stopped_by, the same limit; a rule
+    that no limit stopped has no rejects; heaps below table_len are evaluated."""
+    moves = [2**32 - 1 - i for i in range(12)]
+    rules = write_rules(tmp_path / "rules", [(i, "subtraction", [m])
+                                             for i, m in enumerate(moves)], "csv")
+    positions = [(i, p, [h]) for i in range(12) for p, h in enumerate([10**6, 60_000])]
+    path = write_positions(tmp_path / "positions", positions, "wide", "csv")
+    run_ops = 12 * 100_000 * 201
+    result = run(job(tmp_path, rules, path, tables={"max_run_ops": run_ops}))
+    assert result.exit_code == 3
+    o = read_outputs(tmp_path / "out")
+    tables = {int(t["rule_set_ids"][0]): t for t in o["sg_tables"].rows(named=True)}
+    assert len({t["table_len"] for t in tables.values()}) > 1, tables
+    assert sum((t["table_len"] - 1) * 201 for t in tables.values()) <= run_ops
+    assert all(t["period"] is None for t in tables.values())
+    rejected = {}
+    for rid, pid, reason in o["rejects"].select("rule_set_id", "position_id", "reason").rows():
+        rejected[int(rid), int(pid)] = reason
+    for i, p, [h] in positions:
+        table = tables[i]
+        if h < table["table_len"]:
+            assert (i, p) not in rejected
+        else:
+            assert table["stopped_by"] == "tables.max_run_ops", table
+            assert rejected[i, p] == beyond_reason(h, 0, "{" + str(moves[i]) + "}",
+                                                   "max_run_ops", table["table_len"])
+    evaluated = [(i, p) for i, p, [h] in positions if h < tables[i]["table_len"]]
+    assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum", "verdict").rows() == [
+        (i, p, 0, "L") for i, p in evaluated]
+    assert len(evaluated) >= 12
+
+
+def test_sg_tables_stopped_by_is_null_for_tables_no_limit_stopped(tmp_path):
+    """A table that met what the data needed, or proved its period, was stopped by nothing;
+    one that max_rule_ops cut says so even when no row needed more (max_rule_ops 6060 gives
+    1..400 1 + 6060 // 600 = 11 values, exactly what a heap of 10 needs). Naive references."""
+    many = list(range(1, 401))
+    rules = write_rules(tmp_path / "rules", [(1, "subtraction", [2, 5]),
+                                             (2, "subtraction", [1000]), (3, "nim", []),
+                                             (4, "subtraction", many)], "parquet")
+    path = write_positions(tmp_path / "positions", [(1, 0, [10**18]), (2, 0, [20]),
+                                                    (3, 0, [7]), (4, 0, [10])],
+                           "wide", "parquet")
+    result = run(job(tmp_path, rules, path, tables={"max_rule_ops": 6060,
+                                                    "period_probe_ops": 0}))
+    assert result.exit_code == 0
+    o = read_outputs(tmp_path / "out")
+    pre, per, _ = naive_period((2, 5))
+    assert o["sg_tables"].select("kind", "moves", "preperiod", "period", "table_len",
+                                 "stopped_by").rows() == [
+        ("nim", [], None, None, 0, None),
+        ("subtraction", many, None, None, 11, "tables.max_rule_ops"),
+        ("subtraction", [2, 5], pre, per, pre + per, None),
+        ("subtraction", [1000], None, None, 21, None)]
+    assert o["verdicts"]["nim_sum"].to_list() == [
+        periodic_sg((2, 5))(10**18), naive_sg((1000,), 21)[20], 7, naive_sg(many, 11)[10]]
 
 
 def test_a_rule_whose_moves_alone_pass_the_rule_work_limit_keeps_sg_0(tmp_path):

@@ -16,7 +16,7 @@ from typing import Protocol
 import polars as pl
 
 from pipeline.config import Config
-from pipeline.errors import UsageError
+from pipeline.errors import UsageError, shown
 from pipeline.tables import TableCache
 
 Note = Callable[[str], None]
@@ -78,4 +78,4 @@ def load_engine(name: str) -> Engine:
             raise UsageError("the Spark engine needs the spark extra: "
                              "pip install 'snim-batch[spark]'") from None
         return SparkEngine()
-    raise UsageError(f"unknown engine {name!r} (expected polars or spark)")
+    raise UsageError(f"unknown engine {shown(name)} (expected polars or spark)")

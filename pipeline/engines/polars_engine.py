@@ -2,9 +2,11 @@
 
 Wide-form Parquet input is read one batch at a time, so memory holds one batch of heaps plus
 the narrow verdict columns; SG tables grow as batches reveal larger heaps. A position's
-long-form rows may be anywhere in the input, so long form is collected whole when it is small,
-and otherwise first split by a hash of the key into scratch files of about
-LONG_PARTITION_ROWS rows each, which are then collected one at a time.
+long-form rows may be anywhere in the input, so long form is collected whole when it is small;
+a large input whose rows come in key order (sorted by rule set then position, or by position
+then rule set, as exports often are) is grouped batch by batch as it streams; any other is
+first split by a hash of the key into scratch files of about LONG_PARTITION_ROWS rows each,
+which are then collected one at a time.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
-from pipeline import keys
+from pipeline import kernels, keys
 from pipeline.batches import position_batches
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
@@ -84,7 +87,9 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
              else None)  # exact from the footers; a CSV's rows are known once it is read
     for file_index, frame in position_batches(paths, config, "wide"):
         rows_read += frame.height
-        frame, batch_index = keys.match_key_type(keys.integer_keys(frame), index)
+        frame = keys.integer_keys(frame)
+        same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
+        frame, batch_index = keys.match_key_type(frame, index)
         frame = evaluate.attach_tables(frame, batch_index)
         chunks = buffers.heap_buffers(frame)
         tables = cache.ensure(evaluate.largest_heaps(frame, len(cache.distinct), chunks))
@@ -92,7 +97,9 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         if evaluated["_reason"].null_count() < evaluated.height:
             rejects.append(outputs.reject_rows(evaluated, "positions"))
             evaluated = evaluated.filter(pl.col("_reason").is_null())
-        parts.append(ordering.verdict_part(evaluated, file_index, rule_ids, keep))
+        # ids made text only to meet the rules' are sorted, and typed, as the general path does
+        parts.append(ordering.verdict_part(evaluated, file_index,
+                                           rule_ids if same_type else None, keep))
         del frame, evaluated, chunks
         note(f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
              if total else
@@ -134,14 +141,18 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
                    ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     batches = position_batches(paths, config, "long")
     parts = -(-row_estimate(paths) // LONG_PARTITION_ROWS)
-    log.info("long form: %s", "collected whole" if parts <= 1 else
-             f"split by key into {parts} scratch parts of about {LONG_PARTITION_ROWS:,} rows")
     if parts <= 1:
+        log.info("long form: collected whole")
         frames = [frame for _, frame in batches]
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
         verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
                                         cache, note)
         return verdicts, rejects, sum(f.height for f in frames)
+    in_order = _evaluate_long_in_order(paths, config, index, cache, note)
+    if in_order is not None:
+        return in_order
+    log.info("long form: split by key into %d scratch parts of about %s rows", parts,
+             f"{LONG_PARTITION_ROWS:,}")
     rows_read = 0
     text = dict.fromkeys(keys.KEYS, False)
     with spill(staging) as scratch:
@@ -162,7 +173,71 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     return verdicts, rejects, rows_read
 
 
-def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int, text: dict[str, bool],
+class _OutOfOrder(Exception):
+    """Long-form rows that are not in key order after all: the run splits them instead."""
+
+
+def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFrame,
+                            cache: TableCache, note: Callable[[str], None]
+                            ) -> tuple[pl.DataFrame, pl.DataFrame, int] | None:
+    """Long form without scratch files, for input whose integer keys come in one key order
+    throughout (each batch, and across batches and files): every position's rows are then
+    contiguous, so each batch is grouped as it comes, holding back only its last position,
+    whose rows may go on in the next batch. None, after a log line, as soon as a batch shows
+    otherwise (a text key, a null key, rows out of order): the caller then splits the input
+    by key, reading it again (tables already grown stay; they depend only on the heaps)."""
+    batches = position_batches(paths, config, "long")
+    seen = {"rows": 0, "order": None}
+
+    def groups() -> Iterator[list[pl.DataFrame]]:
+        carry = None
+        for _, frame in batches:
+            seen["rows"] += frame.height
+            (frame,) = _unified_keys([frame])
+            rows = frame if carry is None else pl.concat([carry, frame], how="vertical_relaxed")
+            seen["order"] = _key_order(rows, seen["order"])
+            tail = _last_key_start(rows)
+            carry = rows.slice(tail)
+            if tail:
+                yield [rows.slice(0, tail)]
+        if carry is None:
+            raise _OutOfOrder("no rows")
+        yield [carry]
+
+    try:
+        verdicts, rejects = _merge_long(groups(), None, dict.fromkeys(keys.KEYS, False),
+                                        None, config, index, cache, note)
+    except _OutOfOrder as why:
+        log.info("long form: %s; splitting the input by key instead", why)
+        return None
+    finally:
+        batches.close()
+    return verdicts, rejects, seen["rows"]
+
+
+def _key_order(rows: pl.DataFrame, order: tuple[str, str] | None) -> tuple[str, str]:
+    """The key order `rows` follow: `order` when given, else (rule_set_id, position_id) or
+    (position_id, rule_set_id), whichever holds (ties: the first)."""
+    if any(rows[key].dtype != pl.Int64 or rows[key].null_count() for key in keys.KEYS):
+        raise _OutOfOrder("a key is text or missing")
+    for candidate in [order] if order else [keys.KEYS, keys.KEYS[::-1]]:
+        first, second = (rows[key].to_numpy() for key in candidate)
+        if kernels.in_key_order(first, second):
+            return candidate
+    raise _OutOfOrder(f"rows are not in key order (file rows before row "
+                      f"{rows['_row'][-1]} of {rows['_source'][-1]})")
+
+
+def _last_key_start(rows: pl.DataFrame) -> int:
+    """Where the run of rows of the last key (of rows in key order) starts."""
+    if rows.is_empty():
+        return 0
+    r, p = (rows[key].to_numpy() for key in keys.KEYS)
+    same = (r == r[-1]) & (p == p[-1])
+    return int(same.size - np.argmin(same[::-1])) if not same.all() else 0
+
+
+def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: dict[str, bool],
                 empty: pl.DataFrame, config: Config, index: pl.DataFrame, cache: TableCache,
                 note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Evaluate long-form parts, each holding every row of its positions, and merge them:
@@ -172,13 +247,14 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int, text: dict[str,
     rule_ids = None if any(text.values()) else _rule_ids(index, integer_only=True)
     verdicts, rejects = [], []
     for n, frames in enumerate(parts, 1):
-        clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text), config,
-                                                 index, cache)
+        clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text),
+                                                 config, index, cache)
         verdicts.append(ordering.verdict_rows(clean, config.winning_moves) if rule_ids is None
                         else ordering.verdict_part(clean, None, rule_ids,
                                                    _verdict_columns(config)))
         rejects.append(part_rejects)
-        note(f"positions: part {n} of {total} evaluated")
+        note(f"positions: part {n} of {total} evaluated" if total else
+             f"positions: {n} batches evaluated")
     if rule_ids is None:
         return ordering.sorted_from_parts(verdicts), pl.concat(rejects)
     no_rejects = pl.DataFrame(schema=schema.REJECT_SCHEMA)  # a long-form key cannot repeat

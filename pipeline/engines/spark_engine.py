@@ -49,7 +49,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.errors.exceptions.captured import CapturedException, PythonException
+from pyspark.errors import PySparkException, PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -58,7 +58,14 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pipeline import kernels
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
-from pipeline.engines.spark_session import Session, failure, failures_named, session
+from pipeline.engines.spark_connect import connect_session, is_connect, lost_server, ship
+from pipeline.engines.spark_session import (
+    SESSION_CONF,
+    Session,
+    failure,
+    failures_named,
+    session,
+)
 from pipeline.engines.spark_tasks import (
     BOOL,
     DATA,
@@ -138,6 +145,10 @@ class _Job:
         return df
 
     def broadcast(self, value: Any) -> Any:
+        """`value` for the tasks (as `.value`): a broadcast variable, or on Spark Connect, which
+        has none, the value pickled into the tasks' closures."""
+        if is_connect(self.spark):
+            return ship(value)
         self.broadcasts.append(self.spark.sparkContext.broadcast(value))
         return self.broadcasts[-1]
 
@@ -166,9 +177,9 @@ class _Job:
             raise InputError(errors[min(errors)])
         parts = []
         if csv:
-            files = self.spark.sparkContext.parallelize(
-                [(i, str(self.paths[i])) for i in csv], numSlices=len(csv))
-            parts.append(self.map(self.spark.createDataFrame(files, "file int, path string"),
+            files = self.spark.createDataFrame([(i, str(self.paths[i])) for i in csv],
+                                               "file int, path string").repartition(len(csv))
+            parts.append(self.map(files,
                                   csv_task, NORM_SCHEMA, config=self.config, form=self.form,
                                   index=self.index))
         groups: dict[tuple, list[ParquetFile]] = {}
@@ -190,7 +201,7 @@ class _Job:
                 F.count(F.lit(1)).alias("n"), F.first("_reason").alias("why")).collect()
         except PythonException:
             raise
-        except CapturedException as exc:  # e.g. a corrupt Parquet page
+        except PySparkException as exc:  # e.g. a corrupt Parquet page
             if self.run is not None and failure(exc, self.run) is not None:
                 raise  # memory, a lost executor: not the input's fault
             raise InputError(f"positions input {self.config.positions}: Spark could not read "
@@ -393,6 +404,13 @@ def _polars(df: DataFrame) -> pl.DataFrame:
     return frame
 
 
+def _where(spark: SparkSession) -> str:
+    """The master a session runs on, or the Spark Connect server it talks to."""
+    if is_connect(spark):
+        return f"{spark.conf.get('spark.master')} (through Spark Connect)"
+    return spark.sparkContext.master
+
+
 def _input_column_names(config: Config, form: str) -> Any:
     """The rejects' `column` renamed as `schema.with_input_column_names` renames it."""
     renamed = F.col("column")
@@ -410,14 +428,19 @@ class SparkEngine:
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
         config = job.config
-        run = session(config.spark.master, dict(config.spark.conf),
-                      quiet_jvm=not log.isEnabledFor(logging.DEBUG))
+        if config.spark.remote:
+            settings = {**SESSION_CONF, **config.spark.conf}
+            run = Session(connect_session(config.spark.remote, settings), owned=True,
+                          local=False, driver_memory=None)
+        else:
+            run = session(config.spark.master, dict(config.spark.conf),
+                          quiet_jvm=not log.isEnabledFor(logging.DEBUG))
         spark = run.spark
         work = _Job(spark, config, job.paths, job.form, job.index, job.cache, run)
         failed = True
         try:
-            with failures_named(run):
-                job.note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")
+            with failures_named(run), lost_server(config.spark.remote):
+                job.note(f"positions: Spark {spark.version} at {_where(spark)}")
                 norm, rows_per_file = work.read()
                 job.note(f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)")
                 norm = work.number_rows(norm, rows_per_file)

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from pipeline import kernels
-from pipeline.errors import InputError, first_line
+from pipeline.errors import InputError, cut, first_line
 from pipeline.io.inputs import InputFile, RawTable
 
 _BOM = b"\xef\xbb\xbf"
@@ -188,7 +188,7 @@ def _check_text(path: Path, table: pa.Table, rows: np.ndarray) -> None:
         swallowed = pc.and_(spans, pc.match_substring_regex(column, "[\r\n][^\r\n]*[,\"]"))
         if pc.any(swallowed).as_py():
             row = int(rows[pc.index(swallowed, True).as_py()])
-            raise InputError(f"{path}: row {row}, column {name}: a quoted field runs over "
+            raise InputError(f"{path}: row {row}, column {cut(name)}: a quoted field runs over "
                              "several lines that look like CSV rows (unterminated quote?)")
 
 

@@ -35,7 +35,9 @@ def sort_rejects(rejects: pl.DataFrame) -> pl.DataFrame:
 
 def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSet,
                   index: pl.DataFrame) -> pl.DataFrame:
-    """One row per distinct rule: kind, canonical moves, the rule_set_ids sharing it, periods."""
+    """One row per distinct rule: kind, canonical moves, the rule_set_ids sharing it, periods,
+    the values tabulated and the limit that stopped the table (the one, with that length,
+    that the rule's rejected rows name)."""
     ids = (index.filter(pl.col("table").is_not_null())
            .group_by("table").agg(pl.col("rule_set_id").sort().cast(pl.String)
                                   .alias("rule_set_ids")))
@@ -50,9 +52,12 @@ def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSe
                             dtype=pl.Int64),
         "table_len": pl.Series([built[r].table_len if r in built else 0 for r in distinct],
                                dtype=pl.Int64),
+        "stopped_by": pl.Series([built[r].stopped_by if r in built else None
+                                 for r in distinct], dtype=pl.String),
     })
     return frame.join(ids, on="table", how="left").select(
-        "kind", "moves", "rule_set_ids", "preperiod", "period", "table_len").sort("kind", "moves")
+        "kind", "moves", "rule_set_ids", "preperiod", "period", "table_len", "stopped_by"
+    ).sort("kind", "moves")
 
 
 def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame
