@@ -28,11 +28,15 @@ clean:
 	rm -rf $(VENV) out .pytest_cache
 
 # Benchmarks (benchmarks/README.md): ratios against references, written to
-# benchmarks/results/RESULTS.md; bench-large runs the 200M-heap job (long) and appends to it.
-.PHONY: bench-large
+# benchmarks/results/RESULTS.md; bench-large runs the 200M-heap job (long) and appends to it;
+# bench-spark runs only the Spark rows (results/SPARK.md).
+.PHONY: bench-large bench-spark
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
+
+bench-spark: $(STAMP)
+	$(BIN)/python benchmarks/bench.py --spark
 
 bench-large: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --large

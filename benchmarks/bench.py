@@ -93,6 +93,9 @@ MATRIX = [
     ("long form", Dataset("m_long", TEN_M, 1, form="long", files=1)),
 ]
 MATRIX_RSS_GOAL = 2 * GIB
+# Spark rows: the engine on local[2] against the polars engine and a hand-rolled Spark SQL plan
+SPARK_MASTER = "local[2]"
+SPARK_POLARS_GOAL, SPARK_PLAN_GOAL = 4.0, 3.0
 FLOOR_GOAL, LONG_GOAL = 1.5, 2.0
 # `make bench-large`: 200M heaps (40M positions, seed 2).
 LARGE = [
@@ -439,7 +442,9 @@ def goal(value: float | None, limit: float) -> str:
     return "met" if value <= limit else "**not met**"
 
 
-def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M) -> None:
+def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M,
+          extra_rows: bool = True) -> None:
+    """The matrix and the references; with `extra_rows` also the Spark and object-store rows."""
     env = environment()
     refs = compile_references()
     data = {ds.name: ensure_dataset(ds) for _, ds in MATRIX}
@@ -488,6 +493,8 @@ def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M) ->
                             str(data[base.name] / "rules.parquet"),
                             str(data[base.name] / "positions" / "*.parquet"), str(plan_out),
                             str(MAX_HEAP)])
+        if extra_rows:
+            spark_runs(one, base, data[base.name])
         one("sg_ours", [str(PY), str(BENCH / "sg_ours.py"), str(moves), str(sg_ours_bin)])
         one("sg_reference", [str(refs["sg_reference"]), str(moves), str(sg_ref_bin)])
         one("solve", [str(SNIM), "solve"], stdin=classic, stdout=solve_ours_txt)
@@ -515,8 +522,9 @@ def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M) ->
     checks["sg"] = (f"checksum {ours_sum} both; tables "
                     + helper("same-bytes", str(sg_ours_bin), str(sg_ref_bin)))
     checks["solve"] = "output " + helper("same-bytes", str(solve_ours_txt), str(solve_ref_txt))
+    spark_checks = spark_verified(base, base_verdicts) if extra_rows else {}
     log("all outputs verified")
-    s3_section = bench_s3(s3_positions, cwd)
+    s3_section = bench_s3(s3_positions, cwd) if extra_rows else []
 
     r = {k: best(v) for k, v in runs.items()}
     lines = ["# snim-batch benchmarks", "", *env,
@@ -607,6 +615,7 @@ def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M) ->
         "references do not.",
         "",
         *s3_section,
+        *(spark_section(r, base, spark_checks, floor) if extra_rows else []),
         "## Checks", "",
         f"- `{base.name}`: {checks['plan']} (`run`, the polars plan and the floor)",
         *[f"- `{ds.name}`: {checks[ds.name]}" for _, ds in MATRIX[1:]],
@@ -626,6 +635,86 @@ def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M) ->
     RESULTS.write_text(text)
     print(text)
     log(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+# --------------------------------------------------------------------------- Spark rows
+
+
+def spark_runs(one, ds: Dataset, data: Path) -> None:
+    """The Spark engine (no Spark settings: the session's defaults) and the hand-rolled Spark
+    SQL plan on `ds`, in the same round as the polars engine's run of the same data."""
+    out = RES / f"spark_{ds.name}"
+    one("spark_engine", run_argv(ds, data, out, "--no-winning-moves", "--engine", "spark",
+                                 "--spark-master", SPARK_MASTER), out=out, cwd=RES / "cwd")
+    one("spark_plan", [str(PY), str(BENCH / "spark_plan.py"), str(data / "rules.parquet"),
+                       str(data / "positions" / "*.parquet"), str(RES / "spark_plan_out"),
+                       str(MAX_HEAP), SPARK_MASTER])
+
+
+def spark_verified(ds: Dataset, polars_verdicts: Path) -> dict[str, str]:
+    """Both Spark outputs against the polars engine's verdicts, position by position."""
+    engine = RES / f"spark_{ds.name}" / "verdicts.parquet" / "part-*.parquet"
+    plan = RES / "spark_plan_out" / "part-*.parquet"
+    return {name: helper("same-nim-sums", str(polars_verdicts), str(path), str(polars_verdicts),
+                         str(ds.positions))
+            for name, path in (("engine", engine), ("plan", plan))}
+
+
+def spark_section(r: dict[str, Proc], ds: Dataset, checks: dict[str, str],
+                  floor: int) -> list[str]:
+    polars_run, engine, plan = r[f"run_{ds.name}"], r["spark_engine"], r["spark_plan"]
+    vs_polars, vs_plan = engine.wall_s / polars_run.wall_s, plan.wall_s / engine.wall_s
+    return [
+        f"## Spark on `{SPARK_MASTER}` (`{ds.name}`)", "",
+        "| run | wall (s) | in-process (s) | peak RSS of the Python driver (MiB) | phases (s) |",
+        "|---|--:|--:|--:|---|",
+        *[f"| {label} | {secs(p.wall_s)} | {secs(p.num('job_s'))} | {mib(p.maxrss, floor)} | "
+          f"{p.values.get('phases', '—')} |"
+          for label, p in (("`snim-batch run` (polars engine)", polars_run),
+                           ("`snim-batch run --engine spark`", engine),
+                           ("hand-rolled Spark SQL plan (`spark_plan.py`)", plan))],
+        "",
+        f"Spark engine / polars engine: {ratio(engine.wall_s, polars_run.wall_s)} "
+        f"({goal(vs_polars, SPARK_POLARS_GOAL)}; goal ≤ {SPARK_POLARS_GOAL}×). "
+        f"Hand-rolled plan / Spark engine: **{vs_plan:.2f}×** "
+        f"({'met' if vs_plan >= SPARK_PLAN_GOAL else '**not met**'}; goal ≥ "
+        f"{SPARK_PLAN_GOAL}×). The Spark engine runs with no Spark settings; the plan gets "
+        "the same driver heap. Peak RSS is the Python driver's only (the JVM is not its "
+        "reaped child). Checks against the polars engine's verdicts: engine "
+        f"{checks['engine']}; plan {checks['plan']}.", ""]
+
+
+def bench_spark(repeat: int) -> None:
+    """`bench.py --spark`: only the Spark rows (and the polars run they compare with)."""
+    env = environment()
+    ds = MATRIX[0][1]
+    data = ensure_dataset(ds)
+    RES.mkdir(parents=True, exist_ok=True)
+    (RES / "cwd").mkdir(exist_ok=True)
+    floor = rss_floor()
+    warm_up()
+    runs: dict[str, list[Proc]] = {}
+
+    def one(key: str, *args, out: Path | None = None, **kwargs) -> None:
+        proc = measure(key, *args, **kwargs)
+        if out is not None:
+            total, proc.values["phases"] = manifest_total(out)
+            if total is not None:
+                proc.values["job_s"] = str(total)
+        runs.setdefault(key, []).append(proc)
+
+    for _ in range(repeat):
+        out = RES / f"run_{ds.name}"
+        one(f"run_{ds.name}", run_argv(ds, data, out, "--no-winning-moves"), out=out,
+            cwd=RES / "cwd")
+        spark_runs(one, ds, data)
+    checks = spark_verified(ds, RES / f"run_{ds.name}" / "verdicts.parquet")
+    r = {k: best(v) for k, v in runs.items()}
+    text = "\n".join(["# snim-batch benchmarks: Spark rows", "", *env, "",
+                      *spark_section(r, ds, checks, floor)])
+    (RES / "SPARK.md").write_text(text)
+    print(text)
+    log(f"wrote {(RES / 'SPARK.md').relative_to(ROOT)}")
 
 
 # --------------------------------------------------------------------------- make bench-large
@@ -773,6 +862,11 @@ def main() -> int:
     ap.add_argument("--s3-positions", type=int, default=TEN_M, metavar="N",
                     help="positions of the object-store row (default 10M; smaller on a busy "
                          "machine)")
+    ap.add_argument("--matrix", action="store_true",
+                    help="only the matrix of shapes and the references (no Spark and no "
+                         "object-store rows, which take many minutes)")
+    ap.add_argument("--spark", action="store_true",
+                    help="run only the Spark rows (results/SPARK.md)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="measure every program N times (best wall time is reported)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT",
@@ -791,8 +885,12 @@ def main() -> int:
         elif args.s3:
             s3_only(args.s3_positions)
         else:
-            bench_large() if args.large else bench(args.repeat, args.before,
-                                                   args.s3_positions)
+            if args.large:
+                bench_large()
+            elif args.spark:
+                bench_spark(args.repeat)
+            else:
+                bench(args.repeat, args.before, args.s3_positions, not args.matrix)
     except BenchError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ import time
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -161,6 +161,14 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
     raise typer.Exit(EXIT_FAILED)
 
 
+def _spark_options(spark: Any, master: str | None, remote: str | None) -> Any:
+    """The config's Spark section with the command line's --spark-master/--spark-remote."""
+    if master is None and remote is None:
+        return None
+    changes = {"master": master, "remote": remote}
+    return dataclasses.replace(spark, **{k: v for k, v in changes.items() if v is not None})
+
+
 def _load(config: Path | None, rules: str | None, positions: str | None, out: str | None):
     from pipeline.config import config_from_dict, load_config
 
@@ -208,6 +216,9 @@ def run(
     run_date: Annotated[str | None, typer.Option(
         help="The night a --format delta run replaces, YYYY-MM-DD (default: today in UTC).")]
     = None,
+    spark_remote: Annotated[str | None, typer.Option(
+        help="Spark Connect server, sc://HOST:PORT (--engine spark; instead of a master).")]
+    = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show details and tracebacks.")]
     = False,
@@ -230,7 +241,7 @@ def run(
             winning_moves=winning_moves,
             on_bad_rows=on_bad_rows.value if on_bad_rows else None,
             overwrite=overwrite,
-            spark=dataclasses.replace(cfg.spark, master=spark_master) if spark_master else None,
+            spark=_spark_options(cfg.spark, spark_master, spark_remote),
             output=(dataclasses.replace(cfg.output, format=output_format.value)
                     if output_format else None),
         )

@@ -7,6 +7,7 @@ the same whatever directory it is started from. CLI flags override keys via `Con
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,10 +63,12 @@ class Tables:
 @dataclass(frozen=True)
 class Spark:
     """`master` for a session snim-batch starts itself (spark-submit's --master wins when run
-    under it); `conf` is passed to the session builder (spark.driver.memory, ...)."""
+    under it); `conf` is passed to the session builder (spark.driver.memory, ...); `remote`,
+    a Spark Connect URL (sc://HOST:PORT), runs the job on that server instead ("": none)."""
 
     master: str = "local[*]"
     conf: dict[str, str] = field(default_factory=dict)
+    remote: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,14 @@ class Config:
         return d
 
 
+_CONNECT_URL = re.compile(r"sc://[^/:;\s]+(:\d{1,5})?(/;[^\s]*)?")
+
+
 def _check_choices(cfg: Config, where: str) -> None:
+    remote = cfg.spark.remote
+    if remote and not _CONNECT_URL.fullmatch(remote):
+        raise ConfigError(f"{where} 'spark.remote' must be a Spark Connect URL "
+                          f"sc://HOST:PORT, got {shown(remote)}")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"{where} 'engine' must be one of {', '.join(ENGINES)}, "
                           f"got {shown(cfg.engine)}")

@@ -317,3 +317,42 @@ def killed_at(limit: int, args: list[str]) -> subprocess.CompletedProcess:
     system; its return code is 0 (or the command's own) if it finished first."""
     return subprocess.run([sys.executable, "-c", KILL_DRIVER, str(limit), *args],
                           capture_output=True, text=True, timeout=120)
+def inputs_with_rejects(where: Path, form: str) -> tuple[Path, Path]:
+    """(rules.csv, positions folder) for the Spark server tests: a Parquet file that Spark
+    splits and a CSV file, with rows each engine must reject (an unknown and an invalid rule
+    set, a negative or missing heap, a line with too many fields, a duplicate key)."""
+    import random
+
+    rng = random.Random(f"server-{form}")
+    rules = write_csv(where / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[1, "subtraction", "1 2"], [2, "subtraction", "2 5 7"], [3, "nim", ""],
+                       [4, "subtraction", "0 3"]])
+    heap = "heaps" if form == "wide" else "heap"
+    rows = [[rng.choice([1, 2, 3, 4, 99]), pid,
+             [rng.randint(0, 30) for _ in range(rng.randint(1, 4))] if form == "wide"
+             else rng.randint(0, 30)] for pid in range(300)]
+    rows[7][2] = [5, None] if form == "wide" else None
+    rows[8][2] = [3, -2] if form == "wide" else -2
+    rows.append(list(rows[10]))  # the same key twice
+    positions = where / "positions"
+    write_parquet(positions / "a.parquet", {
+        "rule_set_id": [r[0] for r in rows], "position_id": [r[1] for r in rows],
+        heap: [r[2] for r in rows]},
+        {"rule_set_id": pl.Int64, "position_id": pl.Int64,
+         heap: pl.List(pl.Int64) if form == "wide" else pl.Int64})
+    csv_rows = [[1, 1000 + i, f"{i} {i + 1}" if form == "wide" else i] for i in range(20)]
+    b = write_csv(positions / "b.csv", ["rule_set_id", "position_id", heap], csv_rows)
+    b.write_text(b.read_text() + "1,2,3,4\n")
+    return rules, positions
+
+
+def assert_same_outputs(have: Path, want: Path) -> None:
+    """The four tables of two output directories are equal, row for row."""
+    from polars.testing import assert_frame_equal
+
+    got, expected = read_outputs(have), read_outputs(want)
+    for name in expected:
+        try:
+            assert_frame_equal(got[name], expected[name], check_exact=True)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}.parquet differs: {exc}") from None

@@ -5,6 +5,7 @@ The CLI maps a ConfigError to exit code 2 with one line on stderr naming the fil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -77,6 +78,10 @@ def test_unknown_key(tmp_path: Path, extra: str, key: str) -> None:
     ("tables:\n  max_run_ops: -1\n", "tables.max_run_ops"),
     ("tables:\n  max_run_ops: lots\n", "tables.max_run_ops"),
     ("spark:\n  master: 5\n", "spark.master"),
+    ("spark:\n  remote: 'http://h:15002'\n", "spark.remote"),
+    ("spark:\n  remote: 'sc://'\n", "spark.remote"),
+    ("spark:\n  remote: ''\n", "spark.remote"),
+    ("spark:\n  remote: 15002\n", "spark.remote"),
 ])
 def test_wrong_type_or_value(tmp_path: Path, extra: str, key: str) -> None:
     path = write(tmp_path / "config.yaml", BASE + extra)
@@ -462,6 +467,16 @@ def test_no_message_echoes_a_value_in_full(tmp_path: Path, extra: str) -> None:
         load_config(path)
     message = str(info.value)
     assert "zzz..." in message and len(message) < len(str(path)) + 260, message
+
+
+def test_spark_remote_from_the_file_and_the_command_line(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path / "c.yaml", BASE + "spark:\n  remote: sc://h:15002\n"))
+    assert cfg.spark.remote == "sc://h:15002"
+    assert config_from_dict({"rules": "r", "positions": "p", "out": "o"}).spark.remote == ""
+    with pytest.raises(ConfigError) as info:
+        cfg.override(spark=dataclasses.replace(cfg.spark, remote="h:15002"))
+    assert str(info.value) == ("option 'spark.remote' must be a Spark Connect URL "
+                               "sc://HOST:PORT, got 'h:15002'")
 
 
 def test_override_echoes_a_value_shortened() -> None:

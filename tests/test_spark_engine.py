@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import moves_text, wins, write_csv, write_parquet
+from conftest import (
+    assert_same_outputs,
+    inputs_with_rejects,
+    moves_text,
+    read_outputs,
+    wins,
+    write_csv,
+    write_parquet,
+)
 from polars.testing import assert_frame_equal
 
 pytest.importorskip("pyspark")
@@ -33,12 +43,11 @@ INT64_MAX = 2**63 - 1
 
 @pytest.fixture(scope="module")
 def spark():
-    from pipeline.engines.spark_engine import session
+    from pipeline.engines.spark_session import session
 
-    spark, owned = session("local[2]", {"spark.ui.enabled": "false"})
-    yield spark
-    if owned:
-        spark.stop()
+    run = session("local[2]", {"spark.ui.enabled": "false"})
+    yield run.spark
+    run.stop(failed=False)
 
 
 def run_both(tmp_path: Path, **cfg) -> tuple[RunResult, RunResult]:
@@ -570,3 +579,51 @@ def test_outputs_inside_the_positions_folder_are_not_read_back(spark, tmp_path):
         assert [f["path"] for f in expected.manifest["inputs"]["positions"]] == [
             str(d / "part-0.csv")]
         assert _verdicts(expected) == _verdicts_by_brute_force(rows)
+
+
+# ---- a real standalone cluster ----------------------------------------------------------------
+
+
+def readme_block(marker: str) -> str:
+    """The README's shell lines from the comment line `marker` to the end of that command."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == marker)
+    end = start
+    while lines[end].endswith("\\") or lines[end].startswith("#") or "=" in lines[end]:
+        end += 1
+    return "\n".join(lines[start:end + 1])
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_readme_spark_submit_on_a_standalone_cluster_matches_polars(tmp_path):
+    """A Master and a Worker JVM on 127.0.0.1 run the README's spark-submit command: the
+    executors run on the worker, and the four tables equal the polars engine's (with rejects)."""
+    from spark_servers import StandaloneCluster, spark_env
+
+    rules, positions = inputs_with_rejects(tmp_path, "wide")
+    expected = run_job(config_from_dict({"rules": str(rules), "positions": str(positions),
+                                         "out": str(tmp_path / "polars")}))
+    assert expected.exit_code == 3
+    conf = tmp_path / "conf"  # the test's sizes: a 1-core, 512m executor; no web UI
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(
+        "spark.executor.memory 512m\nspark.executor.cores 1\nspark.cores.max 1\n"
+        "spark.driver.memory 1g\nspark.ui.enabled false\nspark.sql.shuffle.partitions 4\n"
+        f"spark.local.dir {tmp_path}\n")
+    cluster = StandaloneCluster(tmp_path).start()
+    try:
+        env = spark_env(SPARK_CONF_DIR=str(conf), MASTER=cluster.url, PY=sys.executable,
+                        RULES=str(rules), POSITIONS=str(positions), OUT=str(tmp_path / "spark"))
+        done = subprocess.run(["bash", "-euc", readme_block("# a standalone cluster:")],
+                              env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 3, done.stderr[-3000:]
+        executors = list(cluster.work_dir.glob("app-*/*/stderr"))
+        apps = cluster.state().get("completedapps", []) + cluster.state().get("activeapps", [])
+    finally:
+        cluster.stop()
+    assert executors, "no executor ran on the worker"
+    assert len(apps) == 1
+    assert_same_outputs(tmp_path / "spark", expected.out)
+    assert read_outputs(expected.out)["rejects"].height > 5

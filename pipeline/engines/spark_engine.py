@@ -39,8 +39,6 @@ import functools
 import logging
 import os
 import re
-import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,8 +49,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark import SparkContext
-from pyspark.errors.exceptions.captured import CapturedException, PythonException
+from pyspark.errors import PySparkException, PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -61,6 +58,14 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pipeline import kernels
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
+from pipeline.engines.spark_connect import connect_session, is_connect, lost_server, ship
+from pipeline.engines.spark_session import (
+    SESSION_CONF,
+    Session,
+    failure,
+    failures_named,
+    session,
+)
 from pipeline.engines.spark_tasks import (
     BOOL,
     DATA,
@@ -98,56 +103,6 @@ from pipeline.transforms import normalize
 from pipeline.transforms.schema import input_column_names
 
 log = logging.getLogger(__name__)
-SESSION_CONF = {
-    "spark.ui.showConsoleProgress": "false",
-    "spark.log.level": "ERROR",
-    # let adaptive execution coalesce the shuffle partitions of cached frames too: each
-    # partition is a Python task, and 200 near-empty ones cost seconds on small inputs
-    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
-}
-
-
-_LOG4J = """rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
-logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer
-logger.pyspark.level = error
-"""
-
-
-def session(master: str, conf: dict[str, str] | None = None) -> tuple[SparkSession, bool]:
-    """The active SparkSession (owned=False), else a new quiet one for `master` (owned=True).
-
-    A new session logs errors only, to stderr, shows no progress bars, and runs its Python
-    workers with this interpreter (unless PYSPARK_PYTHON says otherwise).
-    """
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    if SparkContext._active_spark_context is not None:  # created in another thread
-        return SparkSession.builder.getOrCreate(), False
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("snim-batch")
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
-        builder = builder.master(master)
-    settings = dict(SESSION_CONF)
-    if "SPARK_CONF_DIR" not in os.environ:  # no site logging config: keep the JVM quiet too
-        log4j = Path(tempfile.gettempdir()) / f"snim-batch-log4j2-{os.getuid()}.properties"
-        if not log4j.exists() or log4j.read_text() != _LOG4J:
-            log4j.write_text(_LOG4J)
-        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
-    settings.update(conf or {})
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate(), True
-
-
 def _hadoop_literal(path: str) -> str:
     """`path` with the characters Hadoop's glob expands escaped: the input files are already
     resolved, and Spark would read `pos[1].parquet` as pos1.parquet (turning globbing off
@@ -176,6 +131,7 @@ class _Job:
     form: str
     index: pl.DataFrame
     cache: TableCache
+    run: Session | None = None
     cached: list[DataFrame] = field(default_factory=list)
     broadcasts: list[Any] = field(default_factory=list)
 
@@ -190,6 +146,10 @@ class _Job:
         return df
 
     def broadcast(self, value: Any) -> Any:
+        """`value` for the tasks (as `.value`): a broadcast variable, or on Spark Connect, which
+        has none, the value pickled into the tasks' closures."""
+        if is_connect(self.spark):
+            return ship(value)
         self.broadcasts.append(self.spark.sparkContext.broadcast(value))
         return self.broadcasts[-1]
 
@@ -218,9 +178,9 @@ class _Job:
             raise InputError(errors[min(errors)])
         parts = []
         if csv:
-            files = self.spark.sparkContext.parallelize(
-                [(i, str(self.paths[i])) for i in csv], numSlices=len(csv))
-            parts.append(self.map(self.spark.createDataFrame(files, "file int, path string"),
+            files = self.spark.createDataFrame([(i, str(self.paths[i])) for i in csv],
+                                               "file int, path string").repartition(len(csv))
+            parts.append(self.map(files,
                                   csv_task, NORM_SCHEMA, config=self.config, form=self.form,
                                   index=self.index))
         groups: dict[tuple, list[ParquetFile]] = {}
@@ -242,7 +202,9 @@ class _Job:
                 F.count(F.lit(1)).alias("n"), F.first("_reason").alias("why")).collect()
         except PythonException:
             raise
-        except CapturedException as exc:  # e.g. a corrupt Parquet page
+        except PySparkException as exc:  # e.g. a corrupt Parquet page
+            if self.run is not None and failure(exc, self.run) is not None:
+                raise  # memory, a lost executor: not the input's fault
             raise InputError(f"positions input {self.config.positions}: Spark could not read "
                              f"it ({first_line(exc)})") from None
         problems = {**{r["_file"]: r["why"] for r in stats if r["_kind"] == FATAL}, **errors}
@@ -443,6 +405,13 @@ def _polars(df: DataFrame) -> pl.DataFrame:
     return frame
 
 
+def _where(spark: SparkSession) -> str:
+    """The master a session runs on, or the Spark Connect server it talks to."""
+    if is_connect(spark):
+        return f"{spark.conf.get('spark.master')} (through Spark Connect)"
+    return spark.sparkContext.master
+
+
 def _input_column_names(config: Config, form: str) -> Any:
     """The rejects' `column` renamed as `schema.with_input_column_names` renames it."""
     renamed = F.col("column")
@@ -465,23 +434,35 @@ class SparkEngine:
                              "from a file system its executors share, not from an object "
                              "store (use the polars engine, or copy them)")
         config = job.config
-        spark, owned = session(config.spark.master, dict(config.spark.conf))
-        log.info("Spark %s at %s (%s session)", spark.version, spark.sparkContext.master,
-                 "a new" if owned else "the active")
-        work = _Job(spark, config, job.paths, job.form, job.index, job.cache)
+        if config.spark.remote:
+            settings = {**SESSION_CONF, **config.spark.conf}
+            run = Session(connect_session(config.spark.remote, settings), owned=True,
+                          local=False, driver_memory=None)
+        else:
+            run = session(config.spark.master, dict(config.spark.conf),
+                          quiet_jvm=not log.isEnabledFor(logging.DEBUG))
+        spark = run.spark
+        work = _Job(spark, config, job.paths, job.form, job.index, job.cache, run)
+        failed = True
         try:
-            job.note(f"positions: Spark {spark.version} at {spark.sparkContext.master}")
-            norm, rows_per_file = work.read()
-            job.note(f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)")
-            norm = work.number_rows(norm, rows_per_file)
-            verdicts, rejects = work.wide(norm) if job.form == "wide" else work.long(norm)
-            rejects = rejects.withColumn("column", _input_column_names(config, job.form))
-            yield SparkEvaluation(work, work.persist(verdicts), work.persist(rejects),
-                                  sum(rows_per_file))
+            with failures_named(run), lost_server(config.spark.remote):
+                job.note(f"positions: Spark {spark.version} at {_where(spark)}")
+                norm, rows_per_file = work.read()
+                job.note(f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)")
+                norm = work.number_rows(norm, rows_per_file)
+                verdicts, rejects = work.wide(norm) if job.form == "wide" else work.long(norm)
+                rejects = rejects.withColumn("column", _input_column_names(config, job.form))
+                yield SparkEvaluation(work, work.persist(verdicts), work.persist(rejects),
+                                      sum(rows_per_file))
+                work.close()
+            failed = False
         finally:
-            work.close()
-            if owned:
-                spark.stop()
+            if failed and not run.owned:  # a session that lives on: free what it cached
+                try:
+                    work.close()
+                except Exception as exc:  # noqa: BLE001 - the run's own error is raised
+                    log.debug("freeing Spark's cached frames: %s", exc)
+            run.stop(failed)
 
 
 @dataclass

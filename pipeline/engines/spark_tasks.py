@@ -44,6 +44,14 @@ NORM_SCHEMA = T.StructType([
 ])
 
 
+@dataclass(frozen=True)
+class Shipped:
+    """A value carried in a task's pickled closure, read as `.value` like a broadcast
+    variable (Spark Connect has no broadcast variables)."""
+
+    value: Any
+
+
 def _frame(batch: pa.RecordBatch) -> pl.DataFrame:
     frame = pl.from_arrow(batch)
     assert isinstance(frame, pl.DataFrame)

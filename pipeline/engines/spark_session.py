@@ -1,0 +1,339 @@
+"""The Spark session the engine runs in, and Spark's failures as one-line errors.
+
+A session snim-batch starts itself gets working defaults (a driver heap sized to the machine,
+a quiet JVM whose own log goes to a file unless --verbose), so that a run needs no Spark
+settings. A failure outside the data (the JVM or an executor out of memory, a lost executor,
+a crashed Python worker, a JVM that died) becomes a `SparkFailure` naming the setting to change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shlex
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from pipeline.errors import SnimError, cut
+
+log = logging.getLogger(__name__)
+GIB = 2**30
+MAX_DEFAULT_DRIVER_GIB = 32
+SESSION_CONF = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.log.level": "ERROR",
+    # let adaptive execution coalesce the shuffle partitions of cached frames too: each
+    # partition is a Python task, and 200 near-empty ones cost seconds on small inputs
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
+    # the Python steps pay a fixed cost per Arrow batch (polars and numba calls): batches of
+    # 128Ki rows instead of Parquet's 4096 and Arrow's 10,000 (a few MB each)
+    "spark.sql.parquet.columnarReaderBatchSize": str(1 << 17),
+    "spark.sql.execution.arrow.maxRecordsPerBatch": str(1 << 17),
+    "spark.sql.inMemoryColumnarStorage.batchSize": str(1 << 17),
+}
+_LOG4J = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer
+logger.pyspark.level = error
+"""
+_JVM_LOG_TAIL = 1 << 20  # bytes of the JVM's log searched for the cause of a failure
+
+
+class SparkFailure(SnimError):
+    """Spark failed for a reason outside the data (memory, a lost executor, a crashed worker,
+    a dead JVM); the message names the setting to change."""
+
+
+@dataclass
+class Session:
+    """A SparkSession and what the run knows about how it was started."""
+
+    spark: SparkSession
+    owned: bool  # started here (and stopped here), else the active one (spark-submit's)
+    local: bool  # local mode: the driver JVM runs every task
+    driver_memory: str | None  # the heap of a driver JVM started here, as configured
+    jvm_log: Path | None = None  # where the JVM's stderr goes (None: the terminal)
+
+    def stop(self, failed: bool) -> None:
+        """Stop a session started here; the JVM log is removed unless the run failed.
+        A JVM that already died is not an error here (the run's failure says why)."""
+        if self.owned:
+            with warnings.catch_warnings(), _root_logging_held():
+                warnings.simplefilter("ignore")
+                try:
+                    self.spark.stop()
+                except Exception as exc:  # noqa: BLE001 - the JVM may be gone
+                    log.debug("stopping Spark: %s", exc)
+        if self.jvm_log is not None and not failed:
+            self.jvm_log.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _root_logging_held() -> Iterator[None]:
+    """py4j reports a dead JVM with `logging.exception` on the root logger, which, with no
+    handler there, installs one that prints to stderr; a null handler keeps it from that."""
+    root = logging.getLogger()
+    guard = None if root.handlers else logging.NullHandler()
+    if guard is not None:
+        root.addHandler(guard)
+    try:
+        yield
+    finally:
+        if guard is not None:
+            root.removeHandler(guard)
+
+
+def total_memory() -> int:
+    """This machine's physical memory in bytes (0 when unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def default_driver_memory(total: int) -> str:
+    """A quarter of the machine's memory, in whole GiB (1g to 32g): in local mode the driver
+    JVM runs every task, and Spark's own default (1g) fails on 10M positions. The JVM takes
+    heap only as it needs it; the Python workers and the OS keep the rest."""
+    return f"{max(1, min(total // 4 // GIB, MAX_DEFAULT_DRIVER_GIB))}g"
+
+
+def _spark_defaults() -> str:
+    """The text of the spark-defaults.conf that spark-submit would read ('' if none)."""
+    home = os.environ.get("SPARK_HOME")
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (str(Path(home) / "conf") if home else None)
+    if conf_dir is None:
+        return ""
+    try:
+        return (Path(conf_dir) / "spark-defaults.conf").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def driver_memory_given(conf: dict[str, str]) -> bool:
+    """Did the user size the driver: in spark.conf, SPARK_DRIVER_MEMORY, PYSPARK_SUBMIT_ARGS
+    or spark-defaults.conf? Then their value stands."""
+    if "spark.driver.memory" in conf or os.environ.get("SPARK_DRIVER_MEMORY"):
+        return True
+    submit = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    if any(a == "--driver-memory" or "spark.driver.memory=" in a for a in submit):
+        return True
+    return re.search(r"^\s*spark\.driver\.memory\b", _spark_defaults(), re.M) is not None
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path | None) -> Iterator[None]:
+    """File descriptor 2 pointed at `path` for the duration (None: unchanged): a JVM started
+    meanwhile inherits it as its stderr, and so do the Python workers it forks."""
+    if path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as target:
+            os.dup2(target.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _quiet_log4j() -> dict[str, str]:
+    """A log4j2 configuration (errors only, to stderr) unless the site has its own."""
+    if "SPARK_CONF_DIR" in os.environ:
+        return {}
+    log4j = Path(tempfile.gettempdir()) / f"snim-batch-log4j2-{os.getuid()}.properties"
+    if not log4j.exists() or log4j.read_text() != _LOG4J:
+        log4j.write_text(_LOG4J)
+    return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j.as_uri()}"}
+
+
+def _silence_accumulator_errors(spark: SparkSession) -> None:
+    """pyspark's accumulator server prints a traceback to stderr when the JVM dies mid-job;
+    the run's own error says what happened, so the traceback goes to the debug log."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, address: log.debug(
+            "Spark accumulator connection from %s failed", address)
+
+
+def session(master: str, conf: dict[str, str] | None = None,
+            quiet_jvm: bool = True) -> Session:
+    """The active SparkSession (not owned), else a new quiet one for `master` (owned).
+
+    A new session logs errors only, shows no progress bars, runs its Python workers with this
+    interpreter (unless PYSPARK_PYTHON says otherwise) and, unless the user sized it, gets a
+    driver heap of `default_driver_memory`. With `quiet_jvm` the JVM's stderr (its log, and
+    its stack traces) goes to a file, kept and named in the error if the run fails.
+    """
+    conf = dict(conf or {})
+    active = SparkSession.getActiveSession()
+    if active is None and SparkContext._active_spark_context is not None:  # another thread
+        active = SparkSession.builder.getOrCreate()
+    if active is not None:
+        sc = active.sparkContext
+        return Session(active, False, sc.master.startswith("local"),
+                       sc.getConf().get("spark.driver.memory", "1g"))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("snim-batch")
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # the JVM runs: spark-submit's settings
+    if not submitted:
+        builder = builder.master(master)
+    settings = {**SESSION_CONF, **_quiet_log4j()}
+    if not submitted and not driver_memory_given(conf):
+        settings["spark.driver.memory"] = default_driver_memory(total_memory())
+    settings.update(conf)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    jvm_log = None
+    if quiet_jvm and not submitted:
+        handle, name = tempfile.mkstemp(prefix="snim-batch-spark-", suffix=".log")
+        os.close(handle)
+        jvm_log = Path(name)
+    try:
+        with _stderr_to(jvm_log):
+            spark = builder.getOrCreate()
+    except BaseException as exc:
+        raise _start_failure(exc, jvm_log) from exc
+    _silence_accumulator_errors(spark)
+    sc = spark.sparkContext
+    memory = sc.getConf().get("spark.driver.memory", "1g")
+    log.info("Spark %s at %s, driver memory %s%s", spark.version, sc.master, memory,
+             f", JVM log {jvm_log}" if jvm_log else "")
+    return Session(spark, True, sc.master.startswith("local"), memory, jvm_log)
+
+
+def _start_failure(exc: BaseException, jvm_log: Path | None) -> BaseException:
+    """A JVM that would not start, as one line with the first error it logged."""
+    if isinstance(exc, KeyboardInterrupt):
+        return exc
+    logged = _first_error(_read_tail(jvm_log))
+    cause = logged or cut(str(exc).strip().splitlines()[0] if str(exc).strip()
+                          else type(exc).__name__, 200)
+    where = f" (Spark's log: {jvm_log})" if jvm_log else ""
+    if re.search(_TOO_SMALL, cause):
+        return SparkFailure(f"Spark could not start: {cause}; raise spark.driver.memory "
+                            f"(spark.conf in config.yaml; at least 512m){where}")
+    return SparkFailure(f"Spark could not start: {cause}; check spark.master and spark.conf"
+                        f" (and that Java 17+ is installed){where}")
+
+
+def _read_tail(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - _JVM_LOG_TAIL))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _first_error(text: str) -> str:
+    """The first Java exception named at the start of a line of `text` (its class without
+    the package, and its message), cut short; '' if none."""
+    found = re.search(r"^(?:Caused by: )?(?:[\w$]+\.)*([\w$]+(?:Exception|Error)\b.*)$",
+                      text, re.M)
+    return cut(found.group(1).strip(), 200) if found else ""
+
+
+def _exception_text(exc: BaseException) -> str:
+    """Every message in the exception's chain (a Py4J error of a dead JVM cannot say its
+    own: its str() fails)."""
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:
+            parts.append(f"{type(current).__name__}: {current}")
+        except Exception:  # noqa: BLE001 - py4j's str() calls the dead JVM
+            parts.append(type(current).__name__)
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+def _matching_line(pattern: str, text: str) -> str:
+    """From the first match of `pattern` in `text` to the end of its line, cut short."""
+    found = re.search(rf"(?:{pattern})[^\n]*", text)
+    return cut(found.group().strip(), 160) if found else ""
+
+
+_TOO_SMALL = r"INVALID_DRIVER_MEMORY|Insufficient driver memory|OutOfMemoryError"
+_OOM = r"(?:java\.lang\.)?OutOfMemoryError|GC overhead limit exceeded"
+_PYTHON_CRASH = r"Python worker exited unexpectedly|Python worker .*crashed|MemoryError"
+_EXECUTOR_LOST = (r"ExecutorLostFailure|Executor heartbeat timed out|exceeding memory limits|"
+                  r"Container killed|Lost executor")
+_JVM_GONE = (r"ConnectionRefusedError|ConnectionResetError|BrokenPipeError|Py4JNetworkError|"
+             r"Answer from Java side is empty|Java gateway process exited|"
+             r"SparkContext was shut down|Cannot call methods on a stopped SparkContext")
+
+
+def failure(exc: BaseException, run: Session) -> SparkFailure | None:
+    """The one-line error for a Spark failure outside the data, or None (not one of those)."""
+    text = _exception_text(exc)
+    if isinstance(exc, (KeyboardInterrupt, SnimError)):
+        return None
+    logged = _read_tail(run.jvm_log)
+    where = f" (Spark's log: {run.jvm_log})" if run.jvm_log else ""
+    memory = f", now {run.driver_memory}" if run.driver_memory else ""
+    driver = ("raise spark.driver.memory (spark.conf in config.yaml, or spark-submit "
+              f"--driver-memory{memory})")
+    oom = _matching_line(_OOM, text) or _matching_line(_OOM, logged)
+    if oom:
+        if run.local:
+            return SparkFailure(f"Spark ran out of memory in the driver JVM, which runs every "
+                                f"task in local mode ({oom}); nothing was written: {driver}"
+                                f"{where}")
+        return SparkFailure(f"Spark ran out of memory ({oom}); nothing was written: raise "
+                            "spark.executor.memory (executors) or spark.driver.memory (the "
+                            f"driver{memory}){where}")
+    crash = _matching_line(_PYTHON_CRASH, text)
+    if crash:
+        return SparkFailure(f"a Spark Python worker crashed ({crash}); nothing was written: "
+                            "give the Python workers more memory (spark.executor.memoryOverhead"
+                            ", or spark.executor.pyspark.memory; in local mode, free memory on "
+                            f"this machine){where}")
+    lost = _matching_line(_EXECUTOR_LOST, text)
+    if lost:
+        return SparkFailure(f"Spark lost an executor ({lost}); nothing was written: raise "
+                            "spark.executor.memory and spark.executor.memoryOverhead, or see the "
+                            f"executor's log on the cluster{where}")
+    gone = _matching_line(_JVM_GONE, text)
+    if gone:
+        cause = _first_error(logged) or "it logged no error"
+        return SparkFailure(f"the Spark driver JVM stopped during the run ({cause}); nothing was "
+                            f"written: if it ran out of memory, {driver}{where}")
+    return None
+
+
+@contextlib.contextmanager
+def failures_named(run: Session) -> Iterator[None]:
+    """Spark's failures outside the data re-raised as `SparkFailure`; the rest unchanged."""
+    try:
+        yield
+    except BaseException as exc:
+        with _root_logging_held():  # the str() of a dead JVM's error calls the JVM
+            mapped = failure(exc, run)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
