@@ -172,10 +172,11 @@ def _spark_options(spark: Any, master: str | None, remote: str | None) -> Any:
 def _load(config: Path | None, rules: str | None, positions: str | None, out: str | None):
     from pipeline.config import config_from_dict, load_config
 
+    given = {"rules": rules, "positions": positions, "out": out}
     if config is not None:
-        return load_config(config)
+        return load_config(config, given)
     if DEFAULT_CONFIG.exists():
-        return load_config(DEFAULT_CONFIG)
+        return load_config(DEFAULT_CONFIG, given)
     if rules and positions and out:
         return config_from_dict({"rules": rules, "positions": positions, "out": out},
                                 "command line", Path.cwd())

@@ -307,8 +307,9 @@ def resolve_output(text: str, base: Path) -> Path | str:
     return str(location) if location.is_remote else Path(str(location))
 
 
-def load_config(path: Path) -> Config:
-    """Read and validate a config file once."""
+def load_config(path: Path, given: dict[str, str | None] | None = None) -> Config:
+    """Read and validate a config file once; `given` (the command line's --rules, --positions,
+    --out, relative to the working directory) fills those keys where the file has none."""
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -323,10 +324,11 @@ def load_config(path: Path) -> Config:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: must be a mapping of keys to values")
-    return config_from_dict(raw, source, path.resolve().parent)
+    return config_from_dict(raw, source, path.resolve().parent, given)
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = Path(".")) -> Config:
+def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = Path("."),
+                     given: dict[str, str | None] | None = None) -> Config:
     sections = {"columns": Columns, "tables": Tables, "spark": Spark, "output": Output}
     scalars = {"rules": str, "positions": str, "out": str, "engine": str,
                "winning_moves": bool, "on_bad_rows": str, "overwrite": bool,
@@ -341,6 +343,8 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
             known = ", ".join([*scalars, *sections])
             raise ConfigError(f"{source}: unknown key {shown(key)} (known: {known})")
     for required in ("rules", "positions", "out"):
+        if required not in values and given and given.get(required):
+            values[required] = resolve_location(str(given[required]), Path.cwd())
         if required not in values:
             raise ConfigError(f"{source}: missing key '{required}'")
     for key in ("engine", "on_bad_rows"):  # choices in any case, as the CLI takes them

@@ -68,6 +68,25 @@ def test_run_with_flags_and_no_config_file(cli, tmp_path, small_job):
     assert "move_take" in v.columns
 
 
+def test_a_config_file_without_locations_takes_them_from_the_flags(cli, tmp_path, small_job):
+    """A config of settings only (here in another folder, with winning moves off): --rules,
+    --positions and --out fill its missing keys, relative to the working directory; a key
+    neither gives is still an error naming it."""
+    settings = tmp_path / "conf" / "settings.yaml"
+    settings.parent.mkdir()
+    settings.write_text("winning_moves: false\ntables:\n  period_probe_ops: 0\n")
+    result = cli(*RUN_FLAGS, "--config", str(settings))
+    assert result.exit_code == 0, result.output
+    v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert {(r, p): w for r, p, w in v.select("rule_set_id", "position_id", "verdict").rows()
+            } == small_job
+    assert "move_take" not in v.columns
+    missing = cli("run", "--config", str(settings), "--rules", "rules.csv", "--out", "o2")
+    assert missing.exit_code == 2, missing.output
+    assert f"{settings}: missing key 'positions'" in missing.stderr
+    no_traceback(missing)
+
+
 def test_run_with_one_bad_row_exits_3(cli, tmp_path, small_job):
     with (tmp_path / "positions.csv").open("a") as fh:
         fh.write("1,99,4 -2\n")
