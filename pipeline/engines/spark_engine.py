@@ -6,7 +6,8 @@ tasks by `spark_tasks`; Spark only moves rows, counts, joins, sorts and writes.
 * Driver (the job skeleton, `pipeline.run`): rules, the rule index, the positions form and the
   SG tables (`pipeline.tables.TableCache`). Here, on the driver: a schema probe of each
   Parquet file, a Spark aggregation of the largest heap per table (the tables grow to it), and
-  one broadcast of the `TableSet`.
+  one broadcast of the `TableSet` (on Spark Connect, which has no broadcasts, it is pickled
+  into the tasks' closures: `spark_connect`).
 * Executors, per Arrow batch (`mapInArrow`): normalise, validate and attach exactly as the
   polars engine does, then `evaluate.evaluate` (wide) or `kernels.sg_per_heap` (long).
 * Shuffles only where all rows of a key must meet: duplicate positions (wide; only the keys
