@@ -4,14 +4,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint bench clean setup
+.PHONY: run test test-fast lint bench clean setup
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark,delta]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,delta,s3]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -20,6 +20,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the quick loop: no slow tests, no Spark (make test runs everything)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'not slow and not spark'
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline tests
