@@ -125,15 +125,3 @@ def test_moves_and_nim_sums_stay_narrow_until_written_then_are_int64_with_nulls(
     assert_frame_equal(with_verdict(verdicts.lazy()).collect(), pl.DataFrame({
         "rule_set_id": [1, 1, 2], "position_id": [1, 3, 0], "nim_sum": [300, 5, 0],
         "verdict": ["W", "W", "L"], "move_heap": [1, 0, None], "move_take": [7, 2**40, None]}))
-
-
-def test_text_keys_that_look_like_integers_stay_text():
-    """The run decided the key types (text here: say another input held "07"); the sort
-    keeps them, also when every verdict left looks like an integer."""
-    frame = evaluated([(3, 0, 0), (12, 1, 5)], 0, set(), "uuid-like")
-    parts = [ordering.verdict_part(frame, 0, None, COLUMNS)]
-    verdicts, _ = ordering.key_sorted_verdicts(parts, None, pl.DataFrame(schema=REJECT_SCHEMA),
-                                               ["a.parquet"])
-    assert verdicts.schema["rule_set_id"] == pl.String
-    assert verdicts.select("rule_set_id", "position_id").rows() == [("12", "3e-1"),
-                                                                    ("3", "00-0")]

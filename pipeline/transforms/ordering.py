@@ -121,9 +121,8 @@ def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: pl.Series | None,
         loc = p.locations(np.arange(frame.height, dtype=np.int64))
         frames[i] = frame.with_columns(pl.Series("_loc", loc))
     parts.clear()
-    for key in KEYS:  # the run decided each key's type: only parts that disagree meet here
-        if len({f[key].dtype for f in frames} - {pl.Null}) > 1:
-            frames = unify_key_types(frames, key)
+    frames = unify_key_types(frames, "rule_set_id")
+    frames = unify_key_types(frames, "position_id")
     return split_duplicates(sorted_from_parts(frames), rejects, sources)
 
 
