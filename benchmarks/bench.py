@@ -753,11 +753,16 @@ def bench_large() -> None:
         "",
         "Command: `snim-batch run --rules DATA/rules.FORMAT --positions DATA/positions --out OUT "
         "--overwrite --quiet` (winning moves on, the default). Long form holds more than 2^22 "
-        "rows, so it is split by key into scratch parts first (README, \"One machine\").",
+        "rows in position order, so it is grouped as it streams (README, \"One machine\").",
         f"Checks against `{LARGE[0].name}`: " + "; ".join(same) + ".",
         "",
     ]
     text = "\n".join(lines)
+    append_results(text)
+
+
+def append_results(text: str) -> None:
+    """Append a section to RESULTS.md (started when missing) and show it."""
     if not RESULTS.exists():
         RESULTS.write_text("# snim-batch benchmarks\n")
     with open(RESULTS, "a") as f:
@@ -842,12 +847,7 @@ def s3_only(positions: int) -> None:
     cwd.mkdir(exist_ok=True)
     warm_up()
     text = "\n".join(["", *environment(), *bench_s3(positions, cwd)])
-    if not RESULTS.exists():
-        RESULTS.write_text("# snim-batch benchmarks\n")
-    with open(RESULTS, "a") as f:
-        f.write(text)
-    print(text)
-    log(f"appended to {RESULTS.relative_to(ROOT)}")
+    append_results(text)
 
 
 def main() -> int:

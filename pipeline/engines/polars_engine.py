@@ -195,8 +195,9 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
             seen["rows"] += frame.height
             (frame,) = _unified_keys([frame])
             rows = frame if carry is None else pl.concat([carry, frame], how="vertical_relaxed")
-            seen["order"] = _key_order(rows, seen["order"])
-            tail = _last_key_start(rows)
+            ids = _integer_keys(rows)
+            seen["order"] = _key_order(ids, seen["order"], rows)
+            tail = _last_key_start(ids)
             carry = rows.slice(tail)
             if tail:
                 yield [rows.slice(0, tail)]
@@ -215,24 +216,30 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
     return verdicts, rejects, seen["rows"]
 
 
-def _key_order(rows: pl.DataFrame, order: tuple[str, str] | None) -> tuple[str, str]:
-    """The key order `rows` follow: `order` when given, else (rule_set_id, position_id) or
-    (position_id, rule_set_id), whichever holds (ties: the first)."""
+def _integer_keys(rows: pl.DataFrame) -> dict[str, np.ndarray]:
+    """Both keys of `rows` as int64 arrays (else the rows are not for this path)."""
     if any(rows[key].dtype != pl.Int64 or rows[key].null_count() for key in keys.KEYS):
         raise _OutOfOrder("a key is text or missing")
+    return {key: rows[key].to_numpy() for key in keys.KEYS}
+
+
+def _key_order(ids: dict[str, np.ndarray], order: list[str] | None, rows: pl.DataFrame
+               ) -> list[str]:
+    """The key order the rows with keys `ids` follow: `order` when given, else
+    (rule_set_id, position_id) or (position_id, rule_set_id), whichever holds (ties: the
+    first)."""
     for candidate in [order] if order else [keys.KEYS, keys.KEYS[::-1]]:
-        first, second = (rows[key].to_numpy() for key in candidate)
-        if kernels.in_key_order(first, second):
+        if kernels.in_key_order(ids[candidate[0]], ids[candidate[1]]):
             return candidate
     raise _OutOfOrder(f"rows are not in key order (file rows before row "
                       f"{rows['_row'][-1]} of {rows['_source'][-1]})")
 
 
-def _last_key_start(rows: pl.DataFrame) -> int:
+def _last_key_start(ids: dict[str, np.ndarray]) -> int:
     """Where the run of rows of the last key (of rows in key order) starts."""
-    if rows.is_empty():
+    r, p = (ids[key] for key in keys.KEYS)
+    if r.size == 0:
         return 0
-    r, p = (rows[key].to_numpy() for key in keys.KEYS)
     same = (r == r[-1]) & (p == p[-1])
     return int(same.size - np.argmin(same[::-1])) if not same.all() else 0
 
