@@ -361,18 +361,25 @@ def test_manifests_that_snim_batch_did_not_write(tmp_path: Path, text: str, reas
     assert problem is not None and problem.startswith(reason), problem
 
 
+def _output_with_part_files(out: Path, plain: tuple[str, bytes, int], part_size: int) -> None:
+    """An output as Spark writes it: verdicts.parquet a directory holding part-0.parquet
+    (4 bytes, listed with `part_size`), beside one plain file (name, bytes, listed size)."""
+    (out / "verdicts.parquet").mkdir()
+    (out / "verdicts.parquet" / "part-0.parquet").write_bytes(b"PAR1")
+    name, data, size = plain
+    (out / name).write_bytes(data)
+    (out / "manifest.json").write_text(foreign_manifest(outputs=[
+        {"name": "manifest.json", "type": "file"},
+        {"name": name, "type": "file", "size": size},
+        {"name": "verdicts.parquet", "type": "directory",
+         "files": [{"name": "part-0.parquet", "size": part_size}]}]))
+
+
 def test_a_manifest_lists_the_files_inside_directory_outputs(tmp_path: Path) -> None:
     """Spark writes verdicts.parquet as a directory of part files: each is listed, and a file
     added among them makes the directory foreign; an older manifest naming the directory
     alone (a file, in its terms) does not list its files."""
-    (tmp_path / "verdicts.parquet").mkdir()
-    (tmp_path / "verdicts.parquet" / "part-0.parquet").write_bytes(b"PAR1")
-    (tmp_path / "summary.parquet").write_bytes(b"PAR1PAR1")
-    (tmp_path / "manifest.json").write_text(foreign_manifest(outputs=[
-        {"name": "manifest.json", "type": "file"},
-        {"name": "summary.parquet", "type": "file", "size": 8},
-        {"name": "verdicts.parquet", "type": "directory",
-         "files": [{"name": "part-0.parquet", "size": 4}]}]))
+    _output_with_part_files(tmp_path, ("summary.parquet", b"PAR1PAR1", 8), part_size=4)
     assert manifest.ownership_problem(tmp_path) is None
     (tmp_path / "verdicts.parquet" / "part-1.parquet").write_bytes(b"PAR1")
     assert manifest.ownership_problem(tmp_path) == (
@@ -410,14 +417,7 @@ def test_overwrite_refuses_an_output_whose_listed_file_changed_size(tmp_path: Pa
 
 
 def test_sizes_are_checked_inside_directory_outputs_too(tmp_path: Path) -> None:
-    (tmp_path / "verdicts.parquet").mkdir()
-    (tmp_path / "verdicts.parquet" / "part-0.parquet").write_bytes(b"PAR1")
-    (tmp_path / "notes.txt").write_bytes(b"mine")
-    (tmp_path / "manifest.json").write_text(foreign_manifest(outputs=[
-        {"name": "manifest.json", "type": "file"},
-        {"name": "notes.txt", "type": "file", "size": 3},
-        {"name": "verdicts.parquet", "type": "directory",
-         "files": [{"name": "part-0.parquet", "size": 5}]}]))
+    _output_with_part_files(tmp_path, ("notes.txt", b"mine", 3), part_size=5)
     assert manifest.ownership_problem(tmp_path) == (
         "files changed size since its manifest.json listed them: notes.txt (4 bytes, listed "
         "with 3), verdicts.parquet/part-0.parquet (4 bytes, listed with 5)")

@@ -319,15 +319,22 @@ def _disk_run(disk: Path) -> tuple[list[str], Path]:
              str(disk / "out")], disk / "out")
 
 
+def _reports_on_small_disk(tmp_path: Path, job: list[str], out: Path, fault: list[str]
+                           ) -> list:
+    """On a small disk: the run, a look at it, `fault`, then report into the output and
+    report elsewhere, and a second look (on_small_disk's results, one per step)."""
+    return on_small_disk(tmp_path, "size=256k", [
+        job, ["snapshot", "out"], ["tree"], fault, ["report", str(out)],
+        ["report", str(out), "--html", str(out.parent / "elsewhere.html")],
+        ["snapshot", "out"], ["tree"]])
+
+
 def test_report_on_a_full_disk_leaves_the_output_as_it_was(tmp_path: Path) -> None:
     """One free page (4 KiB) and a page of more: exit 1 naming the page and the cause;
     the output, the manifest and the free space are as before, and nothing is left beside."""
     job, out = _disk_run(tmp_path / "disk")
-    ran, before, tree, free, failed, again, after, tree_after = on_small_disk(
-        tmp_path, "size=256k", [job, ["snapshot", "out"], ["tree"], ["fill-leaving", "4096"],
-                                ["report", str(out)], ["report", str(out), "--html",
-                                                       str(out.parent / "elsewhere.html")],
-                                ["snapshot", "out"], ["tree"]])
+    ran, before, tree, free, failed, again, after, tree_after = _reports_on_small_disk(
+        tmp_path, job, out, ["fill-leaving", "4096"])
     assert ran[0] == 3 and free == 4096
     code, err = failed
     assert code == 1
@@ -344,11 +351,8 @@ def test_report_on_a_full_disk_leaves_the_output_as_it_was(tmp_path: Path) -> No
 
 def test_report_on_a_read_only_file_system(tmp_path: Path) -> None:
     job, out = _disk_run(tmp_path / "disk")
-    ran, before, tree, _, failed, again, after, tree_after = on_small_disk(
-        tmp_path, "size=256k", [job, ["snapshot", "out"], ["tree"], ["read-only"],
-                                ["report", str(out)], ["report", str(out), "--html",
-                                                       str(out.parent / "elsewhere.html")],
-                                ["snapshot", "out"], ["tree"]])
+    ran, before, tree, _, failed, again, after, tree_after = _reports_on_small_disk(
+        tmp_path, job, out, ["read-only"])
     assert ran[0] == 3
     code, err = failed
     assert code == 1
