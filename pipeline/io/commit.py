@@ -105,6 +105,19 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def remove_dead_staging(directory: Path, pattern: re.Pattern[str]) -> None:
+    """Remove the entries of `directory` that `pattern` names (its first group: the pid of the
+    process that made them) whose process is gone: what a killed writer left, provably ours."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        found = pattern.fullmatch(name)
+        if found and not pid_alive(int(found.group(1))):
+            shutil.rmtree(directory / name, ignore_errors=True)
+
+
 def output_target(out: Path) -> Path:
     """Where `--out OUT` is committed: OUT, or for a symbolic link the path it resolves to
     (every link followed, a dangling one to the path it names); the link itself is kept."""

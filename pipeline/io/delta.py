@@ -43,7 +43,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from pipeline.errors import InputError, OutputError, UsageError, first_line
 from pipeline.io import object_store
-from pipeline.io.commit import interrupts_held, pid_alive
+from pipeline.io.commit import interrupts_held, remove_dead_staging
 from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST
 
@@ -160,15 +160,8 @@ def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
 
 
 def _remove_stale(target: Path) -> None:
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.delta-staging-(\d+)-.*")
-    try:
-        names = os.listdir(target.parent)
-    except OSError:
-        return
-    for name in names:
-        match = pattern.fullmatch(name)
-        if match and not pid_alive(int(match.group(1))):
-            shutil.rmtree(target.parent / name, ignore_errors=True)
+    remove_dead_staging(target.parent,
+                        re.compile(rf"\.{re.escape(target.name)}\.delta-staging-(\d+)-.*"))
 
 
 @dataclass(frozen=True)

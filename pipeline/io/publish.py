@@ -24,7 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError
-from pipeline.io.commit import interrupts_held, pid_alive, rename_noreplace
+from pipeline.io.commit import (
+    interrupts_held,
+    pid_alive,
+    remove_dead_staging,
+    rename_noreplace,
+)
 from pipeline.io.failures import failure, write_cause
 from pipeline.io.inputs import is_snim_output
 from pipeline.io.manifest import MANIFEST, lists_its_outputs
@@ -147,12 +152,7 @@ def _page_staging_name(output: Path) -> re.Pattern[str]:
 
 def _remove_dead_page_staging(output: Path) -> None:
     """Remove what a killed `report` left beside the output (a run removes it too)."""
-    pattern = _page_staging_name(output)
-    with suppress(OSError):
-        for name in os.listdir(output.parent):
-            found = pattern.fullmatch(name)
-            if found and not pid_alive(int(found.group(1))):
-                shutil.rmtree(output.parent / name, ignore_errors=True)
+    remove_dead_staging(output.parent, _page_staging_name(output))
 
 
 def _read_output_manifest(output: Path) -> tuple[bytes, dict[str, Any]]:
