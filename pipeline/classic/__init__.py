@@ -1,0 +1,47 @@
+"""The classic S-Nim text format (POJ 2960 / HDU 1536): parse, solve, and convert; pure.
+
+Input is whitespace-separated integers, a sequence of test cases
+
+    k s1 .. sk          the subtraction set S (moves as given; duplicates allowed)
+    m                   the number of positions
+    l h1 .. hl          m times: a position of l heaps (l = 0 is the empty position)
+
+ended by a test case whose k is 0; tokens after it are an error. The final 0 may be left out only
+where that cannot hide a truncated input: the input must then end with a line break after its
+last token, and that token must not be a 0 (read as m, l or a heap, it may be the terminator of
+an input that lost a number); otherwise the error says what the last token was read as. An
+input with no number at all (empty, or only whitespace) is an error too, as truncated as can be;
+a lone 0 is a valid input without test cases. The
+answer is one line per test case with one character per position: `W` when the player to move
+wins, `L` otherwise.
+
+Everything that touches every byte or token runs in numba: a single-pass parser over
+`np.frombuffer(data, np.uint8)` (tokenizer and structural walk fused) producing flat int64 arrays
+with Arrow-style offsets, and a canonicalise-and-deduplicate pass so that identical S across test
+cases share one table (`grundy.TableBudget.build` up to that S's largest heap). `solve` runs the
+parser without storing heaps, then answers the positions in a second, parallel pass over the
+bytes. Python only loops over the distinct rule sets. Errors name the first problem in input
+order. No printing, no exits, no polars.
+
+The modules, each using only those before it:
+
+* `tokens`: the token reader (numba);
+* `faults`: the parser's error record, its error kinds and their messages;
+* `parser`: the one-pass parser (numba);
+* `reading`: a whole input as flat arrays (`read_classic`), test cases (`parse_classic`), and
+  the `convert` command's columns (`classic_to_tables`);
+* `solving`: `solve_classic`, with the rule deduplication and the parallel answer pass
+  (numba).
+"""
+
+from pipeline.classic.reading import (
+    ClassicCase,
+    ClassicInput,
+    classic_to_tables,
+    parse_classic,
+    read_classic,
+)
+from pipeline.classic.solving import solve_classic
+
+__all__ = ["ClassicCase", "ClassicInput", "classic_to_tables", "parse_classic", "read_classic",
+           "solve_classic"]

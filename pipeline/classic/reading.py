@@ -1,0 +1,128 @@
+"""A classic input read whole: flat arrays (`read_classic`), test cases (`parse_classic`), and
+the column dicts of the `convert` command (`classic_to_tables`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.classic.faults import E_CODE, MAX_MOVE, OK, WHERE, input_error
+from pipeline.classic.parser import parse
+from pipeline.errors import InputError
+
+
+@dataclass(frozen=True, eq=False)
+class ClassicInput:
+    """A whole classic input as flat arrays (Arrow-style offsets), int64 throughout.
+
+    Test case c (0-based) has moves `moves[moves_offsets[c]:moves_offsets[c + 1]]` (as given),
+    position rows `case_offsets[c]` .. `case_offsets[c + 1]` (exclusive), and row i has heaps
+    `heaps[offsets[i]:offsets[i + 1]]`.
+    """
+
+    moves: np.ndarray
+    moves_offsets: np.ndarray
+    case_offsets: np.ndarray
+    offsets: np.ndarray
+    heaps: np.ndarray
+
+    @property
+    def n_cases(self) -> int:
+        return int(self.moves_offsets.shape[0] - 1)
+
+    @property
+    def n_positions(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+
+@dataclass(frozen=True, eq=False)
+class ClassicCase:
+    """One test case: its moves as given, and its positions as offsets + flat heaps.
+
+    Position q has heaps `heaps[offsets[q]:offsets[q + 1]]`; offsets[0] == 0.
+    """
+
+    moves: tuple[int, ...]
+    offsets: np.ndarray
+    heaps: np.ndarray
+
+    @property
+    def n_positions(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+    @property
+    def positions(self) -> list[np.ndarray]:
+        """The positions as a list of int64 heap arrays (views into `heaps`)."""
+        off = self.offsets.tolist()
+        return [self.heaps[a:b] for a, b in zip(off[:-1], off[1:])]
+
+
+def _as_buffer(data: bytes | bytearray | memoryview | str) -> np.ndarray:
+    if isinstance(data, str):
+        data = data.encode()
+    try:
+        return np.frombuffer(data, dtype=np.uint8)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{WHERE}: expected bytes, got {type(data).__name__}") from e
+
+
+def checked(data: bytes, keep: bool) -> tuple:
+    """(the input as a byte array, the parser's arrays), or the InputError of its first
+    problem; with `keep` false, heaps are read but not stored (`parser.parse`)."""
+    buf = _as_buffer(data)
+    *parsed, err = parse(buf, MAX_MOVE, keep)
+    if err[E_CODE] != OK:
+        raise input_error(buf, err)
+    return buf, *parsed
+
+
+def read_classic(data: bytes) -> ClassicInput:
+    """Parse a classic input into flat arrays; InputError names the first problem in input order."""
+    _, moves, moves_off, case_off, pos_off, heaps, _, _ = checked(data, keep=True)
+    return ClassicInput(moves, moves_off, case_off, pos_off, heaps)
+
+
+def parse_classic(data: bytes) -> list[ClassicCase]:
+    """The test cases of a classic input, in order (the terminating 0 is not a case)."""
+    ci = read_classic(data)
+    mo = ci.moves_offsets.tolist()
+    co = ci.case_offsets.tolist()
+    moves = ci.moves.tolist()
+    cases = []
+    for c in range(ci.n_cases):
+        r0, r1 = co[c], co[c + 1]
+        off = ci.offsets[r0 : r1 + 1]
+        cases.append(ClassicCase(moves=tuple(moves[mo[c] : mo[c + 1]]),
+                                 offsets=off - off[0],
+                                 heaps=ci.heaps[off[0] : off[-1]]))
+    return cases
+
+
+def classic_to_tables(data: bytes) -> tuple[dict[str, list], dict[str, list]]:
+    """Plain column dicts for the `convert` command: (rules, positions in wide form).
+
+    rules: rule_set_id (1-based test case number), kind ("subtraction"), moves (as given).
+    positions: rule_set_id, position_id (0-based within the test case), heaps.
+    """
+    ci = read_classic(data)
+    mo = ci.moves_offsets.tolist()
+    moves = ci.moves.tolist()
+    n = ci.n_cases
+    rules: dict[str, list] = {
+        "rule_set_id": list(range(1, n + 1)),
+        "kind": ["subtraction"] * n,
+        "moves": [moves[mo[c] : mo[c + 1]] for c in range(n)],
+    }
+    counts = np.diff(ci.case_offsets)
+    rule_set_id = np.repeat(np.arange(1, n + 1, dtype=np.int64), counts)
+    position_id = np.arange(ci.n_positions, dtype=np.int64) - np.repeat(ci.case_offsets[:-1],
+                                                                        counts)
+    off = ci.offsets.tolist()
+    heaps = ci.heaps.tolist()
+    positions: dict[str, list] = {
+        "rule_set_id": rule_set_id.tolist(),
+        "position_id": position_id.tolist(),
+        "heaps": [heaps[a:b] for a, b in zip(off[:-1], off[1:])],
+    }
+    return rules, positions
