@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-fast lint bench clean setup
+.PHONY: run test test-fast lint bench clean clean-cache setup
 
 setup: $(STAMP)
 
@@ -28,8 +28,12 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline tests
 
-clean:
+clean: clean-cache
 	rm -rf $(VENV) out .pytest_cache
+
+# numba's compiled kernels (docs/ARCHITECTURE.md, "Kernels and numba's cache")
+clean-cache:
+	find pipeline -name '*.nbi' -delete -o -name '*.nbc' -delete
 
 # Benchmarks (benchmarks/README.md): ratios against references, written to
 # benchmarks/results/RESULTS.md; bench-large runs the 200M-heap job (long) and appends to it;
