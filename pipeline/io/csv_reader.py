@@ -132,6 +132,20 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     (pyarrow's serial reader, every column as text), so memory holds one batch, not the file.
     Each batch carries the lines with the wrong number of fields found since the previous
     one."""
+    header, terminated, scan = _checked_text(file)
+    if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
+        yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
+                       np.zeros(0, np.int64), [])
+        return
+    bad: list[tuple[int, str, str]] = []
+    reader = _open_reader(file.path, header, scan.quoted_break, bad)
+    yield from _batches(file, reader, bad, batch_rows)
+
+
+def _checked_text(file: InputFile) -> tuple[list[str], bool, _TextScan]:
+    """The file's header (`read_header`) and the scan of its bytes, unless they show it is
+    no CSV file: empty, binary or not UTF-8, a quote never closed, or a quoted field running
+    over lines with text after its closing quote."""
     path = file.path
     if file.size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
@@ -146,11 +160,21 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         raise InputError(f"{path}: line {scan.stray_line}: a quoted field runs over several "
                          "lines and text follows its closing quote (an unterminated quote "
                          "that a later one closed?)")
-    if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
-        yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
-                       np.zeros(0, np.int64), [])
-        return
-    bad: list[tuple[int, str, str]] = []
+    return header, terminated, scan
+
+
+def _unreadable(path: Source, exc: Exception) -> InputError:
+    if isinstance(path, Location):
+        problem = object_store.store_problem(path, exc)
+        if problem is not None:
+            return problem
+    return InputError(f"{path}: not a readable CSV file ({first_line(exc)})")
+
+
+def _open_reader(path: Source, header: list[str], quoted_break: bool,
+                 bad: list[tuple[int, str, str]]) -> pacsv.CSVStreamingReader:
+    """pyarrow's serial streaming reader of `path`, every column as text; a line with the
+    wrong number of fields is skipped and appended to `bad` as (row number, reason, text)."""
 
     def on_invalid(row: Any) -> str:
         number = row.number - 2 if row.number is not None else -1  # 1-based, with header
@@ -158,20 +182,13 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
                             f"{row.expected_columns}", row.text or ""))
         return "skip"
 
-    def unreadable(exc: Exception) -> InputError:
-        if isinstance(path, Location):
-            problem = object_store.store_problem(path, exc)
-            if problem is not None:
-                return problem
-        return InputError(f"{path}: not a readable CSV file ({first_line(exc)})")
-
     source = object_store.open_stream(path) if isinstance(path, Location) else path
     try:
-        reader = pacsv.open_csv(
+        return pacsv.open_csv(
             source,
             read_options=pacsv.ReadOptions(use_threads=False),
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
-                                             newlines_in_values=scan.quoted_break),
+                                             newlines_in_values=quoted_break),
             convert_options=pacsv.ConvertOptions(
                 column_types={name: pa.string() for name in header},
                 strings_can_be_null=False,
@@ -179,7 +196,13 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
             ),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError, OSError) as exc:
-        raise unreadable(exc) from None
+        raise _unreadable(path, exc) from None
+
+
+def _batches(file: InputFile, reader: pacsv.CSVStreamingReader,
+             bad: list[tuple[int, str, str]], batch_rows: int) -> Iterator[RawTable]:
+    """The reader's rows regrouped in batches of `batch_rows` (at least one batch), each
+    with its data row numbers and the lines in `bad` found since the previous batch."""
     numbering = _RowNumbers()
     given = 0
 
@@ -200,7 +223,7 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         except StopIteration:
             break
         except (pa.ArrowInvalid, UnicodeDecodeError, OSError) as exc:
-            raise unreadable(exc) from None
+            raise _unreadable(file.path, exc) from None
         pending.append(batch)
         held += batch.num_rows
         if held < batch_rows:
