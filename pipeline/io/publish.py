@@ -1,12 +1,11 @@
 """Finished files placed into a directory that already exists: the page `report` adds to a
-run's output (listed in its manifest), a page written anywhere else, and `convert`'s tables.
-Each file is written whole under a temporary name, synced, then renamed into place; a
-failure puts back what was moved and removes what was written, so the directory is as it
-was."""
+run's output (listed in its manifest), a page written anywhere else, and (in
+`publish_tables`, with the helpers here) `convert`'s tables. Each file is written whole under
+a temporary name, synced, then renamed into place; a failure puts back what was moved and
+removes what was written, so the directory is as it was."""
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -18,10 +17,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
-
-import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError
 from pipeline.io.commit import (
@@ -40,12 +35,12 @@ _PAGE_OPTION = "--html"
 _ELSEWHERE = f"write the page elsewhere with {_PAGE_OPTION}"
 
 
-def _token() -> str:
+def temp_token() -> str:
     """A temporary name's unique part: this process and a random tag."""
     return f"{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def _write_synced(path: Path, fill: Callable[[Path], None]) -> None:
+def write_synced(path: Path, fill: Callable[[Path], None]) -> None:
     """Let `fill` write the new file `path`, then sync it to disk."""
     fill(path)
     fd = os.open(path, os.O_RDONLY)
@@ -55,12 +50,19 @@ def _write_synced(path: Path, fill: Callable[[Path], None]) -> None:
         os.close(fd)
 
 
-def _write_bytes(data: bytes) -> Callable[[Path], None]:
+def write_bytes(data: bytes) -> Callable[[Path], None]:
     def fill(path: Path) -> None:
         with open(path, "xb") as fh:
             fh.write(data)
 
     return fill
+
+
+def discard(path: Path) -> None:
+    """Remove `path` if it is there; where even that fails (a read-only file system), it
+    was never created."""
+    with suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def _resolved(target: Path, output: Path) -> Path:
@@ -113,23 +115,16 @@ def write_page(shown: Path, where: Path, data: bytes) -> None:
         raise OutputError(f"{shown}: exists and is not a regular file; refusing to replace it, "
                           "nothing was written")
     remove_dead_temporaries(where.parent, [where.name])
-    tmp = where.parent / f".{where.name}.tmp-{_token()}"
+    tmp = where.parent / f".{where.name}.tmp-{temp_token()}"
     try:
-        _write_synced(tmp, _write_bytes(data))
+        write_synced(tmp, write_bytes(data))
         os.replace(tmp, where)
     except OSError as exc:
-        _discard(tmp)
+        discard(tmp)
         raise failure(str(shown), "writing it", *write_cause(exc), _PAGE_OPTION) from None
     except BaseException:
-        _discard(tmp)
+        discard(tmp)
         raise
-
-
-def _discard(path: Path) -> None:
-    """Remove `path` if it is there; where even that fails (a read-only file system), it
-    was never created."""
-    with suppress(OSError):
-        path.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -246,11 +241,11 @@ def _stage_page(staging: Path, page: Path, data: bytes, manifest: bytes, previou
                 ) -> None:
     steps = ((f"creating the staging directory {staging}", staging.mkdir),
              (f"writing it in {staging}",
-              lambda: _write_synced(staging / "page", _write_bytes(data))),
+              lambda: write_synced(staging / "page", write_bytes(data))),
              (f"writing the updated {MANIFEST} in {staging}",
-              lambda: _write_synced(staging / "manifest.new", _write_bytes(manifest))),
+              lambda: write_synced(staging / "manifest.new", write_bytes(manifest))),
              (f"keeping the current {MANIFEST} in {staging}",
-              lambda: _write_synced(staging / "manifest.old", _write_bytes(previous))))
+              lambda: write_synced(staging / "manifest.old", write_bytes(previous))))
     for doing, step in steps:
         try:
             step()
@@ -279,76 +274,14 @@ def _swap_page_in(staging: Path, page: Path, earlier: bool) -> None:
                       ) from None
 
 
-def _is_taken(exc: OSError) -> bool:
-    return exc.errno in (errno.EEXIST, errno.ENOTEMPTY)
-
-
-TABLE_MARK = {b"written_by": b"snim-batch convert"}
-"""Key-value metadata in each table `write_tables` writes: what proves a file ours to replace."""
-
-
-def write_tables(frames: dict[str, pl.DataFrame], directory: Path, overwrite: bool
-                 ) -> list[Path]:
-    """Write each frame to `directory / NAME` as Parquet, all or none: each is written whole
-    under a temporary name and synced, a journal naming them is synced, then all are renamed
-    into place and the journal removed. A file already there is replaced only with
-    `overwrite`, and only one that `write_tables` wrote (its TABLE_MARK); it is put back if a
-    later rename fails. A directory that was missing is created, and removed again on a
-    failure. What a killed call left is finished or removed by the next one
-    (`remove_dead_temporaries`)."""
-    shown = str(directory)
-    _check_table_directory(directory)
-    remove_dead_temporaries(directory, list(frames))
-    targets = [directory / name for name in frames]
-    for target in targets:
-        _check_table_target(target, overwrite)
-    created = _make_directories(directory, shown)
-    token = _token()
-    temps = {name: directory / f".{name}.tmp-{token}" for name in frames}
-    journal = directory / f".snim-tables-{token}.journal"
-    try:
-        for name, frame in frames.items():
-            try:
-                _write_synced(temps[name], _write_marked(frame))
-            except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
-                raise failure(shown, f"writing {name}", *write_cause(exc)) from None
-        try:
-            _write_synced(journal, _write_bytes(json.dumps(list(frames)).encode()))
-        except OSError as exc:
-            raise failure(shown, "writing the journal", *write_cause(exc)) from None
-        with interrupts_held():
-            _rename_tables(temps, directory, token, shown)
-            journal.unlink(missing_ok=True)
-    except BaseException:
-        for tmp in (*temps.values(), journal):
-            _discard(tmp)
-        for made in reversed(created):
-            with suppress(OSError):
-                made.rmdir()
-        raise
-    return targets
-
-
-def _write_marked(frame: pl.DataFrame) -> Callable[[Path], None]:
-    def fill(path: Path) -> None:
-        table = frame.to_arrow()
-        pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                                      **TABLE_MARK}), path)
-
-    return fill
-
-
-def _written_by_us(path: Path) -> bool:
-    """Whether `path` is a Parquet file that `write_tables` wrote (its TABLE_MARK)."""
-    try:
-        metadata = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowException):
-        return False
-    return all(metadata.get(key) == value for key, value in TABLE_MARK.items())
-
-
 _TEMPORARY = re.compile(r"\.(.+)\.(tmp|old)-(\d+)-[0-9a-f]{8}")
 _JOURNAL = re.compile(r"\.snim-tables-((\d+)-[0-9a-f]{8})\.journal")
+
+
+def journal_name(token: str) -> str:
+    """The journal `publish_tables.write_tables` keeps while it renames its tables into place
+    (`remove_dead_temporaries` finishes what a killed one began)."""
+    return f".snim-tables-{token}.journal"
 
 
 def remove_dead_temporaries(directory: Path, names: list[str]) -> None:
@@ -376,83 +309,3 @@ def remove_dead_temporaries(directory: Path, names: list[str]) -> None:
         if found and found.group(1) in names and not pid_alive(int(found.group(3))):
             with suppress(OSError):
                 os.unlink(directory / entry)
-
-
-def _check_table_directory(directory: Path) -> None:
-    try:
-        mode = directory.stat().st_mode
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise failure(str(directory), "inspecting it", *write_cause(exc)) from None
-    if not stat.S_ISDIR(mode):
-        raise OutputError(f"{directory}: exists and is not a directory; nothing was written")
-    if is_snim_output(directory):
-        raise OutputError(f"{directory}: is a snim-batch output, whose manifest would no "
-                          "longer list all it holds; nothing was written (choose another "
-                          "--out)")
-
-
-def _check_table_target(target: Path, overwrite: bool) -> None:
-    try:
-        mode = target.lstat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    except OSError as exc:
-        raise failure(str(target), "inspecting it", *write_cause(exc)) from None
-    if not stat.S_ISREG(mode):
-        raise OutputError(f"{target}: exists and is not a regular file; refusing to replace "
-                          "it, nothing was written")
-    if not overwrite:
-        raise OutputError(f"{target}: already exists (pass --overwrite to replace it); "
-                          "nothing was written")
-    if not _written_by_us(target):
-        raise OutputError(f"{target}: exists and is not a table snim-batch convert wrote; "
-                          "refusing to replace it, nothing was written")
-
-
-def _make_directories(directory: Path, shown: str) -> list[Path]:
-    """Create `directory` and its missing parents; the ones created, outermost first."""
-    missing = []
-    for path in (directory.absolute(), *directory.absolute().parents):
-        if os.path.lexists(path):
-            break
-        missing.append(path)
-    created = []
-    for path in reversed(missing):
-        try:
-            path.mkdir()
-        except OSError as exc:
-            for made in reversed(created):
-                with suppress(OSError):
-                    made.rmdir()
-            raise failure(shown, f"creating the directory {path}", *write_cause(exc)) from None
-        created.append(path)
-    return created
-
-
-def _rename_tables(temps: dict[str, Path], directory: Path, token: str, shown: str) -> None:
-    """Rename each written table into place, moving a file it replaces aside first; on a
-    failure, put everything back as it was."""
-    undo: list[Callable[[], None]] = []
-    aside: list[Path] = []
-    try:
-        for name, tmp in temps.items():
-            target = directory / name
-            if os.path.lexists(target):
-                old = directory / f".{name}.old-{token}"
-                os.rename(target, old)
-                aside.append(old)
-                undo.append(lambda target=target, old=old: rename_noreplace(old, target))
-            rename_noreplace(tmp, target)
-            undo.append(lambda target=target, tmp=tmp: os.rename(target, tmp))
-    except OSError as exc:
-        for step in reversed(undo):
-            with suppress(OSError):
-                step()
-        cause = ("a file of that name appeared meanwhile", False) if _is_taken(exc) \
-            else write_cause(exc)
-        raise failure(shown, f"renaming {name} into place", *cause) from None
-    for old in aside:
-        with suppress(OSError):
-            old.unlink()

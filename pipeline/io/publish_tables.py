@@ -1,0 +1,178 @@
+"""`convert`'s tables placed in a directory, all or none, each replacing only a table an
+earlier `convert` wrote (the rules of `publish`: written whole under a temporary name,
+synced, renamed into place; a failure puts back what was moved)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import OutputError
+from pipeline.io.commit import interrupts_held, rename_noreplace
+from pipeline.io.failures import failure, write_cause
+from pipeline.io.inputs import is_snim_output
+from pipeline.io.publish import (
+    discard,
+    journal_name,
+    remove_dead_temporaries,
+    temp_token,
+    write_bytes,
+    write_synced,
+)
+
+
+def _is_taken(exc: OSError) -> bool:
+    return exc.errno in (errno.EEXIST, errno.ENOTEMPTY)
+
+
+TABLE_MARK = {b"written_by": b"snim-batch convert"}
+"""Key-value metadata in each table `write_tables` writes: what proves a file ours to replace."""
+
+
+def write_tables(frames: dict[str, pl.DataFrame], directory: Path, overwrite: bool
+                 ) -> list[Path]:
+    """Write each frame to `directory / NAME` as Parquet, all or none: each is written whole
+    under a temporary name and synced, a journal naming them is synced, then all are renamed
+    into place and the journal removed. A file already there is replaced only with
+    `overwrite`, and only one that `write_tables` wrote (its TABLE_MARK); it is put back if a
+    later rename fails. A directory that was missing is created, and removed again on a
+    failure. What a killed call left is finished or removed by the next one
+    (`remove_dead_temporaries`)."""
+    shown = str(directory)
+    _check_table_directory(directory)
+    remove_dead_temporaries(directory, list(frames))
+    targets = [directory / name for name in frames]
+    for target in targets:
+        _check_table_target(target, overwrite)
+    created = _make_directories(directory, shown)
+    token = temp_token()
+    temps = {name: directory / f".{name}.tmp-{token}" for name in frames}
+    journal = directory / journal_name(token)
+    try:
+        for name, frame in frames.items():
+            try:
+                write_synced(temps[name], _write_marked(frame))
+            except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
+                raise failure(shown, f"writing {name}", *write_cause(exc)) from None
+        try:
+            write_synced(journal, write_bytes(json.dumps(list(frames)).encode()))
+        except OSError as exc:
+            raise failure(shown, "writing the journal", *write_cause(exc)) from None
+        with interrupts_held():
+            _rename_tables(temps, directory, token, shown)
+            journal.unlink(missing_ok=True)
+    except BaseException:
+        for tmp in (*temps.values(), journal):
+            discard(tmp)
+        for made in reversed(created):
+            with suppress(OSError):
+                made.rmdir()
+        raise
+    return targets
+
+
+def _write_marked(frame: pl.DataFrame) -> Callable[[Path], None]:
+    def fill(path: Path) -> None:
+        table = frame.to_arrow()
+        pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                                      **TABLE_MARK}), path)
+
+    return fill
+
+
+def _written_by_us(path: Path) -> bool:
+    """Whether `path` is a Parquet file that `write_tables` wrote (its TABLE_MARK)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowException):
+        return False
+    return all(metadata.get(key) == value for key, value in TABLE_MARK.items())
+
+
+def _check_table_directory(directory: Path) -> None:
+    try:
+        mode = directory.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise failure(str(directory), "inspecting it", *write_cause(exc)) from None
+    if not stat.S_ISDIR(mode):
+        raise OutputError(f"{directory}: exists and is not a directory; nothing was written")
+    if is_snim_output(directory):
+        raise OutputError(f"{directory}: is a snim-batch output, whose manifest would no "
+                          "longer list all it holds; nothing was written (choose another "
+                          "--out)")
+
+
+def _check_table_target(target: Path, overwrite: bool) -> None:
+    try:
+        mode = target.lstat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise failure(str(target), "inspecting it", *write_cause(exc)) from None
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"{target}: exists and is not a regular file; refusing to replace "
+                          "it, nothing was written")
+    if not overwrite:
+        raise OutputError(f"{target}: already exists (pass --overwrite to replace it); "
+                          "nothing was written")
+    if not _written_by_us(target):
+        raise OutputError(f"{target}: exists and is not a table snim-batch convert wrote; "
+                          "refusing to replace it, nothing was written")
+
+
+def _make_directories(directory: Path, shown: str) -> list[Path]:
+    """Create `directory` and its missing parents; the ones created, outermost first."""
+    missing = []
+    for path in (directory.absolute(), *directory.absolute().parents):
+        if os.path.lexists(path):
+            break
+        missing.append(path)
+    created = []
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except OSError as exc:
+            for made in reversed(created):
+                with suppress(OSError):
+                    made.rmdir()
+            raise failure(shown, f"creating the directory {path}", *write_cause(exc)) from None
+        created.append(path)
+    return created
+
+
+def _rename_tables(temps: dict[str, Path], directory: Path, token: str, shown: str) -> None:
+    """Rename each written table into place, moving a file it replaces aside first; on a
+    failure, put everything back as it was."""
+    undo: list[Callable[[], None]] = []
+    aside: list[Path] = []
+    try:
+        for name, tmp in temps.items():
+            target = directory / name
+            if os.path.lexists(target):
+                old = directory / f".{name}.old-{token}"
+                os.rename(target, old)
+                aside.append(old)
+                undo.append(lambda target=target, old=old: rename_noreplace(old, target))
+            rename_noreplace(tmp, target)
+            undo.append(lambda target=target, tmp=tmp: os.rename(target, tmp))
+    except OSError as exc:
+        for step in reversed(undo):
+            with suppress(OSError):
+                step()
+        cause = ("a file of that name appeared meanwhile", False) if _is_taken(exc) \
+            else write_cause(exc)
+        raise failure(shown, f"renaming {name} into place", *cause) from None
+    for old in aside:
+        with suppress(OSError):
+            old.unlink()
