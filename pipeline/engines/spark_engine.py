@@ -50,6 +50,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException, PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -94,11 +95,11 @@ from pipeline.engines.spark_tasks import (
     taint_task,
     verdict_task,
 )
-from pipeline.errors import InputError, SnimError, UsageError, first_line
+from pipeline.engines.spark_urls import hadoop_url, read_problem
+from pipeline.errors import InputError, SnimError, first_line
 from pipeline.io.failures import storage_failure, writing
-from pipeline.io.inputs import format_of
-from pipeline.io.locations import Location
-from pipeline.io.readers import columns_of
+from pipeline.io.inputs import Source, format_of
+from pipeline.io.readers import columns_of, parquet_source
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
 from pipeline.transforms.schema import input_column_names
@@ -128,7 +129,7 @@ def _nulls(schema: T.StructType, drop: tuple[str, ...] = ()) -> list[Any]:
 class _Job:
     spark: SparkSession
     config: Config
-    paths: list[Path]
+    paths: list[Source]
     form: str
     index: pl.DataFrame
     cache: TableCache
@@ -183,18 +184,19 @@ class _Job:
                                                "file int, path string").repartition(len(csv))
             parts.append(self.map(files,
                                   csv_task, NORM_SCHEMA, config=self.config, form=self.form,
-                                  index=self.index))
+                                  index=self.index, sources={i: self.paths[i] for i in csv}))
         groups: dict[tuple, list[ParquetFile]] = {}
         for info in probed.values():
             if isinstance(info, ParquetFile):
                 groups.setdefault(tuple(info.dtypes.items()), []).append(info)
         for infos in groups.values():  # one read per schema: Spark reads one schema at a time
-            raw = self.spark.read.parquet(*[_hadoop_literal(f.source) for f in infos]).select(
+            raw = self._read_parquet([self.paths[f.index] for f in infos]).select(
                 "*", F.col("_metadata.file_path").alias(PATH),
                 F.col("_metadata.row_index").alias(ROW))
             parts.append(self.map(raw, parquet_task, NORM_SCHEMA,
-                                  files={real_path(f.source): f for f in infos}, config=self.config,
-                                  form=self.form, index=self.index))
+                                  files={real_path(hadoop_url(self.paths[f.index])): f
+                                         for f in infos},
+                                  config=self.config, form=self.form, index=self.index))
         if not parts:
             raise InputError(errors[min(errors)])
         norm = self.persist(functools.reduce(DataFrame.unionByName, parts))
@@ -216,15 +218,28 @@ class _Job:
             rows[r["_file"]] = r["n"]
         return norm.filter(F.col("_kind") == DATA).drop("_kind"), rows
 
+    def _read_parquet(self, sources: list[Source]) -> DataFrame:
+        """Spark's reader over these files (local paths, or objects through Spark's own
+        connectors: `spark_urls`); a connector Spark lacks, or an object it cannot open, is
+        one line naming the input."""
+        urls = [hadoop_url(s) for s in sources]
+        try:
+            return self.spark.read.parquet(*[_hadoop_literal(u) for u in urls])
+        except (PySparkException, Py4JJavaError) as exc:
+            text = str(exc)
+            named = next((s for s, u in zip(sources, urls) if u in text), sources[0])
+            raise read_problem(self.spark, named, exc) from None
+
     def _probe(self, i: int) -> ParquetFile | str:
         """A Parquet file's column types (as the polars engine reads them) and the whole-file
-        errors its normalising would raise, found on an empty frame of its schema."""
+        errors its normalising would raise, found on an empty frame of its schema (an
+        object's footer is read by range on the driver, never the whole object)."""
         path = self.paths[i]
-        if ":" in path.name:  # Hadoop's local file system cannot name its checksum file
+        if isinstance(path, Path) and ":" in path.name:  # Hadoop's local file system cannot
             return (f"{path}: Spark cannot read a Parquet file whose name holds ':' (rename "
-                    "it, or use --engine polars)")
+                    "it, or use --engine polars)")  # name its checksum file
         try:
-            empty = pl.from_arrow(pq.read_schema(path).empty_table())
+            empty = pl.from_arrow(pq.read_schema(parquet_source(path)).empty_table())
             assert isinstance(empty, pl.DataFrame)
             normalize.normalize_positions(empty, np.zeros(0, np.int64), str(path),
                                            self.config.columns, self.form, 0)
@@ -429,11 +444,6 @@ class SparkEngine:
 
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
-        remote = next((p for p in job.paths if isinstance(p, Location)), None)
-        if remote is not None:  # before a session starts: its executors would not find it
-            raise UsageError(f"positions input {remote}: the Spark engine reads positions "
-                             "from a file system its executors share, not from an object "
-                             "store (use the polars engine, or copy them)")
         config = job.config
         if config.spark.remote:
             settings = {**SESSION_CONF, **config.spark.conf}

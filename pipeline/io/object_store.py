@@ -51,7 +51,7 @@ def storage_options(location: Location, configured: Mapping[str, str] | None = N
     lowered = {key.lower(): value for key, value in options.items()}
     if location.scheme == "s3" and (s3_endpoint(lowered) or "").startswith("http://"):
         options.setdefault("aws_allow_http", "true")
-    if location.scheme == "az" and location.account and not _azure_account(lowered):
+    if location.scheme == "az" and location.account and not azure_account(lowered):
         options["account_name"] = location.account
     return options
 
@@ -110,7 +110,7 @@ def s3_endpoint(lowered: Mapping[str, str]) -> str | None:
             or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
 
 
-def _azure_account(lowered: Mapping[str, str]) -> str | None:
+def azure_account(lowered: Mapping[str, str]) -> str | None:
     return (_first(lowered, "azure_storage_account_name", "account_name")
             or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
             or os.environ.get("AZURE_STORAGE_ACCOUNT"))
@@ -164,7 +164,7 @@ def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
             anonymous=_first(lowered, "google_skip_signature", "skip_signature") == "true",
             retry_time_limit=timedelta(seconds=timeout * attempts))
     if scheme == "az":
-        name = account or _azure_account(lowered)
+        name = account or azure_account(lowered)
         if not name:
             raise ConfigError("az:// needs a storage account: name it in the URL "
                               "(abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH), in "

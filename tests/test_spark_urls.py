@@ -1,0 +1,204 @@
+"""The Spark engine reading positions from URLs (`engines/spark_urls`): file:// URLs give the
+polars engine's tables on the same local files; objects on S3 (a real moto server) are found
+by the driver and read by executors (CSV through pyarrow's file system, with the run's
+storage_options); a Hadoop connector Spark lacks (here: hadoop-aws, which comes from Maven
+only) is one line, exit 2, with nothing written. One local[2] session serves the module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import invoke
+from polars.testing import assert_frame_equal
+
+pytest.importorskip("pyspark")
+
+from pipeline.config import config_from_dict  # noqa: E402
+from pipeline.generate import Spec, generate  # noqa: E402
+from pipeline.io.locations import Location  # noqa: E402
+from pipeline.run import run_job  # noqa: E402
+
+pytestmark = pytest.mark.spark
+OUTPUTS = ("verdicts", "rejects", "sg_tables", "summary")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pipeline.engines.spark_session import session
+
+    run = session("local[2]", {"spark.ui.enabled": "false"})
+    yield run.spark
+    run.stop(failed=False)
+
+
+def dataset(base: Path, form: str, fmt: str) -> Path:
+    """Generated rules and two positions files, plus a file of bad rows (a heap below zero,
+    an unknown rule set) so that rejects are compared too."""
+    generate(base, Spec(3000, 20, 300, 4, 0, 4, form, fmt, 5, "int", False, 2))
+    if form == "wide":
+        bad = pl.DataFrame({"rule_set_id": [1, 999, 3], "position_id": [900001, 900002, 9],
+                            "heaps": [[3, -4], [5], [1, 2]]})
+    else:
+        bad = pl.DataFrame({"rule_set_id": [1, 999, 3], "position_id": [900001, 900002, 9],
+                            "heap": [-4, 5, 7]})
+    target = base / "positions" / f"part-99999.{fmt}"
+    if fmt == "parquet":
+        bad.write_parquet(target)
+    else:
+        if form == "wide":
+            bad = bad.with_columns(pl.col("heaps").cast(pl.List(pl.String)).list.join(" "))
+        bad.write_csv(target)
+    return base
+
+
+def tables(out: Path) -> dict[str, pl.DataFrame]:
+    return {name: pl.read_parquet(out / f"{name}.parquet") for name in OUTPUTS}
+
+
+def run(out: Path, engine: str, rules: str, positions: str, **more) -> dict:
+    result = run_job(config_from_dict({"rules": rules, "positions": positions,
+                                       "out": str(out), "engine": engine,
+                                       "winning_moves": True, **more}))
+    return result.manifest
+
+
+def assert_same(want: dict[str, pl.DataFrame], have: dict[str, pl.DataFrame],
+                sources: tuple[str, str] = ("", "")) -> None:
+    for name in OUTPUTS:
+        got = have[name]
+        if "source" in got.columns and sources[0]:
+            got = got.with_columns(pl.col("source").str.replace(sources[0], sources[1],
+                                                                literal=True))
+        try:
+            assert_frame_equal(got, want[name], check_exact=True)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}.parquet differs: {exc}") from None
+
+
+# ---- file:// URLs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+@pytest.mark.parametrize("spec", ["prefix", "glob"])
+def test_file_urls_give_the_polars_engines_tables_on_the_same_files(
+        spark, tmp_path: Path, form: str, spec: str) -> None:
+    data = dataset(tmp_path / "data", form, "parquet")
+    positions = data / "positions"
+    url = positions.as_uri() + ("/part-*.parquet" if spec == "glob" else "/")
+    want = run(tmp_path / "polars", "polars", str(data / "rules.parquet"), str(positions))
+    got = run(tmp_path / "spark", "spark", (data / "rules.parquet").as_uri(), url)
+    assert_same(tables(tmp_path / "polars"), tables(tmp_path / "spark"))
+    assert got["counts"] == want["counts"] and got["reconciled"] is True
+    assert got["counts"]["positions"]["rows_rejected"] >= 2
+    assert got["inputs"] == want["inputs"]
+    assert [f["path"] for f in got["inputs"]["positions"]] == [
+        str(positions / f"part-{n}.parquet") for n in ("00000", "00001", "99999")]
+    assert (tmp_path / "spark" / "verdicts.parquet").is_dir()
+
+
+def test_a_missing_file_url_exits_1_naming_it(spark, tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    missing = tmp_path / "nowhere" / "positions.parquet"
+    code, err = invoke(["run", "--engine", "spark", "--rules", sample / "rules.csv",
+                        "--positions", missing.as_uri(), "--out", tmp_path / "out"], tmp_path)
+    assert code == 1, err
+    assert err.strip().splitlines() == [  # the CLI reads file:///PATH as PATH
+        f"snim-batch: error: positions input {missing}: no such file or directory"]
+    assert not (tmp_path / "out").exists()
+
+
+# ---- objects on S3 --------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def s3_env(s3, monkeypatch: pytest.MonkeyPatch):
+    """The standard AWS variables pointing at the moto server, for the driver's clients."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    return s3
+
+
+def upload_tree(server, local: Path, prefix: str) -> None:
+    client = server.client()
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), "bkt", f"{prefix}/{path.relative_to(local).as_posix()}")
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_csv_objects_are_read_by_executors_as_the_polars_engine_reads_the_files(
+        spark, s3, tmp_path: Path, form: str) -> None:
+    """The executors' Python workers reach the store with the run's storage_options (the
+    driver's environment variables are not theirs); the manifest records each object's size
+    and ETag as S3 reports them."""
+    data = dataset(tmp_path / "data", form, "csv")
+    upload_tree(s3, data, "in")
+    options = {"storage_options": s3.storage_options()}
+    run(tmp_path / "polars", "polars", str(data / "rules.csv"), str(data / "positions"))
+    got = run(tmp_path / "spark", "spark", "s3://bkt/in/rules.csv", "s3://bkt/in/positions",
+              **options)
+    assert_same(tables(tmp_path / "polars"), tables(tmp_path / "spark"),
+                ("s3://bkt/in/positions", str(data / "positions")))
+    files = got["inputs"]["positions"]
+    heads = [s3.client().head_object(Bucket="bkt", Key=f["path"].removeprefix("s3://bkt/"))
+             for f in files]
+    assert [f["path"] for f in files] == [
+        f"s3://bkt/in/positions/part-{n}.csv" for n in ("00000", "00001", "99999")]
+    assert [(f["size"], f["etag"]) for f in files] == [
+        (h["ContentLength"], h["ETag"].strip('"')) for h in heads]
+    assert all("sha256" not in f for f in files)  # it would read each object twice
+
+
+@pytest.mark.parametrize("scheme", ["s3", "s3a"])
+def test_parquet_on_s3_without_the_connector_is_one_line_naming_the_setting(
+        spark, s3_env, tmp_path: Path, scheme: str) -> None:
+    """hadoop-aws is not on this classpath (it comes from Maven, which the tests cannot
+    reach): Spark cannot open s3a://, and the run says so in one line, exit 2, naming the
+    package for the Hadoop version pyspark ships, with nothing written."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    s3_env.client().upload_file(str(sample / "positions.parquet"), "bkt", "in/p.parquet")
+    hadoop = spark._jvm.org.apache.hadoop.util.VersionInfo.getVersion()
+    for out in (str(tmp_path / "out"), "s3://bkt/out"):
+        code, err = invoke(["run", "--engine", "spark", "--rules", sample / "rules.csv",
+                            "--positions", f"{scheme}://bkt/in/p.parquet", "--out", out],
+                           tmp_path)
+        assert code == 2, err
+        assert err.strip().splitlines() == [
+            f"snim-batch: error: positions input {scheme}://bkt/in/p.parquet: Spark has no "
+            "connector for s3a:// (class org.apache.hadoop.fs.s3a.S3AFileSystem not found); "
+            f"add spark.jars.packages=org.apache.hadoop:hadoop-aws:{hadoop} to spark.conf in "
+            "config.yaml (or spark-submit --packages)"]
+    assert list(tmp_path.iterdir()) == []
+    listed = s3_env.client().list_objects_v2(Bucket="bkt").get("Contents", [])
+    assert [o["Key"] for o in listed] == ["in/p.parquet"]
+
+
+@pytest.mark.parametrize(("url", "hadoop_url", "package"), [
+    ("gs://bkt/in/p.parquet", "gs://bkt/in/p.parquet", "gcs-connector"),
+    ("gcs://bkt/in/p.parquet", "gs://bkt/in/p.parquet", "gcs-connector"),
+    ("abfss://box@acct.dfs.core.windows.net/in/p.parquet",
+     "abfss://box@acct.dfs.core.windows.net/in/p.parquet", "hadoop-azure"),
+    ("az://box/in/p.parquet", "abfss://box@acct.dfs.core.windows.net/in/p.parquet",
+     "hadoop-azure"),
+])
+def test_each_store_is_read_through_its_hadoop_connector(spark, url: str, hadoop_url: str,
+                                                         package: str) -> None:
+    """The URL Spark is given for an object, and Spark's own failure to open it (no
+    connector on this classpath) as the line naming the package."""
+    from pipeline.engines.spark_urls import hadoop_url as mapped
+    from pipeline.engines.spark_urls import read_problem
+    from pipeline.io import object_store
+
+    location = object_store.bound(Location.parse(url, Path.cwd()),
+                                  {"account_name": "acct"})
+    assert mapped(location) == hadoop_url
+    with pytest.raises(Exception) as raised:
+        spark.read.parquet(hadoop_url)
+    problem = read_problem(spark, location, raised.value)
+    assert problem.exit_code == 2
+    assert str(problem).startswith(f"positions input {url}: Spark has no connector for "
+                                   f"{hadoop_url.split(':')[0]}:// (class ")
+    assert package in str(problem) and "\n" not in str(problem)
+
