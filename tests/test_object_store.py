@@ -740,7 +740,7 @@ def test_hdfs_is_a_usage_error_naming_the_url(tmp_path: Path, engine: str) -> No
                         "--positions", "p", "--out", "o", "--engine", engine], tmp_path)
     assert code == 2, err
     assert err.strip().splitlines() == [
-        "snim-batch: error: hdfs://namenode:8020/in/rules.parquet: hdfs:// locations are not "
-        "read yet (neither engine uses Hadoop's file systems); copy the data to a local or "
-        "shared path or an object store"]
+        "snim-batch: error: hdfs://namenode:8020/in/rules.parquet: hdfs:// is read only by "
+        "the Spark engine, and only for positions (--engine spark, not Spark Connect); put the "
+        "other inputs and --out on a local or shared path or an object store"]
     assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,11 @@ only) is one line, exit 2, with nothing written. One local[2] session serves the
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -202,3 +207,118 @@ def test_each_store_is_read_through_its_hadoop_connector(spark, url: str, hadoop
                                    f"{hadoop_url.split(':')[0]}:// (class ")
     assert package in str(problem) and "\n" not in str(problem)
 
+
+
+# ---- hdfs:// --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_as_hdfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/hadoop/LocalAsHdfs.java built against pyspark's Hadoop jars: a Hadoop file
+    system that serves this machine's files under hdfs://, so that the route through Spark's
+    JVM (finding, probing and reading hdfs:// files) runs without a namenode. HDFS's own
+    client is not what these tests test."""
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    if javac is None or jar is None:
+        pytest.skip("needs a JDK (javac, jar) to build the tests' Hadoop file system")
+    import pyspark
+
+    [api] = (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")
+    build = tmp_path_factory.mktemp("hadoop")
+    subprocess.run([javac, "-cp", str(api), "-d", str(build / "classes"),
+                    str(Path(__file__).parent / "hadoop" / "LocalAsHdfs.java")], check=True)
+    subprocess.run([jar, "cf", str(build / "local-as-hdfs.jar"), "-C", str(build / "classes"),
+                    "."], check=True)
+    return build / "local-as-hdfs.jar"
+
+
+def hdfs_run(jar: Path, where: Path, rules: Path, positions: str, out: Path
+             ) -> subprocess.CompletedProcess[str]:
+    """The CLI in a new process (a JVM with the test file system on its classpath)."""
+    config = where / "hdfs.yaml"
+    config.write_text(f"""spark:
+  master: local[1]
+  conf:
+    spark.driver.extraClassPath: {jar}
+    spark.hadoop.fs.hdfs.impl: snimtest.LocalAsHdfs
+    spark.ui.enabled: "false"
+""")
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "run", "--config", str(config), "--engine",
+         "spark", "--winning-moves", "--rules", str(rules), "--positions", positions,
+         "--out", str(out)],
+        cwd=where, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+        text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_hdfs_positions_are_found_and_read_through_sparks_jvm(
+        local_as_hdfs: Path, tmp_path: Path, form: str) -> None:
+    """A prefix on a named namenode and a glob on the default one: the polars engine's
+    tables on the same files, and the manifest lists each file with its size (HDFS has no
+    ETag or version)."""
+    data = dataset(tmp_path / "data", form, "parquet")
+    positions = data / "positions"
+    run(tmp_path / "polars", "polars", str(data / "rules.parquet"), str(positions))
+    want = tables(tmp_path / "polars")
+    for name, spec, head in (("prefix", f"hdfs://nn:9000{positions}", "hdfs://nn:9000"),
+                             ("glob", f"hdfs://{positions}/part-*.parquet", "hdfs://")):
+        done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.parquet", spec,
+                        tmp_path / name)
+        assert done.returncode == 3, done.stderr
+        assert_same(want, tables(tmp_path / name), (head + str(positions), str(positions)))
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert manifest["inputs"]["positions"] == [
+            {"path": f"{head}{positions}/part-{n}.parquet", "format": "parquet",
+             "size": (positions / f"part-{n}.parquet").stat().st_size, "etag": None,
+             "version": None} for n in ("00000", "00001", "99999")]
+
+
+@pytest.mark.slow
+def test_csv_on_hdfs_is_refused_in_one_line(local_as_hdfs: Path, tmp_path: Path) -> None:
+    data = dataset(tmp_path / "data", "wide", "csv")
+    spec = f"hdfs://nn:9000{data / 'positions'}"
+    done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.csv", spec, tmp_path / "out")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"snim-batch: error: positions input {spec}/part-00000.csv: the Spark engine reads "
+        "CSV in Python tasks, which cannot reach hdfs:// (only Spark's JVM can); convert it "
+        "to Parquet, or put it on a shared path or an object store"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("engine", ["polars", "spark"])
+def test_hdfs_is_refused_where_spark_does_not_read_it(tmp_path: Path, engine: str) -> None:
+    """Rules (read by this process), and positions for the polars engine: exit 2."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    rules, positions = ((sample / "rules.csv", "hdfs:///in/p.parquet") if engine == "polars"
+                        else ("hdfs:///in/rules.csv", sample / "positions.parquet"))
+    code, err = invoke(["run", "--engine", engine, "--rules", rules, "--positions", positions,
+                        "--out", tmp_path / "out"], tmp_path)
+    assert code == 2, err
+    named = positions if engine == "polars" else rules
+    assert err.strip().splitlines() == [
+        f"snim-batch: error: {named}: hdfs:// is read only by the Spark engine, and only for "
+        "positions (--engine spark, not Spark Connect); put the other inputs and --out on a "
+        "local or shared path or an object store"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unreachable_namenode_is_one_line(spark, tmp_path: Path) -> None:
+    """Nothing listens on the port: exit 1 at once, naming the URL."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    url = f"hdfs://127.0.0.1:{port}/in/p.parquet"
+    code, err = invoke(["run", "--engine", "spark", "--rules", sample / "rules.csv",
+                        "--positions", url, "--out", tmp_path / "out"], tmp_path)
+    assert code == 1, err
+    assert err.strip().splitlines() == [
+        f"snim-batch: error: {url}: cannot connect to the object store while looking it up "
+        "(connection refused)"]
+    assert not (tmp_path / "out").exists()

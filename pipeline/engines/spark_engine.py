@@ -42,7 +42,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from pipeline import kernels
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
 from pipeline.engines.spark_connect import connect_session, is_connect, lost_server, ship
+from pipeline.engines.spark_hadoop import hadoop_filesystems
 from pipeline.engines.spark_session import (
     SESSION_CONF,
     Session,
@@ -96,9 +97,11 @@ from pipeline.engines.spark_tasks import (
     verdict_task,
 )
 from pipeline.engines.spark_urls import hadoop_url, read_problem
-from pipeline.errors import InputError, SnimError, first_line
+from pipeline.errors import InputError, SnimError, UsageError, first_line
+from pipeline.io import object_store
 from pipeline.io.failures import storage_failure, writing
 from pipeline.io.inputs import Source, format_of
+from pipeline.io.locations import Location
 from pipeline.io.readers import columns_of, parquet_source
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
@@ -179,6 +182,13 @@ class _Job:
         if errors and min(errors) < min(csv, default=len(self.paths)):
             raise InputError(errors[min(errors)])
         parts = []
+        on_hdfs = next((self.paths[i] for i in csv if isinstance(self.paths[i], Location)
+                        and self.paths[i].scheme == "hdfs"), None)
+        if on_hdfs is not None:
+            raise UsageError(f"positions input {on_hdfs}: the Spark engine reads CSV in Python "
+                             "tasks, which cannot reach hdfs:// (only Spark's JVM can); "
+                             "convert it to Parquet, or put it on a shared path or an object "
+                             "store")
         if csv:
             files = self.spark.createDataFrame([(i, str(self.paths[i])) for i in csv],
                                                "file int, path string").repartition(len(csv))
@@ -441,11 +451,37 @@ class SparkEngine:
     one spark-submit made), which it stops after the write."""
 
     name = "spark"
+    _early: Session | None = None  # the session open_inputs started (and stops)
+
+    @contextmanager
+    def open_inputs(self, config: Config) -> Iterator[None]:
+        """For hdfs:// positions, the session starts before they are looked for: the driver
+        finds and probes them through its JVM (`spark_hadoop`); it lasts the run."""
+        location = Location.parse(config.positions, Path.cwd())
+        if location.scheme != "hdfs":
+            yield
+            return
+        if config.spark.remote:  # no JVM in this process
+            raise object_store.hdfs_refused(location)
+        run = session(config.spark.master, dict(config.spark.conf),
+                      quiet_jvm=not log.isEnabledFor(logging.DEBUG))
+        failed = True
+        try:
+            with failures_named(run), object_store.through_hadoop(
+                    hadoop_filesystems(run.spark)):
+                self._early = run
+                yield
+            failed = False
+        finally:
+            self._early = None
+            run.stop(failed)
 
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
         config = job.config
-        if config.spark.remote:
+        if self._early is not None:  # open_inputs started it, and stops it
+            run = replace(self._early, owned=False)
+        elif config.spark.remote:
             settings = {**SESSION_CONF, **config.spark.conf}
             run = Session(connect_session(config.spark.remote, settings), owned=True,
                           local=False, driver_memory=None)

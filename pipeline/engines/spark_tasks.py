@@ -127,9 +127,12 @@ class ParquetFile:
 
 def real_path(path_or_uri: str) -> str:
     """A file as Spark's `_metadata.file_path` names it and as the driver named it alike: a
-    local file by its real path, an object by its URL without percent-escapes."""
+    local file by its real path, an object by its URL without percent-escapes, an hdfs:// file
+    by its path (Spark names the default file system's namenode in `hdfs:///key`)."""
     if path_or_uri.startswith("file:"):
         path_or_uri = unquote(urlparse(path_or_uri).path)
+    elif path_or_uri.startswith("hdfs:"):
+        return "hdfs://" + unquote(urlparse(path_or_uri).path)
     elif "://" in path_or_uri:
         return unquote(path_or_uri)
     return os.path.realpath(path_or_uri)

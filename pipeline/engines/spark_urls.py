@@ -52,7 +52,7 @@ def hadoop_url(source: Source) -> str:
         lowered = {key.lower(): value for key, value in source.options}
         account = source.account or object_store.azure_account(lowered)
         return f"abfss://{source.bucket}@{account}.dfs.core.windows.net{key}"
-    raise AssertionError(source.scheme)  # hdfs:// never reaches the engine (resolve_inputs)
+    return f"hdfs://{source.bucket}{key}"  # found through Spark's JVM: `spark_hadoop`
 
 
 def hadoop_version(spark: Any) -> str:

@@ -101,8 +101,9 @@ class Location:
 
     def at_key(self, key: str) -> Location:
         """The object `key` in this location's bucket, named with this location's scheme."""
-        head = self.url[:len(self.url) - len(self.key)].rstrip("/") if self.key else self.url
-        return replace(self, url=f"{head}/{key}", key=key)
+        scheme, rest = self.url.split("://", 1)
+        authority = rest.split("/", 1)[0]  # "" in hdfs:///key (the default namenode)
+        return replace(self, url=f"{scheme}://{authority}/{key}", key=key)
 
     def __str__(self) -> str:
         return self.url if self.is_remote else str(self.path)

@@ -137,7 +137,10 @@ def read_table(path: Source) -> RawTable:
 def read_tables(spec: str, what: str, exclude: Path | str | None = None,
                 options: dict[str, str] | None = None) -> list[RawTable]:
     """Every file of `spec` read whole, each checksummed as it is read (`exclude` and
-    `options`: as in `resolve_inputs`)."""
+    `options`: as in `resolve_inputs`). Not from hdfs://, which only Spark reads."""
+    location = Location.parse(spec, Path.cwd())
+    if location.scheme == "hdfs":
+        raise object_store.hdfs_refused(location)
     tables = [read_table(p) for p in resolve_inputs(spec, what, exclude, options)]
     for table in tables:
         table.file.sha256  # noqa: B018 - computes and caches it
