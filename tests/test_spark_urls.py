@@ -322,3 +322,54 @@ def test_an_unreachable_namenode_is_one_line(spark, tmp_path: Path) -> None:
         f"snim-batch: error: {url}: cannot connect to the object store while looking it up "
         "(connection refused)"]
     assert not (tmp_path / "out").exists()
+
+
+def readme_block(marker: str) -> str:
+    """The README's shell lines from the comment line `marker` to the end of that command."""
+    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == marker)
+    end = start
+    while lines[end].endswith("\\") or lines[end].startswith("#"):
+        end += 1
+    return "\n".join(lines[start:end + 1])
+
+
+@pytest.mark.slow
+def test_readme_hdfs_command_on_a_standalone_cluster(local_as_hdfs: Path, tmp_path: Path
+                                                      ) -> None:
+    """The README's HDFS spark-submit command on a real Master and Worker: the driver finds
+    the files through its JVM, the executor reads them (both with the test file system on
+    their classpath), and the tables equal the polars engine's."""
+    from spark_servers import StandaloneCluster, spark_env
+
+    data = dataset(tmp_path / "data", "wide", "parquet")
+    positions = data / "positions"
+    run(tmp_path / "polars", "polars", str(data / "rules.parquet"), str(positions),
+        winning_moves=False)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(
+        "spark.executor.memory 512m\nspark.executor.cores 1\nspark.cores.max 1\n"
+        "spark.driver.memory 1g\nspark.ui.enabled false\nspark.sql.shuffle.partitions 4\n"
+        f"spark.local.dir {tmp_path}\nspark.driver.extraClassPath {local_as_hdfs}\n"
+        f"spark.executor.extraClassPath {local_as_hdfs}\n"
+        "spark.hadoop.fs.hdfs.impl snimtest.LocalAsHdfs\n")
+    cluster = StandaloneCluster(tmp_path).start()
+    try:
+        import pipeline.cli
+
+        env = spark_env(SPARK_CONF_DIR=str(conf), MASTER=cluster.url, PY=sys.executable,
+                        CLI=pipeline.cli.__file__, RULES=str(data / "rules.parquet"),
+                        HDFS_POSITIONS=f"{positions}/*.parquet", OUT=str(tmp_path / "spark"))
+        block = readme_block("# positions on HDFS (Parquet): the HDFS client is in Spark's "
+                             "own jars, nothing to add;")
+        assert '--positions "hdfs://$HDFS_POSITIONS"' in block
+        done = subprocess.run(["bash", "-euc", block], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+        executors = list(cluster.work_dir.glob("app-*/*/stderr"))
+    finally:
+        cluster.stop()
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert executors, "no executor ran on the worker"
+    assert_same(tables(tmp_path / "polars"), tables(tmp_path / "spark"),
+                (f"hdfs://{positions}", str(positions)))

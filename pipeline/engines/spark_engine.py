@@ -31,7 +31,8 @@ Row numbers (`row` in rejects; the default `position_id` of wide files without o
 Outputs: `verdicts.parquet` and `rejects.parquet` are directories of Parquet part files written
 by Spark, sorted across parts (read the directory with `pl.read_parquet` / `pl.scan_parquet`);
 `sg_tables.parquet` and `summary.parquet` are single files written on the driver. Input paths
-must be readable by the driver and every executor (local mode, or a shared file system).
+must be readable by the driver and every executor (local mode, or a shared file system); URLs
+are found by the driver and read by Spark's own connectors (`spark_urls`, `spark_hadoop`).
 """
 
 from __future__ import annotations
