@@ -373,3 +373,52 @@ def test_readme_hdfs_command_on_a_standalone_cluster(local_as_hdfs: Path, tmp_pa
     assert executors, "no executor ran on the worker"
     assert_same(tables(tmp_path / "polars"), tables(tmp_path / "spark"),
                 (f"hdfs://{positions}", str(positions)))
+
+
+@pytest.mark.slow
+def test_positions_urls_through_spark_connect(s3, tmp_path: Path) -> None:
+    """On a real Spark Connect server (the CLI in a subprocess: a Connect session changes
+    pyspark's process-wide mode): CSV objects are read by the server's Python workers with the
+    run's storage_options, as the polars engine reads the files; Parquet objects stop at the
+    missing s3a:// connector (Connect opens them lazily, when their schema is asked); and
+    hdfs:// is refused, this process having no JVM to find the files with."""
+    pytest.importorskip("grpc")
+    from spark_servers import ConnectServer, spark_env
+
+    data = dataset(tmp_path / "data", "wide", "csv")
+    upload_tree(s3, data, "in")
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    s3.client().upload_file(str(sample / "positions.parquet"), "bkt", "pq/p.parquet")
+    run(tmp_path / "polars", "polars", str(data / "rules.csv"), str(data / "positions"))
+    config = tmp_path / "config.yaml"
+    config.write_text("storage_options:\n" + "".join(
+        f"  {key}: {json.dumps(value)}\n" for key, value in s3.storage_options().items()))
+    (tmp_path / "connect").mkdir()
+    server = ConnectServer(tmp_path / "connect").start()
+    try:
+        def cli(positions: str, out: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "pipeline.cli", "run", "--config", str(config),
+                 "--engine", "spark", "--spark-remote", server.url, "--winning-moves",
+                 "--rules", str(data / "rules.csv"), "--positions", positions, "--out", out],
+                cwd=tmp_path, env=spark_env(), capture_output=True, text=True, timeout=600)
+
+        done = cli("s3://bkt/in/positions", str(tmp_path / "spark"))
+        parquet = cli("s3://bkt/pq/p.parquet", str(tmp_path / "parquet"))
+        hdfs = cli("hdfs:///in/p.parquet", str(tmp_path / "hdfs"))
+    finally:
+        server.stop()
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert_same(tables(tmp_path / "polars"), tables(tmp_path / "spark"),
+                ("s3://bkt/in/positions", str(data / "positions")))
+    assert parquet.returncode == 2, parquet.stderr[:2000]
+    [line] = parquet.stderr.strip().splitlines()
+    assert line.startswith("snim-batch: error: positions input s3://bkt/pq/p.parquet: Spark has "
+                           "no connector for s3a:// (class org.apache.hadoop.fs.s3a.S3AFileSystem "
+                           "not found); add spark.jars.packages=org.apache.hadoop:hadoop-aws:")
+    assert hdfs.returncode == 2, hdfs.stderr[-3000:]
+    assert hdfs.stderr.strip().splitlines() == [
+        "snim-batch: error: hdfs:///in/p.parquet: hdfs:// is read only by the Spark engine, and "
+        "only for positions (--engine spark, not Spark Connect); put the other inputs and --out "
+        "on a local or shared path or an object store"]
+    assert not any((tmp_path / name).exists() for name in ("parquet", "hdfs"))

@@ -235,7 +235,9 @@ class _Job:
         one line naming the input."""
         urls = [hadoop_url(s) for s in sources]
         try:
-            return self.spark.read.parquet(*[_hadoop_literal(u) for u in urls])
+            frame = self.spark.read.parquet(*[_hadoop_literal(u) for u in urls])
+            frame.columns  # noqa: B018 - Spark Connect opens the files only when asked
+            return frame
         except (PySparkException, Py4JJavaError) as exc:
             text = str(exc)
             named = next((s for s, u in zip(sources, urls) if u in text), sources[0])
@@ -246,9 +248,10 @@ class _Job:
         errors its normalising would raise, found on an empty frame of its schema (an
         object's footer is read by range on the driver, never the whole object)."""
         path = self.paths[i]
-        if isinstance(path, Path) and ":" in path.name:  # Hadoop's local file system cannot
+        # Hadoop's local file system cannot name the checksum file of a name holding ':'
+        if isinstance(path, Path) and ":" in path.name:
             return (f"{path}: Spark cannot read a Parquet file whose name holds ':' (rename "
-                    "it, or use --engine polars)")  # name its checksum file
+                    "it, or use --engine polars)")
         try:
             empty = pl.from_arrow(pq.read_schema(parquet_source(path)).empty_table())
             assert isinstance(empty, pl.DataFrame)
