@@ -422,3 +422,16 @@ def test_positions_urls_through_spark_connect(s3, tmp_path: Path) -> None:
         "only for positions (--engine spark, not Spark Connect); put the other inputs and --out "
         "on a local or shared path or an object store"]
     assert not any((tmp_path / name).exists() for name in ("parquet", "hdfs"))
+
+
+def test_a_file_gone_before_spark_reads_it_is_one_line(spark, tmp_path: Path) -> None:
+    """Found by the driver, then removed before Spark opened it: Spark's own error, as one
+    line naming the input."""
+    from pipeline.engines.spark_urls import read_problem
+
+    gone = tmp_path / "gone.parquet"
+    with pytest.raises(Exception) as raised:
+        spark.read.parquet(str(gone))
+    problem = read_problem(spark, gone, raised.value)
+    assert (problem.exit_code, str(problem)) == (
+        1, f"positions input {gone}: no such object or file")

@@ -49,7 +49,7 @@ def hadoop_url(source: Source) -> str:
     if source.scheme == "gs":
         return f"gs://{source.bucket}{key}"
     if source.scheme == "az":
-        lowered = {key.lower(): value for key, value in source.options}
+        lowered = {name.lower(): value for name, value in source.options}
         account = source.account or object_store.azure_account(lowered)
         return f"abfss://{source.bucket}@{account}.dfs.core.windows.net{key}"
     return f"hdfs://{source.bucket}{key}"  # found through Spark's JVM: `spark_hadoop`
