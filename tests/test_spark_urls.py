@@ -180,6 +180,24 @@ def test_parquet_on_s3_without_the_connector_is_one_line_naming_the_setting(
     assert [o["Key"] for o in listed] == ["in/p.parquet"]
 
 
+@pytest.mark.parametrize(("positions", "message"), [
+    ("s3://bkt/nope/p.parquet", "no such object or prefix"),
+    ("s3://bkt/empty", "no .parquet, .pq or .csv objects found below this prefix (skipped 1"),
+    ("s3://bkt/in/*.parquet", "no object matches this pattern"),
+])
+def test_missing_objects_exit_1_naming_the_url_as_with_polars(
+        spark, s3_env, tmp_path: Path, positions: str, message: str) -> None:
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    s3_env.client().put_object(Bucket="bkt", Key="empty/_SUCCESS", Body=b"")
+    for engine in ("polars", "spark"):
+        code, err = invoke(["run", "--engine", engine, "--rules", sample / "rules.csv",
+                            "--positions", positions, "--out", tmp_path / "out"], tmp_path)
+        assert code == 1, err
+        [line] = err.strip().splitlines()
+        assert line.startswith(f"snim-batch: error: positions input {positions}: {message}")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(("url", "hadoop_url", "package"), [
     ("gs://bkt/in/p.parquet", "gs://bkt/in/p.parquet", "gcs-connector"),
     ("gcs://bkt/in/p.parquet", "gs://bkt/in/p.parquet", "gcs-connector"),
