@@ -295,7 +295,9 @@ def test_hdfs_positions_are_found_and_read_through_sparks_jvm(
 
 
 @pytest.mark.slow
-def test_csv_on_hdfs_is_refused_in_one_line(local_as_hdfs: Path, tmp_path: Path) -> None:
+def test_csv_and_missing_files_on_hdfs_are_one_line(local_as_hdfs: Path, tmp_path: Path
+                                                     ) -> None:
+    """CSV is refused (exit 2); a path that is not there exits 1 naming it."""
     data = dataset(tmp_path / "data", "wide", "csv")
     spec = f"hdfs://nn:9000{data / 'positions'}"
     done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.csv", spec, tmp_path / "out")
@@ -304,6 +306,11 @@ def test_csv_on_hdfs_is_refused_in_one_line(local_as_hdfs: Path, tmp_path: Path)
         f"snim-batch: error: positions input {spec}/part-00000.csv: the Spark engine reads "
         "CSV in Python tasks, which cannot reach hdfs:// (only Spark's JVM can); convert it "
         "to Parquet, or put it on a shared path or an object store"]
+    missing = f"hdfs://nn:9000{tmp_path / 'nowhere'}"
+    done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.csv", missing, tmp_path / "out")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"snim-batch: error: positions input {missing}: no such object or prefix"]
     assert not (tmp_path / "out").exists()
 
 
