@@ -643,13 +643,22 @@ def test_the_readme_polars_recipe_reads_the_committed_output(s3, tmp_path: Path)
 # ---- the Spark engine -----------------------------------------------------------------------
 
 
+def pyspark_hadoop() -> str:
+    """The Hadoop version of the jars pyspark ships (from their file names)."""
+    import pyspark
+
+    [jar] = (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")
+    return jar.stem.removeprefix("hadoop-client-api-")
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_spark_reads_rules_from_s3_and_commits_to_s3_like_the_polars_engine(
         s3, tmp_path: Path) -> None:
     """Rules on S3 are read by the polars reader on the driver; the Spark engine's part-file
-    directories are committed by the manifest. Positions on S3 are refused before a session
-    starts (exit 2), with nothing written."""
+    directories are committed by the manifest. Parquet positions on S3 are read by Spark's
+    s3a:// connector, which is not on this classpath: exit 2 naming the setting, nothing
+    written (tests/test_spark_urls.py has the rest)."""
     sample = ROOT / "data" / "sample"
     s3.client().upload_file(str(sample / "rules.parquet"), "bkt", "in/rules.parquet")
     s3.client().upload_file(str(sample / "positions.parquet"), "bkt", "in/positions.parquet")
@@ -670,9 +679,10 @@ def test_spark_reads_rules_from_s3_and_commits_to_s3_like_the_polars_engine(
                        "--engine", "spark"], tmp_path, s3.env())
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines() == [
-        "snim-batch: error: positions input s3://bkt/in/positions.parquet: the Spark engine "
-        "reads positions from a file system its executors share, not from an object store "
-        "(use the polars engine, or copy them)"]
+        "snim-batch: error: positions input s3://bkt/in/positions.parquet: Spark has no "
+        "connector for s3a:// (class org.apache.hadoop.fs.s3a.S3AFileSystem not found); add "
+        f"spark.jars.packages=org.apache.hadoop:hadoop-aws:{pyspark_hadoop()} to spark.conf "
+        "in config.yaml (or spark-submit --packages)"]
     assert not names(s3, "spark2")
 
 
@@ -730,7 +740,7 @@ def test_hdfs_is_a_usage_error_naming_the_url(tmp_path: Path, engine: str) -> No
                         "--positions", "p", "--out", "o", "--engine", engine], tmp_path)
     assert code == 2, err
     assert err.strip().splitlines() == [
-        "snim-batch: error: hdfs://namenode:8020/in/rules.parquet: hdfs:// locations are not "
-        "read yet (neither engine uses Hadoop's file systems); copy the data to a local or "
-        "shared path or an object store"]
+        "snim-batch: error: hdfs://namenode:8020/in/rules.parquet: hdfs:// is read only by "
+        "the Spark engine, and only for positions (--engine spark, not Spark Connect); put the "
+        "other inputs and --out on a local or shared path or an object store"]
     assert list(tmp_path.iterdir()) == []

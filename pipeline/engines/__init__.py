@@ -60,6 +60,12 @@ class Evaluation(Protocol):
 class Engine(Protocol):
     name: str
 
+    def open_inputs(self, config: Config) -> AbstractContextManager[None]:
+        """What the engine needs to reach the run's positions, held from before they are
+        looked for until the run's output is written (Spark: a session whose JVM reaches
+        hdfs://)."""
+        ...
+
     def evaluate(self, job: PositionsJob) -> AbstractContextManager[Evaluation]:
         """Evaluate every position; the evaluation lasts until the context exits (a Spark
         session, cached frames), which the skeleton leaves after the write."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +39,9 @@ class PolarsEngine:
     """Positions evaluated in this process, batch by batch (see the module docstring)."""
 
     name = "polars"
+
+    def open_inputs(self, config: Config) -> AbstractContextManager[None]:
+        return nullcontext()  # every input it reads is a path or an object store's URL
 
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[PolarsEvaluation]:

@@ -31,7 +31,8 @@ Row numbers (`row` in rejects; the default `position_id` of wide files without o
 Outputs: `verdicts.parquet` and `rejects.parquet` are directories of Parquet part files written
 by Spark, sorted across parts (read the directory with `pl.read_parquet` / `pl.scan_parquet`);
 `sg_tables.parquet` and `summary.parquet` are single files written on the driver. Input paths
-must be readable by the driver and every executor (local mode, or a shared file system).
+must be readable by the driver and every executor (local mode, or a shared file system); URLs
+are found by the driver and read by Spark's own connectors (`spark_urls`, `spark_hadoop`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException, PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -60,6 +62,7 @@ from pipeline import kernels
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
 from pipeline.engines.spark_connect import connect_session, is_connect, lost_server, ship
+from pipeline.engines.spark_hadoop import hadoop_filesystems
 from pipeline.engines.spark_session import (
     SESSION_CONF,
     Session,
@@ -94,11 +97,13 @@ from pipeline.engines.spark_tasks import (
     taint_task,
     verdict_task,
 )
+from pipeline.engines.spark_urls import hadoop_url, read_problem
 from pipeline.errors import InputError, SnimError, UsageError, first_line
+from pipeline.io import object_store
 from pipeline.io.failures import storage_failure, writing
-from pipeline.io.inputs import format_of
+from pipeline.io.inputs import Source, format_of
 from pipeline.io.locations import Location
-from pipeline.io.readers import columns_of
+from pipeline.io.readers import columns_of, parquet_source
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
 from pipeline.transforms.schema import input_column_names
@@ -128,7 +133,7 @@ def _nulls(schema: T.StructType, drop: tuple[str, ...] = ()) -> list[Any]:
 class _Job:
     spark: SparkSession
     config: Config
-    paths: list[Path]
+    paths: list[Source]
     form: str
     index: pl.DataFrame
     cache: TableCache
@@ -178,23 +183,31 @@ class _Job:
         if errors and min(errors) < min(csv, default=len(self.paths)):
             raise InputError(errors[min(errors)])
         parts = []
+        on_hdfs = next((self.paths[i] for i in csv if isinstance(self.paths[i], Location)
+                        and self.paths[i].scheme == "hdfs"), None)
+        if on_hdfs is not None:
+            raise UsageError(f"positions input {on_hdfs}: the Spark engine reads CSV in Python "
+                             "tasks, which cannot reach hdfs:// (only Spark's JVM can); "
+                             "convert it to Parquet, or put it on a shared path or an object "
+                             "store")
         if csv:
             files = self.spark.createDataFrame([(i, str(self.paths[i])) for i in csv],
                                                "file int, path string").repartition(len(csv))
             parts.append(self.map(files,
                                   csv_task, NORM_SCHEMA, config=self.config, form=self.form,
-                                  index=self.index))
+                                  index=self.index, sources={i: self.paths[i] for i in csv}))
         groups: dict[tuple, list[ParquetFile]] = {}
         for info in probed.values():
             if isinstance(info, ParquetFile):
                 groups.setdefault(tuple(info.dtypes.items()), []).append(info)
         for infos in groups.values():  # one read per schema: Spark reads one schema at a time
-            raw = self.spark.read.parquet(*[_hadoop_literal(f.source) for f in infos]).select(
+            raw = self._read_parquet([self.paths[f.index] for f in infos]).select(
                 "*", F.col("_metadata.file_path").alias(PATH),
                 F.col("_metadata.row_index").alias(ROW))
             parts.append(self.map(raw, parquet_task, NORM_SCHEMA,
-                                  files={real_path(f.source): f for f in infos}, config=self.config,
-                                  form=self.form, index=self.index))
+                                  files={real_path(hadoop_url(self.paths[f.index])): f
+                                         for f in infos},
+                                  config=self.config, form=self.form, index=self.index))
         if not parts:
             raise InputError(errors[min(errors)])
         norm = self.persist(functools.reduce(DataFrame.unionByName, parts))
@@ -216,15 +229,31 @@ class _Job:
             rows[r["_file"]] = r["n"]
         return norm.filter(F.col("_kind") == DATA).drop("_kind"), rows
 
+    def _read_parquet(self, sources: list[Source]) -> DataFrame:
+        """Spark's reader over these files (local paths, or objects through Spark's own
+        connectors: `spark_urls`); a connector Spark lacks, or an object it cannot open, is
+        one line naming the input."""
+        urls = [hadoop_url(s) for s in sources]
+        try:
+            frame = self.spark.read.parquet(*[_hadoop_literal(u) for u in urls])
+            frame.columns  # noqa: B018 - Spark Connect opens the files only when asked
+            return frame
+        except (PySparkException, Py4JJavaError) as exc:
+            text = str(exc)
+            named = next((s for s, u in zip(sources, urls) if u in text), sources[0])
+            raise read_problem(self.spark, named, exc) from None
+
     def _probe(self, i: int) -> ParquetFile | str:
         """A Parquet file's column types (as the polars engine reads them) and the whole-file
-        errors its normalising would raise, found on an empty frame of its schema."""
+        errors its normalising would raise, found on an empty frame of its schema (an
+        object's footer is read by range on the driver, never the whole object)."""
         path = self.paths[i]
-        if ":" in path.name:  # Hadoop's local file system cannot name its checksum file
+        # Hadoop's local file system cannot name the checksum file of a name holding ':'
+        if isinstance(path, Path) and ":" in path.name:
             return (f"{path}: Spark cannot read a Parquet file whose name holds ':' (rename "
                     "it, or use --engine polars)")
         try:
-            empty = pl.from_arrow(pq.read_schema(path).empty_table())
+            empty = pl.from_arrow(pq.read_schema(parquet_source(path)).empty_table())
             assert isinstance(empty, pl.DataFrame)
             normalize.normalize_positions(empty, np.zeros(0, np.int64), str(path),
                                            self.config.columns, self.form, 0)
@@ -426,16 +455,37 @@ class SparkEngine:
     one spark-submit made), which it stops after the write."""
 
     name = "spark"
+    _early: Session | None = None  # the session open_inputs started (and stops)
+
+    @contextmanager
+    def open_inputs(self, config: Config) -> Iterator[None]:
+        """For hdfs:// positions, the session starts before they are looked for: the driver
+        finds and probes them through its JVM (`spark_hadoop`); it lasts the run."""
+        location = Location.parse(config.positions, Path.cwd())
+        if location.scheme != "hdfs":
+            yield
+            return
+        if config.spark.remote:  # no JVM in this process
+            raise object_store.hdfs_refused(location)
+        run = session(config.spark.master, dict(config.spark.conf),
+                      quiet_jvm=not log.isEnabledFor(logging.DEBUG))
+        failed = True
+        try:
+            with failures_named(run), object_store.through_hadoop(
+                    hadoop_filesystems(run.spark)):
+                self._early = run
+                yield
+            failed = False
+        finally:
+            self._early = None
+            run.stop(failed)
 
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
-        remote = next((p for p in job.paths if isinstance(p, Location)), None)
-        if remote is not None:  # before a session starts: its executors would not find it
-            raise UsageError(f"positions input {remote}: the Spark engine reads positions "
-                             "from a file system its executors share, not from an object "
-                             "store (use the polars engine, or copy them)")
         config = job.config
-        if config.spark.remote:
+        if self._early is not None:  # open_inputs started it, and stops it
+            run = replace(self._early, owned=False)
+        elif config.spark.remote:
             settings = {**SESSION_CONF, **config.spark.conf}
             run = Session(connect_session(config.spark.remote, settings), owned=True,
                           local=False, driver_memory=None)

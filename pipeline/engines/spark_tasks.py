@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -21,6 +20,7 @@ from pipeline import kernels, keys
 from pipeline.batches import position_batches
 from pipeline.config import Config
 from pipeline.errors import SnimError
+from pipeline.io.inputs import Source
 from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
 from pipeline.transforms.schema import REJECT_SCHEMA as REJECT_COLUMNS
 
@@ -103,14 +103,15 @@ def _fatal(file_index: int, message: str, schema: T.StructType) -> Batches:
 
 
 def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
-              schema: T.StructType) -> Batches:
+              sources: dict[int, Source], schema: T.StructType) -> Batches:
     """Whole CSV files, one per input row (file, path), read exactly as the polars engine
-    reads them; a file it cannot read becomes one FATAL row."""
+    reads them (`sources`: each file's path, or its object with the run's storage options,
+    read through pyarrow's file system here on the executor); a file it cannot read becomes
+    one FATAL row."""
     for batch in batches:
-        for file_index, path in zip(batch.column("file").to_pylist(),
-                                    batch.column("path").to_pylist()):
+        for file_index in batch.column("file").to_pylist():
             try:
-                for _, frame in position_batches([Path(path)], config, form):
+                for _, frame in position_batches([sources[file_index]], config, form):
                     yield from _step(frame, file_index, form, index, schema)
             except SnimError as exc:
                 yield from _fatal(file_index, str(exc), schema)
@@ -125,8 +126,15 @@ class ParquetFile:
 
 
 def real_path(path_or_uri: str) -> str:
+    """A file as Spark's `_metadata.file_path` names it and as the driver named it alike: a
+    local file by its real path, an object by its URL without percent-escapes, an hdfs:// file
+    by its path (Spark names the default file system's namenode in `hdfs:///key`)."""
     if path_or_uri.startswith("file:"):
         path_or_uri = unquote(urlparse(path_or_uri).path)
+    elif path_or_uri.startswith("hdfs:"):
+        return "hdfs://" + unquote(urlparse(path_or_uri).path)
+    elif "://" in path_or_uri:
+        return unquote(path_or_uri)
     return os.path.realpath(path_or_uri)
 
 

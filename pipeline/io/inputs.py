@@ -119,7 +119,8 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
 
         return list(resolve_remote(object_store.bound(location, options), what, outside))
     local_exclude = outside.path if outside is not None and not outside.is_remote else None
-    return list(_InputFinder(spec, what, local_exclude).files())
+    local = str(location.path) if spec[:5].lower() == "file:" else spec  # file:///path
+    return list(_InputFinder(local, what, local_exclude, named=spec).files())
 
 
 def is_snim_output(directory: Path) -> bool:
@@ -166,8 +167,9 @@ class _InputFinder:
     """The files of one input spec, with a count of what was skipped and why (which the
     error says when nothing is left)."""
 
-    def __init__(self, spec: str, what: str, exclude: Path | None):
+    def __init__(self, spec: str, what: str, exclude: Path | None, named: str = ""):
         self.spec = spec
+        self.named = named or spec  # as the user wrote it (a file:// URL), for messages
         self.what = what
         self.excluded = _identity(exclude) if exclude is not None else None
         self.found: list[Path] = []
@@ -217,7 +219,7 @@ class _InputFinder:
 
     def error(self, path: Path, message: str) -> InputError:
         where = "" if path == Path(self.spec) else f"{_shown(str(path))}: "
-        return InputError(f"{self.what} input {_shown(self.spec)}: {where}{message}")
+        return InputError(f"{self.what} input {_shown(self.named)}: {where}{message}")
 
     def path_error(self, path: Path, exc: OSError) -> InputError:
         if exc.errno == errno.ELOOP:

@@ -1,8 +1,8 @@
 """What an input or output location names: a local path (or a `file://` URL naming one), or an
 object-store URL: `s3://bucket/key`, `gs://bucket/key`, `az://container/key` (also
 `abfs[s]://container@account.dfs.core.windows.net/key`; `s3a://` is Hadoop's name for S3).
-`hdfs://` is parsed but no reader takes it yet (a usage error where a client is needed). Any
-other scheme is a usage error."""
+`hdfs://` is read only by the Spark engine, for positions (elsewhere a usage error where a
+client is needed: `object_store.hdfs_refused`). Any other scheme is a usage error."""
 
 from __future__ import annotations
 
@@ -101,8 +101,9 @@ class Location:
 
     def at_key(self, key: str) -> Location:
         """The object `key` in this location's bucket, named with this location's scheme."""
-        head = self.url[:len(self.url) - len(self.key)].rstrip("/") if self.key else self.url
-        return replace(self, url=f"{head}/{key}", key=key)
+        scheme, rest = self.url.split("://", 1)
+        authority = rest.split("/", 1)[0]  # "" in hdfs:///key (the default namenode)
+        return replace(self, url=f"{scheme}://{authority}/{key}", key=key)
 
     def __str__(self) -> str:
         return self.url if self.is_remote else str(self.path)

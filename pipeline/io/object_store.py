@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
 from functools import lru_cache
@@ -51,7 +52,7 @@ def storage_options(location: Location, configured: Mapping[str, str] | None = N
     lowered = {key.lower(): value for key, value in options.items()}
     if location.scheme == "s3" and (s3_endpoint(lowered) or "").startswith("http://"):
         options.setdefault("aws_allow_http", "true")
-    if location.scheme == "az" and location.account and not _azure_account(lowered):
+    if location.scheme == "az" and location.account and not azure_account(lowered):
         options["account_name"] = location.account
     return options
 
@@ -110,7 +111,7 @@ def s3_endpoint(lowered: Mapping[str, str]) -> str | None:
             or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
 
 
-def _azure_account(lowered: Mapping[str, str]) -> str | None:
+def azure_account(lowered: Mapping[str, str]) -> str | None:
     return (_first(lowered, "azure_storage_account_name", "account_name")
             or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
             or os.environ.get("AZURE_STORAGE_ACCOUNT"))
@@ -119,13 +120,35 @@ def _azure_account(lowered: Mapping[str, str]) -> str | None:
 _CLIENT_ENV = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
 
 
+_HADOOP: list[Callable[[Location], Any]] = []
+"""The pyarrow file system for an hdfs:// location, while an engine that reaches Hadoop's
+file systems provides one (`through_hadoop`)."""
+
+
+@contextmanager
+def through_hadoop(filesystems: Callable[[Location], Any]) -> Iterator[None]:
+    """hdfs:// locations reachable through `filesystems` for the duration (the Spark engine,
+    over its session's JVM, while it finds and reads hdfs:// positions)."""
+    _HADOOP.append(filesystems)
+    try:
+        yield
+    finally:
+        _HADOOP.remove(filesystems)
+
+
+def hdfs_refused(location: Location) -> UsageError:
+    return UsageError(f"{location}: hdfs:// is read only by the Spark engine, and only for "
+                      "positions (--engine spark, not Spark Connect); put the other inputs and "
+                      "--out on a local or shared path or an object store")
+
+
 def filesystem(location: Location) -> Any:
     """The pyarrow file system for `location` (its options bound by `Location.options`),
     built once per store, options and provider environment variables."""
+    if location.scheme == "hdfs" and _HADOOP:
+        return _HADOOP[-1](location)
     if location.scheme not in ("s3", "gs", "az"):
-        raise UsageError(f"{location}: {location.scheme}:// locations are not read yet (neither "
-                         "engine uses Hadoop's file systems); copy the data to a local or "
-                         "shared path or an object store")
+        raise hdfs_refused(location)
     environment = tuple(sorted((k, v) for k, v in os.environ.items()
                                if k.startswith(_CLIENT_ENV)))
     return _filesystem(location.scheme, location.account, location.options, environment)
@@ -164,7 +187,7 @@ def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
             anonymous=_first(lowered, "google_skip_signature", "skip_signature") == "true",
             retry_time_limit=timedelta(seconds=timeout * attempts))
     if scheme == "az":
-        name = account or _azure_account(lowered)
+        name = account or azure_account(lowered)
         if not name:
             raise ConfigError("az:// needs a storage account: name it in the URL "
                               "(abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH), in "

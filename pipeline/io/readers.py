@@ -33,7 +33,7 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     """polars' streaming reader (about 2x pyarrow's iter_batches here), after pyarrow has
     checked the footer so that a file that is not Parquet gets a plain message."""
     try:
-        schema = pq.read_schema(_parquet_source(file.path))
+        schema = pq.read_schema(parquet_source(file.path))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _parquet_error(file.path, exc) from None
     start = 0
@@ -57,7 +57,7 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         yield RawTable(file, empty, np.zeros(0, np.int64), [])
 
 
-def _parquet_source(path: Source) -> Path | pa.NativeFile:
+def parquet_source(path: Source) -> Path | pa.NativeFile:
     """What pyarrow's Parquet reader opens: the local path, or the object's random-access
     stream (footers are read by range, never the whole object)."""
     return object_store.open_random(path) if isinstance(path, Location) else path
@@ -71,7 +71,7 @@ def heap_upper_bound(paths: list[Source], column: str) -> int | None:
         if format_of(path) != "parquet":
             return None
         try:
-            meta = pq.ParquetFile(_parquet_source(path)).metadata
+            meta = pq.ParquetFile(parquet_source(path)).metadata
         except (pa.ArrowException, OSError, SnimError):
             return None
         leaves = [i for i in range(meta.num_columns)
@@ -96,7 +96,7 @@ def row_estimate(paths: list[Source]) -> int:
             rows += csv_row_estimate(path)
             continue
         try:
-            rows += pq.ParquetFile(_parquet_source(path)).metadata.num_rows
+            rows += pq.ParquetFile(parquet_source(path)).metadata.num_rows
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
     return rows
@@ -116,7 +116,7 @@ def columns_of(path: Source) -> list[str]:
     """Column names of an input file without reading its rows."""
     if format_of(path) == "parquet":
         try:
-            return pq.read_schema(_parquet_source(path)).names
+            return pq.read_schema(parquet_source(path)).names
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
     if read_start(path, 0)[1] == 0:
@@ -137,7 +137,10 @@ def read_table(path: Source) -> RawTable:
 def read_tables(spec: str, what: str, exclude: Path | str | None = None,
                 options: dict[str, str] | None = None) -> list[RawTable]:
     """Every file of `spec` read whole, each checksummed as it is read (`exclude` and
-    `options`: as in `resolve_inputs`)."""
+    `options`: as in `resolve_inputs`). Not from hdfs://, which only Spark reads."""
+    location = Location.parse(spec, Path.cwd())
+    if location.scheme == "hdfs":
+        raise object_store.hdfs_refused(location)
     tables = [read_table(p) for p in resolve_inputs(spec, what, exclude, options)]
     for table in tables:
         table.file.sha256  # noqa: B018 - computes and caches it
