@@ -109,6 +109,7 @@ from pipeline.io.locations import Location
 from pipeline.io.readers import columns_of
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
+from pipeline.transforms.ordering import LOC_SHIFT
 from pipeline.transforms.schema import input_column_names
 
 log = logging.getLogger(__name__)
@@ -269,19 +270,20 @@ class _Job:
         whose tables are all built before the read (presized from Parquet statistics:
         `TableCache.covers_input`) are evaluated in the same pass, as `evaluate_task` would:
         one Python pass over the rows instead of two, and no heaps kept in Spark."""
-        types = self.static_key_types() or {}
-        fields = [(f.name, types.get(f.name, f.dataType)) for f in NORM_SCHEMA.fields]
+        types = self.static_key_types()
+        fields = [(f.name, (types or {}).get(f.name, f.dataType)) for f in NORM_SCHEMA.fields]
         if self.form != "wide" or not self.cache.covers_input():
             return _schema(*fields), {}
         wm = self.config.winning_moves
         tables = self.broadcast(self.cache.table_set())
-        return (_schema(*[f for f in fields if f[0] != "heaps"], *self.evaluated_fields()),
+        dropped = ("heaps", "table", *(("_rid_int", "_pid_int") if types else ()))
+        return (_schema(*[f for f in fields if f[0] not in dropped], *self.evaluated_fields()),
                 {"tables": tables, "winning_moves": wm})
 
     def evaluated_fields(self) -> list[tuple[str, T.DataType]]:
-        """The columns `evaluate_task` adds."""
+        """The columns `evaluate_task` adds (the verdict and `_loc` follow from them)."""
         moves = [("move_heap", LONG), ("move_take", LONG)] if self.config.winning_moves else []
-        return [("nim_sum", LONG), ("verdict", STRING), *moves, ("_loc", LONG)]
+        return [("nim_sum", LONG), *moves]
 
     def static_key_types(self) -> dict[str, T.DataType] | None:
         """Int64 keys when every input is Parquet with integer key columns (a missing
@@ -345,8 +347,10 @@ class _Job:
                 tables=tables, winning_moves=wm))
         valid = evaluated.filter(F.col("_reason").isNull())
         types = self.key_types(valid)
-        verdicts = valid.select(*[F.col(k).cast(types[k]) for k in KEYS], "nim_sum",
-                                "verdict", *[m for m, _ in moves], "_loc")
+        verdicts = valid.select(
+            *[F.col(k).cast(types[k]) for k in KEYS], "nim_sum", _verdict().alias("verdict"),
+            *[m for m, _ in moves],
+            (F.col("_file").cast(LONG) * (1 << LOC_SHIFT) + F.col("_row")).alias("_loc"))
         rejected = self.map(evaluated.filter(F.col("_reason").isNotNull()), reject_task,
                             REJECT_SCHEMA)
         return self.duplicates(verdicts, rejected, types)
@@ -365,7 +369,7 @@ class _Job:
                                & F.col("_k_position_id").isNotNull())
         also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
                             .distinct())
-        ordered = self.persist(verdicts.orderBy(*KEYS))
+        ordered = self.persist(self.sorted(verdicts.drop("_loc", "verdict"), types))
         key_schema = _schema(*[(k, types[k]) for k in KEYS])
         suspects = self.map(ordered.select(*KEYS), repeated_task, key_schema)
         if not also.isEmpty():  # rare: a rejected row's key, which a verdict may also have
@@ -374,7 +378,8 @@ class _Job:
         columns = [c for c in verdicts.columns]
         if suspects.isEmpty():  # the usual case: the verdicts are sorted already
             self.verdicts_sorted = True
-            return ordered.drop("_loc"), rejected
+            return ordered.select(*[_verdict().alias(c) if c == "verdict" else c
+                                    for c in columns if c != "_loc"]), rejected
         verdict_side = verdicts.join(suspects, KEYS, "left_semi").select(
             F.lit(0).alias("_side"), *columns,
             *_nulls(REJECT_SCHEMA, drop=tuple(KEYS)),
@@ -393,6 +398,22 @@ class _Job:
         dups = self.map(groups, split_task, REJECT_SCHEMA, keep="duplicates", **kwargs)
         kept = verdicts.join(suspects, KEYS, "left_anti").drop("_loc")
         return kept.unionByName(clean), rejected.unionByName(dups)
+
+    def sorted(self, verdicts: DataFrame, types: dict[str, T.DataType]) -> DataFrame:
+        """`verdicts` in key order. Integer keys whose ranges allow it are sorted on one long,
+        (rule_set_id - min) * span + (position_id - min), which orders them as the two keys
+        do: Spark then sorts by radix on that long alone, where two keys that share their
+        first value (most rows share a rule set) would be compared row against row."""
+        if any(types[k] != LONG for k in KEYS):
+            return verdicts.orderBy(*KEYS)
+        lo_r, hi_r, lo_p, hi_p = verdicts.agg(
+            F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
+            F.max("position_id")).collect()[0]
+        if lo_r is None or (hi_r - lo_r + 1) * (hi_p - lo_p + 1) >= 1 << 63:
+            return verdicts.orderBy(*KEYS)
+        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(hi_p - lo_p + 1)
+                 + (F.col("position_id") - F.lit(lo_p)))
+        return verdicts.orderBy(order)
 
     # -- long form --
 
@@ -457,6 +478,11 @@ class _Job:
             for name in os.listdir(target):
                 if not name.startswith("part-"):
                     os.remove(target / name)
+
+
+def _verdict() -> Any:
+    """`evaluate.with_verdict`'s verdict: W iff the nim-sum is not 0."""
+    return F.when(F.col("nim_sum") != 0, "W").when(F.col("nim_sum") == 0, "L")
 
 
 def _polars(df: DataFrame) -> pl.DataFrame:

@@ -101,15 +101,13 @@ def _step(frame: pl.DataFrame, file_index: int, form: str, index: pl.DataFrame,
 
 
 def _evaluated(frame: pl.DataFrame, table_set: Any, winning_moves: bool) -> pl.DataFrame:
-    """Wide: `evaluate.evaluate` and `with_verdict`, each row's `_loc` as the polars engine
-    packs it, and whether the batch's valid keys are integers (flags). Only rejected rows
-    keep their `_source` (the others are identified by `_file`), so that valid rows carry
-    no text but their keys."""
+    """Wide: `evaluate.evaluate` and `with_verdict` (its nim_sum and moves; the engine
+    adds the verdict), and whether the batch's valid keys are integers (flags). Only
+    rejected rows keep their `_source` (the others are identified by `_file`), so that
+    valid rows carry no text but their keys."""
     evaluated = evaluate.evaluate(frame, table_set, winning_moves)
     valid = evaluated.filter(pl.col("_reason").is_null())
     return evaluate.with_verdict(evaluated).with_columns(
-        (pl.col("_row") + pl.col("_file").cast(pl.Int64) * (1 << ordering.LOC_SHIFT))
-        .alias("_loc"),
         pl.when(pl.col("_reason").is_not_null()).then(pl.col("_source")).alias("_source"),
         pl.lit(_is_int(valid, "rule_set_id")).alias("_rid_int"),
         pl.lit(_is_int(valid, "position_id")).alias("_pid_int"))
