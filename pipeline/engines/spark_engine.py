@@ -212,8 +212,11 @@ class _Job:
             raise InputError(errors[min(errors)])
         norm = self.persist(functools.reduce(DataFrame.unionByName, parts))
         try:
+            # collect_list of the few FATAL reasons hashes; first() would sort every row
+            why = F.collect_list(F.when(F.col("_kind") == FATAL, F.col("_reason")))
             stats = norm.groupBy("_file", "_kind").agg(
-                F.count(F.lit(1)).alias("n"), F.first("_reason").alias("why")).collect()
+                F.count(F.lit(1)).alias("n"), F.try_element_at(why, F.lit(1)).alias("why")
+            ).collect()
         except PythonException:
             raise
         except PySparkException as exc:  # e.g. a corrupt Parquet page
