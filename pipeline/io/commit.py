@@ -130,8 +130,6 @@ def _output_shown(out: Path, target: Path) -> str:
     return str(out) if out == target else f"{out} (a link to {target})"
 
 
-
-
 def _target_state(target: Path, overwrite: bool, shown: str) -> str:
     """"missing", "empty" (an empty directory, filled without --overwrite) or "output" (a
     snim-batch output that --overwrite allows to replace); anything else raises."""
