@@ -180,8 +180,7 @@ def reject_task(batches: Batches, schema: T.StructType) -> Batches:
 
 def evaluate_task(batches: Batches, tables: Any, winning_moves: bool,
                    schema: T.StructType) -> Batches:
-    """Wide: `evaluate.evaluate` and `with_verdict` per batch, each row's `_loc` as the
-    polars engine packs it, and whether the batch's valid keys are integers (flags)."""
+    """Wide, rows read before their tables were built: `_evaluated` per batch."""
     for batch in batches:
         yield from _out(_evaluated(_frame(batch), tables.value, winning_moves), schema)
 
