@@ -30,6 +30,7 @@ class TableCache:
         self.tables: list[SGTable | None] = [None] * len(distinct)
         self.known = np.full(len(distinct), -1, dtype=np.int64)
         self._set: TableSet | None = None
+        self.heap_bound: int | None = None  # every table is built for heaps up to it (presize)
 
     def _build_all(self, ts: list[int], largest: list[int]) -> None:
         """Tables t in `ts` grown for heaps up to `largest`, on all cores; a table stopped by
@@ -52,6 +53,12 @@ class TableCache:
         if largest_heap is not None and 0 <= largest_heap < PRESIZE_LIMIT:
             missing = [t for t in range(len(self.distinct)) if self.tables[t] is None]
             self._build_all(missing, [largest_heap] * len(missing))
+            self.heap_bound = largest_heap
+
+    def covers_input(self) -> bool:
+        """True when the presized tables already cover every heap the input can hold, so
+        that `ensure` would change nothing whatever the heaps are (no need to look)."""
+        return self.heap_bound is not None and bool(np.all(self.known >= self.heap_bound))
 
     def ensure(self, largest: np.ndarray) -> TableSet:
         """Tables covering `largest[t]` for every t (beyond a limit, heaps are rejected)."""

@@ -56,6 +56,21 @@ def test_integer_ranks_are_indexes_among_the_sorted_ids(values, ids):
     assert got.tolist() == [order.index(v) if v in ids else -1 for v in values]
 
 
+INT64 = st.integers(-(2**63), 2**63 - 1)
+EDGES = st.sampled_from([-(2**63), -(2**63) + 1, -1, 0, 1, 2**62, 2**63 - 2, 2**63 - 1])
+
+
+@settings(deadline=None)
+@given(st.lists(st.one_of(st.none(), EDGES, INT64), max_size=40),
+       st.sets(st.one_of(EDGES, INT64), max_size=12))
+def test_integer_ranks_hold_at_both_ends_of_int64(values, ids):
+    """Ids whose range spans 2^63 or more (a table index would overflow), and values far
+    below the smallest id (their distance to it wraps around in int64 arithmetic)."""
+    order = sorted(ids)
+    got = ranks(pl.Series(values, dtype=pl.Int64), sorted_ids(pl.Series(list(ids), dtype=pl.Int64)))
+    assert got.tolist() == [order.index(v) if v in ids else -1 for v in values]
+
+
 @settings(deadline=None)
 @given(st.lists(st.one_of(st.none(), st.sampled_from(["rs1", "rs10", "rs2", "é", "", "x y"])),
                 max_size=60),

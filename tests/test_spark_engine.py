@@ -261,6 +261,44 @@ def test_duplicate_positions_match_polars(spark, tmp_path):
     assert sum("appears" in x for x in reasons) == 9
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("keys", ["int", "str", "extreme"])
+def test_parquet_only_duplicates_match_polars(spark, tmp_path, keys):
+    """Parquet files only, heaps bounded by their statistics: rows are evaluated as they are
+    read, and keys given twice (in one file, across files, once with a rejected copy, once
+    as a default position id) are found in the sorted verdicts. Integer keys are sorted on
+    one long when their ranges allow it ("int", negative ids included) and on both keys
+    when they do not ("extreme": ids at both ends of int64)."""
+    low, high = (-(2**63), INT64_MAX) if keys == "extreme" else (-7, 40)
+    dtype = pl.String if keys == "str" else pl.Int64
+
+    def key(i):
+        return str(i) if keys == "str" else i
+
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[low, "", "2 5"], [2, "nim", ""], [high, "half", ""], [-3, "", "1 3 4"]])
+    d = tmp_path / "positions"
+    rng = random.Random(f"spark-parquet-dups-{keys}")
+    pids = [low, -1, 0, 1, 2, 5, high]
+    rows = [(rng.choice([low, 2, high, -3, 99]), rng.choice(pids),
+             [rng.randint(0, 30) for _ in range(rng.randint(0, 4))]) for _ in range(120)]
+    rows[3] = (2, 5, [1, None])  # rejected, with a key some verdict may have as well
+    write_parquet(d / "a.parquet", {"rule_set_id": [key(x[0]) for x in rows[:60]],
+                                    "position_id": [key(x[1]) for x in rows[:60]],
+                                    "heaps": [x[2] for x in rows[:60]]},
+                  {"rule_set_id": dtype, "position_id": dtype, "heaps": HEAPS})
+    write_parquet(d / "b.parquet", {"rule_set_id": [key(x[0]) for x in rows[60:]],
+                                    "position_id": [key(x[1]) for x in rows[60:]],
+                                    "heaps": [x[2] for x in rows[60:]]},
+                  {"rule_set_id": dtype, "position_id": dtype, "heaps": HEAPS})
+    write_parquet(d / "c.parquet", {"rule_set_id": [key(2)] * 4, "heaps": [[1], [2], [3], [4]]},
+                  {"rule_set_id": dtype, "heaps": HEAPS})  # ids 120..123
+    expected, got = run_both(tmp_path, rules=str(r), positions=str(d))
+    reasons = outputs(expected)["rejects"]["reason"].to_list()
+    assert any("appears" in x for x in reasons) and any("null" in x for x in reasons)
+    assert outputs(got)["verdicts"].height > 5
+
+
 # ---- renamed input columns ------------------------------------------------------------------
 
 

@@ -5,15 +5,22 @@ tasks by `spark_tasks`; Spark only moves rows, counts, joins, sorts and writes.
 
 * Driver (the job skeleton, `pipeline.run`): rules, the rule index, the positions form and the
   SG tables (`pipeline.tables.TableCache`). Here, on the driver: a schema probe of each
-  Parquet file, a Spark aggregation of the largest heap per table (the tables grow to it), and
+  Parquet file, a Spark aggregation of the largest heap per table (the tables grow to it;
+  skipped when Parquet statistics presized every table for any heap the files hold), and
   one broadcast of the `TableSet` (on Spark Connect, which has no broadcasts, it is pickled
   into the tasks' closures: `spark_connect`).
 * Executors, per Arrow batch (`mapInArrow`): normalise, validate and attach exactly as the
-  polars engine does, then `evaluate.evaluate` (wide) or `kernels.sg_per_heap` (long).
-* Shuffles only where all rows of a key must meet: duplicate positions (wide; only the keys
-  that can be duplicates move), tainted positions and the per-position `bit_xor` (long), and the
-  final sorts. Whole key groups that need polars logic (`split_duplicates`, `long_to_wide`) are
+  polars engine does, then `evaluate.evaluate` (wide) or `kernels.sg_per_heap` (long). Wide
+  rows whose tables are ready before the read are evaluated in the reading pass itself.
+* Shuffles only where all rows of a key must meet: the sort of the verdicts (wide: keys given
+  twice are found next to each other in it, so finding duplicates costs no shuffle of its
+  own), tainted positions and the per-position `bit_xor` (long), and the final sorts. Whole
+  key groups that need polars logic (`split_duplicates`, `long_to_wide`) are
   hash-partitioned by key and handed to that logic one partition at a time.
+
+Spark jobs are few on purpose: each action (a collect, a count, a cached frame's first use,
+a write) is a job with a fixed cost, and one that reads the positions again costs as much as
+the read. Key types that the files' schemas decide (integer Parquet columns) need no job.
 
 Row numbers (`row` in rejects; the default `position_id` of wide files without one):
 
@@ -92,6 +99,7 @@ from pipeline.engines.spark_tasks import (
     parquet_task,
     real_path,
     reject_task,
+    repeated_task,
     sg_task,
     split_task,
     taint_task,
@@ -106,6 +114,7 @@ from pipeline.io.locations import Location
 from pipeline.io.readers import columns_of, parquet_source
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
+from pipeline.transforms.ordering import LOC_SHIFT
 from pipeline.transforms.schema import input_column_names
 
 log = logging.getLogger(__name__)
@@ -140,6 +149,8 @@ class _Job:
     run: Session | None = None
     cached: list[DataFrame] = field(default_factory=list)
     broadcasts: list[Any] = field(default_factory=list)
+    schemas: list[ParquetFile] | None = None  # every file's, when all are Parquet (read)
+    verdicts_sorted: bool = False  # the verdicts are a cached frame in key order already
 
     # -- plumbing --
 
@@ -182,6 +193,8 @@ class _Job:
         errors = {i: p for i, p in probed.items() if isinstance(p, str)}
         if errors and min(errors) < min(csv, default=len(self.paths)):
             raise InputError(errors[min(errors)])
+        self.schemas = None if csv or errors else list(probed.values())  # type: ignore[arg-type]
+        schema, early = self.read_schema()
         parts = []
         on_hdfs = next((self.paths[i] for i in csv if isinstance(self.paths[i], Location)
                         and self.paths[i].scheme == "hdfs"), None)
@@ -194,8 +207,9 @@ class _Job:
             files = self.spark.createDataFrame([(i, str(self.paths[i])) for i in csv],
                                                "file int, path string").repartition(len(csv))
             parts.append(self.map(files,
-                                  csv_task, NORM_SCHEMA, config=self.config, form=self.form,
-                                  index=self.index, sources={i: self.paths[i] for i in csv}))
+                                  csv_task, schema, config=self.config, form=self.form,
+                                  index=self.index, sources={i: self.paths[i] for i in csv},
+                                  **early))
         groups: dict[tuple, list[ParquetFile]] = {}
         for info in probed.values():
             if isinstance(info, ParquetFile):
@@ -204,16 +218,19 @@ class _Job:
             raw = self._read_parquet([self.paths[f.index] for f in infos]).select(
                 "*", F.col("_metadata.file_path").alias(PATH),
                 F.col("_metadata.row_index").alias(ROW))
-            parts.append(self.map(raw, parquet_task, NORM_SCHEMA,
+            parts.append(self.map(raw, parquet_task, schema,
                                   files={real_path(hadoop_url(self.paths[f.index])): f
                                          for f in infos},
-                                  config=self.config, form=self.form, index=self.index))
+                                  config=self.config, form=self.form, index=self.index, **early))
         if not parts:
             raise InputError(errors[min(errors)])
         norm = self.persist(functools.reduce(DataFrame.unionByName, parts))
         try:
+            # collect_list of the few FATAL reasons hashes; first() would sort every row
+            why = F.collect_list(F.when(F.col("_kind") == FATAL, F.col("_reason")))
             stats = norm.groupBy("_file", "_kind").agg(
-                F.count(F.lit(1)).alias("n"), F.first("_reason").alias("why")).collect()
+                F.count(F.lit(1)).alias("n"), F.try_element_at(why, F.lit(1)).alias("why")
+            ).collect()
         except PythonException:
             raise
         except PySparkException as exc:  # e.g. a corrupt Parquet page
@@ -275,9 +292,53 @@ class _Job:
             return norm
         offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
         shift = F.element_at(F.array(*[F.lit(int(o)) for o in offsets]), F.col("_file") + 1)
-        shifted = (F.col("position_id").cast(LONG) + shift).cast(STRING)
+        shifted = (F.col("position_id").cast(LONG) + shift).cast(
+            norm.schema["position_id"].dataType)
         return norm.withColumn("position_id", F.when(F.col("_file").isin(defaults), shifted)
                                .otherwise(F.col("position_id")))
+
+    def read_schema(self) -> tuple[T.StructType, dict[str, Any]]:
+        """What the reading tasks emit (NORM_SCHEMA), and what they are given for it. Keys
+        are Int64 already when the files' schemas decide it (`static_key_types`). Wide rows
+        whose tables are all built before the read (presized from Parquet statistics:
+        `TableCache.covers_input`) are evaluated in the same pass, as `evaluate_task` would:
+        one Python pass over the rows instead of two, and no heaps kept in Spark."""
+        types = self.static_key_types()
+        fields = [(f.name, (types or {}).get(f.name, f.dataType)) for f in NORM_SCHEMA.fields]
+        if self.form != "wide" or not self.cache.covers_input():
+            return _schema(*fields), {}
+        wm = self.config.winning_moves
+        tables = self.broadcast(self.cache.table_set())
+        dropped = ("heaps", "table", *(("_rid_int", "_pid_int") if types else ()))
+        return (_schema(*[f for f in fields if f[0] not in dropped], *self.evaluated_fields()),
+                {"tables": tables, "winning_moves": wm})
+
+    def evaluated_fields(self) -> list[tuple[str, T.DataType]]:
+        """The columns `evaluate_task` adds (the verdict and `_loc` follow from them)."""
+        moves = [("move_heap", LONG), ("move_take", LONG)] if self.config.winning_moves else []
+        return [("nim_sum", LONG), *moves]
+
+    def static_key_types(self) -> dict[str, T.DataType] | None:
+        """Int64 keys when every input is Parquet with integer key columns (a missing
+        position_id numbers the rows): then no row can make a key text."""
+        cols = self.config.columns
+        if self.schemas is not None and all(
+                f.dtypes[cols.rule_set_id].is_integer()
+                and (f.default_pid or f.dtypes[cols.position_id].is_integer())
+                for f in self.schemas):
+            return {"rule_set_id": LONG, "position_id": LONG}
+        return None
+
+    def key_types(self, rows: DataFrame) -> dict[str, T.DataType]:
+        """The output type of each key (`keys.py`'s rule over every row of `rows`); a Spark
+        job only when the files' schemas do not decide it (`static_key_types`)."""
+        known = self.static_key_types()
+        if known is not None:
+            return known
+        flags = rows.agg(F.bool_and("_rid_int").alias("r"),
+                         F.bool_and("_pid_int").alias("p")).collect()[0]
+        return {"rule_set_id": LONG if flags["r"] is not False else STRING,
+                "position_id": LONG if flags["p"] is not False else STRING}
 
     # -- tables --
 
@@ -292,32 +353,37 @@ class _Job:
                 out[r["_file"] if by_file else 0][r["table"]] = r["m"]
         return out
 
-    def tables(self, largest: list[np.ndarray]) -> Any:
+    def tables(self, valid: DataFrame, by_file: bool) -> Any:
         """Grow the tables as the polars engine does (there batch by batch, here file by file:
-        the same for files of up to batches.BATCH_ROWS rows), then broadcast them once."""
-        for need in largest:
-            self.cache.ensure(need)
+        the same for files of up to batches.BATCH_ROWS rows), then broadcast them once. Tables
+        presized from Parquet statistics to cover every heap need no look at the rows (a
+        Spark job fewer)."""
+        if not self.cache.covers_input():
+            for need in self.largest(valid, by_file):
+                self.cache.ensure(need)
         return self.broadcast(self.cache.table_set())
 
     # -- wide form --
 
     def wide(self, norm: DataFrame) -> tuple[DataFrame, DataFrame]:
         wm = self.config.winning_moves
-        norm = norm.drop("_rid_int", "_pid_int")
-        tables = self.tables(self.largest(norm.filter(F.col("_reason").isNull()), by_file=True))
         moves = [("move_heap", LONG), ("move_take", LONG)] if wm else []
-        evaluated = self.persist(self.map(
-            norm, evaluate_task, _schema(*_pairs(norm.schema), ("nim_sum", LONG),
-                                          ("verdict", STRING), *moves, ("_loc", LONG),
-                                          ("_rid_int", BOOL), ("_pid_int", BOOL)),
-            tables=tables, winning_moves=wm))
+        if "nim_sum" in norm.columns:  # evaluated as it was read (read_schema)
+            evaluated = norm
+        else:
+            norm = norm.drop("_rid_int", "_pid_int")
+            tables = self.tables(norm.filter(F.col("_reason").isNull()), by_file=True)
+            evaluated = self.persist(self.map(
+                norm, evaluate_task, _schema(*_pairs(norm.schema, ("heaps",)),
+                                              *self.evaluated_fields(), ("_rid_int", BOOL),
+                                              ("_pid_int", BOOL)),
+                tables=tables, winning_moves=wm))
         valid = evaluated.filter(F.col("_reason").isNull())
-        flags = valid.agg(F.bool_and("_rid_int").alias("r"),
-                          F.bool_and("_pid_int").alias("p")).collect()[0]
-        types = {"rule_set_id": LONG if flags["r"] is not False else STRING,
-                 "position_id": LONG if flags["p"] is not False else STRING}
-        verdicts = valid.select(*[F.col(k).cast(types[k]) for k in KEYS], "nim_sum",
-                                "verdict", *[m for m, _ in moves], "_loc")
+        types = self.key_types(valid)
+        verdicts = valid.select(
+            *[F.col(k).cast(types[k]) for k in KEYS], "nim_sum", _verdict().alias("verdict"),
+            *[m for m, _ in moves],
+            (F.col("_file").cast(LONG) * (1 << LOC_SHIFT) + F.col("_row")).alias("_loc"))
         rejected = self.map(evaluated.filter(F.col("_reason").isNotNull()), reject_task,
                             REJECT_SCHEMA)
         return self.duplicates(verdicts, rejected, types)
@@ -334,14 +400,19 @@ class _Job:
             dtypes={k: pl.Int64 if t == LONG else pl.String for k, t in types.items()})
         casted = casted.filter(F.col("_k_rule_set_id").isNotNull()
                                & F.col("_k_position_id").isNotNull())
-        also = casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS]).distinct() \
-            .withColumn("_also", F.lit(True))
-        suspects = self.persist(
-            verdicts.groupBy(*KEYS).agg(F.count(F.lit(1)).alias("_n")).join(also, KEYS, "left")
-            .filter((F.col("_n") > 1) | F.col("_also").isNotNull()).select(*KEYS))
+        also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
+                            .distinct())
+        ordered = self.persist(self.sorted(verdicts.drop("_loc", "verdict"), types))
+        key_schema = _schema(*[(k, types[k]) for k in KEYS])
+        suspects = self.map(ordered.select(*KEYS), repeated_task, key_schema)
+        if not also.isEmpty():  # rare: a rejected row's key, which a verdict may also have
+            suspects = suspects.unionByName(also.join(ordered.select(*KEYS), KEYS, "left_semi"))
+        suspects = self.persist(suspects)
         columns = [c for c in verdicts.columns]
-        if suspects.isEmpty():
-            return verdicts.drop("_loc"), rejected
+        if suspects.isEmpty():  # the usual case: the verdicts are sorted already
+            self.verdicts_sorted = True
+            return ordered.select(*[_verdict().alias(c) if c == "verdict" else c
+                                    for c in columns if c != "_loc"]), rejected
         verdict_side = verdicts.join(suspects, KEYS, "left_semi").select(
             F.lit(0).alias("_side"), *columns,
             *_nulls(REJECT_SCHEMA, drop=tuple(KEYS)),
@@ -361,14 +432,27 @@ class _Job:
         kept = verdicts.join(suspects, KEYS, "left_anti").drop("_loc")
         return kept.unionByName(clean), rejected.unionByName(dups)
 
+    def sorted(self, verdicts: DataFrame, types: dict[str, T.DataType]) -> DataFrame:
+        """`verdicts` in key order. Integer keys whose ranges allow it are sorted on one long,
+        (rule_set_id - min) * span + (position_id - min), which orders them as the two keys
+        do: Spark then sorts by radix on that long alone, where two keys that share their
+        first value (most rows share a rule set) would be compared row against row."""
+        if any(types[k] != LONG for k in KEYS):
+            return verdicts.orderBy(*KEYS)
+        lo_r, hi_r, lo_p, hi_p = verdicts.agg(
+            F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
+            F.max("position_id")).collect()[0]
+        if lo_r is None or (hi_r - lo_r + 1) * (hi_p - lo_p + 1) >= 1 << 63:
+            return verdicts.orderBy(*KEYS)
+        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(hi_p - lo_p + 1)
+                 + (F.col("position_id") - F.lit(lo_p)))
+        return verdicts.orderBy(order)
+
     # -- long form --
 
     def long(self, norm: DataFrame) -> tuple[DataFrame, DataFrame]:
         wm = self.config.winning_moves
-        flags = norm.agg(F.bool_and("_rid_int").alias("r"),
-                         F.bool_and("_pid_int").alias("p")).collect()[0]
-        types = {"rule_set_id": LONG if flags["r"] is not False else STRING,
-                 "position_id": LONG if flags["p"] is not False else STRING}
+        types = self.key_types(norm)
         rows = norm.select("_file", "_source", "_row", *[F.col(k).cast(types[k]) for k in KEYS],
                            "heaps", "_column", "_reason", "table")
         bad = rows.filter(F.col("_reason").isNotNull())
@@ -383,7 +467,7 @@ class _Job:
         rejects.append(self.map(attached.filter(F.col("_reason").isNotNull()), reject_task,
                                 REJECT_SCHEMA))
         valid = attached.filter(F.col("_reason").isNull())
-        tables = self.tables(self.largest(valid, by_file=False))
+        tables = self.tables(valid, by_file=False)
         with_sg = self.map(valid, sg_task, _schema(*_pairs(rows.schema), ("heap", LONG),
                                                     ("_sg", LONG)), tables=tables)
         aggregates = [F.bit_xor("_sg").alias("nim_sum"), F.min("_sg").alias("_min_sg"),
@@ -427,6 +511,11 @@ class _Job:
             for name in os.listdir(target):
                 if not name.startswith("part-"):
                     os.remove(target / name)
+
+
+def _verdict() -> Any:
+    """`evaluate.with_verdict`'s verdict: W iff the nim-sum is not 0."""
+    return F.when(F.col("nim_sum") != 0, "W").when(F.col("nim_sum") == 0, "L")
 
 
 def _polars(df: DataFrame) -> pl.DataFrame:
@@ -503,8 +592,9 @@ class SparkEngine:
                 norm = work.number_rows(norm, rows_per_file)
                 verdicts, rejects = work.wide(norm) if job.form == "wide" else work.long(norm)
                 rejects = rejects.withColumn("column", _input_column_names(config, job.form))
-                yield SparkEvaluation(work, work.persist(verdicts), work.persist(rejects),
-                                      sum(rows_per_file))
+                if not work.verdicts_sorted:
+                    verdicts = work.persist(verdicts)
+                yield SparkEvaluation(work, verdicts, work.persist(rejects), sum(rows_per_file))
                 work.close()
             failed = False
         finally:
@@ -559,5 +649,6 @@ class SparkEvaluation:
         return _polars(self._with_rules(rule_rejects).limit(n))
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
-        self.work.write(self.verdicts.orderBy(*KEYS), staging / "verdicts.parquet")
+        ordered = self.verdicts if self.work.verdicts_sorted else self.verdicts.orderBy(*KEYS)
+        self.work.write(ordered, staging / "verdicts.parquet")
         self.work.write(self._with_rules(rule_rejects), staging / "rejects.parquet")

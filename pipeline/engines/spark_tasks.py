@@ -80,19 +80,37 @@ def _is_int(frame: pl.DataFrame, name: str) -> bool:
 
 
 def _step(frame: pl.DataFrame, file_index: int, form: str, index: pl.DataFrame,
-          schema: T.StructType) -> Batches:
+          schema: T.StructType, tables: Any = None, winning_moves: bool = False) -> Batches:
     """The polars engine's per-batch step after normalising: wide batches are attached to
-    their tables here, with the batch's own key type; long ones once they are positions."""
+    their tables here, with the batch's own key type; long ones once they are positions.
+    With `tables` (wide, tables already built) the batch is also evaluated, in the same pass
+    (`_evaluated`). Keys leave as the schema types them (text until the run's type is known)."""
     if form == "wide":
         frame, batch_index = keys.match_key_type(frame, index)
         frame = evaluate.attach_tables(frame, batch_index)
     else:
         frame = frame.with_columns(pl.lit(None, pl.Int64).alias("table"))
+    frame = frame.with_columns(pl.lit(DATA, pl.Int32).alias("_kind"),
+                               pl.lit(file_index, pl.Int32).alias("_file"))
+    if tables is not None:
+        yield from _out(_evaluated(frame, tables.value, winning_moves), schema)
+        return
     yield from _out(frame.with_columns(
-        pl.lit(DATA, pl.Int32).alias("_kind"), pl.lit(file_index, pl.Int32).alias("_file"),
         pl.lit(_is_int(frame, "rule_set_id")).alias("_rid_int"),
-        pl.lit(_is_int(frame, "position_id")).alias("_pid_int"),
-        *[pl.col(k).cast(pl.String) for k in KEYS]), schema)
+        pl.lit(_is_int(frame, "position_id")).alias("_pid_int")), schema)
+
+
+def _evaluated(frame: pl.DataFrame, table_set: Any, winning_moves: bool) -> pl.DataFrame:
+    """Wide: `evaluate.evaluate` and `with_verdict` (its nim_sum and moves; the engine
+    adds the verdict), and whether the batch's valid keys are integers (flags). Only
+    rejected rows keep their `_source` (the others are identified by `_file`), so that
+    valid rows carry no text but their keys."""
+    evaluated = evaluate.evaluate(frame, table_set, winning_moves)
+    valid = evaluated.filter(pl.col("_reason").is_null())
+    return evaluate.with_verdict(evaluated).with_columns(
+        pl.when(pl.col("_reason").is_not_null()).then(pl.col("_source")).alias("_source"),
+        pl.lit(_is_int(valid, "rule_set_id")).alias("_rid_int"),
+        pl.lit(_is_int(valid, "position_id")).alias("_pid_int"))
 
 
 def _fatal(file_index: int, message: str, schema: T.StructType) -> Batches:
@@ -103,7 +121,8 @@ def _fatal(file_index: int, message: str, schema: T.StructType) -> Batches:
 
 
 def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
-              sources: dict[int, Source], schema: T.StructType) -> Batches:
+              sources: dict[int, Source], schema: T.StructType, tables: Any = None,
+              winning_moves: bool = False) -> Batches:
     """Whole CSV files, one per input row (file, path), read exactly as the polars engine
     reads them (`sources`: each file's path, or its object with the run's storage options,
     read through pyarrow's file system here on the executor); a file it cannot read becomes
@@ -112,7 +131,8 @@ def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
         for file_index in batch.column("file").to_pylist():
             try:
                 for _, frame in position_batches([sources[file_index]], config, form):
-                    yield from _step(frame, file_index, form, index, schema)
+                    yield from _step(frame, file_index, form, index, schema, tables,
+                                     winning_moves)
             except SnimError as exc:
                 yield from _fatal(file_index, str(exc), schema)
 
@@ -139,8 +159,10 @@ def real_path(path_or_uri: str) -> str:
 
 
 def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config, form: str,
-                  index: pl.DataFrame, schema: T.StructType) -> Batches:
-    """Rows read by Spark, per file: the file's own column types back, then the polars steps."""
+                  index: pl.DataFrame, schema: T.StructType, tables: Any = None,
+                  winning_moves: bool = False) -> Batches:
+    """Rows read by Spark, per file: the file's own column types back, then the polars steps
+    (with `tables`, through evaluation: `_step`)."""
     by_uri: dict[str, ParquetFile] = {}
     for batch in batches:
         for part in _frame(batch).partition_by(PATH, maintain_order=True):
@@ -156,7 +178,7 @@ def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config
             except SnimError as exc:
                 yield from _fatal(info.index, str(exc), schema)
                 continue
-            yield from _step(frame, info.index, form, index, schema)
+            yield from _step(frame, info.index, form, index, schema, tables, winning_moves)
 
 
 def reject_task(batches: Batches, schema: T.StructType) -> Batches:
@@ -166,16 +188,9 @@ def reject_task(batches: Batches, schema: T.StructType) -> Batches:
 
 def evaluate_task(batches: Batches, tables: Any, winning_moves: bool,
                    schema: T.StructType) -> Batches:
-    """Wide: `evaluate.evaluate` and `with_verdict` per batch, each row's `_loc` as the
-    polars engine packs it, and whether the batch's valid keys are integers (flags)."""
+    """Wide, rows read before their tables were built: `_evaluated` per batch."""
     for batch in batches:
-        evaluated = evaluate.evaluate(_frame(batch), tables.value, winning_moves)
-        valid = evaluated.filter(pl.col("_reason").is_null())
-        yield from _out(evaluate.with_verdict(evaluated).with_columns(
-            (pl.col("_row") + pl.col("_file").cast(pl.Int64) * (1 << ordering.LOC_SHIFT))
-            .alias("_loc"),
-            pl.lit(_is_int(valid, "rule_set_id")).alias("_rid_int"),
-            pl.lit(_is_int(valid, "position_id")).alias("_pid_int")), schema)
+        yield from _out(_evaluated(_frame(batch), tables.value, winning_moves), schema)
 
 
 def cast_keys_task(batches: Batches, dtypes: dict[str, pl.DataType],
@@ -184,6 +199,21 @@ def cast_keys_task(batches: Batches, dtypes: dict[str, pl.DataType],
     for batch in batches:
         yield from _out(_frame(batch).with_columns(
             pl.col(k).cast(dtypes[k], strict=False).alias(f"_k_{k}") for k in KEYS), schema)
+
+
+def repeated_task(batches: Batches, schema: T.StructType) -> Batches:
+    """The keys equal to the key before them, in a partition sorted by key (a range
+    partitioning keeps equal keys in one partition): every key given more than once."""
+    last: pl.DataFrame | None = None
+    for batch in batches:
+        frame = _frame(batch).select(KEYS)
+        if not frame.height:
+            continue
+        before = frame.shift(1) if last is None else pl.concat([last, frame.head(-1)])
+        same = (frame["rule_set_id"] == before["rule_set_id"]) & (
+            frame["position_id"] == before["position_id"])
+        last = frame.tail(1)
+        yield from _out(frame.filter(same.fill_null(False)), schema)
 
 
 def split_task(batches: Batches, sources: list[str], columns: list[str], keep: str,

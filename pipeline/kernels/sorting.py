@@ -232,14 +232,15 @@ def rank_in(values, keys):
     if keys.shape[0] == 0:
         return out
     lo = keys[0]
-    span = keys[keys.shape[0] - 1] - lo + 1
-    if span <= max(1 << 22, 4 * keys.shape[0]):
+    width = keys[keys.shape[0] - 1] - lo  # wraps negative when the keys span 2^63 or more
+    if 0 <= width < max(1 << 22, 4 * keys.shape[0]):
+        span = width + 1
         table = np.full(span, -1, np.int64)
         for i in range(keys.shape[0]):
             table[keys[i] - lo] = i
         for j in range(n):
-            d = values[j] - lo
-            if 0 <= d < span:
+            d = values[j] - lo  # meaningful only for values >= lo (else it may wrap)
+            if values[j] >= lo and 0 <= d < span:
                 out[j] = table[d]
         return out
     found = np.searchsorted(keys, values)
