@@ -74,15 +74,21 @@ def _fault(err, code, t, value):
 
 
 @njit(cache=True)
+def _ended_early(err, code, expected, read):
+    """Record that the input ended with `read` of `expected` numbers of a list read."""
+    err[E_CODE] = code
+    err[E_EXPECTED] = expected
+    err[E_READ] = read
+
+
+@njit(cache=True)
 def _read_moves(buf, i, t, k, max_move, moves, nmv, err):
     """The k moves of a case into moves[nmv:]: (next byte, token index, moves stored)."""
     j = np.int64(0)
     while j < k:
         st, v, i, t = _expect_int(buf, i, t, err)
         if st == T_EOF:
-            err[E_CODE] = EOF_MOVES
-            err[E_EXPECTED] = k
-            err[E_READ] = j
+            _ended_early(err, EOF_MOVES, k, j)
             break
         if st != T_INT:
             break
@@ -126,9 +132,7 @@ def _read_positions(buf, i, t, m, heaps, nh, pos_off, npos, anchors, keep, err):
         while j < ln:
             st, h, i, t = _expect_int(buf, i, t, err)
             if st == T_EOF:
-                err[E_CODE] = EOF_HEAPS
-                err[E_EXPECTED] = ln
-                err[E_READ] = j
+                _ended_early(err, EOF_HEAPS, ln, j)
                 break
             if st != T_INT:
                 break
