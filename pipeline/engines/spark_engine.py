@@ -24,10 +24,17 @@ the read. Key types that the files' schemas decide (integer Parquet columns) nee
 
 Row numbers (`row` in rejects; the default `position_id` of wide files without one):
 
-* Parquet is read by `spark.read.parquet`; each row carries `_metadata.file_path` (mapped back
-  to its input file) and `_metadata.row_index` (its 0-based row in that file), so a file may be
-  split over many tasks. Columns are cast back to the file's own types before the polars steps
-  see them (Spark widens uint8..uint32 and reads uint64 as decimal(20,0)).
+* Parquet that Python can open (a local path, an s3/gs/az object) is read by the tasks
+  themselves: the driver reads every footer (`_probe`), cuts the files into units of whole row
+  groups (`plan_units`), and each task reads its units with the polars engine's reader
+  (`row_groups_task`); a row's number is its unit's first row plus its place in the unit.
+  Spark then never handles the `heaps` column (handing a list column from its reader to
+  Python cost more than the Python steps themselves), and a corrupt row group is the polars
+  engine's error. When every input is Parquet, the rows of each file come from the footers.
+* Parquet on `hdfs://`, which only the JVM reaches, is read by `spark.read.parquet`; each row
+  carries `_metadata.file_path` (mapped back to its input file) and `_metadata.row_index`
+  (its 0-based row in that file). Columns are cast back to the file's own types before the
+  polars steps see them (Spark widens uint8..uint32 and reads uint64 as decimal(20,0)).
 * CSV: the polars engine's CSV semantics (pyarrow's parser; "" is not null; a line with the
   wrong field count is the reject "line has N fields, expected M") must hold row for row, and
   row numbers need a sequential scan anyway, so each CSV file is one task that runs
@@ -39,7 +46,7 @@ Outputs: `verdicts.parquet` and `rejects.parquet` are directories of Parquet par
 by Spark, sorted across parts (read the directory with `pl.read_parquet` / `pl.scan_parquet`);
 `sg_tables.parquet` and `summary.parquet` are single files written on the driver. Input paths
 must be readable by the driver and every executor (local mode, or a shared file system); URLs
-are found by the driver and read by Spark's own connectors (`spark_urls`, `spark_hadoop`).
+are found by the driver and read by the tasks (`hdfs://`: by Spark, `spark_hadoop`).
 """
 
 from __future__ import annotations
