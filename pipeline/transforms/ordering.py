@@ -150,16 +150,21 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
     pid = np.concatenate([f.drop_in_place("position_id").to_numpy() for f in frames])
-    dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
-    sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
+    in_order = kernels.in_key_order(bucket, pid)  # sorted exports: one read, no sort
+    if in_order:
+        sorted_pid, counts = pid, np.bincount(bucket, minlength=rule_ids.len())
+        spare = np.empty_like(pid)
+    else:
+        dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
+        sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
+        in_order, spare = kernels.is_identity(dest), pid  # pid's pages are mapped: reuse
     del bucket
     if rule_ids.dtype == pl.Int64:
-        kernels.fill_runs(pid, rule_ids.to_numpy(), counts)  # pid's pages are mapped: reuse
-        rule_set_id = pl.Series("rule_set_id", pid)
+        kernels.fill_runs(spare, rule_ids.to_numpy(), counts)
+        rule_set_id = pl.Series("rule_set_id", spare)
     else:
         runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
         rule_set_id = rule_ids.gather(runs).alias("rule_set_id")
-    in_order = kernels.is_identity(dest)
     columns = {"rule_set_id": rule_set_id,
                "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:
