@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import polars as pl
 
-from pipeline import keys
+from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.io.inputs import InputFile, RawTable, Source
@@ -95,7 +95,12 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
     """`items`, each produced by a thread while the consumer works on the one before, so that
     reading and normalising the next batch (polars and numba, both without the GIL) overlaps
     evaluating this one. Errors are raised where the consumer would have met them; leaving
-    early stops the thread after the item it is on and closes `items`."""
+    early stops the thread after the item it is on and closes `items`. Where the kernels
+    may not run in two threads at once (`kernels.overlap_allowed`), the items come from this
+    thread instead."""
+    if not kernels.overlap_allowed():
+        yield from items
+        return
     handoff: queue.Queue = queue.Queue(maxsize=1)
     leaving = threading.Event()
 

@@ -1,13 +1,22 @@
-"""batches.read_ahead: the same items, errors and early exits as the plain iterator."""
+"""batches.read_ahead: the same items, errors and early exits as the plain iterator; one
+thread only where numba cannot run kernels in two at once."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from conftest import write_csv
 
-from pipeline.batches import read_ahead
+from pipeline.batches import BATCH_ROWS, read_ahead
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Boom(Exception):
@@ -71,3 +80,57 @@ def test_leaving_early_stops_the_thread_and_closes_the_source():
     assert closed.wait(5)
     assert len(made) <= 6
     assert not [t for t in threading.enumerate() if t.name == "read_ahead"]
+
+
+THREADS_PROBE = """
+import json, threading, numba
+from pipeline import kernels
+from pipeline.batches import read_ahead
+from pipeline.config import Tables
+from pipeline.grundy import Rule
+from pipeline.tables import TableCache
+
+made = []
+list(read_ahead(made.append(threading.current_thread().name) or x for x in range(3)))
+cache = TableCache([Rule("subtraction", (1, 2))], Tables())
+cache.presize_meanwhile(10)
+print(json.dumps({"allowed": kernels.overlap_allowed(), "layer": numba.threading_layer(),
+                  "made_by": sorted(set(made)), "presized_now": cache._presizing is None}))
+"""
+
+
+@pytest.mark.parametrize("layer", ["workqueue", None])
+def test_one_thing_at_a_time_where_numba_cannot_run_kernels_in_two_threads(layer):
+    """numba's workqueue threading layer aborts the process when two threads run parallel
+    kernels at once: there, batches are read and tables built in the caller's thread; on
+    the layer numba picks here by default, in threads of their own."""
+    env = {**os.environ, **({"NUMBA_THREADING_LAYER": layer} if layer else {})}
+    proc = subprocess.run([sys.executable, "-c", THREADS_PROBE], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["allowed"] == (got["layer"] != "workqueue")
+    if layer == "workqueue":
+        assert got == {"allowed": False, "layer": "workqueue", "made_by": ["MainThread"],
+                       "presized_now": True}
+    if got["allowed"]:
+        assert got["made_by"] == ["read_ahead"] and got["presized_now"] is False
+
+
+def test_a_csv_run_of_several_batches_completes_on_the_workqueue_layer(tmp_path):
+    """End to end on the layer that aborts on overlap: CSV heaps are parsed by a parallel
+    kernel while the batch before is evaluated by another, when both run at once."""
+    rows = 3 * BATCH_ROWS // 2
+    positions = tmp_path / "positions.csv"
+    with positions.open("w") as fh:
+        fh.write("rule_set_id,position_id,heaps\n")
+        fh.writelines(f"{i % 3},{i},{i % 17} {i % 5} {i % 11}\n" for i in range(rows))
+    rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[0, "", "1 2"], [1, "nim", ""], [2, "", "1 3 4"]])
+    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue"}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--rules", str(rules),
+                           "--positions", str(positions), "--out", str(tmp_path / "out"),
+                           "--quiet"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["positions"]["verdicts"] == rows
