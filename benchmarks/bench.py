@@ -646,6 +646,7 @@ def spark_runs(one, ds: Dataset, data: Path) -> None:
     out = RES / f"spark_{ds.name}"
     one("spark_engine", run_argv(ds, data, out, "--no-winning-moves", "--engine", "spark",
                                  "--spark-master", SPARK_MASTER), out=out, cwd=RES / "cwd")
+    one("spark_start", [str(PY), str(BENCH / "spark_start.py"), SPARK_MASTER], cwd=RES / "cwd")
     one("spark_plan", [str(PY), str(BENCH / "spark_plan.py"), str(data / "rules.parquet"),
                        str(data / "positions" / "*.parquet"), str(RES / "spark_plan_out"),
                        str(MAX_HEAP), SPARK_MASTER])
@@ -663,6 +664,7 @@ def spark_verified(ds: Dataset, polars_verdicts: Path) -> dict[str, str]:
 def spark_section(r: dict[str, Proc], ds: Dataset, checks: dict[str, str],
                   floor: int) -> list[str]:
     polars_run, engine, plan = r[f"run_{ds.name}"], r["spark_engine"], r["spark_plan"]
+    start = r["spark_start"]
     vs_polars, vs_plan = engine.wall_s / polars_run.wall_s, plan.wall_s / engine.wall_s
     return [
         f"## Spark on `{SPARK_MASTER}` (`{ds.name}`)", "",
@@ -672,7 +674,15 @@ def spark_section(r: dict[str, Proc], ds: Dataset, checks: dict[str, str],
           f"{p.values.get('phases', '—')} |"
           for label, p in (("`snim-batch run` (polars engine)", polars_run),
                            ("`snim-batch run --engine spark`", engine),
-                           ("hand-rolled Spark SQL plan (`spark_plan.py`)", plan))],
+                           ("hand-rolled Spark SQL plan (`spark_plan.py`)", plan),
+                           ("Spark alone: session start and one trivial job "
+                            "(`spark_start.py`)", start))],
+        "",
+        f"Spark's own fixed cost (process start, imports, JVM, session, a first job): "
+        f"{secs(start.wall_s)} s = {ratio(start.wall_s, polars_run.wall_s)} the polars "
+        f"engine's whole run, before any data moves; the engine's time beyond it: "
+        f"{secs(engine.wall_s - start.wall_s)} s "
+        f"({ratio(engine.wall_s - start.wall_s, polars_run.wall_s)} the polars engine).",
         "",
         f"Spark engine / polars engine: {ratio(engine.wall_s, polars_run.wall_s)} "
         f"({goal(vs_polars, SPARK_POLARS_GOAL)}; goal ≤ {SPARK_POLARS_GOAL}×). "

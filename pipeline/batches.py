@@ -4,11 +4,14 @@ files into normalised batches with reasons, in file order with exact row numbers
 from __future__ import annotations
 
 import csv
+import queue
+import threading
 from collections.abc import Iterator
+from typing import TypeVar
 
 import polars as pl
 
-from pipeline import keys
+from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.io.inputs import InputFile, RawTable, Source
@@ -16,6 +19,8 @@ from pipeline.io.readers import columns_of, iter_batches, read_tables
 from pipeline.transforms import normalize, schema
 
 BATCH_ROWS = 1 << 20
+T = TypeVar("T")
+_END = object()
 
 
 def read_rules(config: Config) -> tuple[pl.DataFrame, list[InputFile]]:
@@ -84,3 +89,53 @@ def position_batches(paths: list[Source], config: Config, form: str
                            "position_id": config.columns.position_id}
             yield index, _with_bad_lines(frame, raw, key_columns)
         file_start += rows_here
+
+
+def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
+    """`items`, each produced by a thread while the consumer works on the one before, so that
+    reading and normalising the next batch (polars and numba, both without the GIL) overlaps
+    evaluating this one. Errors are raised where the consumer would have met them; leaving
+    early stops the thread after the item it is on and closes `items`. Where the kernels
+    may not run in two threads at once (`kernels.overlap_allowed`), the items come from this
+    thread instead."""
+    if not kernels.overlap_allowed():
+        yield from items
+        return
+    handoff: queue.Queue = queue.Queue(maxsize=1)
+    leaving = threading.Event()
+
+    def offer(entry: tuple) -> bool:
+        while not leaving.is_set():
+            try:
+                handoff.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer((item, None)):
+                    return
+            offer((_END, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            offer((_END, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=produce, name=name, daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, error = handoff.get()
+            if item is _END:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        leaving.set()
+        worker.join()

@@ -4,11 +4,13 @@ driver, so their tables (and sg_tables) are the same."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from pipeline import kernels
 from pipeline.config import Config, Tables
 from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableBudget, TableSet
 from pipeline.io.readers import heap_upper_bound
@@ -31,6 +33,7 @@ class TableCache:
         self.known = np.full(len(distinct), -1, dtype=np.int64)
         self._set: TableSet | None = None
         self.heap_bound: int | None = None  # every table is built for heaps up to it (presize)
+        self._presizing: Future[None] | None = None
 
     def _build_all(self, ts: list[int], largest: list[int]) -> None:
         """Tables t in `ts` grown for heaps up to `largest`, on all cores; a table stopped by
@@ -55,13 +58,32 @@ class TableCache:
             self._build_all(missing, [largest_heap] * len(missing))
             self.heap_bound = largest_heap
 
+    def presize_meanwhile(self, largest_heap: int | None) -> None:
+        """`presize` in a thread of its own, so that the tables are built while the engine
+        starts reading positions (the tabulation kernels release the GIL); every other
+        method waits for it first, and raises what it raised. Built now where the kernels
+        may not run in two threads at once (`kernels.overlap_allowed`)."""
+        if not kernels.overlap_allowed():
+            self.presize(largest_heap)
+            return
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tables")
+        self._presizing = pool.submit(self.presize, largest_heap)
+        pool.shutdown(wait=False)
+
+    def _settle(self) -> None:
+        if self._presizing is not None:
+            presizing, self._presizing = self._presizing, None
+            presizing.result()
+
     def covers_input(self) -> bool:
         """True when the presized tables already cover every heap the input can hold, so
         that `ensure` would change nothing whatever the heaps are (no need to look)."""
+        self._settle()
         return self.heap_bound is not None and bool(np.all(self.known >= self.heap_bound))
 
     def ensure(self, largest: np.ndarray) -> TableSet:
         """Tables covering `largest[t]` for every t (beyond a limit, heaps are rejected)."""
+        self._settle()
         grow = np.flatnonzero((largest > self.known) | (largest >= 0) & (self.known < 0))
         self._build_all(grow.tolist(), largest[grow].tolist())
         return self.table_set()
@@ -72,6 +94,7 @@ class TableCache:
         max_rule_ops and max_total_values). Rules go cheapest first and each may use an equal
         share of what is left, so budget a rule does not need (its period came early) flows to
         the rules after it; a lone rule may use all of it."""
+        self._settle()
         self.table_set()
         budget = self.probe_budget
         pending = sorted((t for t, table in enumerate(self.tables)
@@ -90,6 +113,7 @@ class TableCache:
         return self.table_set()
 
     def table_set(self) -> TableSet:
+        self._settle()
         if self._set is None:
             missing = [t for t, table in enumerate(self.tables) if table is None]
             if missing:
@@ -101,8 +125,9 @@ class TableCache:
 def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: str
                 ) -> TableCache:
     """The run's table cache, presized from Parquet statistics where they bound the heaps
-    (both engines, so that their tables, and sg_tables, are the same)."""
+    (both engines, so that their tables, and sg_tables, are the same), in the background
+    while the engine starts."""
     cache = TableCache(distinct, config.tables)
     if form == "wide":
-        cache.presize(heap_upper_bound(paths, config.columns.heaps))
+        cache.presize_meanwhile(heap_upper_bound(paths, config.columns.heaps))
     return cache

@@ -79,9 +79,16 @@ batch_rows = st.lists(st.tuples(st.integers(1, 6), st.integers(0, 15), st.intege
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.tuples(batch_rows, st.sets(st.integers(0, 25))), min_size=1,
                         max_size=4),
-       fast=st.booleans(), keys=st.sampled_from(sorted(KEY_TEXT)))
-def test_key_sorted_verdicts_match_reference(batches, fast, keys):
+       fast=st.booleans(), keys=st.sampled_from(sorted(KEY_TEXT)), in_order=st.booleans())
+def test_key_sorted_verdicts_match_reference(batches, fast, keys, in_order):
+    """`in_order`: the rows come sorted by key across all batches, repeated keys next to
+    each other (a sorted export), which the fast path takes without sorting."""
     sources = ["a.parquet", "b.parquet"]
+    if in_order:
+        rows = sorted(r for rows, _ in batches for r in rows)
+        cuts = [0, *sorted(sum(len(b) for b, _ in batches[:i]) for i in range(1, len(batches))),
+                len(rows)]
+        batches = [(rows[a:b], gaps) for (a, b), (_, gaps) in zip(zip(cuts, cuts[1:]), batches)]
     rid_text = KEY_TEXT[keys][0]
     rule_ids = pl.Series([r if rid_text is None else rid_text(r) for r in range(1, 7)]).sort()
     frames = [(i % 2, evaluated(rows, 100 * i, gaps, keys))

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import kernels, keys
-from pipeline.batches import position_batches
+from pipeline.batches import position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
 from pipeline.io.commit import sink_parquet, write_parquet
@@ -88,7 +88,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     rule_ids = _rule_ids(index)
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
-    for file_index, frame in position_batches(paths, config, "wide"):
+    for file_index, frame in read_ahead(position_batches(paths, config, "wide")):
         rows_read += frame.height
         frame = keys.integer_keys(frame)
         same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
@@ -159,7 +159,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     rows_read = 0
     text = dict.fromkeys(keys.KEYS, False)
     with spill(staging) as scratch:
-        for file_index, frame in batches:
+        for file_index, frame in read_ahead(batches):
             rows_read += frame.height
             empty = frame.clear()
             text = {key: text[key] or keys.needs_text(frame, key) for key in text}
@@ -194,7 +194,7 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
 
     def groups() -> Iterator[list[pl.DataFrame]]:
         carry = None
-        for _, frame in batches:
+        for _, frame in read_ahead(batches):
             seen["rows"] += frame.height
             (frame,) = _unified_keys([frame])
             rows = frame if carry is None else pl.concat([carry, frame], how="vertical_relaxed")

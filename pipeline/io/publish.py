@@ -141,6 +141,12 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _page_staging(output: Path) -> Path:
+    """A new staging directory name for a report page, of the form `_page_staging_name`
+    matches (so that a dead run's is found and removed)."""
+    return output.parent / f".{output.name}.partial-{os.getpid()}-report-{secrets.token_hex(4)}"
+
+
 def _page_staging_name(output: Path) -> re.Pattern[str]:
     return re.compile(rf"\.{re.escape(output.name)}\.partial-(\d+)-report-[0-9a-f]+")
 
@@ -227,8 +233,7 @@ def add_page(output: Path, name: str, data: bytes) -> None:
             [e for e in manifest["outputs"] if e not in listed] + [entry],
             key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
         updated = (json.dumps(manifest, indent=2, default=str) + "\n").encode()
-        staging = output.parent / (f".{output.name}.partial-{os.getpid()}-report-"
-                                   f"{secrets.token_hex(4)}")
+        staging = _page_staging(output)
         try:
             _stage_page(staging, page, data, updated, raw)
             with interrupts_held():

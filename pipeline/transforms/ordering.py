@@ -101,16 +101,12 @@ def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: pl.Series | None,
     if (rule_ids is not None and all("_bucket" in f.columns for f in frames)
             and len({f["position_id"].dtype for f in frames}) == 1):
         parts.clear()
-        ordered, dest = (_counting_sorted(frames, rule_ids)
-                         if frames[0]["position_id"].dtype == pl.Int64
-                         else _text_sorted(frames, rule_ids))
+        ordered, came_from = (_counting_sorted(frames, rule_ids)
+                              if frames[0]["position_id"].dtype == pl.Int64
+                              else _text_sorted(frames, rule_ids))
 
         def locate(at: np.ndarray) -> np.ndarray:
-            if dest is None:
-                return in_input(at)
-            rows = np.flatnonzero(np.isin(dest, at))
-            rows = rows[np.argsort(dest[rows])]
-            return in_input(rows[np.searchsorted(dest[rows], at)])
+            return in_input(at if came_from is None else came_from(at))
 
         return split_duplicates(ordered, rejects, sources, locate)
     for i, (p, frame) in enumerate(zip(parts, frames)):
@@ -143,23 +139,29 @@ def _locator(parts: Sequence[VerdictPart]) -> Locate:
 
 
 def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
-                     ) -> tuple[pl.DataFrame, np.ndarray | None]:
+                     ) -> tuple[pl.DataFrame, Locate | None]:
     """Concatenate and sort rows by (rank, position_id) with a counting sort over the ranks,
-    consuming `frames` column by column. Returns the frame (rule_set_id restored) and where
-    each input row went (None when the input was already in order)."""
+    consuming `frames` column by column. Returns the frame (rule_set_id restored) and a map
+    from its row numbers to the input rows they came from (None when the input was already
+    in order; used only for duplicates, so built only when asked)."""
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
     pid = np.concatenate([f.drop_in_place("position_id").to_numpy() for f in frames])
-    dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
-    sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
+    in_order = kernels.in_key_order(bucket, pid)  # sorted exports: one read, no sort
+    if in_order:
+        sorted_pid, counts = pid, np.bincount(bucket, minlength=rule_ids.len())
+        spare = np.empty_like(pid)
+    else:
+        dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
+        sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
+        in_order, spare = kernels.is_identity(dest), pid  # pid's pages are mapped: reuse
     del bucket
     if rule_ids.dtype == pl.Int64:
-        kernels.fill_runs(pid, rule_ids.to_numpy(), counts)  # pid's pages are mapped: reuse
-        rule_set_id = pl.Series("rule_set_id", pid)
+        kernels.fill_runs(spare, rule_ids.to_numpy(), counts)
+        rule_set_id = pl.Series("rule_set_id", spare)
     else:
         runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
         rule_set_id = rule_ids.gather(runs).alias("rule_set_id")
-    in_order = kernels.is_identity(dest)
     columns = {"rule_set_id": rule_set_id,
                "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:
@@ -171,11 +173,19 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         else:
             columns[name] = column.gather(kernels.scatter(np.arange(dest.shape[0]), dest))
     frames.clear()
-    return pl.DataFrame(columns), None if in_order else dest
+    if in_order:
+        return pl.DataFrame(columns), None
+
+    def came_from(at: np.ndarray) -> np.ndarray:
+        rows = np.flatnonzero(np.isin(dest, at))
+        rows = rows[np.argsort(dest[rows])]
+        return rows[np.searchsorted(dest[rows], at)]
+
+    return pl.DataFrame(columns), came_from
 
 
 def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
-                 ) -> tuple[pl.DataFrame, np.ndarray | None]:
+                 ) -> tuple[pl.DataFrame, Locate | None]:
     """`_counting_sorted` for text position ids: the rows of each rule set sorted by their
     ids' bytes by a kernel (polars' own string sort took four times as long on UUIDs)."""
     names = [c for c in frames[0].columns if c != "_bucket"]
@@ -193,9 +203,11 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     frames.clear()
     if in_order:
         return pl.DataFrame(columns), None
-    dest = np.empty(order.shape[0], np.int64)
-    dest[order] = np.arange(order.shape[0])
-    return pl.DataFrame(columns), dest
+
+    def came_from(at: np.ndarray) -> np.ndarray:
+        return order[at]
+
+    return pl.DataFrame(columns), came_from
 
 
 def _concat(pieces: list[pl.Series]) -> pl.Series:

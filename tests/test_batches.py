@@ -1,0 +1,136 @@
+"""batches.read_ahead: the same items, errors and early exits as the plain iterator; one
+thread only where numba cannot run kernels in two at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import write_csv
+
+from pipeline.batches import BATCH_ROWS, read_ahead
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Boom(Exception):
+    pass
+
+
+def test_items_arrive_in_order_and_all_of_them():
+    assert list(read_ahead(iter(range(1000)))) == list(range(1000))
+
+
+def test_an_empty_iterator_ends_at_once():
+    assert list(read_ahead(iter([]))) == []
+
+
+def test_an_error_is_raised_after_the_items_before_it():
+    def items() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise Boom("third")
+
+    got = []
+    with pytest.raises(Boom, match="third"):
+        for item in read_ahead(items()):
+            got.append(item)
+    assert got == [1, 2]
+
+
+def test_items_are_made_by_another_thread_at_most_two_ahead():
+    made: list[tuple[int, str]] = []
+
+    def items() -> Iterator[int]:
+        for i in range(6):
+            made.append((i, threading.current_thread().name))
+            yield i
+
+    seen = []
+    for item in read_ahead(items(), name="reader"):
+        seen.append(item)
+        if item == 1:
+            ahead = len(made)
+    assert seen == list(range(6))
+    assert {name for _, name in made} == {"reader"}
+    assert ahead <= 4  # item 1 taken, one waiting in the hand-off, one being made
+
+
+def test_leaving_early_stops_the_thread_and_closes_the_source():
+    closed = threading.Event()
+    made = []
+
+    def items() -> Iterator[int]:
+        try:
+            for i in range(10_000):
+                made.append(i)
+                yield i
+        finally:
+            closed.set()
+
+    for item in read_ahead(items()):
+        if item == 3:
+            break
+    assert closed.wait(5)
+    assert len(made) <= 6
+    assert not [t for t in threading.enumerate() if t.name == "read_ahead"]
+
+
+THREADS_PROBE = """
+import json, threading, numba
+from pipeline import kernels
+from pipeline.batches import read_ahead
+from pipeline.config import Tables
+from pipeline.grundy import Rule
+from pipeline.tables import TableCache
+
+made = []
+list(read_ahead(made.append(threading.current_thread().name) or x for x in range(3)))
+cache = TableCache([Rule("subtraction", (1, 2))], Tables())
+cache.presize_meanwhile(10)
+print(json.dumps({"allowed": kernels.overlap_allowed(), "layer": numba.threading_layer(),
+                  "made_by": sorted(set(made)), "presized_now": cache._presizing is None}))
+"""
+
+
+@pytest.mark.parametrize("layer", ["workqueue", None])
+def test_one_thing_at_a_time_where_numba_cannot_run_kernels_in_two_threads(layer):
+    """numba's workqueue threading layer aborts the process when two threads run parallel
+    kernels at once: there, batches are read and tables built in the caller's thread; on
+    the layer numba picks here by default, in threads of their own."""
+    env = {**os.environ, **({"NUMBA_THREADING_LAYER": layer} if layer else {})}
+    proc = subprocess.run([sys.executable, "-c", THREADS_PROBE], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["allowed"] == (got["layer"] != "workqueue")
+    if layer == "workqueue":
+        assert got == {"allowed": False, "layer": "workqueue", "made_by": ["MainThread"],
+                       "presized_now": True}
+    if got["allowed"]:
+        assert got["made_by"] == ["read_ahead"] and got["presized_now"] is False
+
+
+def test_a_csv_run_of_several_batches_completes_on_the_workqueue_layer(tmp_path):
+    """End to end on the layer that aborts on overlap: CSV heaps are parsed by a parallel
+    kernel while the batch before is evaluated by another, when both run at once."""
+    rows = 3 * BATCH_ROWS // 2
+    positions = tmp_path / "positions.csv"
+    with positions.open("w") as fh:
+        fh.write("rule_set_id,position_id,heaps\n")
+        fh.writelines(f"{i % 3},{i},{i % 17} {i % 5} {i % 11}\n" for i in range(rows))
+    rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[0, "", "1 2"], [1, "nim", ""], [2, "", "1 3 4"]])
+    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue"}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--rules", str(rules),
+                           "--positions", str(positions), "--out", str(tmp_path / "out"),
+                           "--quiet"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["positions"]["verdicts"] == rows
