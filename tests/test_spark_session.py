@@ -37,10 +37,10 @@ class KillTheWorkers:
         def exec_module(module):
             run(module)
 
-            def parquet_task(*args, **kwargs):
+            def row_groups_task(*args, **kwargs):
                 os.kill(os.getpid(), signal.SIGKILL)
 
-            module.parquet_task = parquet_task
+            module.row_groups_task = row_groups_task
 
         spec.loader.exec_module = exec_module
         return spec
