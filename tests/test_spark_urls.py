@@ -1,8 +1,9 @@
 """The Spark engine reading positions from URLs (`engines/spark_urls`, `engines/spark_hadoop`):
 file:// URLs give the polars engine's tables on the same local files; objects on S3 (a real
-moto server) are found by the driver and read by executors (CSV through pyarrow's file
-system, with the run's storage_options); a Hadoop connector Spark lacks (here: hadoop-aws,
-which comes from Maven only) is one line, exit 2, with nothing written; hdfs:// is found
+moto server) are found by the driver and read by the executors' Python tasks with the run's
+storage_options (CSV whole, Parquet by row groups; no Hadoop connector); the line for a
+connector Spark lacks (here: hadoop-aws, which comes from Maven only), should Spark's reader
+be given an object URL, names the package; hdfs:// is found
 through Spark's JVM and read by Spark (a Hadoop file system built from tests/hadoop serves
 local files under hdfs://), in local mode and on a standalone cluster; the same on a Spark
 Connect server. One local[2] session serves the in-process tests; the others run the CLI in
