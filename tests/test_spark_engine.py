@@ -9,6 +9,7 @@ session serves the whole module.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import subprocess
 import sys
@@ -445,6 +446,50 @@ def test_parquet_file_split_over_tasks_matches_polars(spark, tmp_path):
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
     rejects = outputs(expected)["rejects"]
     assert rejects.height > 20 and rejects["row"].max() > n // 2
+
+
+def _sorted_part(path: Path, rule_ids: list[int], pids: range, repeat_at: int = -1) -> None:
+    """A Parquet file of positions in key order (rule set, then position id), the key at row
+    `repeat_at` given twice in a row, in row groups of 250 rows."""
+    keys = [(r, p) for r in rule_ids for p in pids]
+    if repeat_at >= 0:
+        keys.insert(repeat_at, keys[repeat_at])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame({"rule_set_id": [r for r, _ in keys], "position_id": [p for _, p in keys],
+                  "heaps": [[p % 13, (p * 7) % 11] for _, p in keys]},
+                 schema={"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS}
+                 ).write_parquet(path, row_group_size=250)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("order", ["in order", "parts out of order"])
+def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp_path,
+                                                                      caplog, order):
+    """Files in key order, read in file order over several tasks, are not sorted again; a
+    key that ends one file and starts the next is still a duplicate, as is a key repeated
+    inside a file. When the files' key ranges come the other way round (Spark reads the
+    bigger file first, and here it holds the later keys) the rows are sorted as before.
+    Both: the polars engine's four tables."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "2 5"], [2, "nim", ""], [3, "", "1 3 4"]])
+    d = tmp_path / "positions"
+    early, late = (range(0, 3000), range(2999, 3400)) if order == "in order" else (
+        range(2600, 3000), range(2999, 6000))
+    _sorted_part(d / "early.parquet", [1, 2], early, repeat_at=9)  # ends with (2, 2999)
+    _sorted_part(d / "late.parquet", [2, 3], late)  # starts with (2, 2999)
+    bigger = max(d.iterdir(), key=lambda f: f.stat().st_size)
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(bigger.stat().st_size // 3))
+    try:
+        with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_engine"):
+            expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    skipped = any("in key order as read" in m for m in caplog.messages)
+    assert skipped == (order == "in order")
+    reasons = outputs(expected)["rejects"]["reason"].to_list()
+    assert sorted(x for x in reasons if "appears" in x) == sorted(
+        ["position_id 2999 appears 2 times for rule_set_id 2"] * 2
+        + [f"position_id {early[9]} appears 2 times for rule_set_id 1"] * 2)
 
 
 @pytest.mark.spark

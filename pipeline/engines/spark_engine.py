@@ -14,8 +14,9 @@ tasks by `spark_tasks`; Spark only moves rows, counts, joins, sorts and writes.
   rows whose tables are ready before the read are evaluated in the reading pass itself.
 * Shuffles only where all rows of a key must meet: the sort of the verdicts (wide: keys given
   twice are found next to each other in it, so finding duplicates costs no shuffle of its
-  own), tainted positions and the per-position `bit_xor` (long), and the final sorts. Whole
-  key groups that need polars logic (`split_duplicates`, `long_to_wide`) are
+  own; rows read in key order already, as sorted exports are, are not sorted again:
+  `key_ordered`), tainted positions and the per-position `bit_xor` (long), and the final
+  sorts. Whole key groups that need polars logic (`split_duplicates`, `long_to_wide`) are
   hash-partitioned by key and handed to that logic one partition at a time.
 
 Spark jobs are few on purpose: each action (a collect, a count, a cached frame's first use,
@@ -88,6 +89,7 @@ from pipeline.engines.spark_tasks import (
     BOOL,
     DATA,
     FATAL,
+    INT,
     KEYS,
     LONG,
     NORM_SCHEMA,
@@ -95,6 +97,7 @@ from pipeline.engines.spark_tasks import (
     REJECT_SCHEMA,
     ROW,
     STRING,
+    SUMMARY,
     Batches,
     ParquetFile,
     attach_task,
@@ -103,6 +106,7 @@ from pipeline.engines.spark_tasks import (
     csv_task,
     evaluate_task,
     moves_task,
+    order_task,
     parquet_task,
     plan_units,
     real_path,
@@ -453,9 +457,8 @@ class _Job:
                                & F.col("_k_position_id").isNotNull())
         also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
                             .distinct())
-        ordered = self.persist(self.sorted(verdicts.drop("_loc", "verdict"), types))
         key_schema = _schema(*[(k, types[k]) for k in KEYS])
-        suspects = self.map(ordered.select(*KEYS), repeated_task, key_schema)
+        ordered, suspects = self.key_ordered(verdicts.drop("_loc", "verdict"), key_schema)
         if not also.isEmpty():  # rare: a rejected row's key, which a verdict may also have
             suspects = suspects.unionByName(also.join(ordered.select(*KEYS), KEYS, "left_semi"))
         suspects = self.persist(suspects)
@@ -482,6 +485,33 @@ class _Job:
         dups = self.map(groups, split_task, REJECT_SCHEMA, keep="duplicates", **kwargs)
         kept = verdicts.join(suspects, KEYS, "left_anti").drop("_loc")
         return kept.unionByName(clean), rejected.unionByName(dups)
+
+    def key_ordered(self, verdicts: DataFrame, key_schema: T.StructType
+                    ) -> tuple[DataFrame, DataFrame]:
+        """(`verdicts` in key order, every key they hold more than once). Rows that come in
+        key order already (sorted exports, read in file order) keep their partitions: one
+        pass over the cached keys tells, and finds the repeated keys, so the sort (a
+        sampling job, a shuffle of every row and a cache) is skipped; any other input is
+        sorted, and its repeated keys are found next to each other in the sorted frame."""
+        checked = self.persist(self.map(
+            verdicts.select(F.spark_partition_id().alias("_part"), *KEYS), order_task,
+            _schema(("_kind", INT), ("_part", INT), ("_sorted", BOOL), *_pairs(key_schema),
+                    *[(f"_last_{f.name}", f.dataType) for f in key_schema.fields])))
+        parts = sorted(checked.filter(F.col("_kind") == SUMMARY).drop("_kind").collect())
+        bounds = [((p["rule_set_id"], p["position_id"]),
+                   (p["_last_rule_set_id"], p["_last_position_id"])) for p in parts]
+        if all(p["_sorted"] for p in parts) and all(
+                bounds[i][1] <= bounds[i + 1][0] for i in range(len(bounds) - 1)):
+            log.info("verdicts: in key order as read (%d partitions); no sort", len(parts))
+            repeated = checked.filter(F.col("_kind") == DATA).select(*KEYS)
+            across = [bounds[i][1] for i in range(len(bounds) - 1)
+                      if bounds[i][1] == bounds[i + 1][0]]
+            if across:  # a key that ends one partition and starts the next
+                repeated = repeated.unionByName(self.spark.createDataFrame(across, key_schema))
+            return verdicts, repeated
+        ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
+                                                      for f in key_schema.fields}))
+        return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
 
     def sorted(self, verdicts: DataFrame, types: dict[str, T.DataType]) -> DataFrame:
         """`verdicts` in key order. Integer keys whose ranges allow it are sorted on one long,

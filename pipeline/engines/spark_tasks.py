@@ -29,6 +29,7 @@ Batches = Iterator[pa.RecordBatch]
 KEYS = keys.KEYS
 PATH, ROW = "__snim_path", "__snim_row"
 DATA, FATAL = 0, 1
+SUMMARY = 2  # order_task's row per partition
 LONG, STRING, INT, BOOL = T.LongType(), T.StringType(), T.IntegerType(), T.BooleanType()
 
 REJECT_SCHEMA = T.StructType([T.StructField(name, LONG if dtype == pl.Int64 else STRING)
@@ -280,6 +281,42 @@ def repeated_task(batches: Batches, schema: T.StructType) -> Batches:
             frame["position_id"] == before["position_id"])
         last = frame.tail(1)
         yield from _out(frame.filter(same.fill_null(False)), schema)
+
+
+def order_task(batches: Batches, schema: T.StructType) -> Batches:
+    """One partition's key order, in one pass over its keys (`_part` holds the partition's
+    number): a row of _kind SUMMARY (first key as the keys, last key as `_last_*`, `_sorted`:
+    every key at least the one before it), and a row of _kind DATA for each key equal to the
+    key before it. Partitions that are each sorted, and in order, hold the verdicts in key
+    order without a sort; their repeated keys are then exactly these (and any key that ends
+    one partition and starts the next)."""
+    first: pl.DataFrame | None = None
+    last: pl.DataFrame | None = None
+    in_order = True
+    for batch in batches:
+        frame = _frame(batch)
+        if not frame.height:
+            continue
+        keyed = frame.select(KEYS)
+        if first is None:
+            first = frame.head(1)
+        before = keyed.shift(1) if last is None else pl.concat([last, keyed.head(-1)])
+        r, p = keyed["rule_set_id"], keyed["position_id"]
+        r0, p0 = before["rule_set_id"], before["position_id"]
+        same = ((r == r0) & (p == p0)).fill_null(False)
+        in_order = in_order and bool(((r0 < r) | ((r0 == r) & (p0 <= p))).fill_null(True).all())
+        last = keyed.tail(1)
+        repeated = keyed.filter(same)
+        if repeated.height:
+            yield from _out(repeated.with_columns(
+                pl.lit(DATA).alias("_kind"), pl.lit(frame["_part"][0]).alias("_part"),
+                pl.lit(None, pl.Boolean).alias("_sorted"),
+                *[pl.lit(None, keyed[k].dtype).alias(f"_last_{k}") for k in KEYS]), schema)
+    if first is None or last is None:
+        return
+    yield from _out(first.select(
+        pl.lit(SUMMARY).alias("_kind"), "_part", pl.lit(in_order).alias("_sorted"), *KEYS,
+        *[pl.lit(last[k][0], last[k].dtype).alias(f"_last_{k}") for k in KEYS]), schema)
 
 
 def split_task(batches: Batches, sources: list[str], columns: list[str], keep: str,

@@ -47,11 +47,11 @@ class VerdictPart:
 def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series | None,
                  columns: Sequence[str]) -> VerdictPart:
     """Keep `columns` of a batch's evaluated rows (none rejected), narrowed for the sort:
-    rule set ids found in `rule_ids` (`keys.sorted_ids`) become their int32 rank, and nim_sum
-    and the
-    move columns (-1 for none) take the narrowest type that holds them (`with_verdict` writes
-    them as Int64, with nulls). `file` None keeps no input locations: for long-form
-    positions, which have none of their own and whose keys cannot repeat."""
+    rule set ids found in `rule_ids` (`keys.sorted_ids`) become their int32 rank (taken from
+    a `_bucket` column when the batch carries one: the ranks in these `rule_ids` already),
+    and nim_sum and the move columns (-1 for none) take the narrowest type that holds them
+    (`with_verdict` writes them as Int64, with nulls). `file` None keeps no input locations:
+    for long-form positions, which have none of their own and whose keys cannot repeat."""
     rows = evaluated["_row"].to_numpy() if file is not None else np.zeros(0, np.int64)
     contiguous = rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1))
     frame = evaluated.select(columns)
@@ -59,7 +59,8 @@ def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series 
     pid = frame["position_id"]
     if (rule_ids is not None and rid.dtype == rule_ids.dtype and not rid.null_count()
             and pid.dtype in (pl.Int64, pl.String) and not pid.null_count()):
-        bucket = keys.ranks(rid, rule_ids)
+        bucket = (evaluated["_bucket"].to_numpy() if "_bucket" in evaluated.columns
+                  else keys.ranks(rid, rule_ids))
         if bucket.shape[0] == 0 or bucket.min() >= 0:
             frame = frame.with_columns(pl.Series("rule_set_id", bucket.astype(np.int32))
                                        ).rename({"rule_set_id": "_bucket"})
