@@ -465,25 +465,20 @@ def _sorted_part(path: Path, rule_ids: list[int], pids: range, repeat_at: int = 
 @pytest.mark.parametrize("order", ["in order", "parts out of order"])
 def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp_path,
                                                                       caplog, order):
-    """Files in key order, read in file order over several tasks, are not sorted again; a
-    key that ends one file and starts the next is still a duplicate, as is a key repeated
-    inside a file. When the files' key ranges come the other way round (Spark reads the
-    bigger file first, and here it holds the later keys) the rows are sorted as before.
-    Both: the polars engine's four tables."""
+    """Files in key order, read in file order over several tasks (a unit of row groups
+    each), are not sorted again; a key that ends one file and starts the next is still a
+    duplicate, as is a key repeated inside a file. When the file read first holds the later
+    keys the rows are sorted as before. Both: the polars engine's four tables."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                   [[1, "", "2 5"], [2, "nim", ""], [3, "", "1 3 4"]])
     d = tmp_path / "positions"
-    early, late = (range(0, 3000), range(2999, 3400)) if order == "in order" else (
-        range(2600, 3000), range(2999, 6000))
-    _sorted_part(d / "early.parquet", [1, 2], early, repeat_at=9)  # ends with (2, 2999)
-    _sorted_part(d / "late.parquet", [2, 3], late)  # starts with (2, 2999)
-    bigger = max(d.iterdir(), key=lambda f: f.stat().st_size)
-    spark.conf.set("spark.sql.files.maxPartitionBytes", str(bigger.stat().st_size // 3))
-    try:
-        with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_engine"):
-            expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
-    finally:
-        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    first, second = ("a.parquet", "b.parquet") if order == "in order" else (
+        "b.parquet", "a.parquet")
+    early = range(0, 3000)
+    _sorted_part(d / first, [1, 2], early, repeat_at=9)  # ends with (2, 2999)
+    _sorted_part(d / second, [2, 3], range(2999, 3400))  # starts with (2, 2999)
+    with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_engine"):
+        expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
     skipped = any("in key order as read" in m for m in caplog.messages)
     assert skipped == (order == "in order")
     reasons = outputs(expected)["rejects"]["reason"].to_list()
