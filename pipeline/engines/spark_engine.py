@@ -318,8 +318,9 @@ class _Job:
 
     def _probe(self, i: int) -> ParquetFile | str:
         """A Parquet file's column types (as the polars engine reads them) and the whole-file
-        errors its normalising would raise, found on an empty frame of its schema (an
-        object's footer is read by range on the driver, never the whole object)."""
+        errors its normalising would raise, found on an empty frame of its schema, and the
+        rows of each row group (an object's footer is read by range on the driver, never the
+        whole object)."""
         path = self.paths[i]
         try:
             with pq.ParquetFile(parquet_source(path)) as footer:

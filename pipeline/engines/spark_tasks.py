@@ -166,9 +166,10 @@ class Unit:
 
 
 def plan_units(files: list[ParquetFile], slots: int) -> list[Unit]:
-    """Consecutive row groups of each file packed into units of about a quarter of an even
-    share per core (at most BATCH_ROWS rows unless one row group holds more): every core gets
-    work, and small row groups do not each cost a task."""
+    """Consecutive row groups of each file packed into units of up to a quarter of an even
+    share per core (at most BATCH_ROWS rows, unless one row group holds more): enough units
+    for every core when the row groups allow it, and small row groups do not each cost a
+    Python call."""
     total = sum(sum(f.row_groups) for f in files)
     target = min(BATCH_ROWS, max(1, -(-total // (4 * max(1, slots)))))
     units = []
