@@ -20,6 +20,7 @@ import pytest
 from conftest import (
     assert_same_outputs,
     inputs_with_rejects,
+    invoke,
     moves_text,
     read_outputs,
     wins,
@@ -464,25 +465,20 @@ def _sorted_part(path: Path, rule_ids: list[int], pids: range, repeat_at: int = 
 @pytest.mark.parametrize("order", ["in order", "parts out of order"])
 def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp_path,
                                                                       caplog, order):
-    """Files in key order, read in file order over several tasks, are not sorted again; a
-    key that ends one file and starts the next is still a duplicate, as is a key repeated
-    inside a file. When the files' key ranges come the other way round (Spark reads the
-    bigger file first, and here it holds the later keys) the rows are sorted as before.
-    Both: the polars engine's four tables."""
+    """Files in key order, read in file order over several tasks (a unit of row groups
+    each), are not sorted again; a key that ends one file and starts the next is still a
+    duplicate, as is a key repeated inside a file. When the file read first holds the later
+    keys the rows are sorted as before. Both: the polars engine's four tables."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                   [[1, "", "2 5"], [2, "nim", ""], [3, "", "1 3 4"]])
     d = tmp_path / "positions"
-    early, late = (range(0, 3000), range(2999, 3400)) if order == "in order" else (
-        range(2600, 3000), range(2999, 6000))
-    _sorted_part(d / "early.parquet", [1, 2], early, repeat_at=9)  # ends with (2, 2999)
-    _sorted_part(d / "late.parquet", [2, 3], late)  # starts with (2, 2999)
-    bigger = max(d.iterdir(), key=lambda f: f.stat().st_size)
-    spark.conf.set("spark.sql.files.maxPartitionBytes", str(bigger.stat().st_size // 3))
-    try:
-        with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_engine"):
-            expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
-    finally:
-        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    first, second = ("a.parquet", "b.parquet") if order == "in order" else (
+        "b.parquet", "a.parquet")
+    early = range(0, 3000)
+    _sorted_part(d / first, [1, 2], early, repeat_at=9)  # ends with (2, 2999)
+    _sorted_part(d / second, [2, 3], range(2999, 3400))  # starts with (2, 2999)
+    with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_engine"):
+        expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
     skipped = any("in key order as read" in m for m in caplog.messages)
     assert skipped == (order == "in order")
     reasons = outputs(expected)["rejects"]["reason"].to_list()
@@ -632,19 +628,16 @@ def test_parquet_names_with_glob_characters_are_read_as_named(spark, tmp_path):
 
 
 @pytest.mark.spark
-def test_parquet_file_name_with_a_colon_is_a_plain_error_on_spark(spark, tmp_path):
+def test_parquet_file_name_with_a_colon_is_read_by_the_tasks(spark, tmp_path):
     """Hadoop's local file system cannot open a file whose name holds ':' (its checksum
-    file's name is no valid path): the Spark engine says so instead of failing inside Spark."""
+    file's name is no valid path); the tasks read local Parquet themselves, so it is read like
+    any other file."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "", "2 5"]])
-    p = write_parquet(tmp_path / "pos:1.parquet", {"rule_set_id": [1], "position_id": [0],
-                                                   "heaps": [[5]]},
+    p = write_parquet(tmp_path / "pos:1.parquet", {"rule_set_id": [1, 1], "position_id": [0, 1],
+                                                   "heaps": [[5], [7, 1]]},
                       {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS})
-    with pytest.raises(InputError) as err:
-        run_job(config_from_dict({"rules": str(r), "positions": str(p), "engine": "spark",
-                                  "out": str(tmp_path / "out")}))
-    assert str(err.value) == (f"{p}: Spark cannot read a Parquet file whose name holds ':' "
-                              "(rename it, or use --engine polars)")
-    assert not (tmp_path / "out").exists()
+    expected, _ = run_both(tmp_path, rules=str(r), positions=str(p))
+    assert _verdicts(expected) == _verdicts_by_brute_force([(1, 0, [5]), (1, 1, [7, 1])])
 
 
 @pytest.mark.spark
@@ -710,3 +703,123 @@ def test_readme_spark_submit_on_a_standalone_cluster_matches_polars(tmp_path):
     assert len(apps) == 1
     assert_same_outputs(tmp_path / "spark", expected.out)
     assert read_outputs(expected.out)["rejects"].height > 5
+
+
+# ---- Parquet read by the tasks themselves (row groups as units of work) ----------------------
+
+
+def test_units_cover_each_file_in_whole_row_groups():
+    """`plan_units`: every row of every file exactly once, in order, in whole row groups, none
+    of more than BATCH_ROWS rows unless one row group is larger."""
+    from pipeline.batches import BATCH_ROWS
+    from pipeline.engines.spark_tasks import ParquetFile, plan_units
+
+    def info(index, groups):
+        return ParquetFile(index, f"f{index}", {}, False, tuple(groups))
+
+    cases = [
+        ([info(0, [1 << 20] * 9 + [562_816])], 2),
+        ([info(0, [1000] * 30)], 2),
+        ([info(0, [700] * 5), info(1, []), info(2, [0, 300, 5]), info(3, [3 << 20])], 4),
+        ([info(0, [10] * 100)], 1),
+    ]
+    for files, slots in cases:
+        units = plan_units(files, slots)
+        for f in files:
+            mine = [u for u in units if u.file == f.index]
+            bounds = [0]
+            for n in f.row_groups:
+                bounds.append(bounds[-1] + n)
+            starts = [u.start for u in mine]
+            assert starts == sorted(starts) and set(starts) <= set(bounds)
+            assert all(u.start + u.rows in bounds for u in mine)
+            assert sum(u.rows for u in mine) == bounds[-1]
+            assert all(a.start + a.rows == b.start for a, b in zip(mine, mine[1:]))
+            assert all(u.rows <= max(BATCH_ROWS, *f.row_groups) for u in mine)
+    # m_int: a unit per 2^20-row group; else units of up to total / (4 slots) rows: 3000 of
+    # 30,000 on 2 cores; 3,500 and 305 beside a 3M-row group; 250 of 1,000 on one core
+    assert [len(plan_units(files, slots)) for files, slots in cases] == [10, 10, 3, 4]
+
+
+def _grouped_parquet(path: Path, columns: dict, schema: dict, group: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(columns, schema=schema).write_parquet(path, row_group_size=group,
+                                                       statistics=group % 2 == 0)
+    return path
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("statistics", [True, False])
+def test_row_groups_read_by_tasks_number_rows_and_ids_as_polars(spark, tmp_path, statistics):
+    """Three files of several row groups, each group its own task: rejects in later row
+    groups name their row in the file, and default position ids run on across groups and
+    files, as the polars engine numbers them. With statistics the tables are built before
+    the read and rows are evaluated as they are read; without, in a second pass."""
+    rng = random.Random(f"units-{statistics}")
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "2 5"], [2, "nim", ""]])
+    d = tmp_path / "positions"
+    group = 700 if statistics else 701  # odd: no statistics, so no presized tables
+    sizes = {"a.parquet": 5 * group - 11, "b.parquet": 3 * group, "c.parquet": 2 * group + 3}
+    bad = {name: sorted(rng.sample(range(group, n), 6)) for name, n in sizes.items()}
+    want, pid_base = {}, 0
+    for name, n in sizes.items():
+        rids = [rng.choice([1, 2]) for _ in range(n)]
+        heaps = [[rng.randint(0, 30) for _ in range(rng.randint(1, 3))] for _ in range(n)]
+        for k, i in enumerate(bad[name]):
+            heaps[i] = [4, -1] if k % 2 else [None]
+        columns = {"rule_set_id": rids, "heaps": heaps}
+        schema = {"rule_set_id": pl.Int64, "heaps": HEAPS}
+        pids = list(range(pid_base, pid_base + n))
+        if name == "b.parquet":  # ids given: the file's rows still count for c's defaults
+            pids = [10_000 + 3 * i for i in range(n)]
+            columns, schema = {**columns, "position_id": pids}, {**schema,
+                                                                  "position_id": pl.Int64}
+        _grouped_parquet(d / name, columns, schema, group)
+        want.update({(rids[i], pids[i]): heaps[i] for i in range(n) if i not in bad[name]})
+        pid_base += n
+    expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
+    assert _verdicts(expected) == _verdicts_by_brute_force(
+        [(rid, pid, h) for (rid, pid), h in want.items()])
+    rejects = outputs(expected)["rejects"]
+    assert sorted(rejects.select("source", "row").iter_rows()) == sorted(
+        (str(d / name), i) for name in sizes for i in bad[name])
+
+
+def _corrupt_page_header(path: Path, row_group: int, fill: bytes) -> None:
+    """Overwrite the header of the first data page of `row_group`'s heaps column."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(path)
+    offset = meta.row_group(row_group).column(1).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[offset:offset + len(fill)] = fill
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.spark
+def test_a_corrupt_row_group_is_the_polars_engines_error(spark, tmp_path):
+    """Row groups 2 and 4 of the second file are corrupt (each unit its own task): the run
+    stops with the polars engine's one line for the first of them, exit 1, nothing written."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "", "2 5"]])
+    d = tmp_path / "positions"
+    schema = {"rule_set_id": pl.Int64, "heaps": HEAPS}
+    n = 3000
+    columns = {"rule_set_id": [1] * n, "heaps": [[i % 9, 2] for i in range(n)]}
+    _grouped_parquet(d / "a.parquet", columns, schema, 500)
+    p = d / "b.parquet"
+    pl.DataFrame(columns, schema=schema).write_parquet(p, row_group_size=500,
+                                                       compression="uncompressed")
+    _corrupt_page_header(p, 2, b"\xff" * 16)
+    _corrupt_page_header(p, 4, b"\x00" * 16)
+    lines = {}
+    for engine in ("polars", "spark"):
+        code, err = invoke(["run", "--engine", engine, "--spark-master", "local[2]",
+                            "--rules", r, "--positions", d, "--out", tmp_path / engine],
+                           tmp_path)
+        assert code == 1, err
+        [lines[engine]] = err.strip().splitlines()
+        assert not (tmp_path / engine).exists()
+    assert lines["spark"] == lines["polars"]
+    assert lines["polars"] == (f"snim-batch: error: {p}: not a readable Parquet file "
+                               "(parquet: File out of specification: Invalid thrift: bad data)")

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "sample"
 GIB = 2**30
 
-# Loaded by every Python process started with it on PYTHONPATH: the `parquet_task` the driver
+# Loaded by every Python process started with it on PYTHONPATH: the `row_groups_task` the driver
 # ships to the Python workers kills the worker that runs it (as the OOM killer would).
 KILL_WORKERS = '''
 import importlib.util, os, signal, sys
@@ -37,10 +37,10 @@ class KillTheWorkers:
         def exec_module(module):
             run(module)
 
-            def parquet_task(*args, **kwargs):
+            def row_groups_task(*args, **kwargs):
                 os.kill(os.getpid(), signal.SIGKILL)
 
-            module.parquet_task = parquet_task
+            module.row_groups_task = row_groups_task
 
         spec.loader.exec_module = exec_module
         return spec

@@ -1,8 +1,9 @@
 """The Spark engine reading positions from URLs (`engines/spark_urls`, `engines/spark_hadoop`):
 file:// URLs give the polars engine's tables on the same local files; objects on S3 (a real
-moto server) are found by the driver and read by executors (CSV through pyarrow's file
-system, with the run's storage_options); a Hadoop connector Spark lacks (here: hadoop-aws,
-which comes from Maven only) is one line, exit 2, with nothing written; hdfs:// is found
+moto server) are found by the driver and read by the executors' Python tasks with the run's
+storage_options (CSV whole, Parquet by row groups; no Hadoop connector); the line for a
+connector Spark lacks (here: hadoop-aws, which comes from Maven only), should Spark's reader
+be given an object URL, names the package; hdfs:// is found
 through Spark's JVM and read by Spark (a Hadoop file system built from tests/hadoop serves
 local files under hdfs://), in local mode and on a standalone cluster; the same on a Spark
 Connect server. One local[2] session serves the in-process tests; the others run the CLI in
@@ -160,28 +161,32 @@ def test_csv_objects_are_read_by_executors_as_the_polars_engine_reads_the_files(
     assert all("sha256" not in f for f in files)  # it would read each object twice
 
 
+@pytest.mark.parametrize("form", ["wide", "long"])
 @pytest.mark.parametrize("scheme", ["s3", "s3a"])
-def test_parquet_on_s3_without_the_connector_is_one_line_naming_the_setting(
-        spark, s3_env, tmp_path: Path, scheme: str) -> None:
-    """hadoop-aws is not on this classpath (it comes from Maven, which the tests cannot
-    reach): Spark cannot open s3a://, and the run says so in one line, exit 2, naming the
-    package for the Hadoop version pyspark ships, with nothing written."""
-    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
-    s3_env.client().upload_file(str(sample / "positions.parquet"), "bkt", "in/p.parquet")
-    hadoop = spark._jvm.org.apache.hadoop.util.VersionInfo.getVersion()
-    for out in (str(tmp_path / "out"), "s3://bkt/out"):
-        code, err = invoke(["run", "--engine", "spark", "--rules", sample / "rules.csv",
-                            "--positions", f"{scheme}://bkt/in/p.parquet", "--out", out],
-                           tmp_path)
-        assert code == 2, err
-        assert err.strip().splitlines() == [
-            f"snim-batch: error: positions input {scheme}://bkt/in/p.parquet: Spark has no "
-            "connector for s3a:// (class org.apache.hadoop.fs.s3a.S3AFileSystem not found); "
-            f"add spark.jars.packages=org.apache.hadoop:hadoop-aws:{hadoop} to spark.conf in "
-            "config.yaml (or spark-submit --packages)"]
-    assert list(tmp_path.iterdir()) == []
-    listed = s3_env.client().list_objects_v2(Bucket="bkt").get("Contents", [])
-    assert [o["Key"] for o in listed] == ["in/p.parquet"]
+def test_parquet_objects_are_read_by_the_tasks_as_the_polars_engine_reads_the_files(
+        spark, s3, tmp_path: Path, form: str, scheme: str) -> None:
+    """Parquet objects are read by the tasks themselves, row group by row group, through the
+    polars engine's reader with the run's storage_options: no Hadoop connector (hadoop-aws is
+    not on this classpath), and the polars engine's tables on the same files (one in row
+    groups of 500 rows, read by several tasks, each fetching its own groups)."""
+    import pyarrow.parquet as pq
+
+    data = dataset(tmp_path / "data", form, "parquet")
+    grouped = data / "positions" / "part-00000.parquet"
+    pl.read_parquet(grouped).write_parquet(grouped, row_group_size=500)
+    assert pq.read_metadata(grouped).num_row_groups > 2
+    upload_tree(s3, data, "in")
+    options = {"storage_options": s3.storage_options()}
+    want = run(tmp_path / "polars", "polars", str(data / "rules.parquet"),
+               str(data / "positions"))
+    got = run(tmp_path / "spark", "spark", f"{scheme}://bkt/in/rules.parquet",
+              f"{scheme}://bkt/in/positions", **options)
+    assert_same(tables(tmp_path / "polars"), tables(tmp_path / "spark"),
+                (f"{scheme}://bkt/in/positions", str(data / "positions")))
+    assert got["counts"] == want["counts"] and got["reconciled"] is True
+    assert got["counts"]["positions"]["rows_rejected"] >= 2
+    assert [f["path"] for f in got["inputs"]["positions"]] == [
+        f"{scheme}://bkt/in/positions/part-{n}.parquet" for n in ("00000", "00001", "99999")]
 
 
 @pytest.mark.parametrize(("positions", "message"), [
@@ -408,9 +413,9 @@ def test_readme_hdfs_command_on_a_standalone_cluster(local_as_hdfs: Path, tmp_pa
 def test_positions_urls_through_spark_connect(s3, tmp_path: Path) -> None:
     """On a real Spark Connect server (the CLI in a subprocess: a Connect session changes
     pyspark's process-wide mode): CSV objects are read by the server's Python workers with the
-    run's storage_options, as the polars engine reads the files; Parquet objects stop at the
-    missing s3a:// connector (Connect opens them lazily, when their schema is asked); and
-    hdfs:// is refused, this process having no JVM to find the files with."""
+    run's storage_options, as the polars engine reads the files, and so are Parquet objects
+    (row groups read by the tasks, no Hadoop connector); hdfs:// is refused, this process
+    having no JVM to find the files with."""
     pytest.importorskip("grpc")
     from spark_servers import ConnectServer, spark_env
 
@@ -419,6 +424,8 @@ def test_positions_urls_through_spark_connect(s3, tmp_path: Path) -> None:
     sample = Path(__file__).resolve().parents[1] / "data" / "sample"
     s3.client().upload_file(str(sample / "positions.parquet"), "bkt", "pq/p.parquet")
     run(tmp_path / "polars", "polars", str(data / "rules.csv"), str(data / "positions"))
+    sample_run = run(tmp_path / "polars-pq", "polars", str(data / "rules.csv"),
+                     str(sample / "positions.parquet"))
     config = tmp_path / "config.yaml"
     config.write_text("storage_options:\n" + "".join(
         f"  {key}: {json.dumps(value)}\n" for key, value in s3.storage_options().items()))
@@ -440,17 +447,15 @@ def test_positions_urls_through_spark_connect(s3, tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr[-3000:]
     assert_same(tables(tmp_path / "polars"), tables(tmp_path / "spark"),
                 ("s3://bkt/in/positions", str(data / "positions")))
-    assert parquet.returncode == 2, parquet.stderr[:2000]
-    [line] = parquet.stderr.strip().splitlines()
-    assert line.startswith("snim-batch: error: positions input s3://bkt/pq/p.parquet: Spark has "
-                           "no connector for s3a:// (class org.apache.hadoop.fs.s3a.S3AFileSystem "
-                           "not found); add spark.jars.packages=org.apache.hadoop:hadoop-aws:")
+    assert parquet.returncode == sample_run["exit_code"], parquet.stderr[-3000:]
+    assert_same(tables(tmp_path / "polars-pq"), tables(tmp_path / "parquet"),
+                ("s3://bkt/pq/p.parquet", str(sample / "positions.parquet")))
     assert hdfs.returncode == 2, hdfs.stderr[-3000:]
     assert hdfs.stderr.strip().splitlines() == [
         "snim-batch: error: hdfs:///in/p.parquet: hdfs:// is read only by the Spark engine, and "
         "only for positions (--engine spark, not Spark Connect); put the other inputs and --out "
         "on a local or shared path or an object store"]
-    assert not any((tmp_path / name).exists() for name in ("parquet", "hdfs"))
+    assert not (tmp_path / "hdfs").exists()
 
 
 def test_a_file_gone_before_spark_reads_it_is_one_line(spark, tmp_path: Path) -> None:

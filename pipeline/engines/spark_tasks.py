@@ -17,10 +17,11 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline import kernels, keys
-from pipeline.batches import position_batches
+from pipeline.batches import BATCH_ROWS, position_batches
 from pipeline.config import Config
 from pipeline.errors import SnimError
 from pipeline.io.inputs import Source
+from pipeline.io.readers import parquet_range
 from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
 from pipeline.transforms.schema import REJECT_SCHEMA as REJECT_COLUMNS
 
@@ -114,9 +115,13 @@ def _evaluated(frame: pl.DataFrame, table_set: Any, winning_moves: bool) -> pl.D
         pl.lit(_is_int(valid, "position_id")).alias("_pid_int"))
 
 
-def _fatal(file_index: int, message: str, schema: T.StructType) -> Batches:
-    row = pl.DataFrame({"_kind": [FATAL], "_file": [file_index], "_reason": [message]},
-                       schema={"_kind": pl.Int32, "_file": pl.Int32, "_reason": pl.String})
+def _fatal(file_index: int, message: str, schema: T.StructType, at: int = 0) -> Batches:
+    """One FATAL row: the file that could not be read, and from which row (`at`: the first
+    error of a file is the one at its lowest row, as a sequential read meets it)."""
+    row = pl.DataFrame({"_kind": [FATAL], "_file": [file_index], "_reason": [message],
+                        "_row": [at]},
+                       schema={"_kind": pl.Int32, "_file": pl.Int32, "_reason": pl.String,
+                               "_row": pl.Int64})
     yield from _out(row.with_columns(pl.lit(None).alias(n) for n in schema.fieldNames()
                                      if n not in row.columns), schema)
 
@@ -140,10 +145,44 @@ def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
 
 @dataclass(frozen=True)
 class ParquetFile:
+    """A Parquet input as its footer describes it: its column types (as polars reads them)
+    and the rows of each row group."""
+
     index: int
     source: str
     dtypes: dict[str, pl.DataType]
     default_pid: bool
+    row_groups: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The work of one reading task: rows start .. start + rows of one Parquet file, whole
+    row groups."""
+
+    file: int
+    start: int
+    rows: int
+
+
+def plan_units(files: list[ParquetFile], slots: int) -> list[Unit]:
+    """Consecutive row groups of each file packed into units of up to a quarter of an even
+    share per core (at most BATCH_ROWS rows, unless one row group holds more): enough units
+    for every core when the row groups allow it, and small row groups do not each cost a
+    Python call."""
+    total = sum(sum(f.row_groups) for f in files)
+    target = min(BATCH_ROWS, max(1, -(-total // (4 * max(1, slots)))))
+    units = []
+    for f in files:
+        start = rows = 0
+        for n in f.row_groups:
+            if rows and rows + n > target:
+                units.append(Unit(f.index, start, rows))
+                start, rows = start + rows, 0
+            rows += n
+        if rows:
+            units.append(Unit(f.index, start, rows))
+    return units
 
 
 def real_path(path_or_uri: str) -> str:
@@ -180,6 +219,34 @@ def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config
                 yield from _fatal(info.index, str(exc), schema)
                 continue
             yield from _step(frame, info.index, form, index, schema, tables, winning_moves)
+
+
+def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Source],
+                    files: dict[int, ParquetFile], config: Config, form: str,
+                    index: pl.DataFrame, schema: T.StructType, tables: Any = None,
+                    winning_moves: bool = False) -> Batches:
+    """Parquet rows read by the task itself, not by Spark: each input row is the number of a
+    `Unit`, whose rows are read by the polars engine's reader (`parquet_range`: a local path,
+    or an object with the run's storage options) and go through the polars steps (`_step`).
+    Spark never handles the `heaps` column, only the narrow rows that leave. Row numbers are
+    the unit's start plus the row's place in it; a unit that cannot be read is a FATAL row
+    at its start."""
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            unit = units[number]
+            info = files[unit.file]
+            row = unit.start
+            try:
+                for raw in parquet_range(sources[unit.file], unit.start, unit.rows,
+                                         BATCH_ROWS):
+                    rows = np.arange(row, row + raw.height, dtype=np.int64)
+                    frame = normalize.normalize_positions(raw, rows, info.source,
+                                                           config.columns, form, 0)
+                    yield from _step(frame, info.index, form, index, schema, tables,
+                                     winning_moves)
+                    row += raw.height
+            except SnimError as exc:
+                yield from _fatal(info.index, str(exc), schema, at=row)
 
 
 def reject_task(batches: Batches, schema: T.StructType) -> Batches:

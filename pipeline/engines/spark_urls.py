@@ -1,13 +1,14 @@
-"""Positions in an object store, read by Spark itself: the URL Spark's Hadoop connectors read
-for each input object, and Spark's failures to reach them as one line.
+"""Positions that Spark reads itself: the URL Spark's Hadoop connectors read for an input,
+and Spark's failures to reach it as one line.
 
 The driver finds the objects of a prefix or glob (`io.remote_inputs`, the polars engine's
 rules: hidden names, snim-batch outputs and the run's own output skipped, `**` at any depth)
-and reads only their Parquet footers through pyarrow's file systems; Spark then reads exactly
-those objects through its own connectors (`s3://` as Hadoop's `s3a://`; `gs://`; `az://` as
-`abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/`). A CSV object is read by one task on an
-executor through pyarrow's file system with the run's `storage_options` (the same reader as
-the polars engine), so CSV needs no Hadoop connector. See docs/ARCHITECTURE.md, *Where each
+and reads only their Parquet footers. The engine gives Spark's reader only what Python cannot
+open: `hdfs://` files (`spark_hadoop`); objects in s3/gs/az and local files are read by the
+Python tasks with the run's `storage_options` (`spark_tasks.row_groups_task`, `csv_task`),
+so they need no Hadoop connector. The connectors' URLs (`s3://` as Hadoop's `s3a://`;
+`gs://`; `az://` as `abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/`) and the line for a
+missing one remain for Spark's reader given such a URL. See docs/ARCHITECTURE.md, *Where each
 engine differs*.
 """
 

@@ -37,13 +37,8 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _parquet_error(file.path, exc) from None
     start = 0
-    if isinstance(file.path, Location):
-        scan = pl.scan_parquet(object_store.client_url(file.path), glob=False,
-                               storage_options=object_store.polars_options(file.path))
-    else:
-        scan = pl.scan_parquet(file.path, glob=False)
     try:
-        for frame in scan.collect_batches(chunk_size=batch_rows):
+        for frame in _scan(file.path).collect_batches(chunk_size=batch_rows):
             rows = np.arange(start, start + frame.height, dtype=np.int64)
             start += frame.height
             yield RawTable(file, frame, rows, [])
@@ -55,6 +50,26 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         empty = pl.from_arrow(schema.empty_table())
         assert isinstance(empty, pl.DataFrame)
         yield RawTable(file, empty, np.zeros(0, np.int64), [])
+
+
+def _scan(path: Source) -> pl.LazyFrame:
+    if isinstance(path, Location):
+        return pl.scan_parquet(object_store.client_url(path), glob=False,
+                               storage_options=object_store.polars_options(path))
+    return pl.scan_parquet(path, glob=False)
+
+
+def parquet_range(path: Source, start: int, count: int, batch_rows: int = 1 << 20
+                  ) -> Iterator[pl.DataFrame]:
+    """Rows start .. start + count of a Parquet file, in batches of at most `batch_rows`, read
+    by the same reader as `iter_batches` (which reads only the row groups the range touches),
+    with the same InputError for a file it cannot read."""
+    try:
+        yield from _scan(path).slice(start, count).collect_batches(chunk_size=batch_rows)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # corrupt pages can surface as a pyo3 PanicException
+        raise _parquet_error(path, exc) from None
 
 
 def parquet_source(path: Source) -> Path | pa.NativeFile:
