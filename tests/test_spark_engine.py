@@ -462,13 +462,15 @@ def _sorted_part(path: Path, rule_ids: list[int], pids: range, repeat_at: int = 
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("order", ["in order", "parts out of order"])
+@pytest.mark.parametrize("order", ["in order", "parts out of order", "first rows not"])
 def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp_path,
-                                                                      caplog, order):
+                                                                      caplog, monkeypatch,
+                                                                      order):
     """Files in key order, read in file order over several tasks (a unit of row groups
     each), are not sorted again; a key that ends one file and starts the next is still a
     duplicate, as is a key repeated inside a file. When the file read first holds the later
-    keys the rows are sorted as before. Both: the polars engine's four tables."""
+    keys the rows are sorted as before, and rows whose first ones are out of order are
+    sorted without the full check. All: the polars engine's four tables."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                   [[1, "", "2 5"], [2, "nim", ""], [3, "", "1 3 4"]])
     d = tmp_path / "positions"
@@ -477,10 +479,18 @@ def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp
     early = range(0, 3000)
     _sorted_part(d / first, [1, 2], early, repeat_at=9)  # ends with (2, 2999)
     _sorted_part(d / second, [2, 3], range(2999, 3400))  # starts with (2, 2999)
+    if order == "first rows not":  # a.parquet, read first, backwards
+        pl.read_parquet(d / "a.parquet").reverse().write_parquet(d / "a.parquet",
+                                                                 row_group_size=250)
+    from pipeline.engines import spark_engine
+
+    monkeypatch.setattr(spark_engine, "ORDER_PROBE_ROWS", 100)  # within the first file
     with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_engine"):
         expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
     skipped = any("in key order as read" in m for m in caplog.messages)
     assert skipped == (order == "in order")
+    probed_out = any("not in key order (the first rows)" in m for m in caplog.messages)
+    assert probed_out == (order == "first rows not")
     reasons = outputs(expected)["rejects"]["reason"].to_list()
     assert sorted(x for x in reasons if "appears" in x) == sorted(
         ["position_id 2999 appears 2 times for rule_set_id 2"] * 2

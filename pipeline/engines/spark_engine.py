@@ -131,6 +131,7 @@ from pipeline.transforms.ordering import LOC_SHIFT
 from pipeline.transforms.schema import input_column_names
 
 log = logging.getLogger(__name__)
+ORDER_PROBE_ROWS = 1 << 16  # first verdict rows that must be in key order for a full check
 def _hadoop_literal(path: str) -> str:
     """`path` with the characters Hadoop's glob expands escaped: the input files are already
     resolved, and Spark would read `pos[1].parquet` as pos1.parquet (turning globbing off
@@ -493,7 +494,24 @@ class _Job:
         key order already (sorted exports, read in file order) keep their partitions: one
         pass over the cached keys tells, and finds the repeated keys, so the sort (a
         sampling job, a shuffle of every row and a cache) is skipped; any other input is
-        sorted, and its repeated keys are found next to each other in the sorted frame."""
+        sorted, and its repeated keys are found next to each other in the sorted frame.
+        The first rows (`ORDER_PROBE_ROWS`, on the driver) decide whether that pass is worth
+        making: most input is not in key order, and the pass costs a third of the sort."""
+        head = _polars(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
+        if head.equals(head.sort(KEYS, maintain_order=True)):
+            in_order = self.in_key_order(verdicts, key_schema)
+            if in_order is not None:
+                return verdicts, in_order
+        else:
+            log.info("verdicts: not in key order (the first rows); sorting them")
+        ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
+                                                      for f in key_schema.fields}))
+        return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
+
+    def in_key_order(self, verdicts: DataFrame, key_schema: T.StructType
+                     ) -> DataFrame | None:
+        """The keys `verdicts` hold more than once, if its partitions are each in key order
+        and in order among themselves (`order_task`, one pass); None if they are not."""
         checked = self.persist(self.map(
             verdicts.select(F.spark_partition_id().alias("_part"), *KEYS), order_task,
             _schema(("_kind", INT), ("_part", INT), ("_sorted", BOOL), *_pairs(key_schema),
@@ -509,10 +527,8 @@ class _Job:
                       if bounds[i][1] == bounds[i + 1][0]]
             if across:  # a key that ends one partition and starts the next
                 repeated = repeated.unionByName(self.spark.createDataFrame(across, key_schema))
-            return verdicts, repeated
-        ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
-                                                      for f in key_schema.fields}))
-        return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
+            return repeated
+        return None
 
     def sorted(self, verdicts: DataFrame, types: dict[str, T.DataType]) -> DataFrame:
         """`verdicts` in key order. Integer keys whose ranges allow it are sorted on one long,
