@@ -86,7 +86,6 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     parts, rejects, rows_read = [], [], 0
     keep = _verdict_columns(config)
     rule_ids = _rule_ids(index)
-    table_of_rank = _table_of_rank(index, rule_ids)
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
     for file_index, frame in read_ahead(position_batches(paths, config, "wide")):
@@ -94,8 +93,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         frame = keys.integer_keys(frame)
         same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
         frame, batch_index = keys.match_key_type(frame, index)
-        ranked = _ranked(frame, rule_ids, table_of_rank) if same_type else None
-        frame = ranked if ranked is not None else evaluate.attach_tables(frame, batch_index)
+        frame = evaluate.attach_tables(frame, batch_index)
         chunks = buffers.heap_buffers(frame)
         tables = cache.ensure(evaluate.largest_heaps(frame, len(cache.distinct), chunks))
         evaluated = evaluate.evaluate(frame, tables, config.winning_moves, chunks)
@@ -113,29 +111,6 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
                                                         [str(p) for p in paths])
     return verdicts, pl.concat([rejected, duplicates]), rows_read
-
-
-def _table_of_rank(index: pl.DataFrame, rule_ids: pl.Series) -> np.ndarray:
-    """The table of each rule id in `rule_ids` order (-1: the rule set is invalid)."""
-    tables = pl.DataFrame({"rule_set_id": rule_ids}).join(
-        index.select("rule_set_id", "table"), on="rule_set_id", how="left",
-        maintain_order="left")["table"]
-    return tables.fill_null(-1).to_numpy().astype(np.int64)
-
-
-def _ranked(frame: pl.DataFrame, rule_ids: pl.Series, table_of_rank: np.ndarray
-            ) -> pl.DataFrame | None:
-    """`evaluate.attach_tables` for a batch whose ids all name valid rule sets, from their
-    ranks among all rule ids, kept as `_bucket` so that `ordering.verdict_part` need not
-    look them up again (a hash per row for text ids); None for any other batch."""
-    bucket = keys.ranks(frame["rule_set_id"], rule_ids)
-    if bucket.shape[0] == 0 or bucket.min() < 0:
-        return None
-    tables = table_of_rank[bucket]
-    if tables.min() < 0:
-        return None
-    return frame.with_columns(pl.Series("table", tables, dtype=pl.Int64),
-                              pl.Series("_bucket", bucket.astype(np.int32)))
 
 
 def _verdict_columns(config: Config) -> list[str]:

@@ -48,12 +48,25 @@ def valid_ranks(rid: pl.Series, index: pl.DataFrame
 
 
 def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
-    """The common case without a hash join: ids that all name a valid rule set."""
-    found = valid_ranks(positions["rule_set_id"], index)
-    if found is None:
+    """The common case without a hash join: ids that all name a valid rule set. Each row's
+    rank among all the index's ids in key order (`keys.sorted_ids`) is kept as `_bucket`,
+    which `ordering.verdict_part` takes for the same ids instead of ranking them again (a
+    hash per row for text ids)."""
+    rid = positions["rule_set_id"]
+    if rid.dtype != index["rule_set_id"].dtype or rid.null_count():
         return None
-    _, tables, ranks = found
-    return positions.with_columns(pl.Series("table", tables[ranks], dtype=pl.Int64))
+    ids = keys.sorted_ids(index["rule_set_id"])
+    bucket = keys.ranks(rid, ids)
+    if bucket.size and bucket.min() < 0:
+        return None
+    table_of_rank = pl.DataFrame({"rule_set_id": ids}).join(
+        index.select("rule_set_id", "table"), on="rule_set_id", how="left",
+        maintain_order="left")["table"].fill_null(-1).to_numpy().astype(np.int64)
+    tables = table_of_rank[bucket]
+    if tables.size and tables.min() < 0:
+        return None
+    return positions.with_columns(pl.Series("table", tables, dtype=pl.Int64),
+                                  pl.Series("_bucket", bucket.astype(np.int32)))
 
 
 def largest_heaps(positions: pl.DataFrame, n_tables: int,

@@ -48,7 +48,8 @@ def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series 
                  columns: Sequence[str]) -> VerdictPart:
     """Keep `columns` of a batch's evaluated rows (none rejected), narrowed for the sort:
     rule set ids found in `rule_ids` (`keys.sorted_ids`) become their int32 rank (taken from
-    a `_bucket` column when the batch carries one: the ranks in these `rule_ids` already),
+    the `_bucket` that `evaluate.attach_tables` left, its ranks in the same sorted ids,
+    when the batch carries one),
     and nim_sum and the move columns (-1 for none) take the narrowest type that holds them
     (`with_verdict` writes them as Int64, with nulls). `file` None keeps no input locations:
     for long-form positions, which have none of their own and whose keys cannot repeat."""
