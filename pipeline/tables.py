@@ -4,9 +4,11 @@ driver, so their tables (and sg_tables) are the same."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +35,8 @@ class TableCache:
         self.known = np.full(len(distinct), -1, dtype=np.int64)
         self._set: TableSet | None = None
         self.heap_bound: int | None = None  # every table is built for heaps up to it (presize)
-        self._presizing: Future[None] | None = None
+        self._probed = False
+        self._pending: Future[None] | None = None
 
     def _build_all(self, ts: list[int], largest: list[int]) -> None:
         """Tables t in `ts` grown for heaps up to `largest`, on all cores; a table stopped by
@@ -57,23 +60,34 @@ class TableCache:
             missing = [t for t in range(len(self.distinct)) if self.tables[t] is None]
             self._build_all(missing, [largest_heap] * len(missing))
             self.heap_bound = largest_heap
+            self._flattened()
 
     def presize_meanwhile(self, largest_heap: int | None) -> None:
         """`presize` in a thread of its own, so that the tables are built while the engine
-        starts reading positions (the tabulation kernels release the GIL); every other
-        method waits for it first, and raises what it raised. Built now where the kernels
-        may not run in two threads at once (`kernels.overlap_allowed`)."""
+        starts reading positions (the tabulation kernels release the GIL)."""
+        self._meanwhile(self.presize, largest_heap)
+
+    def report_meanwhile(self) -> None:
+        """The period probing of `reported`, started in a thread of its own once the engine
+        needs no more tables, so that it overlaps the engine's last steps (the sort)."""
+        self._meanwhile(self._probe_periods)
+
+    def _meanwhile(self, work: Callable[..., None], *args: Any) -> None:
+        """`work` in a thread of its own; every public method waits for it first, and
+        raises what it raised. Done now where the kernels may not run in two threads at
+        once (`kernels.overlap_allowed`)."""
+        self._settle()
         if not kernels.overlap_allowed():
-            self.presize(largest_heap)
+            work(*args)
             return
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tables")
-        self._presizing = pool.submit(self.presize, largest_heap)
+        self._pending = pool.submit(work, *args)
         pool.shutdown(wait=False)
 
     def _settle(self) -> None:
-        if self._presizing is not None:
-            presizing, self._presizing = self._presizing, None
-            presizing.result()
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
 
     def covers_input(self) -> bool:
         """True when the presized tables already cover every heap the input can hold, so
@@ -95,7 +109,13 @@ class TableCache:
         share of what is left, so budget a rule does not need (its period came early) flows to
         the rules after it; a lone rule may use all of it."""
         self._settle()
-        self.table_set()
+        if not self._probed:
+            self._probe_periods()
+        return self.table_set()
+
+    def _probe_periods(self) -> None:
+        self._flattened()
+        self._probed = True
         budget = self.probe_budget
         pending = sorted((t for t, table in enumerate(self.tables)
                           if table is not None and table.rule.kind == "subtraction"
@@ -110,10 +130,13 @@ class TableCache:
             self.budget.values = probe.values
             self.tables[t] = replace(table, stopped_by=None)
         self._set = None
-        return self.table_set()
+        self._flattened()
 
     def table_set(self) -> TableSet:
         self._settle()
+        return self._flattened()
+
+    def _flattened(self) -> TableSet:
         if self._set is None:
             missing = [t for t, table in enumerate(self.tables) if table is None]
             if missing:
@@ -128,6 +151,6 @@ def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: s
     (both engines, so that their tables, and sg_tables, are the same), in the background
     while the engine starts."""
     cache = TableCache(distinct, config.tables)
-    if form == "wide":
-        cache.presize_meanwhile(heap_upper_bound(paths, config.columns.heaps))
+    heaps = config.columns.heaps if form == "wide" else config.columns.heap
+    cache.presize_meanwhile(heap_upper_bound(paths, heaps))
     return cache

@@ -95,7 +95,7 @@ list(read_ahead(made.append(threading.current_thread().name) or x for x in range
 cache = TableCache([Rule("subtraction", (1, 2))], Tables())
 cache.presize_meanwhile(10)
 print(json.dumps({"allowed": kernels.overlap_allowed(), "layer": numba.threading_layer(),
-                  "made_by": sorted(set(made)), "presized_now": cache._presizing is None}))
+                  "made_by": sorted(set(made)), "presized_now": cache._pending is None}))
 """
 
 

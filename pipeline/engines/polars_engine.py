@@ -24,6 +24,7 @@ from pipeline import kernels, keys
 from pipeline.batches import position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
+from pipeline.grundy import TableSet
 from pipeline.io.commit import sink_parquet, write_parquet
 from pipeline.io.inputs import format_of
 from pipeline.io.readers import row_estimate
@@ -95,7 +96,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
         frame, batch_index = keys.match_key_type(frame, index)
         frame = evaluate.attach_tables(frame, batch_index)
         chunks = buffers.heap_buffers(frame)
-        tables = cache.ensure(evaluate.largest_heaps(frame, len(cache.distinct), chunks))
+        tables = _tables_for(frame, cache, chunks)
         evaluated = evaluate.evaluate(frame, tables, config.winning_moves, chunks)
         if evaluated["_reason"].null_count() < evaluated.height:
             rejects.append(outputs.reject_rows(evaluated, "positions"))
@@ -108,9 +109,19 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
              if total else
              f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
     rejected = pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *rejects])
+    cache.report_meanwhile()
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
                                                         [str(p) for p in paths])
     return verdicts, pl.concat([rejected, duplicates]), rows_read
+
+
+def _tables_for(positions: pl.DataFrame, cache: TableCache,
+                chunks: buffers.HeapChunks | None = None) -> TableSet:
+    """Tables covering these positions' heaps; no pass over the heaps when the presized
+    tables cover every heap the input can hold."""
+    if cache.covers_input():
+        return cache.table_set()
+    return cache.ensure(evaluate.largest_heaps(positions, len(cache.distinct), chunks))
 
 
 def _verdict_columns(config: Config) -> list[str]:
@@ -265,6 +276,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
         rejects.append(part_rejects)
         note(f"positions: part {n} of {total} evaluated" if total else
              f"positions: {n} batches evaluated")
+    cache.report_meanwhile()
     if rule_ids is None:
         return ordering.sorted_from_parts(verdicts), pl.concat(rejects)
     no_rejects = pl.DataFrame(schema=schema.REJECT_SCHEMA)  # a long-form key cannot repeat
@@ -278,7 +290,7 @@ def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFr
     rows = pl.concat(frames, how="vertical_relaxed")
     positions = long_form.long_to_wide_sorted(rows, index)
     if positions is not None:  # clean: no row to reject unless a heap is beyond its table
-        tables = cache.ensure(evaluate.largest_heaps(positions, len(cache.distinct)))
+        tables = _tables_for(positions, cache)
         evaluated = evaluate.evaluate(positions, tables, config.winning_moves)
         if evaluated["_reason"].null_count() == evaluated.height:
             return evaluated, pl.DataFrame(schema=schema.REJECT_SCHEMA), rows.height
@@ -286,7 +298,7 @@ def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFr
     key_type = positions["rule_set_id"].dtype  # the verdicts keep it, as for wide batches
     positions, index = keys.match_key_type(positions, index)
     positions = evaluate.attach_tables(positions, index)
-    tables = cache.ensure(evaluate.largest_heaps(positions, len(cache.distinct)))
+    tables = _tables_for(positions, cache)
     evaluated = evaluate.evaluate(positions, tables, config.winning_moves)
     rejected = long_form.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
     rejects = pl.concat([outputs.reject_rows(rejected, "positions"),
