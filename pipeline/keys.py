@@ -30,6 +30,7 @@ _CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"
 
 
 _ROUND_TRIP_INT = r"^(0|-?[1-9][0-9]*)$"
+_KERNEL_ROWS = 1 << 14  # text key columns this long are parsed by the numba kernels
 
 
 def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
@@ -37,7 +38,11 @@ def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
     if s.dtype.is_integer():
         return s.cast(pl.Int64, strict=False).alias(name)
     if s.dtype == pl.String:
-        if s.len() and not s.null_count():
+        if s.len() < _KERNEL_ROWS:  # a rules table: no wait for numba's first kernel call
+            text = s.str.strip_chars().replace("", None).alias(name)
+            exact = text.len() and not text.null_count() and _all_round_trip(text)
+            return text.cast(pl.Int64) if exact else text
+        if not s.null_count():
             buffers = text_buffers(s)
             values, exact = kernels.int_text_values(*buffers)
             if exact:  # CSV integers as Int64 at once: the same as stripping and integer_keys
@@ -74,11 +79,14 @@ def integer_keys(frame: pl.DataFrame) -> pl.DataFrame:
     text = [name for name in ("rule_set_id", "position_id")
             if name in frame.columns and frame[name].dtype == pl.String
             and _may_be_integers(frame[name])]
-    exact = [name for name in text if frame.select(
-        pl.col(name).drop_nulls().str.contains(_ROUND_TRIP_INT).all()
-        & (pl.col(name).cast(pl.Int64, strict=False).null_count() == pl.col(name).null_count())
-    ).item()]
+    exact = [name for name in text if _all_round_trip(frame[name])]
     return frame.with_columns(pl.col(name).cast(pl.Int64) for name in exact) if exact else frame
+
+
+def _all_round_trip(text: pl.Series) -> bool:
+    """Whether every non-null value is an integer written as Int64 writes it."""
+    return bool(text.drop_nulls().str.contains(_ROUND_TRIP_INT).all()) and (
+        text.cast(pl.Int64, strict=False).null_count() == text.null_count())
 
 
 def _may_be_integers(text: pl.Series) -> bool:

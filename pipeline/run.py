@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline import __version__
+from pipeline import __version__, kernels
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
@@ -172,6 +172,7 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
             note: Callable[[str], None]) -> JobOutcome:
     """Every step of the job and every output but the manifest, written into `staging`
     (under --on-bad-rows fail with rejected rows, nothing is written)."""
+    kernels.start_numba_meanwhile()
     with phase("rules"):
         rules, rule_files = read_rules(config)
         distinct, index = normalize.rule_index(rules)

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline import keys
 from pipeline.keys import integer_keys, key_column, ranks, sorted_ids
 
 EDGY = st.text(alphabet=st.sampled_from(["a", "7", "-", " ", "\t", "\n", "\xa0", "é", "\u2003",
                                          "0", "\x1c"]), max_size=6)
 
 
+@pytest.mark.parametrize("kernel_rows", [0, 1 << 14], ids=["kernels", "polars"])
 @settings(max_examples=300, deadline=None)
 @given(st.lists(EDGY, min_size=1, max_size=30))
-def test_text_keys_are_stripped_and_empty_is_null_whatever_the_path(texts):
-    """Text that no kernel reads as integers is taken as given when no value has an edge to
-    strip, and stripped (Unicode whitespace, as str.strip does for these) otherwise."""
-    got = key_column(pl.DataFrame({"k": texts}), "k", "t.csv")
+def test_text_keys_are_stripped_and_empty_is_null_whatever_the_path(kernel_rows, texts):
+    """Text that is not all integers is taken as given when no value has an edge to strip,
+    and stripped (Unicode whitespace, as str.strip does for these) otherwise; long columns
+    are read by the kernels, short ones (a rules table) by polars."""
+    with patch.object(keys, "_KERNEL_ROWS", kernel_rows):
+        got = key_column(pl.DataFrame({"k": texts}), "k", "t.csv")
     stripped = [t.strip(" \t\n\xa0\u2003\x0b\x0c\r\x85") for t in texts]
     if got.dtype == pl.Int64:
         assert got.to_list() == [int(t) for t in stripped]

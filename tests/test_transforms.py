@@ -3,12 +3,15 @@ against plain-Python references."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline import keys
 from pipeline.config import Columns
 from pipeline.keys import integer_keys, key_column
 from pipeline.transforms.lists import _heaps_from_text_exactly, heaps_from_text, parse_int_list
@@ -171,17 +174,19 @@ def test_heaps_text_reads_lists_written_with_any_separator(lists, sep, brackets)
 KEY_CHARS = st.sampled_from(list("0123456789-+ \t") + ["\xa0", "x"])
 
 
+@pytest.mark.parametrize("kernel_rows", [0, 1 << 14], ids=["kernels", "polars"])
 @settings(deadline=None)
 @given(st.lists(st.one_of(st.text(KEY_CHARS, max_size=5), st.integers(-10**19, 10**19).map(str),
                           st.sampled_from(["07", "-0", "0", "00", "-5", " 12 ", "+3"])),
                 min_size=1, max_size=6))
-def test_text_keys_read_as_stripping_then_integer_keys_would(texts):
-    # The kernel reads a whole column of plain integers at once; anything else takes the
-    # polars path (strip, "" is null), and integer_keys then gives the same as on the text.
+def test_text_keys_read_as_stripping_then_integer_keys_would(kernel_rows, texts):
+    # The kernel reads a whole column of plain integers at once, polars a short one; anything
+    # else is stripped ("" is null), and integer_keys then gives the same as on the text.
     frame = pl.DataFrame({"position_id": pl.Series(texts, dtype=pl.String)})
     stripped = frame.select(pl.col("position_id").str.strip_chars().replace("", None))
     expected = integer_keys(stripped)["position_id"]
-    got = integer_keys(key_column(frame, "position_id", "t.csv").to_frame())["position_id"]
+    with patch.object(keys, "_KERNEL_ROWS", kernel_rows):
+        got = integer_keys(key_column(frame, "position_id", "t.csv").to_frame())["position_id"]
     assert got.dtype == expected.dtype
     assert got.to_list() == expected.to_list()
 

@@ -4,8 +4,15 @@ positions are read)."""
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 
 import numba
+import numpy as np
+
+from pipeline.kernels.text import needs_strip
+
+log = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -17,3 +24,18 @@ def overlap_allowed() -> bool:
     thread count makes numba pick its layer (a few ms) without loading any kernel."""
     numba.get_num_threads()
     return numba.threading_layer() != "workqueue"
+
+
+def start_numba_meanwhile() -> None:
+    """numba sets itself up at a process's first kernel call (about 0.2 s of imports and
+    registries) before it loads that kernel; started in a thread of its own at the start of
+    a run, the set-up overlaps reading the rules and the first positions."""
+    threading.Thread(target=_first_kernel_call, name="numba_start", daemon=True).start()
+
+
+def _first_kernel_call() -> None:
+    offsets = np.frombuffer(np.array([0, 1], np.int64).tobytes(), np.int64)
+    try:  # typed as the text kernels' Arrow buffers are, so the real call reuses the load
+        needs_strip(offsets, np.frombuffer(b"a", np.uint8))
+    except Exception:  # the run's own first call then raises it, where it is reported
+        log.debug("numba's start in a thread failed", exc_info=True)
