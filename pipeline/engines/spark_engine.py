@@ -121,6 +121,7 @@ from pipeline.engines.spark_tasks import (
 from pipeline.engines.spark_urls import hadoop_url, read_problem
 from pipeline.errors import InputError, SnimError, UsageError, first_line
 from pipeline.io import object_store
+from pipeline.io.commit import ZSTD_LEVEL
 from pipeline.io.failures import storage_failure, writing
 from pipeline.io.inputs import Source, format_of
 from pipeline.io.locations import Location
@@ -599,7 +600,8 @@ class _Job:
         """A Parquet directory that polars reads as one table: part files only (Spark's
         _SUCCESS marker and .crc checksums would break a directory scan)."""
         try:
-            df.write.option("compression", "zstd").parquet(str(target))
+            df.write.option("compression", "zstd").option(
+                "parquet.compression.codec.zstd.level", str(ZSTD_LEVEL)).parquet(str(target))
         except Exception as exc:  # the write runs the job: only storage errors are ours here
             failure = storage_failure(target.name, exc)
             if failure is None:
