@@ -323,6 +323,38 @@ def test_csv_and_missing_files_on_hdfs_are_one_line(local_as_hdfs: Path, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+def test_a_corrupt_page_on_hdfs_is_one_line_naming_the_file(local_as_hdfs: Path,
+                                                            tmp_path: Path) -> None:
+    """A data page header overwritten in the third row group of one of two files, read by
+    Spark's JVM: exit 1 and one line naming that file and the reader's reason, nothing
+    written (it was "internal error: Py4JJavaError" and a Java stack)."""
+    import pyarrow.parquet as pq
+
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    n = 3000
+    rows = pl.DataFrame({"rule_set_id": [1] * n, "position_id": list(range(n)),
+                         "heaps": [[i % 9, 2] for i in range(n)]})
+    rows.write_parquet(positions / "a.parquet", row_group_size=500)
+    bad = positions / "b.parquet"
+    rows.with_columns(pl.col("position_id") + n).write_parquet(
+        bad, row_group_size=500, compression="uncompressed")
+    offset = pq.read_metadata(bad).row_group(2).column(2).data_page_offset
+    data = bytearray(bad.read_bytes())
+    data[offset:offset + 16] = b"\xff" * 16
+    bad.write_bytes(bytes(data))
+    rules = tmp_path / "rules.csv"
+    rules.write_text("rule_set_id,kind,moves\n1,,2 5\n")
+    done = hdfs_run(local_as_hdfs, tmp_path, rules, f"hdfs://nn:9000{positions}",
+                    tmp_path / "out")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"snim-batch: error: hdfs://nn:9000{bad}: not a readable Parquet file (Spark: can "
+        "not read class org.apache.parquet.format.PageHeader: don't know what type: 15)"]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("engine", ["polars", "spark"])
 def test_hdfs_is_refused_where_spark_does_not_read_it(tmp_path: Path, engine: str) -> None:
     """Rules (read by this process), and positions for the polars engine: exit 2."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from pipeline.errors import SnimError, cut
+from pipeline.errors import InputError, SnimError, cut
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -325,14 +325,33 @@ def failure(exc: BaseException, run: Session) -> SparkFailure | None:
     return None
 
 
+_FAILED_READ = r"\[FAILED_READ_FILE[^\]]*\] Encountered error while reading file (\S+?)\.?\s"
+_JAVA_CAUSE = r"Caused by: (?:[\w$.]+(?:Exception|Error): )?([^\n]+)"
+
+
+def unreadable_file(exc: BaseException) -> InputError | None:
+    """A file that Spark's own reader (hdfs://) failed on while the job ran, a corrupt page
+    for example, as the polars engine names one: the file and the reader's reason."""
+    if isinstance(exc, (KeyboardInterrupt, SnimError)):
+        return None
+    text = _exception_text(exc)
+    found = re.search(_FAILED_READ, text)
+    if found is None:
+        return None
+    cause = re.search(_JAVA_CAUSE, text)
+    reason = cut(cause.group(1).strip(), 160) if cause else "no reason given"
+    return InputError(f"{found.group(1)}: not a readable Parquet file (Spark: {reason})")
+
+
 @contextlib.contextmanager
 def failures_named(run: Session) -> Iterator[None]:
-    """Spark's failures outside the data re-raised as `SparkFailure`; the rest unchanged."""
+    """Spark's failures outside the data re-raised as `SparkFailure`, and a file its reader
+    failed on as `InputError`; the rest unchanged."""
     try:
         yield
     except BaseException as exc:
         with _root_logging_held():  # the str() of a dead JVM's error calls the JVM
-            mapped = failure(exc, run)
+            mapped = unreadable_file(exc) or failure(exc, run)
         if mapped is None:
             raise
         raise mapped from exc
