@@ -100,8 +100,11 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
         moves = (kernels.winning_moves_wide(offsets, values, table_of_row[rows], nim,
                                             *tables.move_args()) if winning_moves else ())
         parts.append((nim, bad, *moves))
-    empty = [np.zeros(0, np.int64)] * (4 if winning_moves else 2)
-    nim, bad, *moves = [np.concatenate(c) for c in zip(*parts)] if parts else empty
+    if len(parts) == 1:  # one Arrow chunk, as a batch read from one file is: no copy
+        nim, bad, *moves = parts[0]
+    else:
+        empty = [np.zeros(0, np.int64)] * (4 if winning_moves else 2)
+        nim, bad, *moves = [np.concatenate(c) for c in zip(*parts)] if parts else empty
     columns = [pl.Series("nim_sum", nim, dtype=pl.Int64)]
     if winning_moves:
         columns += [pl.Series("move_heap", moves[0]).replace(-1, None),
