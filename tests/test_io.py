@@ -24,9 +24,11 @@ import numpy as np
 import polars as pl
 import pytest
 from conftest import invoke, on_small_disk
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.errors import InputError, OutputError
-from pipeline.io import commit, failures, inputs, manifest, readers, scratch
+from pipeline.io import commit, csv_reader, failures, inputs, manifest, readers, scratch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = ROOT / ".venv" / "bin" / "snim-batch"
@@ -1574,3 +1576,33 @@ def test_a_file_name_that_is_not_utf8_is_refused_by_name(tmp_path):
     assert resolve_error(tmp_path / "d") == (
         f"positions input {tmp_path / 'd'}: {shown}: the file name is not UTF-8 text, which the "
         "outputs need to name it (rename the file)")
+
+
+# ---- csv_reader: the byte checks before parsing ----------------------------------------------
+
+CSV_BYTES = st.lists(st.sampled_from([b"a", b"7", b",", b"\n", b'"', b"\x00", b"\xc3\xa9",
+                                      b"\xe2\x82\xac", b"\xc3", b"\x80", b"\xed\xa0\x80",
+                                      b"\xf0\x9f\x98\x80", b"\xff"]), min_size=1, max_size=40)
+
+
+def bad_byte_reference(raw: bytes) -> int:
+    """The first NUL byte, else where Python's strict UTF-8 decoding fails, else -1."""
+    if b"\x00" in raw:
+        return raw.index(b"\x00")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return -1
+
+
+@settings(max_examples=300, deadline=None)
+@given(CSV_BYTES)
+def test_a_csv_files_first_bad_byte_is_where_python_finds_it(tmp_path_factory, pieces):
+    """Plain ASCII skips the decode; anything else is decoded exactly: a NUL byte first,
+    then an invalid UTF-8 sequence (overlong, surrogate, cut short), named by its offset
+    (an empty file never gets here: it is refused first)."""
+    raw = b"".join(pieces)
+    path = tmp_path_factory.mktemp("scan") / "f.csv"
+    path.write_bytes(raw)
+    assert csv_reader._scan_text(path).bad_byte == bad_byte_reference(raw)
