@@ -15,6 +15,7 @@ from functools import reduce
 from operator import xor
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from conftest import (
@@ -32,6 +33,8 @@ from conftest import (
     write_csv,
     write_parquet,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from pipeline import batches
@@ -1131,3 +1134,17 @@ def test_rule_work_limit_does_not_depend_on_batching(tmp_path, monkeypatch, form
     assert stopped["table_len"].to_list() == [
         1 + 300_000 // (len(sets[int(ids[0])]) + 200) for ids in stopped["rule_set_ids"]]
     assert outputs["sg_tables"]["period"].drop_nulls().len() > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3)), max_size=2000))
+def test_the_last_keys_rows_start_where_a_plain_walk_back_finds(pairs):
+    """The in-order long-form path holds back the last key's rows, whose run it looks for
+    in a growing tail of the batch: the same start as walking back row by row."""
+    pairs = sorted(pairs)
+    ids = {"rule_set_id": np.array([r for r, _ in pairs], np.int64),
+           "position_id": np.array([p for _, p in pairs], np.int64)}
+    start = len(pairs)
+    while start > 0 and pairs and pairs[start - 1] == pairs[-1]:
+        start -= 1
+    assert polars_engine._last_key_start(ids) == start

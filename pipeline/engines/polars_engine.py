@@ -250,12 +250,20 @@ def _key_order(ids: dict[str, np.ndarray], order: list[str] | None, rows: pl.Dat
 
 
 def _last_key_start(ids: dict[str, np.ndarray]) -> int:
-    """Where the run of rows of the last key (of rows in key order) starts."""
+    """Where the run of rows of the last key (of rows in key order) starts: looked for in
+    a tail of the rows that grows until it holds another key (a position has few rows)."""
     r, p = (ids[key] for key in keys.KEYS)
     if r.size == 0:
         return 0
-    same = (r == r[-1]) & (p == p[-1])
-    return int(same.size - np.argmin(same[::-1])) if not same.all() else 0
+    tail = 64
+    while True:
+        lo = max(r.size - tail, 0)
+        same = (r[lo:] == r[-1]) & (p[lo:] == p[-1])
+        if not same.all():
+            return lo + int(same.size - np.argmin(same[::-1]))
+        if lo == 0:
+            return 0
+        tail *= 16
 
 
 def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: dict[str, bool],
