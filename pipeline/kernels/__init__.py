@@ -10,7 +10,8 @@ Split by job, one module each:
 * `text`: lists of heaps and integer keys read from text cells;
 * `csv_walk`: CSV bytes walked as pyarrow reads them: records, lines, open quotes;
 * `threads`: whether kernels may run in two threads at once (`overlap_allowed`); numba's
-  set-up started in a thread (`start_numba_meanwhile`).
+  set-up started in a thread (`start_numba_meanwhile`); small inputs on one thread
+  (`threads_for`).
 
 Callers use the package (`from pipeline import kernels; kernels.nim_sums_wide(...)`); a kernel
 that calls another imports it from its module, as numba compiles the call into the caller.
@@ -44,7 +45,7 @@ from pipeline.kernels.sorting import (
 )
 from pipeline.kernels.tabulation import mix64, tabulate_many, tabulate_subtraction, window_power
 from pipeline.kernels.text import heap_text_lists, int_text_values, needs_strip
-from pipeline.kernels.threads import overlap_allowed, start_numba_meanwhile
+from pipeline.kernels.threads import overlap_allowed, start_numba_meanwhile, threads_for
 
 __all__ = [
     "BEYOND_TABLE", "CSV_IN_QUOTES", "KIND_HALF", "KIND_NIM", "KIND_SUBTRACTION",
@@ -52,6 +53,6 @@ __all__ = [
     "heap_text_lists", "in_key_order", "int_text_values", "is_identity", "key_runs",
     "max_heap_per_table", "mix64", "nim_sums_wide", "needs_strip", "overlap_allowed", "rank_in",
     "run_counts", "scatter", "sg_of", "sg_per_heap", "start_numba_meanwhile", "tabulate_many",
-    "tabulate_subtraction",
-    "text_key_order", "window_power", "winning_move", "winning_moves_wide",
+    "tabulate_subtraction", "text_key_order", "threads_for", "window_power", "winning_move",
+    "winning_moves_wide",
 ]

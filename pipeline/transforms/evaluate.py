@@ -95,10 +95,11 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
     table_of_row = valid["table"].to_numpy().astype(np.int64, copy=False)
     parts = []
     for rows, offsets, values in row_slices(buffers):
-        nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row[rows],
-                                         *tables.lookup_args())
-        moves = (kernels.winning_moves_wide(offsets, values, table_of_row[rows], nim,
-                                            *tables.move_args()) if winning_moves else ())
+        with kernels.threads_for(offsets.shape[0] - 1):
+            nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row[rows],
+                                             *tables.lookup_args())
+            moves = (kernels.winning_moves_wide(offsets, values, table_of_row[rows], nim,
+                                                *tables.move_args()) if winning_moves else ())
         parts.append((nim, bad, *moves))
     if len(parts) == 1:  # one Arrow chunk, as a batch read from one file is: no copy
         nim, bad, *moves = parts[0]

@@ -137,7 +137,8 @@ def heaps_from_text(s: pl.Series) -> pl.Series:
     """Heaps text ("5 12", "5,12", "[5, 12]") -> List(Int64), null where it is not a list of
     integers. A kernel parses the plain ASCII text that nearly every row is; the rows it
     leaves (and nulls) go through the exact polars grammar."""
-    counts, values, slow = kernels.heap_text_lists(*text_buffers(s))
+    with kernels.threads_for(s.len()):
+        counts, values, slow = kernels.heap_text_lists(*text_buffers(s))
     parsed = pl.Series(s.name, pa.LargeListArray.from_arrays(arrow_int64(counts),
                                                              arrow_int64(values)), dtype=HEAPS)
     if s.null_count():

@@ -100,8 +100,9 @@ def long_to_wide_sorted(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame
     dest = np.empty(rows.height, np.int32 if rows.height < 2**31 else np.int64)
     sorted_pid, counts = kernels.counting_sort(bucket, ids.len(), pid.to_numpy(), dest)
     offsets, run_bucket = kernels.key_runs(counts, sorted_pid)
-    lists = pa.LargeListArray.from_arrays(arrow_int64(offsets),
-                                          arrow_int64(kernels.scatter(heaps, dest)))
+    with kernels.threads_for(rows.height):
+        scattered = kernels.scatter(heaps, dest)
+    lists = pa.LargeListArray.from_arrays(arrow_int64(offsets), arrow_int64(scattered))
     return pl.DataFrame({
         "rule_set_id": ids.gather(run_bucket), "position_id": sorted_pid[offsets[:-1]],
         "heaps": pl.Series(lists, dtype=HEAPS),

@@ -170,10 +170,12 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         column = _concat([f.drop_in_place(name) for f in frames])
         if in_order:
             columns[name] = column
-        elif column.null_count() == 0 and column.dtype.is_numeric():
-            columns[name] = pl.Series(name, kernels.scatter(column.to_numpy(), dest))
-        else:
-            columns[name] = column.gather(kernels.scatter(np.arange(dest.shape[0]), dest))
+            continue
+        with kernels.threads_for(dest.shape[0]):
+            if column.null_count() == 0 and column.dtype.is_numeric():
+                columns[name] = pl.Series(name, kernels.scatter(column.to_numpy(), dest))
+            else:
+                columns[name] = column.gather(kernels.scatter(np.arange(dest.shape[0]), dest))
     frames.clear()
     if in_order:
         return pl.DataFrame(columns), None
@@ -193,7 +195,8 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
     pid = _concat([f.drop_in_place("position_id") for f in frames])
-    order, counts = kernels.text_key_order(bucket, rule_ids.len(), *text_buffers(pid))
+    with kernels.threads_for(bucket.shape[0]):
+        order, counts = kernels.text_key_order(bucket, rule_ids.len(), *text_buffers(pid))
     del bucket
     in_order = kernels.is_identity(order)
     runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
