@@ -11,10 +11,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import pytest
-from conftest import write_csv
+from conftest import read_outputs, write_csv
 
-from pipeline.batches import BATCH_ROWS, read_ahead
+from pipeline.batches import BATCH_ROWS, coalesced, read_ahead
+from pipeline.config import config_from_dict
+from pipeline.run import run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,3 +137,33 @@ def test_a_csv_run_of_several_batches_completes_on_the_workqueue_layer(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["positions"]["verdicts"] == rows
+
+
+def test_small_files_evaluated_as_one_batch_keep_each_rows_file_and_row(tmp_path):
+    """Three small files are evaluated as one batch (`coalesced`); a key given again in
+    another file is rejected in every copy, each named by its own file and 0-based row.
+    Under S = {1, 2}, SG(h) = h % 3."""
+    rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[1, "subtraction", "1 2"]])
+    d = tmp_path / "positions"
+    d.mkdir()
+    files = {"a": [(10, [1]), (11, [2])], "b": [(12, [3]), (10, [4])],
+             "c": [(13, [1]), (11, [5]), (11, [6])]}
+    for name, rows in files.items():
+        pl.DataFrame({"rule_set_id": [1] * len(rows), "position_id": [p for p, _ in rows],
+                      "heaps": [h for _, h in rows]}).write_parquet(d / f"{name}.parquet")
+    joined = list(coalesced(iter([(0, pl.DataFrame({"x": [1]})),
+                                  (1, pl.DataFrame({"x": [2, 3]}))])))
+    assert [(i, f.to_dicts()) for i, f in joined] == [
+        (0, [{"x": 1, "_file": 0}, {"x": 2, "_file": 1}, {"x": 3, "_file": 1}])]
+    run_job(config_from_dict({"rules": str(rules), "positions": str(d),
+                              "out": str(tmp_path / "out")}))
+    out = read_outputs(tmp_path / "out")
+    assert out["verdicts"].select("position_id", "nim_sum", "verdict").rows() == [
+        (12, 0, "L"), (13, 1, "W")]
+    rejects = out["rejects"].select("source", "row", "reason").rows()
+    why = "position_id {} appears {} times for rule_set_id 1"
+    assert sorted(rejects) == sorted([
+        (str(d / "a.parquet"), 0, why.format(10, 2)), (str(d / "b.parquet"), 1, why.format(10, 2)),
+        (str(d / "a.parquet"), 1, why.format(11, 3)), (str(d / "c.parquet"), 1, why.format(11, 3)),
+        (str(d / "c.parquet"), 2, why.format(11, 3))])

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import kernels, keys
-from pipeline.batches import position_batches, read_ahead
+from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
 from pipeline.grundy import TableSet
@@ -89,7 +89,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     rule_ids = _rule_ids(index)
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
-    for file_index, frame in read_ahead(position_batches(paths, config, "wide")):
+    for file_index, frame in read_ahead(coalesced(position_batches(paths, config, "wide"))):
         rows_read += frame.height
         frame = keys.integer_keys(frame)
         same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype

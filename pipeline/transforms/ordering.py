@@ -31,17 +31,20 @@ Locate = Callable[[np.ndarray], np.ndarray]
 class VerdictPart:
     """One batch's verdict rows: `frame` holds `_bucket` (rank of rule_set_id in the run's
     sorted rule ids) or `rule_set_id`, then position_id, nim_sum and any move
-    columns. Row i came from row `rows[i]` of file `file` (`rows` None: `first_row + i`)."""
+    columns. Row i came from row `rows[i]` of file `file` (`rows` None: `first_row + i`),
+    or of file `files[i]` for a batch of several small files."""
 
     frame: pl.DataFrame
     file: int
     first_row: int
     rows: np.ndarray | None
+    files: np.ndarray | None = None
 
     def locations(self, at: np.ndarray) -> np.ndarray:
         """`file << LOC_SHIFT | row` of the rows at these positions in `frame`."""
         row = at + self.first_row if self.rows is None else self.rows[at]
-        return (np.int64(self.file) << LOC_SHIFT) | row
+        file = np.int64(self.file) if self.files is None else self.files[at].astype(np.int64)
+        return (file << LOC_SHIFT) | row
 
 
 def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series | None,
@@ -52,9 +55,12 @@ def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series 
     when the batch carries one),
     and nim_sum and the move columns (-1 for none) take the narrowest type that holds them
     (`with_verdict` writes them as Int64, with nulls). `file` None keeps no input locations:
-    for long-form positions, which have none of their own and whose keys cannot repeat."""
+    for long-form positions, which have none of their own and whose keys cannot repeat. A
+    batch of several files (`batches.coalesced`) names each row's file in `_file`."""
     rows = evaluated["_row"].to_numpy() if file is not None else np.zeros(0, np.int64)
-    contiguous = rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1))
+    files = (evaluated["_file"].to_numpy().copy()
+             if file is not None and "_file" in evaluated.columns else None)
+    contiguous = files is None and (rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1)))
     frame = evaluated.select(columns)
     rid = frame["rule_set_id"]
     pid = frame["position_id"]
@@ -69,7 +75,8 @@ def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series 
     narrow += [_narrow(frame[name].fill_null(-1), (pl.Int8, pl.Int16, pl.Int32))
                for name in MOVE_COLUMNS if name in frame.columns]
     return VerdictPart(frame.with_columns(narrow), -1 if file is None else file,
-                       int(rows[0]) if rows.shape[0] else 0, None if contiguous else rows.copy())
+                       int(rows[0]) if rows.shape[0] else 0, None if contiguous else rows.copy(),
+                       files)
 
 
 MOVE_COLUMNS = ("move_heap", "move_take")
