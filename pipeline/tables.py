@@ -52,6 +52,7 @@ class TableCache:
             stopped = table.stopped_by is not None or table.rule.kind != "subtraction"
             self.known[t] = MAX_HEAP if stopped else table.max_known_heap()
         self._set = None
+        self._probed = False  # a table grown after the probe is probed again
 
     def presize(self, largest_heap: int | None) -> None:
         """Build every table for heaps up to `largest_heap` at once when that bound (from
@@ -151,6 +152,6 @@ def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: s
     (both engines, so that their tables, and sg_tables, are the same), in the background
     while the engine starts."""
     cache = TableCache(distinct, config.tables)
-    heaps = config.columns.heaps if form == "wide" else config.columns.heap
-    cache.presize_meanwhile(heap_upper_bound(paths, heaps))
+    if form == "wide":  # long form grows each table to its own largest heap, as it always has
+        cache.presize_meanwhile(heap_upper_bound(paths, config.columns.heaps))
     return cache

@@ -606,13 +606,16 @@ def test_secret_values_are_redacted_from_messages(monkeypatch: pytest.MonkeyPatc
     b'a,b\n1,"x\ny"\n2,3\n', b'a,b\r\n1,"x""y"\r\n2,"3', b'\xef\xbb\xbfa,b\n"1\r\n2",3\n',
     b'a,b\n1,2\n3,"4\n5,6\n', b'a,b\n1,"2""\n', b'a,b\n' + b'1,2\r\n' * 7,
     b'a,b\n1,\xff\n', b'a,b\n1,2\x00\n', b'a,b\n1,"x\ny"z\n2,3\n', b'a,b\r\n"1\r\n""2"",3\r\n',
+    b'a,b\n\xc3\xa9,\xe2\x82\xac\xc3\n', b'a,b\n\xe2\x82\xac\xe2\x82,1\n',
+    b'a,b\n\xf0\x9f\x98\x80,\xed\xa0\x80\n', b'a,b\n1,2\n\xc3\xa9\xc3',
 ])
 @pytest.mark.parametrize("part", [1, 2, 3, 5, 1 << 24])
 def test_the_streamed_scan_equals_the_scan_of_the_whole_file(
         s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bytes,
         part: int) -> None:
-    """Whatever part boundaries cut (a '""', a CRLF, a BOM), the scan of an object read in
-    parts finds what the scan of the file on disk finds."""
+    """Whatever part boundaries cut (a '""', a CRLF, a BOM, a character of several bytes
+    before a bad one), the scan of an object read in parts finds what the scan of the file
+    on disk finds, the first bad byte's offset included."""
     (tmp_path / "f.csv").write_bytes(text)
     s3_env.client().put_object(Bucket="bkt", Key="f.csv", Body=text)
     monkeypatch.setattr(csv_reader, "_PART", part)

@@ -327,11 +327,12 @@ def test_csv_and_missing_files_on_hdfs_are_one_line(local_as_hdfs: Path, tmp_pat
 def test_a_corrupt_page_on_hdfs_is_one_line_naming_the_file(local_as_hdfs: Path,
                                                             tmp_path: Path) -> None:
     """A data page header overwritten in the third row group of one of two files, read by
-    Spark's JVM: exit 1 and one line naming that file and the reader's reason, nothing
-    written (it was "internal error: Py4JJavaError" and a Java stack)."""
+    Spark's JVM: exit 1 and one line naming that file as given (Spark names it URL-encoded:
+    the folder has a space) and the reader's reason, nothing written (it was "internal
+    error: Py4JJavaError" and a Java stack)."""
     import pyarrow.parquet as pq
 
-    positions = tmp_path / "positions"
+    positions = tmp_path / "posi tions"
     positions.mkdir()
     n = 3000
     rows = pl.DataFrame({"rule_set_id": [1] * n, "position_id": list(range(n)),
@@ -350,8 +351,8 @@ def test_a_corrupt_page_on_hdfs_is_one_line_naming_the_file(local_as_hdfs: Path,
                     tmp_path / "out")
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"snim-batch: error: hdfs://nn:9000{bad}: not a readable Parquet file (Spark: can "
-        "not read class org.apache.parquet.format.PageHeader: don't know what type: 15)"]
+        f"snim-batch: error: hdfs://nn:9000{bad}: Spark could not read this Parquet file "
+        "(can not read class org.apache.parquet.format.PageHeader: don't know what type: 15)"]
     assert not (tmp_path / "out").exists()
 
 

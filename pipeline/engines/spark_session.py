@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -330,8 +331,9 @@ _JAVA_CAUSE = r"Caused by: (?:[\w$.]+(?:Exception|Error): )?([^\n]+)"
 
 
 def unreadable_file(exc: BaseException) -> InputError | None:
-    """A file that Spark's own reader (hdfs://) failed on while the job ran, a corrupt page
-    for example, as the polars engine names one: the file and the reader's reason."""
+    """A file that Spark's own reader (hdfs://) failed on while the job ran (a corrupt page,
+    a file removed meanwhile) as one line: the file, as given (Spark names it URL-encoded),
+    and the reader's reason."""
     if isinstance(exc, (KeyboardInterrupt, SnimError)):
         return None
     text = _exception_text(exc)
@@ -340,7 +342,8 @@ def unreadable_file(exc: BaseException) -> InputError | None:
         return None
     cause = re.search(_JAVA_CAUSE, text)
     reason = cut(cause.group(1).strip(), 160) if cause else "no reason given"
-    return InputError(f"{found.group(1)}: not a readable Parquet file (Spark: {reason})")
+    return InputError(f"{unquote(found.group(1))}: Spark could not read this Parquet file "
+                      f"({reason})")
 
 
 @contextlib.contextmanager

@@ -62,20 +62,24 @@ def _scan_text(path: Source) -> _TextScan:
         if nul >= 0:
             return _TextScan(nul, 0, False)
         view = _csv_bytes(data)
+        try:  # the map cannot close while an array still points into it, even on Ctrl-C
+            ascii_only = view.shape[0] == 0 or int(view.max()) < 0x80
+        finally:
+            del view
         step = 1 << 24
-        ascii_only = view.shape[0] == 0 or int(view.max()) < 0x80
         for start in range(0, 0 if ascii_only else len(data), step):
             try:
                 decoder.decode(data[start:start + step], final=start + step >= len(data))
             except UnicodeDecodeError as exc:
-                del view
                 return _TextScan(start + exc.start, 0, False)
         if data.find(b'"') < 0:
-            del view
             return _TextScan(-1, 0, False)
-        _, _, open_line, quoted_break, stray_line = kernels.csv_scan(view, _bom_length(data),
-                                                                     0)
-        del view  # the map cannot close while an array still points into it
+        view = _csv_bytes(data)
+        try:
+            _, _, open_line, quoted_break, stray_line = kernels.csv_scan(
+                view, _bom_length(data), 0)
+        finally:
+            del view
     return _TextScan(-1, open_line, quoted_break, stray_line)
 
 
@@ -100,11 +104,12 @@ def _scan_stream(location: Location) -> _TextScan:
             nul = part.find(b"\x00")
             if nul >= 0:
                 return _TextScan(offset + len(carried) + nul, 0, False)
+            pending = len(decoder.getstate()[0])  # bytes of a character cut by the last part
             try:
-                if not (part.isascii() and decoder.getstate()[0] == b""):
+                if not (part.isascii() and pending == 0):
                     decoder.decode(part, final=last)
-            except UnicodeDecodeError as exc:
-                return _TextScan(offset + len(carried) + exc.start, 0, False)
+            except UnicodeDecodeError as exc:  # exc.start counts the pending bytes first
+                return _TextScan(offset + len(carried) - pending + exc.start, 0, False)
             data = carried + part
             start = _bom_length(data) if first else 0
             first = False

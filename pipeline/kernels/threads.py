@@ -1,5 +1,6 @@
-"""Whether the kernels may run in two Python threads at once (read-ahead, tables built while
-positions are read)."""
+"""The kernels and threads: whether they may run in two Python threads at once (read-ahead,
+tables built while positions are read), numba's one-time set-up started in a thread, and
+small inputs kept to the calling thread."""
 
 from __future__ import annotations
 
