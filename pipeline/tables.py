@@ -56,10 +56,18 @@ class TableCache:
 
     def presize(self, largest_heap: int | None) -> None:
         """Build every table for heaps up to `largest_heap` at once when that bound (from
-        Parquet statistics) is small, instead of growing tables batch by batch."""
+        Parquet statistics) is small, instead of growing tables batch by batch. All or
+        nothing: if a limit stops any table on the way, the tables are left to grow as the
+        heaps need, so that presizing never spends the run's room on tables that do not need
+        it and no row is rejected, or table stopped, that growing would have kept."""
         if largest_heap is not None and 0 <= largest_heap < PRESIZE_LIMIT:
             missing = [t for t in range(len(self.distinct)) if self.tables[t] is None]
+            before = replace(self.budget), list(self.tables), self.known.copy()
             self._build_all(missing, [largest_heap] * len(missing))
+            if any(self.tables[t].stopped_by for t in missing):  # type: ignore[union-attr]
+                self.budget, self.tables, self.known = before
+                self._set = None
+                return
             self.heap_bound = largest_heap
             self._flattened()
 
@@ -152,6 +160,6 @@ def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: s
     (both engines, so that their tables, and sg_tables, are the same), in the background
     while the engine starts."""
     cache = TableCache(distinct, config.tables)
-    if form == "wide":  # long form grows each table to its own largest heap, as it always has
-        cache.presize_meanwhile(heap_upper_bound(paths, config.columns.heaps))
+    heaps = config.columns.heaps if form == "wide" else config.columns.heap
+    cache.presize_meanwhile(heap_upper_bound(paths, heaps))
     return cache

@@ -1022,6 +1022,27 @@ def test_rules_that_each_fit_but_together_pass_the_run_work_limit(tmp_path, fmt)
         (i, p, naive_sg(sets[i], 1000)[h]) for i, p, [h] in evaluated]
 
 
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_tables_presized_from_statistics_never_spend_room_growing_would_keep(tmp_path, form):
+    """Five rules {1, 1000 + i}; rule 0 has a heap of 3,000, the others of 5. Parquet
+    statistics bound the heaps by 3,000, but building all five tables that far would pass
+    tables.max_run_ops (1M operations: rules 2-4 were stopped at one value, and their rows
+    rejected), while growing each to its own heaps fits: then every row is evaluated and no
+    table is stopped, whatever the form. SG by the naive mex reference."""
+    sets = [(1, 1000 + i) for i in range(5)]
+    rules = write_rules(tmp_path / "rules", [(i, "subtraction", list(m))
+                                             for i, m in enumerate(sets)], "csv")
+    positions = [(i, i, [h]) for i, h in enumerate([3000, 5, 5, 5, 5])]
+    path = write_positions(tmp_path / "positions", positions, form, "parquet")
+    result = run(job(tmp_path, rules, path, tables={"max_run_ops": 1_000_000}))
+    assert result.exit_code == 0
+    o = read_outputs(tmp_path / "out")
+    assert o["rejects"].height == 0
+    assert o["sg_tables"]["stopped_by"].null_count() == 5
+    assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
+        (i, p, naive_sg(sets[i], h + 1)[h]) for i, p, [h] in positions]
+
+
 def test_sg_tables_names_the_limit_and_length_that_the_rejects_name(tmp_path):
     """Twelve rules of one huge move each (SG = 0 below the move, by the rules of the game)
     with a heap of 10^6 and one of 60,000, under a run work limit that binds part-way through

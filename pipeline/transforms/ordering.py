@@ -79,6 +79,16 @@ def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series 
                        files)
 
 
+def with_own_text(part: VerdictPart) -> VerdictPart:
+    """`part` with its text position ids copied into buffers of their own: ids grouped from
+    long-form rows are views into the text of all those rows, which they would otherwise
+    keep alive until the sort (10M shuffled UUID positions: peak 3.9 -> 2.6 GiB)."""
+    pid = part.frame["position_id"]
+    if pid.dtype == pl.String:
+        part.frame = part.frame.with_columns(pl.Series(pid.name, pid.to_arrow()))
+    return part
+
+
 MOVE_COLUMNS = ("move_heap", "move_take")
 
 
