@@ -9,13 +9,21 @@ import threading
 from collections.abc import Iterator
 from typing import TypeVar
 
+import numpy as np
 import polars as pl
 
 from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.io.inputs import InputFile, RawTable, Source
-from pipeline.io.readers import columns_of, iter_batches, read_tables
+from pipeline.io.readers import (
+    columns_of,
+    iter_batches,
+    pq_rows,
+    read_parquet_group,
+    read_tables,
+    small_parquet_groups,
+)
 from pipeline.transforms import normalize, schema
 
 BATCH_ROWS = 1 << 20
@@ -75,23 +83,67 @@ def positions_form(paths: list[Source], config: Config) -> str:
     return first
 
 
-def position_batches(paths: list[Source], config: Config, form: str
-                     ) -> Iterator[tuple[int, pl.DataFrame]]:
-    """(file index, normalised batch with reasons) for every batch of every positions file."""
+def position_batches(paths: list[Source], config: Config, form: str,
+                     read_together: bool = False) -> Iterator[tuple[int, pl.DataFrame]]:
+    """(file index, normalised batch with reasons) for every batch of every positions file.
+    With `read_together`, runs of small local Parquet files of one schema are read by one
+    scan and normalised as one batch, each row's file index in an Int32 `_file` column (a
+    file costs some milliseconds to open, scan and normalise on its own)."""
     file_start = 0  # rows of the earlier files, which number default position ids on
-    for index, path in enumerate(paths):
-        rows_here = 0
-        for raw in iter_batches(path, BATCH_ROWS):
-            frame = normalize.normalize_positions(raw.frame, raw.row, str(path),
-                                                   config.columns, form, file_start)
-            rows_here += raw.frame.height + len(raw.bad_lines)
-            key_columns = {"rule_set_id": config.columns.rule_set_id,
-                           "position_id": config.columns.position_id}
-            yield index, _with_bad_lines(frame, raw, key_columns)
-        file_start += rows_here
+    runs = (small_parquet_groups(paths, _small_rows(), BATCH_ROWS) if read_together
+            else [[i] for i in range(len(paths))])
+    for run in runs:
+        together = _read_together([paths[i] for i in run], config, form, file_start) \
+            if len(run) > 1 else None
+        if together is not None:
+            frame, rows = together
+            yield run[0], frame.with_columns(pl.col("_file") + run[0])
+            file_start += rows
+            continue
+        for index in run:
+            path = paths[index]
+            rows_here = 0
+            for raw in iter_batches(path, BATCH_ROWS):
+                frame = normalize.normalize_positions(raw.frame, raw.row, str(path),
+                                                       config.columns, form, file_start)
+                rows_here += raw.frame.height + len(raw.bad_lines)
+                key_columns = {"rule_set_id": config.columns.rule_set_id,
+                               "position_id": config.columns.position_id}
+                yield index, _with_bad_lines(frame, raw, key_columns)
+            file_start += rows_here
+
+
+def _read_together(paths: list[Source], config: Config, form: str, file_start: int
+                   ) -> tuple[pl.DataFrame, int] | None:
+    """Small Parquet files of one schema read and normalised as one batch, as each would be
+    on its own: rows numbered within their file, `_source` their file, default position ids
+    numbered on across the files; with `_file` (0-based within `paths`) and the rows read.
+    None when the one scan fails (each file is then read on its own, for its own error)."""
+    raw = read_parquet_group(paths)  # type: ignore[arg-type]
+    if raw is None:
+        return None
+    counts = np.array([pq_rows(p) for p in paths], dtype=np.int64)
+    if int(counts.sum()) != raw.height:
+        return None
+    # numbered across the files first (the default position ids, and the rows normalising
+    # tells apart), then within each file
+    frame = normalize.normalize_positions(raw, np.arange(raw.height, dtype=np.int64),
+                                           str(paths[0]), config.columns, form, file_start)
+    across = frame["_row"].to_numpy()
+    file = np.repeat(np.arange(len(paths), dtype=np.int32), counts)[across]
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    sources = pl.Series([str(p) for p in paths], dtype=pl.String)
+    return frame.with_columns(sources.gather(file).alias("_source"),
+                              pl.Series("_row", across - starts[file], dtype=pl.Int64),
+                              pl.Series("_file", file, dtype=pl.Int32)), raw.height
 
 
 SMALL_BATCH_ROWS = 1 << 16
+
+
+def _small_rows() -> int:
+    """Batches (files) smaller than this are joined with their neighbours."""
+    return min(SMALL_BATCH_ROWS, BATCH_ROWS // 16)
 
 
 def coalesced(batches: Iterator[tuple[int, pl.DataFrame]]
@@ -102,7 +154,7 @@ def coalesced(batches: Iterator[tuple[int, pl.DataFrame]]
     first one's file index, batch). Every step after the read costs per batch: 400 files of
     5,000 positions spent most of their time there. Other batches, and a small one alone,
     pass as they come."""
-    small_rows, rows = min(SMALL_BATCH_ROWS, BATCH_ROWS // 16), BATCH_ROWS
+    small_rows, rows = _small_rows(), BATCH_ROWS
     held: list[tuple[int, pl.DataFrame]] = []
 
     def joined() -> Iterator[tuple[int, pl.DataFrame]]:
@@ -115,7 +167,7 @@ def coalesced(batches: Iterator[tuple[int, pl.DataFrame]]
         held.clear()
 
     for index, frame in batches:
-        small = frame.height < small_rows
+        small = frame.height < small_rows and "_file" not in frame.columns
         if held and (not small or frame.schema != held[0][1].schema
                      or sum(f.height for _, f in held) + frame.height > rows):
             yield from joined()

@@ -554,6 +554,34 @@ def test_default_position_ids_are_row_numbers_across_files_and_skipped_lines(
         (str(tmp_path / "positions" / "b.csv"), 1)]
 
 
+def test_small_parquet_files_read_together_keep_ids_rows_and_files(tmp_path):
+    """Three small Parquet files without position_id, read by one scan (the third has
+    another schema, so it is read on its own): a row's id is its row number over the files in
+    name order, and a rejected row keeps its file and its row in that file. A file that is
+    not Parquet among them is named on its own, as when each is read alone. Under nim,
+    SG(h) = h."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "nim", ""]])
+    d = tmp_path / "positions"
+    d.mkdir()
+    heaps = {"a": [[3], [-1], [5]], "b": [[6], [7], [-2], [8]]}
+    for name, rows in heaps.items():
+        pl.DataFrame({"rule_set_id": [1] * len(rows), "heaps": rows}).write_parquet(
+            d / f"{name}.parquet")
+    pl.DataFrame({"rule_set_id": [1], "heaps": [[2]]},
+                 schema={"rule_set_id": pl.Int32, "heaps": pl.List(pl.Int64)}).write_parquet(
+        d / "c.parquet")
+    result = run(job(tmp_path, r, d))
+    assert result.exit_code == 3
+    out = read_outputs(tmp_path / "out")
+    assert out["verdicts"].select("position_id", "nim_sum").rows() == [
+        (0, 3), (2, 5), (3, 6), (4, 7), (6, 8), (7, 2)]
+    assert out["rejects"].select("source", "row").rows() == [
+        (str(d / "a.parquet"), 1), (str(d / "b.parquet"), 2)]
+    (d / "b.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(InputError, match=f"^{d / 'b.parquet'}: "):
+        run(job(tmp_path / "again", r, d))
+
+
 def test_text_rule_ids_leave_integer_verdict_keys_in_both_forms(tmp_path):
     rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                       [[1, "subtraction", "1 2"], [2, "nim", ""], [10, "nim", ""],

@@ -91,7 +91,8 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     rule_ids = _rule_ids(index)
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
-    for file_index, frame in read_ahead(coalesced(position_batches(paths, config, "wide"))):
+    batches = position_batches(paths, config, "wide", read_together=True)
+    for file_index, frame in read_ahead(coalesced(batches)):
         rows_read += frame.height
         frame = keys.integer_keys(frame)
         same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype

@@ -127,6 +127,56 @@ def iter_batches(path: Source, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
     yield from csv_batches(file, batch_rows)
 
 
+def small_parquet_groups(paths: list[Source], most_rows: int, total_rows: int
+                         ) -> list[list[int]]:
+    """Runs of consecutive local Parquet files (indexes into `paths`) of fewer than
+    `most_rows` rows each, one Arrow schema and `total_rows` rows at most in all, that one
+    scan can read together (`read_parquet_group`); every other file is a run of its own.
+    Only the footers are read; a file whose footer cannot be read stays on its own (the
+    file's own read then names what is wrong)."""
+    runs: list[list[int]] = []
+    held: list[int] = []
+    held_schema: pa.Schema | None = None
+    held_rows = 0
+    for i, path in enumerate(paths):
+        meta = None
+        if isinstance(path, Path) and format_of(path) == "parquet":
+            try:
+                meta = pq.read_metadata(path)
+            except (pa.ArrowException, OSError):
+                meta = None
+        small = meta is not None and meta.num_rows < most_rows
+        schema = meta.schema.to_arrow_schema() if small else None
+        if held and (not small or schema != held_schema or held_rows + meta.num_rows > total_rows):
+            runs.append(held)
+            held, held_rows = [], 0
+        if not small:
+            runs.append([i])
+            continue
+        held.append(i)
+        held_schema = schema
+        held_rows += meta.num_rows
+    if held:
+        runs.append(held)
+    return runs
+
+
+def pq_rows(path: Path) -> int:
+    """A local Parquet file's rows, from its footer."""
+    return pq.read_metadata(path).num_rows
+
+
+def read_parquet_group(paths: list[Path]) -> pl.DataFrame | None:
+    """Several local Parquet files of one schema read by one scan, rows in file order; None
+    when that fails (the files are then read one by one, each for its own error)."""
+    try:
+        return pl.scan_parquet(paths, glob=False).collect()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - a corrupt page can be a pyo3 PanicException
+        return None
+
+
 def columns_of(path: Source) -> list[str]:
     """Column names of an input file without reading its rows."""
     if format_of(path) == "parquet":
