@@ -19,7 +19,6 @@ from pipeline.io.inputs import InputFile, RawTable, Source
 from pipeline.io.readers import (
     columns_of,
     iter_batches,
-    pq_rows,
     read_parquet_group,
     read_tables,
     small_parquet_groups,
@@ -90,11 +89,13 @@ def position_batches(paths: list[Source], config: Config, form: str,
     scan and normalised as one batch, each row's file index in an Int32 `_file` column (a
     file costs some milliseconds to open, scan and normalise on its own)."""
     file_start = 0  # rows of the earlier files, which number default position ids on
-    runs = (small_parquet_groups(paths, _small_rows(), BATCH_ROWS) if read_together
-            else [[i] for i in range(len(paths))])
+    key_columns = {"rule_set_id": config.columns.rule_set_id,
+                   "position_id": config.columns.position_id}
+    runs, rows_of = (small_parquet_groups(paths, _small_rows(), BATCH_ROWS) if read_together
+                     else ([[i] for i in range(len(paths))], {}))
     for run in runs:
-        together = _read_together([paths[i] for i in run], config, form, file_start) \
-            if len(run) > 1 else None
+        together = _read_together([paths[i] for i in run], [rows_of[i] for i in run], config,
+                                  form, file_start) if len(run) > 1 else None
         if together is not None:
             frame, rows = together
             yield run[0], frame.with_columns(pl.col("_file") + run[0])
@@ -107,22 +108,21 @@ def position_batches(paths: list[Source], config: Config, form: str,
                 frame = normalize.normalize_positions(raw.frame, raw.row, str(path),
                                                        config.columns, form, file_start)
                 rows_here += raw.frame.height + len(raw.bad_lines)
-                key_columns = {"rule_set_id": config.columns.rule_set_id,
-                               "position_id": config.columns.position_id}
                 yield index, _with_bad_lines(frame, raw, key_columns)
             file_start += rows_here
 
 
-def _read_together(paths: list[Source], config: Config, form: str, file_start: int
-                   ) -> tuple[pl.DataFrame, int] | None:
-    """Small Parquet files of one schema read and normalised as one batch, as each would be
-    on its own: rows numbered within their file, `_source` their file, default position ids
-    numbered on across the files; with `_file` (0-based within `paths`) and the rows read.
-    None when the one scan fails (each file is then read on its own, for its own error)."""
+def _read_together(paths: list[Source], rows: list[int], config: Config, form: str,
+                   file_start: int) -> tuple[pl.DataFrame, int] | None:
+    """Small Parquet files of one schema (`rows` each, from their footers) read and
+    normalised as one batch, as each would be on its own: rows numbered within their file,
+    `_source` their file, default position ids numbered on across the files; with `_file`
+    (0-based within `paths`) and the rows read. None when the one scan fails (each file is
+    then read on its own, for its own error)."""
     raw = read_parquet_group(paths)  # type: ignore[arg-type]
     if raw is None:
         return None
-    counts = np.array([pq_rows(p) for p in paths], dtype=np.int64)
+    counts = np.array(rows, dtype=np.int64)
     if int(counts.sum()) != raw.height:
         return None
     # numbered across the files first (the default position ids, and the rows normalising
@@ -166,13 +166,16 @@ def coalesced(batches: Iterator[tuple[int, pl.DataFrame]]
                  for index, frame in held], rechunk=True)  # one chunk: one kernel call
         held.clear()
 
+    held_rows = 0
     for index, frame in batches:
         small = frame.height < small_rows and "_file" not in frame.columns
         if held and (not small or frame.schema != held[0][1].schema
-                     or sum(f.height for _, f in held) + frame.height > rows):
+                     or held_rows + frame.height > rows):
             yield from joined()
+            held_rows = 0
         if small:
             held.append((index, frame))
+            held_rows += frame.height
         else:
             yield index, frame
     yield from joined()

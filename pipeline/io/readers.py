@@ -128,12 +128,14 @@ def iter_batches(path: Source, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
 
 
 def small_parquet_groups(paths: list[Source], most_rows: int, total_rows: int
-                         ) -> list[list[int]]:
+                         ) -> tuple[list[list[int]], dict[int, int]]:
     """Runs of consecutive local Parquet files (indexes into `paths`) of fewer than
     `most_rows` rows each, one Arrow schema and `total_rows` rows at most in all, that one
     scan can read together (`read_parquet_group`); every other file is a run of its own.
-    Only the footers are read; a file whose footer cannot be read stays on its own (the
-    file's own read then names what is wrong)."""
+    Also the rows of each file in a run of several, from the footers, which are all that
+    is read; a file whose footer cannot be read stays on its own (the file's own read then
+    names what is wrong)."""
+    rows: dict[int, int] = {}
     runs: list[list[int]] = []
     held: list[int] = []
     held_schema: pa.Schema | None = None
@@ -156,14 +158,10 @@ def small_parquet_groups(paths: list[Source], most_rows: int, total_rows: int
         held.append(i)
         held_schema = schema
         held_rows += meta.num_rows
+        rows[i] = meta.num_rows
     if held:
         runs.append(held)
-    return runs
-
-
-def pq_rows(path: Path) -> int:
-    """A local Parquet file's rows, from its footer."""
-    return pq.read_metadata(path).num_rows
+    return runs, rows
 
 
 def read_parquet_group(paths: list[Path]) -> pl.DataFrame | None:
