@@ -38,18 +38,18 @@ def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
     if s.dtype.is_integer():
         return s.cast(pl.Int64, strict=False).alias(name)
     if s.dtype == pl.String:
-        if s.len() < _KERNEL_ROWS:  # a rules table: no wait for numba's first kernel call
-            text = s.str.strip_chars().replace("", None).alias(name)
-            exact = text.len() and not text.null_count() and _all_round_trip(text)
-            return text.cast(pl.Int64) if exact else text
-        if not s.null_count():
+        short = s.len() < _KERNEL_ROWS  # a rules table: no wait for numba's first kernel call
+        if not short and not s.null_count():
             buffers = text_buffers(s)
             values, exact = kernels.int_text_values(*buffers)
             if exact:  # CSV integers as Int64 at once: the same as stripping and integer_keys
                 return pl.Series(name, values, dtype=pl.Int64)
             if not kernels.needs_strip(*buffers):  # no edge space, none empty: as given
                 return s.alias(name)
-        return s.str.strip_chars().replace("", None).alias(name)
+        text = s.str.strip_chars().replace("", None).alias(name)
+        if short and text.len() and not text.null_count() and _all_round_trip(text):
+            return text.cast(pl.Int64)
+        return text
     raise wrong_type(source, name, s.dtype, "integer or string")
 
 
