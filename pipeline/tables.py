@@ -4,7 +4,7 @@ driver, so their tables (and sg_tables) are the same."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -103,6 +103,15 @@ class TableCache:
         that `ensure` would change nothing whatever the heaps are (no need to look)."""
         self._settle()
         return self.heap_bound is not None and bool(np.all(self.known >= self.heap_bound))
+
+    def grown_for(self, largest: Callable[[], Iterable[np.ndarray]]) -> TableSet:
+        """Tables covering the heaps whose largest per table each array of `largest()` holds,
+        grown in that order (`ensure`); `largest` (a pass over the heaps, or a Spark job) is
+        not called when the presized tables cover every heap the input can hold."""
+        if not self.covers_input():
+            for need in largest():
+                self.ensure(need)
+        return self.table_set()
 
     def ensure(self, largest: np.ndarray) -> TableSet:
         """Tables covering `largest[t]` for every t (beyond a limit, heaps are rejected)."""

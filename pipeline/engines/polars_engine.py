@@ -120,11 +120,9 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
 
 def _tables_for(positions: pl.DataFrame, cache: TableCache,
                 chunks: buffers.HeapChunks | None = None) -> TableSet:
-    """Tables covering these positions' heaps; no pass over the heaps when the presized
-    tables cover every heap the input can hold."""
-    if cache.covers_input():
-        return cache.table_set()
-    return cache.ensure(evaluate.largest_heaps(positions, len(cache.distinct), chunks))
+    """Tables covering these positions' heaps (`TableCache.grown_for`)."""
+    return cache.grown_for(lambda: [evaluate.largest_heaps(positions, len(cache.distinct),
+                                                           chunks)])
 
 
 def _verdict_columns(config: Config) -> list[str]:

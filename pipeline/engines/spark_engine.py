@@ -120,10 +120,7 @@ class _Job(SparkWork):
         the same for files of up to batches.BATCH_ROWS rows), then broadcast them once. Tables
         presized from Parquet statistics to cover every heap need no look at the rows (a
         Spark job fewer)."""
-        if not self.cache.covers_input():
-            for need in self.largest(valid, by_file):
-                self.cache.ensure(need)
-        return self.broadcast(self.cache.table_set())
+        return self.broadcast(self.cache.grown_for(lambda: self.largest(valid, by_file)))
 
     # -- wide form --
 
