@@ -24,6 +24,27 @@ def text_buffers(s: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     return offsets, data
 
 
+def joined_text(pieces: list[pl.Series], name: str
+                ) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+    """String pieces (no nulls) as one column and its Arrow (offsets, UTF-8 bytes), copied
+    into buffers sized up front, each piece let go once copied: concatenating first, then
+    exporting, held the text three times over (10M UUIDs: 0.4 GiB each). Consumes
+    `pieces`."""
+    rows = sum(p.len() for p in pieces)
+    offsets = np.empty(rows + 1, np.int64)
+    data = np.empty(sum(int(p.str.len_bytes().sum() or 0) for p in pieces), np.uint8)
+    offsets[0] = row = 0
+    pieces.reverse()
+    while pieces:
+        piece_offsets, piece_data = text_buffers(pieces.pop())
+        n, first, last = piece_offsets.shape[0] - 1, piece_offsets[0], piece_offsets[-1]
+        data[offsets[row]:offsets[row] + last - first] = piece_data[first:last]
+        offsets[row + 1:row + n + 1] = piece_offsets[1:] - first + offsets[row]
+        row += n
+    column = pa.LargeStringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(data))
+    return pl.Series(name, column, dtype=pl.String), offsets, data
+
+
 def arrow_int64(values: np.ndarray) -> pa.Array:
     """A view of int64 values as Arrow (`pa.array` would import pandas, 0.15 s, to check
     whether they are pandas objects)."""

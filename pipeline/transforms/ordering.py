@@ -17,7 +17,7 @@ import polars as pl
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
-from pipeline.transforms.buffers import text_buffers
+from pipeline.transforms.buffers import joined_text
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -211,9 +211,11 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     ids' bytes by a kernel (polars' own string sort took four times as long on UUIDs)."""
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
-    pid = _concat([f.drop_in_place("position_id") for f in frames])
+    pid, offsets, data = joined_text([f.drop_in_place("position_id") for f in frames],
+                                     "position_id")
     with kernels.threads_for(bucket.shape[0]):
-        order, counts = kernels.text_key_order(bucket, rule_ids.len(), *text_buffers(pid))
+        order, counts = kernels.text_key_order(bucket, rule_ids.len(), offsets, data)
+    del offsets, data
     del bucket
     in_order = kernels.is_identity(order)
     runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
