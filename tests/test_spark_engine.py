@@ -482,10 +482,10 @@ def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp
     if order == "first rows not":  # a.parquet, read first, backwards
         pl.read_parquet(d / "a.parquet").reverse().write_parquet(d / "a.parquet",
                                                                  row_group_size=250)
-    from pipeline.engines import spark_engine
+    from pipeline.engines import spark_ordering
 
-    monkeypatch.setattr(spark_engine, "ORDER_PROBE_ROWS", 100)  # within the first file
-    with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_engine"):
+    monkeypatch.setattr(spark_ordering, "ORDER_PROBE_ROWS", 100)  # within the first file
+    with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_ordering"):
         expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
     skipped = any("in key order as read" in m for m in caplog.messages)
     assert skipped == (order == "in order")

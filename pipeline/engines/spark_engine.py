@@ -15,7 +15,7 @@ tasks by `spark_tasks`; Spark only moves rows, counts, joins, sorts and writes.
 * Shuffles only where all rows of a key must meet: the sort of the verdicts (wide: keys given
   twice are found next to each other in it, so finding duplicates costs no shuffle of its
   own; rows read in key order already, as sorted exports are, are not sorted again:
-  `key_ordered`), tainted positions and the per-position `bit_xor` (long), and the final
+  `spark_ordering`), tainted positions and the per-position `bit_xor` (long), and the final
   sorts. Whole key groups that need polars logic (`split_duplicates`, `long_to_wide`) are
   hash-partitioned by key and handed to that logic one partition at a time.
 
@@ -24,6 +24,7 @@ a write) is a job with a fixed cost, and one that reads the positions again cost
 the read. Key types that the files' schemas decide (integer Parquet columns) need no job.
 
 Reading, and row numbers (`row` in rejects; the default `position_id`): `spark_reading`.
+The verdicts' key order and duplicate keys: `spark_ordering`.
 
 Outputs: `verdicts.parquet` and `rejects.parquet` are directories of Parquet part files written
 by Spark, sorted across parts (read the directory with `pl.read_parquet` / `pl.scan_parquet`);
@@ -47,7 +48,6 @@ import numpy as np
 import polars as pl
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline import kernels
@@ -55,7 +55,8 @@ from pipeline.config import Config
 from pipeline.engines import PositionsJob
 from pipeline.engines.spark_connect import connect_session, is_connect, lost_server
 from pipeline.engines.spark_hadoop import hadoop_filesystems
-from pipeline.engines.spark_reading import SparkWork, nulls, pairs, struct
+from pipeline.engines.spark_ordering import SparkOrdering, polars_frame, verdict
+from pipeline.engines.spark_reading import pairs, struct
 from pipeline.engines.spark_session import (
     SESSION_CONF,
     Session,
@@ -64,23 +65,16 @@ from pipeline.engines.spark_session import (
 )
 from pipeline.engines.spark_tasks import (
     BOOL,
-    DATA,
-    INT,
     KEYS,
     LONG,
     REJECT_SCHEMA,
     STRING,
-    SUMMARY,
     attach_task,
     beyond_task,
-    cast_keys_task,
     evaluate_task,
     moves_task,
-    order_task,
     reject_task,
-    repeated_task,
     sg_task,
-    split_task,
     taint_task,
     verdict_task,
 )
@@ -92,15 +86,12 @@ from pipeline.transforms.ordering import LOC_SHIFT
 from pipeline.transforms.schema import input_column_names
 
 log = logging.getLogger(__name__)
-ORDER_PROBE_ROWS = 1 << 16  # first verdict rows that must be in key order for a full check
 
 
 @dataclass
-class _Job(SparkWork):
-    """The evaluation of one run's positions on Spark: tables, verdicts, duplicates and
-    their order, long form, the write."""
-
-    verdicts_sorted: bool = False  # the verdicts are a cached frame in key order already
+class _Job(SparkOrdering):
+    """The evaluation of one run's positions on Spark: tables, verdicts (their duplicates
+    and order: `spark_ordering`), long form, the write."""
 
     # -- tables --
 
@@ -140,113 +131,12 @@ class _Job(SparkWork):
         valid = evaluated.filter(F.col("_reason").isNull())
         types = self.key_types(valid)
         verdicts = valid.select(
-            *[F.col(k).cast(types[k]) for k in KEYS], "nim_sum", _verdict().alias("verdict"),
+            *[F.col(k).cast(types[k]) for k in KEYS], "nim_sum", verdict().alias("verdict"),
             *[m for m, _ in moves],
             (F.col("_file").cast(LONG) * (1 << LOC_SHIFT) + F.col("_row")).alias("_loc"))
         rejected = self.map(evaluated.filter(F.col("_reason").isNotNull()), reject_task,
                             REJECT_SCHEMA)
         return self.duplicates(verdicts, rejected, types)
-
-    def duplicates(self, verdicts: DataFrame, rejected: DataFrame,
-                   types: dict[str, T.DataType]) -> tuple[DataFrame, DataFrame]:
-        """`ordering.split_duplicates`, run on the key groups that can hold duplicates (a
-        key twice among the verdicts, or also among the rejected rows): the other verdict
-        rows do not move."""
-        casted = self.map(
-            rejected.filter(F.col("rule_set_id").isNotNull() & F.col("position_id").isNotNull()),
-            cast_keys_task,
-            struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS]),
-            dtypes={k: pl.Int64 if t == LONG else pl.String for k, t in types.items()})
-        casted = casted.filter(F.col("_k_rule_set_id").isNotNull()
-                               & F.col("_k_position_id").isNotNull())
-        also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
-                            .distinct())
-        key_schema = struct(*[(k, types[k]) for k in KEYS])
-        ordered, suspects = self.key_ordered(verdicts.drop("_loc", "verdict"), key_schema)
-        if not also.isEmpty():  # rare: a rejected row's key, which a verdict may also have
-            suspects = suspects.unionByName(also.join(ordered.select(*KEYS), KEYS, "left_semi"))
-        suspects = self.persist(suspects)
-        columns = [c for c in verdicts.columns]
-        if suspects.isEmpty():  # the usual case: the verdicts are sorted already
-            self.verdicts_sorted = True
-            return ordered.select(*[_verdict().alias(c) if c == "verdict" else c
-                                    for c in columns if c != "_loc"]), rejected
-        verdict_side = verdicts.join(suspects, KEYS, "left_semi").select(
-            F.lit(0).alias("_side"), *columns,
-            *nulls(REJECT_SCHEMA, drop=tuple(KEYS)),
-            *[F.lit(None).cast(STRING).alias(f"_r_{k}") for k in KEYS])
-        reject_side = casted.join(
-            suspects.select(*[F.col(k).alias(f"_k_{k}") for k in KEYS]),
-            [f"_k_{k}" for k in KEYS], "left_semi").select(
-            F.lit(1).alias("_side"), *[F.col(f"_k_{k}").alias(k) for k in KEYS],
-            *nulls(verdicts.schema, drop=tuple(KEYS)),
-            *[F.col(f.name) for f in REJECT_SCHEMA.fields if f.name not in KEYS],
-            *[F.col(k).alias(f"_r_{k}") for k in KEYS])
-        groups = self.persist(self.by_key(verdict_side.unionByName(reject_side)))
-        kwargs = {"sources": [str(p) for p in self.paths], "columns": columns}
-        clean = self.map(groups, split_task, struct(*pairs(verdicts.schema, ("_loc",))),
-                         keep="clean", **kwargs)
-        dups = self.map(groups, split_task, REJECT_SCHEMA, keep="duplicates", **kwargs)
-        kept = verdicts.join(suspects, KEYS, "left_anti").drop("_loc")
-        return kept.unionByName(clean), rejected.unionByName(dups)
-
-    def key_ordered(self, verdicts: DataFrame, key_schema: T.StructType
-                    ) -> tuple[DataFrame, DataFrame]:
-        """(`verdicts` in key order, every key they hold more than once). Rows that come in
-        key order already (sorted exports, read in file order) keep their partitions: one
-        pass over the cached keys tells, and finds the repeated keys, so the sort (a
-        sampling job, a shuffle of every row and a cache) is skipped; any other input is
-        sorted, and its repeated keys are found next to each other in the sorted frame.
-        The first rows (`ORDER_PROBE_ROWS`, on the driver) decide whether that pass is worth
-        making: most input is not in key order, and the pass costs a third of the sort."""
-        head = _polars(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
-        if head.equals(head.sort(KEYS, maintain_order=True)):
-            in_order = self.in_key_order(verdicts, key_schema)
-            if in_order is not None:
-                return verdicts, in_order
-        else:
-            log.info("verdicts: not in key order (the first rows); sorting them")
-        ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
-                                                      for f in key_schema.fields}))
-        return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
-
-    def in_key_order(self, verdicts: DataFrame, key_schema: T.StructType
-                     ) -> DataFrame | None:
-        """The keys `verdicts` hold more than once, if its partitions are each in key order
-        and in order among themselves (`order_task`, one pass); None if they are not."""
-        checked = self.persist(self.map(
-            verdicts.select(F.spark_partition_id().alias("_part"), *KEYS), order_task,
-            struct(("_kind", INT), ("_part", INT), ("_sorted", BOOL), *pairs(key_schema),
-                    *[(f"_last_{f.name}", f.dataType) for f in key_schema.fields])))
-        parts = sorted(checked.filter(F.col("_kind") == SUMMARY).drop("_kind").collect())
-        bounds = [((p["rule_set_id"], p["position_id"]),
-                   (p["_last_rule_set_id"], p["_last_position_id"])) for p in parts]
-        if all(p["_sorted"] for p in parts) and all(
-                bounds[i][1] <= bounds[i + 1][0] for i in range(len(bounds) - 1)):
-            log.info("verdicts: in key order as read (%d partitions); no sort", len(parts))
-            repeated = checked.filter(F.col("_kind") == DATA).select(*KEYS)
-            across = [bounds[i][1] for i in range(len(bounds) - 1)
-                      if bounds[i][1] == bounds[i + 1][0]]
-            if across:  # a key that ends one partition and starts the next
-                repeated = repeated.unionByName(self.spark.createDataFrame(across, key_schema))
-            return repeated
-        return None
-
-    def sorted(self, verdicts: DataFrame, types: dict[str, T.DataType]) -> DataFrame:
-        """`verdicts` in key order. Integer keys whose ranges allow it are sorted on one long,
-        (rule_set_id - min) * span + (position_id - min), which orders them as the two keys
-        do: Spark then sorts by radix on that long alone, where two keys that share their
-        first value (most rows share a rule set) would be compared row against row."""
-        if any(types[k] != LONG for k in KEYS):
-            return verdicts.orderBy(*KEYS)
-        lo_r, hi_r, lo_p, hi_p = verdicts.agg(
-            F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
-            F.max("position_id")).collect()[0]
-        if lo_r is None or (hi_r - lo_r + 1) * (hi_p - lo_p + 1) >= 1 << 63:
-            return verdicts.orderBy(*KEYS)
-        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(hi_p - lo_p + 1)
-                 + (F.col("position_id") - F.lit(lo_p)))
-        return verdicts.orderBy(order)
 
     # -- long form --
 
@@ -312,17 +202,6 @@ class _Job(SparkWork):
             for name in os.listdir(target):
                 if not name.startswith("part-"):
                     os.remove(target / name)
-
-
-def _verdict() -> Any:
-    """`evaluate.with_verdict`'s verdict: W iff the nim-sum is not 0."""
-    return F.when(F.col("nim_sum") != 0, "W").when(F.col("nim_sum") == 0, "L")
-
-
-def _polars(df: DataFrame) -> pl.DataFrame:
-    frame = pl.from_arrow(df.toArrow())
-    assert isinstance(frame, pl.DataFrame)
-    return frame
 
 
 def _where(spark: SparkSession) -> str:
@@ -420,10 +299,10 @@ class SparkEvaluation:
 
     def _count(self) -> tuple[pl.DataFrame, pl.DataFrame, int]:
         if self._counts is None:
-            verdicts = _polars(self.verdicts.groupBy("rule_set_id").agg(
+            verdicts = polars_frame(self.verdicts.groupBy("rule_set_id").agg(
                 F.count_if(F.col("verdict") == "W").alias("W"),
                 F.count_if(F.col("verdict") == "L").alias("L")))
-            rejected = _polars(self.rejects.groupBy("rule_set_id").agg(
+            rejected = polars_frame(self.rejects.groupBy("rule_set_id").agg(
                 F.count(F.lit(1)).alias("rejected")))
             self._counts = (verdicts.cast({"W": pl.Int64, "L": pl.Int64}),
                             rejected.filter(pl.col("rule_set_id").is_not_null())
@@ -447,7 +326,7 @@ class SparkEvaluation:
                 .orderBy(F.col("table").desc(), F.col("source"), F.col("row")))
 
     def first_rejects(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
-        return _polars(self._with_rules(rule_rejects).limit(n))
+        return polars_frame(self._with_rules(rule_rejects).limit(n))
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
         ordered = self.verdicts if self.work.verdicts_sorted else self.verdicts.orderBy(*KEYS)

@@ -1,0 +1,157 @@
+"""Verdicts of the Spark engine in key order, and their duplicate keys taken out, as
+`ordering.key_sorted_verdicts` and `ordering.split_duplicates` do for the polars engine.
+
+Rows read in key order already (sorted exports) are checked in one pass and keep their
+partitions; any other input is sorted, and the keys it holds twice are found next to each
+other in the sorted frame, so finding duplicates costs no shuffle of its own. Only the key
+groups that can hold duplicates go through polars (`split_task`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipeline.engines.spark_reading import SparkWork, nulls, pairs, struct
+from pipeline.engines.spark_tasks import (
+    BOOL,
+    DATA,
+    INT,
+    KEYS,
+    LONG,
+    REJECT_SCHEMA,
+    STRING,
+    SUMMARY,
+    cast_keys_task,
+    order_task,
+    repeated_task,
+    split_task,
+)
+
+log = logging.getLogger(__name__)
+ORDER_PROBE_ROWS = 1 << 16  # first verdict rows that must be in key order for a full check
+
+
+@dataclass
+class SparkOrdering(SparkWork):
+    """Key order and duplicate keys of a run's verdicts on Spark."""
+
+    verdicts_sorted: bool = False  # the verdicts are a cached frame in key order already
+
+    def duplicates(self, verdicts: DataFrame, rejected: DataFrame,
+                   types: dict[str, T.DataType]) -> tuple[DataFrame, DataFrame]:
+        """`ordering.split_duplicates`, run on the key groups that can hold duplicates (a
+        key twice among the verdicts, or also among the rejected rows): the other verdict
+        rows do not move."""
+        casted = self.map(
+            rejected.filter(F.col("rule_set_id").isNotNull() & F.col("position_id").isNotNull()),
+            cast_keys_task,
+            struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS]),
+            dtypes={k: pl.Int64 if t == LONG else pl.String for k, t in types.items()})
+        casted = casted.filter(F.col("_k_rule_set_id").isNotNull()
+                               & F.col("_k_position_id").isNotNull())
+        also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
+                            .distinct())
+        key_schema = struct(*[(k, types[k]) for k in KEYS])
+        ordered, suspects = self.key_ordered(verdicts.drop("_loc", "verdict"), key_schema)
+        if not also.isEmpty():  # rare: a rejected row's key, which a verdict may also have
+            suspects = suspects.unionByName(also.join(ordered.select(*KEYS), KEYS, "left_semi"))
+        suspects = self.persist(suspects)
+        columns = [c for c in verdicts.columns]
+        if suspects.isEmpty():  # the usual case: the verdicts are sorted already
+            self.verdicts_sorted = True
+            return ordered.select(*[verdict().alias(c) if c == "verdict" else c
+                                    for c in columns if c != "_loc"]), rejected
+        verdict_side = verdicts.join(suspects, KEYS, "left_semi").select(
+            F.lit(0).alias("_side"), *columns,
+            *nulls(REJECT_SCHEMA, drop=tuple(KEYS)),
+            *[F.lit(None).cast(STRING).alias(f"_r_{k}") for k in KEYS])
+        reject_side = casted.join(
+            suspects.select(*[F.col(k).alias(f"_k_{k}") for k in KEYS]),
+            [f"_k_{k}" for k in KEYS], "left_semi").select(
+            F.lit(1).alias("_side"), *[F.col(f"_k_{k}").alias(k) for k in KEYS],
+            *nulls(verdicts.schema, drop=tuple(KEYS)),
+            *[F.col(f.name) for f in REJECT_SCHEMA.fields if f.name not in KEYS],
+            *[F.col(k).alias(f"_r_{k}") for k in KEYS])
+        groups = self.persist(self.by_key(verdict_side.unionByName(reject_side)))
+        kwargs = {"sources": [str(p) for p in self.paths], "columns": columns}
+        clean = self.map(groups, split_task, struct(*pairs(verdicts.schema, ("_loc",))),
+                         keep="clean", **kwargs)
+        dups = self.map(groups, split_task, REJECT_SCHEMA, keep="duplicates", **kwargs)
+        kept = verdicts.join(suspects, KEYS, "left_anti").drop("_loc")
+        return kept.unionByName(clean), rejected.unionByName(dups)
+
+    def key_ordered(self, verdicts: DataFrame, key_schema: T.StructType
+                    ) -> tuple[DataFrame, DataFrame]:
+        """(`verdicts` in key order, every key they hold more than once). Rows that come in
+        key order already (sorted exports, read in file order) keep their partitions: one
+        pass over the cached keys tells, and finds the repeated keys, so the sort (a
+        sampling job, a shuffle of every row and a cache) is skipped; any other input is
+        sorted, and its repeated keys are found next to each other in the sorted frame.
+        The first rows (`ORDER_PROBE_ROWS`, on the driver) decide whether that pass is worth
+        making: most input is not in key order, and the pass costs a third of the sort."""
+        head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
+        if head.equals(head.sort(KEYS, maintain_order=True)):
+            in_order = self.in_key_order(verdicts, key_schema)
+            if in_order is not None:
+                return verdicts, in_order
+        else:
+            log.info("verdicts: not in key order (the first rows); sorting them")
+        ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
+                                                      for f in key_schema.fields}))
+        return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
+
+    def in_key_order(self, verdicts: DataFrame, key_schema: T.StructType
+                     ) -> DataFrame | None:
+        """The keys `verdicts` hold more than once, if its partitions are each in key order
+        and in order among themselves (`order_task`, one pass); None if they are not."""
+        checked = self.persist(self.map(
+            verdicts.select(F.spark_partition_id().alias("_part"), *KEYS), order_task,
+            struct(("_kind", INT), ("_part", INT), ("_sorted", BOOL), *pairs(key_schema),
+                    *[(f"_last_{f.name}", f.dataType) for f in key_schema.fields])))
+        parts = sorted(checked.filter(F.col("_kind") == SUMMARY).drop("_kind").collect())
+        bounds = [((p["rule_set_id"], p["position_id"]),
+                   (p["_last_rule_set_id"], p["_last_position_id"])) for p in parts]
+        if all(p["_sorted"] for p in parts) and all(
+                bounds[i][1] <= bounds[i + 1][0] for i in range(len(bounds) - 1)):
+            log.info("verdicts: in key order as read (%d partitions); no sort", len(parts))
+            repeated = checked.filter(F.col("_kind") == DATA).select(*KEYS)
+            across = [bounds[i][1] for i in range(len(bounds) - 1)
+                      if bounds[i][1] == bounds[i + 1][0]]
+            if across:  # a key that ends one partition and starts the next
+                repeated = repeated.unionByName(self.spark.createDataFrame(across, key_schema))
+            return repeated
+        return None
+
+    def sorted(self, verdicts: DataFrame, types: dict[str, T.DataType]) -> DataFrame:
+        """`verdicts` in key order. Integer keys whose ranges allow it are sorted on one long,
+        (rule_set_id - min) * span + (position_id - min), which orders them as the two keys
+        do: Spark then sorts by radix on that long alone, where two keys that share their
+        first value (most rows share a rule set) would be compared row against row."""
+        if any(types[k] != LONG for k in KEYS):
+            return verdicts.orderBy(*KEYS)
+        lo_r, hi_r, lo_p, hi_p = verdicts.agg(
+            F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
+            F.max("position_id")).collect()[0]
+        if lo_r is None or (hi_r - lo_r + 1) * (hi_p - lo_p + 1) >= 1 << 63:
+            return verdicts.orderBy(*KEYS)
+        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(hi_p - lo_p + 1)
+                 + (F.col("position_id") - F.lit(lo_p)))
+        return verdicts.orderBy(order)
+
+
+def verdict() -> Any:
+    """`evaluate.with_verdict`'s verdict: W iff the nim-sum is not 0."""
+    return F.when(F.col("nim_sum") != 0, "W").when(F.col("nim_sum") == 0, "L")
+
+
+def polars_frame(df: DataFrame) -> pl.DataFrame:
+    frame = pl.from_arrow(df.toArrow())
+    assert isinstance(frame, pl.DataFrame)
+    return frame
