@@ -1,7 +1,7 @@
 """The one rule for key types, for both engines: integer keys or text keys, never a mix.
 
 A key column (rule_set_id, position_id) is Int64 when every non-null value in every input of
-the run is an integer: an integer column, or text that is an optional minus sign and decimal
+the run (wide form: every evaluated row; see docs/ARCHITECTURE.md, "Keys") is an integer: an integer column, or text that is an optional minus sign and decimal
 digits without leading zeros ("0", "-0", "42", "-7"; not "07" or "+7") that fits in int64.
 Otherwise the column is text in every file, each value as given (stripped of surrounding
 whitespace; empty is null). So "7" in a CSV file and 7 in a Parquet file are the same key,
@@ -26,7 +26,7 @@ from pipeline.transforms.schema import wrong_type
 
 KEYS = ["rule_set_id", "position_id"]
 _PEEK = 64  # values `integer_keys` looks at before it scans a whole column
-_CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"
+CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"  # an integer key written as text
 
 
 _ROUND_TRIP_INT = r"^(0|-?[1-9][0-9]*)$"
@@ -61,7 +61,7 @@ def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFr
         return [f.with_columns(pl.col(name).cast(pl.Int64)) for f in frames]
     as_text = [f.with_columns(pl.col(name).cast(pl.String)) for f in frames]
     all_int = all(
-        f.select(pl.col(name).drop_nulls().str.contains(_CANONICAL_INT).all()).item() is not False
+        f.select(pl.col(name).drop_nulls().str.contains(CANONICAL_INT).all()).item() is not False
         and f.select(pl.col(name).cast(pl.Int64, strict=False).null_count()
                      == pl.col(name).null_count()).item()
         for f in as_text
@@ -121,7 +121,7 @@ def key_hash(rows: pl.DataFrame, name: str) -> pl.Expr:
     if rows[name].dtype != pl.String:
         return key.cast(pl.Int64).hash(seed=0)
     number = key.cast(pl.Int64, strict=False)
-    canonical = key.str.contains(_CANONICAL_INT) & number.is_not_null()
+    canonical = key.str.contains(CANONICAL_INT) & number.is_not_null()
     return pl.when(canonical).then(number.hash(seed=0)).otherwise(key.hash(seed=0))
 
 

@@ -7,7 +7,7 @@ import re
 from collections import Counter
 
 import polars as pl
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -79,10 +79,15 @@ batch_rows = st.lists(st.tuples(st.integers(1, 6), st.integers(0, 15), st.intege
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.tuples(batch_rows, st.sets(st.integers(0, 25))), min_size=1,
                         max_size=4),
-       fast=st.booleans(), keys=st.sampled_from(sorted(KEY_TEXT)), in_order=st.booleans())
-def test_key_sorted_verdicts_match_reference(batches, fast, keys, in_order):
+       fast=st.booleans(), keys=st.sampled_from(sorted(KEY_TEXT)), in_order=st.booleans(),
+       typed_by_rows=st.booleans())
+@example(batches=[([(3, 0, 0), (6, 1, 0)], set())], fast=True, keys="uuid-like", in_order=False,
+         typed_by_rows=True)  # rule ids "3" and "6": text in the index, integers here
+def test_key_sorted_verdicts_match_reference(batches, fast, keys, in_order, typed_by_rows):
     """`in_order`: the rows come sorted by key across all batches, repeated keys next to
-    each other (a sorted export), which the fast path takes without sorting."""
+    each other (a sorted export), which the fast path takes without sorting.
+    `typed_by_rows` (wide form): the key rule over these rows types the keys, whichever path
+    sorts them; without it (long form), narrow parts keep the type their batches gave."""
     sources = ["a.parquet", "b.parquet"]
     if in_order:
         rows = sorted(r for rows, _ in batches for r in rows)
@@ -97,8 +102,9 @@ def test_key_sorted_verdicts_match_reference(batches, fast, keys, in_order):
              for file, frame in frames]
     assert all(("_bucket" in p.frame.columns) == fast for p in parts)
     verdicts, dups = ordering.key_sorted_verdicts(parts, rule_ids if fast else None,
-                                                  pl.DataFrame(schema=REJECT_SCHEMA), sources)
-    clean, expected_dups = reference(frames, sources, retyped=not fast)
+                                                  pl.DataFrame(schema=REJECT_SCHEMA), sources,
+                                                  typed_by_rows)
+    clean, expected_dups = reference(frames, sources, retyped=typed_by_rows or not fast)
     assert parts == []
     assert verdicts.columns == COLUMNS
     assert [tuple(r) for r in verdicts.iter_rows()] == clean

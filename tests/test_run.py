@@ -582,6 +582,27 @@ def test_small_parquet_files_read_together_keep_ids_rows_and_files(tmp_path):
         run(job(tmp_path / "again", r, d))
 
 
+@pytest.mark.parametrize("files", [1, 2])
+def test_keys_made_text_only_by_rejected_rows_are_integers_in_any_file_layout(tmp_path, files):
+    """Text that only rejected rows hold ("x": unknown rule set; "abc": its heap is negative)
+    leaves the verdict keys integers, sorted as integers (2 before 10), whether those rows
+    share a file with the others or not. The rules hold a text id, so the batch with "x"
+    is typed as text to meet them. Under nim, SG(h) = h."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "nim", ""], ["rs", "nim", ""]])
+    rows = [["x", 1, 3], [1, "abc", -5], [1, 10, 3], [1, 2, 4]]
+    d = tmp_path / "positions"
+    header = ["rule_set_id", "position_id", "heaps"]
+    write_csv(d / "a.csv", header, rows if files == 1 else rows[:2])
+    if files == 2:
+        write_csv(d / "b.csv", header, rows[2:])
+    assert run(job(tmp_path, r, d)).exit_code == 3
+    verdicts = read_outputs(tmp_path / "out")["verdicts"]
+    assert verdicts.schema["rule_set_id"] == verdicts.schema["position_id"] == pl.Int64
+    assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == [
+        (1, 2, 4), (1, 10, 3)]
+
+
 def test_text_rule_ids_leave_integer_verdict_keys_in_both_forms(tmp_path):
     rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                       [[1, "subtraction", "1 2"], [2, "nim", ""], [10, "nim", ""],

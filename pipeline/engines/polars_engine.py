@@ -290,7 +290,9 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     if rule_ids is None:
         return ordering.sorted_from_parts(verdicts), pl.concat(rejects)
     no_rejects = pl.DataFrame(schema=schema.REJECT_SCHEMA)  # a long-form key cannot repeat
-    return ordering.key_sorted_verdicts(verdicts, rule_ids, no_rejects, [])[0], pl.concat(rejects)
+    verdicts, _ = ordering.key_sorted_verdicts(verdicts, rule_ids, no_rejects, [],
+                                               typed_by_rows=False)
+    return verdicts, pl.concat(rejects)
 
 
 def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFrame,

@@ -9,6 +9,7 @@ through polars' sort.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -111,14 +112,19 @@ _RANGES = {pl.UInt8: (0, 2**8), pl.UInt16: (0, 2**16), pl.UInt32: (0, 2**32),
 
 
 def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: pl.Series | None,
-                        rejects: pl.DataFrame, sources: Sequence[str]
+                        rejects: pl.DataFrame, sources: Sequence[str], typed_by_rows: bool = True
                         ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """All parts' rows in key order, minus duplicate keys: (verdicts, duplicate rejects).
-    nim_sum and the move columns stay narrow (see `verdict_part`). Consumes `parts`."""
+    nim_sum and the move columns stay narrow (see `verdict_part`). Consumes `parts`.
+
+    `typed_by_rows`: each key's type is decided over these rows (`unify_key_types`; wide
+    form), not by the type their batches had, which a rejected row alone can have made text
+    (long form decides over every input row, and its parts already agree)."""
     in_input = _locator(parts)
     frames = [p.frame for p in parts]
     if (rule_ids is not None and all("_bucket" in f.columns for f in frames)
-            and len({f["position_id"].dtype for f in frames}) == 1):
+            and len({f["position_id"].dtype for f in frames}) == 1
+            and (not typed_by_rows or _types_hold(frames, rule_ids))):
         parts.clear()
         ordered, came_from = (_counting_sorted(frames, rule_ids)
                               if frames[0]["position_id"].dtype == pl.Int64
@@ -139,6 +145,24 @@ def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: pl.Series | None,
     frames = unify_key_types(frames, "rule_set_id")
     frames = unify_key_types(frames, "position_id")
     return split_duplicates(sorted_from_parts(frames), rejects, sources)
+
+
+def _types_hold(frames: list[pl.DataFrame], rule_ids: pl.Series) -> bool:
+    """Whether narrow parts' keys keep their batches' types under `unify_key_types` over
+    their rows: not when text keys are all integers after all (the text came from rows
+    rejected since, or there are no rows), which the general path then types and sorts as
+    integers. Cheap when no rule id and not the first position id reads as an integer."""
+    if rule_ids.dtype == pl.String and rule_ids.str.contains(keys.CANONICAL_INT).any():
+        buckets = np.concatenate([f["_bucket"].to_numpy() for f in frames])
+        used = np.flatnonzero(np.bincount(buckets, minlength=rule_ids.len()))
+        if not keys.needs_text(pl.DataFrame({"k": rule_ids.gather(used)}), "k"):
+            return False
+    pids = [f["position_id"] for f in frames if f.height]
+    if not pids:
+        return False
+    if pids[0].dtype == pl.String and re.fullmatch(keys.CANONICAL_INT, pids[0][0]):
+        return keys.needs_text(pl.DataFrame({"k": pl.concat(pids)}), "k")
+    return True
 
 
 def _locator(parts: Sequence[VerdictPart]) -> Locate:
