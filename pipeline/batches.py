@@ -85,57 +85,132 @@ def positions_form(paths: list[Source], config: Config) -> str:
 def position_batches(paths: list[Source], config: Config, form: str,
                      read_together: bool = False) -> Iterator[tuple[int, pl.DataFrame]]:
     """(file index, normalised batch with reasons) for every batch of every positions file.
-    With `read_together`, runs of small local Parquet files of one schema are read by one
-    scan and normalised as one batch, each row's file index in an Int32 `_file` column (a
-    file costs some milliseconds to open, scan and normalise on its own)."""
+    With `read_together`, small files are normalised together as one batch, each row's file
+    index in an Int32 `_file` column (a file costs some milliseconds to open, read and
+    normalise on its own): runs of small local Parquet files of one schema are read by one
+    scan, and other small files (CSV, object stores) of the same columns, read one by one,
+    are joined before they are normalised."""
     file_start = 0  # rows of the earlier files, which number default position ids on
     key_columns = {"rule_set_id": config.columns.rule_set_id,
                    "position_id": config.columns.position_id}
     runs, rows_of = (small_parquet_groups(paths, _small_rows(), BATCH_ROWS) if read_together
                      else ([[i] for i in range(len(paths))], {}))
-    for run in runs:
-        together = _read_together([paths[i] for i in run], [rows_of[i] for i in run], config,
-                                  form, file_start) if len(run) > 1 else None
+    held: list[tuple[int, RawTable]] = []  # small files' rows, to be normalised together
+
+    def release() -> Iterator[tuple[int, pl.DataFrame]]:
+        nonlocal file_start
+        files = [index for index, _ in held]
+        together = _normalised_together([paths[i] for i in files],
+                                        [raw.frame for _, raw in held], config, form,
+                                        file_start) if len(held) > 1 else None
         if together is not None:
+            yield files[0], together.with_columns(pl.col("_file") + files[0])
+            file_start += together.height
+        else:
+            for index, raw in held:
+                yield index, _normalised(raw, paths[index], config, form, file_start,
+                                         key_columns)
+                file_start += raw.frame.height
+        held.clear()
+
+    for run in runs:
+        together = (_read_together([paths[i] for i in run], [rows_of[i] for i in run], config,
+                                   form, file_start) if len(run) > 1 else None)
+        if together is not None:
+            yield from release()
             frame, rows = together
             yield run[0], frame.with_columns(pl.col("_file") + run[0])
             file_start += rows
             continue
         for index in run:
-            path = paths[index]
-            rows_here = 0
-            for raw in iter_batches(path, BATCH_ROWS):
-                frame = normalize.normalize_positions(raw.frame, raw.row, str(path),
-                                                       config.columns, form, file_start)
+            rows_here = 0  # default ids number on from the file's start in all its batches
+            for raw, whole_file in _file_batches(paths[index]):
+                joinable = read_together and whole_file and _small_and_clean(raw)
+                if held and (not joinable or raw.frame.schema != held[0][1].frame.schema
+                             or sum(r.frame.height for _, r in held) + raw.frame.height
+                             > BATCH_ROWS):
+                    yield from release()
+                if joinable:
+                    held.append((index, raw))
+                    continue
+                yield index, _normalised(raw, paths[index], config, form, file_start,
+                                         key_columns)
                 rows_here += raw.frame.height + len(raw.bad_lines)
-                yield index, _with_bad_lines(frame, raw, key_columns)
             file_start += rows_here
+    yield from release()
+
+
+def _file_batches(path: Source) -> Iterator[tuple[RawTable, bool]]:
+    """The file's batches as read, each with whether it is the file's only one."""
+    batches = iter_batches(path, BATCH_ROWS)
+    first = next(batches, None)
+    if first is None:
+        return
+    second = next(batches, None)
+    yield first, second is None
+    if second is not None:
+        yield second, False
+        for raw in batches:
+            yield raw, False
+
+
+def _small_and_clean(raw: RawTable) -> bool:
+    """A file's only batch that may be normalised with others: small, no line skipped, its
+    rows numbered from 0 in order (so that the joined rows map back to their files)."""
+    n = raw.frame.height
+    return (n < _small_rows() and not raw.bad_lines and raw.row.shape[0] == n
+            and bool(np.array_equal(raw.row, np.arange(n))))
+
+
+def _normalised(raw: RawTable, path: Source, config: Config, form: str, file_start: int,
+                key_columns: dict[str, str]) -> pl.DataFrame:
+    frame = normalize.normalize_positions(raw.frame, raw.row, str(path), config.columns, form,
+                                          file_start)
+    return _with_bad_lines(frame, raw, key_columns)
+
+
+def _normalised_together(paths: list[Source], frames: list[pl.DataFrame], config: Config,
+                         form: str, file_start: int) -> pl.DataFrame | None:
+    """Whole small files' rows (one schema, every row read) normalised as one batch, as each
+    would be on its own (`_by_file`). None if normalising them raises: each file is then
+    normalised on its own, for an error that names it."""
+    try:
+        frame = normalize.normalize_positions(
+            pl.concat(frames, rechunk=True), np.arange(sum(f.height for f in frames)),
+            str(paths[0]), config.columns, form, file_start)
+    except InputError:
+        return None
+    return _by_file(frame, paths, np.array([f.height for f in frames], dtype=np.int64))
 
 
 def _read_together(paths: list[Source], rows: list[int], config: Config, form: str,
                    file_start: int) -> tuple[pl.DataFrame, int] | None:
-    """Small Parquet files of one schema (`rows` each, from their footers) read and
-    normalised as one batch, as each would be on its own: rows numbered within their file,
-    `_source` their file, default position ids numbered on across the files; with `_file`
-    (0-based within `paths`) and the rows read. None when the one scan fails (each file is
-    then read on its own, for its own error)."""
+    """Small Parquet files of one schema (`rows` each, from their footers) read by one scan
+    and normalised as one batch (`_by_file`); with the rows read. None when the one scan
+    fails (each file is then read on its own, for its own error)."""
     raw = read_parquet_group(paths)  # type: ignore[arg-type]
     if raw is None:
         return None
     counts = np.array(rows, dtype=np.int64)
     if int(counts.sum()) != raw.height:
         return None
-    # numbered across the files first (the default position ids, and the rows normalising
-    # tells apart), then within each file
     frame = normalize.normalize_positions(raw, np.arange(raw.height, dtype=np.int64),
-                                           str(paths[0]), config.columns, form, file_start)
+                                          str(paths[0]), config.columns, form, file_start)
+    return _by_file(frame, paths, counts), raw.height
+
+
+def _by_file(frame: pl.DataFrame, paths: list[Source], counts: np.ndarray) -> pl.DataFrame:
+    """Rows of several files (`counts` each, in order) normalised as one batch, their rows
+    numbered across the files (the default position ids, and the rows normalising tells
+    apart), given back to their files: rows numbered within their file, `_source` their
+    file, `_file` its index within `paths`."""
     across = frame["_row"].to_numpy()
     file = np.repeat(np.arange(len(paths), dtype=np.int32), counts)[across]
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     sources = pl.Series([str(p) for p in paths], dtype=pl.String)
     return frame.with_columns(sources.gather(file).alias("_source"),
                               pl.Series("_row", across - starts[file], dtype=pl.Int64),
-                              pl.Series("_file", file, dtype=pl.Int32)), raw.height
+                              pl.Series("_file", file, dtype=pl.Int32))
 
 
 SMALL_BATCH_ROWS = 1 << 16

@@ -582,6 +582,33 @@ def test_small_parquet_files_read_together_keep_ids_rows_and_files(tmp_path):
         run(job(tmp_path / "again", r, d))
 
 
+def test_small_csv_files_normalised_together_keep_ids_rows_and_files(tmp_path):
+    """Small CSV files without position_id: a.csv and b.csv are normalised as one batch, c.csv
+    (a line with a field too many) and d.csv (its columns in another order) on their own,
+    e.csv alone after them. A row's id is its row number over the files in name order (the
+    skipped line counts), and a rejected row keeps its file and its row in that file.
+    Under nim, SG(h) = h."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "nim", ""]])
+    d = tmp_path / "positions"
+    header = ["rule_set_id", "heaps"]
+    write_csv(d / "a.csv", header, [[1, 3], [1, -1], [1, 5]])
+    write_csv(d / "b.csv", header, [[1, 6], [1, "x"], [1, 7]])
+    (d / "c.csv").write_text("rule_set_id,heaps\n1,8\n1,2,3\n1,9\n")
+    write_csv(d / "d.csv", ["heaps", "rule_set_id"], [[2, 1]])
+    write_csv(d / "e.csv", header, [[1, 4]])
+    result = run(job(tmp_path, r, d))
+    assert result.exit_code == 3
+    out = read_outputs(tmp_path / "out")
+    assert out["verdicts"].select("position_id", "nim_sum").rows() == [
+        (0, 3), (2, 5), (3, 6), (5, 7), (6, 8), (8, 9), (9, 2), (10, 4)]
+    assert sorted(out["rejects"].select("source", "row").rows()) == [
+        (str(d / name), 1) for name in ("a.csv", "b.csv", "c.csv")]
+    config = config_from_dict({"rules": str(r), "positions": str(d), "out": str(tmp_path)})
+    read = batches.position_batches(sorted(d.iterdir()), config, "wide", read_together=True)
+    assert [(i, f["_file"].to_list() if "_file" in f.columns else f.height) for i, f in read
+            ] == [(0, [0, 0, 0, 1, 1, 1]), (2, 3), (3, 1), (4, 1)]
+
+
 @pytest.mark.parametrize("files", [1, 2])
 def test_keys_made_text_only_by_rejected_rows_are_integers_in_any_file_layout(tmp_path, files):
     """Text that only rejected rows hold ("x": unknown rule set; "abc": its heap is negative)
