@@ -114,18 +114,28 @@ def position_batches(paths: list[Source], config: Config, form: str,
         held.clear()
 
     for run in runs:
-        together = (_read_together([paths[i] for i in run], [rows_of[i] for i in run], config,
-                                   form, file_start) if len(run) > 1 else None)
-        if together is not None:
-            yield from release()
-            frame, rows = together
-            yield run[0], frame.with_columns(pl.col("_file") + run[0])
-            file_start += rows
-            continue
+        if len(run) > 1:
+            yield from release()  # their rows number the default ids before this run's
+            together = _read_together([paths[i] for i in run], [rows_of[i] for i in run],
+                                      config, form, file_start)
+            if together is not None:
+                frame, rows = together
+                yield run[0], frame.with_columns(pl.col("_file") + run[0])
+                file_start += rows
+                continue
         for index in run:
             rows_here = 0  # default ids number on from the file's start in all its batches
-            for raw, whole_file in _file_batches(paths[index]):
-                joinable = read_together and whole_file and _small_and_clean(raw)
+            batches = _file_batches(paths[index], read_together)
+            while True:
+                try:
+                    item = next(batches, None)
+                except InputError:  # the held files come first, with any error of their own
+                    yield from release()
+                    raise
+                if item is None:
+                    break
+                raw, whole_file = item
+                joinable = whole_file and _small_and_clean(raw)
                 if held and (not joinable or raw.frame.schema != held[0][1].frame.schema
                              or sum(r.frame.height for _, r in held) + raw.frame.height
                              > BATCH_ROWS):
@@ -140,18 +150,23 @@ def position_batches(paths: list[Source], config: Config, form: str,
     yield from release()
 
 
-def _file_batches(path: Source) -> Iterator[tuple[RawTable, bool]]:
-    """The file's batches as read, each with whether it is the file's only one."""
+def _file_batches(path: Source, look_ahead: bool) -> Iterator[tuple[RawTable, bool]]:
+    """The file's batches as read, each with whether it is known to be the file's only one:
+    looked ahead for only with `look_ahead`, and when the first batch could be joined with
+    other files'; no batch is held past its turn."""
     batches = iter_batches(path, BATCH_ROWS)
     first = next(batches, None)
     if first is None:
         return
-    second = next(batches, None)
-    yield first, second is None
+    second = next(batches, None) if look_ahead and _small_and_clean(first) else None
+    only = look_ahead and second is None and _small_and_clean(first)
+    yield first, only
+    del first
     if second is not None:
         yield second, False
-        for raw in batches:
-            yield raw, False
+        del second
+    for raw in batches:
+        yield raw, False
 
 
 def _small_and_clean(raw: RawTable) -> bool:

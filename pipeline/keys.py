@@ -1,7 +1,8 @@
 """The one rule for key types, for both engines: integer keys or text keys, never a mix.
 
-A key column (rule_set_id, position_id) is Int64 when every non-null value in every input of
-the run (wide form: every evaluated row; see docs/ARCHITECTURE.md, "Keys") is an integer: an integer column, or text that is an optional minus sign and decimal
+A key column (rule_set_id, position_id) is Int64 when every non-null value that decides it
+(wide form: of every evaluated row; long form: of every input row; see docs/ARCHITECTURE.md,
+"Keys") is an integer: an integer column, or text that is an optional minus sign and decimal
 digits without leading zeros ("0", "-0", "42", "-7"; not "07" or "+7") that fits in int64.
 Otherwise the column is text in every file, each value as given (stripped of surrounding
 whitespace; empty is null). So "7" in a CSV file and 7 in a Parquet file are the same key,
@@ -112,6 +113,17 @@ def match_key_type(frame: pl.DataFrame, index: pl.DataFrame) -> tuple[pl.DataFra
         return frame, index
     text = pl.col("rule_set_id").cast(pl.String)
     return frame.with_columns(text), index.with_columns(text)
+
+
+def rejected_key_as(name: str, dtype: pl.DataType) -> pl.Expr:
+    """A rejected row's key (text) in the verdicts' key type, to find the verdict it repeats:
+    as Int64, only text the rule reads as an integer ("010" and "+10" are not the key 10),
+    else null."""
+    key = pl.col(name)
+    if dtype != pl.Int64:
+        return key.cast(dtype, strict=False)
+    return pl.when(key.cast(pl.String).str.contains(CANONICAL_INT)).then(
+        key.cast(pl.Int64, strict=False)).alias(name)
 
 
 def key_hash(rows: pl.DataFrame, name: str) -> pl.Expr:

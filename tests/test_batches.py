@@ -3,11 +3,13 @@ thread only where numba cannot run kernels in two at once."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import polars as pl
 import pytest
 from conftest import read_outputs, write_csv
 
+from pipeline import batches
 from pipeline.batches import BATCH_ROWS, coalesced, read_ahead
 from pipeline.config import config_from_dict
 from pipeline.run import run_job
@@ -167,3 +170,20 @@ def test_small_files_evaluated_as_one_batch_keep_each_rows_file_and_row(tmp_path
         (str(d / "a.parquet"), 0, why.format(10, 2)), (str(d / "b.parquet"), 1, why.format(10, 2)),
         (str(d / "a.parquet"), 1, why.format(11, 3)), (str(d / "c.parquet"), 1, why.format(11, 3)),
         (str(d / "c.parquet"), 2, why.format(11, 3))])
+
+
+@pytest.mark.parametrize("look_ahead", [False, True])
+def test_a_files_batches_are_not_held_past_their_turn(tmp_path, monkeypatch, look_ahead):
+    """Reading a file of several batches holds only the batch in hand (holding the first two
+    for the whole file would cost about 130 MiB at 2^20 rows of text keys)."""
+    monkeypatch.setattr(batches, "BATCH_ROWS", 4)
+    path = write_csv(tmp_path / "p.csv", ["rule_set_id", "heaps"], [[1, i] for i in range(18)])
+    alive, rows = [], []
+    for raw, only in batches._file_batches(path, look_ahead):
+        assert only is False
+        alive.append(weakref.ref(raw.frame))
+        rows += raw.frame["heaps"].to_list()
+        del raw
+        gc.collect()
+        assert [ref() is None for ref in alive[:-1]] == [True] * (len(alive) - 1)
+    assert len(alive) == 5 and rows == [str(i) for i in range(18)]

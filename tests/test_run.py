@@ -609,25 +609,53 @@ def test_small_csv_files_normalised_together_keep_ids_rows_and_files(tmp_path):
             ] == [(0, [0, 0, 0, 1, 1, 1]), (2, 3), (3, 1), (4, 1)]
 
 
+def test_small_csv_then_small_parquet_files_number_default_ids_in_file_order(tmp_path):
+    """a.csv is held to be normalised with other small files; b.parquet and c.parquet are
+    read by one scan after it. Default ids number the rows over the files in name order,
+    so the scan's ids start after a.csv's rows. Under nim, SG(h) = h."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "nim", ""]])
+    d = tmp_path / "positions"
+    write_csv(d / "a.csv", ["rule_set_id", "heaps"], [[1, 1], [1, 2], [1, 3]])
+    for name, heaps in (("b", [[4], [5]]), ("c", [[6]])):
+        pl.DataFrame({"rule_set_id": [1] * len(heaps), "heaps": heaps}).write_parquet(
+            d / f"{name}.parquet")
+    assert run(job(tmp_path, r, d)).exit_code == 0
+    assert read_outputs(tmp_path / "out")["verdicts"].select("position_id", "nim_sum").rows(
+    ) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+
+
+def test_a_held_small_files_error_comes_before_a_later_files_error(tmp_path):
+    """a.csv's problem is found when it is normalised, which waits for the files it may be
+    joined with; b.csv's (not UTF-8) when it is read. The run names a.csv, the first file."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "nim", ""]])
+    d = tmp_path / "positions"
+    write_csv(d / "a.csv", ["rule_set_id", "heaps", "extra"], [[1, 1, 0]])
+    (d / "b.csv").write_bytes(b"rule_set_id,heaps\n1,\xff\n")
+    with pytest.raises(InputError, match=f"^{d / 'a.csv'}: "):
+        run(job(tmp_path, r, d))
+
+
 @pytest.mark.parametrize("files", [1, 2])
 def test_keys_made_text_only_by_rejected_rows_are_integers_in_any_file_layout(tmp_path, files):
-    """Text that only rejected rows hold ("x": unknown rule set; "abc": its heap is negative)
-    leaves the verdict keys integers, sorted as integers (2 before 10), whether those rows
+    """Text that only rejected rows hold ("x": unknown rule set; "abc", "010": a negative
+    heap) leaves the verdict keys integers, sorted as integers (2 before 10), whether those rows
     share a file with the others or not. The rules hold a text id, so the batch with "x"
     is typed as text to meet them. Under nim, SG(h) = h."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                   [[1, "nim", ""], ["rs", "nim", ""]])
-    rows = [["x", 1, 3], [1, "abc", -5], [1, 10, 3], [1, 2, 4]]
+    rows = [["x", 1, 3], [1, "abc", -5], [1, "010", -1], [1, 10, 3], [1, 2, 4]]
     d = tmp_path / "positions"
     header = ["rule_set_id", "position_id", "heaps"]
-    write_csv(d / "a.csv", header, rows if files == 1 else rows[:2])
+    write_csv(d / "a.csv", header, rows if files == 1 else rows[:3])
     if files == 2:
-        write_csv(d / "b.csv", header, rows[2:])
+        write_csv(d / "b.csv", header, rows[3:])
     assert run(job(tmp_path, r, d)).exit_code == 3
     verdicts = read_outputs(tmp_path / "out")["verdicts"]
     assert verdicts.schema["rule_set_id"] == verdicts.schema["position_id"] == pl.Int64
     assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == [
-        (1, 2, 4), (1, 10, 3)]
+        (1, 2, 4), (1, 10, 3)]  # "010" (rejected: its heap) is not the key 10
+    assert sorted(read_outputs(tmp_path / "out")["rejects"]["position_id"].to_list()) == [
+        "010", "1", "abc"]
 
 
 def test_text_rule_ids_leave_integer_verdict_keys_in_both_forms(tmp_path):

@@ -266,11 +266,12 @@ def test_duplicate_positions_match_polars(spark, tmp_path):
 @pytest.mark.spark
 def test_keys_made_text_only_by_rejected_rows_match_polars(spark, tmp_path):
     """Text keys only in rejected rows, in one file with the rules' text id: both engines
-    type the verdict keys over the verdict rows (integers)."""
+    type the verdict keys over the verdict rows (integers), and neither takes the rejected
+    "010" for the key 10."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                   [[1, "nim", ""], ["rs", "nim", ""]])
     p = write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
-                  [["x", 1, 3], [1, "abc", -5], [1, 10, 3], [1, 2, 4]])
+                  [["x", 1, 3], [1, "abc", -5], [1, "010", -1], [1, 10, 3], [1, 2, 4]])
     expected, _ = run_both(tmp_path, rules=str(r), positions=str(p))
     assert outputs(expected)["verdicts"]["position_id"].to_list() == [2, 10]
 

@@ -266,7 +266,7 @@ def cast_keys_task(batches: Batches, dtypes: dict[str, pl.DataType],
     """Rejected rows' keys cast to the verdict key types, as `split_duplicates` casts them."""
     for batch in batches:
         yield from _out(_frame(batch).with_columns(
-            pl.col(k).cast(dtypes[k], strict=False).alias(f"_k_{k}") for k in KEYS), schema)
+            keys.rejected_key_as(k, dtypes[k]).alias(f"_k_{k}") for k in KEYS), schema)
 
 
 def repeated_task(batches: Batches, schema: T.StructType) -> Batches:

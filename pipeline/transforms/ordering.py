@@ -161,7 +161,7 @@ def _types_hold(frames: list[pl.DataFrame], rule_ids: pl.Series) -> bool:
     if not pids:
         return False
     if pids[0].dtype == pl.String and re.fullmatch(keys.CANONICAL_INT, pids[0][0]):
-        return keys.needs_text(pl.DataFrame({"k": pl.concat(pids)}), "k")
+        return keys.needs_text(pl.DataFrame({"k": pl.concat(pids, rechunk=False)}), "k")
     return True
 
 
@@ -309,7 +309,7 @@ def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequ
                              ).to_series()
     rejected = (rejects.filter(pl.col("rule_set_id").is_not_null()
                                & pl.col("position_id").is_not_null())
-                .select(pl.col(k).cast(ordered[k].dtype, strict=False) for k in KEYS)
+                .select(keys.rejected_key_as(k, ordered[k].dtype) for k in KEYS)
                 .drop_nulls())
     if rejected.height:
         dup = dup | ordered.select(KEYS).join(
