@@ -92,12 +92,9 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
     batches = position_batches(paths, config, "wide", read_together=True)
-    for file_index, frame in read_ahead(coalesced(batches)):
+    for file_index, same_type, frame in read_ahead(_typed_and_attached(coalesced(batches),
+                                                                      index)):
         rows_read += frame.height
-        frame = keys.integer_keys(frame)
-        same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
-        frame, batch_index = keys.match_key_type(frame, index)
-        frame = evaluate.attach_tables(frame, batch_index)
         chunks = buffers.heap_buffers(frame)
         tables = _tables_for(frame, cache, chunks)
         evaluated = evaluate.evaluate(frame, tables, config.winning_moves, chunks)
@@ -116,6 +113,19 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
                                                         [str(p) for p in paths])
     return verdicts, pl.concat([rejected, duplicates]), rows_read
+
+
+def _typed_and_attached(batches: Iterator[tuple[int, pl.DataFrame]], index: pl.DataFrame
+                        ) -> Iterator[tuple[int, bool, pl.DataFrame]]:
+    """(file index, whether the batch's rule ids had the rules' type, the batch with its
+    keys typed and each row's table attached): done as the batches are read, in the reading
+    thread, not by the thread that evaluates them (10M text rule ids: 0.46 s of rank
+    lookups)."""
+    for file_index, frame in batches:
+        frame = keys.integer_keys(frame)
+        same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
+        frame, batch_index = keys.match_key_type(frame, index)
+        yield file_index, same_type, evaluate.attach_tables(frame, batch_index)
 
 
 def _tables_for(positions: pl.DataFrame, cache: TableCache,
