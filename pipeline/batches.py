@@ -6,11 +6,12 @@ from __future__ import annotations
 import csv
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from pipeline import kernels, keys
 from pipeline.config import Config
@@ -21,7 +22,7 @@ from pipeline.io.readers import (
     iter_batches,
     read_parquet_group,
     read_tables,
-    small_parquet_groups,
+    small_parquet_footer,
 )
 from pipeline.transforms import normalize, schema
 
@@ -90,64 +91,108 @@ def position_batches(paths: list[Source], config: Config, form: str,
     normalise on its own): runs of small local Parquet files of one schema are read by one
     scan, and other small files (CSV, object stores) of the same columns, read one by one,
     are joined before they are normalised."""
-    file_start = 0  # rows of the earlier files, which number default position ids on
     key_columns = {"rule_set_id": config.columns.rule_set_id,
                    "position_id": config.columns.position_id}
-    runs, rows_of = (small_parquet_groups(paths, _small_rows(), BATCH_ROWS) if read_together
-                     else ([[i] for i in range(len(paths))], {}))
-    held: list[tuple[int, RawTable]] = []  # small files' rows, to be normalised together
+    footers: dict[int, tuple[pa.Schema, int] | None] = {
+        i: small_parquet_footer(path, _small_rows()) if read_together else None
+        for i, path in enumerate(paths)}
+    scans = consecutive_runs(range(len(paths)), footers.get, BATCH_ROWS)
+    starts = _FileStarts()
 
-    def release() -> Iterator[tuple[int, pl.DataFrame]]:
-        nonlocal file_start
-        files = [index for index, _ in held]
-        together = _normalised_together([paths[i] for i in files],
-                                        [raw.frame for _, raw in held], config, form,
-                                        file_start) if len(held) > 1 else None
-        if together is not None:
-            yield files[0], together.with_columns(pl.col("_file") + files[0])
-            file_start += together.height
-        else:
-            for index, raw in held:
-                yield index, _normalised(raw, paths[index], config, form, file_start,
-                                         key_columns)
-                file_start += raw.frame.height
-        held.clear()
-
-    for run in runs:
-        if len(run) > 1:
-            yield from release()  # their rows number the default ids before this run's
-            together = _read_together([paths[i] for i in run], [rows_of[i] for i in run],
-                                      config, form, file_start)
-            if together is not None:
-                frame, rows = together
-                yield run[0], frame.with_columns(pl.col("_file") + run[0])
-                file_start += rows
+    def read() -> Iterator[tuple[list[int], RawTable | None, bool]]:
+        """(files, batch, whether it is its file's only one): a batch of a file read on its
+        own, or (files, None, False) for a run of Parquet files that one scan reads, when
+        its turn comes."""
+        for scan in scans:
+            if len(scan) > 1:
+                yield scan, None, False
                 continue
-        for index in run:
-            rows_here = 0  # default ids number on from the file's start in all its batches
-            batches = _file_batches(paths[index], read_together)
-            while True:
-                try:
-                    item = next(batches, None)
-                except InputError:  # the held files come first, with any error of their own
-                    yield from release()
-                    raise
-                if item is None:
-                    break
-                raw, whole_file = item
-                joinable = whole_file and _small_and_clean(raw)
-                if held and (not joinable or raw.frame.schema != held[0][1].frame.schema
-                             or sum(r.frame.height for _, r in held) + raw.frame.height
-                             > BATCH_ROWS):
-                    yield from release()
-                if joinable:
-                    held.append((index, raw))
-                    continue
-                yield index, _normalised(raw, paths[index], config, form, file_start,
-                                         key_columns)
-                rows_here += raw.frame.height + len(raw.bad_lines)
-            file_start += rows_here
-    yield from release()
+            for raw, only in _file_batches(paths[scan[0]], read_together):
+                yield scan, raw, only
+
+    def alone(index: int, raw: RawTable) -> pl.DataFrame:
+        frame = normalize.normalize_positions(raw.frame, raw.row, str(paths[index]),
+                                              config.columns, form, starts.of(index))
+        starts.add(index, raw.frame.height + len(raw.bad_lines))
+        return _with_bad_lines(frame, raw, key_columns)
+
+    def joinable(item: tuple[list[int], RawTable | None, bool]) -> tuple[pa.Schema, int] | None:
+        _, raw, only = item
+        return (raw.frame.schema, raw.frame.height) if raw is not None and only else None
+
+    for run in consecutive_runs(read(), joinable, BATCH_ROWS):
+        files = [scan[0] for scan, _, _ in run]
+        raws = [raw for _, raw, _ in run if raw is not None]
+        if not raws:  # a run of small Parquet files, read by one scan
+            files = run[0][0]
+            counts = [footers[i][1] for i in files]  # type: ignore[index]
+            frame = _read_together([paths[i] for i in files], counts, config, form,
+                                   starts.of(files[0]))
+            if frame is None:  # each file read on its own, for its own error
+                for index in files:
+                    for raw in iter_batches(paths[index], BATCH_ROWS):
+                        yield index, alone(index, raw)
+                continue
+        else:
+            frame = (_normalised_together([paths[i] for i in files], [r.frame for r in raws],
+                                          config, form, starts.of(files[0]))
+                     if len(raws) > 1 else None)
+            if frame is None:
+                for index, raw in zip(files, raws):
+                    yield index, alone(index, raw)
+                continue
+            counts = [r.frame.height for r in raws]
+        for index, rows in zip(files, counts):
+            starts.add(index, rows)
+        yield files[0], frame.with_columns(pl.col("_file") + files[0])
+
+
+class _FileStarts:
+    """Where each file's rows start among the rows of all files (default position ids
+    number on across the files, skipped lines included), for files met in order."""
+
+    def __init__(self) -> None:
+        self.file, self.start, self.rows = -1, 0, 0
+
+    def of(self, index: int) -> int:
+        if index != self.file:
+            self.start += self.rows
+            self.file, self.rows = index, 0
+        return self.start
+
+    def add(self, index: int, rows: int) -> None:
+        self.of(index)
+        self.rows += rows
+
+
+def consecutive_runs(items: Iterable[T], joinable: Callable[[T], tuple[object, int] | None],
+                     most_rows: int) -> Iterator[list[T]]:
+    """`items` in runs: consecutive joinable ones (`joinable` gives their schema and rows,
+    None for an item to keep alone) of one schema and `most_rows` rows at most in all, and
+    every other item as a run of its own. An error from `items` is raised after the run
+    held before it, so that its items come first, as they would one at a time."""
+    held: list[T] = []
+    held_schema: object = None
+    held_rows = 0
+    try:
+        for item in items:
+            found = joinable(item)
+            if held and (found is None or found[0] != held_schema
+                         or held_rows + found[1] > most_rows):
+                yield held
+                held, held_rows = [], 0
+            if found is None:
+                yield [item]
+                continue
+            held.append(item)
+            held_schema = found[0]
+            held_rows += found[1]
+    except Exception:
+        if held:
+            yield held
+        raise
+    if held:
+        yield held
 
 
 def _file_batches(path: Source, look_ahead: bool) -> Iterator[tuple[RawTable, bool]]:
@@ -158,8 +203,9 @@ def _file_batches(path: Source, look_ahead: bool) -> Iterator[tuple[RawTable, bo
     first = next(batches, None)
     if first is None:
         return
-    second = next(batches, None) if look_ahead and _small_and_clean(first) else None
-    only = look_ahead and second is None and _small_and_clean(first)
+    small = look_ahead and _small_and_clean(first)
+    second = next(batches, None) if small else None
+    only = small and second is None
     yield first, only
     del first
     if second is not None:
@@ -177,13 +223,6 @@ def _small_and_clean(raw: RawTable) -> bool:
             and bool(np.array_equal(raw.row, np.arange(n))))
 
 
-def _normalised(raw: RawTable, path: Source, config: Config, form: str, file_start: int,
-                key_columns: dict[str, str]) -> pl.DataFrame:
-    frame = normalize.normalize_positions(raw.frame, raw.row, str(path), config.columns, form,
-                                          file_start)
-    return _with_bad_lines(frame, raw, key_columns)
-
-
 def _normalised_together(paths: list[Source], frames: list[pl.DataFrame], config: Config,
                          form: str, file_start: int) -> pl.DataFrame | None:
     """Whole small files' rows (one schema, every row read) normalised as one batch, as each
@@ -199,19 +238,17 @@ def _normalised_together(paths: list[Source], frames: list[pl.DataFrame], config
 
 
 def _read_together(paths: list[Source], rows: list[int], config: Config, form: str,
-                   file_start: int) -> tuple[pl.DataFrame, int] | None:
+                   file_start: int) -> pl.DataFrame | None:
     """Small Parquet files of one schema (`rows` each, from their footers) read by one scan
-    and normalised as one batch (`_by_file`); with the rows read. None when the one scan
-    fails (each file is then read on its own, for its own error)."""
+    and normalised as one batch (`_by_file`). None when the one scan fails (each file is
+    then read on its own, for its own error)."""
     raw = read_parquet_group(paths)  # type: ignore[arg-type]
-    if raw is None:
-        return None
     counts = np.array(rows, dtype=np.int64)
-    if int(counts.sum()) != raw.height:
+    if raw is None or int(counts.sum()) != raw.height:
         return None
     frame = normalize.normalize_positions(raw, np.arange(raw.height, dtype=np.int64),
                                           str(paths[0]), config.columns, form, file_start)
-    return _by_file(frame, paths, counts), raw.height
+    return _by_file(frame, paths, counts)
 
 
 def _by_file(frame: pl.DataFrame, paths: list[Source], counts: np.ndarray) -> pl.DataFrame:
@@ -244,31 +281,20 @@ def coalesced(batches: Iterator[tuple[int, pl.DataFrame]]
     first one's file index, batch). Every step after the read costs per batch: 400 files of
     5,000 positions spent most of their time there. Other batches, and a small one alone,
     pass as they come."""
-    small_rows, rows = _small_rows(), BATCH_ROWS
-    held: list[tuple[int, pl.DataFrame]] = []
+    small_rows = _small_rows()
 
-    def joined() -> Iterator[tuple[int, pl.DataFrame]]:
-        if len(held) == 1:
-            yield held[0]
-        elif held:
-            yield held[0][0], pl.concat(
-                [frame.with_columns(pl.lit(index, pl.Int32).alias("_file"))
-                 for index, frame in held], rechunk=True)  # one chunk: one kernel call
-        held.clear()
-
-    held_rows = 0
-    for index, frame in batches:
+    def joinable(item: tuple[int, pl.DataFrame]) -> tuple[pl.Schema, int] | None:
+        frame = item[1]
         small = frame.height < small_rows and "_file" not in frame.columns
-        if held and (not small or frame.schema != held[0][1].schema
-                     or held_rows + frame.height > rows):
-            yield from joined()
-            held_rows = 0
-        if small:
-            held.append((index, frame))
-            held_rows += frame.height
+        return (frame.schema, frame.height) if small else None
+
+    for run in consecutive_runs(batches, joinable, BATCH_ROWS):
+        if len(run) == 1:
+            yield run[0]
         else:
-            yield index, frame
-    yield from joined()
+            yield run[0][0], pl.concat(
+                [frame.with_columns(pl.lit(index, pl.Int32).alias("_file"))
+                 for index, frame in run], rechunk=True)  # one chunk: one kernel call
 
 
 def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:

@@ -127,41 +127,17 @@ def iter_batches(path: Source, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
     yield from csv_batches(file, batch_rows)
 
 
-def small_parquet_groups(paths: list[Source], most_rows: int, total_rows: int
-                         ) -> tuple[list[list[int]], dict[int, int]]:
-    """Runs of consecutive local Parquet files (indexes into `paths`) of fewer than
-    `most_rows` rows each, one Arrow schema and `total_rows` rows at most in all, that one
-    scan can read together (`read_parquet_group`); every other file is a run of its own.
-    Also the rows of each file in a run of several, from the footers, which are all that
-    is read; a file whose footer cannot be read stays on its own (the file's own read then
-    names what is wrong)."""
-    rows: dict[int, int] = {}
-    runs: list[list[int]] = []
-    held: list[int] = []
-    held_schema: pa.Schema | None = None
-    held_rows = 0
-    for i, path in enumerate(paths):
-        meta = None
-        if isinstance(path, Path) and format_of(path) == "parquet":
-            try:
-                meta = pq.read_metadata(path)
-            except (pa.ArrowException, OSError):
-                meta = None
-        small = meta is not None and meta.num_rows < most_rows
-        schema = meta.schema.to_arrow_schema() if small else None
-        if held and (not small or schema != held_schema or held_rows + meta.num_rows > total_rows):
-            runs.append(held)
-            held, held_rows = [], 0
-        if not small:
-            runs.append([i])
-            continue
-        held.append(i)
-        held_schema = schema
-        held_rows += meta.num_rows
-        rows[i] = meta.num_rows
-    if held:
-        runs.append(held)
-    return runs, rows
+def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] | None:
+    """(Arrow schema, rows) of a local Parquet file of fewer than `most_rows` rows, from its
+    footer alone, for `read_parquet_group`; None for any other file, or one whose footer
+    cannot be read (its own read then names what is wrong)."""
+    if not isinstance(path, Path) or format_of(path) != "parquet":
+        return None
+    try:
+        meta = pq.read_metadata(path)
+    except (pa.ArrowException, OSError):
+        return None
+    return (meta.schema.to_arrow_schema(), meta.num_rows) if meta.num_rows < most_rows else None
 
 
 def read_parquet_group(paths: list[Path]) -> pl.DataFrame | None:

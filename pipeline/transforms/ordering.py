@@ -57,7 +57,8 @@ def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series 
     and nim_sum and the move columns (-1 for none) take the narrowest type that holds them
     (`with_verdict` writes them as Int64, with nulls). `file` None keeps no input locations:
     for long-form positions, which have none of their own and whose keys cannot repeat. A
-    batch of several files (`batches.coalesced`) names each row's file in `_file`."""
+    batch of several files (`batches.position_batches`, `batches.coalesced`) names each
+    row's file in `_file`."""
     rows = evaluated["_row"].to_numpy() if file is not None else np.zeros(0, np.int64)
     files = (evaluated["_file"].to_numpy().copy()
              if file is not None and "_file" in evaluated.columns else None)
@@ -239,8 +240,7 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
                                      "position_id")
     with kernels.threads_for(bucket.shape[0]):
         order, counts = kernels.text_key_order(bucket, rule_ids.len(), offsets, data)
-    del offsets, data
-    del bucket
+    del offsets, data, bucket
     in_order = kernels.is_identity(order)
     runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
     columns = {"rule_set_id": rule_ids.gather(runs).alias("rule_set_id"),
