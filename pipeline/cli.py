@@ -538,6 +538,13 @@ def _stdin_bytes() -> bytes | memoryview:
     return sys.stdin.buffer.read()
 
 
+QUIET_THREAD_POOLS = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+"""Thread pools the job has no use for kept from spinning, unless the user set these: numpy's
+OpenBLAS pool (never called) spins about 0.1 CPU-s at start, and numba's OpenMP workers spin
+between parallel regions on the cores polars reads with. On 10M positions: 0.1-0.4 CPU-s
+less, wall 2-4% less."""
+
+
 def main() -> None:  # pragma: no cover - console entry point
     """Run the command, then end the process without the interpreter's teardown where that is
     safe: freeing numba's and polars' module state costs 0.15-0.2 s after every command (18%
@@ -547,6 +554,8 @@ def main() -> None:  # pragma: no cover - console entry point
     import os
     import threading
 
+    for name, value in QUIET_THREAD_POOLS.items():
+        os.environ.setdefault(name, value)
     try:
         app()
         code = 0
