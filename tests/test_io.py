@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from conftest import invoke, on_small_disk
 from hypothesis import given, settings
@@ -1103,6 +1104,42 @@ def test_row_estimate_counts_parquet_rows_and_csv_lines(tmp_path):
     assert readers.row_estimate([tmp_path / "a.parquet"]) == 7
     assert readers.row_estimate([tmp_path / "a.parquet", tmp_path / "b.csv", tmp_path / "c.csv"]) \
         == 7 + 5 + 2
+
+
+def test_a_runs_footers_are_read_once_and_forgotten_after_it(tmp_path):
+    path = tmp_path / "p.parquet"
+    pl.DataFrame({"rule_set_id": [1, 2], "heaps": [[3], [400, 5]]}).write_parquet(path)
+    with readers.footers_kept():
+        assert readers.row_estimate([path]) == 2
+        assert readers.heap_upper_bound([path], "heaps") == 400
+        # replaced during the run: the run goes on with the footer it read first
+        pl.DataFrame({"x": [7, 8, 9]}).write_parquet(path)
+        assert readers.row_estimate([path]) == 2
+        assert readers.columns_of(path) == ["rule_set_id", "heaps"]
+        assert readers.heap_upper_bound([path], "heaps") == 400
+    assert readers.row_estimate([path]) == 3
+    assert readers.columns_of(path) == ["x"]
+    assert readers.heap_upper_bound([path], "heaps") is None
+
+
+def test_a_footer_that_cannot_be_read_is_not_kept(tmp_path):
+    path = tmp_path / "p.parquet"
+    path.write_bytes(b"not parquet at all")
+    with readers.footers_kept():
+        with pytest.raises(InputError, match="not a readable Parquet file"):
+            readers.columns_of(path)
+        pl.DataFrame({"a": [1]}).write_parquet(path)
+        assert readers.columns_of(path) == ["a"]
+
+
+def test_the_kept_schema_is_the_one_read_schema_gives(tmp_path):
+    path = tmp_path / "p.parquet"
+    frame = pl.DataFrame({"k": ["a"], "e": pl.Series([["x"]], dtype=pl.List(pl.Categorical)),
+                          "n": pl.Series([1], dtype=pl.Int16)})
+    frame.write_parquet(path)
+    with readers.footers_kept():
+        assert readers.parquet_footer(path).schema.equals(pq.read_schema(path),
+                                                          check_metadata=True)
 
 
 def test_row_estimate_scales_the_lines_of_a_large_csvs_start(tmp_path):

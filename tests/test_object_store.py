@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
@@ -194,6 +196,31 @@ def test_local_inputs_to_s3_and_s3_output_back_to_disk(s3_env, tmp_path: Path) -
     run = manifest["run_id"]
     assert sorted(keys(s3_env, "job/")) == sorted(
         ["job/out/manifest.json"] + [f"job/out/{run}/{n}.parquet" for n in OUTPUTS])
+
+
+def requests_since(server, start: int) -> list[str]:
+    """The request lines (method and path) moto logged after byte `start` of its log."""
+    server.log.seek(start)
+    text = server.log.read().decode(errors="replace")
+    return [m.group(1) for m in re.finditer(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+ \S+) HTTP/', text)]
+
+
+def test_a_parquet_objects_footer_is_fetched_once_a_run(s3_env, tmp_path: Path) -> None:
+    """The run needs a footer for row counts, heap statistics, columns and schema; each
+    fetch is a HEAD and a ranged GET, so it is fetched once (before: 12 requests a file)."""
+    data = tmp_path / "data"
+    generate(data, Spec(3000, 5, 50, 3, 0, 3, "wide", "parquet", 5, "int", False, 3))
+    upload_tree(s3_env, data, "in")
+    s3_env.log.seek(0, os.SEEK_END)
+    start = s3_env.log.tell()
+    code, err = invoke(["run", "--rules", data / "rules.parquet", "--positions",
+                        "s3://bkt/in/positions", "--out", tmp_path / "out"], tmp_path)
+    assert code == 0, err
+    per_file = Counter(line.split()[1].split("?")[0] for line in requests_since(s3_env, start))
+    objects = [f"/bkt/in/positions/part-0000{i}.parquet" for i in range(3)]
+    assert sorted(k for k in per_file if k.endswith(".parquet")) == objects
+    # one HEAD for the manifest's etag; HEAD and GET for the footer; polars' own scan
+    assert all(per_file[o] <= 6 for o in objects), per_file
 
 
 def test_prefixes_and_globs_skip_hidden_names_outputs_and_other_types(s3_env,

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException, PythonException
 from pyspark.sql import DataFrame, SparkSession
@@ -63,7 +62,7 @@ from pipeline.engines.spark_urls import hadoop_url, read_problem
 from pipeline.errors import InputError, SnimError, UsageError, first_line
 from pipeline.io.inputs import Source, format_of
 from pipeline.io.locations import Location
-from pipeline.io.readers import columns_of, parquet_source
+from pipeline.io.readers import columns_of, parquet_footer
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
 
@@ -263,10 +262,10 @@ class SparkWork:
         whole object)."""
         path = self.paths[i]
         try:
-            with pq.ParquetFile(parquet_source(path)) as footer:
-                meta = footer.metadata
-                groups = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
-                empty = pl.from_arrow(footer.schema_arrow.empty_table())
+            footer = parquet_footer(path)
+            meta = footer.metadata
+            groups = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+            empty = pl.from_arrow(footer.schema.empty_table())
             assert isinstance(empty, pl.DataFrame)
             normalize.normalize_positions(empty, np.zeros(0, np.int64), str(path),
                                            self.config.columns, self.form, 0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +31,55 @@ def _parquet_error(path: Source, exc: BaseException) -> SnimError:
     return InputError(f"{path}: not a readable Parquet file ({first_line(exc)})")
 
 
+@dataclass(frozen=True)
+class ParquetFooter:
+    """What a Parquet file's footer says: row groups and statistics, and the Arrow schema
+    (as `pq.read_schema` gives it)."""
+
+    metadata: pq.FileMetaData
+    schema: pa.Schema
+
+
+_kept_footers: dict[Source, ParquetFooter] | None = None
+
+
+@contextmanager
+def footers_kept() -> Iterator[None]:
+    """Within it (one run), each Parquet file's footer is read once: a run asks for it up to
+    five times (row counts, heap statistics, column names, schema, the small-file probe), and
+    in an object store each read is a HEAD and a ranged GET of its own (400 files took
+    12 requests a file). The files are taken not to change during the run."""
+    global _kept_footers
+    outer, _kept_footers = _kept_footers, _kept_footers if _kept_footers is not None else {}
+    try:
+        yield
+    finally:
+        _kept_footers = outer
+
+
+def parquet_footer(path: Source) -> ParquetFooter:
+    """The footer of a Parquet file (kept within `footers_kept`); raises pyarrow's own
+    ArrowException or OSError, for the caller to word."""
+    kept = _kept_footers
+    if kept is not None and path in kept:
+        return kept[path]
+    source = parquet_source(path)
+    try:
+        with pq.ParquetFile(source) as file:
+            footer = ParquetFooter(file.metadata, file.schema_arrow)
+    finally:
+        if not isinstance(source, Path):
+            source.close()
+    if kept is not None:
+        kept[path] = footer
+    return footer
+
+
 def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     """polars' streaming reader (about 2x pyarrow's iter_batches here), after pyarrow has
     checked the footer so that a file that is not Parquet gets a plain message."""
     try:
-        schema = pq.read_schema(parquet_source(file.path))
+        schema = parquet_footer(file.path).schema
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _parquet_error(file.path, exc) from None
     start = 0
@@ -86,7 +132,7 @@ def heap_upper_bound(paths: list[Source], column: str) -> int | None:
         if format_of(path) != "parquet":
             return None
         try:
-            meta = pq.ParquetFile(parquet_source(path)).metadata
+            meta = parquet_footer(path).metadata
         except (pa.ArrowException, OSError, SnimError):
             return None
         leaves = [i for i in range(meta.num_columns)
@@ -111,7 +157,7 @@ def row_estimate(paths: list[Source]) -> int:
             rows += csv_row_estimate(path)
             continue
         try:
-            rows += pq.ParquetFile(parquet_source(path)).metadata.num_rows
+            rows += parquet_footer(path).metadata.num_rows
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
     return rows
@@ -134,10 +180,11 @@ def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] 
     if not isinstance(path, Path) or format_of(path) != "parquet":
         return None
     try:
-        meta = pq.read_metadata(path)
+        footer = parquet_footer(path)
     except (pa.ArrowException, OSError):
         return None
-    return (meta.schema.to_arrow_schema(), meta.num_rows) if meta.num_rows < most_rows else None
+    rows = footer.metadata.num_rows
+    return (footer.metadata.schema.to_arrow_schema(), rows) if rows < most_rows else None
 
 
 def read_parquet_group(paths: list[Path]) -> pl.DataFrame | None:
@@ -155,7 +202,7 @@ def columns_of(path: Source) -> list[str]:
     """Column names of an input file without reading its rows."""
     if format_of(path) == "parquet":
         try:
-            return pq.read_schema(parquet_source(path)).names
+            return parquet_footer(path).schema.names
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
     if read_start(path, 0)[1] == 0:
