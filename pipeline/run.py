@@ -25,11 +25,10 @@ from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
 from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, UsageError, cut
-from pipeline.io import commit, object_store
+from pipeline.io import commit, kept, object_store
 from pipeline.io.inputs import InputFile, Source, checksummed, resolve_inputs
 from pipeline.io.locations import Location
 from pipeline.io.manifest import output_listing, write_manifest
-from pipeline.io.readers import footers_kept
 from pipeline.io.remote_commit import staged_remote_output
 from pipeline.tables import table_cache
 from pipeline.transforms import normalize, outputs, schema
@@ -125,7 +124,7 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
         delta_root = delta.table_root(config.out, config.storage_options)
         delta.check_root(delta_root)
         staged = delta.staging_directory(delta_root, run_id)
-    with staged as staging, engine.open_inputs(config), footers_kept():
+    with staged as staging, engine.open_inputs(config), kept.for_the_run():
         outcome = execute(config, engine, staging, phase, note)
         if outcome.rejected and config.on_bad_rows == "fail":
             raise BadRowsError(f"{outcome.rejected} input rows failed validation "

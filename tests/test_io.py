@@ -29,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.errors import InputError, OutputError
-from pipeline.io import commit, csv_reader, failures, inputs, manifest, readers, scratch
+from pipeline.io import commit, csv_reader, failures, inputs, kept, manifest, readers, scratch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = ROOT / ".venv" / "bin" / "snim-batch"
@@ -1106,10 +1106,26 @@ def test_row_estimate_counts_parquet_rows_and_csv_lines(tmp_path):
         == 7 + 5 + 2
 
 
+def test_kept_values_live_for_the_run_within_the_byte_budget(monkeypatch):
+    monkeypatch.setattr(kept, "BYTES_KEPT", 10)
+    assert not kept.put("object", "a", b"123") and kept.get("object", "a") is None
+    with kept.for_the_run():
+        assert kept.put("object", "a", b"123456", 6)
+        assert not kept.put("object", "b", b"12345", 5)  # 11 bytes would be over
+        assert kept.put("footer", "b", "no bytes counted")
+        with kept.for_the_run():  # nested: the outer run's values stay
+            assert kept.get("object", "a") == b"123456"
+        kept.drop("object", "a")
+        assert kept.get("object", "a") is None
+        assert kept.put("object", "b", b"12345", 5)
+        assert kept.get("footer", "b") == "no bytes counted"
+    assert kept.get("object", "b") is None and not kept.active()
+
+
 def test_a_runs_footers_are_read_once_and_forgotten_after_it(tmp_path):
     path = tmp_path / "p.parquet"
     pl.DataFrame({"rule_set_id": [1, 2], "heaps": [[3], [400, 5]]}).write_parquet(path)
-    with readers.footers_kept():
+    with kept.for_the_run():
         assert readers.row_estimate([path]) == 2
         assert readers.heap_upper_bound([path], "heaps") == 400
         # replaced during the run: the run goes on with the footer it read first
@@ -1125,7 +1141,7 @@ def test_a_runs_footers_are_read_once_and_forgotten_after_it(tmp_path):
 def test_a_footer_that_cannot_be_read_is_not_kept(tmp_path):
     path = tmp_path / "p.parquet"
     path.write_bytes(b"not parquet at all")
-    with readers.footers_kept():
+    with kept.for_the_run():
         with pytest.raises(InputError, match="not a readable Parquet file"):
             readers.columns_of(path)
         pl.DataFrame({"a": [1]}).write_parquet(path)
@@ -1137,7 +1153,7 @@ def test_the_kept_schema_is_the_one_read_schema_gives(tmp_path):
     frame = pl.DataFrame({"k": ["a"], "e": pl.Series([["x"]], dtype=pl.List(pl.Categorical)),
                           "n": pl.Series([1], dtype=pl.Int16)})
     frame.write_parquet(path)
-    with readers.footers_kept():
+    with kept.for_the_run():
         assert readers.parquet_footer(path).schema.equals(pq.read_schema(path),
                                                           check_metadata=True)
 

@@ -23,7 +23,7 @@ from conftest import invoke
 
 from pipeline.errors import ConfigError
 from pipeline.generate import Spec, generate
-from pipeline.io import csv_reader, object_store
+from pipeline.io import csv_reader, kept, object_store
 from pipeline.io.inputs import resolve_inputs
 from pipeline.io.locations import Location
 
@@ -205,22 +205,51 @@ def requests_since(server, start: int) -> list[str]:
     return [m.group(1) for m in re.finditer(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+ \S+) HTTP/', text)]
 
 
-def test_a_parquet_objects_footer_is_fetched_once_a_run(s3_env, tmp_path: Path) -> None:
-    """The run needs a footer for row counts, heap statistics, columns and schema; each
-    fetch is a HEAD and a ranged GET, so it is fetched once (before: 12 requests a file)."""
+@pytest.mark.parametrize(("fmt", "most"), [("parquet", 4), ("csv", 2)])
+def test_each_positions_object_costs_a_few_requests_a_run(s3_env, tmp_path: Path, fmt: str,
+                                                          most: int) -> None:
+    """A run needs a Parquet footer for row counts, heap statistics, columns and schema, and
+    a CSV's start for its header, emptiness and row estimate before its rows; each read was
+    a request or two of its own (12 and 11 requests a file). Within a run a footer is fetched
+    once, and a small object whole."""
     data = tmp_path / "data"
-    generate(data, Spec(3000, 5, 50, 3, 0, 3, "wide", "parquet", 5, "int", False, 3))
+    generate(data, Spec(3000, 5, 50, 3, 0, 3, "wide", fmt, 5, "string", False, 3))
     upload_tree(s3_env, data, "in")
     s3_env.log.seek(0, os.SEEK_END)
     start = s3_env.log.tell()
-    code, err = invoke(["run", "--rules", data / "rules.parquet", "--positions",
+    code, err = invoke(["run", "--rules", data / f"rules.{fmt}", "--positions",
                         "s3://bkt/in/positions", "--out", tmp_path / "out"], tmp_path)
     assert code == 0, err
-    per_file = Counter(line.split()[1].split("?")[0] for line in requests_since(s3_env, start))
-    objects = [f"/bkt/in/positions/part-0000{i}.parquet" for i in range(3)]
-    assert sorted(k for k in per_file if k.endswith(".parquet")) == objects
-    # one HEAD for the manifest's etag; HEAD and GET for the footer; polars' own scan
-    assert all(per_file[o] <= 6 for o in objects), per_file
+    per_object = Counter(line.split()[1].split("?")[0]
+                         for line in requests_since(s3_env, start))
+    objects = [f"/bkt/in/positions/part-0000{i}.{fmt}" for i in range(3)]
+    assert sorted(k for k in per_object if k.endswith(fmt)) == objects
+    assert all(per_object[o] <= most for o in objects), per_object
+    code, err = invoke(["run", "--rules", data / f"rules.{fmt}", "--positions",
+                        data / "positions", "--out", tmp_path / "local"], tmp_path)
+    assert code == 0, err
+    assert local_outputs(tmp_path / "local")["verdicts"].equals(
+        local_outputs(tmp_path / "out")["verdicts"])
+
+
+@pytest.mark.parametrize(("small_object", "bytes_kept"), [(0, 0), (1 << 22, 9000)])
+def test_objects_not_kept_whole_are_streamed_with_the_same_outcome(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_object: int,
+        bytes_kept: int) -> None:
+    """Objects above SMALL_OBJECT, or past the run's budget of kept bytes (here some files
+    are kept and some are not), are read as streams: same tables, same rejects."""
+    data = dataset(tmp_path / "data", "wide", "csv")
+    upload_tree(s3_env, data, "in")
+    code, err = invoke(["run", "--rules", data / "rules.csv", "--positions",
+                        data / "positions", "--out", tmp_path / "local"], tmp_path)
+    assert code == 3, err
+    monkeypatch.setattr(csv_reader, "SMALL_OBJECT", small_object)
+    monkeypatch.setattr(kept, "BYTES_KEPT", bytes_kept)
+    code, err = invoke(["run", "--rules", "s3://bkt/in/rules.csv", "--positions",
+                        "s3://bkt/in/positions", "--out", tmp_path / "s3"], tmp_path)
+    assert code == 3, err
+    same_tables(local_outputs(tmp_path / "local"), local_outputs(tmp_path / "s3"),
+                (str(data / "positions"), "s3://bkt/in/positions"))
 
 
 def test_prefixes_and_globs_skip_hidden_names_outputs_and_other_types(s3_env,

@@ -18,7 +18,7 @@ import pyarrow.csv as pacsv
 
 from pipeline import kernels
 from pipeline.errors import InputError, first_line
-from pipeline.io import object_store
+from pipeline.io import kept, object_store
 from pipeline.io.inputs import InputFile, RawTable, Source
 from pipeline.io.locations import Location
 
@@ -51,39 +51,46 @@ def _bom_length(data: bytes | mmap.mmap) -> int:
 
 
 def _scan_text(path: Source) -> _TextScan:
-    """Check the whole file through a memory map (plain ASCII, as most exports are, told by
-    one vectorised maximum; other text decoded in 16 MiB slices; quotes followed by a
-    compiled scan of the mapped bytes), so a large file is never held twice."""
+    """Check the whole file through a memory map (an object in a store: as kept whole, or
+    streamed), so a large file is never held twice."""
     if isinstance(path, Location):
-        return _scan_stream(path)
-    decoder = codecs.getincrementaldecoder("utf-8")()
+        whole = kept.get("object", path)
+        return _scan_stream(path) if whole is None else _scan_bytes(whole)
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        nul = data.find(b"\x00")
-        if nul >= 0:
-            return _TextScan(nul, 0, False)
-        view = _csv_bytes(data)
-        try:  # the map cannot close while an array still points into it, even on Ctrl-C
-            ascii_only = view.shape[0] == 0 or int(view.max()) < 0x80
-        finally:
-            del view
-        step = 1 << 24
-        for start in range(0, 0 if ascii_only else len(data), step):
-            try:
-                decoder.decode(data[start:start + step], final=start + step >= len(data))
-            except UnicodeDecodeError as exc:
-                return _TextScan(start + exc.start, 0, False)
-        if data.find(b'"') < 0:
-            return _TextScan(-1, 0, False)
-        view = _csv_bytes(data)
+        return _scan_bytes(data)
+
+
+def _scan_bytes(data: bytes | mmap.mmap) -> _TextScan:
+    """No NUL byte, UTF-8 (plain ASCII, as most exports are, told by one vectorised maximum;
+    other text decoded in 16 MiB slices), quotes by a compiled scan of the bytes."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        return _TextScan(nul, 0, False)
+    view = _csv_bytes(data)
+    try:  # the map cannot close while an array still points into it, even on Ctrl-C
+        ascii_only = view.shape[0] == 0 or int(view.max()) < 0x80
+    finally:
+        del view
+    step = 1 << 24
+    for start in range(0, 0 if ascii_only else len(data), step):
         try:
-            _, _, open_line, quoted_break, stray_line = kernels.csv_scan(
-                view, _bom_length(data), 0)
-        finally:
-            del view
+            decoder.decode(data[start:start + step], final=start + step >= len(data))
+        except UnicodeDecodeError as exc:
+            return _TextScan(start + exc.start, 0, False)
+    if data.find(b'"') < 0:
+        return _TextScan(-1, 0, False)
+    view = _csv_bytes(data)
+    try:
+        _, _, open_line, quoted_break, stray_line = kernels.csv_scan(
+            view, _bom_length(data), 0)
+    finally:
+        del view
     return _TextScan(-1, open_line, quoted_break, stray_line)
 
 
 _PART = 1 << 24
+SMALL_OBJECT = 1 << 22  # objects a run fetches whole at once (`_object_start`)
 
 
 def _scan_stream(location: Location) -> _TextScan:
@@ -129,12 +136,25 @@ def _scan_stream(location: Location) -> _TextScan:
 def read_start(path: Source, count: int) -> tuple[bytes, int]:
     """The first `count` bytes of an input file, and its size."""
     if isinstance(path, Location):
-        return object_store.read_head(path, count)
+        return _object_start(path, count)
     try:
         with path.open("rb") as fh:
             return fh.read(count), os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _object_start(location: Location, count: int) -> tuple[bytes, int]:
+    """`read_start` of an object in a store. Within a run (`kept`), an object of at most
+    SMALL_OBJECT bytes is fetched whole the first time and kept: its header, emptiness, row
+    estimate, text checks and rows then cost one request, not seven."""
+    whole = kept.get("object", location)
+    if whole is None:
+        whole, size = object_store.read_head(location, count,
+                                             SMALL_OBJECT if kept.active() else 0)
+        if len(whole) < size or not kept.put("object", location, whole, size):
+            return whole[:count], size
+    return whole[:count], len(whole)
 
 
 def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
@@ -149,6 +169,7 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
         return
     bad: list[tuple[int, str, str]] = []
     reader = _open_reader(file.path, header, scan.quoted_break, bad)
+    kept.drop("object", file.path)  # the reader holds what it needs
     yield from _batches(file, reader, bad, batch_rows)
 
 
@@ -192,7 +213,10 @@ def _open_reader(path: Source, header: list[str], quoted_break: bool,
                             f"{row.expected_columns}", row.text or ""))
         return "skip"
 
-    source = object_store.open_stream(path) if isinstance(path, Location) else path
+    source: Any = path
+    if isinstance(path, Location):
+        whole = kept.get("object", path)
+        source = object_store.open_stream(path) if whole is None else pa.BufferReader(whole)
     try:
         return pacsv.open_csv(
             source,

@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from pipeline.errors import ConfigError, InputError, SnimError, UsageError, cut
+from pipeline.io import kept
 from pipeline.io.locations import Location
 
 CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "30s", "max_retries": "2",
@@ -274,14 +275,22 @@ def _endpoint_shown(location: Location) -> str:
 
 
 def object_metadata(location: Location) -> dict[str, Any]:
-    """size, and the store's etag and version (None where it has none) of one object."""
-    store = filesystem(location)
+    """size, and the store's etag and version (None where it has none) of one object (within
+    a run, as the run's first request for the object found them: `kept`)."""
+    found = kept.get("metadata", location)
+    if found is not None:
+        return found
     try:
-        with store.open_input_file(location.store_path) as handle:
-            size = handle.size()
-            meta = {key.lower(): value for key, value in (handle.metadata() or {}).items()}
+        with filesystem(location).open_input_file(location.store_path) as handle:
+            return _described(location, handle)
     except (OSError, ValueError) as exc:
         raise store_error(location, exc) from None
+
+
+def _described(location: Location, handle: Any) -> dict[str, Any]:
+    """`object_metadata` from an opened object (pyarrow asked the store once, a HEAD), kept
+    for the run."""
+    meta = {key.lower(): value for key, value in (handle.metadata() or {}).items()}
 
     def text(*names: str) -> str | None:
         for name in names:
@@ -291,14 +300,19 @@ def object_metadata(location: Location) -> dict[str, Any]:
                         else str(value)).strip('"')
         return None
 
-    return {"size": size, "etag": text("etag"), "version": text("versionid", "generation")}
+    described = {"size": handle.size(), "etag": text("etag"),
+                 "version": text("versionid", "generation")}
+    kept.put("metadata", location, described)
+    return described
 
 
-def read_head(location: Location, count: int) -> tuple[bytes, int]:
-    """The first `count` bytes of an object, and its size."""
+def read_head(location: Location, count: int, whole_below: int = 0) -> tuple[bytes, int]:
+    """The first `count` bytes of an object (all of it if it has at most `whole_below`),
+    and its size."""
     try:
         with filesystem(location).open_input_file(location.store_path) as handle:
-            return handle.read(count), handle.size()
+            size = _described(location, handle)["size"]
+            return handle.read(size if size <= whole_below else count), size
     except (OSError, ValueError) as exc:
         raise store_error(location, exc) from None
 
@@ -314,7 +328,9 @@ def open_stream(location: Location) -> Any:
 def open_random(location: Location) -> Any:
     """A random-access pyarrow input file over one object (Parquet footers)."""
     try:
-        return filesystem(location).open_input_file(location.store_path)
+        handle = filesystem(location).open_input_file(location.store_path)
+        _described(location, handle)
+        return handle
     except (OSError, ValueError) as exc:
         raise store_error(location, exc) from None
 

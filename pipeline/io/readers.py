@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, SnimError, first_line
-from pipeline.io import object_store
+from pipeline.io import kept, object_store
 from pipeline.io.csv_reader import csv_batches, csv_row_estimate, read_header, read_start
 from pipeline.io.inputs import InputFile, RawTable, Source, describe, format_of, resolve_inputs
 from pipeline.io.locations import Location
@@ -40,29 +39,12 @@ class ParquetFooter:
     schema: pa.Schema
 
 
-_kept_footers: dict[Source, ParquetFooter] | None = None
-
-
-@contextmanager
-def footers_kept() -> Iterator[None]:
-    """Within it (one run), each Parquet file's footer is read once: a run asks for it up to
-    five times (row counts, heap statistics, column names, schema, the small-file probe), and
-    in an object store each read is a HEAD and a ranged GET of its own (400 files took
-    12 requests a file). The files are taken not to change during the run."""
-    global _kept_footers
-    outer, _kept_footers = _kept_footers, _kept_footers if _kept_footers is not None else {}
-    try:
-        yield
-    finally:
-        _kept_footers = outer
-
-
 def parquet_footer(path: Source) -> ParquetFooter:
-    """The footer of a Parquet file (kept within `footers_kept`); raises pyarrow's own
+    """The footer of a Parquet file (read once a run: `kept`); raises pyarrow's own
     ArrowException or OSError, for the caller to word."""
-    kept = _kept_footers
-    if kept is not None and path in kept:
-        return kept[path]
+    footer = kept.get("footer", path)
+    if footer is not None:
+        return footer
     source = parquet_source(path)
     try:
         with pq.ParquetFile(source) as file:
@@ -70,8 +52,7 @@ def parquet_footer(path: Source) -> ParquetFooter:
     finally:
         if not isinstance(source, Path):
             source.close()
-    if kept is not None:
-        kept[path] = footer
+    kept.put("footer", path, footer, footer.metadata.serialized_size)
     return footer
 
 
