@@ -18,7 +18,7 @@ from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.io.inputs import InputFile, RawTable, Source
 from pipeline.io.readers import (
-    columns_of,
+    columns_of_each,
     iter_batches,
     read_parquet_group,
     read_tables,
@@ -74,7 +74,8 @@ def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, s
 
 def positions_form(paths: list[Source], config: Config) -> str:
     """The positions form, which every file must share."""
-    forms = {p: schema.detect_form(columns_of(p), config.columns, str(p)) for p in paths}
+    forms = {p: schema.detect_form(columns, config.columns, str(p))
+             for p, columns in zip(paths, columns_of_each(paths))}
     first = forms[paths[0]]
     for path, form in forms.items():
         if form != first:
@@ -88,9 +89,9 @@ def position_batches(paths: list[Source], config: Config, form: str,
     """(file index, normalised batch with reasons) for every batch of every positions file.
     With `read_together`, small files are normalised together as one batch, each row's file
     index in an Int32 `_file` column (a file costs some milliseconds to open, read and
-    normalise on its own): runs of small local Parquet files of one schema are read by one
-    scan, and other small files (CSV, object stores) of the same columns, read one by one,
-    are joined before they are normalised."""
+    normalise on its own): runs of small Parquet files of one schema are read by one scan,
+    and small CSV files of the same columns, read one by one, are joined before they are
+    normalised."""
     key_columns = {"rule_set_id": config.columns.rule_set_id,
                    "position_id": config.columns.position_id}
     footers: dict[int, tuple[pa.Schema, int] | None] = {
@@ -242,7 +243,7 @@ def _read_together(paths: list[Source], rows: list[int], config: Config, form: s
     """Small Parquet files of one schema (`rows` each, from their footers) read by one scan
     and normalised as one batch (`_by_file`). None when the one scan fails (each file is
     then read on its own, for its own error)."""
-    raw = read_parquet_group(paths)  # type: ignore[arg-type]
+    raw = read_parquet_group(paths)
     counts = np.array(rows, dtype=np.int64)
     if raw is None or int(counts.sum()) != raw.height:
         return None

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import invoke
+from conftest import invoke, write_csv
 
+from pipeline import batches
+from pipeline.config import config_from_dict
 from pipeline.errors import ConfigError
 from pipeline.generate import Spec, generate
 from pipeline.io import csv_reader, kept, object_store
@@ -250,6 +252,43 @@ def test_objects_not_kept_whole_are_streamed_with_the_same_outcome(
     assert code == 3, err
     same_tables(local_outputs(tmp_path / "local"), local_outputs(tmp_path / "s3"),
                 (str(data / "positions"), "s3://bkt/in/positions"))
+
+
+def test_small_parquet_objects_read_by_one_scan_keep_ids_rows_and_objects(
+        s3_env, tmp_path: Path) -> None:
+    """Small Parquet objects of one schema are read by one scan, as local files are (the
+    scan fetches several at a time): the same tables as the same files on disk, default ids
+    numbered over the files, rejects naming their object and row; an object that is not
+    Parquet among them is named on its own. Under nim, SG(h) = h."""
+    rules = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[1, "nim", ""]])
+    d = tmp_path / "positions"
+    d.mkdir()
+    for name, heaps in {"a": [[3], [-1], [5]], "b": [[6], [7], [-2], [8]], "c": [[2]]}.items():
+        pl.DataFrame({"rule_set_id": [1] * len(heaps), "heaps": heaps}).write_parquet(
+            d / f"{name}.parquet")
+    upload_tree(s3_env, d, "in")
+    code, err = invoke(["run", "--rules", rules, "--positions", d, "--out",
+                        tmp_path / "local"], tmp_path)
+    assert code == 3, err
+    code, err = invoke(["run", "--rules", rules, "--positions", "s3://bkt/in", "--out",
+                        tmp_path / "s3"], tmp_path)
+    assert code == 3, err
+    same_tables(local_outputs(tmp_path / "local"), local_outputs(tmp_path / "s3"),
+                (str(d), "s3://bkt/in"))
+    assert local_outputs(tmp_path / "s3")["verdicts"]["position_id"].to_list() == [
+        0, 2, 3, 4, 6, 7]
+    config = config_from_dict({"rules": str(rules), "positions": "s3://bkt/in",
+                               "out": str(tmp_path / "x")})
+    paths = resolve_inputs("s3://bkt/in", "positions")
+    with kept.for_the_run():
+        read = list(batches.position_batches(paths, config, "wide", read_together=True))
+    assert [(i, f["_file"].to_list()) for i, f in read] == [(0, [0, 0, 0, 1, 1, 1, 1, 2])]
+    s3_env.client().put_object(Bucket="bkt", Key="in/b.parquet", Body=b"PAR1 not really")
+    code, err = invoke(["run", "--rules", rules, "--positions", "s3://bkt/in", "--out",
+                        tmp_path / "again"], tmp_path)
+    assert code == 1 and err.startswith(
+        "snim-batch: error: s3://bkt/in/b.parquet: not a readable Parquet file ("), err
 
 
 def test_prefixes_and_globs_skip_hidden_names_outputs_and_other_types(s3_env,

@@ -239,6 +239,8 @@ def store_problem(location: Location, exc: BaseException, doing: str = "reading"
     low = text.lower()
     if "nosuchbucket" in low or "bucket does not exist" in low or "containernotfound" in low:
         return InputError(f"{location}: the bucket {location.bucket!r} does not exist")
+    if "magic bytes" in low:  # "Parquet magic bytes not found": the content, not the store
+        return None
     if isinstance(exc, FileNotFoundError) or "nosuchkey" in low or "not found" in low \
             or "path does not exist" in low:
         return InputError(f"{location}: no such object")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,10 +156,10 @@ def iter_batches(path: Source, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
 
 
 def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] | None:
-    """(Arrow schema, rows) of a local Parquet file of fewer than `most_rows` rows, from its
+    """(Arrow schema, rows) of a Parquet file of fewer than `most_rows` rows, from its
     footer alone, for `read_parquet_group`; None for any other file, or one whose footer
     cannot be read (its own read then names what is wrong)."""
-    if not isinstance(path, Path) or format_of(path) != "parquet":
+    if format_of(path) != "parquet":
         return None
     try:
         footer = parquet_footer(path)
@@ -168,10 +169,16 @@ def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] 
     return (footer.metadata.schema.to_arrow_schema(), rows) if rows < most_rows else None
 
 
-def read_parquet_group(paths: list[Path]) -> pl.DataFrame | None:
-    """Several local Parquet files of one schema read by one scan, rows in file order; None
-    when that fails (the files are then read one by one, each for its own error)."""
+def read_parquet_group(paths: list[Source]) -> pl.DataFrame | None:
+    """Several Parquet files of one schema, all local or all in one store, read by one scan
+    (which fetches objects several at a time), rows in file order; None when that fails (the
+    files are then read one by one, each for its own error)."""
+    first = paths[0]
     try:
+        if isinstance(first, Location):
+            return pl.scan_parquet([object_store.client_url(p) for p in paths], glob=False,
+                                   storage_options=object_store.polars_options(first)
+                                   ).collect()
         return pl.scan_parquet(paths, glob=False).collect()
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -189,6 +196,24 @@ def columns_of(path: Source) -> list[str]:
     if read_start(path, 0)[1] == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
     return read_header(path)[0]
+
+
+FETCHES_AT_ONCE = 16  # objects of a store asked for their columns at once
+
+
+def columns_of_each(paths: list[Source]) -> Iterator[list[str]]:
+    """`columns_of` of every file, in order, each error raised in its turn. Objects in a
+    store are asked FETCHES_AT_ONCE at a time: one by one, each footer or start is a round
+    trip, tens of milliseconds to a cloud store. Within a run what they fetch is kept
+    (`kept`) for the reads that follow."""
+    if sum(isinstance(p, Location) for p in paths) < 2:
+        yield from map(columns_of, paths)
+        return
+    pool = ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="columns")
+    try:
+        yield from pool.map(columns_of, paths)
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def read_table(path: Source) -> RawTable:
