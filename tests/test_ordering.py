@@ -83,6 +83,10 @@ batch_rows = st.lists(st.tuples(st.integers(1, 6), st.integers(0, 15), st.intege
        typed_by_rows=st.booleans())
 @example(batches=[([(3, 0, 0), (6, 1, 0)], set())], fast=True, keys="uuid-like", in_order=False,
          typed_by_rows=True)  # rule ids "3" and "6": text in the index, integers here
+@example(batches=[([(1, 4, 0), (3, 5, 1)], set()), ([(1, 2, 0), (2, 9, 3)], set())], fast=True,
+         keys="int", in_order=False, typed_by_rows=True)  # each batch sorted, not the two
+@example(batches=[([(1, 4, 0), (2, 5, 1)], set()), ([(2, 5, 2), (2, 9, 3)], set())], fast=True,
+         keys="int", in_order=False, typed_by_rows=True)  # a key repeated across batches
 def test_key_sorted_verdicts_match_reference(batches, fast, keys, in_order, typed_by_rows):
     """`in_order`: the rows come sorted by key across all batches, repeated keys next to
     each other (a sorted export), which the fast path takes without sorting.

@@ -187,18 +187,25 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     """Concatenate and sort rows by (rank, position_id) with a counting sort over the ranks,
     consuming `frames` column by column. Returns the frame (rule_set_id restored) and a map
     from its row numbers to the input rows they came from (None when the input was already
-    in order; used only for duplicates, so built only when asked)."""
+    in order; used only for duplicates, so built only when asked). Rows already in order
+    (sorted exports) are only joined, by polars, whose allocator reuses the pages of the
+    batches freed before: a fresh numpy array of 10M ids cost 0.17 s in page faults here."""
     names = [c for c in frames[0].columns if c != "_bucket"]
-    bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
-    pid = np.concatenate([f.drop_in_place("position_id").to_numpy() for f in frames])
-    in_order = kernels.in_key_order(bucket, pid)  # sorted exports: one read, no sort
-    if in_order:
-        sorted_pid, counts = pid, np.bincount(bucket, minlength=rule_ids.len())
-        spare = np.empty_like(pid)
-    else:
-        dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
-        sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
-        in_order, spare = kernels.is_identity(dest), pid  # pid's pages are mapped: reuse
+    buckets = [f.drop_in_place("_bucket") for f in frames]
+    pids = [f.drop_in_place("position_id") for f in frames]
+    if _parts_in_order(buckets, pids):  # sorted exports: no sort, no copy through numpy
+        columns = {"rule_set_id": rule_ids.gather(pl.concat(buckets)).alias("rule_set_id"),
+                   "position_id": pl.concat(pids, rechunk=True)}
+        columns.update((name, _concat([f.drop_in_place(name) for f in frames]))
+                       for name in names[1:])
+        frames.clear()
+        return pl.DataFrame(columns), None
+    bucket = _concat(buckets).to_numpy()
+    pid = np.concatenate([p.to_numpy() for p in pids])
+    del buckets, pids
+    dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
+    sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
+    spare = pid  # pid's pages are mapped: reuse them
     del bucket
     if rule_ids.dtype == pl.Int64:
         kernels.fill_runs(spare, rule_ids.to_numpy(), counts)
@@ -210,17 +217,12 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
                "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:
         column = _concat([f.drop_in_place(name) for f in frames])
-        if in_order:
-            columns[name] = column
-            continue
         with kernels.threads_for(dest.shape[0]):
             if column.null_count() == 0 and column.dtype.is_numeric():
                 columns[name] = pl.Series(name, kernels.scatter(column.to_numpy(), dest))
             else:
                 columns[name] = column.gather(kernels.scatter(np.arange(dest.shape[0]), dest))
     frames.clear()
-    if in_order:
-        return pl.DataFrame(columns), None
 
     def came_from(at: np.ndarray) -> np.ndarray:
         rows = np.flatnonzero(np.isin(dest, at))
@@ -228,6 +230,21 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         return rows[np.searchsorted(dest[rows], at)]
 
     return pl.DataFrame(columns), came_from
+
+
+def _parts_in_order(buckets: list[pl.Series], pids: list[pl.Series]) -> bool:
+    """Whether the parts' rows, one after another, are sorted by (bucket, position_id)."""
+    last: tuple[int, int] | None = None
+    for bucket, pid in zip(buckets, pids):
+        if not bucket.len():
+            continue
+        b, p = bucket.to_numpy(), pid.to_numpy()
+        if last is not None and (int(b[0]), int(p[0])) < last:
+            return False
+        if not kernels.in_key_order(b, p):
+            return False
+        last = (int(b[-1]), int(p[-1]))
+    return True
 
 
 def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
