@@ -16,6 +16,7 @@ import pyarrow as pa
 from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
+from pipeline.io import kept
 from pipeline.io.inputs import InputFile, RawTable, Source
 from pipeline.io.readers import (
     columns_of_each,
@@ -333,7 +334,7 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
             if close is not None:
                 close()
 
-    worker = threading.Thread(target=produce, name=name, daemon=True)
+    worker = threading.Thread(target=kept.carried(produce), name=name, daemon=True)
     worker.start()
     try:
         while True:

@@ -225,7 +225,7 @@ def _checksums(paths: list[Source]) -> list[Future[InputFile]]:
     """The positions files' checksums, computed in a background thread while the engine
     reads them (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    described = [pool.submit(checksummed, p) for p in paths]
+    described = [pool.submit(kept.carried(checksummed), p) for p in paths]
     pool.shutdown(wait=False)
     return described
 

@@ -25,7 +25,7 @@ from pipeline import batches
 from pipeline.config import config_from_dict
 from pipeline.errors import ConfigError
 from pipeline.generate import Spec, generate
-from pipeline.io import csv_reader, kept, object_store
+from pipeline.io import csv_reader, kept, object_store, readers
 from pipeline.io.inputs import resolve_inputs
 from pipeline.io.locations import Location
 
@@ -289,6 +289,31 @@ def test_small_parquet_objects_read_by_one_scan_keep_ids_rows_and_objects(
                         tmp_path / "again"], tmp_path)
     assert code == 1 and err.startswith(
         "snim-batch: error: s3://bkt/in/b.parquet: not a readable Parquet file ("), err
+
+
+def test_a_small_files_footer_probe_leaves_a_store_error_to_the_files_own_read(s3_env) -> None:
+    """The probe of every file's footer before the first batch says None for an object it
+    cannot reach, so that files before it keep their own errors first."""
+    missing = object_store.bound(Location.parse("s3://bkt/in/gone.parquet", Path.cwd()), {})
+    with kept.for_the_run():
+        assert readers.small_parquet_footer(missing, 1 << 20) is None
+
+
+def test_an_object_is_fetched_whole_only_when_the_run_has_room(
+        s3_env, monkeypatch: pytest.MonkeyPatch) -> None:
+    s3_env.client().put_object(Bucket="bkt", Key="in/p.csv", Body=b"a,b\n" + b"1,2\n" * 100)
+    location = object_store.bound(Location.parse("s3://bkt/in/p.csv", Path.cwd()), {})
+    assert object_store.read_head(location, 4, lambda size: size == 404) == (
+        b"a,b\n" + b"1,2\n" * 100, 404)
+    assert object_store.read_head(location, 4, lambda size: False) == (b"a,b\n", 404)
+    monkeypatch.setattr(kept, "BYTES_KEPT", 256 + 403)  # the size and etag count 256
+    with kept.for_the_run():
+        assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
+        assert kept.get("object", location) is None
+    monkeypatch.setattr(kept, "BYTES_KEPT", 256 + 404)
+    with kept.for_the_run():
+        assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
+        assert kept.get("object", location) == b"a,b\n" + b"1,2\n" * 100
 
 
 def test_prefixes_and_globs_skip_hidden_names_outputs_and_other_types(s3_env,

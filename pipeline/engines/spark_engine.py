@@ -78,7 +78,7 @@ from pipeline.engines.spark_tasks import (
     taint_task,
     verdict_task,
 )
-from pipeline.io import object_store
+from pipeline.io import kept, object_store
 from pipeline.io.commit import ZSTD_LEVEL
 from pipeline.io.failures import storage_failure, writing
 from pipeline.io.locations import Location
@@ -252,6 +252,7 @@ class SparkEngine:
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
         config = job.config
+        kept.drop("object")  # Spark's tasks read the CSV objects the driver fetched whole
         if self._early is not None:  # open_inputs started it, and stops it
             run = replace(self._early, owned=False)
         elif config.spark.remote:

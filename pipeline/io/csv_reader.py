@@ -146,12 +146,13 @@ def read_start(path: Source, count: int) -> tuple[bytes, int]:
 
 def _object_start(location: Location, count: int) -> tuple[bytes, int]:
     """`read_start` of an object in a store. Within a run (`kept`), an object of at most
-    SMALL_OBJECT bytes is fetched whole the first time and kept: its header, emptiness, row
-    estimate, text checks and rows then cost one request, not seven."""
+    SMALL_OBJECT bytes is fetched whole the first time, if the run has room for it, and kept:
+    its header, emptiness, row estimate, text checks and rows then cost two requests (a HEAD
+    and a GET), not eleven."""
     whole = kept.get("object", location)
     if whole is None:
-        whole, size = object_store.read_head(location, count,
-                                             SMALL_OBJECT if kept.active() else 0)
+        whole, size = object_store.read_head(
+            location, count, lambda size: size <= SMALL_OBJECT and kept.has_room(size))
         if len(whole) < size or not kept.put("object", location, whole, size):
             return whole[:count], size
     return whole[:count], len(whole)

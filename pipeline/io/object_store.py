@@ -304,17 +304,18 @@ def _described(location: Location, handle: Any) -> dict[str, Any]:
 
     described = {"size": handle.size(), "etag": text("etag"),
                  "version": text("versionid", "generation")}
-    kept.put("metadata", location, described)
+    kept.put("metadata", location, described, 256)
     return described
 
 
-def read_head(location: Location, count: int, whole_below: int = 0) -> tuple[bytes, int]:
-    """The first `count` bytes of an object (all of it if it has at most `whole_below`),
-    and its size."""
+def read_head(location: Location, count: int, whole: Callable[[int], bool] | None = None
+              ) -> tuple[bytes, int]:
+    """The first `count` bytes of an object (all of it if `whole` says so of its size), and
+    its size."""
     try:
         with filesystem(location).open_input_file(location.store_path) as handle:
             size = _described(location, handle)["size"]
-            return handle.read(size if size <= whole_below else count), size
+            return handle.read(size if whole and whole(size) else count), size
     except (OSError, ValueError) as exc:
         raise store_error(location, exc) from None
 

@@ -40,6 +40,9 @@ class ParquetFooter:
     schema: pa.Schema
 
 
+FOOTER_IN_MEMORY = 16  # pyarrow's parsed footer and schema: 7-12x the footer's bytes
+
+
 def parquet_footer(path: Source) -> ParquetFooter:
     """The footer of a Parquet file (read once a run: `kept`); raises pyarrow's own
     ArrowException or OSError, for the caller to word."""
@@ -53,7 +56,7 @@ def parquet_footer(path: Source) -> ParquetFooter:
     finally:
         if not isinstance(source, Path):
             source.close()
-    kept.put("footer", path, footer, footer.metadata.serialized_size)
+    kept.put("footer", path, footer, FOOTER_IN_MEMORY * footer.metadata.serialized_size)
     return footer
 
 
@@ -163,7 +166,7 @@ def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] 
         return None
     try:
         footer = parquet_footer(path)
-    except (pa.ArrowException, OSError):
+    except (pa.ArrowException, OSError, SnimError):
         return None
     rows = footer.metadata.num_rows
     return (footer.metadata.schema.to_arrow_schema(), rows) if rows < most_rows else None
@@ -203,15 +206,15 @@ FETCHES_AT_ONCE = 16  # objects of a store asked for their columns at once
 
 def columns_of_each(paths: list[Source]) -> Iterator[list[str]]:
     """`columns_of` of every file, in order, each error raised in its turn. Objects in a
-    store are asked FETCHES_AT_ONCE at a time: one by one, each footer or start is a round
-    trip, tens of milliseconds to a cloud store. Within a run what they fetch is kept
-    (`kept`) for the reads that follow."""
-    if sum(isinstance(p, Location) for p in paths) < 2:
+    store (not hdfs://, reached through Spark's JVM) are asked FETCHES_AT_ONCE at a time: one
+    by one, each footer or start is a round trip, tens of milliseconds to a cloud store.
+    Within a run what they fetch is kept (`kept`) for the reads that follow."""
+    if sum(isinstance(p, Location) and p.scheme != "hdfs" for p in paths) < 2:
         yield from map(columns_of, paths)
         return
     pool = ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="columns")
     try:
-        yield from pool.map(columns_of, paths)
+        yield from pool.map(kept.carried(columns_of), paths)
     finally:
         pool.shutdown(cancel_futures=True)
 
