@@ -124,7 +124,7 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
         delta_root = delta.table_root(config.out, config.storage_options)
         delta.check_root(delta_root)
         staged = delta.staging_directory(delta_root, run_id)
-    with staged as staging, engine.open_inputs(config), kept.for_the_run():
+    with staged as staging, kept.for_the_run(), engine.open_inputs(config):
         outcome = execute(config, engine, staging, phase, note)
         if outcome.rejected and config.on_bad_rows == "fail":
             raise BadRowsError(f"{outcome.rejected} input rows failed validation "

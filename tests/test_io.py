@@ -1111,7 +1111,7 @@ def test_kept_values_live_for_the_run_within_the_byte_budget(monkeypatch):
     assert not kept.put("object", "a", b"123", 3) and kept.get("object", "a") is None
     with kept.for_the_run():
         assert kept.put("object", "a", b"123456", 6)
-        assert kept.has_room(4) and not kept.has_room(5)
+        assert kept.has_room("object", 4) and not kept.has_room("object", 5)
         assert not kept.put("object", "b", b"12345", 5)  # 11 bytes would be over
         assert kept.put("footer", "b", "counted as 4", 4)
         with kept.for_the_run():  # nested: the outer run's values stay
@@ -1121,39 +1121,47 @@ def test_kept_values_live_for_the_run_within_the_byte_budget(monkeypatch):
         assert kept.put("object", "b", b"12345", 5)
         kept.drop("object")
         assert kept.get("object", "b") is None and kept.get("footer", "b") == "counted as 4"
-    assert kept.get("footer", "b") is None and not kept.active()
+        kept.refuse("footer")  # e.g. an engine whose tasks read the files themselves
+        assert kept.get("footer", "b") is None and not kept.has_room("footer", 0)
+        assert not kept.put("footer", "c", "refused", 1) and kept.has_room("object", 10)
+    assert not kept.has_room("object", 0)
 
 
 def test_a_runs_store_is_its_threads_and_closes_with_the_run():
     """Another thread (another run, a library caller) sees nothing of a run's store; a thread
-    the run starts through `carried` shares it; one that outlives the run keeps nothing."""
+    the run starts through `carried` shares it; one that outlives the run keeps nothing, and
+    a run it then starts gets a store of its own."""
     seen: dict[str, object] = {}
-    late = threading.Event()
-    done = threading.Event()
+    helped, late = threading.Event(), threading.Event()
 
     def outsider():
-        seen["outsider"] = (kept.active(), kept.get("footer", "f"))
+        seen["outsider"] = (kept.has_room("footer", 0), kept.get("footer", "f"))
 
     def helper():
         seen["helper"] = kept.get("footer", "f")
         kept.put("footer", "g", "from the helper", 1)
+        helped.set()
         late.wait(10)
-        seen["late"] = (kept.active(), kept.put("footer", "h", "too late", 1),
+        seen["late"] = (kept.has_room("footer", 0), kept.put("footer", "h", "too late", 1),
                         kept.get("footer", "f"))
-        done.set()
+        with kept.for_the_run():
+            seen["own run"] = (kept.put("footer", "i", "its own", 1), kept.get("footer", "i"))
 
-    with kept.for_the_run():
-        kept.put("footer", "f", "run's", 1)
-        for target in (outsider, kept.carried(helper)):
-            threading.Thread(target=target).start()
-        deadline = time.monotonic() + 10
-        while len(seen) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert kept.get("footer", "g") == "from the helper"
-    late.set()
-    assert done.wait(10)
+    threads = []
+    try:
+        with kept.for_the_run():
+            kept.put("footer", "f", "run's", 1)
+            threads = [threading.Thread(target=t) for t in (outsider, kept.carried(helper))]
+            for thread in threads:
+                thread.start()
+            assert helped.wait(10)
+            assert kept.get("footer", "g") == "from the helper"
+    finally:
+        late.set()
+        for thread in threads:
+            thread.join(10)
     assert seen == {"outsider": (False, None), "helper": "run's",
-                    "late": (False, False, None)}
+                    "late": (False, False, None), "own run": (True, "its own")}
 
 
 def test_a_runs_footers_are_read_once_and_forgotten_after_it(tmp_path):

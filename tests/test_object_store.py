@@ -301,19 +301,28 @@ def test_a_small_files_footer_probe_leaves_a_store_error_to_the_files_own_read(s
 
 def test_an_object_is_fetched_whole_only_when_the_run_has_room(
         s3_env, monkeypatch: pytest.MonkeyPatch) -> None:
-    s3_env.client().put_object(Bucket="bkt", Key="in/p.csv", Body=b"a,b\n" + b"1,2\n" * 100)
+    whole = b"a,b\n" + b"1,2\n" * 100
+    s3_env.client().put_object(Bucket="bkt", Key="in/p.csv", Body=whole)
     location = object_store.bound(Location.parse("s3://bkt/in/p.csv", Path.cwd()), {})
-    assert object_store.read_head(location, 4, lambda size: size == 404) == (
-        b"a,b\n" + b"1,2\n" * 100, 404)
-    assert object_store.read_head(location, 4, lambda size: False) == (b"a,b\n", 404)
-    monkeypatch.setattr(kept, "BYTES_KEPT", 256 + 403)  # the size and etag count 256
+    fetched: list[int] = []
+    read_head = object_store.read_head
+
+    def counted(*args, **kwargs):  # the real read, its bytes counted
+        head, size = read_head(*args, **kwargs)
+        fetched.append(len(head))
+        return head, size
+
+    monkeypatch.setattr(object_store, "read_head", counted)
+    for budget, kept_whole in ((256 + 403, False), (256 + 404, True)):  # size, etag: 256
+        monkeypatch.setattr(kept, "BYTES_KEPT", budget)
+        with kept.for_the_run():
+            assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
+            assert kept.get("object", location) == (whole if kept_whole else None)
+        assert fetched.pop() == (404 if kept_whole else 4)
     with kept.for_the_run():
+        kept.refuse("object")
         assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
-        assert kept.get("object", location) is None
-    monkeypatch.setattr(kept, "BYTES_KEPT", 256 + 404)
-    with kept.for_the_run():
-        assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
-        assert kept.get("object", location) == b"a,b\n" + b"1,2\n" * 100
+    assert fetched.pop() == 4
 
 
 def test_prefixes_and_globs_skip_hidden_names_outputs_and_other_types(s3_env,

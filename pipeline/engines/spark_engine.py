@@ -229,7 +229,9 @@ class SparkEngine:
     @contextmanager
     def open_inputs(self, config: Config) -> Iterator[None]:
         """For hdfs:// positions, the session starts before they are looked for: the driver
-        finds and probes them through its JVM (`spark_hadoop`); it lasts the run."""
+        finds and probes them through its JVM (`spark_hadoop`); it lasts the run. The driver
+        fetches no object whole (`kept`): Spark's tasks read the rows themselves."""
+        kept.refuse("object")
         location = Location.parse(config.positions, Path.cwd())
         if location.scheme != "hdfs":
             yield
@@ -252,7 +254,6 @@ class SparkEngine:
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
         config = job.config
-        kept.drop("object")  # Spark's tasks read the CSV objects the driver fetched whole
         if self._early is not None:  # open_inputs started it, and stops it
             run = replace(self._early, owned=False)
         elif config.spark.remote:

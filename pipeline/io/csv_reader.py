@@ -152,7 +152,7 @@ def _object_start(location: Location, count: int) -> tuple[bytes, int]:
     whole = kept.get("object", location)
     if whole is None:
         whole, size = object_store.read_head(
-            location, count, lambda size: size <= SMALL_OBJECT and kept.has_room(size))
+            location, count, lambda size: size <= SMALL_OBJECT and kept.has_room("object", size))
         if len(whole) < size or not kept.put("object", location, whole, size):
             return whole[:count], size
     return whole[:count], len(whole)

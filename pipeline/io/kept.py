@@ -30,6 +30,7 @@ class _Store:
         self.values: dict[tuple[str, Hashable], tuple[Any, int]] = {}
         self.bytes = 0
         self.open = True
+        self.refused: set[str] = set()
 
 
 _store: contextvars.ContextVar[_Store | None] = contextvars.ContextVar("kept", default=None)
@@ -38,7 +39,8 @@ _store: contextvars.ContextVar[_Store | None] = contextvars.ContextVar("kept", d
 @contextmanager
 def for_the_run() -> Iterator[None]:
     """Keep reads within it (nested: the outer run's store goes on)."""
-    if _store.get() is not None:
+    outer = _store.get()
+    if outer is not None and outer.open:
         yield
         return
     store = _Store()
@@ -46,9 +48,9 @@ def for_the_run() -> Iterator[None]:
     try:
         yield
     finally:
-        _store.reset(token)
         with store.lock:
             store.open, store.values, store.bytes = False, {}, 0
+        _store.reset(token)
 
 
 def carried(work: Callable[..., T]) -> Callable[..., T]:
@@ -67,15 +69,11 @@ def carried(work: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
-def active() -> bool:
+def has_room(kind: str, size: int) -> bool:
+    """Whether a value of this kind and `size` bytes would be kept now."""
     store = _store.get()
-    return store is not None and store.open
-
-
-def has_room(size: int) -> bool:
-    """Whether `size` more bytes would be kept now."""
-    store = _store.get()
-    return store is not None and store.open and store.bytes + size <= BYTES_KEPT
+    return (store is not None and store.open and kind not in store.refused
+            and store.bytes + size <= BYTES_KEPT)
 
 
 def get(kind: str, key: Hashable) -> Any | None:
@@ -90,12 +88,21 @@ def put(kind: str, key: Hashable, value: Any, size: int) -> bool:
     if store is None:
         return False
     with store.lock:
-        if not store.open or store.bytes + size > BYTES_KEPT:
+        if not store.open or kind in store.refused or store.bytes + size > BYTES_KEPT:
             return False
         old = store.values.get((kind, key))
         store.bytes += size - (old[1] if old else 0)
         store.values[(kind, key)] = (value, size)
         return True
+
+
+def refuse(kind: str) -> None:
+    """Keep no value of this kind for the rest of the run (and forget those kept)."""
+    store = _store.get()
+    if store is not None:
+        with store.lock:
+            store.refused.add(kind)
+        drop(kind)
 
 
 def drop(kind: str, key: Hashable | None = None) -> None:
