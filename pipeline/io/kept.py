@@ -6,7 +6,9 @@ estimate, text checks and rows). In an object store every read is a round trip o
 
 A run's store belongs to the thread that entered `for_the_run` and to the threads it starts
 through `carried`; any other thread (another run, a library caller) keeps nothing of it, and
-a thread that outlives its run (a checksum of a failed run) finds its store closed.
+a thread that outlives its run (a checksum of a failed run) finds its store closed. (Where
+new threads inherit their starter's context, as free-threaded Python 3.14's do, threads not
+carried share it too.) Keeping only ever spares reads: every reader works without it.
 """
 
 from __future__ import annotations
