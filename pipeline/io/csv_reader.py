@@ -179,8 +179,6 @@ def _checked_text(file: InputFile) -> tuple[list[str], bool, _TextScan]:
     no CSV file: empty, binary or not UTF-8, a quote never closed, or a quoted field running
     over lines with text after its closing quote."""
     path = file.path
-    if file.size == 0:
-        raise InputError(f"{path}: empty file (expected a CSV header line)")
     header, terminated = read_header(path)
     scan = _scan_text(path)
     if scan.bad_byte >= 0:
@@ -309,6 +307,8 @@ def read_header(path: Source) -> tuple[list[str], bool]:
     by the same scan of quotes and line ends (LF, CRLF, CR) as the rows; blank lines before
     it are skipped, as pyarrow skips them."""
     head, size = read_start(path, _HEADER_LIMIT)
+    if size == 0:
+        raise InputError(f"{path}: empty file (expected a CSV header line)")
     whole = len(head) == size
     records, end, open_line, _, _ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
     if records == 0 and whole:

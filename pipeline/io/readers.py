@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, SnimError, first_line
 from pipeline.io import kept, object_store
-from pipeline.io.csv_reader import csv_batches, csv_row_estimate, read_header, read_start
+from pipeline.io.csv_reader import csv_batches, csv_row_estimate, read_header
 from pipeline.io.inputs import InputFile, RawTable, Source, describe, format_of, resolve_inputs
 from pipeline.io.locations import Location
 
@@ -169,7 +169,7 @@ def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] 
     except (pa.ArrowException, OSError, SnimError):
         return None
     rows = footer.metadata.num_rows
-    return (footer.metadata.schema.to_arrow_schema(), rows) if rows < most_rows else None
+    return (footer.schema, rows) if rows < most_rows else None
 
 
 def read_parquet_group(paths: list[Source]) -> pl.DataFrame | None:
@@ -196,8 +196,6 @@ def columns_of(path: Source) -> list[str]:
             return parquet_footer(path).schema.names
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
-    if read_start(path, 0)[1] == 0:
-        raise InputError(f"{path}: empty file (expected a CSV header line)")
     return read_header(path)[0]
 
 
