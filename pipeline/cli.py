@@ -32,6 +32,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 DEFAULT_CONFIG = Path("config.yaml")
@@ -184,7 +185,7 @@ def _load(config: Path | None, rules: str | None, positions: str | None, out: st
                      "and --out")
 
 
-@app.command()
+@app.command(short_help="Evaluate every position; write verdicts, rejects and a manifest.")
 def run(
     config: Annotated[Path | None, typer.Option(
         help="Config file (default: ./config.yaml). Relative paths in it are relative to it.")]
@@ -287,8 +288,10 @@ def _run_date(text: str):
 def history(
     out_dir: Annotated[str, typer.Argument(help="A Delta table root (run --format delta).")],
 ) -> None:
-    """List the runs committed to a Delta table root: night, run id, the runs table's version,
-    status, counts and W rate; a night's earlier runs are marked replaced."""
+    """List the runs committed to a Delta table root.
+
+    One line per run: night, run id, the runs table's version, status, counts and W rate; a
+    night's earlier runs are marked replaced."""
     try:
         from pipeline.config import resolve_location
         from pipeline.history import history_lines
@@ -346,7 +349,7 @@ def _parse_moves(text: str):
         raise UsageError(f"--moves: {exc}") from None
 
 
-@app.command()
+@app.command(short_help="Inspect one rule set: its Grundy values, preperiod and period.")
 def grundy(
     moves: Annotated[str, typer.Option(
         help='The move set S, e.g. "2 5", "2,5,12" or "1..3".')] = "",
@@ -398,7 +401,7 @@ def grundy(
         _say(f"SG({known.shape[0]}..{upto}): unknown (beyond {beyond}, with no period proven)")
 
 
-@app.command()
+@app.command(short_help="Solve the classic S-Nim text format on stdin: W/L per test case.")
 def solve(
     cap: Annotated[int, typer.Option(min=1, max=MAX_CAP, help="Longest SG table to build.")]
     = 2**26,
@@ -423,7 +426,7 @@ def solve(
     sys.stdout.flush()
 
 
-@app.command()
+@app.command(short_help="Convert the classic S-Nim text format to Parquet tables.")
 def convert(
     source: Annotated[Path, typer.Argument(help="Classic-format text file ('-' for stdin).")],
     out: Annotated[Path, typer.Option(help="Directory for rules.parquet and positions.parquet.")],
@@ -431,8 +434,9 @@ def convert(
         "--overwrite", help="Replace tables an earlier convert wrote there (nothing else).")]
     = False,
 ) -> None:
-    """Convert the classic S-Nim text format to rules.parquet + positions.parquet (wide form),
-    both or neither."""
+    """Convert the classic S-Nim text format to rules.parquet + positions.parquet (wide form).
+
+    Both tables are written, or neither."""
     try:
         from pipeline.convert import convert_classic
 
@@ -443,7 +447,7 @@ def convert(
     _say(f"wrote {', '.join(str(p) for p in written)}")
 
 
-@app.command()
+@app.command(short_help="Render a run's outputs as one self-contained HTML page.")
 def report(
     out_dir: Annotated[str, typer.Argument(help="A run's output directory.")],
     html_file: Annotated[Path | None, typer.Option(

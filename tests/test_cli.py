@@ -139,6 +139,36 @@ def test_missing_config_file_exits_2(cli, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+COMMANDS = ("run", "history", "grundy", "solve", "convert", "report", "generate")
+
+
+def test_the_command_list_shows_each_summary_whole(cli):
+    """Each command's one-line summary in `snim-batch --help` ends its sentence (click cuts
+    a long one with '...')."""
+    result = cli("--help")
+    assert result.exit_code == 0
+    listed = dict(line.split(None, 1) for line in
+                  result.stdout.split("Commands:")[1].strip().splitlines())
+    assert sorted(listed) == sorted(COMMANDS)
+    for name, summary in listed.items():
+        assert summary.endswith(".") and not summary.endswith("..."), (name, summary)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_paragraphs_are_reflowed_not_broken_mid_sentence(cli, command):
+    """A docstring's source line breaks are not kept: no line of the description (before the
+    option tables) stops short before a word that continues its sentence in lower case."""
+    result = cli(command, "--help")
+    assert result.exit_code == 0
+    description = re.split(r"\n\W*(?:Options|Arguments)", result.stdout)[0]
+    lines = [line.strip("│ ") for line in description.splitlines()]
+    assert len([line for line in lines if line]) >= 2
+    for line, after in zip(lines, lines[1:]):
+        word = after.split(" ")[0]
+        if line and word[:1].islower():
+            assert len(line) + 1 + len(word) > 70, (line, after)
+
+
 def test_run_help_mentions_exit_codes(cli):
     result = cli("run", "--help")
     assert result.exit_code == 0
@@ -266,7 +296,7 @@ def test_every_fixed_choice_is_checked_by_typer_with_one_error_style(cli, tmp_pa
     result = cli(*args)
     no_traceback(result)
     assert result.exit_code == 2, result.output
-    flat = " ".join(line.strip("│ ") for line in result.stderr.splitlines())
+    flat = " ".join(result.stderr.split())
     assert f"Invalid value for '{option}': Value error, {message}." in flat, result.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -291,10 +321,10 @@ def test_a_long_choice_value_is_echoed_cut(cli, tmp_path, monkeypatch, args, opt
     result = cli(*args, LONG_CHOICE)
     no_traceback(result)
     assert result.exit_code == 2, result.output
-    flat = "".join(line.strip("│ ") for line in result.stderr.splitlines())
+    flat = " ".join(result.stderr.split())
     shown = "'" + "x" * 27 + "..." + "x" * 24 + "tail'"
-    assert f"Invalid value for '{option}': Value error,{shown} is not one of{listed}." in \
-        flat.replace("is not one of ", "is not one of"), result.stderr
+    assert f"Invalid value for '{option}': Value error, {shown} is not one of {listed}." in \
+        flat, result.stderr
     assert "x" * 61 not in result.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -310,9 +340,9 @@ def test_too_large_sizes_are_usage_errors_naming_the_limit(cli, args, option, li
     result = cli(*args, input="1 2\n1\n1 3\n0\n")
     no_traceback(result)
     assert (result.exit_code, result.stdout) == (2, ""), result.output
-    flat = " ".join(line.strip("│ ") for line in result.stderr.splitlines())
+    flat = " ".join(result.stderr.split())
     assert f"Invalid value for '{option}': Input should be less than or equal to {limit}" in \
-        " ".join(flat.split()), result.stderr
+        flat, result.stderr
 
 
 @pytest.mark.parametrize("args", [("--upto", "-1"), ("--upto", str(-2**63)), ("--cap", "0")])
