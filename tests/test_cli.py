@@ -13,11 +13,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import typer
 from conftest import CLASSIC_SAMPLE, naive_period, naive_sg, sg_half, wins, write_csv
 from typer.testing import CliRunner
 
 from pipeline import cli as cli_module
 from pipeline.cli import app
+from pipeline.errors import Stopped
 from pipeline.grundy import DEFAULT_RULE_OPS, DEFAULT_RUN_OPS
 
 SCRIPT = Path(sys.executable).with_name("snim-batch")
@@ -672,3 +674,25 @@ def test_verbose_shows_the_cores_log_and_default_does_not(cli, tmp_path):
         in loud_err
     assert f"snim-batch: info: committed {tmp_path / 'b'}" in loud_err
     assert "snim-batch: debug: staging the output in " in loud_err
+
+
+@pytest.mark.parametrize(("interrupt", "code", "line"), [
+    (KeyboardInterrupt(), 130, "snim-batch: interrupted; nothing was written"),
+    (Stopped(15), 143, "snim-batch: stopped by SIGTERM; nothing was written"),
+])
+def test_an_interrupt_inside_a_kernel_call_is_reported_as_the_interrupt(capsys, interrupt, code,
+                                                                        line):
+    """A signal that lands while numba loads a kernel surfaces as the SystemError it caused;
+    the user is told of the signal, not of an internal error."""
+    try:
+        try:
+            raise interrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(<function nim_sums_wide>) returned a result "
+                              "with an exception set") from exc
+    except SystemError as exc:
+        caught = exc
+    with pytest.raises(typer.Exit) as exit_:
+        cli_module._fail(caught, verbose=False)
+    assert exit_.value.exit_code == code
+    assert capsys.readouterr().err.splitlines() == [line]
