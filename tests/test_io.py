@@ -1101,6 +1101,24 @@ def test_disk_without_room_for_the_staging_directory(tmp_path: Path) -> None:
     assert free_after == free
 
 
+def test_a_mount_point_as_out_is_refused_before_any_work(tmp_path: Path) -> None:
+    """A volume mounted as --out (a container's usual output) cannot be renamed over: the
+    run says so at the start, exit 1, rather than failing at the commit after all the work;
+    a directory inside the volume works."""
+    rules, positions = small_inputs(tmp_path / "in")
+    disk = tmp_path / "disk"
+    refused, entries, inside, tree = on_small_disk(tmp_path, "size=256k", [
+        disk_job(rules, positions, disk), ["entries"],
+        disk_job(rules, positions, disk / "out"), ["tree"]])
+    assert refused == [1, f"snim-batch: error: {disk}: is a mount point, and the output is "
+                          "put in place by renaming a directory over it, which a mount point "
+                          "cannot take; give --out a directory inside it; nothing was "
+                          "written\n"]
+    assert entries == []
+    assert inside == [0, ""]
+    assert "out/manifest.json" in tree
+
+
 def test_read_only_file_system(tmp_path: Path) -> None:
     rules, positions = small_inputs(tmp_path / "in")
     out = tmp_path / "disk" / "out"

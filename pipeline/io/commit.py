@@ -145,6 +145,10 @@ def _target_state(target: Path, overwrite: bool, shown: str) -> str:
                           "nothing was written")
     if not stat.S_ISDIR(mode):
         raise OutputError(f"{shown}: exists and is not a directory; refusing to replace it")
+    if os.path.ismount(target):
+        raise OutputError(f"{shown}: is a mount point, and the output is put in place by "
+                          "renaming a directory over it, which a mount point cannot take; "
+                          "give --out a directory inside it; nothing was written")
     try:
         with os.scandir(target) as entries:
             if next(entries, None) is None:
