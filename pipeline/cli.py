@@ -389,8 +389,8 @@ def grundy(
         from pipeline.grundy import build_table, canonical_rule
 
         try:
-            rule = canonical_rule(kind.value,
-                                  _parse_moves(moves) if kind is Kind.subtraction else None)
+            rule = canonical_rule(kind.value, _parse_moves(moves) if moves.strip() or
+                                  kind is Kind.subtraction else None)
         except RuleError as exc:
             raise UsageError(f"--moves: {exc}") from None
         limit = min(cap, rule.ops_len(max_ops))

@@ -297,6 +297,10 @@ CASES = [
          r"unknown kind 'chess'", rule_id=7),
     Case("rules-capitalised-subtraction-bad-moves", "rules", "7,Subtraction,", None, (7, None),
          "moves", r"moves are empty", rule_id=7),
+    Case("rules-nim-with-moves", "rules", "7,nim,1 2", _rule(7, "nim", [1, 2]), (7, None),
+         "moves", r"moves are given for a nim rule, whose moves are fixed", rule_id=7),
+    Case("rules-half-with-moves", "rules", "7, Half ,3", _rule(7, "half", [3]), (7, None),
+         "moves", r"moves are given for a half rule", rule_id=7),
     # not errors: duplicate moves are normalised; the same rule twice is the same rule
     Case("rules-duplicate-moves-normalised", "rules", "7,,5 2 2 5", _rule(7, None, [5, 2, 2, 5]),
          (7, None), None, "", exit=0),

@@ -271,10 +271,22 @@ def test_grundy_work_limit_bounds_what_upto_asks(cli):
 @pytest.mark.parametrize(("kind", "sg"), [("NIM", lambda x: x), ("Nim", lambda x: x),
                                         ("HALF", sg_half), ("Subtraction", None)])
 def test_grundy_kind_in_any_case_as_rule_files_accept_it(cli, kind, sg):
-    result = cli("grundy", "--kind", kind, "--moves", "2 5", "--upto", "30")
+    moves = ("--moves", "2 5") if sg is None else ()
+    result = cli("grundy", "--kind", kind, *moves, "--upto", "30")
     assert result.exit_code == 0, result.output
     expected = naive_sg((2, 5), 31) if sg is None else [sg(x) for x in range(31)]
     assert grundy_lines(result.stdout)["SG(0..30)"].split() == [str(v) for v in expected]
+
+
+@pytest.mark.parametrize("kind", ["nim", "half"])
+def test_grundy_refuses_moves_for_a_kind_whose_moves_are_fixed(cli, kind):
+    """As a rules row with moves for nim or half is rejected, not read as plain nim."""
+    result = cli("grundy", "--kind", kind, "--moves", "2 5")
+    no_traceback(result)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (f"snim-batch: error: --moves: moves are given for a {kind} rule, "
+                             "whose moves are fixed (leave moves empty, or make it a "
+                             "subtraction rule)\n")
 
 
 CHOICE_ERRORS = [
