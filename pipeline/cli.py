@@ -210,32 +210,41 @@ def run(
         help="Config file (default: ./config.yaml). Relative paths in it are relative to it.")]
     = None,
     rules: Annotated[str | None, typer.Option(
-        help="Rules table: a .parquet/.csv file, a directory of them, or a glob.")] = None,
+        help="Rules table: a .parquet/.csv file, a directory of them, a glob, or a URL "
+             "of an object store (s3://, gs://, az://). Default: the config's rules.")] = None,
     positions: Annotated[str | None, typer.Option(
-        help="Positions table (wide or long form): a file, a directory, or a glob.")] = None,
+        help="Positions table (wide or long form): a file, a directory, a glob, or a URL "
+             "of an object store. Default: the config's positions.")] = None,
     out: Annotated[str | None, typer.Option(
-        help="Output directory (replaced atomically; a symbolic link is followed).")] = None,
+        help="Output directory or URL of an object store (replaced atomically; a symbolic link "
+             "is followed); with --format delta, the root of the Delta tables. Default: the "
+             "config's out.")] = None,
     engine: Annotated[Engine | None, typer.Option(parser=_choice(Engine),
-                                                  help="Execution engine.")] = None,
+                                                  help="Execution engine. Default: the "
+                                                  "config's engine, else polars.")] = None,
     winning_moves: Annotated[bool | None, typer.Option(
         "--winning-moves/--no-winning-moves",
-        help="Add one winning move (move_heap, move_take) to every W verdict.")] = None,
+        help="Add one winning move (move_heap, move_take) to every W verdict. Default: "
+             "the config's winning_moves, else off.")] = None,
     on_bad_rows: Annotated[Policy | None, typer.Option(
         parser=_choice(Policy),
-        help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1.")]
+        help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1. "
+             "Default: the config's on_bad_rows, else reject.")]
     = None,
     overwrite: Annotated[bool | None, typer.Option(
         "--overwrite/--no-overwrite",
-        help="Replace an existing snim-batch output (one whose manifest lists all it holds).")]
+        help="Replace an existing snim-batch output (one whose manifest lists all it "
+             "holds). Default: the config's overwrite, else off.")]
     = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
     = None,
     output_format: Annotated[OutputFormat | None, typer.Option(
         "--format", case_sensitive=False,
         help="parquet: one directory per run; delta: --out is a root of Delta tables that "
-             "each run adds its night to.")] = None,
+             "each run adds its night to. Default: the config's output.format, else "
+             "parquet.")] = None,
     run_date: Annotated[str | None, typer.Option(
-        help="The night a --format delta run replaces, YYYY-MM-DD (default: today in UTC).")]
+        help="The night (YYYY-MM-DD) a --format delta run replaces; default: today in UTC.")]
     = None,
     spark_remote: Annotated[str | None, typer.Option(
         help="Spark Connect server, sc://HOST:PORT (--engine spark; instead of a master).")]
@@ -489,9 +498,10 @@ def generate(
     rule_sets: Annotated[int, typer.Option(min=1, help="Number of rule sets.")] = 100,
     max_heap: Annotated[int, typer.Option(min=1, help="Heaps are uniform in 0..MAX_HEAP.")]
     = 10_000,
-    moves_per_set: Annotated[int, typer.Option(min=1, help="Each S has 1..K moves.")] = 10,
+    moves_per_set: Annotated[int, typer.Option(
+        min=1, help="Each S has 1..MOVES_PER_SET moves.")] = 10,
     max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE "
-                                          "(0: same as --max-heap).")] = 0,
+                                          "(0: up to MAX_HEAP).")] = 0,
     heaps: Annotated[int, typer.Option(min=0, help="Heaps per position.")] = 5,
     form: Annotated[Form, typer.Option(parser=_choice(Form), help="Positions form.")]
     = Form.wide,
@@ -502,7 +512,7 @@ def generate(
         help="int: integer ids; string: rule ids as text (rs00042); uuid: text rule ids and "
              "UUID position ids.")] = KeyType.int,
     shuffle: Annotated[bool, typer.Option(
-        help="Write the rows in random order (long form: a position's heaps scatter).")]
+        help="Rows in random order (long form: a position's heaps scatter).")]
     = False,
     files: Annotated[int, typer.Option(
         min=0, help="Position files (0: one per million positions).")] = 0,

@@ -169,6 +169,8 @@ def test_help_paragraphs_are_reflowed_not_broken_mid_sentence(cli, command):
         word = after.split(" ")[0]
         if line and word[:1].islower():
             assert len(line) + 1 + len(word) > 70, (line, after)
+    broken = [line for line in result.stdout.splitlines() if re.search(r"\w-$", line)]
+    assert broken == [], "an option name or value is cut at its hyphen"
 
 
 def test_run_help_mentions_exit_codes(cli):
