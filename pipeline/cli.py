@@ -314,7 +314,8 @@ def _run_date(text: str):
 
 @app.command()
 def history(
-    out_dir: Annotated[str, typer.Argument(help="A Delta table root (run --format delta).")],
+    out_dir: Annotated[str, typer.Argument(
+        metavar="OUT_DIR", help="A Delta table root (run --format delta).")],
 ) -> None:
     """List the runs committed to a Delta table root.
 
@@ -456,7 +457,8 @@ def solve(
 
 @app.command(short_help="Convert the classic S-Nim text format to Parquet tables.")
 def convert(
-    source: Annotated[Path, typer.Argument(help="Classic-format text file ('-' for stdin).")],
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="Classic-format text file ('-' for stdin).")],
     out: Annotated[Path, typer.Option(help="Directory for rules.parquet and positions.parquet.")],
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace tables an earlier convert wrote there (nothing else).")]
@@ -477,7 +479,7 @@ def convert(
 
 @app.command(short_help="Render a run's outputs as one self-contained HTML page.")
 def report(
-    out_dir: Annotated[str, typer.Argument(help="A run's output directory.")],
+    out_dir: Annotated[str, typer.Argument(metavar="OUT_DIR", help="A run's output directory.")],
     html_file: Annotated[Path | None, typer.Option(
         "--html", help="Where to write the page (default: OUT_DIR/report.html).")] = None,
 ) -> None:
