@@ -4,6 +4,7 @@ every stage, unreachable endpoints, and gs:// / az:// error paths."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -516,7 +517,7 @@ def test_rerun_needs_overwrite_which_replaces_and_removes_the_old_files(s3_env,
     manifest = assert_whole(s3_env, "out")
     assert manifest["config"]["winning_moves"] is True
     run = manifest["run_id"]
-    assert sorted(k for k in keys(s3_env, "out/") if not k.endswith("/")) == sorted(
+    assert sorted(names(s3_env, "out")) == sorted(  # no directory marker left either
         ["out/manifest.json"] + [f"out/{run}/{n}.parquet" for n in OUTPUTS])
 
 
@@ -533,7 +534,8 @@ def test_a_failed_run_leaves_the_previous_output_as_it_was(s3_env, tmp_path: Pat
     assert keys(s3_env) == before
 
 
-@pytest.mark.parametrize("foreign", ["out/notes.txt", "out/manifest.json"])
+@pytest.mark.parametrize("foreign", ["out/notes.txt", "out/manifest.json",
+                                     "out/20200101T000000Z-cccccc/notes.txt"])
 def test_what_is_not_provably_a_snim_batch_output_is_never_replaced(
         s3_env, tmp_path: Path, foreign: str) -> None:
     s3_env.client().put_object(Bucket="bkt", Key=foreign, Body=b"{}")
@@ -552,6 +554,8 @@ def test_leftovers_of_dead_runs_are_removed_after_the_grace(s3_env, tmp_path: Pa
     client = s3_env.client()
     for run in ("20200101T000000Z-aaaaaa", "20200101T000000Z-bbbbbb"):
         client.put_object(Bucket="bkt", Key=f"out/{run}/verdicts.parquet", Body=b"partial")
+    client.put_object(Bucket="bkt", Key=f"out/{run}/rejects.parquet/part-00000.parquet",
+                      Body=b"partial")  # the Spark engine's part files
     sample = ROOT / "data" / "sample"
     job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv",
            "--out", "s3://bkt/out"]
@@ -562,8 +566,7 @@ def test_leftovers_of_dead_runs_are_removed_after_the_grace(s3_env, tmp_path: Pa
         assert invoke([*job, "--overwrite"], tmp_path)[0] == 0
     finally:
         remote_commit.LEFTOVER_GRACE = grace
-    assert not any("20200101T" in key for key in keys(s3_env))
-    assert_whole(s3_env, "out")
+    only_this_output(s3_env, assert_whole(s3_env, "out"))
 
 
 @pytest.fixture(scope="module")
@@ -666,6 +669,249 @@ def test_a_racing_commit_loses_with_nothing_written(s3_env, tmp_path: Path,
     manifest = assert_whole(s3_env, "out")
     assert {k.split("/")[1] for k in keys(s3_env, "out/") if k.count("/") == 2} == {
         manifest["run_id"]}
+
+
+MANIFEST_PUT = rb"PUT \S*/manifest\.json[ ?]"
+DELETE = rb"POST \S*\?delete"
+
+
+class HeldRequest:
+    """A TCP proxy to the moto server that holds back the store's answer to the first request
+    matching `pattern` (so the store has done it, the client is not told yet): `held` is set
+    then; the answer is dropped once the client gives up on it (closes the connection), or
+    passed on once `release` is set."""
+
+    def __init__(self, server, pattern: bytes = MANIFEST_PUT) -> None:
+        self.upstream = server.port
+        self.pattern = re.compile(pattern)
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.armed = True
+        self.held, self.release, self.dropped = (threading.Event() for _ in range(3))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            gone, put = threading.Event(), threading.Event()
+            threading.Thread(target=self._requests, args=(client, upstream, gone, put),
+                             daemon=True).start()
+            threading.Thread(target=self._answers, args=(upstream, client, gone, put),
+                             daemon=True).start()
+
+    def _requests(self, client, upstream, gone, put) -> None:
+        try:
+            while data := client.recv(1 << 16):
+                if self.armed and self.pattern.match(data):
+                    self.armed = False
+                    put.set()
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            gone.set()
+            with contextlib.suppress(OSError):
+                upstream.shutdown(socket.SHUT_WR)
+
+    def _answers(self, upstream, client, gone, put) -> None:
+        try:
+            while data := upstream.recv(1 << 16):
+                if put.is_set() and not data.startswith(b"HTTP/1.1 100"):
+                    put.clear()
+                    self.held.set()
+                    while not (gone.wait(0.05) or self.release.is_set()):
+                        pass
+                    if gone.is_set():
+                        self.dropped.set()
+                        return
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            client.close()
+            upstream.close()
+
+
+@pytest.fixture()
+def held_put(s3):
+    proxy = HeldRequest(s3)
+    yield proxy
+    proxy.close()
+
+
+def first_output(server, tmp_path: Path, sample: Path) -> dict:
+    job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv",
+           "--out", "s3://bkt/out"]
+    assert invoke(job, tmp_path)[0] == 0
+    return assert_whole(server, "out")
+
+
+def only_this_output(server, manifest: dict) -> None:
+    """OUT holds the manifest and the files it lists, nothing else (no directory marker)."""
+    listed = [f"out/{path}" for entry in manifest["outputs"] if entry["name"] != "manifest.json"
+              for path, _ in listed_files(entry)]
+    assert sorted(names(server, "out")) == sorted(["out/manifest.json", *listed])
+
+
+def test_a_manifest_put_retried_after_a_timeout_commits(
+        s3_env, held_put: HeldRequest, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store takes the manifest but its answer comes after `timeout`: the client retries,
+    and the conditional PUT's retry is refused (412) since the first one is in place. The run
+    reads the manifest back, finds its own, and commits (the old files deleted, its own
+    kept), instead of reporting a lost race and deleting the files its manifest lists."""
+    sample = ROOT / "data" / "sample"
+    old = first_output(s3_env, tmp_path, sample)
+    config = config_file(tmp_path, {"timeout": "2s", "max_retries": "2"})
+    monkeypatch.setenv("AWS_ENDPOINT_URL", held_put.endpoint)
+    code, err = invoke(["run", "--config", config, "--rules", sample / "rules.csv",
+                        "--positions", sample / "positions.csv", "--out", "s3://bkt/out",
+                        "--overwrite", "--winning-moves"], tmp_path)
+    assert held_put.dropped.is_set(), "the manifest PUT's answer was not held past the timeout"
+    assert code == 0, err
+    assert "another run committed" not in err
+    manifest = assert_whole(s3_env, "out")
+    assert manifest["run_id"] != old["run_id"] and manifest["config"]["winning_moves"] is True
+    only_this_output(s3_env, manifest)
+
+
+@pytest.mark.parametrize("pattern", [MANIFEST_PUT, DELETE], ids=["put", "delete"])
+def test_a_stop_signal_from_the_manifest_put_to_the_old_files_deletion_is_held(
+        s3, tmp_path: Path, pattern: bytes) -> None:
+    """SIGTERM while the manifest PUT is in flight (the store has taken it), or the old
+    files' deletion, does not stop the run in between: it commits and exits 0."""
+    held_put = HeldRequest(s3, pattern)
+    sample = ROOT / "data" / "sample"
+    job = ["run", "--rules", str(sample / "rules.csv"), "--positions",
+           str(sample / "positions.csv"), "--out", "s3://bkt/out"]
+    assert run_cli(job, tmp_path, s3.env()).returncode == 0
+    old = assert_whole(s3, "out")
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *job, "--overwrite"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), **s3.env(),
+                                               "AWS_ENDPOINT_URL": held_put.endpoint},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert held_put.held.wait(120), "no such request came"
+        proc.send_signal(signal.SIGTERM)
+        held_put.release.set()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        held_put.close()
+    assert proc.returncode == 0, err
+    manifest = assert_whole(s3, "out")
+    assert manifest["run_id"] != old["run_id"]
+    only_this_output(s3, manifest)
+
+
+def test_overwrite_refuses_an_output_holding_objects_of_the_users(s3_env,
+                                                                  tmp_path: Path) -> None:
+    """An object of one's own below the output's RUN_ID/ prefix, or put in place of an output
+    file (another size), makes the output no longer replaceable: exit 1 naming them (sizes
+    too), and nothing is deleted."""
+    sample = ROOT / "data" / "sample"
+    manifest = first_output(s3_env, tmp_path, sample)
+    run = manifest["run_id"]
+    client = s3_env.client()
+    client.put_object(Bucket="bkt", Key=f"out/{run}/my_analysis.csv", Body=b"precious")
+    summary = next(e for e in manifest["outputs"] if e["name"] == "summary.parquet")
+    client.put_object(Bucket="bkt", Key=f"out/{run}/summary.parquet", Body=b"my own summary")
+    before = keys(s3_env)
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--out", "s3://bkt/out", "--overwrite"],
+                       tmp_path)
+    assert code == 1, err
+    assert (f"s3://bkt/out: exists and is not provably a snim-batch output (holds what its "
+            f"manifest.json does not list: {run}/my_analysis.csv; files changed size since "
+            f"its manifest.json listed them: {run}/summary.parquet (14 bytes, listed with "
+            f"{summary['size']})); refusing to replace it, nothing was written") in err
+    assert keys(s3_env) == before
+
+
+def test_what_appears_in_the_old_output_during_the_run_is_kept(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object added below the old output's prefix, or put in place of one of its files,
+    after the check: the new output commits, the old output's other files are deleted, those
+    two are kept, with a warning naming them."""
+    from pipeline.io import remote_commit
+
+    sample = ROOT / "data" / "sample"
+    old = first_output(s3_env, tmp_path, sample)
+    run = old["run_id"]
+    real_upload = remote_commit._upload
+
+    def upload_then_edit(staging: Path, prefix: Location) -> None:
+        real_upload(staging, prefix)
+        client = s3_env.client()
+        client.put_object(Bucket="bkt", Key=f"out/{run}/notes.txt", Body=b"mine")
+        client.put_object(Bucket="bkt", Key=f"out/{run}/summary.parquet", Body=b"edited")
+
+    monkeypatch.setattr(remote_commit, "_upload", upload_then_edit)
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--out", "s3://bkt/out", "--overwrite"],
+                       tmp_path)
+    assert code == 0, err
+    summary = next(e for e in old["outputs"] if e["name"] == "summary.parquet")
+    assert (f"kept what the replaced output's manifest.json does not account for: "
+            f"{run}/notes.txt, {run}/summary.parquet (6 bytes, listed with "
+            f"{summary['size']})") in " ".join(err.split())
+    manifest = assert_whole(s3_env, "out")
+    assert {k for k in names(s3_env, "out/") if run in k} == {
+        f"out/{run}/notes.txt", f"out/{run}/summary.parquet"}
+    assert keys(s3_env, f"out/{run}/") == {f"out/{run}/notes.txt": b"mine",
+                                           f"out/{run}/summary.parquet": b"edited"}
+    assert manifest["run_id"] != run
+
+
+def test_a_missing_bucket_is_found_before_any_work(s3_env, tmp_path: Path) -> None:
+    code, err = invoke(["run", "--rules", tmp_path / "missing.csv", "--positions",
+                        tmp_path / "missing", "--out", "s3://nobucket/out"], tmp_path)
+    assert code == 1
+    assert err.strip() == ("snim-batch: error: s3://nobucket/out: the bucket 'nobucket' does "
+                           "not exist; nothing was written")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_local_staging_of_a_killed_run_is_removed_by_the_next(s3, tmp_path: Path) -> None:
+    """A run killed before its commit leaves its local staging directory (its files staged
+    for upload), named with its pid; the next run removes it, and only those of processes
+    that are gone."""
+    from pipeline.io.remote_commit import PAUSE_ENV
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    sample = ROOT / "data" / "sample"
+    job = ["run", "--rules", str(sample / "rules.csv"), "--positions",
+           str(sample / "positions.csv"), "--out", "s3://bkt/out", "--overwrite"]
+    marker = tmp_path / "paused"
+    env = {**s3.env(), "TMPDIR": str(tmp), PAUSE_ENV: f"committing:{marker}"}
+    assert kill_when(job, tmp_path, env, lambda lines: marker.exists()) == -signal.SIGKILL
+    left = os.listdir(tmp)
+    assert len(left) == 1 and re.fullmatch(r"snim-batch-\d+-\d{8}T\d{6}Z-[0-9a-f]{6}-.+",
+                                           left[0]), left
+    assert any((tmp / left[0]).rglob("verdicts.parquet"))
+    live = tmp / f"snim-batch-{os.getpid()}-20200101T000000Z-abcdef-x"
+    live.mkdir()
+    other = tmp / f"snim-batch-{dead_pid()}-not-a-run"
+    other.mkdir()
+    done = run_cli(job, tmp_path, {**s3.env(), "TMPDIR": str(tmp)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp)) == sorted([live.name, other.name])
 
 
 # ---- gs:// and az:// ------------------------------------------------------------------------

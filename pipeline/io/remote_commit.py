@@ -1,14 +1,21 @@
 """The commit of an output in an object store, where nothing can be renamed.
 
-The run writes its files into a local temporary directory (created after the target was
-checked, removed at the end), then uploads them under `OUT/RUN_ID/` and commits by writing
-`OUT/manifest.json` last, in one PUT: the manifest lists every file with its path under OUT
-and its size, so a reader that starts from the manifest sees one whole output, the previous
-or the new. On S3 the PUT is conditional (If-None-Match: * for a new output, If-Match: the
-previous manifest's ETag with --overwrite), so of two racing runs one commits and the other
-fails with nothing written. The previous run's files are deleted only after the new manifest
-is in place; what a killed run uploaded (a RUN_ID/ prefix no manifest lists) is deleted by a
-later commit once it is older than LEFTOVER_GRACE."""
+The run writes its files into a local temporary directory (`snim-batch-PID-RUN_ID-*`, removed
+at the end, and by a later run once its process is gone), then uploads them under
+`OUT/RUN_ID/` and commits by writing `OUT/manifest.json` last, in one PUT: the manifest lists
+every file with its path under OUT and its size, so a reader that starts from the manifest
+sees one whole output, the previous or the new. On S3 the PUT is conditional (If-None-Match: *
+for a new output, If-Match: the previous manifest's ETag with --overwrite), so of two racing
+runs one commits and the other fails with nothing written. A PUT that fails (a timeout whose
+retry finds the first attempt's manifest in place, a 5xx, an interrupt) is judged by reading
+the manifest back: the run is committed when it names this run, and this run's uploads are
+deleted only when it provably does not. Interrupts are held from the PUT until the previous
+output's files are deleted.
+
+Only what is provably ours is deleted, key by key: the previous output's files its manifest
+lists, at the size it records (an output holding anything else is not replaced), and in a
+RUN_ID/ prefix no manifest lists (a killed run's), once older than LEFTOVER_GRACE, the names
+a run uploads."""
 
 from __future__ import annotations
 
@@ -26,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OutputError
+from pipeline.errors import OutputError, SnimError, first_line
 from pipeline.io import object_store
+from pipeline.io.commit import interrupts_held, remove_dead_staging
 from pipeline.io.failures import WriteFailure
 from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST, few_names, written_by_snim
@@ -35,6 +43,15 @@ from pipeline.io.manifest import MANIFEST, few_names, written_by_snim
 log = logging.getLogger(__name__)
 
 RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")
+
+
+_RUN_FILE = re.compile(r"(verdicts|rejects|sg_tables|summary)\.parquet(/part-[^/]+)?")
+"""What a run uploads below its RUN_ID/ (the Spark engine's tables are directories of part
+files): all that is deleted of a dead run's leftovers."""
+
+
+_STAGING = re.compile(rf"snim-batch-(\d+)-{RUN_ID.pattern}-[^/]+")
+"""A local staging directory (`tempfile.mkdtemp` in `staged_remote_output`): PID, RUN_ID."""
 
 
 LEFTOVER_GRACE = 24 * 3600
@@ -45,20 +62,27 @@ live run commits right after its upload, well within this)."""
 @dataclass
 class _Target:
     """What is at OUT before the run: the manifest's ETag (None: no output), the keys it
-    lists, and per RUN_ID/ prefix no manifest lists, the time of its newest object."""
+    lists with their recorded sizes, and per RUN_ID/ prefix no manifest lists, its run
+    files with their modification times."""
 
     etag: str | None = None
-    listed: list[str] = field(default_factory=list)
-    leftovers: dict[str, float] = field(default_factory=dict)
+    listed: dict[str, int | None] = field(default_factory=dict)
+    leftovers: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
 
-def listed_paths(manifest: dict[str, Any]) -> list[str] | None:
+def _recorded_size(entry: dict[str, Any]) -> int | None:
+    size = entry.get("size")
+    return size if type(size) is int else None
+
+
+def listed_paths(manifest: dict[str, Any]) -> dict[str, int | None] | None:
     """The paths under OUT that a remote output's manifest lists (its files, and every file
-    of its directories), or None when it is no manifest of a remote output."""
+    of its directories) with the size recorded for each (None: none), or None when it is no
+    manifest of a remote output."""
     outputs = manifest.get("outputs")
     if not isinstance(outputs, list):
         return None
-    paths = []
+    paths: dict[str, int | None] = {}
     for entry in outputs:
         if not isinstance(entry, dict) or entry.get("name") == MANIFEST:
             continue
@@ -69,9 +93,10 @@ def listed_paths(manifest: dict[str, Any]) -> list[str] | None:
             files = entry.get("files")
             if not isinstance(files, list):
                 return None
-            paths += [f"{path}/{f.get('name')}" for f in files if isinstance(f, dict)]
+            paths.update((f"{path}/{f.get('name')}", _recorded_size(f))
+                         for f in files if isinstance(f, dict))
         else:
-            paths.append(path)
+            paths[path] = _recorded_size(entry)
     return paths
 
 
@@ -101,9 +126,14 @@ def _read_manifest(target: Location) -> tuple[dict[str, Any], str | None] | None
 
 
 def _target_state(target: Location, overwrite: bool) -> _Target:
-    """Check what is at `target` (reads only): missing, or holding only dead runs'
-    leftovers, is fine; a snim-batch output needs `overwrite`; anything else is refused."""
+    """Check what is at `target` (reads only): its bucket must exist; nothing there, or only
+    dead runs' leftovers, is fine; a snim-batch output whose manifest lists every object
+    below the prefixes it names, each at its recorded size, needs `overwrite`; anything else
+    is refused."""
     objects = object_store.list_below(target)
+    if not objects and not object_store.bucket_exists(target):
+        raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist; nothing "
+                          "was written")
     found = _read_manifest(target)
     state = _Target()
     if found is not None:
@@ -114,26 +144,43 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
                               f"{MANIFEST} was not written by snim-batch to an object store); "
                               "refusing to replace it, nothing was written")
         state.listed = listed
-    start = len(target.key) + 1 if target.key else 0
-    unlisted = []
-    for key, _, mtime in objects:
-        relative = key[start:]
-        if relative == MANIFEST or relative in state.listed:
+    owned = {path.split("/", 1)[0] for path in state.listed}
+    unlisted, resized = [], []
+    for relative, size, mtime in _below(target, objects):
+        if relative == MANIFEST:
             continue
-        head = relative.split("/", 1)[0]
-        if RUN_ID.fullmatch(head) and "/" in relative:
-            state.leftovers[head] = max(state.leftovers.get(head, 0.0), mtime)
+        if relative in state.listed:
+            expected = state.listed[relative]
+            if expected is not None and size != expected:
+                resized.append(f"{relative} ({size} bytes, listed with {expected})")
+            continue
+        head, _, rest = relative.partition("/")
+        if RUN_ID.fullmatch(head) and head not in owned and _RUN_FILE.fullmatch(rest):
+            state.leftovers.setdefault(head, []).append((relative, mtime))
         else:
             unlisted.append(relative)
+    problems = []
     if unlisted:
-        why = (f"holds what its {MANIFEST} does not list" if found is not None
-               else f"holds objects and no {MANIFEST}")
-        raise OutputError(f"{target}: exists and is not provably a snim-batch output ({why}: "
-                          f"{few_names(sorted(unlisted))}); refusing to replace it, nothing "
-                          "was written")
+        problems.append(f"holds what its {MANIFEST} does not list: {few_names(unlisted)}"
+                        if found is not None
+                        else f"holds objects and no {MANIFEST}: {few_names(unlisted)}")
+    if resized:
+        problems.append(f"files changed size since its {MANIFEST} listed them: "
+                        f"{few_names(resized)}")
+    if problems:
+        raise OutputError(f"{target}: exists and is not provably a snim-batch output "
+                          f"({'; '.join(problems)}); refusing to replace it, nothing was "
+                          "written")
     if found is not None and not overwrite:
         raise OutputError(f"{target}: output already exists (pass --overwrite to replace it)")
     return state
+
+
+def _below(target: Location, objects: list[tuple[str, int, float]]
+           ) -> list[tuple[str, int, float]]:
+    """`list_below`'s objects with their keys relative to `target`."""
+    start = len(target.key) + 1 if target.key else 0
+    return [(key[start:], size, mtime) for key, size, mtime in objects]
 
 
 PAUSE_ENV = "SNIM_BATCH_TEST_PAUSE"
@@ -246,21 +293,58 @@ def _s3_client(location: Location) -> Any:
         region_name=first("aws_region", "region", "aws_default_region"), config=config)
 
 
-def _delete(target: Location, prefixes: list[str], what: str) -> str | None:
-    """Delete every object below the RUN_ID/ `prefixes` of `target`; what to tell the user if
-    some remain."""
-    store = object_store.filesystem(target)
-    for prefix in sorted(set(prefixes)):
-        if not RUN_ID.fullmatch(prefix):
-            continue
+def _delete(target: Location, relatives: list[str], what: str) -> str | None:
+    """Delete the objects at these keys below `target`, key by key (never a whole prefix,
+    and no directory marker is left behind); what to tell the user if some remain."""
+    if not relatives:
+        return None
+    client = _s3_client(target) if target.scheme == "s3" else None
+    try:
+        if client is None:
+            store = object_store.filesystem(target)
+            for relative in relatives:
+                try:
+                    store.delete_file(target.child(relative).store_path)
+                except FileNotFoundError:
+                    continue
+            return None
+        failed: list[str] = []
+        for start in range(0, len(relatives), 1000):  # S3's most keys per request
+            keys = [{"Key": target.child(r).key} for r in relatives[start:start + 1000]]
+            reply = client.delete_objects(Bucket=target.bucket,
+                                          Delete={"Objects": keys, "Quiet": True})
+            failed += [str(error.get("Key")) for error in reply.get("Errors", [])]
+    except Exception as exc:  # botocore's and pyarrow's errors: the run is committed by now
+        return (f"{target}: {what} could not all be deleted "
+                f"({object_store.redacted(first_line(exc))})")
+    return (f"{target}: {what} could not all be deleted ({few_names(failed)})"
+            if failed else None)
+
+
+def _commit(out: Location, data: bytes, previous: str | None, run_id: str) -> None:
+    """PUT the manifest (see `_put_manifest`). When the PUT fails in any way, the manifest
+    is read back: one naming this run is in place (a retry after a timeout that found the
+    first attempt's, an interrupt after the store took it), so the run is committed; one
+    that cannot be read leaves it unknown (`_Unknown`)."""
+    try:
+        _put_manifest(out, data, previous)
+    except BaseException as exc:
         try:
-            store.delete_dir(target.child(prefix).store_path)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return (f"{target}: {what} could not all be deleted "
-                    f"({object_store.redacted(str(exc).splitlines()[0])})")
-    return None
+            found = _read_manifest(out)
+        except Exception as reading:
+            raise _Unknown(f"{out}: could not tell whether this run committed (the "
+                           f"{MANIFEST} PUT failed: {first_line(exc)}; reading it back "
+                           f"failed: {first_line(reading)}); if {out}/{MANIFEST} names run "
+                           f"{run_id}, the new output is in place; else its files under "
+                           f"{out}/{run_id}/ can be deleted") from None
+        if found is None or found[0].get("run_id") != run_id:
+            raise
+        log.info("%s: the %s PUT failed (%s), but the manifest in place is this run's", out,
+                 MANIFEST, first_line(exc))
+
+
+class _Unknown(OutputError):
+    """Whether the manifest PUT took effect cannot be told: this run's uploads are kept."""
 
 
 @contextmanager
@@ -271,42 +355,70 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
     under OUT/RUN_ID/ and commit OUT/manifest.json (see the module's docstring). Any failure
     before the commit deletes what was uploaded; the previous output is untouched."""
     previous = _target_state(out, overwrite)
-    staging = Path(tempfile.mkdtemp(prefix=f"snim-batch-{run_id}-"))
-    prefix = out.child(run_id)
-    committed = uploaded = False
+    remove_dead_staging(Path(tempfile.gettempdir()), _STAGING)
+    staging = Path(tempfile.mkdtemp(prefix=f"snim-batch-{os.getpid()}-{run_id}-"))
+    uploads: list[str] = []
+    settled = False  # committed, or not provably uncommitted: the uploads stay
     try:
         yield staging
         manifest = json.loads((staging / MANIFEST).read_bytes())
         (staging / MANIFEST).unlink()
-        uploaded = True
-        _upload(staging, prefix)
+        uploads = [f"{run_id}/{path.relative_to(staging).as_posix()}"
+                   for path in sorted(staging.rglob("*")) if path.is_file()]
+        _upload(staging, out.child(run_id))
         data = json.dumps(_remote_manifest(manifest, run_id), indent=2, default=str) + "\n"
         _pause("committing")
-        _put_manifest(out, data.encode(), previous.etag)
-        committed = True
-        _pause("committed")
-        log.info("committed %s%s", out, " (replacing the previous output)"
-                 if previous.etag else "")
-        replaced = [path.split("/", 1)[0] for path in previous.listed]
-        for notice in (_delete(out, replaced, "the replaced output's files"),
-                       _clean_leftovers(out, previous)):
-            if notice:
+        with interrupts_held():
+            try:
+                _commit(out, data.encode(), previous.etag, run_id)
+            except _Unknown:
+                settled = True
+                raise
+            settled = True
+            _pause("committed")
+            log.info("committed %s%s", out, " (replacing the previous output)"
+                     if previous.etag else "")
+            for notice in _retire(out, previous):
                 notify(notice)
     except WriteFailure as exc:
         raise exc.about(str(out)) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if uploaded and not committed:
-            _delete(out, [run_id], "this run's uploaded files")
+        if uploads and not settled:
+            _delete(out, uploads, "this run's uploaded files")
 
 
-def _clean_leftovers(out: Location, previous: _Target) -> str | None:
-    """Delete the RUN_ID/ prefixes of dead runs older than LEFTOVER_GRACE."""
-    now = time.time()
-    old = [prefix for prefix, newest in previous.leftovers.items()
-           if now - newest > LEFTOVER_GRACE]
-    young = len(previous.leftovers) - len(old)
+def _retire(out: Location, previous: _Target) -> list[str]:
+    """After the commit: delete the replaced output's files that are still as its manifest
+    listed them (anything else below its prefixes is kept, and named), then the run files
+    of dead runs' prefixes older than LEFTOVER_GRACE. Returns what to tell the user."""
+    try:
+        now = {key: size for key, size, _ in _below(out, object_store.list_below(out))}
+    except SnimError as exc:
+        return [f"{out}: the replaced output's files were not deleted ({exc})"]
+    old = {path.split("/", 1)[0] for path in previous.listed}
+    old = {prefix for prefix in old if RUN_ID.fullmatch(prefix)}
+    replaced, kept = [], []
+    for path, size in previous.listed.items():
+        if path.split("/", 1)[0] in old and path in now:
+            if size is None or now[path] == size:
+                replaced.append(path)
+            else:
+                kept.append(f"{path} ({now[path]} bytes, listed with {size})")
+    kept += [key for key in now if key.split("/", 1)[0] in old and key not in previous.listed]
+    notices = []
+    if kept:
+        notices.append(f"{out}: kept what the replaced output's {MANIFEST} does not account "
+                       f"for: {few_names(sorted(kept))}")
+    stale, young = [], 0
+    for files in previous.leftovers.values():
+        if time.time() - max(mtime for _, mtime in files) > LEFTOVER_GRACE:
+            stale += [relative for relative, _ in files]
+        else:
+            young += 1
     if young:
         log.info("%s: %d unlisted run prefixes younger than %d h kept (a live run?)", out,
                  young, LEFTOVER_GRACE // 3600)
-    return _delete(out, old, "files left by interrupted runs")
+    notices += [_delete(out, replaced, "the replaced output's files"),
+                _delete(out, stale, "files left by interrupted runs")]
+    return [notice for notice in notices if notice]
