@@ -679,11 +679,14 @@ class HeldRequest:
     """A TCP proxy to the moto server that holds back the store's answer to the first request
     matching `pattern` (so the store has done it, the client is not told yet): `held` is set
     then; the answer is dropped once the client gives up on it (closes the connection), or
-    passed on once `release` is set."""
+    passed on once `release` is set. With `cut`, the store is unreachable from then on: every
+    connection is closed and no new one taken."""
 
-    def __init__(self, server, pattern: bytes = MANIFEST_PUT) -> None:
+    def __init__(self, server, pattern: bytes = MANIFEST_PUT, cut: bool = False) -> None:
         self.upstream = server.port
         self.pattern = re.compile(pattern)
+        self.cut = cut
+        self.sockets: list[socket.socket] = []
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)
@@ -694,7 +697,10 @@ class HeldRequest:
 
     def close(self) -> None:
         self.release.set()
-        self.listener.close()
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
 
     def _serve(self) -> None:
         while True:
@@ -703,6 +709,7 @@ class HeldRequest:
             except OSError:
                 return
             upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            self.sockets += [client, upstream]
             gone, put = threading.Event(), threading.Event()
             threading.Thread(target=self._requests, args=(client, upstream, gone, put),
                              daemon=True).start()
@@ -729,6 +736,9 @@ class HeldRequest:
                 if put.is_set() and not data.startswith(b"HTTP/1.1 100"):
                     put.clear()
                     self.held.set()
+                    if self.cut:
+                        self.close()
+                        return
                     while not (gone.wait(0.05) or self.release.is_set()):
                         pass
                     if gone.is_set():
@@ -783,6 +793,37 @@ def test_a_manifest_put_retried_after_a_timeout_commits(
     manifest = assert_whole(s3_env, "out")
     assert manifest["run_id"] != old["run_id"] and manifest["config"]["winning_moves"] is True
     only_this_output(s3_env, manifest)
+
+
+def test_a_manifest_put_whose_outcome_cannot_be_told_keeps_every_file(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store takes the manifest, then cannot be reached (no answer to the PUT, nor to
+    reading it back): the run exits 1 saying it cannot tell whether it committed, and deletes
+    nothing, so the manifest in place (this run's) lists files that are all there."""
+    sample = ROOT / "data" / "sample"
+    old = first_output(s3_env, tmp_path, sample)
+    proxy = HeldRequest(s3_env, cut=True)
+    config = config_file(tmp_path, {"timeout": "2s", "max_retries": "1"})
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        code, err = invoke(["run", "--config", config, "--rules", sample / "rules.csv",
+                            "--positions", sample / "positions.csv", "--out", "s3://bkt/out",
+                            "--overwrite"], tmp_path)
+    finally:
+        proxy.close()
+    assert proxy.held.is_set()
+    assert code == 1, err
+    err = " ".join(err.split())
+    manifest = assert_whole(s3_env, "out")
+    run = manifest["run_id"]
+    assert run != old["run_id"]
+    assert "s3://bkt/out: could not tell whether this run committed (the manifest.json PUT " \
+           "failed: " in err
+    assert (f"if s3://bkt/out/manifest.json names run {run}, the new output is in place (the "
+            f"replaced one's files were kept); else its files under s3://bkt/out/{run}/ can "
+            "be deleted") in err
+    assert {k.split("/")[1] for k in names(s3_env, "out/") if k.count("/") == 2} == {
+        run, old["run_id"]}
 
 
 @pytest.mark.parametrize("pattern", [MANIFEST_PUT, DELETE], ids=["put", "delete"])

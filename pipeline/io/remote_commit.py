@@ -335,7 +335,8 @@ def _commit(out: Location, data: bytes, previous: str | None, run_id: str) -> No
             raise _Unknown(f"{out}: could not tell whether this run committed (the "
                            f"{MANIFEST} PUT failed: {first_line(exc)}; reading it back "
                            f"failed: {first_line(reading)}); if {out}/{MANIFEST} names run "
-                           f"{run_id}, the new output is in place; else its files under "
+                           f"{run_id}, the new output is in place (the replaced one's files "
+                           f"were kept); else its files under "
                            f"{out}/{run_id}/ can be deleted") from None
         if found is None or found[0].get("run_id") != run_id:
             raise
