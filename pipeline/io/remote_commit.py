@@ -298,8 +298,8 @@ def _delete(target: Location, relatives: list[str], what: str) -> str | None:
     and no directory marker is left behind); what to tell the user if some remain."""
     if not relatives:
         return None
-    client = _s3_client(target) if target.scheme == "s3" else None
     try:
+        client = _s3_client(target) if target.scheme == "s3" else None
         if client is None:
             store = object_store.filesystem(target)
             for relative in relatives:
@@ -393,12 +393,13 @@ def _retire(out: Location, previous: _Target) -> list[str]:
     """After the commit: delete the replaced output's files that are still as its manifest
     listed them (anything else below its prefixes is kept, and named), then the run files
     of dead runs' prefixes older than LEFTOVER_GRACE. Returns what to tell the user."""
-    try:
-        now = {key: size for key, size, _ in _below(out, object_store.list_below(out))}
-    except SnimError as exc:
-        return [f"{out}: the replaced output's files were not deleted ({exc})"]
     old = {path.split("/", 1)[0] for path in previous.listed}
     old = {prefix for prefix in old if RUN_ID.fullmatch(prefix)}
+    try:
+        now = ({key: size for key, size, _ in _below(out, object_store.list_below(out))}
+               if old else {})
+    except SnimError as exc:
+        return [f"{out}: the replaced output's files were not deleted ({exc})"]
     replaced, kept = [], []
     for path, size in previous.listed.items():
         if path.split("/", 1)[0] in old and path in now:
