@@ -1093,6 +1093,12 @@ def test_spark_reads_rules_from_s3_and_commits_to_s3_like_the_polars_engine(
     from_s3 = remote_outputs(s3, "spark2")
     for name in OUTPUTS:  # no rejects: no source that names the file differently
         assert from_s3[name].equals(polars[name]), name
+    again = run_cli([*job, "--out", "s3://bkt/spark", "--overwrite"], tmp_path, s3.env())
+    assert again.returncode == 0, again.stderr  # its part files listed at their sizes
+    replaced = assert_whole(s3, "spark")
+    assert not any(manifest["run_id"] in key for key in names(s3, "spark"))
+    assert sorted(names(s3, "spark/")) == sorted(
+        ["spark/manifest.json"] + [f"spark/{replaced['run_id']}/{n}.parquet" for n in OUTPUTS])
 
 
 def test_refused_credentials_exit_1_in_one_line_without_the_secret(tmp_path: Path) -> None:
