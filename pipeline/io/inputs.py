@@ -52,6 +52,8 @@ class InputFile:
     size: int
     etag: str | None = None
     version: str | None = None
+    stamp: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    """A local file's (size, mtime_ns) when described: `changes.ensure_unchanged` compares."""
     _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -378,9 +380,10 @@ def describe(path: Source) -> InputFile:
         meta = object_store.object_metadata(path)
         return InputFile(path, format_of(path), meta["size"], meta["etag"], meta["version"])
     try:
-        with path.open("rb"):
-            pass  # unreadable files fail here, with a plain message
-        return InputFile(path, format_of(path), path.stat().st_size)
+        with path.open("rb") as handle:  # unreadable files fail here, with a plain message
+            found = os.fstat(handle.fileno())
+        return InputFile(path, format_of(path), found.st_size,
+                         stamp=(found.st_size, found.st_mtime_ns))
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
