@@ -174,8 +174,8 @@ def _heaps_column(raw: pl.DataFrame, name: str, source: str
         return s.cast(HEAPS).alias(name), _nulls(s.len()), None
     s = as_list(s)
     if isinstance(s.dtype, pl.List) and (s.dtype.inner.is_integer() or s.dtype.inner == pl.Null):
-        if s.dtype.inner == pl.UInt64:
-            too_big = s.list.max() > MAX_HEAP
+        if s.dtype.inner == pl.UInt64 and (s.explode().max() or 0) > MAX_HEAP:
+            too_big = s.list.eval(pl.element() > MAX_HEAP).list.any()
             return (pl.select(pl.when(too_big).then(pl.lit(None, HEAPS)).otherwise(
                         s.cast(HEAPS, strict=False))).to_series().alias(name),
                     _nulls(s.len()), _explained(s, too_big, explain_heaps))
