@@ -52,8 +52,8 @@ def test_a_local_input_rewritten_during_the_run_fails_it(tmp_path: Path, name: s
         target.write_text(text)
         os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
 
-    with pytest.raises(InputError) as raised:
-        run_job(config_from_dict(job), progress=rewrite_when("positions", rewrite))
+    with pytest.raises(InputError) as raised:  # at "write" every input has been described
+        run_job(config_from_dict(job), progress=rewrite_when("write", rewrite))
     assert str(raised.value) == (f"{target}: changed while this run read it ({said}); nothing "
                                  "was written (rerun once it is written whole)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
