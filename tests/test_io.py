@@ -1394,6 +1394,24 @@ def test_csv_bom_and_blank_lines_before_the_header_as_pyarrow_reads_them(tmp_pat
     assert raw.row.tolist() == [0]
 
 
+@pytest.mark.parametrize("style", ["LF", "CRLF", "CR"])
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_csv_lines_of_spaces_and_tabs_before_the_header_are_blank_too(tmp_path, style, bom):
+    """Skipped like empty lines, whatever follows: rows numbered from the header, a line with
+    a wrong field count numbered among them, the heaps of a quoted field kept whole."""
+    end = LINE_ENDS[style][0]
+    path = tmp_path / "t.csv"
+    path.write_bytes(bom + end.join([" ", "", "\t \t", "", '"a",b', "1,2", " ", "3", '4,"5',
+                                     '6"', "7,8"]).encode())
+    raw = readers.read_table(path)
+    assert raw.frame.to_dict(as_series=False) == {"a": ["1", "4", "7"],
+                                                  "b": ["2", "5" + end + "6", "8"]}
+    assert raw.row.tolist() == [0, 2, 3]
+    assert [(r, why) for r, why, _ in raw.bad_lines] == [(1, "line has 1 field, expected 2")]
+    assert readers.columns_of(path) == ["a", "b"]
+    assert readers.row_estimate([path]) == 4
+
+
 @pytest.mark.parametrize(("text", "line"), [
     ('a,b\r1,"x\r2,3\r', 2),               # CR-only: lines counted at each CR
     ('a,b\r\n1,"x\r\n"\r\n2,"3', 4),       # a closed quoted break, then an open one

@@ -553,9 +553,22 @@ def test_csv_scan_finds_the_line_of_a_quote_never_closed(text, open_line):
     assert kernels.csv_scan(data, 0, 0)[2] == open_line
 
 
+@pytest.mark.parametrize(("text", "records", "open_line"), [
+    (" \n\t\na\n", 1, 0), ("a\n \t \r\n \r", 1, 0), ("  ", 0, 0),  # spaces and tabs: blank
+    (" ,\n", 1, 0), ("\t\tx", 1, 0),                                  # but not with more
+    (' "a\nb"\n', 2, 0), ('a, "b\n', 1, 0),       # a quote after spaces is a plain character
+    (' \n"a\n', 1, 2),                            # one at a field's start opens it
+])
+def test_csv_scan_takes_lines_of_spaces_and_tabs_for_blank(text, records, open_line):
+    data = np.frombuffer(text.encode(), np.uint8)
+    assert kernels.csv_scan(data, 0, 0)[0] == records
+    assert kernels.csv_scan(data, 0, 0)[2] == open_line
+
+
 @pytest.mark.parametrize(("text", "stop", "expected"), [
     ("a,b\n1,2\n", 1, (1, 4)), ("\n\r\na,b\r1", 1, (1, 7)), ('"a\nb",c\r\n1', 1, (1, 9)),
     ("a,b", 1, (1, 3)), ("a\nb\nc\n", 2, (2, 4)), ("a\nb\n", 5, (2, 4)),
+    (" \n\t\r\na,b\n1", 1, (1, 9)), ("  \n", 0, (0, 3)),
 ])
 def test_csv_scan_stops_after_a_record(text, stop, expected):
     data = np.frombuffer(text.encode(), np.uint8)

@@ -206,23 +206,23 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     (pyarrow's serial reader, every column as text), so memory holds one batch, not the file.
     Each batch carries the lines with the wrong number of fields found since the previous
     one."""
-    header, terminated, scan = _checked_text(file)
+    header, terminated, skip, scan = _checked_text(file)
     if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
         yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
                        np.zeros(0, np.int64), [])
         return
     bad: list[tuple[int, str, str]] = []
-    reader = _open_reader(file.path, header, scan, bad)
+    reader = _open_reader(file.path, header, skip, scan, bad)
     kept.drop("object", file.path)  # the reader holds what it needs
     yield from _batches(file, reader, bad, batch_rows)
 
 
-def _checked_text(file: InputFile) -> tuple[list[str], bool, _TextScan]:
-    """The file's header (`read_header`) and the scan of its bytes, unless they show it is
-    no CSV file: empty, binary or not UTF-8, a quote never closed, or a quoted field running
-    over lines with text after its closing quote."""
+def _checked_text(file: InputFile) -> tuple[list[str], bool, int, _TextScan]:
+    """The file's header (`_header`) and the scan of its bytes, unless they show it is no
+    CSV file: empty, binary or not UTF-8, a quote never closed, a quoted field running over
+    lines with text after its closing quote, or a record too long to read."""
     path = file.path
-    header, terminated = read_header(path)
+    header, terminated, skip = _header(path)
     scan = _scan_text(path)
     if scan.bad_byte >= 0:
         raise InputError(f"{path}: line {scan.bad_line}: not a CSV file (binary data or invalid "
@@ -236,7 +236,7 @@ def _checked_text(file: InputFile) -> tuple[list[str], bool, _TextScan]:
     if scan.longest > LONGEST_RECORD:
         raise InputError(f"{path}: line {scan.longest_line}: a record of {scan.longest} bytes; "
                          f"records of at most {LONGEST_RECORD >> 20} MiB are read (memory)")
-    return header, terminated, scan
+    return header, terminated, skip, scan
 
 
 def _unreadable(path: Source, exc: Exception) -> InputError:
@@ -247,12 +247,13 @@ def _unreadable(path: Source, exc: Exception) -> InputError:
     return InputError(f"{path}: not a readable CSV file ({first_line(exc)})")
 
 
-def _open_reader(path: Source, header: list[str], scan: _TextScan,
+def _open_reader(path: Source, header: list[str], skip: int, scan: _TextScan,
                  bad: list[tuple[int, str, str]]) -> pacsv.CSVStreamingReader:
-    """pyarrow's serial streaming reader of `path`, every column as text, in blocks that hold
-    the longest record; a line with the wrong number of fields is skipped and appended to
-    `bad` as (row number, reason, text). A line of only spaces and tabs is blank: skipped,
-    and no row, as pyarrow skips empty lines."""
+    """pyarrow's serial streaming reader of `path` from its header (after the first `skip`
+    lines), every column as text, in blocks that hold the longest record; a line with the
+    wrong number of fields is skipped and appended to `bad` as (row number, reason, text). A
+    line of only spaces and tabs is blank: skipped, and no row, as pyarrow skips empty
+    lines."""
     blank = 0
 
     def on_invalid(row: Any) -> str:
@@ -261,7 +262,7 @@ def _open_reader(path: Source, header: list[str], scan: _TextScan,
         if row.actual_columns == 1 and not text.strip(" \t"):
             blank += 1
             return "skip"
-        number = row.number - 2 - blank if row.number is not None else -1  # 1-based, header
+        number = row.number - 2 - skip - blank if row.number is not None else -1  # 1-based
         fields = "field" if row.actual_columns == 1 else "fields"
         bad.append((number, f"line has {row.actual_columns} {fields}, expected "
                             f"{row.expected_columns}", text))
@@ -275,7 +276,8 @@ def _open_reader(path: Source, header: list[str], scan: _TextScan,
         return pacsv.open_csv(
             source,
             read_options=pacsv.ReadOptions(
-                use_threads=False, block_size=max(_BLOCK, 2 * scan.longest + (1 << 16))),
+                use_threads=False, skip_rows=skip,
+                block_size=max(_BLOCK, 2 * scan.longest + (1 << 16))),
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
                                              newlines_in_values=scan.quoted_break),
             convert_options=pacsv.ConvertOptions(
@@ -361,7 +363,14 @@ def _unclosed_quote(path: Path, line: int) -> InputError:
 def read_header(path: Source) -> tuple[list[str], bool]:
     """(column names, whether a line end follows them) from the file's first record, found
     by the same scan of quotes and line ends (LF, CRLF, CR) as the rows; blank lines before
-    it are skipped, as pyarrow skips them."""
+    it (empty, or only spaces and tabs) are skipped."""
+    names, terminated, _ = _header(path)
+    return names, terminated
+
+
+def _header(path: Source) -> tuple[list[str], bool, int]:
+    """`read_header`, and the physical lines before the header that the reader must be told
+    to skip: 0 unless one of them holds spaces or tabs (pyarrow skips only empty lines)."""
     head, size = read_start(path, _HEADER_LIMIT)
     if size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
@@ -379,7 +388,12 @@ def read_header(path: Source) -> tuple[list[str], bool]:
     if not terminated and not whole:
         raise InputError(f"{path}: the header line does not end within the first "
                          f"{_HEADER_LIMIT >> 20} MiB (is this a CSV file?)")
-    first = head[:end]
+    first, skip = head[:end], 0
+    bom = _bom_length(head)
+    lead = bom + len(first[bom:]) - len(first[bom:].lstrip(b" \t\r\n"))
+    start = max(first.rfind(b"\n", bom, lead), first.rfind(b"\r", bom, lead), bom - 1) + 1
+    if first[bom:start].strip(b"\r\n"):
+        first, skip = first[start:], _line_at(head, start) - 1
     try:
         text = first.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -399,7 +413,7 @@ def read_header(path: Source) -> tuple[list[str], bool]:
                          f"{hint}")
     if len(set(names)) != len(names):
         raise InputError(f"{path}: duplicate column names in header: {names}")
-    return names, terminated
+    return names, terminated, skip
 
 
 def csv_row_estimate(path: Source, sample: int = 1 << 22) -> int:

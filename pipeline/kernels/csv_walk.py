@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from numba import njit
 
-_QUOTE, _COMMA, _CR, _LF = 34, 44, 13, 10
-_LINE_START, _FIELD_START, _UNQUOTED, _QUOTED = 0, 1, 2, 3
+_QUOTE, _COMMA, _CR, _LF, _SPACE, _TAB = 34, 44, 13, 10, 32, 9
+_LINE_START, _FIELD_START, _UNQUOTED, _QUOTED, _BLANK = 0, 1, 2, 3, 4
 CSV_IN_QUOTES = _QUOTED  # the state `csv_scan_part` returns inside a quoted field
 
 
@@ -49,15 +49,20 @@ def _csv_walk(data, i, limit, state, records, line, open_line, quoted_break, str
                 longest_line = start_line
             line_start = base + i
             start_line = line
-            if state != _LINE_START:
+            if state == _BLANK:
+                state = _LINE_START
+            elif state != _LINE_START:
                 state = _LINE_START
                 if records == stop_after:
                     return (i, state, records, line, open_line, quoted_break, stray_line,
                             field_break, True, line_start, start_line, longest, longest_line)
             continue
-        if state == _LINE_START:
+        if state == _LINE_START or state == _BLANK:
+            if c == _SPACE or c == _TAB:
+                state = _BLANK
+                continue
             records += 1
-            state = _FIELD_START
+            state = _FIELD_START if state == _LINE_START else _UNQUOTED  # after spaces: no quote
         if c == _COMMA:
             state = _FIELD_START
         elif state == _FIELD_START:
@@ -77,7 +82,7 @@ def csv_scan(data, start, stop_after):
     a '"' opens a quoted field only at the start of a field, inside one '""' is a quote and
     a lone '"' closes it (what follows, up to the next comma or line end, is plain text), a
     quote anywhere else is a literal character; lines end with LF, CRLF or CR, and blank
-    lines are no records.
+    lines (empty, or only spaces and tabs) are no records.
 
     Returns (records: non-blank records seen, the last one possibly unterminated; end: the
     offset just past the line end of record number `stop_after` (stop_after <= 0: never
