@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import signal
 import sys
 import time
 import traceback
@@ -22,6 +23,7 @@ from pipeline.errors import (
     BadRowsError,
     RuleError,
     SnimError,
+    Stopped,
     UsageError,
     shown,
 )
@@ -152,6 +154,10 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
         if verbose:
             _traceback(exc)
         raise typer.Exit(exc.exit_code)
+    exc = _interrupt_within(exc) or exc
+    if isinstance(exc, Stopped):
+        _err(f"stopped by {signal.Signals(exc.signum).name}; nothing was written")
+        raise typer.Exit(128 + exc.signum)
     if isinstance(exc, KeyboardInterrupt):
         _err("interrupted; nothing was written")
         raise typer.Exit(130)
@@ -160,6 +166,19 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
     if verbose:
         _traceback(exc)
     raise typer.Exit(EXIT_FAILED)
+
+
+def _interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or stop signal behind `exc`: one that arrives while numba loads a kernel
+    surfaces as the SystemError it caused (`returned a result with an exception set`)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _spark_options(spark: Any, master: str | None, remote: str | None) -> Any:
@@ -191,32 +210,41 @@ def run(
         help="Config file (default: ./config.yaml). Relative paths in it are relative to it.")]
     = None,
     rules: Annotated[str | None, typer.Option(
-        help="Rules table: a .parquet/.csv file, a directory of them, or a glob.")] = None,
+        help="Rules table: a .parquet/.csv file, a directory of them, a glob, or a URL "
+             "of an object store (s3://, gs://, az://). Default: the config's rules.")] = None,
     positions: Annotated[str | None, typer.Option(
-        help="Positions table (wide or long form): a file, a directory, or a glob.")] = None,
+        help="Positions table (wide or long form): a file, a directory, a glob, or a URL "
+             "of an object store. Default: the config's positions.")] = None,
     out: Annotated[str | None, typer.Option(
-        help="Output directory (replaced atomically; a symbolic link is followed).")] = None,
+        help="Output directory or URL of an object store (replaced atomically; a symbolic link "
+             "is followed); with --format delta, the root of the Delta tables. Default: the "
+             "config's out.")] = None,
     engine: Annotated[Engine | None, typer.Option(parser=_choice(Engine),
-                                                  help="Execution engine.")] = None,
+                                                  help="Execution engine. Default: the "
+                                                  "config's engine, else polars.")] = None,
     winning_moves: Annotated[bool | None, typer.Option(
         "--winning-moves/--no-winning-moves",
-        help="Add one winning move (move_heap, move_take) to every W verdict.")] = None,
+        help="Add one winning move (move_heap, move_take) to every W verdict. Default: "
+             "the config's winning_moves, else off.")] = None,
     on_bad_rows: Annotated[Policy | None, typer.Option(
         parser=_choice(Policy),
-        help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1.")]
+        help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1. "
+             "Default: the config's on_bad_rows, else reject.")]
     = None,
     overwrite: Annotated[bool | None, typer.Option(
         "--overwrite/--no-overwrite",
-        help="Replace an existing snim-batch output (one whose manifest lists all it holds).")]
+        help="Replace an existing snim-batch output (one whose manifest lists all it "
+             "holds). Default: the config's overwrite, else off.")]
     = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
     = None,
     output_format: Annotated[OutputFormat | None, typer.Option(
         "--format", case_sensitive=False,
         help="parquet: one directory per run; delta: --out is a root of Delta tables that "
-             "each run adds its night to.")] = None,
+             "each run adds its night to. Default: the config's output.format, else "
+             "parquet.")] = None,
     run_date: Annotated[str | None, typer.Option(
-        help="The night a --format delta run replaces, YYYY-MM-DD (default: today in UTC).")]
+        help="The night (YYYY-MM-DD) a --format delta run replaces; default: today in UTC.")]
     = None,
     spark_remote: Annotated[str | None, typer.Option(
         help="Spark Connect server, sc://HOST:PORT (--engine spark; instead of a master).")]
@@ -286,7 +314,8 @@ def _run_date(text: str):
 
 @app.command()
 def history(
-    out_dir: Annotated[str, typer.Argument(help="A Delta table root (run --format delta).")],
+    out_dir: Annotated[str, typer.Argument(
+        metavar="OUT_DIR", help="A Delta table root (run --format delta).")],
 ) -> None:
     """List the runs committed to a Delta table root.
 
@@ -370,8 +399,8 @@ def grundy(
         from pipeline.grundy import build_table, canonical_rule
 
         try:
-            rule = canonical_rule(kind.value,
-                                  _parse_moves(moves) if kind is Kind.subtraction else None)
+            rule = canonical_rule(kind.value, _parse_moves(moves) if moves.strip() or
+                                  kind is Kind.subtraction else None)
         except RuleError as exc:
             raise UsageError(f"--moves: {exc}") from None
         limit = min(cap, rule.ops_len(max_ops))
@@ -428,7 +457,8 @@ def solve(
 
 @app.command(short_help="Convert the classic S-Nim text format to Parquet tables.")
 def convert(
-    source: Annotated[Path, typer.Argument(help="Classic-format text file ('-' for stdin).")],
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="Classic-format text file ('-' for stdin).")],
     out: Annotated[Path, typer.Option(help="Directory for rules.parquet and positions.parquet.")],
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace tables an earlier convert wrote there (nothing else).")]
@@ -449,7 +479,7 @@ def convert(
 
 @app.command(short_help="Render a run's outputs as one self-contained HTML page.")
 def report(
-    out_dir: Annotated[str, typer.Argument(help="A run's output directory.")],
+    out_dir: Annotated[str, typer.Argument(metavar="OUT_DIR", help="A run's output directory.")],
     html_file: Annotated[Path | None, typer.Option(
         "--html", help="Where to write the page (default: OUT_DIR/report.html).")] = None,
 ) -> None:
@@ -470,9 +500,10 @@ def generate(
     rule_sets: Annotated[int, typer.Option(min=1, help="Number of rule sets.")] = 100,
     max_heap: Annotated[int, typer.Option(min=1, help="Heaps are uniform in 0..MAX_HEAP.")]
     = 10_000,
-    moves_per_set: Annotated[int, typer.Option(min=1, help="Each S has 1..K moves.")] = 10,
+    moves_per_set: Annotated[int, typer.Option(
+        min=1, help="Each S has 1..MOVES_PER_SET moves.")] = 10,
     max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE "
-                                          "(0: same as --max-heap).")] = 0,
+                                          "(0: up to MAX_HEAP).")] = 0,
     heaps: Annotated[int, typer.Option(min=0, help="Heaps per position.")] = 5,
     form: Annotated[Form, typer.Option(parser=_choice(Form), help="Positions form.")]
     = Form.wide,
@@ -483,7 +514,7 @@ def generate(
         help="int: integer ids; string: rule ids as text (rs00042); uuid: text rule ids and "
              "UUID position ids.")] = KeyType.int,
     shuffle: Annotated[bool, typer.Option(
-        help="Write the rows in random order (long form: a position's heaps scatter).")]
+        help="Rows in random order (long form: a position's heaps scatter).")]
     = False,
     files: Annotated[int, typer.Option(
         min=0, help="Position files (0: one per million positions).")] = 0,
@@ -549,6 +580,23 @@ between parallel regions on the cores polars reads with. On 10M positions: 0.1-0
 less, wall 2-4% less."""
 
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise Stopped(signum)
+
+
+def stop_signals_as_interrupts() -> None:
+    """SIGTERM (a scheduler's timeout or cancel) and SIGHUP stop a run as Ctrl-C does: its
+    staging is removed, the previous output stays, and the exit code is 128 + the signal.
+    A signal the caller set to be ignored (`nohup`) stays ignored."""
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, _stop)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     """Run the command, then end the process without the interpreter's teardown where that is
     safe: freeing numba's and polars' module state costs 0.15-0.2 s after every command (18%
@@ -560,11 +608,19 @@ def main() -> None:  # pragma: no cover - console entry point
 
     for name, value in QUIET_THREAD_POOLS.items():
         os.environ.setdefault(name, value)
+    stop_signals_as_interrupts()
     try:
-        app()
-        code = 0
-    except SystemExit as exc:
-        code = _status(exc.code)
+        try:
+            app()
+            code = 0
+        except SystemExit as exc:
+            code = _status(exc.code)
+        finally:  # the command is over: a later signal ends the process as it would have
+            for signum in STOP_SIGNALS:
+                if signal.getsignal(signum) is _stop:
+                    signal.signal(signum, signal.SIG_DFL)
+    except Stopped as exc:  # it came after the command's own handling
+        code = 128 + exc.signum
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:  # None when the shell closed it (`>&-`)

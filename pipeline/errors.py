@@ -87,5 +87,15 @@ class OutputError(SnimError):
     """The output directory cannot be written (exists without --overwrite, permissions)."""
 
 
+class Stopped(KeyboardInterrupt):
+    """The process was asked to stop by a signal other than Ctrl-C (SIGTERM from a scheduler,
+    SIGHUP from a closed terminal): raised where Ctrl-C would be, so that a run cleans up and
+    reports it the same way."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 class RuleError(SnimError):
     """A rule set is invalid (empty S, non-positive move, unknown kind, table cap exceeded)."""

@@ -70,11 +70,14 @@ def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
     kind = "subtraction" if kind is None or kind == "" else kind
     if kind not in KINDS:
         raise RuleError(f"unknown kind {shown(kind)} (expected one of: {', '.join(KINDS)})")
+    values = None if moves is None else list(moves)
     if kind != "subtraction":
+        if values:
+            raise RuleError(f"moves are given for a {kind} rule, whose moves are fixed (leave "
+                            "moves empty, or make it a subtraction rule)")
         return Rule(kind)
-    if moves is None:
+    if values is None:
         raise RuleError("moves are missing (a subtraction rule needs a non-empty set S)")
-    values = list(moves)
     if not values:
         raise RuleError("moves are empty (a subtraction rule needs a non-empty set S)")
     for v in values:

@@ -297,6 +297,10 @@ CASES = [
          r"unknown kind 'chess'", rule_id=7),
     Case("rules-capitalised-subtraction-bad-moves", "rules", "7,Subtraction,", None, (7, None),
          "moves", r"moves are empty", rule_id=7),
+    Case("rules-nim-with-moves", "rules", "7,nim,1 2", _rule(7, "nim", [1, 2]), (7, None),
+         "moves", r"moves are given for a nim rule, whose moves are fixed", rule_id=7),
+    Case("rules-half-with-moves", "rules", "7, Half ,3", _rule(7, "half", [3]), (7, None),
+         "moves", r"moves are given for a half rule", rule_id=7),
     # not errors: duplicate moves are normalised; the same rule twice is the same rule
     Case("rules-duplicate-moves-normalised", "rules", "7,,5 2 2 5", _rule(7, None, [5, 2, 2, 5]),
          (7, None), None, "", exit=0),
@@ -701,6 +705,46 @@ def test_whole_file_problem(case: FileCase, tmp_path: Path) -> None:
             assert word in lines[0], got.stderr
         assert not out.exists()
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+
+
+@pytest.mark.parametrize("second", ["b.csv", "b.parquet"])
+def test_files_with_and_without_position_ids_are_refused(tmp_path: Path, second: str) -> None:
+    """Default ids count rows across all files, so one file's own ids would collide with
+    another's defaults (a.csv row 0 and b's id 0 both 'position 0'): one message, exit 1."""
+    rules = _good_rules_file(tmp_path / "rules.csv")
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    (positions / "a.csv").write_text("rule_set_id,heaps\n1,3\n1,4\n")
+    frame = pl.DataFrame({"rule_set_id": [1], "position_id": [0], "heaps": [[3]]})
+    if second.endswith(".csv"):
+        frame = frame.with_columns(pl.col("heaps").list.eval(pl.element().cast(pl.String))
+                                   .list.join(" "))
+        frame.write_csv(positions / second)
+    else:
+        frame.write_parquet(positions / second)
+    out = tmp_path / "out"
+    got = invoke(job_args(rules, positions, out), tmp_path)
+    got.assert_no_crash()
+    assert (got.code, got.stderr) == (1, f"snim-batch: error: {positions / 'a.csv'}: has no "
+                                         f"'position_id' column but {positions / second} has "
+                                         "one; give every positions file the column or none "
+                                         "(default ids count rows across all files)\n")
+    assert not out.exists()
+
+
+def test_a_partition_directory_is_named_when_its_column_is_missing(tmp_path: Path) -> None:
+    """Hive-style directories (`rule_set_id=1/`, as Spark's partitionBy writes) are not read
+    as columns; the missing-column message says so."""
+    rules = _good_rules_file(tmp_path / "rules.csv")
+    part = tmp_path / "positions" / "rule_set_id=1" / "part-0.parquet"
+    part.parent.mkdir(parents=True)
+    pl.DataFrame({"position_id": [0], "heaps": [[3]]}).write_parquet(part)
+    got = invoke(job_args(rules, tmp_path / "positions", tmp_path / "out"), tmp_path)
+    got.assert_no_crash()
+    assert (got.code, got.stderr) == (1, f"snim-batch: error: {part}: missing column "
+                                         "'rule_set_id' (columns are ['position_id', 'heaps']; "
+                                         "a partition directory 'rule_set_id=...' in the path "
+                                         "is not read as a column)\n")
 
 
 @pytest.mark.parametrize("case_id", ["positions-missing-path", "positions-binary-garbage-csv",

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import typer
 from conftest import CLASSIC_SAMPLE, naive_period, naive_sg, sg_half, wins, write_csv
 from typer.testing import CliRunner
 
 from pipeline import cli as cli_module
 from pipeline.cli import app
+from pipeline.errors import Stopped
 from pipeline.grundy import DEFAULT_RULE_OPS, DEFAULT_RUN_OPS
 
 SCRIPT = Path(sys.executable).with_name("snim-batch")
@@ -167,6 +169,8 @@ def test_help_paragraphs_are_reflowed_not_broken_mid_sentence(cli, command):
         word = after.split(" ")[0]
         if line and word[:1].islower():
             assert len(line) + 1 + len(word) > 70, (line, after)
+    broken = [line for line in result.stdout.splitlines() if re.search(r"\w-$", line)]
+    assert broken == [], "an option name or value is cut at its hyphen"
 
 
 def test_run_help_mentions_exit_codes(cli):
@@ -269,10 +273,22 @@ def test_grundy_work_limit_bounds_what_upto_asks(cli):
 @pytest.mark.parametrize(("kind", "sg"), [("NIM", lambda x: x), ("Nim", lambda x: x),
                                         ("HALF", sg_half), ("Subtraction", None)])
 def test_grundy_kind_in_any_case_as_rule_files_accept_it(cli, kind, sg):
-    result = cli("grundy", "--kind", kind, "--moves", "2 5", "--upto", "30")
+    moves = ("--moves", "2 5") if sg is None else ()
+    result = cli("grundy", "--kind", kind, *moves, "--upto", "30")
     assert result.exit_code == 0, result.output
     expected = naive_sg((2, 5), 31) if sg is None else [sg(x) for x in range(31)]
     assert grundy_lines(result.stdout)["SG(0..30)"].split() == [str(v) for v in expected]
+
+
+@pytest.mark.parametrize("kind", ["nim", "half"])
+def test_grundy_refuses_moves_for_a_kind_whose_moves_are_fixed(cli, kind):
+    """As a rules row with moves for nim or half is rejected, not read as plain nim."""
+    result = cli("grundy", "--kind", kind, "--moves", "2 5")
+    no_traceback(result)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (f"snim-batch: error: --moves: moves are given for a {kind} rule, "
+                             "whose moves are fixed (leave moves empty, or make it a "
+                             "subtraction rule)\n")
 
 
 CHOICE_ERRORS = [
@@ -672,3 +688,25 @@ def test_verbose_shows_the_cores_log_and_default_does_not(cli, tmp_path):
         in loud_err
     assert f"snim-batch: info: committed {tmp_path / 'b'}" in loud_err
     assert "snim-batch: debug: staging the output in " in loud_err
+
+
+@pytest.mark.parametrize(("interrupt", "code", "line"), [
+    (KeyboardInterrupt(), 130, "snim-batch: interrupted; nothing was written"),
+    (Stopped(15), 143, "snim-batch: stopped by SIGTERM; nothing was written"),
+])
+def test_an_interrupt_inside_a_kernel_call_is_reported_as_the_interrupt(capsys, interrupt, code,
+                                                                        line):
+    """A signal that lands while numba loads a kernel surfaces as the SystemError it caused;
+    the user is told of the signal, not of an internal error."""
+    try:
+        try:
+            raise interrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(<function nim_sums_wide>) returned a result "
+                              "with an exception set") from exc
+    except SystemError as exc:
+        caught = exc
+    with pytest.raises(typer.Exit) as exit_:
+        cli_module._fail(caught, verbose=False)
+    assert exit_.value.exit_code == code
+    assert capsys.readouterr().err.splitlines() == [line]

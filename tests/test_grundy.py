@@ -526,6 +526,8 @@ def test_canonical_rule_normalises():
     assert all(type(m) is int for m in np_moves.moves)
     assert canonical_rule("subtraction", [MAX_TABLE_LEN]).moves == (MAX_TABLE_LEN,)
     assert canonical_rule("nim", None) == Rule("nim")
+    assert canonical_rule("nim", []) == Rule("nim")  # an empty set is no moves given
+    assert canonical_rule("half", iter(())) == Rule("half")
     assert canonical_rule("half", None).label == "half"
     # same S under different spellings shares one rule
     assert canonical_rule(None, [2, 1]) == canonical_rule("subtraction", [1, 2, 2])
@@ -548,6 +550,8 @@ def test_canonical_rule_normalises():
         ("subtraction", [None]),
         ("subtraction", [MAX_TABLE_LEN + 1]),
         ("Nim", None),
+        ("nim", [1]),
+        ("half", (2, 3)),
         ("subtract", [1]),
         ("mystery", [1, 2]),
     ],

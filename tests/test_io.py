@@ -790,17 +790,26 @@ def big_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 PROGRESS = re.compile(r"^snim-batch: \[\s*[\d.]+s\] (\S+)")
 
 
-def _run_and_kill(args: list[str], where: Path, trigger: str | int, delay: float) -> int:
-    """Start the executable; SIGKILL it `delay` s after `trigger` (a phase name, the n-th
-    progress line, or "start"). Returns the exit status (-9 when killed)."""
+def _run_and_kill(args: list[str], where: Path, trigger: str | int, delay: float,
+                  sig: signal.Signals = signal.SIGKILL) -> int:
+    """`_run_and_signal`'s exit status alone."""
+    return _run_and_signal(args, where, trigger, delay, sig)[0]
+
+
+def _run_and_signal(args: list[str], where: Path, trigger: str | int, delay: float,
+                    sig: signal.Signals) -> tuple[int, str]:
+    """Start the executable; send it `sig` `delay` s after `trigger` (a phase name, the n-th
+    progress line, or "start"). Returns the exit status (-9 when killed) and stderr."""
     proc = subprocess.Popen([str(EXE), *args, "--verbose"], cwd=where,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     fired = threading.Event()
     seen: list[str] = []
+    lines: list[str] = []
 
     def pump() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
+            lines.append(line)
             m = PROGRESS.match(line)
             if m:
                 seen.append(m.group(1))
@@ -814,10 +823,10 @@ def _run_and_kill(args: list[str], where: Path, trigger: str | int, delay: float
         fired.wait(timeout=120)
     time.sleep(delay)
     if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(sig)
     status = proc.wait(timeout=120)
     reader.join(timeout=10)
-    return status
+    return status, "".join(lines)
 
 
 def assert_complete_output(out: Path) -> None:
@@ -877,6 +886,36 @@ def test_sigkill_at_any_moment_keeps_previous_output(tmp_path: Path,
             if hidden.name != "out":
                 assert re.fullmatch(r"\.out\.partial-\d+-.+", hidden.name), hidden.name
     assert killed_before_commit >= 4, f"only {killed_before_commit} runs killed before commit"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code", "said"), [
+    (signal.SIGINT, 130, "interrupted"),
+    (signal.SIGTERM, 143, "stopped by SIGTERM"),
+    (signal.SIGHUP, 129, "stopped by SIGHUP"),
+], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_signal_leaves_the_previous_output_and_no_staging(
+        tmp_path: Path, big_inputs: tuple[Path, Path], sig: signal.Signals, code: int,
+        said: str) -> None:
+    """Ctrl-C, or a scheduler's SIGTERM (timeout, cancel), or SIGHUP at three moments of a run
+    (reading rules, evaluating, sorting): exit 128 + the signal with one line saying nothing
+    was written, no traceback, the previous output byte for byte, no staging left behind."""
+    rules, positions = big_inputs
+    parent = tmp_path / "job"
+    out = parent / "out"
+    first = subprocess.run([str(EXE), *job(rules, positions, out)], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    baseline = snapshot(out)
+    for trigger, delay in (("start", 0.3), (1, 0.0), (2, 0.05)):
+        status, err = _run_and_signal(job(rules, positions, out, "--overwrite"), tmp_path,
+                                      trigger, delay, sig)
+        where = f"{sig.name} at {trigger}+{delay}s"
+        assert status == code, (where, err)
+        assert err.splitlines()[-1] == f"snim-batch: {said}; nothing was written", (where, err)
+        assert "Traceback" not in err and "internal error" not in err, (where, err)
+        assert snapshot(out) == baseline, where
+        assert staging_dirs(parent) == [], where
 
 
 @pytest.mark.slow
@@ -1065,6 +1104,24 @@ def test_disk_without_room_for_the_staging_directory(tmp_path: Path) -> None:
     assert after == before
     assert entries == ["filler", "out"]
     assert free_after == free
+
+
+def test_a_mount_point_as_out_is_refused_before_any_work(tmp_path: Path) -> None:
+    """A volume mounted as --out (a container's usual output) cannot be renamed over: the
+    run says so at the start, exit 1, rather than failing at the commit after all the work;
+    a directory inside the volume works."""
+    rules, positions = small_inputs(tmp_path / "in")
+    disk = tmp_path / "disk"
+    refused, entries, inside, tree = on_small_disk(tmp_path, "size=256k", [
+        disk_job(rules, positions, disk), ["entries"],
+        disk_job(rules, positions, disk / "out"), ["tree"]])
+    assert refused == [1, f"snim-batch: error: {disk}: is a mount point, and the output is "
+                          "put in place by renaming a directory over it, which a mount point "
+                          "cannot take; give --out a directory inside it; nothing was "
+                          "written\n"]
+    assert entries == []
+    assert inside == [0, ""]
+    assert "out/manifest.json" in tree
 
 
 def test_read_only_file_system(tmp_path: Path) -> None:

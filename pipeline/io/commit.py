@@ -145,6 +145,10 @@ def _target_state(target: Path, overwrite: bool, shown: str) -> str:
                           "nothing was written")
     if not stat.S_ISDIR(mode):
         raise OutputError(f"{shown}: exists and is not a directory; refusing to replace it")
+    if os.path.ismount(target):
+        raise OutputError(f"{shown}: is a mount point, and the output is put in place by "
+                          "renaming a directory over it, which a mount point cannot take; "
+                          "give --out a directory inside it; nothing was written")
     try:
         with os.scandir(target) as entries:
             if next(entries, None) is None:
@@ -265,18 +269,27 @@ def _commit(staging: Path, target: Path, overwrite: bool, shown: str) -> Path | 
                       "was written")
 
 
+HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
 @contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Ignore Ctrl-C while the new output is swapped in and the old one removed: once
-    started, the commit completes, so no message can say nothing was written after it was."""
+    """Ignore Ctrl-C (and SIGTERM, SIGHUP) while the new output is swapped in and the old one
+    removed: once started, the commit completes, so no message can say nothing was written
+    after it was."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in HELD_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        for signum, handler in previous.items():
+            if handler is None:  # set outside Python: its Python default
+                handler = (signal.default_int_handler if signum == signal.SIGINT
+                           else signal.SIG_DFL)
+            signal.signal(signum, handler)
 
 
 @contextmanager

@@ -39,6 +39,9 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
     extra = [c for c in columns if c not in required and c not in optional]
     if missing:
         hint = f"; unexpected columns {shown(extra, LISTED_CHARS)}" if extra else ""
+        if f"/{missing[0]}=" in source.replace("\\", "/"):
+            hint += (f"; a partition directory {shown(missing[0] + '=...')} in the path is "
+                     "not read as a column")
         raise InputError(f"{source}: missing column {shown(missing[0])} (columns are "
                          f"{shown(list(columns), LISTED_CHARS)}{hint})")
     if extra:
