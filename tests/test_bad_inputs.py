@@ -608,6 +608,22 @@ FILE_CASES = [
              _truncated_parquet, ()),
     FileCase("positions-csv-named-parquet", "positions", "positions.parquet",
              _write_text(POSITIONS_CSV), ()),
+    FileCase("positions-parquet-named-csv", "positions", "positions.csv",
+             _write_frame(lambda: _frame(good_positions(), POSITIONS_SCHEMA)),
+             ("a Parquet file, not CSV (it starts with Parquet's magic bytes, but its name ends "
+              "in .csv: rename it to .parquet)",)),
+    FileCase("positions-header-trailing-comma", "positions", "positions.csv",
+             _write_text("rule_set_id,position_id,heaps,\n1,0,5,\n"),
+             ("positions.csv: empty column name at position 4 of the header (a trailing "
+              "comma?)",)),
+    FileCase("rules-header-empty-name", "rules", "rules.csv", _write_text("rule_set_id,,moves\n"),
+             ("rules.csv: empty column name at position 2 of the header",)),
+    FileCase("positions-invalid-utf8-line", "positions", "positions.csv",
+             _write_bytes(b"rule_set_id,position_id,heaps\r\n1,0,5\r\n\r2,0,\xff\n"),
+             ("positions.csv: line 4: not a CSV file (binary data or invalid UTF-8 at byte 43)",)),
+    FileCase("rules-nul-byte-line", "rules", "rules.csv",
+             _write_bytes(b'rule_set_id,kind,moves\n1,,"2\n5"\n2,\x00,\n'),
+             ("rules.csv: line 4: not a CSV file (binary data or invalid UTF-8 at byte 34)",)),
     # columns: missing, extra, misnamed (CSV and Parquet)
     FileCase("rules-missing-column-csv", "rules", "rules.csv",
              _write_text("kind,moves\nnim,\n"), ("rule_set_id",)),
@@ -877,6 +893,32 @@ def test_csv_row_numbers_with_blank_lines_quotes_and_crlf(tmp_path: Path) -> Non
     assert_reconciled(result["manifest"])
     assert result["manifest"]["counts"]["positions"]["rows_read"] == 6
     assert sorted(result["verdicts"]["position_id"].to_list()) == [0, 0, 1]
+
+
+def test_csv_lines_of_spaces_and_tabs_are_blank_not_rows(tmp_path: Path) -> None:
+    """A line of only spaces and tabs is not a row (and not counted: the default position_id
+    is the row number), as an empty line; a field count says "1 field" for one."""
+    got, out = run_texts(tmp_path, RULES_CSV, "rule_set_id,heaps\n"
+                         "1,5\n"        # row 0
+                         "   \n"        # blank
+                         "1,2 3\r\n"    # row 1
+                         "\t\r\n"       # blank
+                         "2,x\r"        # row 2: not an integer
+                         " \t \r"       # blank
+                         "7\n"          # row 3: 1 field
+                         "2,4 1\n"      # row 4
+                         "  ")          # blank, no final newline
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    result = read_out(out)
+    rejects = result["rejects"].select("row", "position_id", "reason").rows()
+    assert [(row, pid) for row, pid, _ in rejects] == [(2, "2"), (3, None)]
+    assert rejects[1][2] == "line has 1 field, expected 2"
+    assert result["manifest"]["counts"]["positions"]["rows_read"] == 5
+    sg = _naive_sg([2, 5], 6)  # rule 1: S = {2, 5}; rule 2: nim
+    verdicts = result["verdicts"].sort("position_id")
+    assert verdicts.select("position_id", "nim_sum").rows() == [
+        (0, sg[5]), (1, sg[2] ^ sg[3]), (4, 4 ^ 1)]
 
 
 def test_csv_unterminated_quote_is_not_silently_accepted(tmp_path: Path) -> None:
