@@ -1639,6 +1639,23 @@ def test_snim_outputs_and_staging_below_the_input_are_never_read(tmp_path, spec)
                    if spec != "d/*/*.csv" or p.parent.name == "sub"]
 
 
+def test_delta_tables_below_the_input_are_skipped_and_one_named_is_refused(tmp_path):
+    """A Delta table's data files hold rows that later commits removed: never inputs found
+    by a listing (a --format delta root inside the positions folder), refused when named."""
+    touch(tmp_path, "d/a.csv", "d/tbl/part-0.parquet", "d/tbl/_delta_log/00000.json",
+          "d/root/runs/run_date=2026-01-01/part-0.parquet", "d/root/runs/_delta_log/0.json")
+    for spec in ["d", "d/*", "d/**"]:
+        assert inputs.resolve_inputs(str(tmp_path / spec), "positions") == [
+            tmp_path / "d/a.csv"], spec
+    assert resolve_error(tmp_path / "d/**/*.parquet") == (
+        f"positions input {tmp_path / 'd/**/*.parquet'}: no file matches this pattern; skipped "
+        "2 Delta tables")
+    assert resolve_error(tmp_path / "d/tbl") == (
+        f"positions input {tmp_path / 'd/tbl'}: is a Delta table; its data files include rows "
+        "that later commits removed, so read it with a Delta reader and pass the result as "
+        "Parquet")
+
+
 def test_staging_is_skipped_even_by_a_pattern_for_hidden_names(tmp_path):
     touch(tmp_path, "d/.old.csv", "d/.out.partial-123-20250101T000000Z-abc123/v.parquet")
     assert inputs.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [

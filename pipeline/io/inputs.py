@@ -125,6 +125,10 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
     return list(_InputFinder(local, what, local_exclude, named=spec).files())
 
 
+DELTA_TABLE = ("is a Delta table; its data files include rows that later commits removed, so "
+               "read it with a Delta reader and pass the result as Parquet")
+
+
 def is_snim_output(directory: Path) -> bool:
     """Whether `directory` holds a manifest.json written by snim-batch: a JSON object with a
     run_id and versions naming snim-batch."""
@@ -176,7 +180,7 @@ class _InputFinder:
         self.excluded = _identity(exclude) if exclude is not None else None
         self.found: list[Path] = []
         self.skipped: dict[str, set[Path]] = {key: set() for key in (
-            "hidden file", "hidden dir", "suffix", "special", "output", "own")}
+            "hidden file", "hidden dir", "suffix", "special", "output", "delta", "own")}
 
     def files(self) -> list[Path]:
         path = Path(self.spec)
@@ -270,6 +274,11 @@ class _InputFinder:
         if not found_by_name and is_snim_output(directory):
             self.skipped["output"].add(directory)
             return None
+        if os.path.isdir(directory / "_delta_log"):
+            if found_by_name:
+                raise self.error(directory, DELTA_TABLE)
+            self.skipped["delta"].add(directory)
+            return None
         if identity in ancestors:
             raise self.error(directory, "symlink loop (it leads back to a directory above it)")
         return (*ancestors, identity)
@@ -362,6 +371,8 @@ class _InputFinder:
         if counts["output"]:
             parts.append(_plural(counts["output"], "snim-batch output directory",
                                  "snim-batch output directories"))
+        if counts["delta"]:
+            parts.append(_plural(counts["delta"], "Delta table", "Delta tables"))
         if counts["own"]:
             parts.append("the run's own output directory")
         return "; skipped " + ", ".join(parts) if parts else ""
