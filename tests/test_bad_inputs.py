@@ -1978,3 +1978,18 @@ def test_fixed_size_lists_of_heaps_and_moves_are_lists(tmp_path: Path, inner: pa
         {1: ("subtraction", (2, 5)), 2: ("nim", ())}, [(1, 0, [5, 12]), (2, 1, [1, 2])])
     assert result["rejects"].select("row", "column", "reason").rows() == [
         (2, "heaps", "heaps is null"), (3, "heaps", "heap at index 1 is null")]
+
+
+def test_a_position_of_an_invalid_rule_set_names_the_rule_rows_once(tmp_path: Path) -> None:
+    """The rule's reason, then its row; a reason that already lists its rows (an id defined
+    two ways) is not followed by one of them again."""
+    got, out = run_texts(tmp_path, "rule_set_id,kind,moves\n1,,2 5\n1,,2 6\n2,,0\n",
+                         "rule_set_id,position_id,heaps\n1,0,3\n2,1,4\n")
+    assert got.code == 3, got.stderr
+    rules, positions = tmp_path / "rules.csv", tmp_path / "positions.csv"
+    reasons = read_out(out)["rejects"].filter(pl.col("table") == "positions")
+    assert reasons.select("row", "reason").rows() == [
+        (0, f"rule set 1 is invalid: rule_set_id 1 is defined 2 different ways ({rules} row 0; "
+            f"{rules} row 1)"),
+        (1, f"rule set 2 is invalid: move 0 is not a positive integer ({rules} row 2)")]
+    assert str(positions) in reasons["source"].to_list()[0]

@@ -152,8 +152,14 @@ def rule_index(rules: pl.DataFrame) -> tuple[list[Rule], pl.DataFrame]:
         .select(
             "rule_set_id",
             pl.lit(None, pl.Int64).alias("table"),
-            pl.format("rule set {} is invalid: {} ({} row {})", shown_text(pl.col("rule_set_id")),
-                      pl.col("_reason"), pl.col("_source"), pl.col("_row")).alias("rule_problem"),
+            pl.when(pl.col("_reason").str.contains(  # the reason names its rows already
+                pl.format("{} row {}", pl.col("_source"), pl.col("_row")), literal=True))
+            .then(pl.format("rule set {} is invalid: {}", shown_text(pl.col("rule_set_id")),
+                            pl.col("_reason")))
+            .otherwise(pl.format("rule set {} is invalid: {} ({} row {})",
+                                 shown_text(pl.col("rule_set_id")), pl.col("_reason"),
+                                 pl.col("_source"), pl.col("_row")))
+            .alias("rule_problem"),
         )
     )
     return distinct, pl.concat([good, bad])
