@@ -32,12 +32,22 @@ CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"  # an integer key written as text
 
 _ROUND_TRIP_INT = r"^(0|-?[1-9][0-9]*)$"
 _KERNEL_ROWS = 1 << 14  # text key columns this long are parsed by the numba kernels
+_INT64_MAX = (1 << 63) - 1
 
 
 def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
+    """A key column of an input file, typed by the rule: Int64 when it is integers (or all
+    null), else text. Dictionary-encoded text (Categorical, Enum) is the text it holds; an
+    unsigned column with a value beyond int64 is text, as the same value in CSV is."""
     s = frame[name]
+    if isinstance(s.dtype, (pl.Categorical, pl.Enum)):
+        s = s.cast(pl.String)
+    if s.dtype == pl.Null:  # an all-null (or empty) column: no value to decide the type
+        return s.cast(pl.Int64).alias(name)
     if s.dtype.is_integer():
-        return s.cast(pl.Int64, strict=False).alias(name)
+        if s.dtype == pl.UInt64 and (s.max() or 0) > _INT64_MAX:
+            return s.cast(pl.String).alias(name)
+        return s.cast(pl.Int64).alias(name)
     if s.dtype == pl.String:
         short = s.len() < _KERNEL_ROWS  # a rules table: no wait for numba's first kernel call
         if not short and not s.null_count():
@@ -52,6 +62,13 @@ def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
             return text.cast(pl.Int64)
         return text
     raise wrong_type(source, name, s.dtype, "integer or string")
+
+
+def always_integer(dtype: pl.DataType) -> bool:
+    """Whether a key column of this type is Int64 whatever values it holds, so that a file's
+    schema alone types its keys: every integer type but uint64, whose values beyond int64
+    make the key text (`key_column`)."""
+    return dtype.is_integer() and dtype != pl.UInt64
 
 
 def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFrame]:

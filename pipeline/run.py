@@ -26,6 +26,7 @@ from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
 from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, UsageError, cut
 from pipeline.io import commit, kept, object_store
+from pipeline.io.changes import ensure_unchanged
 from pipeline.io.inputs import InputFile, Source, checksummed, resolve_inputs
 from pipeline.io.locations import Location
 from pipeline.io.manifest import output_listing, write_manifest
@@ -208,6 +209,7 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
                 evaluation.write(rule_rejects, staging)
                 commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
                 commit.write_parquet(summary, staging / "summary.parquet")
+    ensure_unchanged(rule_files + [f.result() for f in described])  # every read is done
     return outcome
 
 

@@ -35,8 +35,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from conftest import wins
+from conftest import naive_sg, wins
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -606,6 +608,22 @@ FILE_CASES = [
              _truncated_parquet, ()),
     FileCase("positions-csv-named-parquet", "positions", "positions.parquet",
              _write_text(POSITIONS_CSV), ()),
+    FileCase("positions-parquet-named-csv", "positions", "positions.csv",
+             _write_frame(lambda: _frame(good_positions(), POSITIONS_SCHEMA)),
+             ("a Parquet file, not CSV (it starts with Parquet's magic bytes, but its name ends "
+              "in .csv: rename it to .parquet)",)),
+    FileCase("positions-header-trailing-comma", "positions", "positions.csv",
+             _write_text("rule_set_id,position_id,heaps,\n1,0,5,\n"),
+             ("positions.csv: empty column name at position 4 of the header (a trailing "
+              "comma?)",)),
+    FileCase("rules-header-empty-name", "rules", "rules.csv", _write_text("rule_set_id,,moves\n"),
+             ("rules.csv: empty column name at position 2 of the header",)),
+    FileCase("positions-invalid-utf8-line", "positions", "positions.csv",
+             _write_bytes(b"rule_set_id,position_id,heaps\r\n1,0,5\r\n\r2,0,\xff\n"),
+             ("positions.csv: line 4: not a CSV file (binary data or invalid UTF-8 at byte 43)",)),
+    FileCase("rules-nul-byte-line", "rules", "rules.csv",
+             _write_bytes(b'rule_set_id,kind,moves\n1,,"2\n5"\n2,\x00,\n'),
+             ("rules.csv: line 4: not a CSV file (binary data or invalid UTF-8 at byte 34)",)),
     # columns: missing, extra, misnamed (CSV and Parquet)
     FileCase("rules-missing-column-csv", "rules", "rules.csv",
              _write_text("kind,moves\nnim,\n"), ("rule_set_id",)),
@@ -875,6 +893,32 @@ def test_csv_row_numbers_with_blank_lines_quotes_and_crlf(tmp_path: Path) -> Non
     assert_reconciled(result["manifest"])
     assert result["manifest"]["counts"]["positions"]["rows_read"] == 6
     assert sorted(result["verdicts"]["position_id"].to_list()) == [0, 0, 1]
+
+
+def test_csv_lines_of_spaces_and_tabs_are_blank_not_rows(tmp_path: Path) -> None:
+    """A line of only spaces and tabs is not a row (and not counted: the default position_id
+    is the row number), as an empty line; a field count says "1 field" for one."""
+    got, out = run_texts(tmp_path, RULES_CSV, "rule_set_id,heaps\n"
+                         "1,5\n"        # row 0
+                         "   \n"        # blank
+                         "1,2 3\r\n"    # row 1
+                         "\t\r\n"       # blank
+                         "2,x\r"        # row 2: not an integer
+                         " \t \r"       # blank
+                         "7\n"          # row 3: 1 field
+                         "2,4 1\n"      # row 4
+                         "  ")          # blank, no final newline
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    result = read_out(out)
+    rejects = result["rejects"].select("row", "position_id", "reason").rows()
+    assert [(row, pid) for row, pid, _ in rejects] == [(2, "2"), (3, None)]
+    assert rejects[1][2] == "line has 1 field, expected 2"
+    assert result["manifest"]["counts"]["positions"]["rows_read"] == 5
+    sg = _naive_sg([2, 5], 6)  # rule 1: S = {2, 5}; rule 2: nim
+    verdicts = result["verdicts"].sort("position_id")
+    assert verdicts.select("position_id", "nim_sum").rows() == [
+        (0, sg[5]), (1, sg[2] ^ sg[3]), (4, 4 ^ 1)]
 
 
 def test_csv_unterminated_quote_is_not_silently_accepted(tmp_path: Path) -> None:
@@ -1687,3 +1731,265 @@ def test_an_unreadable_directory_in_a_glob_is_named(tmp_path: Path, spec: str, l
                                   f"{tmp_path / locked}: cannot read directory (Permission "
                                   "denied)")
     assert not (tmp_path / "out").exists()
+
+
+# ---- column types: a value reads the same whatever type or format holds it ------------------
+
+
+def _parquet(path: Path, columns: dict[str, pa.Array]) -> Path:
+    """A Parquet file of exactly these Arrow types (polars would choose its own)."""
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def _job(tmp_path: Path, name: str, rules: Path, positions: Path) -> tuple[Outcome, dict]:
+    out = tmp_path / name
+    got = invoke(job_args(rules, positions, out), tmp_path)
+    got.assert_no_crash()
+    assert got.code in (0, 3), got.stderr
+    return got, read_out(out)
+
+
+def _sg(kind: str, moves: tuple[int, ...], heap: int) -> int:
+    return heap if kind == "nim" else naive_sg(moves, heap + 1)[heap]
+
+
+def _verdict_rows(rules: dict[Any, tuple[str, tuple[int, ...]]],
+                  positions: list[tuple[Any, Any, list[int]]]) -> list[tuple]:
+    """(rule_set_id, position_id, nim_sum, verdict) in key order, from the mex definition and
+    checked against the brute-force game search."""
+    rows = []
+    for rid, pid, heaps in sorted(positions, key=lambda p: (p[0], p[1])):
+        kind, moves = rules[rid]
+        nim_sum = 0
+        for h in heaps:
+            nim_sum ^= _sg(kind, moves, h)
+        assert (nim_sum != 0) == wins(kind, moves, heaps)
+        rows.append((rid, pid, nim_sum, "W" if nim_sum else "L"))
+    return rows
+
+
+def _without_source(rejects: pl.DataFrame) -> pl.DataFrame:
+    return rejects.drop("source")
+
+
+BIG_IDS = [2**64 - 1, 2**63, 7]  # beyond int64, just beyond, and one int64 holds
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+@pytest.mark.parametrize("key", ["rule_set_id", "position_id"])
+def test_uint64_ids_beyond_int64_are_text_as_the_same_digits_in_csv(tmp_path: Path, form: str,
+                                                                    key: str) -> None:
+    """A uint64 id beyond int64 makes its key text for the run, each value as written, as the
+    same digits in a CSV file do; no id is lost as "empty"."""
+    kinds = [("subtraction", (2, 5)), ("nim", ()), ("subtraction", (2, 5))]
+    if key == "rule_set_id":
+        rule_ids, positions = BIG_IDS, [(rid, i, [5 + i, 12]) for i, rid in enumerate(BIG_IDS)]
+    else:
+        rule_ids, positions = [1, 2, 3], [(1 + i % 2, pid, [5 + i, 12])
+                                          for i, pid in enumerate(BIG_IDS)]
+    rules = dict(zip(rule_ids, kinds))
+    heap = "heaps" if form == "wide" else "heap"
+    rows = [(rid, pid, hs if form == "wide" else h) for rid, pid, hs in positions
+            for h in (hs if form == "long" else [None])]
+    ids_type = {k: pa.uint64() if k == key else pa.int64() for k in ("rule_set_id", "position_id")}
+    runs = {}
+    for fmt in ("parquet", "csv"):
+        d = tmp_path / fmt
+        d.mkdir()
+        if fmt == "parquet":
+            r = _parquet(d / "rules.parquet", {
+                "rule_set_id": pa.array(rule_ids, ids_type["rule_set_id"]),
+                "kind": [k for k, _ in kinds],
+                "moves": pa.array([list(m) for _, m in kinds], pa.list_(pa.int64()))})
+            p = _parquet(d / "positions.parquet", {
+                "rule_set_id": pa.array([x[0] for x in rows], ids_type["rule_set_id"]),
+                "position_id": pa.array([x[1] for x in rows], ids_type["position_id"]),
+                heap: pa.array([x[2] for x in rows],
+                               pa.list_(pa.int64()) if form == "wide" else pa.int64())})
+        else:
+            r = d / "rules.csv"
+            r.write_text("rule_set_id,kind,moves\n" + "".join(
+                f"{rid},{k},{_csv_list(list(m))}\n" for rid, (k, m) in rules.items()))
+            p = d / "positions.csv"
+            p.write_text(f"rule_set_id,position_id,{heap}\n" + "".join(
+                f"{rid},{pid},{_csv_list(h) if form == 'wide' else h}\n" for rid, pid, h in rows))
+        got, runs[fmt] = _job(tmp_path, f"out-{fmt}", r, p)
+        assert got.code == 0, got.stderr
+    text = {key: str}
+    expected = _verdict_rows(
+        {str(k) if key == "rule_set_id" else k: v for k, v in rules.items()},
+        [(text.get("rule_set_id", int)(rid), text.get("position_id", int)(pid), hs)
+         for rid, pid, hs in positions])
+    verdicts = runs["parquet"]["verdicts"]
+    assert verdicts.schema[key] == pl.String
+    assert verdicts.rows() == expected
+    assert_frame_equal(verdicts, runs["csv"]["verdicts"])
+    assert runs["parquet"]["rejects"].is_empty() and runs["csv"]["rejects"].is_empty()
+
+
+def test_uint64_id_beyond_int64_in_a_rejected_row_only_leaves_the_key_integer(
+        tmp_path: Path) -> None:
+    """Wide form: the rows evaluated decide a key's type, in Parquet as in CSV, so a uint64
+    id beyond int64 on a rejected row leaves the verdicts' ids integers."""
+    r = _reference_rules(tmp_path)
+    p = _parquet(tmp_path / "positions.parquet", {
+        "rule_set_id": pa.array([1, 1, 2], pa.int64()),
+        "position_id": pa.array([2**64 - 1, 3, 4], pa.uint64()),
+        "heaps": pa.array([[-1], [5, 12], [1, 2]], pa.list_(pa.int64()))})
+    c = tmp_path / "positions.csv"
+    c.write_text("rule_set_id,position_id,heaps\n1,18446744073709551615,-1\n1,3,5 12\n2,4,1 2\n")
+    (_, pq_run), (_, csv_run) = (_job(tmp_path, "out-pq", r, p), _job(tmp_path, "out-csv", r, c))
+    assert pq_run["verdicts"].rows() == _verdict_rows(
+        {1: ("subtraction", (2, 5)), 2: ("nim", ())}, [(1, 3, [5, 12]), (2, 4, [1, 2])])
+    assert pq_run["verdicts"].schema["position_id"] == pl.Int64
+    assert pq_run["rejects"].select("row", "rule_set_id", "position_id", "column", "reason"
+                                    ).rows() == [
+        (0, "1", "18446744073709551615", "heaps", "heap -1 at index 0 is negative")]
+    assert_frame_equal(pq_run["verdicts"], csv_run["verdicts"])
+    assert_frame_equal(_without_source(pq_run["rejects"]), _without_source(csv_run["rejects"]))
+
+
+NULL_REASONS = {"rule_set_id": "rule_set_id is empty", "position_id": "position_id is empty",
+                "heaps": "heaps is null", "heap": "heap is null"}
+
+
+@pytest.mark.parametrize("rows", [0, 2])
+@pytest.mark.parametrize("column", list(NULL_REASONS))
+def test_null_typed_positions_column_is_a_column_of_nulls(tmp_path: Path, column: str,
+                                                          rows: int) -> None:
+    """An all-null column that pandas or polars wrote with Arrow's null type: a file without
+    rows is an empty input, and each row of one with rows is rejected as a typed column's
+    nulls are, not the whole file."""
+    heap = "heap" if column == "heap" else "heaps"
+    typed = {"rule_set_id": pa.int64(), "position_id": pa.int64(),
+             heap: pa.list_(pa.int64()) if heap == "heaps" else pa.int64()}
+    values = {"rule_set_id": [1] * rows, "position_id": list(range(rows)),
+              heap: [[5, 12] if heap == "heaps" else 5] * rows}
+    r = _reference_rules(tmp_path)
+    runs = {}
+    for name, null_type in (("null", True), ("typed", False)):
+        columns = {k: pa.array([None] * rows if k == column else v,
+                               pa.null() if null_type and k == column else typed[k])
+                   for k, v in values.items()}
+        p = _parquet(tmp_path / f"{name}.parquet", columns)
+        got, runs[name] = _job(tmp_path, f"out-{name}", r, p)
+        assert got.code == (3 if rows else 0), got.stderr
+    result = runs["null"]
+    assert result["verdicts"].is_empty()
+    assert result["manifest"]["counts"]["positions"]["rows_read"] == rows
+    assert result["rejects"].select("row", "column", "reason").rows() == [
+        (i, column, NULL_REASONS[column]) for i in range(rows)]
+    assert_frame_equal(_without_source(result["rejects"]),
+                       _without_source(runs["typed"]["rejects"]))
+
+
+@pytest.mark.parametrize("rows", [0, 2])
+def test_null_typed_rules_columns_are_columns_of_nulls(tmp_path: Path, rows: int) -> None:
+    """Rules with Arrow's null type for rule_set_id, kind and moves: no rows is an empty rules
+    table (its positions' rule sets are unknown); rows are rejected one by one."""
+    r = _parquet(tmp_path / "rules.parquet", {name: pa.nulls(rows, pa.null())
+                                              for name in ("rule_set_id", "kind", "moves")})
+    p = tmp_path / "positions.csv"
+    p.write_text("rule_set_id,position_id,heaps\n1,0,5 12\n")
+    got, result = _job(tmp_path, "out", r, p)
+    assert got.code == 3, got.stderr
+    assert result["rejects"].select("table", "row", "column", "reason").rows() == [
+        ("rules", i, "rule_set_id", "rule_set_id is empty") for i in range(rows)] + [
+        ("positions", 0, "rule_set_id", "unknown rule_set_id 1 (not in the rules table)")]
+
+
+@pytest.mark.parametrize("encoding", ["arrow-dictionary", "polars-categorical", "polars-enum"])
+def test_dictionary_encoded_text_ids_and_kind_are_the_text_they_hold(tmp_path: Path,
+                                                                     encoding: str) -> None:
+    rules = {"rule_set_id": ["1", "2"], "kind": ["subtraction", "nim"]}
+    positions = {"rule_set_id": ["1", "2", "1"], "position_id": ["a", "b", "c"]}
+    if encoding == "arrow-dictionary":
+        def column(values: list[str]) -> pa.Array:
+            return pa.array(values).dictionary_encode()
+
+        r = _parquet(tmp_path / "rules.parquet", {
+            **{k: column(v) for k, v in rules.items()},
+            "moves": pa.array([[2, 5], None], pa.list_(pa.int64()))})
+        p = _parquet(tmp_path / "positions.parquet", {
+            **{k: column(v) for k, v in positions.items()},
+            "heaps": pa.array([[5, 12], [1, 2], [4]], pa.list_(pa.int64()))})
+    else:
+        def series(values: list[str]) -> pl.Series:
+            return pl.Series(values, dtype=pl.Categorical if encoding == "polars-categorical"
+                             else pl.Enum(sorted(set(values))))
+
+        r, p = tmp_path / "rules.parquet", tmp_path / "positions.parquet"
+        pl.DataFrame({**{k: series(v) for k, v in rules.items()},
+                      "moves": pl.Series([[2, 5], None], dtype=L64)}).write_parquet(r)
+        pl.DataFrame({**{k: series(v) for k, v in positions.items()},
+                      "heaps": pl.Series([[5, 12], [1, 2], [4]], dtype=L64)}).write_parquet(p)
+    got, result = _job(tmp_path, "out", r, p)
+    assert got.code == 0, got.stderr
+    assert result["verdicts"].schema["rule_set_id"] == pl.Int64  # "1" and "2" are integers
+    assert result["verdicts"].rows() == _verdict_rows(
+        {1: ("subtraction", (2, 5)), 2: ("nim", ())},
+        [(1, "a", [5, 12]), (2, "b", [1, 2]), (1, "c", [4])])
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_uint64_heaps_beyond_int64_are_named_as_csv_names_them(tmp_path: Path,
+                                                              form: str) -> None:
+    r = _reference_rules(tmp_path)
+    heap = "heaps" if form == "wide" else "heap"
+    if form == "wide":
+        rows = [(1, 0, [2**63]), (1, 1, [1, 2**64 - 1]), (1, 2, [5, 12])]
+        reasons = ["heap 9223372036854775808 at index 0 is larger than 2^63-1",
+                   "heap 18446744073709551615 at index 1 is larger than 2^63-1"]
+    else:
+        rows = [(1, 0, 2**63), (1, 1, 2**64 - 1), (1, 2, 5), (1, 2, 12)]
+        reasons = ["heap 9223372036854775808 is larger than 2^63-1",
+                   "heap 18446744073709551615 is larger than 2^63-1"]
+    p = _parquet(tmp_path / "positions.parquet", {
+        "rule_set_id": pa.array([x[0] for x in rows], pa.int64()),
+        "position_id": pa.array([x[1] for x in rows], pa.int64()),
+        heap: pa.array([x[2] for x in rows],
+                       pa.list_(pa.uint64()) if form == "wide" else pa.uint64())})
+    c = tmp_path / "positions.csv"
+    c.write_text(f"rule_set_id,position_id,{heap}\n" + "".join(
+        f"{rid},{pid},{_csv_list(h) if form == 'wide' else h}\n" for rid, pid, h in rows))
+    (_, pq_run), (_, csv_run) = (_job(tmp_path, "out-pq", r, p), _job(tmp_path, "out-csv", r, c))
+    assert pq_run["rejects"].select("row", "column", "reason").rows() == [
+        (0, heap, reasons[0]), (1, heap, reasons[1])]
+    assert pq_run["verdicts"].rows() == _verdict_rows({1: ("subtraction", (2, 5))},
+                                                      [(1, 2, [5, 12])])
+    assert_frame_equal(pq_run["verdicts"], csv_run["verdicts"])
+    assert_frame_equal(_without_source(pq_run["rejects"]), _without_source(csv_run["rejects"]))
+
+
+@pytest.mark.parametrize("inner", [pa.int64(), pa.uint8()], ids=["int64", "uint8"])
+def test_fixed_size_lists_of_heaps_and_moves_are_lists(tmp_path: Path, inner: pa.DataType
+                                                       ) -> None:
+    r = _parquet(tmp_path / "rules.parquet", {
+        "rule_set_id": pa.array([1, 2], pa.int64()), "kind": [None, "nim"],
+        "moves": pa.array([[2, 5], None], pa.list_(inner, 2))})
+    p = _parquet(tmp_path / "positions.parquet", {
+        "rule_set_id": pa.array([1, 2, 1, 2], pa.int64()),
+        "position_id": pa.array([0, 1, 2, 3], pa.int64()),
+        "heaps": pa.array([[5, 12], [1, 2], None, [7, None]], pa.list_(inner, 2))})
+    got, result = _job(tmp_path, "out", r, p)
+    assert got.code == 3, got.stderr
+    assert result["verdicts"].rows() == _verdict_rows(
+        {1: ("subtraction", (2, 5)), 2: ("nim", ())}, [(1, 0, [5, 12]), (2, 1, [1, 2])])
+    assert result["rejects"].select("row", "column", "reason").rows() == [
+        (2, "heaps", "heaps is null"), (3, "heaps", "heap at index 1 is null")]
+
+
+def test_a_position_of_an_invalid_rule_set_names_the_rule_rows_once(tmp_path: Path) -> None:
+    """The rule's reason, then its row; a reason that already lists its rows (an id defined
+    two ways) is not followed by one of them again."""
+    got, out = run_texts(tmp_path, "rule_set_id,kind,moves\n1,,2 5\n1,,2 6\n2,,0\n",
+                         "rule_set_id,position_id,heaps\n1,0,3\n2,1,4\n")
+    assert got.code == 3, got.stderr
+    rules, positions = tmp_path / "rules.csv", tmp_path / "positions.csv"
+    reasons = read_out(out)["rejects"].filter(pl.col("table") == "positions")
+    assert reasons.select("row", "reason").rows() == [
+        (0, f"rule set 1 is invalid: rule_set_id 1 is defined 2 different ways ({rules} row 0; "
+            f"{rules} row 1)"),
+        (1, f"rule set 2 is invalid: move 0 is not a positive integer ({rules} row 2)")]
+    assert str(positions) in reasons["source"].to_list()[0]

@@ -176,6 +176,10 @@ def _read_csv_text(tmp_path: Path, text: str | bytes) -> inputs.RawTable:
     ('1,0,"5\r\n6"\r\n1,1,7,7\r\n1,2,8\r\n', [0, 2], {1: (4, 3)}),
     # blank lines are not rows
     ("1,0,5\n\n1,1,5,9\n\n1,2,7\n", [0, 2], {1: (4, 3)}),
+    # nor are lines of spaces and tabs, in any line end style, the last one unterminated
+    ("1,0,5\n   \n1,1,5,9\n\t\n1,2,7\r\n \t \r\n1,3\r \r1,4,4\n  ", [0, 2, 4],
+     {1: (4, 3), 3: (2, 3)}),
+    (" \n1,0,5\n", [0], {}),
 ])
 def test_csv_field_count_rows(tmp_path: Path, body: str, good_rows: list[int],
                               bad: dict[int, tuple[int, int]]) -> None:
@@ -185,7 +189,8 @@ def test_csv_field_count_rows(tmp_path: Path, body: str, good_rows: list[int],
     assert [r for r, _, _ in raw.bad_lines] == sorted(bad)
     for row, reason, _ in raw.bad_lines:
         actual, expected = bad[row]
-        assert f"{actual} fields" in reason and f"expected {expected}" in reason, reason
+        fields = "field" if actual == 1 else "fields"
+        assert reason == f"line has {actual} {fields}, expected {expected}", reason
     if good_rows:
         assert raw.frame["position_id"].cast(pl.Int64).to_list() == good_rows
 
@@ -1446,6 +1451,24 @@ def test_csv_bom_and_blank_lines_before_the_header_as_pyarrow_reads_them(tmp_pat
     assert raw.row.tolist() == [0]
 
 
+@pytest.mark.parametrize("style", ["LF", "CRLF", "CR"])
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_csv_lines_of_spaces_and_tabs_before_the_header_are_blank_too(tmp_path, style, bom):
+    """Skipped like empty lines, whatever follows: rows numbered from the header, a line with
+    a wrong field count numbered among them, the heaps of a quoted field kept whole."""
+    end = LINE_ENDS[style][0]
+    path = tmp_path / "t.csv"
+    path.write_bytes(bom + end.join([" ", "", "\t \t", "", '"a",b', "1,2", " ", "3", '4,"5',
+                                     '6"', "7,8"]).encode())
+    raw = readers.read_table(path)
+    assert raw.frame.to_dict(as_series=False) == {"a": ["1", "4", "7"],
+                                                  "b": ["2", "5" + end + "6", "8"]}
+    assert raw.row.tolist() == [0, 2, 3]
+    assert [(r, why) for r, why, _ in raw.bad_lines] == [(1, "line has 1 field, expected 2")]
+    assert readers.columns_of(path) == ["a", "b"]
+    assert readers.row_estimate([path]) == 4
+
+
 @pytest.mark.parametrize(("text", "line"), [
     ('a,b\r1,"x\r2,3\r', 2),               # CR-only: lines counted at each CR
     ('a,b\r\n1,"x\r\n"\r\n2,"3', 4),       # a closed quoted break, then an open one
@@ -1616,6 +1639,23 @@ def test_snim_outputs_and_staging_below_the_input_are_never_read(tmp_path, spec)
                    if spec != "d/*/*.csv" or p.parent.name == "sub"]
 
 
+def test_delta_tables_below_the_input_are_skipped_and_one_named_is_refused(tmp_path):
+    """A Delta table's data files hold rows that later commits removed: never inputs found
+    by a listing (a --format delta root inside the positions folder), refused when named."""
+    touch(tmp_path, "d/a.csv", "d/tbl/part-0.parquet", "d/tbl/_delta_log/00000.json",
+          "d/root/runs/run_date=2026-01-01/part-0.parquet", "d/root/runs/_delta_log/0.json")
+    for spec in ["d", "d/*", "d/**"]:
+        assert inputs.resolve_inputs(str(tmp_path / spec), "positions") == [
+            tmp_path / "d/a.csv"], spec
+    assert resolve_error(tmp_path / "d/**/*.parquet") == (
+        f"positions input {tmp_path / 'd/**/*.parquet'}: no file matches this pattern; skipped "
+        "2 Delta tables")
+    assert resolve_error(tmp_path / "d/tbl") == (
+        f"positions input {tmp_path / 'd/tbl'}: is a Delta table; its data files include rows "
+        "that later commits removed, so read it with a Delta reader and pass the result as "
+        "Parquet")
+
+
 def test_staging_is_skipped_even_by_a_pattern_for_hidden_names(tmp_path):
     touch(tmp_path, "d/.old.csv", "d/.out.partial-123-20250101T000000Z-abc123/v.parquet")
     assert inputs.resolve_inputs(str(tmp_path / "d" / ".*"), "positions") == [
@@ -1758,3 +1798,103 @@ def test_a_csv_files_first_bad_byte_is_where_python_finds_it(tmp_path_factory, p
     path = tmp_path_factory.mktemp("scan") / "f.csv"
     path.write_bytes(raw)
     assert csv_reader._scan_text(path).bad_byte == bad_byte_reference(raw)
+
+
+# ---- csv_reader: records longer than the parser's default block ------------------------------
+
+LONG_HEAPS = " ".join(str(i % 10) for i in range(1_500_000))  # 3 MB: the reader's block is 1 MiB
+
+
+def _long_record_csv(quoted: bool, end: str, final: bool) -> bytes:
+    """Rows 0-4: a short row, a 3 MB heaps cell at row 2, a line with an extra field at row 3;
+    the last row is long too when `final` (and then no line end follows it)."""
+    cell = f'"{LONG_HEAPS}"' if quoted else LONG_HEAPS
+    lines = ["rule_set_id,position_id,heaps", "1,0,5", "1,1,5 6", f"1,2,{cell}", "1,3,4,4",
+             "1,4,8"] + ([f"1,5,{cell}"] if final else [])
+    return (end.join(lines) + ("" if final else end)).encode()
+
+
+def _check_long_record_rows(raw: inputs.RawTable, final: bool) -> None:
+    assert raw.row.tolist() == [0, 1, 2, 4] + ([5] if final else [])
+    assert raw.frame["heaps"].to_list() == ["5", "5 6", LONG_HEAPS, "8"] + (
+        [LONG_HEAPS] if final else [])
+    assert [(r, why) for r, why, _ in raw.bad_lines] == [(3, "line has 4 fields, expected 3")]
+
+
+@pytest.mark.parametrize(("quoted", "end", "final"), [
+    (False, "\n", False), (False, "\r", True), (True, "\r\n", False), (True, "\n", True)])
+def test_csv_record_longer_than_the_parsers_block_is_read_whole(tmp_path, quoted, end, final):
+    """The contract sets no line length: the reader's block grows to hold the longest record
+    (with and without quotes, every line end style, last in the file without a line end)."""
+    path = tmp_path / "long.csv"
+    path.write_bytes(_long_record_csv(quoted, end, final))
+    _check_long_record_rows(readers.read_table(path), final)
+
+
+@pytest.fixture()
+def store_csv(s3, monkeypatch: pytest.MonkeyPatch):
+    """(bytes) -> the Location of an object holding them, on the moto server."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    from pipeline.io import object_store
+    from pipeline.io.locations import Location
+
+    def put(data: bytes, name: str = "f.csv"):
+        s3.client().put_object(Bucket="bkt", Key=name, Body=data)
+        return object_store.bound(Location.parse(f"s3://bkt/{name}", Path("/")))
+
+    return put
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_csv_object_with_a_record_longer_than_the_block_is_read_whole(
+        store_csv, monkeypatch: pytest.MonkeyPatch, whole: bool) -> None:
+    """The same from an object in a store, streamed (in parts that cut the long record) or,
+    within a run, kept whole."""
+    monkeypatch.setattr(csv_reader, "_PART", 1 << 20)
+    location = store_csv(_long_record_csv(True, "\r\n", True))
+    if not whole:
+        _check_long_record_rows(readers.read_table(location), True)
+        return
+    monkeypatch.setattr(csv_reader, "SMALL_OBJECT", 1 << 23)  # 6 MB: kept whole
+    with kept.for_the_run():
+        csv_reader.read_start(location, 4)
+        assert kept.get("object", location) is not None
+        _check_long_record_rows(readers.read_table(location), True)
+
+
+def test_csv_record_beyond_the_limit_names_its_line_and_the_limit(
+        tmp_path, store_csv, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(csv_reader, "LONGEST_RECORD", 1 << 20)
+    data = b"a,b\n1,2\n\n3,\"4\n" + b"5" * (1 << 20) + b"\"\n6,7\n"
+    path = tmp_path / "f.csv"
+    path.write_bytes(data)
+    location = store_csv(data)
+    for source in (path, location):
+        with pytest.raises(InputError) as err:
+            readers.read_table(source)
+        assert str(err.value) == (f"{source}: line 4: a record of {(1 << 20) + 7} bytes; "
+                                  "records of at most 1 MiB are read (memory)")
+
+
+def _physical_line(data: bytes, offset: int) -> int:
+    return len(re.split(rb"\r\n|\r|\n", data[:offset]))
+
+
+@pytest.mark.parametrize("bad", [b"\x00", b"\xff", b"\xe2\x82"])
+@pytest.mark.parametrize("part", [1, 3, 7, 1 << 20])
+def test_csv_bad_byte_names_its_physical_line_local_or_streamed(
+        tmp_path, store_csv, monkeypatch: pytest.MonkeyPatch, bad: bytes, part: int) -> None:
+    """The line of a NUL byte or invalid UTF-8 counts LF, CRLF and CR line ends, quoted or
+    not, before it (for an object read in parts, those in the parts before too)."""
+    monkeypatch.setattr(csv_reader, "_PART", part)
+    data = (b"a,b\r\n1,2\r3,\"x\r\n\xc3\xa9\"\n" + b"4,5\r\n" * 5 + b"6,7\r" + bad + b",8\n")
+    offset = data.index(bad)
+    path = tmp_path / "f.csv"
+    path.write_bytes(data)
+    for source in (path, store_csv(data)):
+        with pytest.raises(InputError) as err:
+            readers.read_table(source)
+        assert str(err.value) == (
+            f"{source}: line {_physical_line(data, offset)}: not a CSV file (binary data or "
+            f"invalid UTF-8 at byte {offset})")

@@ -491,7 +491,7 @@ def _pyarrow_records(text: str) -> list[list[str]] | None:
 @given(st.text(alphabet='a,"\r\n', max_size=40))
 def test_csv_scan_counts_records_and_quoted_breaks_as_csv_parsers_do(text):
     data = np.frombuffer(text.encode(), np.uint8)
-    records, end, open_line, quoted_break, _ = kernels.csv_scan(data, 0, 0)
+    records, end, open_line, quoted_break, *_ = kernels.csv_scan(data, 0, 0)
     assert end == len(data)
     if open_line:
         return  # a field open to the end: parsers close it silently; see the cases below
@@ -553,13 +553,82 @@ def test_csv_scan_finds_the_line_of_a_quote_never_closed(text, open_line):
     assert kernels.csv_scan(data, 0, 0)[2] == open_line
 
 
+@pytest.mark.parametrize(("text", "records", "open_line"), [
+    (" \n\t\na\n", 1, 0), ("a\n \t \r\n \r", 1, 0), ("  ", 0, 0),  # spaces and tabs: blank
+    (" ,\n", 1, 0), ("\t\tx", 1, 0),                                  # but not with more
+    (' "a\nb"\n', 2, 0), ('a, "b\n', 1, 0),       # a quote after spaces is a plain character
+    (' \n"a\n', 1, 2),                            # one at a field's start opens it
+])
+def test_csv_scan_takes_lines_of_spaces_and_tabs_for_blank(text, records, open_line):
+    data = np.frombuffer(text.encode(), np.uint8)
+    assert kernels.csv_scan(data, 0, 0)[0] == records
+    assert kernels.csv_scan(data, 0, 0)[2] == open_line
+
+
 @pytest.mark.parametrize(("text", "stop", "expected"), [
     ("a,b\n1,2\n", 1, (1, 4)), ("\n\r\na,b\r1", 1, (1, 7)), ('"a\nb",c\r\n1', 1, (1, 9)),
     ("a,b", 1, (1, 3)), ("a\nb\nc\n", 2, (2, 4)), ("a\nb\n", 5, (2, 4)),
+    (" \n\t\r\na,b\n1", 1, (1, 9)), ("  \n", 0, (0, 3)),
 ])
 def test_csv_scan_stops_after_a_record(text, stop, expected):
     data = np.frombuffer(text.encode(), np.uint8)
     assert kernels.csv_scan(data, 0, stop)[:2] == expected
+
+
+def _python_csv_longest(text: str) -> tuple[int, int]:
+    """(characters, first physical line) of the longest record Python's csv module reads,
+    its line end and any blank line counted: the lines it pulls from the text for each."""
+    import csv
+    import io as stdio
+
+    pulled = [0]
+
+    def lines():
+        for line in stdio.StringIO(text, newline=""):
+            pulled[0] += len(line)
+            yield line
+
+    reader = csv.reader(lines())
+    longest, longest_line, before, line_before = 0, 0, 0, 0
+    for _ in reader:
+        if pulled[0] - before > longest:
+            longest, longest_line = pulled[0] - before, line_before + 1
+        before, line_before = pulled[0], reader.line_num
+    return longest, longest_line
+
+
+def _walk_in_parts(data: np.ndarray, cuts: list[int]) -> tuple[int, int]:
+    """(longest, its line) from `csv_scan_part` over `data` cut at `cuts`, each part after
+    the bytes the previous walk left, as `csv_reader._scan_stream` feeds it."""
+    state, line, open_line, quoted, stray, field_break = 0, 1, 0, False, 0, False
+    line_start, start_line, longest, longest_line = 0, 1, 0, 0
+    offset, bounds = 0, [*sorted(set(cuts)), len(data)]
+    for end in bounds:
+        part = data[offset:end]
+        last = end == len(data)
+        limit = len(part) if last else max(len(part) - 1, 0)
+        (done, state, line, open_line, quoted, stray, field_break, line_start, start_line,
+         longest, longest_line) = kernels.csv_scan_part(
+            part, limit, state, line, open_line, quoted, stray, field_break, offset,
+            line_start, start_line, longest, longest_line)
+        offset += done
+    if len(data) - line_start > longest:
+        longest, longest_line = len(data) - line_start, start_line
+    return longest, longest_line
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet='a,"\r\n', max_size=40), st.lists(st.integers(0, 40), max_size=4))
+def test_csv_scan_finds_the_longest_record_as_python_csv_reads_them(text, cuts):
+    """Longest record (its line end, quoted line breaks and blank lines counted) and the
+    line it starts on, whole and walked in parts cut anywhere."""
+    data = np.frombuffer(text.encode(), np.uint8)
+    scan = kernels.csv_scan(data, 0, 0)
+    if scan[2]:
+        return  # a field open to the end: refused before any record length matters
+    expected = _python_csv_longest(text)
+    assert scan[5:] == expected
+    assert _walk_in_parts(data, [c for c in cuts if c < len(data)]) == expected
 
 
 @settings(deadline=None)  # the first example compiles the kernel (258 ms on a loaded machine)

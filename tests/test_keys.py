@@ -95,3 +95,23 @@ def test_text_ranks_follow_byte_order(values, ids):
 
 def test_ranks_of_another_type_are_absent():
     assert ranks(pl.Series(["1"]), pl.Series([1])).tolist() == [-1]
+
+
+@pytest.mark.parametrize(("series", "dtype", "values"), [
+    (pl.Series([2**64 - 1, None, 2**63, 7], dtype=pl.UInt64), pl.String,
+     ["18446744073709551615", None, "9223372036854775808", "7"]),  # as CSV's digits would be
+    (pl.Series([2**63 - 1, None, 0], dtype=pl.UInt64), pl.Int64, [2**63 - 1, None, 0]),
+    (pl.Series([-(2**31), 5], dtype=pl.Int32), pl.Int64, [-(2**31), 5]),
+    (pl.Series([None, None], dtype=pl.Null), pl.Int64, [None, None]),
+    (pl.Series([], dtype=pl.Null), pl.Int64, []),
+    (pl.Series(["7", "-3", "7"], dtype=pl.Categorical), pl.Int64, [7, -3, 7]),
+    (pl.Series(["07", "a", "07"], dtype=pl.Enum(["a", "07"])), pl.String, ["07", "a", "07"]),
+], ids=["uint64-beyond-int64", "uint64-within", "int32", "null", "null-empty", "categorical",
+        "enum"])
+def test_key_column_types(series, dtype, values):
+    """Each Arrow type a key may come in reads as the values it holds, by the one rule: an
+    integer column is Int64 unless a value is beyond int64 (then text, as those digits in CSV
+    are); an all-null column decides nothing (Int64 nulls); dictionary text is its text."""
+    got = key_column(pl.DataFrame({"k": series}), "k", "t.parquet")
+    assert got.dtype == dtype
+    assert got.to_list() == values

@@ -207,13 +207,14 @@ def requests_since(server, start: int) -> list[str]:
     return [m.group(1) for m in re.finditer(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+ \S+) HTTP/', text)]
 
 
-@pytest.mark.parametrize(("fmt", "most"), [("parquet", 4), ("csv", 2)])
+@pytest.mark.parametrize(("fmt", "most"), [("parquet", 5), ("csv", 3)])
 def test_each_positions_object_costs_a_few_requests_a_run(s3_env, tmp_path: Path, fmt: str,
                                                           most: int) -> None:
     """A run needs a Parquet footer for row counts, heap statistics, columns and schema, and
     a CSV's start for its header, emptiness and row estimate before its rows; each read was
     a request or two of its own (12 and 11 requests a file). Within a run a footer is fetched
-    once, and a small object whole."""
+    once, and a small object whole; one more request, once every row is read, checks that
+    the object did not change meanwhile (`changes.ensure_unchanged`)."""
     data = tmp_path / "data"
     generate(data, Spec(3000, 5, 50, 3, 0, 3, "wide", fmt, 5, "string", False, 3))
     upload_tree(s3_env, data, "in")

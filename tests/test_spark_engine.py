@@ -277,6 +277,34 @@ def test_keys_made_text_only_by_rejected_rows_match_polars(spark, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize(("form", "pids", "pid_type", "want"), [
+    ("wide", [2**64 - 1, 2**63, 7], "uint64",
+     ["18446744073709551615", "7", "9223372036854775808"]),  # beyond int64: text, as in CSV
+    ("long", [2**64 - 1, 2**63, 7], "uint64",
+     ["18446744073709551615", "7", "9223372036854775808"]),
+    ("wide", [2**63 - 1, 0, 7], "uint64", [0, 7, 2**63 - 1]),  # every value fits: Int64
+    ("wide", [None, None, None], "null", []),  # Arrow's null type: each row rejected
+    ("wide", ["b", "a", "c"], "dictionary", ["a", "b", "c"]),
+])
+def test_parquet_key_types_match_polars(spark, tmp_path, form, pids, pid_type, want):
+    """A Parquet key's type does not decide the key type alone: a uint64 id beyond int64
+    makes the key text in both engines, as the same digits in CSV do."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [[1, "", "2 5"]])
+    arrow = (pa.array(pids).dictionary_encode() if pid_type == "dictionary"
+             else pa.array(pids, pa.uint64() if pid_type == "uint64" else pa.null()))
+    heap = "heaps" if form == "wide" else "heap"
+    pq.write_table(pa.table({"rule_set_id": pa.array([1] * 3, pa.int64()), "position_id": arrow,
+                             heap: pa.array([[5, 12]] * 3 if form == "wide" else [5] * 3)}),
+                   tmp_path / "positions.parquet")
+    expected, _ = run_both(tmp_path, rules=str(r), positions=str(tmp_path / "positions.parquet"))
+    assert outputs(expected)["verdicts"]["position_id"].to_list() == want
+    assert outputs(expected)["rejects"].height == (3 if pid_type == "null" else 0)
+
+
+@pytest.mark.spark
 @pytest.mark.parametrize("keys", ["int", "str", "extreme"])
 def test_parquet_only_duplicates_match_polars(spark, tmp_path, keys):
     """Parquet files only, heaps bounded by their statistics: rows are evaluated as they are

@@ -122,6 +122,9 @@ def test_parse_int_list_explains_exactly_the_texts_the_grammar_rejects(texts):
     ("1 x", "'x' in '1 x' is not an integer"),
     ("[1 2", "malformed list '[1 2' (unbalanced brackets)"),
     ("1 " + "9" * 25, "heap '" + "9" * 25 + "' at index 1 is larger than 2^63-1"),
+    # within uint64's 20 digits a heap is named as an integer column names it
+    ("1 18446744073709551615", "heap 18446744073709551615 at index 1 is larger than 2^63-1"),
+    ("+018446744073709551615", "heap 18446744073709551615 at index 0 is larger than 2^63-1"),
 ])
 def test_parse_int_list_names_the_bad_element(text, message):
     with pytest.raises(ValueError) as caught:

@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pipeline import keys
 from pipeline.config import Config
 from pipeline.engines.spark_connect import is_connect, ship
 from pipeline.engines.spark_session import Session, failure
@@ -314,12 +315,13 @@ class SparkWork:
         return [("nim_sum", LONG), *moves]
 
     def static_key_types(self) -> dict[str, T.DataType] | None:
-        """Int64 keys when every input is Parquet with integer key columns (a missing
-        position_id numbers the rows): then no row can make a key text."""
+        """Int64 keys when every input is Parquet with key columns of a type that is always
+        Int64 (`keys.always_integer`; a missing position_id numbers the rows): then no row
+        can make a key text."""
         cols = self.config.columns
         if self.schemas is not None and all(
-                f.dtypes[cols.rule_set_id].is_integer()
-                and (f.default_pid or f.dtypes[cols.position_id].is_integer())
+                keys.always_integer(f.dtypes[cols.rule_set_id])
+                and (f.default_pid or keys.always_integer(f.dtypes[cols.position_id]))
                 for f in self.schemas):
             return {"rule_set_id": LONG, "position_id": LONG}
         return None

@@ -23,23 +23,36 @@ from pipeline.io.inputs import InputFile, RawTable, Source
 from pipeline.io.locations import Location
 
 _BOM = b"\xef\xbb\xbf"
+_SPAN = 1 << 18  # `_short_lines`' window
 
 
 _HEADER_LIMIT = 1 << 20
+_BLOCK = 1 << 20  # pyarrow's default block; a record must fit in one
+LONGEST_RECORD = 1 << 28  # a longer record would need blocks of more than 512 MiB
 
 
 @dataclass(frozen=True)
 class _TextScan:
     """What a pass over a CSV file's bytes found: the offset of the first NUL byte or invalid
-    UTF-8 sequence (-1: none; binary data is never CSV), the physical line of a quote that
-    is never closed (0: none), whether a quoted field holds a line break, and the line of
-    a quote that opens a field holding a line break whose closing quote text follows (0:
-    none; `kernels.csv_scan`)."""
+    UTF-8 sequence (-1: none; binary data is never CSV) and its physical line, the physical
+    line of a quote that is never closed (0: none), whether a quoted field holds a line
+    break, the line of a quote that opens a field holding a line break whose closing quote
+    text follows (0: none; `kernels.csv_scan`), and the bytes of the longest record and the
+    line it starts on (0: every line is shorter than 2 * _SPAN bytes, which the reader's
+    default block holds)."""
 
     bad_byte: int
     open_line: int
     quoted_break: bool
     stray_line: int = 0
+    bad_line: int = 0
+    longest: int = 0
+    longest_line: int = 0
+
+    def __post_init__(self) -> None:
+        if self.longest < 2 * _SPAN:  # the same scan whether the lines were measured or not
+            object.__setattr__(self, "longest", 0)
+            object.__setattr__(self, "longest_line", 0)
 
 
 def _csv_bytes(data: bytes | mmap.mmap) -> np.ndarray:
@@ -60,13 +73,32 @@ def _scan_text(path: Source) -> _TextScan:
         return _scan_bytes(data)
 
 
+def _line_at(data: bytes | mmap.mmap, offset: int, line: int = 1) -> int:
+    """The physical line of data[offset], when data[0] is on line `line` (LF, CRLF and CR
+    each end one)."""
+    before = data[:offset]
+    return line + before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n")
+
+
+def _short_lines(data: bytes | mmap.mmap) -> bool:
+    """Whether every line is shorter than 2 * _SPAN bytes: each whole _SPAN-byte window holds
+    a line end. A search stops at the first line end, so this reads a few bytes per window,
+    not the file."""
+    for start in range(0, len(data) - _SPAN + 1, _SPAN):
+        if data.find(b"\n", start, start + _SPAN) < 0 and \
+                data.find(b"\r", start, start + _SPAN) < 0:
+            return False
+    return True
+
+
 def _scan_bytes(data: bytes | mmap.mmap) -> _TextScan:
     """No NUL byte, UTF-8 (plain ASCII, as most exports are, told by one vectorised maximum;
-    other text decoded in 16 MiB slices), quotes by a compiled scan of the bytes."""
+    other text decoded in 16 MiB slices), quotes and the longest record by a compiled scan
+    of the bytes (without quotes, and with no long line, lines are records: no scan)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     nul = data.find(b"\x00")
     if nul >= 0:
-        return _TextScan(nul, 0, False)
+        return _TextScan(nul, 0, False, bad_line=_line_at(data, nul))
     view = _csv_bytes(data)
     try:  # the map cannot close while an array still points into it, even on Ctrl-C
         ascii_only = view.shape[0] == 0 or int(view.max()) < 0x80
@@ -77,16 +109,17 @@ def _scan_bytes(data: bytes | mmap.mmap) -> _TextScan:
         try:
             decoder.decode(data[start:start + step], final=start + step >= len(data))
         except UnicodeDecodeError as exc:
-            return _TextScan(start + exc.start, 0, False)
-    if data.find(b'"') < 0:
+            bad = start + exc.start
+            return _TextScan(bad, 0, False, bad_line=_line_at(data, bad))
+    if data.find(b'"') < 0 and _short_lines(data):
         return _TextScan(-1, 0, False)
     view = _csv_bytes(data)
     try:
-        _, _, open_line, quoted_break, stray_line = kernels.csv_scan(
+        _, _, open_line, quoted_break, stray_line, longest, longest_line = kernels.csv_scan(
             view, _bom_length(data), 0)
     finally:
         del view
-    return _TextScan(-1, open_line, quoted_break, stray_line)
+    return _TextScan(-1, open_line, quoted_break, stray_line, 0, longest, longest_line)
 
 
 _PART = 1 << 24
@@ -98,6 +131,7 @@ def _scan_stream(location: Location) -> _TextScan:
     same checks; the quote walk carried from part to part), never held whole."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     state, line, open_line, quoted_break, stray_line, field_break = 0, 1, 0, False, 0, False
+    line_start, start_line, longest, longest_line = 0, 1, 0, 0
     carried = b""
     offset = 0  # of carried[0] in the object
     first = True
@@ -109,28 +143,37 @@ def _scan_stream(location: Location) -> _TextScan:
                 raise object_store.store_error(location, exc) from None
             last = len(part) < _PART
             nul = part.find(b"\x00")
-            if nul >= 0:
-                return _TextScan(offset + len(carried) + nul, 0, False)
+            if nul >= 0:  # line: that of carried[0], plus the line ends before the byte
+                bad = len(carried) + nul
+                return _TextScan(offset + bad, 0, False,
+                                 bad_line=_line_at(carried + part, bad, line))
             pending = len(decoder.getstate()[0])  # bytes of a character cut by the last part
             try:
                 if not (part.isascii() and pending == 0):
                     decoder.decode(part, final=last)
             except UnicodeDecodeError as exc:  # exc.start counts the pending bytes first
-                return _TextScan(offset + len(carried) - pending + exc.start, 0, False)
+                bad = len(carried) - pending + exc.start  # < 0: in a cut character, no line end
+                return _TextScan(offset + bad, 0, False,
+                                 bad_line=_line_at(carried + part, max(bad, 0), line))
             data = carried + part
             start = _bom_length(data) if first else 0
+            if first:
+                line_start = start
             first = False
             view = _csv_bytes(data)
             limit = len(data) if last else len(data) - 1
-            done, state, line, open_line, quoted_break, stray_line, field_break = \
-                kernels.csv_scan_part(view[start:], limit - start, state, line, open_line,
-                                      quoted_break, stray_line, field_break)
+            (done, state, line, open_line, quoted_break, stray_line, field_break, line_start,
+             start_line, longest, longest_line) = kernels.csv_scan_part(
+                view[start:], limit - start, state, line, open_line, quoted_break, stray_line,
+                field_break, offset + start, line_start, start_line, longest, longest_line)
             if last:
                 break
             carried = data[start + done:]
             offset += start + done
+    if offset + len(data) - line_start > longest:  # a last record without a line end
+        longest, longest_line = offset + len(data) - line_start, start_line
     return _TextScan(-1, open_line if state == kernels.CSV_IN_QUOTES else 0, quoted_break,
-                     stray_line)
+                     stray_line, 0, longest, longest_line)
 
 
 def read_start(path: Source, count: int) -> tuple[bytes, int]:
@@ -163,34 +206,37 @@ def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     (pyarrow's serial reader, every column as text), so memory holds one batch, not the file.
     Each batch carries the lines with the wrong number of fields found since the previous
     one."""
-    header, terminated, scan = _checked_text(file)
+    header, terminated, skip, scan = _checked_text(file)
     if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
         yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
                        np.zeros(0, np.int64), [])
         return
     bad: list[tuple[int, str, str]] = []
-    reader = _open_reader(file.path, header, scan.quoted_break, bad)
+    reader = _open_reader(file.path, header, skip, scan, bad)
     kept.drop("object", file.path)  # the reader holds what it needs
     yield from _batches(file, reader, bad, batch_rows)
 
 
-def _checked_text(file: InputFile) -> tuple[list[str], bool, _TextScan]:
-    """The file's header (`read_header`) and the scan of its bytes, unless they show it is
-    no CSV file: empty, binary or not UTF-8, a quote never closed, or a quoted field running
-    over lines with text after its closing quote."""
+def _checked_text(file: InputFile) -> tuple[list[str], bool, int, _TextScan]:
+    """The file's header (`_header`) and the scan of its bytes, unless they show it is no
+    CSV file: empty, binary or not UTF-8, a quote never closed, a quoted field running over
+    lines with text after its closing quote, or a record too long to read."""
     path = file.path
-    header, terminated = read_header(path)
+    header, terminated, skip = _header(path)
     scan = _scan_text(path)
     if scan.bad_byte >= 0:
-        raise InputError(f"{path}: not a CSV file (binary data or invalid UTF-8 at byte "
-                         f"{scan.bad_byte})")
+        raise InputError(f"{path}: line {scan.bad_line}: not a CSV file (binary data or invalid "
+                         f"UTF-8 at byte {scan.bad_byte})")
     if scan.open_line:
         raise _unclosed_quote(path, scan.open_line)
     if scan.stray_line:
         raise InputError(f"{path}: line {scan.stray_line}: a quoted field runs over several "
                          "lines and text follows its closing quote (an unterminated quote "
                          "that a later one closed?)")
-    return header, terminated, scan
+    if scan.longest > LONGEST_RECORD:
+        raise InputError(f"{path}: line {scan.longest_line}: a record of {scan.longest} bytes; "
+                         f"records of at most {LONGEST_RECORD >> 20} MiB are read (memory)")
+    return header, terminated, skip, scan
 
 
 def _unreadable(path: Source, exc: Exception) -> InputError:
@@ -201,15 +247,25 @@ def _unreadable(path: Source, exc: Exception) -> InputError:
     return InputError(f"{path}: not a readable CSV file ({first_line(exc)})")
 
 
-def _open_reader(path: Source, header: list[str], quoted_break: bool,
+def _open_reader(path: Source, header: list[str], skip: int, scan: _TextScan,
                  bad: list[tuple[int, str, str]]) -> pacsv.CSVStreamingReader:
-    """pyarrow's serial streaming reader of `path`, every column as text; a line with the
-    wrong number of fields is skipped and appended to `bad` as (row number, reason, text)."""
+    """pyarrow's serial streaming reader of `path` from its header (after the first `skip`
+    lines), every column as text, in blocks that hold the longest record; a line with the
+    wrong number of fields is skipped and appended to `bad` as (row number, reason, text). A
+    line of only spaces and tabs is blank: skipped, and no row, as pyarrow skips empty
+    lines."""
+    blank = 0
 
     def on_invalid(row: Any) -> str:
-        number = row.number - 2 if row.number is not None else -1  # 1-based, with header
-        bad.append((number, f"line has {row.actual_columns} fields, expected "
-                            f"{row.expected_columns}", row.text or ""))
+        nonlocal blank
+        text = row.text or ""
+        if row.actual_columns == 1 and not text.strip(" \t"):
+            blank += 1
+            return "skip"
+        number = row.number - 2 - skip - blank if row.number is not None else -1  # 1-based
+        fields = "field" if row.actual_columns == 1 else "fields"
+        bad.append((number, f"line has {row.actual_columns} {fields}, expected "
+                            f"{row.expected_columns}", text))
         return "skip"
 
     source: Any = path
@@ -219,9 +275,11 @@ def _open_reader(path: Source, header: list[str], quoted_break: bool,
     try:
         return pacsv.open_csv(
             source,
-            read_options=pacsv.ReadOptions(use_threads=False),
+            read_options=pacsv.ReadOptions(
+                use_threads=False, skip_rows=skip,
+                block_size=max(_BLOCK, 2 * scan.longest + (1 << 16))),
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
-                                             newlines_in_values=quoted_break),
+                                             newlines_in_values=scan.quoted_break),
             convert_options=pacsv.ConvertOptions(
                 column_types={name: pa.string() for name in header},
                 strings_can_be_null=False,
@@ -305,12 +363,22 @@ def _unclosed_quote(path: Path, line: int) -> InputError:
 def read_header(path: Source) -> tuple[list[str], bool]:
     """(column names, whether a line end follows them) from the file's first record, found
     by the same scan of quotes and line ends (LF, CRLF, CR) as the rows; blank lines before
-    it are skipped, as pyarrow skips them."""
+    it (empty, or only spaces and tabs) are skipped."""
+    names, terminated, _ = _header(path)
+    return names, terminated
+
+
+def _header(path: Source) -> tuple[list[str], bool, int]:
+    """`read_header`, and the physical lines before the header that the reader must be told
+    to skip: 0 unless one of them holds spaces or tabs (pyarrow skips only empty lines)."""
     head, size = read_start(path, _HEADER_LIMIT)
     if size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
+    if head.startswith(b"PAR1"):
+        raise InputError(f"{path}: a Parquet file, not CSV (it starts with Parquet's magic "
+                         f"bytes, but its name ends in {path.suffix}: rename it to .parquet)")
     whole = len(head) == size
-    records, end, open_line, _, _ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
+    records, end, open_line, *_ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
     if records == 0 and whole:
         raise InputError(f"{path}: no header line (the file holds only blank lines; "
                          "expected column names)")
@@ -320,7 +388,12 @@ def read_header(path: Source) -> tuple[list[str], bool]:
     if not terminated and not whole:
         raise InputError(f"{path}: the header line does not end within the first "
                          f"{_HEADER_LIMIT >> 20} MiB (is this a CSV file?)")
-    first = head[:end]
+    first, skip = head[:end], 0
+    bom = _bom_length(head)
+    lead = bom + len(first[bom:]) - len(first[bom:].lstrip(b" \t\r\n"))
+    start = max(first.rfind(b"\n", bom, lead), first.rfind(b"\r", bom, lead), bom - 1) + 1
+    if first[bom:start].strip(b"\r\n"):
+        first, skip = first[start:], _line_at(head, start) - 1
     try:
         text = first.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -333,9 +406,14 @@ def read_header(path: Source) -> tuple[list[str], bool]:
     except pa.ArrowInvalid as exc:
         raise InputError(f"{path}: not a readable CSV header ({first_line(exc)})") from None
     names = table.column_names
+    if "" in names:
+        position = names.index("") + 1
+        hint = " (a trailing comma?)" if position == len(names) else ""
+        raise InputError(f"{path}: empty column name at position {position} of the header"
+                         f"{hint}")
     if len(set(names)) != len(names):
         raise InputError(f"{path}: duplicate column names in header: {names}")
-    return names, terminated
+    return names, terminated, skip
 
 
 def csv_row_estimate(path: Source, sample: int = 1 << 22) -> int:

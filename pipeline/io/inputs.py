@@ -52,6 +52,8 @@ class InputFile:
     size: int
     etag: str | None = None
     version: str | None = None
+    stamp: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    """A local file's (size, mtime_ns) when described: `changes.ensure_unchanged` compares."""
     _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -123,6 +125,10 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
     return list(_InputFinder(local, what, local_exclude, named=spec).files())
 
 
+DELTA_TABLE = ("is a Delta table; its data files include rows that later commits removed, so "
+               "read it with a Delta reader and pass the result as Parquet")
+
+
 def is_snim_output(directory: Path) -> bool:
     """Whether `directory` holds a manifest.json written by snim-batch: a JSON object with a
     run_id and versions naming snim-batch."""
@@ -174,7 +180,7 @@ class _InputFinder:
         self.excluded = _identity(exclude) if exclude is not None else None
         self.found: list[Path] = []
         self.skipped: dict[str, set[Path]] = {key: set() for key in (
-            "hidden file", "hidden dir", "suffix", "special", "output", "own")}
+            "hidden file", "hidden dir", "suffix", "special", "output", "delta", "own")}
 
     def files(self) -> list[Path]:
         path = Path(self.spec)
@@ -268,6 +274,11 @@ class _InputFinder:
         if not found_by_name and is_snim_output(directory):
             self.skipped["output"].add(directory)
             return None
+        if os.path.isdir(directory / "_delta_log"):
+            if found_by_name:
+                raise self.error(directory, DELTA_TABLE)
+            self.skipped["delta"].add(directory)
+            return None
         if identity in ancestors:
             raise self.error(directory, "symlink loop (it leads back to a directory above it)")
         return (*ancestors, identity)
@@ -360,6 +371,8 @@ class _InputFinder:
         if counts["output"]:
             parts.append(_plural(counts["output"], "snim-batch output directory",
                                  "snim-batch output directories"))
+        if counts["delta"]:
+            parts.append(_plural(counts["delta"], "Delta table", "Delta tables"))
         if counts["own"]:
             parts.append("the run's own output directory")
         return "; skipped " + ", ".join(parts) if parts else ""
@@ -378,9 +391,10 @@ def describe(path: Source) -> InputFile:
         meta = object_store.object_metadata(path)
         return InputFile(path, format_of(path), meta["size"], meta["etag"], meta["version"])
     try:
-        with path.open("rb"):
-            pass  # unreadable files fail here, with a plain message
-        return InputFile(path, format_of(path), path.stat().st_size)
+        with path.open("rb") as handle:  # unreadable files fail here, with a plain message
+            found = os.fstat(handle.fileno())
+        return InputFile(path, format_of(path), found.st_size,
+                         stamp=(found.st_size, found.st_mtime_ns))
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,10 @@ _NAMES_SHOWN = 5
 def few_names(names: list[str]) -> str:
     more = len(names) - _NAMES_SHOWN
     return ", ".join(names[:_NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")
+"""A run's id (`run.run_job`): the name of the prefix an object-store output uploads to."""
 
 
 def written_by_snim(manifest: object) -> bool:

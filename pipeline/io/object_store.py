@@ -277,22 +277,23 @@ def _endpoint_shown(location: Location) -> str:
     return f" at {redacted(endpoint)}" if endpoint else ""
 
 
-def object_metadata(location: Location) -> dict[str, Any]:
+def object_metadata(location: Location, fresh: bool = False) -> dict[str, Any]:
     """size, and the store's etag and version (None where it has none) of one object (within
-    a run, as the run's first request for the object found them: `kept`)."""
-    found = kept.get("metadata", location)
+    a run, as the run's first request for the object found them: `kept`; with `fresh`, as
+    the store has them now)."""
+    found = None if fresh else kept.get("metadata", location)
     if found is not None:
         return found
     try:
         with filesystem(location).open_input_file(location.store_path) as handle:
-            return _described(location, handle)
+            return _described(location, handle, keep=not fresh)
     except (OSError, ValueError) as exc:
         raise store_error(location, exc) from None
 
 
-def _described(location: Location, handle: Any) -> dict[str, Any]:
+def _described(location: Location, handle: Any, keep: bool = True) -> dict[str, Any]:
     """`object_metadata` from an opened object (pyarrow asked the store once, a HEAD), kept
-    for the run."""
+    for the run unless `keep` is false."""
     meta = {key.lower(): value for key, value in (handle.metadata() or {}).items()}
 
     def text(*names: str) -> str | None:
@@ -305,7 +306,8 @@ def _described(location: Location, handle: Any) -> dict[str, Any]:
 
     described = {"size": handle.size(), "etag": text("etag"),
                  "version": text("versionid", "generation")}
-    kept.put("metadata", location, described, 256)
+    if keep:
+        kept.put("metadata", location, described, 256)
     return described
 
 

@@ -11,8 +11,9 @@ import json
 from pathlib import PurePosixPath
 
 from pipeline.errors import InputError
+from pipeline.io.inputs import DELTA_TABLE
 from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, written_by_snim
+from pipeline.io.manifest import MANIFEST, RUN_ID, written_by_snim
 from pipeline.io.object_store import (
     bucket_exists,
     filesystem,
@@ -40,7 +41,10 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[
         base, pattern = parts[:wild], parts[wild:]
     root = spec.at_key("/".join(base))
     listed = list_below(root)
-    outputs = _snim_outputs(root, listed)
+    tables = _delta_tables(listed)
+    if spec.key in tables:
+        raise InputError(f"{what} input {spec}: {DELTA_TABLE}")
+    outputs = _snim_outputs(root, listed) + tables + _unlisted_runs(root, listed)
     found: list[str] = []
     skipped = 0
     for key, *_ in listed:
@@ -60,7 +64,8 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[
             raise InputError(f"{what} input {spec}: no such object or prefix")
         empty = ("no object matches this pattern" if pattern is not None
                  else "no .parquet, .pq or .csv objects found below this prefix")
-        more = f" (skipped {skipped}: hidden names, other types or snim-batch outputs)" \
+        more = (f" (skipped {skipped}: hidden names, other types, snim-batch outputs or "
+                "Delta tables)") \
             if skipped else ""
         raise InputError(f"{what} input {spec}: {empty}{more}")
     return [spec.at_key(key) for key in sorted(found)]
@@ -111,6 +116,32 @@ def _matched_prefixes(pattern: list[str], names: list[str]) -> set[int]:
             not any(c in head for c in GLOB_CHARS) or not _hidden(names[0], head)):
         ends |= {k + 1 for k in _matched_prefixes(rest, names[1:])}
     return ends
+
+
+def _delta_tables(listed: list[tuple[str, int, float]]) -> list[str]:
+    """Keys of the prefixes that hold a _delta_log/: Delta tables (snim-batch's own --format
+    delta tables among them), whose files are not inputs."""
+    found = set()
+    for key, *_ in listed:
+        at = ("/" + key).find("/_delta_log/")
+        if at >= 0:
+            found.add(key[:max(at - 1, 0)])
+    return sorted(found)
+
+
+def _unlisted_runs(root: Location, listed: list[tuple[str, int, float]]) -> list[str]:
+    """Keys of RUN_ID/ prefixes (where a run uploads its output before its manifest lists
+    it), which a killed first run leaves below its --out until the next run there removes
+    them."""
+    found = set()
+    for key, *_ in listed:
+        parts = key.split("/")
+        start = len(root.key.split("/")) if root.key else 0
+        for i in range(start, len(parts) - 1):
+            if RUN_ID.fullmatch(parts[i]):
+                found.add("/".join(parts[:i + 1]))
+                break
+    return sorted(found)
 
 
 def _snim_outputs(root: Location, listed: list[tuple[str, int, float]]) -> list[str]:

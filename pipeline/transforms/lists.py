@@ -32,6 +32,7 @@ _EMPTY_ELEMENT = f"^{_SPACE}*,|,{_SPACE}*,|,{_SPACE}*$"
 
 
 _INT64_DIGITS = 19
+_UINT64_DIGITS = 20
 
 
 def strip_spaces(text: str) -> str:
@@ -65,8 +66,11 @@ def parse_int_list(text: str, allow_ranges: bool = False, item: str = "element")
 def _int_token(token: str, text: str, item: str, index: int) -> int:
     if not _INT_TEXT.fullmatch(token):
         raise ValueError(f"{shown(token)} in {shown(text)} is not an integer")
-    if len(token.lstrip("+-").lstrip("0")) > _INT64_DIGITS:  # int() of it would cost, or fail
-        raise ValueError(f"{item} {shown(token)} at index {index} is larger than 2^63-1")
+    digits = len(token.lstrip("+-").lstrip("0"))
+    if digits > _INT64_DIGITS:  # int() of a long token would cost, or fail
+        value = int(token) if digits <= _UINT64_DIGITS and token[0] != "-" else None
+        shown_value = shown(token) if value is None else value  # as an integer column says it
+        raise ValueError(f"{item} {shown_value} at index {index} is larger than 2^63-1")
     return int(token)
 
 
@@ -81,6 +85,12 @@ def _int_range(token: str, text: str, item: str, index: int) -> range:
     if last - first > 1_000_000:
         raise ValueError(f"range {shown(token)} is too long (over 1,000,000 values)")
     return range(first, last + 1)
+
+
+def as_list(s: pl.Series) -> pl.Series:
+    """A fixed-size list column (Arrow fixed_size_list, polars Array) as the plain list it
+    is; any other column as it is."""
+    return s.cast(pl.List(s.dtype.inner)) if isinstance(s.dtype, pl.Array) else s
 
 
 def explain_heaps(values: Sequence[int | None] | None) -> str | None:

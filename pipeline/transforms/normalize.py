@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import polars as pl
 
@@ -11,6 +14,7 @@ from pipeline.grundy import KINDS, MAX_HEAP, Rule, canonical_rule
 from pipeline.keys import key_column
 from pipeline.transforms.buffers import list_chunks
 from pipeline.transforms.lists import (
+    as_list,
     explain_heap_text,
     explain_heaps,
     heaps_from_text,
@@ -32,7 +36,7 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
     ids = key_column(raw, cols.rule_set_id, source)
     n = raw.height
     kinds = _text_column(raw, cols.kind, source, n)
-    moves_col = raw[cols.moves] if cols.moves in raw.columns else pl.Series([None] * n)
+    moves_col = as_list(raw[cols.moves]) if cols.moves in raw.columns else pl.Series([None] * n)
     if moves_col.dtype == pl.String or moves_col.dtype == pl.Null:
         pass
     elif not (isinstance(moves_col.dtype, pl.List) and (
@@ -81,6 +85,8 @@ def _text_column(raw: pl.DataFrame, name: str, source: str, n: int) -> list[str 
     if name not in raw.columns:
         return [None] * n
     s = raw[name]
+    if isinstance(s.dtype, (pl.Categorical, pl.Enum)):
+        s = s.cast(pl.String)
     if s.dtype not in (pl.String, pl.Null):
         raise wrong_type(source, name, s.dtype, "string")
     return s.to_list()
@@ -146,8 +152,14 @@ def rule_index(rules: pl.DataFrame) -> tuple[list[Rule], pl.DataFrame]:
         .select(
             "rule_set_id",
             pl.lit(None, pl.Int64).alias("table"),
-            pl.format("rule set {} is invalid: {} ({} row {})", shown_text(pl.col("rule_set_id")),
-                      pl.col("_reason"), pl.col("_source"), pl.col("_row")).alias("rule_problem"),
+            pl.when(pl.col("_reason").str.contains(  # the reason names its rows already
+                pl.format("{} row {}", pl.col("_source"), pl.col("_row")), literal=True))
+            .then(pl.format("rule set {} is invalid: {}", shown_text(pl.col("rule_set_id")),
+                            pl.col("_reason")))
+            .otherwise(pl.format("rule set {} is invalid: {} ({} row {})",
+                                 shown_text(pl.col("rule_set_id")), pl.col("_reason"),
+                                 pl.col("_source"), pl.col("_row")))
+            .alias("rule_problem"),
         )
     )
     return distinct, pl.concat([good, bad])
@@ -157,20 +169,35 @@ def _nulls(n: int) -> pl.Series:
     return pl.repeat(None, n, dtype=pl.String, eager=True)
 
 
-def _heaps_column(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
-    """The heaps list as List(Int64), and the text it came from (for messages) if any."""
+def _heaps_column(raw: pl.DataFrame, name: str, source: str
+                  ) -> tuple[pl.Series, pl.Series, pl.Series | None]:
+    """The heaps list as List(Int64), the text it came from (for messages) if any, and the
+    reasons of rows whose problem the cast hides (an unsigned heap beyond int64), if any."""
     s = raw[name]
     if s.dtype == pl.String:
-        return heaps_from_text(s).alias(name), s
+        return heaps_from_text(s).alias(name), s, None
+    if s.dtype == pl.Null:  # an all-null (or empty) column: every row's heaps are null
+        return s.cast(HEAPS).alias(name), _nulls(s.len()), None
+    s = as_list(s)
     if isinstance(s.dtype, pl.List) and (s.dtype.inner.is_integer() or s.dtype.inner == pl.Null):
-        if s.dtype.inner == pl.UInt64:
+        if s.dtype.inner == pl.UInt64 and (s.explode().max() or 0) > MAX_HEAP:
             too_big = s.list.eval(pl.element() > MAX_HEAP).list.any()
-            s = pl.select(pl.when(too_big).then(pl.lit(None, HEAPS)).otherwise(
-                s.cast(HEAPS, strict=False))).to_series().alias(name)
-            return s, pl.select(pl.when(too_big).then(
-                pl.lit("a heap is larger than 2^63-1")).otherwise(None)).to_series()
-        return s.cast(HEAPS), _nulls(s.len())
+            return (pl.select(pl.when(too_big).then(pl.lit(None, HEAPS)).otherwise(
+                        s.cast(HEAPS, strict=False))).to_series().alias(name),
+                    _nulls(s.len()), _explained(s, too_big, explain_heaps))
+        return s.cast(HEAPS), _nulls(s.len()), None
     raise wrong_type(source, name, s.dtype, 'a list of integers (or text like "5 12")')
+
+
+def _explained(s: pl.Series, bad: pl.Series, explain: Callable[[Any], str | None]
+               ) -> pl.Series:
+    """`explain` of each value of `s` where `bad` (the few rows whose values polars cannot
+    keep exactly), null elsewhere."""
+    why = _nulls(s.len())
+    where = np.flatnonzero(bad.fill_null(False).to_numpy())
+    if where.shape[0]:
+        why = why.scatter(where, [explain(v) for v in s.gather(where).to_list()])
+    return why
 
 
 def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: Columns,
@@ -193,9 +220,9 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
     else:
         pids = pl.Series("position_id", rows + first_row_number, dtype=pl.Int64)
     if form == "wide":
-        heaps, text = _heaps_column(raw, heap_name, source)
+        heaps, text, known = _heaps_column(raw, heap_name, source)
     else:
-        heaps, text = _heap_scalar(raw, heap_name, source)
+        heaps, text, known = _heap_scalar(raw, heap_name, source)
     frame = pl.DataFrame({
         "_row": pl.Series(rows, dtype=pl.Int64),
         "rule_set_id": ids, "position_id": pids, "heaps": heaps,
@@ -204,6 +231,8 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
     if _obviously_clean(frame):
         return frame.drop("_text").with_columns(pl.lit(None, pl.String).alias("_column"),
                                                 pl.lit(None, pl.String).alias("_reason"))
+    frame = frame.with_columns(pl.lit(None, pl.String).alias("_known") if known is None
+                               else known.alias("_known"))
     has_null = pl.col("heaps").list.drop_nulls().list.len() != pl.col("heaps").list.len()
     negative = pl.col("heaps").list.min() < 0
     heap_col = pl.lit("heaps" if form == "wide" else "heap")
@@ -213,7 +242,7 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
         .when(pl.col("position_id").is_null())
         .then(pl.struct(col=pl.lit("position_id"), why=pl.lit("position_id is empty")))
         .when(pl.col("heaps").is_null() | has_null | negative)
-        .then(pl.struct(col=heap_col, why=pl.lit(None, pl.String)))
+        .then(pl.struct(col=heap_col, why=pl.col("_known")))
         .otherwise(pl.lit(None, pl.Struct({"col": pl.String, "why": pl.String})))
     )
     frame = frame.with_columns(reason_expr.alias("_r")).with_columns(
@@ -223,9 +252,10 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
     needs_text = frame.filter(pl.col("_column").is_not_null() & pl.col("_reason").is_null())
     if not needs_text.is_empty():
         wide = form == "wide"
+        null = "heaps is null" if wide else "heap is null"
         explained = [
-            (explain_heap_text(t, wide) if t is not None and not t.startswith("a heap")
-             else t or explain_heaps(h) or "heaps is null")
+            (explain_heap_text(t, wide) if t is not None
+             else null if h is None else explain_heaps(h) or null)
             for t, h in zip(needs_text["_text"].to_list(), needs_text["heaps"].to_list())
         ]
         if not wide:
@@ -235,7 +265,7 @@ def normalize_positions(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: 
                                                                dtype=pl.String))
         frame = frame.join(fix, on="_row", how="left", maintain_order="left").with_columns(
             pl.coalesce("_reason", "_why").alias("_reason")).drop("_why")
-    return frame.drop("_text")
+    return frame.drop("_text", "_known")
 
 
 def _obviously_clean(frame: pl.DataFrame) -> bool:
@@ -253,22 +283,23 @@ def _obviously_clean(frame: pl.DataFrame) -> bool:
     return True
 
 
-def _heap_scalar(raw: pl.DataFrame, name: str, source: str) -> tuple[pl.Series, pl.Series]:
+def _heap_scalar(raw: pl.DataFrame, name: str, source: str
+                 ) -> tuple[pl.Series, pl.Series, pl.Series | None]:
+    """A long-form heap column as one-element heaps lists, as `_heaps_column` gives them."""
     s = raw[name]
     if s.dtype == pl.String:
         stripped = s.str.strip_chars()
         value = stripped.cast(pl.Int64, strict=False)
         return value.implode().explode().to_frame().select(
             pl.when(pl.col(name).is_not_null()).then(pl.concat_list(pl.col(name)))
-        ).to_series().alias(name), s
-    if s.dtype.is_integer():
-        if s.dtype == pl.UInt64:
-            big = s > MAX_HEAP
-            value = pl.select(pl.when(big).then(None).otherwise(s.cast(pl.Int64, strict=False)))
-            text = pl.select(pl.when(big).then(pl.lit("heap is larger than 2^63-1")))
-            listed = value.select(pl.when(pl.all().is_not_null()).then(pl.concat_list(pl.all())))
-            return listed.to_series().alias(name), text.to_series()
-        value = s.cast(pl.Int64).to_frame(name)
+        ).to_series().alias(name), s, None
+    if s.dtype.is_integer() or s.dtype == pl.Null:
+        big = s > MAX_HEAP if s.dtype == pl.UInt64 else None
+        value = s.cast(pl.Int64, strict=big is None).to_frame(name)
+        if big is not None:
+            value = value.select(pl.when(big).then(None).otherwise(pl.col(name)).alias(name))
         listed = value.select(pl.when(pl.col(name).is_not_null()).then(pl.concat_list(name)))
-        return listed.to_series().alias(name), _nulls(s.len())
+        known = None if big is None else _explained(
+            s, big, lambda v: f"heap {v} is larger than 2^63-1")
+        return listed.to_series().alias(name), _nulls(s.len()), known
     raise wrong_type(source, name, s.dtype, "integer")

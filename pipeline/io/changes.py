@@ -1,0 +1,55 @@
+"""Inputs rewritten while a run read them. An object store serves each request from the
+object as it is at that moment, so a CSV object streamed in ranges, or a Parquet object whose
+footer and pages are fetched apart, that is replaced meanwhile is read as a mix of two
+versions, and the verdicts are those of neither. So, once every row is read, each input is
+asked again: a change since the run first described it fails the run, before anything is
+written."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from pipeline.errors import InputError, SnimError
+from pipeline.io import kept, object_store
+from pipeline.io.inputs import InputFile
+from pipeline.io.locations import Location
+from pipeline.io.readers import FETCHES_AT_ONCE
+
+
+def ensure_unchanged(files: list[InputFile]) -> None:
+    """Raise InputError naming the first of `files` that changed since it was described (an
+    object's etag, version or size; a local file's size or modification time), or is gone."""
+    remote = sum(isinstance(f.path, Location) and f.path.scheme != "hdfs" for f in files)
+    if remote < 2:
+        found = map(change_of, files)
+    else:
+        pool = ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="changes")
+        found = pool.map(kept.carried(change_of), files)
+        pool.shutdown(wait=False)
+    for file, change in zip(files, found):
+        if change is not None:
+            raise InputError(f"{file.path}: changed while this run read it ({change}); nothing "
+                             "was written (rerun once it is written whole)")
+
+
+def change_of(file: InputFile) -> str | None:
+    """How `file` differs now from when it was described, or None."""
+    if isinstance(file.path, Location):
+        try:
+            now = object_store.object_metadata(file.path, fresh=True)
+        except SnimError:
+            return "it is gone now"
+        for key, then in (("etag", file.etag), ("version", file.version), ("size", file.size)):
+            if then is not None and now[key] != then:
+                return f"{key} {then} when first read, {now[key]} now"
+        return None
+    try:
+        found = os.stat(file.path)
+    except OSError as exc:
+        return f"it cannot be found now ({exc.strerror})"
+    if file.stamp is not None and (found.st_size, found.st_mtime_ns) != file.stamp:
+        if found.st_size != file.stamp[0]:
+            return f"{file.stamp[0]} bytes when first read, {found.st_size} now"
+        return "modified since it was first read"
+    return None

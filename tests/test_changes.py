@@ -1,0 +1,121 @@
+"""An input rewritten while the run reads it fails the run, naming it, with nothing written:
+local files (size, modification time) and objects in a real S3 server (etag, size)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import wins
+
+from pipeline.config import config_from_dict
+from pipeline.errors import InputError
+from pipeline.run import run_job
+
+RULES = "rule_set_id,kind,moves\n1,,2 5\n2,nim,\n"
+POSITIONS = "rule_set_id,position_id,heaps\n1,0,5 12\n2,1,3 4\n1,2,7\n"
+REWRITTEN = "rule_set_id,position_id,heaps\n1,0,5 12\n2,1,3 4\n1,2,9\n"  # same size
+
+
+def rewrite_when(phase: str, rewrite):
+    """A progress callback that calls `rewrite()` as `phase` starts."""
+    def progress(message: str, done: bool) -> None:
+        if message == phase and not done:
+            rewrite()
+    return progress
+
+
+def local_job(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "rules.csv").write_text(RULES)
+    (tmp_path / "positions.csv").write_text(POSITIONS)
+    return {"rules": str(tmp_path / "rules.csv"), "positions": str(tmp_path / "positions.csv"),
+            "out": str(tmp_path / "out")}
+
+
+@pytest.mark.parametrize(("name", "text", "said"), [
+    ("positions.csv", REWRITTEN, "modified since it was first read"),
+    ("positions.csv", POSITIONS + "2,3,1\n", f"{len(POSITIONS)} bytes when first read, "
+                                              f"{len(POSITIONS) + 6} now"),
+    ("rules.csv", RULES + "3,half,\n", f"{len(RULES)} bytes when first read, "
+                                       f"{len(RULES) + 8} now"),
+])
+def test_a_local_input_rewritten_during_the_run_fails_it(tmp_path: Path, name: str, text: str,
+                                                         said: str) -> None:
+    job = local_job(tmp_path)
+    target = tmp_path / name
+
+    def rewrite() -> None:
+        stat = target.stat()
+        target.write_text(text)
+        os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
+
+    with pytest.raises(InputError) as raised:  # at "write" every input has been described
+        run_job(config_from_dict(job), progress=rewrite_when("write", rewrite))
+    assert str(raised.value) == (f"{target}: changed while this run read it ({said}); nothing "
+                                 "was written (rerun once it is written whole)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
+def test_inputs_left_alone_pass_the_check(tmp_path: Path) -> None:
+    job = local_job(tmp_path)
+    result = run_job(config_from_dict(job), progress=rewrite_when("positions", lambda: None))
+    assert result.exit_code == 0
+    verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    expected = [(0, wins("subtraction", (2, 5), [5, 12])), (2, wins("subtraction", (2, 5), [7])),
+                (1, wins("nim", (), [3, 4]))]
+    assert verdicts.select("position_id", "verdict").rows() == [
+        (pid, "W" if won else "L") for pid, won in expected]
+
+
+@pytest.fixture()
+def s3_env(s3, monkeypatch: pytest.MonkeyPatch):
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    return s3
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_an_object_replaced_during_the_run_fails_it(s3_env, tmp_path: Path, fmt: str) -> None:
+    client = s3_env.client()
+    client.put_object(Bucket="bkt", Key="in/rules.csv", Body=RULES.encode())
+    local = tmp_path / f"positions.{fmt}"
+    local.write_text(POSITIONS)
+    if fmt == "parquet":
+        pl.read_csv(local).with_columns(pl.col("heaps").str.split(" ").cast(pl.List(pl.Int64))
+                                        ).write_parquet(local)
+    client.put_object(Bucket="bkt", Key=f"in/positions.{fmt}", Body=local.read_bytes())
+    first = client.head_object(Bucket="bkt", Key=f"in/positions.{fmt}")["ETag"].strip('"')
+    replacement = local.read_bytes() if fmt == "parquet" else REWRITTEN.encode()
+    if fmt == "parquet":
+        pl.read_parquet(local).reverse().write_parquet(local)
+        replacement = local.read_bytes()
+
+    def rewrite() -> None:
+        client.put_object(Bucket="bkt", Key=f"in/positions.{fmt}", Body=replacement)
+
+    job = {"rules": "s3://bkt/in/rules.csv", "positions": f"s3://bkt/in/positions.{fmt}",
+           "out": str(tmp_path / "out")}
+    with pytest.raises(InputError) as raised:
+        run_job(config_from_dict(job), progress=rewrite_when("positions", rewrite))
+    now = client.head_object(Bucket="bkt", Key=f"in/positions.{fmt}")["ETag"].strip('"')
+    assert first != now
+    assert str(raised.value) == (f"s3://bkt/in/positions.{fmt}: changed while this run read it "
+                                 f"(etag {first} when first read, {now} now); nothing was "
+                                 "written (rerun once it is written whole)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_object_deleted_during_the_run_fails_it(s3_env, tmp_path: Path) -> None:
+    client = s3_env.client()
+    client.put_object(Bucket="bkt", Key="in/rules.csv", Body=RULES.encode())
+    client.put_object(Bucket="bkt", Key="in/positions.csv", Body=POSITIONS.encode())
+    job = {"rules": "s3://bkt/in/rules.csv", "positions": "s3://bkt/in/positions.csv",
+           "out": str(tmp_path / "out")}
+    with pytest.raises(InputError, match=re.escape(
+            "s3://bkt/in/rules.csv: changed while this run read it (it is gone now)")):
+        run_job(config_from_dict(job), progress=rewrite_when(
+            "finish", lambda: client.delete_object(Bucket="bkt", Key="in/rules.csv")))
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,53 @@
+"""What an object-store prefix gives as inputs, against a real S3 server (moto): objects that
+belong to a run's or a table's own bookkeeping are never read as positions."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import InputError
+from pipeline.io.inputs import resolve_inputs
+
+CSV = b"rule_set_id,position_id,heaps\n1,0,5\n"
+
+
+@pytest.fixture()
+def s3_env(s3, monkeypatch: pytest.MonkeyPatch):
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    return s3
+
+
+def found(spec: str) -> list[str]:
+    return [str(p) for p in resolve_inputs(spec, "positions")]
+
+
+def test_uploads_of_a_run_killed_before_its_first_commit_are_not_inputs(s3_env) -> None:
+    """--out inside the positions prefix, first run killed while uploading: OUT/RUN_ID/ holds
+    output tables and no manifest lists them yet; the next run reads only the positions."""
+    client = s3_env.client()
+    for key in ("in/a.csv", "in/out/20261201T194931Z-667eee/rejects.parquet",
+                "in/out/20261201T194931Z-667eee/verdicts.parquet",
+                "in/20261201T000000Z-abcdef/x.csv"):
+        client.put_object(Bucket="bkt", Key=key, Body=CSV)
+    assert found("s3://bkt/in") == ["s3://bkt/in/a.csv"]
+    with pytest.raises(InputError) as raised:
+        found("s3://bkt/in/**/*.parquet")
+    assert str(raised.value) == ("positions input s3://bkt/in/**/*.parquet: no object matches "
+                                 "this pattern (skipped 2: hidden names, other types, snim-batch "
+                                 "outputs or Delta tables)")
+
+
+def test_delta_tables_below_a_prefix_are_skipped_and_one_named_is_refused(s3_env) -> None:
+    client = s3_env.client()
+    for key in ("in/a.csv", "in/tbl/part-0.parquet", "in/tbl/_delta_log/00000.json",
+                "in/root/runs/run_date=2026-01-01/part-0.parquet",
+                "in/root/runs/_delta_log/00000.json"):
+        client.put_object(Bucket="bkt", Key=key, Body=CSV)
+    assert found("s3://bkt/in") == ["s3://bkt/in/a.csv"]
+    assert found("s3://bkt/in/**") == ["s3://bkt/in/a.csv"]
+    with pytest.raises(InputError) as raised:
+        found("s3://bkt/in/tbl")
+    assert str(raised.value) == (
+        "positions input s3://bkt/in/tbl: is a Delta table; its data files include rows that "
+        "later commits removed, so read it with a Delta reader and pass the result as Parquet")
