@@ -22,11 +22,12 @@ def history_lines(uri: str, storage_options: dict[str, str] | None = None) -> li
 
 def format_history(runs: pl.DataFrame) -> list[str]:
     """Aligned columns; counts with thousands separators, the W rate as a percentage, and
-    `replaced` on a run a later run of its night replaced."""
+    `replaced` on a run a later run of its night replaced, `rolled back` on one whose row a
+    failed run's restore took out."""
     cells = [[row["run_date"], row["run_id"], str(row["version"]), row["status"],
               f"{row['verdicts']:,}", "" if row["w_rate"] is None else f"{row['w_rate']:.2%}",
               f"{row['rejected']:,}", str(row["verdicts_version"]),
-              "" if row["live"] else "replaced"]
+              "" if row["live"] else "rolled back" if row["rolled_back"] else "replaced"]
              for row in runs.iter_rows(named=True)]
     widths = [max(len(c) for c in column) for column in zip(_COLUMNS, *cells, strict=True)]
     left = {0, 1, 3, 8}

@@ -10,6 +10,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 from datetime import date
@@ -23,7 +24,8 @@ from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
 
 from pipeline.config import config_from_dict
-from pipeline.io import delta
+from pipeline.history import history_lines
+from pipeline.io import delta, object_store
 from pipeline.run import run_job
 
 RULES = {1: ("subtraction", (2, 5)), 2: ("nim", ()), 3: ("subtraction", (1, 3, 4)),
@@ -248,6 +250,115 @@ def test_a_run_failing_between_commits_puts_every_table_back(
                            check_row_order=False)
 
 
+def other_run(tmp_path: Path, root: Path, positions, night: date) -> None:
+    """Another run of the CLI, in its own process, to completion (exit 0)."""
+    path = write_positions(tmp_path / f"other-{len(positions)}.csv", positions)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--rules",
+                           str(tmp_path / "rules.csv"), "--positions", str(path), "--out",
+                           str(root), "--format", "delta", "--run-date", night.isoformat()],
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+def assert_night_is(root: Path, night: date, positions) -> None:
+    """The runs table lists one run for the night, and its verdicts are the night's rows."""
+    run_ids = night_rows(root, "runs", night)["run_id"].to_list()
+    assert len(run_ids) == 1
+    verdicts = night_rows(root, "verdicts", night)
+    assert set(verdicts["run_id"]) == set(run_ids)
+    assert_frame_equal(verdict_rows(verdicts), expected_verdicts(positions))
+    assert_consistent(root)
+
+
+def test_a_failing_run_never_restores_over_another_runs_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs of one night at once: Y has read the tables' versions when X (another
+    process) commits the night and exits 0; then Y's first commit fails. Y's roll-back must
+    leave X's commits alone (restoring Y's versions would undo X) and say so."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
+    mine = random_positions(3, 30)
+    theirs = random_positions(2, 40)
+
+    def others_commit_first(*args, **kwargs):
+        other_run(tmp_path, root, theirs, NIGHT_1)
+        raise delta.OutputError(f"{root}/runs: cannot take out the night (refused)")
+
+    monkeypatch.setattr(delta, "_retract_night", others_commit_first)
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                        write_positions(tmp_path / "mine.csv", mine), "--out", root,
+                        "--format", "delta", "--run-date", "2026-11-01"], tmp_path)
+    assert code == 1, err
+    assert f"not restored: another run committed to {root}/verdicts, " in err
+    assert f"{root}/runs meanwhile" in err
+    assert "Traceback" not in err
+    assert_night_is(root, NIGHT_1, theirs)
+
+
+def test_a_run_fails_before_its_first_commit_if_another_run_committed_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """X commits the night while Y is still writing its files: Y fails before its first
+    commit (its commits would replace X's rows under X's exit 0), every table as X left it."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
+    theirs = random_positions(2, 40)
+    real_plan, left = delta._plan, {}
+
+    def others_commit_meanwhile(*args, **kwargs):
+        if not left:
+            other_run(tmp_path, root, theirs, NIGHT_1)
+            left.update(versions(root))
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(delta, "_plan", others_commit_meanwhile)
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                        write_positions(tmp_path / "mine.csv", random_positions(3, 30)),
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
+                       tmp_path)
+    assert code == 1, err
+    assert (f"{root}/runs: another run committed to this table root while this run ran (the "
+            "runs table went from version 0 to version 2)") in err
+    assert "nothing was written" in err
+    assert versions(root) == left
+    assert_night_is(root, NIGHT_1, theirs)
+
+
+def test_history_marks_a_run_whose_row_its_failed_commit_took_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rerun whose runs-row commit is made but reported failed (the store's answer lost)
+    restores every table, its own row included: `history` shows it `rolled back`, not
+    `replaced`, and the first run live again."""
+    root = tmp_path / "tables"
+    first = random_positions(1, 30)
+    kept_id = run_night(tmp_path, root, first, NIGHT_1).manifest["run_id"]
+    real = delta._own_version
+
+    def lost_answer(table, run_id):
+        version = real(table, run_id)
+        if table.table_uri.rstrip("/").endswith("/runs"):
+            raise OSError("connection reset by peer")
+        return version
+
+    monkeypatch.setattr(delta, "_own_version", lost_answer)
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                        write_positions(tmp_path / "p2.csv", random_positions(2, 30)),
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
+                       tmp_path)
+    assert code == 1 and "every table was put back to its rows before the run" in err, err
+    monkeypatch.undo()
+    assert_night_is(root, NIGHT_1, first)
+    rerun = [c["snim_batch"]["run_id"] for c in DeltaTable(str(root / "runs")).history()
+             if "versions" in c.get("snim_batch", {})]
+    assert rerun[1] == kept_id and rerun[0] != kept_id
+    history = delta.run_history(delta.TableRoot(str(root)))
+    assert history.select("run_id", "version", "live", "rolled_back").rows() == [
+        (kept_id, 0, True, False), (rerun[0], 2, False, True)]
+    lines = history_lines(str(root))
+    assert lines[1].split()[1] == kept_id and not lines[1].endswith(("replaced", "back"))
+    assert lines[2].split()[1] == rerun[0] and lines[2].endswith(" rolled back")
+
+
 def test_report_of_a_table_root_shows_the_latest_night_and_every_night(
         tmp_path: Path) -> None:
     root = tmp_path / "tables"
@@ -352,7 +463,7 @@ def test_history_of_a_non_delta_output_is_a_clear_error(tmp_path: Path) -> None:
 # The real run, killed by itself right after its n-th Delta commit (n = 0: before the first).
 KILLER = r"""
 import os, signal, sys
-from pipeline.io import delta
+from pipeline.io import delta, object_store
 
 after = int(sys.argv[1])
 done = 0
@@ -372,14 +483,15 @@ def counted(real):
 
 delta._commit = counted(delta._commit)
 real_runs = delta._retract_night
-def retract(root, night, run_id):
+def retract(root, night, run_id, base):
     global done
     die_after_commits()
     before = delta.TableRoot(root.uri).open("runs").version()
-    real_runs(root, night, run_id)
+    result = real_runs(root, night, run_id, base)
     if delta.TableRoot(root.uri).open("runs").version() != before:
         done += 1
         die_after_commits()
+    return result
 delta._retract_night = retract
 sys.argv = ["snim-batch", *sys.argv[2:]]
 from pipeline.cli import main
@@ -448,7 +560,7 @@ def test_sigkill_between_commits_never_lists_a_run_whose_rows_are_missing(
 # The real run, killed by itself once the data files of the first table are written.
 KILLED_AFTER_FILES = r"""
 import os, signal, sys
-from pipeline.io import delta
+from pipeline.io import delta, object_store
 
 real = delta._write_files
 def write_then_die(*args, **kwargs):
@@ -479,6 +591,25 @@ def test_sigkill_once_the_data_files_are_written(tmp_path: Path) -> None:
     assert_consistent(root)
     assert set(pl.read_delta(str(root / "verdicts"))["run_date"]) == {NIGHT_1}
 
+
+
+def test_a_first_run_killed_before_its_tables_exist_does_not_block_the_root(
+        tmp_path: Path) -> None:
+    """The data files a first run wrote before it was killed (no table created yet) are no
+    user's files: the next run writes the tables, whose rows are its own."""
+    root = tmp_path / "tables"
+    write_rules(tmp_path / "rules.csv")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_FILES, "run", "--rules",
+                           tmp_path / "rules.csv", "--positions",
+                           write_positions(tmp_path / "p1.csv", random_positions(1, 20)),
+                           "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
+                          env=env, capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    assert any((root / "verdicts" / "run_date=2026-11-01").iterdir())
+    positions = random_positions(2, 20)
+    assert run_night(tmp_path, root, positions, NIGHT_1).exit_code == 0
+    assert_night_is(root, NIGHT_1, positions)
 
 # ---- object storage -------------------------------------------------------------------------
 
@@ -535,3 +666,118 @@ def test_the_spark_engine_writes_the_same_tables(tmp_path: Path) -> None:
         ("spark", 300, 1)]
     assert_frame_equal(verdict_rows(pl.read_delta(str(roots["spark"] / "verdicts"))),
                        expected_verdicts(positions))
+
+
+def test_format_delta_on_s3_refuses_a_parquet_output_and_foreign_objects(
+        tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusals of a local root, on S3: a snim-batch Parquet output (its manifest.json),
+    a table's prefix holding objects but no _delta_log; exit 1, not an object written."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    rules = write_rules(tmp_path / "rules.csv")
+    positions = write_positions(tmp_path / "p.csv", random_positions(1, 5))
+    base = ["run", "--rules", rules, "--positions", positions]
+    assert invoke([*base, "--out", "s3://bkt/pq"], tmp_path)[0] == 0
+    client = s3.client()
+    client.put_object(Bucket="bkt", Key="t/verdicts/mine.txt", Body=b"x")
+
+    def listing() -> dict[str, str]:
+        return {o["Key"]: o["ETag"] for o in client.list_objects_v2(Bucket="bkt")["Contents"]}
+
+    before = listing()
+    code, err = invoke([*base, "--out", "s3://bkt/pq", "--format", "delta"], tmp_path)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "snim-batch: error: s3://bkt/pq: is a Parquet output of snim-batch (manifest.json); "
+        "--format delta needs a table root of its own (another --out)"]
+    code, err = invoke([*base, "--out", "s3://bkt/t", "--format", "delta"], tmp_path)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "snim-batch: error: s3://bkt/t/verdicts: exists and is not a Delta table; refusing to "
+        "write into it"]
+    assert listing() == before
+
+
+@pytest.fixture()
+def broken_store(request, s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An S3 endpoint that fails one way (request.param), the AWS variables pointing at it
+    and the client bounds shrunk (1 s, 1 retry): (the failure, the root URL, the
+    endpoint)."""
+    from s3_server import MotoServer, free_port
+
+    monkeypatch.setattr(object_store, "CLIENT_DEFAULTS", {
+        "connect_timeout": "1s", "timeout": "1s", "max_retries": "1", "retry_timeout": "3s"})
+    env, uri, server, hole = dict(s3.env()), "s3://bkt/root", None, None
+    if request.param == "closed port":
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
+    elif request.param == "no answer":
+        hole = socket.socket()
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{hole.getsockname()[1]}"
+    elif request.param == "refused credentials":
+        server = MotoServer({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}).start()
+        env.update(AWS_ENDPOINT_URL=server.endpoint, AWS_ACCESS_KEY_ID="AKIAUNKNOWN0KEY")
+    else:
+        uri = "s3://nobkt/root"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        yield request.param, uri, env["AWS_ENDPOINT_URL"]
+    finally:
+        if server is not None:
+            server.stop()
+        if hole is not None:
+            hole.close()
+
+
+@pytest.mark.parametrize("broken_store", ["closed port", "no answer", "refused credentials",
+                                          "missing bucket"], indirect=True)
+def test_store_failures_of_delta_runs_and_history_name_their_cause(
+        tmp_path: Path, broken_store: tuple[str, str, str]) -> None:
+    """deltalake's error text ("Generic S3 error" first) holds the cause: the messages say it
+    as for every other object-store client, in one line, exit 1."""
+    failure, uri, endpoint = broken_store
+    rules = write_rules(tmp_path / "rules.csv")
+    positions = write_positions(tmp_path / "p.csv", random_positions(1, 5))
+    run = ["run", "--rules", rules, "--positions", positions, "--out", uri, "--format", "delta"]
+    for args, where, doing in ((run, f"{uri}/verdicts", "reading the Delta table"),
+                               (["history", uri], uri, "reading the table root")):
+        code, err = invoke(args, tmp_path)
+        assert code == 1, err
+        cause = {"closed port": f"cannot connect to the object store at {endpoint} while "
+                                f"{doing} (connection refused)",
+                 "no answer": f"the object store at {endpoint} did not answer while {doing} "
+                              "(timeout 1s, 1 retries)",
+                 "refused credentials": f"the object store refused access while {doing} "
+                                        "(check the credentials)",
+                 "missing bucket": "the bucket 'nobkt' does not exist"}[failure]
+        assert err.strip().splitlines() == [f"snim-batch: error: {where}: {cause}"]
+
+
+def test_local_staging_of_a_killed_run_to_s3_is_removed_by_the_next_run(
+        tmp_path: Path, s3) -> None:
+    """A run to an S3 root stages in $TMPDIR, in a directory named with its process id:
+    killed (SIGKILL) there, it leaves it behind; the next run removes it (its process is
+    gone) and its own."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, **s3.env(), "TMPDIR": str(temporary),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    rules = write_rules(tmp_path / "rules.csv")
+    args = ["run", "--rules", str(rules), "--out", "s3://bkt/t", "--format", "delta",
+            "--run-date", "2026-11-01", "--positions"]
+    killed = subprocess.Popen([sys.executable, "-c", KILLED_AFTER_FILES, *args,
+                               str(write_positions(tmp_path / "p1.csv",
+                                                   random_positions(1, 20)))], env=env)
+    assert killed.wait(300) == -signal.SIGKILL
+    left = [p.name for p in temporary.iterdir()]
+    assert len(left) == 1 and left[0].startswith(f"snim-batch-delta-{killed.pid}-"), left
+    positions = random_positions(2, 20)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args,
+                           str(write_positions(tmp_path / "p2.csv", positions))],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert list(temporary.iterdir()) == []
+    verdicts = pl.read_delta("s3://bkt/t/verdicts", storage_options=s3.storage_options())
+    assert_frame_equal(verdict_rows(verdicts), expected_verdicts(positions))

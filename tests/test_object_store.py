@@ -1102,17 +1102,24 @@ def test_spark_reads_rules_from_s3_and_commits_to_s3_like_the_polars_engine(
         ["spark/manifest.json"] + [f"spark/{replaced['run_id']}/{n}.parquet" for n in OUTPUTS])
 
 
-def test_refused_credentials_exit_1_in_one_line_without_the_secret(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("target", "doing"), [("rules", "looking it up"),
+                                               ("out", "listing")])
+def test_refused_credentials_exit_1_in_one_line_without_the_secret(
+        tmp_path: Path, target: str, doing: str) -> None:
     """A moto server that checks credentials (no IAM user has this key): exit 1, one line
-    saying access was refused, neither key nor secret shown."""
+    saying access was refused, neither key nor secret shown. A lookup (the rules) gets a
+    bare 403 (ACCESS_DENIED), a listing (the output's prefix) the server's
+    INVALID_ACCESS_KEY_ID."""
     from s3_server import MotoServer
 
     server = MotoServer({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}).start()
     try:
         sample = ROOT / "data" / "sample"
+        where = {"rules": str(sample / "rules.csv"), "out": str(tmp_path / "out")}
+        where[target] = {"rules": "s3://bkt/rules.csv", "out": "s3://bkt/out"}[target]
         started = time.monotonic()
-        result = run_cli(["run", "--rules", "s3://bkt/rules.csv", "--positions",
-                          str(sample / "positions.csv"), "--out", str(tmp_path / "out")],
+        result = run_cli(["run", "--rules", where["rules"], "--positions",
+                          str(sample / "positions.csv"), "--out", where["out"]],
                          tmp_path, {**server.env(), "AWS_ACCESS_KEY_ID": "AKIAUNKNOWN0KEY",
                                     "AWS_SECRET_ACCESS_KEY": SECRET}, timeout=120)
     finally:
@@ -1120,8 +1127,8 @@ def test_refused_credentials_exit_1_in_one_line_without_the_secret(tmp_path: Pat
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - started < 60
     assert result.stderr.strip().splitlines() == [
-        "snim-batch: error: s3://bkt/rules.csv: the object store refused access while "
-        "looking it up (check the credentials)"]
+        f"snim-batch: error: {where[target]}: the object store refused access "
+        f"while {doing} (check the credentials)"]
     assert SECRET not in result.stderr and "AKIAUNKNOWN0KEY" not in result.stderr
     assert not (tmp_path / "out").exists()
 

@@ -9,8 +9,10 @@ each table's partition of the night (invisible until committed), and each table 
 commit that replaces the night's files with them, the runs table last: a run is complete
 once the runs table lists it. A rerun of a night first takes that night's row out of the
 runs table, so that the runs table never lists a run whose rows a later run has begun to
-replace. A root may be local or a URL with
-`storage_options` (deltalake's object-store keys).
+replace. Every commit is made against the table's version the run saw before its first
+commit, so that a commit of another run in between fails it instead of being overwritten;
+a failed run puts back only tables whose latest commits are its own. A root may be local or
+a URL with `storage_options` (deltalake's object-store keys).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -56,15 +58,22 @@ METADATA_KEY = "snim_batch"  # the commit-info key under which a run's commits d
 _BATCH_ROWS = 1 << 20  # at most this many rows in a batch, and in a row group
 _FILE_ROWS = 1 << 24  # rows per data file (about 50 MB of verdicts)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_ARROWS = re.compile(r"\x1b\[[0-9;]*m|\u21b3")  # the colours and arrows of deltalake's causes
+_RETRIES = re.compile(r"after \d+ retries, max_retries \d+, retry_timeout \S+")
+_DATA_FILE = re.compile(rf"{PARTITION}=\d{{4}}-\d{{2}}-\d{{2}}/part-[\w-]+\.zstd\.parquet")
+_STAGING = re.compile(r"snim-batch-delta-(\d+)-.*")  # a remote root's local staging
 
 
 @dataclass(frozen=True)
 class TableRoot:
     """Where the Delta tables live: a local directory or a URL, and the options deltalake
-    needs to reach it (credentials, endpoint; None for local paths and the environment's)."""
+    needs to reach it (credentials, endpoint; None for local paths and the environment's).
+    `seen` holds the runs table's version (None: no table yet) at the run's first
+    `check_root`, so that the commit can tell whether another run committed meanwhile."""
 
     uri: str
     storage_options: dict[str, str] | None = None
+    seen: dict[str, int | None] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_local(self) -> bool:
@@ -105,54 +114,112 @@ def table_root(out: Path | str, configured: Mapping[str, str] | None = None) -> 
 
 def check_root(root: TableRoot) -> None:
     """Refuse a root that is not (or cannot become) a snim-batch table root: a file, a
-    Parquet output of snim-batch, or a table directory that is not a Delta table partitioned
-    by run_date. Checked before any work and again right before the first commit."""
+    Parquet output of snim-batch, or a table directory (or prefix) that is not a Delta table
+    partitioned by run_date. Checked before any work and again right before the first
+    commit; the first check notes the runs table's version (`TableRoot.seen`)."""
     if root.is_local:
         path = Path(root.uri.removeprefix("file://"))
         if path.exists() and not path.is_dir():
             raise OutputError(f"{root.uri}: exists and is not a directory; a Delta table root "
                               "is a directory")
         if (path / MANIFEST).exists():
-            raise OutputError(f"{root.uri}: is a Parquet output of snim-batch ({MANIFEST}); "
-                              "--format delta needs a table root of its own (another --out)")
+            raise _parquet_output(root)
         for name in (*DATA_TABLES, RUNS):
             table = path / name
-            if table.exists() and any(table.iterdir()) and not root.exists(name):
-                raise OutputError(f"{root.table(name)}: exists and is not a Delta table; "
-                                  "refusing to write into it")
+            if table.is_dir() and not root.exists(name) and _foreign(
+                    [str(f.relative_to(table)) for f in table.rglob("*") if not f.is_dir()]):
+                raise _foreign_table(root, name)
     for name in (*DATA_TABLES, RUNS):
         try:
             if not root.exists(name):
+                if name == RUNS:
+                    root.seen.setdefault(RUNS, None)
                 continue
-            partitions = root.open(name).metadata().partition_columns
+            table = root.open(name)
+            partitions = table.metadata().partition_columns
+            if name == RUNS:
+                root.seen.setdefault(RUNS, table.version())
         except (DeltaError, OSError) as exc:
-            raise OutputError(f"{root.table(name)}: cannot read the Delta table "
-                              f"({first_line(exc)})") from None
+            raise OutputError(_failure(root, root.table(name), exc, "reading the Delta table",
+                                       "cannot read the Delta table")) from None
         if list(partitions) != [PARTITION]:
             raise OutputError(f"{root.table(name)}: a Delta table partitioned by "
                               f"{list(partitions) or 'nothing'}, not by {PARTITION}; not a "
                               "snim-batch table")
+    if not root.is_local:
+        _check_remote(root)
+
+
+def _check_remote(root: TableRoot) -> None:
+    """The refusals of a local root, on an object store: a snim-batch Parquet output (its
+    manifest), a table's prefix holding objects but no Delta log (someone's files)."""
+    files = pafs.PyFileSystem(DeltaStorageHandler(root.uri, root.storage_options))
+    try:
+        if files.get_file_info(MANIFEST).type != pafs.FileType.NotFound:
+            raise _parquet_output(root)
+        for name in (*DATA_TABLES, RUNS):
+            if not root.exists(name) and _foreign(
+                    [info.path.removeprefix(f"{name}/") for info in files.get_file_info(
+                        pafs.FileSelector(name, allow_not_found=True, recursive=True))
+                     if info.type == pafs.FileType.File]):
+                raise _foreign_table(root, name)
+    except (DeltaError, OSError) as exc:
+        raise OutputError(_failure(root, root.uri, exc, "listing the table root",
+                                   "cannot list the table root")) from None
+
+
+def _foreign(files: list[str]) -> bool:
+    """Whether a table's directory that is not a Delta table holds files (relative paths)
+    other than the data files of a run killed before its table's first commit."""
+    return any(_DATA_FILE.fullmatch(name) is None for name in files)
+
+
+def _parquet_output(root: TableRoot) -> OutputError:
+    return OutputError(f"{root.uri}: is a Parquet output of snim-batch ({MANIFEST}); "
+                       "--format delta needs a table root of its own (another --out)")
+
+
+def _foreign_table(root: TableRoot, name: str) -> OutputError:
+    return OutputError(f"{root.table(name)}: exists and is not a Delta table; refusing to "
+                       "write into it")
+
+
+def _failure(root: TableRoot, uri: str, exc: BaseException, doing: str, what: str) -> str:
+    """A deltalake error at `uri` as one line: what the store's failure was when its full
+    text says (no connection, no answer, refused credentials, missing bucket: worded as for
+    every other object-store client), else `what` and the error's first line."""
+    if not root.is_local:
+        text = _RETRIES.sub("", " ".join(_ARROWS.sub(" ", str(exc)).split()))
+        options = tuple(sorted((root.storage_options or {}).items()))
+        location = replace(Location.parse(uri, Path.cwd()), options=options)
+        problem = object_store.store_problem(location, OSError(text), doing)
+        if isinstance(problem, object_store.StoreError) or "bucket" in str(problem or ""):
+            return str(problem)
+    return f"{uri}: {what} ({first_line(exc)})"
 
 
 @contextmanager
 def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
     """A local directory for the run's staged Parquet tables (and the engine's scratch),
     removed at the end: beside a local root (same file system, so a Spark cluster that
-    shares the root shares it), else in the system's temporary directory. Staging
-    directories left by killed runs beside the root are removed first."""
+    shares the root shares it), else in the system's temporary directory. Its name holds
+    the process id: staging directories of killed runs (their process gone) are removed
+    first."""
     if root.is_local:
         target = Path(root.uri.removeprefix("file://")).absolute()
         if not target.name:
             raise OutputError(f"{root.uri}: the root directory cannot be a table root")
         _remove_stale(target)
         staging = target.parent / f".{target.name}.delta-staging-{os.getpid()}-{run_id}"
-        try:
-            staging.mkdir(parents=True)
-        except OSError as exc:
-            raise OutputError(f"{root.uri}: cannot create the staging directory {staging} "
-                              f"({exc.strerror})") from None
     else:
-        staging = Path(tempfile.mkdtemp(prefix=f"snim-batch-{run_id}-"))
+        temporary = Path(tempfile.gettempdir())
+        remove_dead_staging(temporary, _STAGING)
+        staging = temporary / f"snim-batch-delta-{os.getpid()}-{run_id}"
+    try:
+        staging.mkdir(mode=0o777 if root.is_local else 0o700, parents=True)
+    except OSError as exc:
+        raise OutputError(f"{root.uri}: cannot create the staging directory {staging} "
+                          f"({exc.strerror})") from None
     try:
         yield staging
     finally:
@@ -191,15 +258,17 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
     written = [_write_files(root, plan, run_id, run_date) for plan in plans]
     versions: dict[str, int] = {}
     with interrupts_held():
-        previous = {name: root.open(name).version() if root.exists(name) else None
-                    for name in (*DATA_TABLES, RUNS)}
+        previous = _versions_now(root)
+        _refuse_moved(root, previous[RUNS])
         try:
-            _retract_night(root, run_date, run_id)
+            runs_base = _retract_night(root, run_date, run_id, previous[RUNS])
             for plan, actions in zip(plans, written, strict=True):
-                versions[plan.name] = _commit(root, plan, actions, run_date, described)
+                versions[plan.name] = _commit(root, plan, actions, run_date, described,
+                                              previous[plan.name])
             runs = _plan_frame(root, RUNS, run_row(manifest, run_date, versions))
             versions[RUNS] = _commit(root, runs, _write_files(root, runs, run_id, run_date),
-                                     run_date, {**described, "versions": dict(versions)})
+                                     run_date, {**described, "versions": dict(versions)},
+                                     runs_base)
         except OutputError as exc:
             raise OutputError(f"{exc}; {_roll_back(root, previous, run_id)}") from None
     log.info("committed run %s as night %s to %s (versions %s)", run_id, run_date, root.uri,
@@ -207,27 +276,89 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
     return versions
 
 
+def _versions_now(root: TableRoot) -> dict[str, int | None]:
+    """Each table's version (None: no table yet), the base of the run's commits."""
+    try:
+        return {name: root.open(name).version() if root.exists(name) else None
+                for name in (*DATA_TABLES, RUNS)}
+    except (DeltaError, OSError) as exc:
+        raise OutputError(_failure(root, root.uri, exc, "reading the Delta tables",
+                                   "cannot read the Delta tables")
+                          + "; nothing was written") from None
+
+
+def _refuse_moved(root: TableRoot, runs_version: int | None) -> None:
+    """Fail before the first commit if another run committed to the runs table since this
+    run's first check: its commits and this run's would replace each other's rows."""
+    seen = root.seen.get(RUNS, runs_version)
+    if seen != runs_version:
+        def shown(version: int | None) -> str:
+            return "no table" if version is None else f"version {version}"
+
+        raise OutputError(f"{root.table(RUNS)}: another run committed to this table root while "
+                          f"this run ran (the runs table went from {shown(seen)} to "
+                          f"{shown(runs_version)}); two runs of one table root at once are "
+                          "not supported; nothing was written")
+
+
+def _author(commit: dict[str, Any]) -> str | None:
+    """The run that made a commit (its data, its runs row, or a retraction for its rerun)."""
+    run = commit.get(METADATA_KEY)
+    return run.get("run_id") or run.get("by_run_id") if isinstance(run, dict) else None
+
+
 def _roll_back(root: TableRoot, previous: dict[str, int | None], run_id: str) -> str:
-    """After a failed commit, put every table the run committed to back to the rows of its
-    version before the run (a restore commit; a table the run created is emptied); says how
-    that went, for the error message."""
+    """After a failed commit, put each table whose latest commits are the run's own back to
+    its rows before them (a restore commit; a table the run created is emptied). A table
+    whose latest commit since the run began is another run's is left alone: restoring it
+    would undo that run. Says how that went, for the error message."""
     properties = CommitProperties(custom_metadata={METADATA_KEY: {"rolled_back": run_id}})
-    failed = []
+    failed, kept, restored = [], [], []
     for name, version in previous.items():
         try:
             if not root.exists(name):
                 continue
             table = root.open(name)
-            if version is None:
+            since = table.version() - (-1 if version is None else version)
+            if since <= 0:
+                continue
+            first_own, overtaken = _own_commits(table.history(limit=since), run_id)
+            if overtaken or first_own is None:
+                kept.append(name)
+            elif first_own == 0:
                 table.delete(commit_properties=properties)
-            elif table.version() != version:
-                table.restore(version, commit_properties=properties)
+                restored.append(name)
+            elif first_own is not None:
+                table.restore(first_own - 1, commit_properties=properties)
+                restored.append(name)
         except (DeltaError, OSError) as exc:
-            failed.append(f"{name} ({first_line(exc)})")
+            failed.append(_failure(root, root.table(name), exc, "putting the table back",
+                                   "cannot put the table back"))
+    notes = [f"not restored: another run committed to "
+             f"{', '.join(root.table(name) for name in kept)} meanwhile"] if kept else []
     if failed:
-        return ("these tables could not be put back and may hold part of the run: "
-                + ", ".join(failed))
-    return "every table was put back to its rows before the run"
+        notes.append("these tables could not be put back and may hold part of the run: "
+                     + "; ".join(failed))
+    if not notes:
+        return "every table was put back to its rows before the run"
+    if restored:
+        notes.insert(0, f"{', '.join(restored)} put back to their rows before the run")
+    return "; ".join(notes)
+
+
+def _own_commits(commits: list[dict[str, Any]], run_id: str) -> tuple[int | None, bool]:
+    """From a table's commits since the run began (newest first): the version of the first
+    of the run's own latest commits (None if the latest is not the run's), and whether
+    another run committed after one of the run's commits."""
+    first_own, others = None, False
+    for commit in commits:
+        if _author(commit) != run_id:
+            others = True
+        elif others:
+            return first_own, True
+        else:
+            first_own = commit["version"]
+    return first_own, False
 
 
 def _expected_rows(manifest: dict[str, Any]) -> dict[str, int]:
@@ -268,8 +399,8 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
     try:
         existing = pa.schema(root.open(name).schema().to_arrow())
     except (DeltaError, OSError) as exc:
-        raise OutputError(f"{root.table(name)}: cannot read the Delta table "
-                          f"({first_line(exc)})") from None
+        raise OutputError(_failure(root, root.table(name), exc, "reading the Delta table",
+                                   "cannot read the Delta table")) from None
     old = {f.name: str(f.type) for f in Schema.from_arrow(existing).fields}
     new = {f.name: str(f.type) for f in Schema.from_arrow(columns).fields}
     changed = [f"{c} ({_type_name(old[c])} in the table, {_type_name(t)} in this run)"
@@ -372,20 +503,22 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date
             with suppress(OSError):
                 files.delete_file(action.path)
         if isinstance(exc, (DeltaError, OSError, pa.ArrowException)):
-            raise OutputError(f"{uri}: cannot write the run's rows ({first_line(exc)}); "
-                              "nothing was committed") from None
+            raise OutputError(_failure(root, uri, exc, "writing the run's rows",
+                                       "cannot write the run's rows")
+                              + "; nothing was committed") from None
         raise
     return actions
 
 
 def _commit(root: TableRoot, plan: _Plan, actions: list[AddAction], run_date: date,
-            described: dict[str, Any]) -> int:
+            described: dict[str, Any], base: int | None) -> int:
     """One commit that replaces the night `run_date` of one table with the files written
-    for it (creating the table for its first night); the table's new version."""
+    for it, made against the table's version `base` (None: creating the table for its first
+    night), so that a commit of another run since then fails it; the version it made."""
     properties = CommitProperties(custom_metadata={METADATA_KEY: described})
     try:
-        if root.exists(plan.name):
-            root.open(plan.name).create_write_transaction(
+        if base is not None:
+            root.open(plan.name, base).create_write_transaction(
                 actions, "overwrite", plan.schema, partition_by=[PARTITION],
                 partition_filters=[(PARTITION, "=", run_date.isoformat())],
                 commit_properties=properties)
@@ -394,10 +527,21 @@ def _commit(root: TableRoot, plan: _Plan, actions: list[AddAction], run_date: da
                                           actions, mode="error", partition_by=[PARTITION],
                                           storage_options=root.storage_options,
                                           commit_properties=properties)
-        return root.open(plan.name).version()
+        return _own_version(root.open(plan.name), described["run_id"])
     except (DeltaError, OSError, pa.ArrowException) as exc:
-        raise OutputError(f"{root.table(plan.name)}: cannot commit the run's rows "
-                          f"({first_line(exc)}); {_committed_note(described)}") from None
+        raise OutputError(_failure(root, root.table(plan.name), exc, "committing the run's rows",
+                                   "cannot commit the run's rows")
+                          + f"; {_committed_note(described)}") from None
+
+
+def _own_version(table: DeltaTable, run_id: str) -> int:
+    """The version of the run's latest commit to `table` (another run may have committed
+    since, on another night)."""
+    for limit in (1, 16):
+        for commit in table.history(limit=limit):
+            if _author(commit) == run_id:
+                return int(commit["version"])
+    return table.version()
 
 
 def _committed_note(described: dict[str, Any]) -> str:
@@ -405,23 +549,28 @@ def _committed_note(described: dict[str, Any]) -> str:
             "through it do not see its rows")
 
 
-def _retract_night(root: TableRoot, run_date: date, run_id: str) -> None:
-    """Before a rerun replaces a night, take the night's row out of the runs table (one
-    commit), so that it never lists a run whose rows are being replaced."""
-    if not root.exists(RUNS):
-        return
-    runs = root.open(RUNS)
-    night = pl.scan_delta(root.table(RUNS), storage_options=root.polars_options).filter(
-        pl.col(PARTITION) == run_date).select("run_id").collect()
-    if night.is_empty():
-        return
+def _retract_night(root: TableRoot, run_date: date, run_id: str, base: int | None
+                   ) -> int | None:
+    """Before a rerun replaces a night, take the night's row out of the runs table at its
+    version `base` (one commit), so that it never lists a run whose rows are being replaced;
+    the runs table's version the run's own row is then committed against."""
+    if base is None:
+        return None
     try:
+        runs = root.open(RUNS, base)
+        night = pl.scan_delta(root.table(RUNS), version=base,
+                              storage_options=root.polars_options).filter(
+            pl.col(PARTITION) == run_date).select("run_id").collect()
+        if night.is_empty():
+            return base
         runs.delete(f"{PARTITION} = '{run_date.isoformat()}'", commit_properties=CommitProperties(
             custom_metadata={METADATA_KEY: {"retracted": night["run_id"].to_list(),
                                             "by_run_id": run_id}}))
-    except (DeltaError, OSError) as exc:
-        raise OutputError(f"{root.table(RUNS)}: cannot take out the night {run_date} for the "
-                          f"rerun ({first_line(exc)}); nothing was written") from None
+    except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
+        raise OutputError(_failure(root, root.table(RUNS), exc, "taking out the night for the "
+                                   "rerun", f"cannot take out the night {run_date} for the "
+                                   "rerun") + "; nothing was written") from None
+    return runs.version()
 
 
 def run_row(manifest: dict[str, Any], run_date: date, versions: dict[str, int]) -> pa.Table:
@@ -478,7 +627,8 @@ def require_root(root: TableRoot) -> None:
     try:
         found = root.exists(RUNS)
     except (DeltaError, OSError) as exc:
-        raise InputError(f"{root.uri}: cannot read ({first_line(exc)})") from None
+        raise InputError(_failure(root, root.uri, exc, "reading the table root",
+                                  "cannot read")) from None
     if not found:
         raise InputError(f"{root.uri}: not a snim-batch Delta table root (no Delta table "
                          f"'{RUNS}' in it; it is written by `run --format delta`)")
@@ -537,12 +687,17 @@ def latest_night(root: TableRoot) -> dict[str, Any]:
 def run_history(root: TableRoot) -> pl.DataFrame:
     """Every run ever committed to the runs table, oldest first, from its commit log: run
     date, run id, the runs table's version that committed it, status, counts, W rate, the
-    verdicts table's version holding its rows, and whether it is still the night's live run
-    (a rerun of the night replaces it)."""
+    verdicts table's version holding its rows, whether it is still the night's live run (a
+    rerun of the night replaces it), and whether a failed run's restore took its row out
+    (`rolled_back`: it is not live, and a restore commit went back to a version before it)."""
     require_root(root)
     live = set(read_runs(root)["run_id"].to_list())
+    commits = root.open(RUNS).history()
+    undone = [(_restored_to(commit), commit["version"]) for commit in commits
+              if isinstance(commit.get(METADATA_KEY), dict)
+              and "rolled_back" in commit[METADATA_KEY]]
     rows = []
-    for commit in root.open(RUNS).history():
+    for commit in commits:
         run = commit.get(METADATA_KEY)
         if not isinstance(run, dict) or "versions" not in run:
             continue
@@ -551,9 +706,21 @@ def run_history(root: TableRoot) -> pl.DataFrame:
                      "rows_read": run["rows_read"], "verdicts": run["verdicts"],
                      "W": run["W"], "rejected": run["rejected"], "w_rate": run["w_rate"],
                      "verdicts_version": run["versions"].get("verdicts"),
-                     "live": run["run_id"] in live})
+                     "live": run["run_id"] in live,
+                     "rolled_back": run["run_id"] not in live and any(
+                         low < commit["version"] < high for low, high in undone)})
     schema = {"run_date": pl.String, "run_id": pl.String, "version": pl.Int64,
               "status": pl.String, "rows_read": pl.Int64, "verdicts": pl.Int64,
               "W": pl.Int64, "rejected": pl.Int64, "w_rate": pl.Float64,
-              "verdicts_version": pl.Int64, "live": pl.Boolean}
+              "verdicts_version": pl.Int64, "live": pl.Boolean, "rolled_back": pl.Boolean}
     return pl.DataFrame(rows, schema=schema, orient="row").sort("version")
+
+
+def _restored_to(commit: dict[str, Any]) -> int:
+    """The version a rollback commit went back to (-1: it emptied the table)."""
+    if commit.get("operation") != "RESTORE":
+        return -1
+    try:
+        return int(commit.get("operationParameters", {}).get("version"))
+    except (TypeError, ValueError):
+        return -1

@@ -237,7 +237,8 @@ def store_problem(location: Location, exc: BaseException, doing: str = "reading"
     something else (a file's content)."""
     text = redacted(" ".join(str(exc).split()), dict(location.options))
     low = text.lower()
-    if "nosuchbucket" in low or "bucket does not exist" in low or "containernotfound" in low:
+    words = low.replace("_", "")  # pyarrow's INVALID_ACCESS_KEY_ID, NO_SUCH_BUCKET
+    if "nosuchbucket" in words or "bucket does not exist" in low or "containernotfound" in low:
         return InputError(f"{location}: the bucket {location.bucket!r} does not exist")
     if "magic bytes" in low:  # "Parquet magic bytes not found": the content, not the store
         return None
@@ -257,10 +258,10 @@ def store_problem(location: Location, exc: BaseException, doing: str = "reading"
     if "resolve" in low:
         return StoreError(f"{location}: cannot resolve the object store's host{endpoint} "
                           f"while {doing}")
-    if any(word in low for word in ("accessdenied", "access denied", "access_denied",
-                                    "forbidden", "403", "invalidaccesskeyid",
-                                    "signaturedoesnotmatch", "credential", "token request",
-                                    "authoriz", "account must")):
+    if any(word in words for word in ("accessdenied", "access denied",
+                                      "forbidden", "403", "invalidaccesskeyid",
+                                      "signaturedoesnotmatch", "credential", "token request",
+                                      "authoriz", "account must")):
         return StoreError(f"{location}: the object store refused access while {doing} "
                           "(check the credentials)")
     if "object-store error" in low or "aws error" in low or "google::cloud" in low \
