@@ -261,7 +261,7 @@ def _run_page(out_dir: Path) -> str:
 def _delta_page(root: Path) -> str:
     """The latest night of a Delta table root, with the W rates of every night."""
     try:
-        from pipeline.io.delta import TableRoot, latest_night
+        from pipeline.io.delta_tables import TableRoot, latest_night
     except ImportError:
         raise UsageError("report on a Delta table root needs the delta extra: "
                          "pip install 'snim-batch[delta]'") from None

@@ -122,9 +122,10 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
     if delta is None:
         staged = _staged(config, run_id, notify)
     else:
-        delta_root = delta.table_root(config.out, config.storage_options)
-        delta.check_root(delta_root)
-        staged = delta.staging_directory(delta_root, run_id)
+        tables, writer = delta
+        delta_root = tables.table_root(config.out, config.storage_options)
+        tables.check_root(delta_root)
+        staged = tables.staging_directory(delta_root, run_id)
     with staged as staging, kept.for_the_run(), engine.open_inputs(config):
         outcome = execute(config, engine, staging, phase, note)
         if outcome.rejected and config.on_bad_rows == "fail":
@@ -153,7 +154,7 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
         else:
             with phase("commit"):
                 manifest["run_date"] = night.isoformat()
-                manifest["table_versions"] = delta.publish(delta_root, staging, manifest, night)
+                manifest["table_versions"] = writer.publish(delta_root, staging, manifest, night)
     return RunResult(config.out, exit_code, manifest, outcome.problems, warnings)
 
 
@@ -213,14 +214,15 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
     return outcome
 
 
-def _delta_output() -> Any:
-    """The Delta writer (pipeline.io.delta), which needs the optional deltalake package."""
+def _delta_output() -> tuple[Any, Any]:
+    """The Delta table root (pipeline.io.delta_tables) and writer (pipeline.io.delta), which
+    need the optional deltalake package."""
     try:
-        from pipeline.io import delta
+        from pipeline.io import delta, delta_tables
     except ImportError:
         raise UsageError("--format delta needs the delta extra: "
                          "pip install 'snim-batch[delta]'") from None
-    return delta
+    return delta_tables, delta
 
 
 def _checksums(paths: list[Source]) -> list[Future[InputFile]]:

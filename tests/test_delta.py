@@ -24,8 +24,9 @@ from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
 
 from pipeline.config import config_from_dict
+from pipeline.errors import OutputError
 from pipeline.history import history_lines
-from pipeline.io import delta, object_store
+from pipeline.io import delta, delta_tables, object_store
 from pipeline.run import run_job
 
 RULES = {1: ("subtraction", (2, 5)), 2: ("nim", ()), 3: ("subtraction", (1, 3, 4)),
@@ -154,7 +155,7 @@ def test_history_lists_every_run_with_its_versions(tmp_path: Path) -> None:
            for seed, night in ((1, NIGHT_1), (2, NIGHT_2), (3, NIGHT_1))]
     code, err = invoke(["history", str(root)], tmp_path)
     assert code == 0, err
-    history = delta.run_history(delta.TableRoot(str(root)))
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
     assert history.select("run_date", "run_id", "version", "verdicts_version", "live").rows() \
         == [("2026-11-01", ids[0], 0, 0, False), ("2026-11-02", ids[1], 1, 1, True),
             ("2026-11-01", ids[2], 3, 2, True)]
@@ -232,7 +233,7 @@ def test_a_run_failing_between_commits_puts_every_table_back(
     def refused_third(*args, **kwargs):
         calls.append(args[1].name)
         if len(calls) == 3:
-            raise delta.OutputError(f"{root}/summary: cannot commit the run's rows (refused)")
+            raise OutputError(f"{root}/summary: cannot commit the run's rows (refused)")
         return real_commit(*args, **kwargs)
 
     monkeypatch.setattr(delta, "_commit", refused_third)
@@ -283,7 +284,7 @@ def test_a_failing_run_never_restores_over_another_runs_commit(
 
     def others_commit_first(*args, **kwargs):
         other_run(tmp_path, root, theirs, NIGHT_1)
-        raise delta.OutputError(f"{root}/runs: cannot take out the night (refused)")
+        raise OutputError(f"{root}/runs: cannot take out the night (refused)")
 
     monkeypatch.setattr(delta, "_retract_night", others_commit_first)
     code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
@@ -351,7 +352,7 @@ def test_history_marks_a_run_whose_row_its_failed_commit_took_back(
     rerun = [c["snim_batch"]["run_id"] for c in DeltaTable(str(root / "runs")).history()
              if "versions" in c.get("snim_batch", {})]
     assert rerun[1] == kept_id and rerun[0] != kept_id
-    history = delta.run_history(delta.TableRoot(str(root)))
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
     assert history.select("run_id", "version", "live", "rolled_back").rows() == [
         (kept_id, 0, True, False), (rerun[0], 2, False, True)]
     lines = history_lines(str(root))
@@ -463,7 +464,7 @@ def test_history_of_a_non_delta_output_is_a_clear_error(tmp_path: Path) -> None:
 # The real run, killed by itself right after its n-th Delta commit (n = 0: before the first).
 KILLER = r"""
 import os, signal, sys
-from pipeline.io import delta, object_store
+from pipeline.io import delta, delta_tables, object_store
 
 after = int(sys.argv[1])
 done = 0
@@ -486,9 +487,9 @@ real_runs = delta._retract_night
 def retract(root, night, run_id, base):
     global done
     die_after_commits()
-    before = delta.TableRoot(root.uri).open("runs").version()
+    before = delta_tables.TableRoot(root.uri).open("runs").version()
     result = real_runs(root, night, run_id, base)
-    if delta.TableRoot(root.uri).open("runs").version() != before:
+    if delta_tables.TableRoot(root.uri).open("runs").version() != before:
         done += 1
         die_after_commits()
     return result
@@ -639,7 +640,7 @@ def test_delta_tables_on_s3(tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch)
             for name in TABLES} == {**dict.fromkeys(TABLES[:4], 2), "runs": 3}
     code, err = invoke(["history", uri], tmp_path)
     assert code == 0, err
-    history = delta.run_history(delta.table_root(uri))
+    history = delta_tables.run_history(delta_tables.table_root(uri))
     assert history.select("run_date", "version", "live").rows() == [
         ("2026-11-01", 0, False), ("2026-11-02", 1, True), ("2026-11-01", 3, True)]
     keys = {o["Key"] for o in s3.client().list_objects_v2(Bucket="bkt")["Contents"]}

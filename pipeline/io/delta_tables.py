@@ -1,0 +1,362 @@
+"""Where the Delta tables of `--format delta` live and what is read from them: the table
+root (`TableRoot`, `table_root`), the refusals before a run writes to it (`check_root`), the
+run's local staging directory, deltalake's errors worded as one line (`table_failure`), the
+runs table's row (`run_row`, rebuilt as a manifest by `latest_night`), and the readers of
+`report` and `history` (the runs table, its commit log, a night's rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+from deltalake.fs import DeltaStorageHandler
+
+from pipeline.errors import InputError, OutputError, UsageError, first_line
+from pipeline.io import object_store
+from pipeline.io.commit import remove_dead_staging
+from pipeline.io.locations import Location
+from pipeline.io.manifest import MANIFEST
+
+DATA_TABLES = ("verdicts", "rejects", "summary", "sg_tables")
+RUNS = "runs"
+PARTITION = "run_date"
+METADATA_KEY = "snim_batch"  # the commit-info key under which a run's commits describe it
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_ARROWS = re.compile(r"\x1b\[[0-9;]*m|\u21b3")  # the colours and arrows of deltalake's causes
+_RETRIES = re.compile(r"after \d+ retries, max_retries \d+, retry_timeout \S+")
+_DATA_FILE = re.compile(rf"{PARTITION}=\d{{4}}-\d{{2}}-\d{{2}}/part-[\w-]+\.zstd\.parquet")
+_STAGING = re.compile(r"snim-batch-delta-(\d+)-.*")  # a remote root's local staging
+
+
+@dataclass(frozen=True)
+class TableRoot:
+    """Where the Delta tables live: a local directory or a URL, and the options deltalake
+    needs to reach it (credentials, endpoint; None for local paths and the environment's).
+    `seen` holds the runs table's version (None: no table yet) at the run's first
+    `check_root`, so that the commit can tell whether another run committed meanwhile."""
+
+    uri: str
+    storage_options: dict[str, str] | None = None
+    seen: dict[str, int | None] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_local(self) -> bool:
+        return _URL.match(self.uri) is None or self.uri.startswith("file://")
+
+    def table(self, name: str) -> str:
+        return f"{self.uri.rstrip('/')}/{name}"
+
+    @property
+    def polars_options(self) -> dict[str, Any] | None:
+        """The same options as polars takes them (max_retries an integer)."""
+        if self.storage_options is None:
+            return None
+        return {key: int(value) if key == "max_retries" else value
+                for key, value in self.storage_options.items()}
+
+    def exists(self, name: str) -> bool:
+        return DeltaTable.is_deltatable(self.table(name), self.storage_options)
+
+    def open(self, name: str, version: int | None = None) -> DeltaTable:
+        return DeltaTable(self.table(name), version=version,
+                          storage_options=self.storage_options)
+
+
+def table_root(out: Path | str, configured: Mapping[str, str] | None = None) -> TableRoot:
+    """The table root `out` names: a local directory, or an object-store URL with the client
+    options (credentials, endpoint, timeouts) every other object-store client of a run gets."""
+    if isinstance(out, Path):
+        return TableRoot(str(out))
+    location = object_store.bound(Location.parse(out, Path.cwd()), configured)
+    if not location.is_remote:
+        return TableRoot(str(location.path))
+    if location.scheme == "hdfs":
+        raise UsageError(f"{out}: Delta tables are written to local paths, s3://, gs:// and "
+                         "az:// roots, not hdfs://")
+    return TableRoot(object_store.client_url(location), dict(location.options))
+
+
+def check_root(root: TableRoot) -> None:
+    """Refuse a root that is not (or cannot become) a snim-batch table root: a file, a
+    Parquet output of snim-batch, or a table directory (or prefix) that is not a Delta table
+    partitioned by run_date. Checked before any work and again right before the first
+    commit; the first check notes the runs table's version (`TableRoot.seen`)."""
+    if root.is_local:
+        path = Path(root.uri.removeprefix("file://"))
+        if path.exists() and not path.is_dir():
+            raise OutputError(f"{root.uri}: exists and is not a directory; a Delta table root "
+                              "is a directory")
+        if (path / MANIFEST).exists():
+            raise _parquet_output(root)
+        for name in (*DATA_TABLES, RUNS):
+            table = path / name
+            if table.is_dir() and not root.exists(name) and _foreign(
+                    [str(f.relative_to(table)) for f in table.rglob("*") if not f.is_dir()]):
+                raise _foreign_table(root, name)
+    for name in (*DATA_TABLES, RUNS):
+        try:
+            if not root.exists(name):
+                if name == RUNS:
+                    root.seen.setdefault(RUNS, None)
+                continue
+            table = root.open(name)
+            partitions = table.metadata().partition_columns
+            if name == RUNS:
+                root.seen.setdefault(RUNS, table.version())
+        except (DeltaError, OSError) as exc:
+            raise OutputError(table_failure(root, root.table(name), exc,
+                                            "reading the Delta table",
+                                            "cannot read the Delta table")) from None
+        if list(partitions) != [PARTITION]:
+            raise OutputError(f"{root.table(name)}: a Delta table partitioned by "
+                              f"{list(partitions) or 'nothing'}, not by {PARTITION}; not a "
+                              "snim-batch table")
+    if not root.is_local:
+        _check_remote(root)
+
+
+def _check_remote(root: TableRoot) -> None:
+    """The refusals of a local root, on an object store: a snim-batch Parquet output (its
+    manifest), a table's prefix holding objects but no Delta log (someone's files)."""
+    files = pafs.PyFileSystem(DeltaStorageHandler(root.uri, root.storage_options))
+    try:
+        if files.get_file_info(MANIFEST).type != pafs.FileType.NotFound:
+            raise _parquet_output(root)
+        for name in (*DATA_TABLES, RUNS):
+            if not root.exists(name) and _foreign(
+                    [info.path.removeprefix(f"{name}/") for info in files.get_file_info(
+                        pafs.FileSelector(name, allow_not_found=True, recursive=True))
+                     if info.type == pafs.FileType.File]):
+                raise _foreign_table(root, name)
+    except (DeltaError, OSError) as exc:
+        raise OutputError(table_failure(root, root.uri, exc, "listing the table root",
+                                        "cannot list the table root")) from None
+
+
+def _foreign(files: list[str]) -> bool:
+    """Whether a table's directory that is not a Delta table holds files (relative paths)
+    other than the data files of a run killed before its table's first commit."""
+    return any(_DATA_FILE.fullmatch(name) is None for name in files)
+
+
+def _parquet_output(root: TableRoot) -> OutputError:
+    return OutputError(f"{root.uri}: is a Parquet output of snim-batch ({MANIFEST}); "
+                       "--format delta needs a table root of its own (another --out)")
+
+
+def _foreign_table(root: TableRoot, name: str) -> OutputError:
+    return OutputError(f"{root.table(name)}: exists and is not a Delta table; refusing to "
+                       "write into it")
+
+
+def table_failure(root: TableRoot, uri: str, exc: BaseException, doing: str, what: str) -> str:
+    """A deltalake error at `uri` as one line: what the store's failure was when its full
+    text says (no connection, no answer, refused credentials, missing bucket: worded as for
+    every other object-store client), else `what` and the error's first line."""
+    if not root.is_local:
+        text = _RETRIES.sub("", " ".join(_ARROWS.sub(" ", str(exc)).split()))
+        options = tuple(sorted((root.storage_options or {}).items()))
+        location = replace(Location.parse(uri, Path.cwd()), options=options)
+        problem = object_store.store_problem(location, OSError(text), doing)
+        if isinstance(problem, object_store.StoreError) or "bucket" in str(problem or ""):
+            return str(problem)
+    return f"{uri}: {what} ({first_line(exc)})"
+
+
+@contextmanager
+def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
+    """A local directory for the run's staged Parquet tables (and the engine's scratch),
+    removed at the end: beside a local root (same file system, so a Spark cluster that
+    shares the root shares it), else in the system's temporary directory. Its name holds
+    the process id: staging directories of killed runs (their process gone) are removed
+    first."""
+    if root.is_local:
+        target = Path(root.uri.removeprefix("file://")).absolute()
+        if not target.name:
+            raise OutputError(f"{root.uri}: the root directory cannot be a table root")
+        _remove_stale(target)
+        staging = target.parent / f".{target.name}.delta-staging-{os.getpid()}-{run_id}"
+    else:
+        temporary = Path(tempfile.gettempdir())
+        remove_dead_staging(temporary, _STAGING)
+        staging = temporary / f"snim-batch-delta-{os.getpid()}-{run_id}"
+    try:
+        staging.mkdir(mode=0o777 if root.is_local else 0o700, parents=True)
+    except OSError as exc:
+        raise OutputError(f"{root.uri}: cannot create the staging directory {staging} "
+                          f"({exc.strerror})") from None
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale(target: Path) -> None:
+    remove_dead_staging(target.parent,
+                        re.compile(rf"\.{re.escape(target.name)}\.delta-staging-(\d+)-.*"))
+
+
+
+def run_row(manifest: dict[str, Any], run_date: date, versions: dict[str, int]) -> pa.Table:
+    """The runs table's row for one run: the manifest, flattened where a query needs it
+    (counts, W rate, times, the data tables' versions), the rest as JSON text."""
+    pos, rules = manifest["counts"]["positions"], manifest["counts"]["rules"]
+    row: dict[str, Any] = {
+        PARTITION: run_date,
+        "run_id": manifest["run_id"],
+        "started_at": datetime.fromisoformat(manifest["started_at"]),
+        "finished_at": datetime.fromisoformat(manifest["finished_at"]),
+        "status": manifest["status"],
+        "exit_code": manifest["exit_code"],
+        "engine": manifest["engine"],
+        "positions_form": manifest["positions_form"],
+        "snim_batch_version": manifest["versions"]["snim-batch"],
+        "rules_rows_read": rules["rows_read"],
+        "rules_rows_rejected": rules["rows_rejected"],
+        "positions_rows_read": pos["rows_read"],
+        "positions_rows_evaluated": pos["rows_evaluated"],
+        "positions_rows_rejected": pos["rows_rejected"],
+        "verdicts": pos["verdicts"],
+        "W": pos["W"],
+        "L": pos["L"],
+        "w_rate": pos["W"] / pos["verdicts"] if pos["verdicts"] else None,
+        "reconciled": manifest["reconciled"],
+        **{f"{name}_version": versions[name] for name in DATA_TABLES},
+        "input_files": json.dumps(manifest["inputs"]),
+        "config": json.dumps(manifest["config"]),
+        "versions": json.dumps(manifest["versions"]),
+        "timings_s": json.dumps(manifest["timings_s"]),
+    }
+    return pa.Table.from_pylist([row], schema=_RUNS_SCHEMA)
+
+
+_RUNS_SCHEMA = pa.schema(
+    [(PARTITION, pa.date32()), ("run_id", pa.string()),
+     ("started_at", pa.timestamp("us", "UTC")), ("finished_at", pa.timestamp("us", "UTC")),
+     ("status", pa.string()), ("exit_code", pa.int64()), ("engine", pa.string()),
+     ("positions_form", pa.string()), ("snim_batch_version", pa.string()),
+     *[(c, pa.int64()) for c in ("rules_rows_read", "rules_rows_rejected",
+                                 "positions_rows_read", "positions_rows_evaluated",
+                                 "positions_rows_rejected", "verdicts", "W", "L")],
+     ("w_rate", pa.float64()), ("reconciled", pa.bool_()),
+     *[(f"{name}_version", pa.int64()) for name in DATA_TABLES],
+     *[(c, pa.string()) for c in ("input_files", "config", "versions", "timings_s")]])
+
+
+def require_root(root: TableRoot) -> None:
+    """Refuse a root without a runs table: not the output of a --format delta run."""
+    try:
+        found = root.exists(RUNS)
+    except (DeltaError, OSError) as exc:
+        raise InputError(table_failure(root, root.uri, exc, "reading the table root",
+                                       "cannot read")) from None
+    if not found:
+        raise InputError(f"{root.uri}: not a snim-batch Delta table root (no Delta table "
+                         f"'{RUNS}' in it; it is written by `run --format delta`)")
+
+
+def is_table_root(uri: str, storage_options: dict[str, str] | None = None) -> bool:
+    return TableRoot(uri, storage_options).exists(RUNS)
+
+
+def read_runs(root: TableRoot) -> pl.DataFrame:
+    """The runs table as it is now: one row per night, the run whose rows are live."""
+    require_root(root)
+    return pl.read_delta(root.table(RUNS), storage_options=root.polars_options
+                         ).sort(PARTITION)
+
+
+def scan_table(root: TableRoot, name: str) -> pl.LazyFrame:
+    return pl.scan_delta(root.table(name), storage_options=root.polars_options)
+
+
+def latest_night(root: TableRoot) -> dict[str, Any]:
+    """What `report` shows of a table root: `manifest` (the latest night's run, rebuilt from
+    its runs row), that night's `summary`, `sg_tables` and `rejects` rows, the `runs` table
+    and `summaries` (rule_set_id and w_rate of every night)."""
+    runs = read_runs(root)
+    if runs.is_empty():
+        raise InputError(f"{root.uri}: the runs table lists no run yet")
+    run = runs.row(-1, named=True)
+    night = run[PARTITION]
+
+    def rows(name: str) -> pl.DataFrame:
+        return scan_table(root, name).filter(pl.col(PARTITION) == night).drop(
+            PARTITION, "run_id").collect()
+
+    manifest = {
+        **{key: run[key] for key in ("run_id", "status", "exit_code", "engine")},
+        "run_date": night.isoformat(),
+        "started_at": run["started_at"].isoformat(),
+        "finished_at": run["finished_at"].isoformat(),
+        "counts": {
+            "rules": {"rows_read": run["rules_rows_read"],
+                      "rows_accepted": run["rules_rows_read"] - run["rules_rows_rejected"],
+                      "rows_rejected": run["rules_rows_rejected"]},
+            "positions": {"rows_read": run["positions_rows_read"],
+                          "rows_evaluated": run["positions_rows_evaluated"],
+                          "rows_rejected": run["positions_rows_rejected"],
+                          "verdicts": run["verdicts"], "W": run["W"], "L": run["L"]}},
+        **{key: json.loads(run[field]) for key, field in (
+            ("inputs", "input_files"), ("config", "config"), ("versions", "versions"),
+            ("timings_s", "timings_s"))}}
+    summaries = scan_table(root, "summary").select(PARTITION, "rule_set_id", "w_rate").collect()
+    return {"manifest": manifest, "summary": rows("summary"), "sg_tables": rows("sg_tables"),
+            "rejects": rows("rejects"), "runs": runs, "summaries": summaries}
+
+
+def run_history(root: TableRoot) -> pl.DataFrame:
+    """Every run ever committed to the runs table, oldest first, from its commit log: run
+    date, run id, the runs table's version that committed it, status, counts, W rate, the
+    verdicts table's version holding its rows, whether it is still the night's live run (a
+    rerun of the night replaces it), and whether a failed run's restore took its row out
+    (`rolled_back`: it is not live, and a restore commit went back to a version before it)."""
+    require_root(root)
+    live = set(read_runs(root)["run_id"].to_list())
+    commits = root.open(RUNS).history()
+    undone = [(_restored_to(commit), commit["version"]) for commit in commits
+              if isinstance(commit.get(METADATA_KEY), dict)
+              and "rolled_back" in commit[METADATA_KEY]]
+    rows = []
+    for commit in commits:
+        run = commit.get(METADATA_KEY)
+        if not isinstance(run, dict) or "versions" not in run:
+            continue
+        rows.append({"run_date": run["run_date"], "run_id": run["run_id"],
+                     "version": commit["version"], "status": run["status"],
+                     "rows_read": run["rows_read"], "verdicts": run["verdicts"],
+                     "W": run["W"], "rejected": run["rejected"], "w_rate": run["w_rate"],
+                     "verdicts_version": run["versions"].get("verdicts"),
+                     "live": run["run_id"] in live,
+                     "rolled_back": run["run_id"] not in live and any(
+                         low < commit["version"] < high for low, high in undone)})
+    schema = {"run_date": pl.String, "run_id": pl.String, "version": pl.Int64,
+              "status": pl.String, "rows_read": pl.Int64, "verdicts": pl.Int64,
+              "W": pl.Int64, "rejected": pl.Int64, "w_rate": pl.Float64,
+              "verdicts_version": pl.Int64, "live": pl.Boolean, "rolled_back": pl.Boolean}
+    return pl.DataFrame(rows, schema=schema, orient="row").sort("version")
+
+
+def _restored_to(commit: dict[str, Any]) -> int:
+    """The version a rollback commit went back to (-1: it emptied the table)."""
+    if commit.get("operation") != "RESTORE":
+        return -1
+    try:
+        return int(commit.get("operationParameters", {}).get("version"))
+    except (TypeError, ValueError):
+        return -1
