@@ -320,7 +320,8 @@ def history(
     """List the runs committed to a Delta table root.
 
     One line per run: night, run id, the runs table's version, status, counts and W rate; a
-    night's earlier runs are marked replaced."""
+    night's earlier runs are marked replaced, and a run a failed run's restore took out,
+    rolled back."""
     try:
         from pipeline.config import resolve_location
         from pipeline.history import history_lines

@@ -26,8 +26,8 @@ from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
 from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, UsageError, cut
 from pipeline.io import commit, kept, object_store
-from pipeline.io.changes import ensure_unchanged
-from pipeline.io.inputs import InputFile, Source, checksummed, resolve_inputs
+from pipeline.io.changes import described_now, ensure_unchanged
+from pipeline.io.inputs import InputFile, Source, resolve_inputs
 from pipeline.io.locations import Location
 from pipeline.io.manifest import output_listing, write_manifest
 from pipeline.io.remote_commit import staged_remote_output
@@ -177,6 +177,7 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
     kernels.start_numba_meanwhile()
     with phase("rules"):
         rules, rule_files = read_rules(config)
+        ensure_unchanged(rule_files)  # read whole: a later edit cannot reach this run
         distinct, index = normalize.rule_index(rules)
         paths = resolve_inputs(config.positions, "positions", config.out,
                                config.storage_options)
@@ -210,7 +211,7 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
                 evaluation.write(rule_rejects, staging)
                 commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
                 commit.write_parquet(summary, staging / "summary.parquet")
-    ensure_unchanged(rule_files + [f.result() for f in described])  # every read is done
+    ensure_unchanged([f.result() for f in described])  # every row has been read
     return outcome
 
 
@@ -226,12 +227,18 @@ def _delta_output() -> tuple[Any, Any]:
 
 
 def _checksums(paths: list[Source]) -> list[Future[InputFile]]:
-    """The positions files' checksums, computed in a background thread while the engine
-    reads them (the page cache serves both)."""
+    """The positions files, described now (before the engine reads them), with their
+    checksums computed in a background thread while the engine reads them (the page cache
+    serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    described = [pool.submit(kept.carried(checksummed), p) for p in paths]
+    described = [pool.submit(kept.carried(_checksummed), f) for f in described_now(paths)]
     pool.shutdown(wait=False)
     return described
+
+
+def _checksummed(file: InputFile) -> InputFile:
+    file.sha256  # noqa: B018 - computes and caches it
+    return file
 
 
 def manifest_counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected: int,

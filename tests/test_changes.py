@@ -3,6 +3,7 @@ local files (size, modification time) and objects in a real S3 server (etag, siz
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -35,28 +36,40 @@ def local_job(tmp_path: Path) -> dict[str, str]:
             "out": str(tmp_path / "out")}
 
 
-@pytest.mark.parametrize(("name", "text", "said"), [
-    ("positions.csv", REWRITTEN, "modified since it was first read"),
-    ("positions.csv", POSITIONS + "2,3,1\n", f"{len(POSITIONS)} bytes when first read, "
-                                              f"{len(POSITIONS) + 6} now"),
-    ("rules.csv", RULES + "3,half,\n", f"{len(RULES)} bytes when first read, "
-                                       f"{len(RULES) + 8} now"),
+@pytest.mark.parametrize("phase", ["positions", "finish", "write"])
+@pytest.mark.parametrize(("text", "said"), [
+    (REWRITTEN, "modified since it was first read"),
+    (POSITIONS + "2,3,1\n", f"{len(POSITIONS)} bytes when first read, {len(POSITIONS) + 6} now"),
 ])
-def test_a_local_input_rewritten_during_the_run_fails_it(tmp_path: Path, name: str, text: str,
-                                                         said: str) -> None:
+def test_a_local_positions_file_rewritten_during_the_run_fails_it(
+        tmp_path: Path, phase: str, text: str, said: str) -> None:
+    """Rewritten as reading starts, once it is read, or while the outputs are written: the
+    file was described before any of its rows were read, whenever its checksum is made."""
     job = local_job(tmp_path)
-    target = tmp_path / name
+    target = tmp_path / "positions.csv"
 
     def rewrite() -> None:
         stat = target.stat()
         target.write_text(text)
         os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
 
-    with pytest.raises(InputError) as raised:  # at "write" every input has been described
-        run_job(config_from_dict(job), progress=rewrite_when("write", rewrite))
+    with pytest.raises(InputError) as raised:
+        run_job(config_from_dict(job), progress=rewrite_when(phase, rewrite))
     assert str(raised.value) == (f"{target}: changed while this run read it ({said}); nothing "
                                  "was written (rerun once it is written whole)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
+def test_rules_edited_after_they_were_read_do_not_fail_the_run(tmp_path: Path) -> None:
+    """The rules are read whole at the start and checked then: tomorrow's rules being
+    prepared in place does not fail a long run, and the manifest names what was read."""
+    job = local_job(tmp_path)
+    rules = tmp_path / "rules.csv"
+    result = run_job(config_from_dict(job), progress=rewrite_when(
+        "positions", lambda: rules.write_text(RULES + "3,half,\n")))
+    assert result.exit_code == 0
+    assert result.manifest["inputs"]["rules"][0]["sha256"] == hashlib.sha256(
+        RULES.encode()).hexdigest()
 
 
 def test_inputs_left_alone_pass_the_check(tmp_path: Path) -> None:
@@ -115,7 +128,7 @@ def test_an_object_deleted_during_the_run_fails_it(s3_env, tmp_path: Path) -> No
     job = {"rules": "s3://bkt/in/rules.csv", "positions": "s3://bkt/in/positions.csv",
            "out": str(tmp_path / "out")}
     with pytest.raises(InputError, match=re.escape(
-            "s3://bkt/in/rules.csv: changed while this run read it (it is gone now)")):
+            "s3://bkt/in/positions.csv: changed while this run read it (it is gone now)")):
         run_job(config_from_dict(job), progress=rewrite_when(
-            "finish", lambda: client.delete_object(Bucket="bkt", Key="in/rules.csv")))
+            "finish", lambda: client.delete_object(Bucket="bkt", Key="in/positions.csv")))
     assert not (tmp_path / "out").exists()

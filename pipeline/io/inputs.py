@@ -399,12 +399,5 @@ def describe(path: Source) -> InputFile:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def checksummed(path: Source) -> InputFile:
-    """`describe` with the checksum computed now (none for an object in a store)."""
-    file = describe(path)
-    file.sha256  # noqa: B018 - computes and caches it
-    return file
-
-
 def first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__

@@ -306,7 +306,7 @@ def _described(location: Location, handle: Any, keep: bool = True) -> dict[str, 
 
     described = {"size": handle.size(), "etag": text("etag"),
                  "version": text("versionid", "generation")}
-    if keep:
+    if keep and kept.get("metadata", location) is None:  # as the run first found it
         kept.put("metadata", location, described, 256)
     return described
 

@@ -38,12 +38,9 @@ from pipeline.io import object_store
 from pipeline.io.commit import interrupts_held, remove_dead_staging
 from pipeline.io.failures import WriteFailure
 from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, few_names, written_by_snim
+from pipeline.io.manifest import MANIFEST, RUN_ID, few_names, written_by_snim
 
 log = logging.getLogger(__name__)
-
-RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")
-
 
 _RUN_FILE = re.compile(r"(verdicts|rejects|sg_tables|summary)\.parquet(/part-[^/]+)?")
 """What a run uploads below its RUN_ID/ (the Spark engine's tables are directories of part
