@@ -20,6 +20,7 @@ import typer
 
 from pipeline.errors import (
     EXIT_FAILED,
+    EXIT_REJECTS,
     BadRowsError,
     RuleError,
     SnimError,
@@ -585,7 +586,11 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
                      if hasattr(signal, name))
 
 
+_STOPPED_BY: list[int] = []  # the stop signals received, for an exit code typer made 130
+
+
 def _stop(signum: int, frame: Any) -> None:
+    _STOPPED_BY.append(signum)
     raise Stopped(signum)
 
 
@@ -622,6 +627,8 @@ def main() -> None:  # pragma: no cover - console entry point
                     signal.signal(signum, signal.SIG_DFL)
     except Stopped as exc:  # it came after the command's own handling
         code = 128 + exc.signum
+    if code == 130 and _STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
+        code = 128 + _STOPPED_BY[0]
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:  # None when the shell closed it (`>&-`)
@@ -630,9 +637,9 @@ def main() -> None:  # pragma: no cover - console entry point
             code = code or EXIT_FAILED
     if "pyspark" in sys.modules:
         sys.exit(code)
-    for thread in threading.enumerate():
+    for thread in threading.enumerate() if code in (0, EXIT_REJECTS) else ():
         if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+            thread.join()  # a failed or stopped command does not wait for its readers
     logging.shutdown()
     os._exit(code)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from importlib import metadata
 from pathlib import Path
@@ -203,16 +203,17 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
             counts = manifest_counts(rules.height, rule_rejects.height, evaluation.rows_read,
                                      evaluation.rows_rejected,
                                      w + int(verdict_counts["L"].sum()), w)
-        inputs = {"rules": [f.as_dict() for f in rule_files],
-                  "positions": [f.result().as_dict() for f in described]}
-        outcome = JobOutcome(inputs, counts, form, problems)
-        if not (outcome.rejected and config.on_bad_rows == "fail"):
-            with phase("write"):
-                evaluation.write(rule_rejects, staging)
-                commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
-                commit.write_parquet(summary, staging / "summary.parquet")
-    ensure_unchanged([f.result() for f in described])  # every row has been read
-    return outcome
+        outcome = JobOutcome({}, counts, form, problems)
+        if outcome.rejected and config.on_bad_rows == "fail":
+            return outcome  # nothing is written: no manifest, no checksum to wait for
+        with phase("write"):
+            evaluation.write(rule_rejects, staging)
+            commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
+            commit.write_parquet(summary, staging / "summary.parquet")
+    positions = [f.result() for f in described]
+    ensure_unchanged(positions)  # every row has been read
+    return replace(outcome, inputs={"rules": [f.as_dict() for f in rule_files],
+                                    "positions": [f.as_dict() for f in positions]})
 
 
 def _delta_output() -> tuple[Any, Any]:

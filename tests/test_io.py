@@ -918,6 +918,44 @@ def test_a_stop_signal_leaves_the_previous_output_and_no_staging(
         assert staging_dirs(parent) == [], where
 
 
+def _slow_to_checksum(path: Path, gap: int = 256 << 30) -> Path:
+    """A valid Parquet file of two positions with `gap` bytes of hole (a sparse file: no disk
+    space) between its data and its footer: read in milliseconds, checksummed in minutes."""
+    pl.DataFrame({"rule_set_id": [1, 1], "position_id": [0, 1], "heaps": [[3], [4]]},
+                 schema={"rule_set_id": pl.Int64, "position_id": pl.Int64,
+                         "heaps": pl.List(pl.Int64)}).write_parquet(path)
+    data = path.read_bytes()
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    with path.open("wb") as out:
+        out.write(data[:footer])
+        out.seek(footer + gap)
+        out.write(data[footer:])
+    return path
+
+
+def test_a_failing_or_stopped_run_does_not_wait_for_its_input_checksums(tmp_path: Path) -> None:
+    """The checksums (for the manifest) are computed in the background; a run that fails
+    (--on-bad-rows fail) or is stopped (SIGTERM once its rows are evaluated) ends at once
+    instead of hashing the rest of a large input: a scheduler's grace period is short."""
+    rules = tmp_path / "rules.csv"
+    rules.write_text("rule_set_id,kind,moves\n1,,2 5\n")
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    _slow_to_checksum(positions / "a.parquet")
+    _slow_to_checksum(positions / "b.parquet")  # the same ids again
+    failed = subprocess.run([str(EXE), "run", "--rules", str(rules), "--positions",
+                             str(positions), "--out", str(tmp_path / "out"), "--on-bad-rows",
+                             "fail", "--quiet"], capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 1, failed.stderr
+    assert "4 input rows failed validation" in failed.stderr
+    (positions / "b.parquet").unlink()
+    status, err = _run_and_signal(job(rules, positions, tmp_path / "out"), tmp_path, "finish",
+                                  0.3, signal.SIGTERM)
+    assert status == 143, err
+    assert err.splitlines()[-1] == "snim-batch: stopped by SIGTERM; nothing was written"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_next_run_cleans_staging_left_by_sigkill(tmp_path: Path,
                                                  big_inputs: tuple[Path, Path]) -> None:
