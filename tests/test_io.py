@@ -1936,3 +1936,14 @@ def test_csv_bad_byte_names_its_physical_line_local_or_streamed(
         assert str(err.value) == (
             f"{source}: line {_physical_line(data, offset)}: not a CSV file (binary data or "
             f"invalid UTF-8 at byte {offset})")
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=40).map(lambda b: bytes(b"a\r\n"[x % 3] for x in b)),
+       step=st.integers(1, 8), cut=st.integers(0, 40))
+def test_the_line_of_a_byte_is_counted_in_slices_as_in_one_piece(data, step, cut):
+    """LF, CRLF and CR each end a line, also when a CRLF falls across two slices."""
+    offset = min(cut, len(data))
+    before = data[:offset]
+    expected = 1 + before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n")
+    assert csv_reader._line_at(data, offset, step=step) == expected

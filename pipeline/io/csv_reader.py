@@ -73,11 +73,16 @@ def _scan_text(path: Source) -> _TextScan:
         return _scan_bytes(data)
 
 
-def _line_at(data: bytes | mmap.mmap, offset: int, line: int = 1) -> int:
+def _line_at(data: bytes | mmap.mmap, offset: int, line: int = 1, step: int = 1 << 24) -> int:
     """The physical line of data[offset], when data[0] is on line `line` (LF, CRLF and CR
-    each end one)."""
-    before = data[:offset]
-    return line + before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n")
+    each end one), counted `step` bytes at a time (a mapped file is never copied whole)."""
+    for start in range(0, offset, step):
+        end = min(start + step, offset)
+        part = data[start:end]
+        line += part.count(b"\n") + part.count(b"\r") - part.count(b"\r\n")
+        if end < offset and data[end - 1:end + 1] == b"\r\n":  # a CRLF across the cut
+            line -= 1
+    return line
 
 
 def _short_lines(data: bytes | mmap.mmap) -> bool:
