@@ -1692,6 +1692,12 @@ def test_delta_tables_below_the_input_are_skipped_and_one_named_is_refused(tmp_p
         f"positions input {tmp_path / 'd/tbl'}: is a Delta table; its data files include rows "
         "that later commits removed, so read it with a Delta reader and pass the result as "
         "Parquet")
+    (tmp_path / "d/tbl/run_date=2026-01-01").mkdir()
+    touch(tmp_path, "d/tbl/run_date=2026-01-01/part-1.parquet")
+    assert resolve_error(tmp_path / "d/tbl/run_date=2026-01-01") == (
+        f"positions input {tmp_path / 'd/tbl/run_date=2026-01-01'}: is inside the Delta table "
+        f"{tmp_path / 'd/tbl'}, whose data files include rows that later commits removed, so "
+        "read it with a Delta reader and pass the result as Parquet")
 
 
 def test_staging_is_skipped_even_by_a_pattern_for_hidden_names(tmp_path):

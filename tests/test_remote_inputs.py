@@ -30,7 +30,8 @@ def test_uploads_of_a_run_killed_before_its_first_commit_are_not_inputs(s3_env) 
                 "in/out/20261201T194931Z-667eee/verdicts.parquet",
                 "in/20261201T000000Z-abcdef/x.csv"):
         client.put_object(Bucket="bkt", Key=key, Body=CSV)
-    assert found("s3://bkt/in") == ["s3://bkt/in/a.csv"]
+    assert found("s3://bkt/in") == ["s3://bkt/in/20261201T000000Z-abcdef/x.csv",
+                                    "s3://bkt/in/a.csv"]  # a user's folder named like one
     with pytest.raises(InputError) as raised:
         found("s3://bkt/in/**/*.parquet")
     assert str(raised.value) == ("positions input s3://bkt/in/**/*.parquet: no object matches "
@@ -51,3 +52,15 @@ def test_delta_tables_below_a_prefix_are_skipped_and_one_named_is_refused(s3_env
     assert str(raised.value) == (
         "positions input s3://bkt/in/tbl: is a Delta table; its data files include rows that "
         "later commits removed, so read it with a Delta reader and pass the result as Parquet")
+
+
+def test_a_glob_over_a_bucket_that_is_a_delta_table_is_refused(s3_env) -> None:
+    client = s3_env.client()
+    for key in ("part-0.parquet", "_delta_log/00000.json"):
+        client.put_object(Bucket="bkt", Key=key, Body=CSV)
+    with pytest.raises(InputError) as raised:
+        found("s3://bkt/*.parquet")
+    assert str(raised.value) == (
+        "positions input s3://bkt/*.parquet: is a Delta table; its data files include rows "
+        "that later commits removed, so read it with a Delta reader and pass the result as "
+        "Parquet")

@@ -187,6 +187,13 @@ class _InputFinder:
         if self.exists(path):
             if self.kind_of(path) != "dir":
                 return self.named_in_utf8([path])
+            table = next((d for d in path.absolute().parents if (d / "_delta_log").is_dir()),
+                         None)
+            if table is not None:  # a partition directory of a Delta table
+                raise self.error(path, f"is inside the Delta table {_shown(str(table))}, "
+                                 "whose data files include rows that later commits removed, "
+                                 "so read it with a Delta reader and pass the result as "
+                                 "Parquet")
             self.take_dir(path, ())
             empty = "no .parquet, .pq or .csv files found"
         elif any(ch in self.spec for ch in GLOB_CHARS):

@@ -23,6 +23,8 @@ def few_names(names: list[str]) -> str:
 
 RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")
 """A run's id (`run.run_job`): the name of the prefix an object-store output uploads to."""
+RUN_FILE = re.compile(r"(verdicts|rejects|sg_tables|summary)\.parquet(/part-[^/]+)?")
+"""What a run uploads under its RUN_ID/ prefix (Spark: part files in directories)."""
 
 
 def written_by_snim(manifest: object) -> bool:

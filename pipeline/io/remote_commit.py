@@ -38,11 +38,10 @@ from pipeline.io import object_store
 from pipeline.io.commit import interrupts_held, remove_dead_staging
 from pipeline.io.failures import WriteFailure
 from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, RUN_ID, few_names, written_by_snim
+from pipeline.io.manifest import MANIFEST, RUN_FILE, RUN_ID, few_names, written_by_snim
 
 log = logging.getLogger(__name__)
 
-_RUN_FILE = re.compile(r"(verdicts|rejects|sg_tables|summary)\.parquet(/part-[^/]+)?")
 """What a run uploads below its RUN_ID/ (the Spark engine's tables are directories of part
 files): all that is deleted of a dead run's leftovers."""
 
@@ -152,7 +151,7 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
                 resized.append(f"{relative} ({size} bytes, listed with {expected})")
             continue
         head, _, rest = relative.partition("/")
-        if RUN_ID.fullmatch(head) and head not in owned and _RUN_FILE.fullmatch(rest):
+        if RUN_ID.fullmatch(head) and head not in owned and RUN_FILE.fullmatch(rest):
             state.leftovers.setdefault(head, []).append((relative, mtime))
         else:
             unlisted.append(relative)

@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 from pipeline.errors import InputError
 from pipeline.io.inputs import DELTA_TABLE
 from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, RUN_ID, written_by_snim
+from pipeline.io.manifest import MANIFEST, RUN_FILE, RUN_ID, written_by_snim
 from pipeline.io.object_store import (
     bucket_exists,
     filesystem,
@@ -42,7 +42,7 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[
     root = spec.at_key("/".join(base))
     listed = list_below(root)
     tables = _delta_tables(listed)
-    if spec.key in tables:
+    if spec.key in tables or root.key in tables:
         raise InputError(f"{what} input {spec}: {DELTA_TABLE}")
     outputs = _snim_outputs(root, listed) + tables + _unlisted_runs(root, listed)
     found: list[str] = []
@@ -130,18 +130,19 @@ def _delta_tables(listed: list[tuple[str, int, float]]) -> list[str]:
 
 
 def _unlisted_runs(root: Location, listed: list[tuple[str, int, float]]) -> list[str]:
-    """Keys of RUN_ID/ prefixes (where a run uploads its output before its manifest lists
-    it), which a killed first run leaves below its --out until the next run there removes
-    them."""
-    found = set()
+    """Keys of RUN_ID/ prefixes holding only what a run uploads (where a run puts its output
+    before its manifest lists it), which a killed first run leaves below its --out until the
+    next run there removes them. A prefix named so that holds anything else is read."""
+    below: dict[str, bool] = {}
+    start = len(root.key.split("/")) if root.key else 0
     for key, *_ in listed:
         parts = key.split("/")
-        start = len(root.key.split("/")) if root.key else 0
-        for i in range(start, len(parts) - 1):
-            if RUN_ID.fullmatch(parts[i]):
-                found.add("/".join(parts[:i + 1]))
-                break
-    return sorted(found)
+        at = next((i for i in range(start, len(parts) - 1) if RUN_ID.fullmatch(parts[i])), None)
+        if at is not None:
+            prefix = "/".join(parts[:at + 1])
+            only_outputs = RUN_FILE.fullmatch("/".join(parts[at + 1:])) is not None
+            below[prefix] = below.get(prefix, True) and only_outputs
+    return sorted(prefix for prefix, runs_only in below.items() if runs_only)
 
 
 def _snim_outputs(root: Location, listed: list[tuple[str, int, float]]) -> list[str]:
