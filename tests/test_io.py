@@ -1162,6 +1162,26 @@ def test_a_mount_point_as_out_is_refused_before_any_work(tmp_path: Path) -> None
     assert "out/manifest.json" in tree
 
 
+def test_a_bind_mount_as_out_is_refused_before_any_work(tmp_path: Path) -> None:
+    """A directory of the same file system bind-mounted as --out (as `docker -v` does) has
+    no device of its own, yet cannot be renamed over either."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -rm (user and mount namespaces) is not permitted here")
+    rules, positions = small_inputs(tmp_path / "in")
+    source, out = tmp_path / "volume", tmp_path / "out"
+    source.mkdir()
+    out.mkdir()
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount --bind "$1" "$2" && shift 2 && '
+                           'exec "$@"', "sh", str(source), str(out), str(EXE),
+                           *job(rules, positions, out), "--quiet"],
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (1, (
+        f"snim-batch: error: {out}: is a mount point, and the output is put in place by "
+        "renaming a directory over it, which a mount point cannot take; give --out a "
+        "directory inside it; nothing was written\n"))
+    assert list(source.iterdir()) == [] and list(out.iterdir()) == []
+
+
 def test_read_only_file_system(tmp_path: Path) -> None:
     rules, positions = small_inputs(tmp_path / "in")
     out = tmp_path / "disk" / "out"

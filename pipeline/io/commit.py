@@ -130,6 +130,21 @@ def _output_shown(out: Path, target: Path) -> str:
     return str(out) if out == target else f"{out} (a link to {target})"
 
 
+def _is_mount_point(path: Path) -> bool:
+    """Whether something is mounted at `path`: a file system of its own (`ismount`), or on
+    Linux a bind mount of a directory of the same file system (/proc/self/mountinfo)."""
+    if os.path.ismount(path):
+        return True
+    try:
+        table = Path("/proc/self/mountinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    where = os.path.realpath(path)
+    octal = re.compile(r"\\([0-7]{3})")
+    return any(len(fields) > 4 and octal.sub(lambda m: chr(int(m.group(1), 8)), fields[4])
+               == where for fields in map(str.split, table.splitlines()))
+
+
 def _target_state(target: Path, overwrite: bool, shown: str) -> str:
     """"missing", "empty" (an empty directory, filled without --overwrite) or "output" (a
     snim-batch output that --overwrite allows to replace); anything else raises."""
@@ -145,7 +160,7 @@ def _target_state(target: Path, overwrite: bool, shown: str) -> str:
                           "nothing was written")
     if not stat.S_ISDIR(mode):
         raise OutputError(f"{shown}: exists and is not a directory; refusing to replace it")
-    if os.path.ismount(target):
+    if _is_mount_point(target):
         raise OutputError(f"{shown}: is a mount point, and the output is put in place by "
                           "renaming a directory over it, which a mount point cannot take; "
                           "give --out a directory inside it; nothing was written")
