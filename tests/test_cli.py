@@ -7,8 +7,10 @@ import inspect
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -710,3 +712,20 @@ def test_an_interrupt_inside_a_kernel_call_is_reported_as_the_interrupt(capsys, 
         cli_module._fail(caught, verbose=False)
     assert exit_.value.exit_code == code
     assert capsys.readouterr().err.splitlines() == [line]
+
+
+def test_a_stop_signal_outside_the_commands_own_handling_exits_128_plus_it():
+    """SIGTERM while `grundy` is blocked writing its 2 MB of values to a pipe nobody reads:
+    typer turns the interrupt into exit 130; the exit status still names the signal (143)."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([str(SCRIPT), "grundy", "--moves", "2 5", "--upto", "1000000"],
+                            stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    try:
+        assert os.read(read_end, 1)  # the output has begun; the pipe then fills and blocks it
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        os.close(read_end)
+    assert proc.returncode == 143
