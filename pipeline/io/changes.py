@@ -8,48 +8,28 @@ written."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 from pipeline.errors import InputError, SnimError
-from pipeline.io import kept, object_store
+from pipeline.io import object_store
 from pipeline.io.inputs import InputFile, Source, describe
 from pipeline.io.locations import Location
-from pipeline.io.readers import FETCHES_AT_ONCE
-
-T = TypeVar("T")
-R = TypeVar("R")
+from pipeline.io.readers import each_input
 
 
 def described_now(paths: list[Source]) -> list[InputFile]:
     """Each input as the run finds it before reading its rows (a local file's size and
     modification time; an object's etag, version and size as the run first asked for them),
     for `ensure_unchanged` to compare with once the rows are read."""
-    return list(_each(describe, paths))
+    return list(each_input(describe, paths))
 
 
 def ensure_unchanged(files: list[InputFile]) -> None:
     """Raise InputError naming the first of `files` that changed since it was described (an
     object's etag, version or size; a local file's size or modification time), or is gone."""
-    for file, change in zip(files, _each(change_of, files)):
+    for file, change in zip(files, each_input(change_of, files)):
         if change is not None:
             raise InputError(f"{file.path}: changed while this run read it ({change}); nothing "
                              "was written (rerun once it is written whole)")
-
-
-def _each(work: Callable[[T], R], items: list[T]) -> Iterator[R]:
-    """`work` of every item, in order; objects in a store (not hdfs://, reached through
-    Spark's JVM) FETCHES_AT_ONCE at a time, each request being a round trip."""
-    paths = [getattr(item, "path", item) for item in items]
-    if sum(isinstance(p, Location) and p.scheme != "hdfs" for p in paths) < 2:
-        yield from map(work, items)
-        return
-    pool = ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="inputs")
-    try:
-        yield from pool.map(kept.carried(work), items)
-    finally:
-        pool.shutdown(cancel_futures=True)
 
 
 def change_of(file: InputFile) -> str | None:

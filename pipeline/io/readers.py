@@ -4,10 +4,11 @@ in batches or whole; what the footers say without reading rows."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
@@ -200,19 +201,27 @@ def columns_of(path: Source) -> list[str]:
 
 
 FETCHES_AT_ONCE = 16  # objects of a store asked for their columns at once
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def columns_of_each(paths: list[Source]) -> Iterator[list[str]]:
-    """`columns_of` of every file, in order, each error raised in its turn. Objects in a
-    store (not hdfs://, reached through Spark's JVM) are asked FETCHES_AT_ONCE at a time: one
-    by one, each footer or start is a round trip, tens of milliseconds to a cloud store.
+    """`columns_of` of every file, in order, each error raised in its turn (`each_input`).
     Within a run what they fetch is kept (`kept`) for the reads that follow."""
+    return each_input(columns_of, paths)
+
+
+def each_input(work: Callable[[T], R], inputs: list[T]) -> Iterator[R]:
+    """`work` of every input (a Source, or anything with a Source `path`), in order. Objects
+    in a store (not hdfs://, reached through Spark's JVM) are asked FETCHES_AT_ONCE at a
+    time: one by one, each request is a round trip, tens of milliseconds to a cloud store."""
+    paths = [getattr(item, "path", item) for item in inputs]
     if sum(isinstance(p, Location) and p.scheme != "hdfs" for p in paths) < 2:
-        yield from map(columns_of, paths)
+        yield from map(work, inputs)
         return
-    pool = ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="columns")
+    pool = ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="inputs")
     try:
-        yield from pool.map(kept.carried(columns_of), paths)
+        yield from pool.map(kept.carried(work), inputs)
     finally:
         pool.shutdown(cancel_futures=True)
 
