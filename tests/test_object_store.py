@@ -681,12 +681,17 @@ class HeldRequest:
     matching `pattern` (so the store has done it, the client is not told yet): `held` is set
     then; the answer is dropped once the client gives up on it (closes the connection), or
     passed on once `release` is set. With `cut`, the store is unreachable from then on: every
-    connection is closed and no new one taken."""
+    connection is closed and no new one taken. With `requests`, every matching request itself
+    is held back (the store has not seen it) until `release`, then passed on: it lands late.
+    With `refuse`, every matching request is answered 403 by the proxy itself."""
 
-    def __init__(self, server, pattern: bytes = MANIFEST_PUT, cut: bool = False) -> None:
+    def __init__(self, server, pattern: bytes = MANIFEST_PUT, cut: bool = False,
+                 requests: bool = False, refuse: bool = False) -> None:
         self.upstream = server.port
         self.pattern = re.compile(pattern)
         self.cut = cut
+        self.requests = requests
+        self.refuse = refuse
         self.sockets: list[socket.socket] = []
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
@@ -720,7 +725,14 @@ class HeldRequest:
     def _requests(self, client, upstream, gone, put) -> None:
         try:
             while data := client.recv(1 << 16):
-                if self.armed and self.pattern.match(data):
+                if self.refuse and self.pattern.match(data):
+                    self.held.set()
+                    client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                if self.requests and self.pattern.match(data):
+                    self.held.set()
+                    self.release.wait()
+                elif self.armed and self.pattern.match(data):
                     self.armed = False
                     put.set()
                 upstream.sendall(data)
@@ -825,6 +837,53 @@ def test_a_manifest_put_whose_outcome_cannot_be_told_keeps_every_file(
             "be deleted") in err
     assert {k.split("/")[1] for k in names(s3_env, "out/") if k.count("/") == 2} == {
         run, old["run_id"]}
+
+
+def test_credentials_that_may_not_look_the_bucket_up_still_commit(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy that allows a prefix but not HeadBucket (403 to `HEAD /bkt`): a first run to
+    an empty OUT is not refused as if the bucket were missing."""
+    sample = ROOT / "data" / "sample"
+    proxy = HeldRequest(s3_env, rb"HEAD /bkt/? HTTP", refuse=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                            sample / "positions.csv", "--out", "s3://bkt/fresh"], tmp_path)
+    finally:
+        proxy.close()
+    assert proxy.held.is_set(), "the bucket was not looked up"
+    assert code == 0, err
+    assert_whole(s3_env, "fresh")
+
+
+def test_a_manifest_put_that_may_still_land_keeps_every_file(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest PUT times out before the store has seen it, and reading the manifest
+    back shows the old one: the PUT may still land later (it is conditional on that very
+    manifest), so the run exits 1 saying it cannot tell and deletes nothing. When the PUT
+    does land, its manifest lists files that are all there."""
+    sample = ROOT / "data" / "sample"
+    old = first_output(s3_env, tmp_path, sample)
+    proxy = HeldRequest(s3_env, requests=True)
+    config = config_file(tmp_path, {"timeout": "2s", "max_retries": "0"})
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        code, err = invoke(["run", "--config", config, "--rules", sample / "rules.csv",
+                            "--positions", sample / "positions.csv", "--out", "s3://bkt/out",
+                            "--overwrite"], tmp_path)
+        assert proxy.held.is_set()
+        assert code == 1, err
+        assert "and may still take effect" in " ".join(err.split()), err
+        assert assert_whole(s3_env, "out")["run_id"] == old["run_id"]
+        proxy.release.set()  # the held PUT reaches the store now
+        deadline = time.monotonic() + 30
+        while json.loads(keys(s3_env, "out/manifest.json")["out/manifest.json"])[
+                "run_id"] == old["run_id"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proxy.close()
+    manifest = assert_whole(s3_env, "out")
+    assert manifest["run_id"] != old["run_id"]
 
 
 @pytest.mark.parametrize("pattern", [MANIFEST_PUT, DELETE], ids=["put", "delete"])

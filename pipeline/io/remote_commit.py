@@ -42,9 +42,6 @@ from pipeline.io.manifest import MANIFEST, RUN_FILE, RUN_ID, few_names, written_
 
 log = logging.getLogger(__name__)
 
-"""What a run uploads below its RUN_ID/ (the Spark engine's tables are directories of part
-files): all that is deleted of a dead run's leftovers."""
-
 
 _STAGING = re.compile(rf"snim-batch-(\d+)-{RUN_ID.pattern}-[^/]+")
 """A local staging directory (`tempfile.mkdtemp` in `staged_remote_output`): PID, RUN_ID."""
@@ -121,13 +118,23 @@ def _read_manifest(target: Location) -> tuple[dict[str, Any], str | None] | None
     return (parsed if isinstance(parsed, dict) else {}), etag.strip('"') if etag else None
 
 
+def _bucket_may_exist(target: Location) -> bool:
+    """False only when the store says the bucket does not exist: credentials limited to a
+    prefix may not look the bucket up (HeadBucket refused), and then the uploads tell."""
+    try:
+        return object_store.bucket_exists(target)
+    except SnimError as exc:
+        log.debug("%s: the bucket could not be looked up (%s)", target, exc)
+        return True
+
+
 def _target_state(target: Location, overwrite: bool) -> _Target:
     """Check what is at `target` (reads only): its bucket must exist; nothing there, or only
     dead runs' leftovers, is fine; a snim-batch output whose manifest lists every object
     below the prefixes it names, each at its recorded size, needs `overwrite`; anything else
     is refused."""
     objects = object_store.list_below(target)
-    if not objects and not object_store.bucket_exists(target):
+    if not objects and not _bucket_may_exist(target):
         raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist; nothing "
                           "was written")
     found = _read_manifest(target)
@@ -258,10 +265,13 @@ def _put_manifest(target: Location, data: bytes, previous: str | None) -> None:
         raise object_store.store_error(location, exc, "committing the manifest") from None
 
 
+class _Changed(OutputError):
+    """The conditional manifest PUT was refused: another run's manifest is in place."""
+
+
 def _changed(location: Location) -> OutputError:
-    return OutputError(f"{location}: another run committed to this output while this run "
-                       "was writing; nothing was written (rerun, with --overwrite to replace "
-                       "it)")
+    return _Changed(f"{location}: another run committed to this output while this run was "
+                    "writing; nothing was written (rerun, with --overwrite to replace it)")
 
 
 def _s3_client(location: Location) -> Any:
@@ -325,19 +335,29 @@ def _commit(out: Location, data: bytes, previous: str | None, run_id: str) -> No
     try:
         _put_manifest(out, data, previous)
     except BaseException as exc:
+        failure = object_store.redacted(first_line(exc))
         try:
             found = _read_manifest(out)
         except Exception as reading:
-            raise _Unknown(f"{out}: could not tell whether this run committed (the "
-                           f"{MANIFEST} PUT failed: {first_line(exc)}; reading it back "
-                           f"failed: {first_line(reading)}); if {out}/{MANIFEST} names run "
-                           f"{run_id}, the new output is in place (the replaced one's files "
-                           f"were kept); else its files under "
-                           f"{out}/{run_id}/ can be deleted") from None
-        if found is None or found[0].get("run_id") != run_id:
-            raise
-        log.info("%s: the %s PUT failed (%s), but the manifest in place is this run's", out,
-                 MANIFEST, first_line(exc))
+            raise _unknown(out, run_id, previous, f"the {MANIFEST} PUT failed: {failure}; "
+                           "reading it back failed: "
+                           f"{object_store.redacted(first_line(reading))}") from None
+        if found is not None and found[0].get("run_id") == run_id:
+            log.info("%s: the %s PUT failed (%s), but the manifest in place is this run's",
+                     out, MANIFEST, failure)
+            return
+        if isinstance(exc, _Changed) or (found[1] if found else None) != previous:
+            raise  # refused, or the manifest moved on: this run's PUT can no longer land
+        raise _unknown(out, run_id, previous, f"the {MANIFEST} PUT failed ({failure}) and "
+                       "may still take effect: the store may yet apply it") from None
+
+
+def _unknown(out: Location, run_id: str, previous: str | None, why: str) -> _Unknown:
+    kept = " (the replaced one's files were kept)" if previous else ""
+    return _Unknown(f"{out}: could not tell whether this run committed ({why}); if "
+                    f"{out}/{MANIFEST} names run {run_id}, the new output is in place{kept}; "
+                    f"else its files under {out}/{run_id}/ can be deleted (a later run there "
+                    "removes them once they are a day old)")
 
 
 class _Unknown(OutputError):
