@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from pipeline import kernels, keys
 from pipeline.config import Config
-from pipeline.errors import InputError, shown
+from pipeline.errors import InputError
 from pipeline.io import kept
 from pipeline.io.inputs import InputFile, RawTable, Source
 from pipeline.io.readers import (
@@ -74,26 +74,14 @@ def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, s
 
 
 def positions_form(paths: list[Source], config: Config) -> str:
-    """The positions form, which every file must share; in wide form, every file has a
-    position_id column or none does (default ids count rows across all files, so a file's
-    own ids would collide with them)."""
-    columns_of = dict(zip(paths, columns_of_each(paths)))
+    """The positions form, which every file must share."""
     forms = {p: schema.detect_form(columns, config.columns, str(p))
-             for p, columns in columns_of.items()}
+             for p, columns in zip(paths, columns_of_each(paths))}
     first = forms[paths[0]]
     for path, form in forms.items():
         if form != first:
             raise InputError(f"{path}: is in {form} form but {paths[0]} is in {first} form; "
                              "use one form per run")
-    if first == "wide":
-        name = config.columns.position_id
-        has = {p: name in columns for p, columns in columns_of.items()}
-        if len(set(has.values())) > 1:
-            given = next(p for p in paths if has[p])
-            missing = next(p for p in paths if not has[p])
-            raise InputError(f"{missing}: has no {shown(name)} column but {given} has one; "
-                             "give every positions file the column or none (default ids "
-                             "count rows across all files)")
     return first
 
 

@@ -709,31 +709,6 @@ def test_whole_file_problem(case: FileCase, tmp_path: Path) -> None:
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
 
 
-@pytest.mark.parametrize("second", ["b.csv", "b.parquet"])
-def test_files_with_and_without_position_ids_are_refused(tmp_path: Path, second: str) -> None:
-    """Default ids count rows across all files, so one file's own ids would collide with
-    another's defaults (a.csv row 0 and b's id 0 both 'position 0'): one message, exit 1."""
-    rules = _good_rules_file(tmp_path / "rules.csv")
-    positions = tmp_path / "positions"
-    positions.mkdir()
-    (positions / "a.csv").write_text("rule_set_id,heaps\n1,3\n1,4\n")
-    frame = pl.DataFrame({"rule_set_id": [1], "position_id": [0], "heaps": [[3]]})
-    if second.endswith(".csv"):
-        frame = frame.with_columns(pl.col("heaps").list.eval(pl.element().cast(pl.String))
-                                   .list.join(" "))
-        frame.write_csv(positions / second)
-    else:
-        frame.write_parquet(positions / second)
-    out = tmp_path / "out"
-    got = invoke(job_args(rules, positions, out), tmp_path)
-    got.assert_no_crash()
-    assert (got.code, got.stderr) == (1, f"snim-batch: error: {positions / 'a.csv'}: has no "
-                                         f"'position_id' column but {positions / second} has "
-                                         "one; give every positions file the column or none "
-                                         "(default ids count rows across all files)\n")
-    assert not out.exists()
-
-
 def test_a_partition_directory_is_named_when_its_column_is_missing(tmp_path: Path) -> None:
     """Hive-style directories (`rule_set_id=1/`, as Spark's partitionBy writes) are not read
     as columns; the missing-column message says so."""
@@ -1993,3 +1968,24 @@ def test_a_position_of_an_invalid_rule_set_names_the_rule_rows_once(tmp_path: Pa
             f"{rules} row 1)"),
         (1, f"rule set 2 is invalid: move 0 is not a positive integer ({rules} row 2)")]
     assert str(positions) in reasons["source"].to_list()[0]
+
+
+def test_files_with_and_without_position_ids_mix_and_a_collision_is_a_duplicate(
+        tmp_path: Path) -> None:
+    """Default ids count rows across all files (a.csv: 0, 1); b.csv's own id 0 then repeats
+    one of them: both rows are rejected as duplicates, the others evaluated."""
+    rules = _good_rules_file(tmp_path / "rules.csv")
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    (positions / "a.csv").write_text("rule_set_id,heaps\n1,3\n1,4\n")
+    (positions / "b.csv").write_text("rule_set_id,position_id,heaps\n1,0,5\n1,5,6\n")
+    out = tmp_path / "out"
+    got = invoke(job_args(rules, positions, out), tmp_path)
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    result = read_out(out)
+    assert sorted(result["verdicts"]["position_id"].to_list()) == [1, 5]
+    reasons = result["rejects"].select("source", "row", "reason").rows()
+    assert sorted(reasons) == [
+        (str(positions / "a.csv"), 0, "position_id 0 appears 2 times for rule_set_id 1"),
+        (str(positions / "b.csv"), 0, "position_id 0 appears 2 times for rule_set_id 1")]
