@@ -175,7 +175,7 @@ def table_failure(root: TableRoot, uri: str, exc: BaseException, doing: str, wha
         problem = object_store.store_problem(location, OSError(text), doing)
         if isinstance(problem, object_store.StoreError) or "bucket" in str(problem or ""):
             return str(problem)
-    return f"{uri}: {what} ({first_line(exc)})"
+    return f"{uri}: {what} ({object_store.redacted(first_line(exc), root.storage_options)})"
 
 
 @contextmanager
