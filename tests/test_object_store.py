@@ -808,20 +808,26 @@ def test_a_manifest_put_retried_after_a_timeout_commits(
     only_this_output(s3_env, manifest)
 
 
+def overwrite_through(proxy: HeldRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                      max_retries: int) -> tuple[int, str]:
+    """Run the sample job over s3://bkt/out with --overwrite, through `proxy`, with a 2 s
+    timeout and `max_retries`: (exit code, stderr)."""
+    sample = ROOT / "data" / "sample"
+    config = config_file(tmp_path, {"timeout": "2s", "max_retries": str(max_retries)})
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    return invoke(["run", "--config", config, "--rules", sample / "rules.csv", "--positions",
+                   sample / "positions.csv", "--out", "s3://bkt/out", "--overwrite"], tmp_path)
+
+
 def test_a_manifest_put_whose_outcome_cannot_be_told_keeps_every_file(
         s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The store takes the manifest, then cannot be reached (no answer to the PUT, nor to
     reading it back): the run exits 1 saying it cannot tell whether it committed, and deletes
     nothing, so the manifest in place (this run's) lists files that are all there."""
-    sample = ROOT / "data" / "sample"
-    old = first_output(s3_env, tmp_path, sample)
+    old = first_output(s3_env, tmp_path, ROOT / "data" / "sample")
     proxy = HeldRequest(s3_env, cut=True)
-    config = config_file(tmp_path, {"timeout": "2s", "max_retries": "1"})
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     try:
-        code, err = invoke(["run", "--config", config, "--rules", sample / "rules.csv",
-                            "--positions", sample / "positions.csv", "--out", "s3://bkt/out",
-                            "--overwrite"], tmp_path)
+        code, err = overwrite_through(proxy, tmp_path, monkeypatch, max_retries=1)
     finally:
         proxy.close()
     assert proxy.held.is_set()
@@ -862,15 +868,10 @@ def test_a_manifest_put_that_may_still_land_keeps_every_file(
     back shows the old one: the PUT may still land later (it is conditional on that very
     manifest), so the run exits 1 saying it cannot tell and deletes nothing. When the PUT
     does land, its manifest lists files that are all there."""
-    sample = ROOT / "data" / "sample"
-    old = first_output(s3_env, tmp_path, sample)
+    old = first_output(s3_env, tmp_path, ROOT / "data" / "sample")
     proxy = HeldRequest(s3_env, requests=True)
-    config = config_file(tmp_path, {"timeout": "2s", "max_retries": "0"})
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     try:
-        code, err = invoke(["run", "--config", config, "--rules", sample / "rules.csv",
-                            "--positions", sample / "positions.csv", "--out", "s3://bkt/out",
-                            "--overwrite"], tmp_path)
+        code, err = overwrite_through(proxy, tmp_path, monkeypatch, max_retries=0)
         assert proxy.held.is_set()
         assert code == 1, err
         assert "and may still take effect" in " ".join(err.split()), err
