@@ -169,7 +169,6 @@ def _staged(config: Config, run_id: str, notify: Callable[[str], None]
     return staged_remote_output(location, run_id, config.overwrite, notify)
 
 
-
 def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
             note: Callable[[str], None]) -> JobOutcome:
     """Every step of the job and every output but the manifest, written into `staging`

@@ -211,7 +211,6 @@ def _remove_stale(target: Path) -> None:
                         re.compile(rf"\.{re.escape(target.name)}\.delta-staging-(\d+)-.*"))
 
 
-
 def run_row(manifest: dict[str, Any], run_date: date, versions: dict[str, int]) -> pa.Table:
     """The runs table's row for one run: the manifest, flattened where a query needs it
     (counts, W rate, times, the data tables' versions), the rest as JSON text."""
