@@ -323,6 +323,21 @@ def test_a_run_fails_before_its_first_commit_if_another_run_committed_meanwhile(
     assert "nothing was written" in err
     assert versions(root) == left
     assert_night_is(root, NIGHT_1, theirs)
+    assert unreferenced_files(root) == {}  # the refused run's data files are deleted too
+
+
+def unreferenced_files(root: Path) -> dict[str, list[str]]:
+    """Each table's Parquet files on disk that no version of the table ever added."""
+    left = {}
+    for table in sorted(p for p in root.iterdir() if (p / "_delta_log").is_dir()):
+        added = {json.loads(line)["add"]["path"]
+                 for log in (table / "_delta_log").glob("*.json")
+                 for line in log.read_text().splitlines() if '"add"' in line}
+        on_disk = {str(f.relative_to(table)) for f in table.rglob("*.parquet")
+                   if "_delta_log" not in f.parts}
+        if on_disk - added:
+            left[table.name] = sorted(on_disk - added)
+    return left
 
 
 def test_history_marks_a_run_whose_row_its_failed_commit_took_back(

@@ -86,8 +86,13 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
     written = [_write_files(root, plan, run_id, run_date) for plan in plans]
     versions: dict[str, int] = {}
     with interrupts_held():
-        previous = _versions_now(root)
-        _refuse_moved(root, previous[RUNS])
+        try:
+            previous = _versions_now(root)
+            _refuse_moved(root, previous[RUNS])
+        except OutputError:
+            for plan, actions in zip(plans, written, strict=True):
+                _delete_files(root, plan.name, actions)
+            raise
         try:
             runs_base = _retract_night(root, run_date, run_id, previous[RUNS])
             for plan, actions in zip(plans, written, strict=True):
@@ -327,15 +332,22 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date
                                      {PARTITION: run_date.isoformat()},
                                      int(time.time() * 1000), True, stats.json()))
     except BaseException as exc:
-        for action in actions:
-            with suppress(OSError):
-                files.delete_file(action.path)
+        _delete_files(root, plan.name, actions)
         if isinstance(exc, (DeltaError, OSError, pa.ArrowException)):
             raise OutputError(table_failure(root, uri, exc, "writing the run's rows",
                                             "cannot write the run's rows")
                               + "; nothing was committed") from None
         raise
     return actions
+
+
+def _delete_files(root: TableRoot, name: str, actions: list[AddAction]) -> None:
+    """Delete data files this run wrote but never committed (no reader can see them), so
+    that a failed or refused run leaves nothing behind for a full vacuum to find."""
+    files = pafs.PyFileSystem(DeltaStorageHandler(root.table(name), root.storage_options))
+    for action in actions:
+        with suppress(OSError):
+            files.delete_file(action.path)
 
 
 def _commit(root: TableRoot, plan: _Plan, actions: list[AddAction], run_date: date,
