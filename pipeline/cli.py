@@ -1,6 +1,6 @@
 """The `snim-batch` command line: parse, call one core function, render, map errors to exit codes.
 
-This is the only module that imports typer, prints, or exits.
+This is the only module that imports typer; it and `pipeline.terminal` alone print or exit.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import logging
 import re
 import signal
 import sys
-import time
 import traceback
 from enum import Enum
 from pathlib import Path
@@ -28,6 +27,18 @@ from pipeline.errors import (
     UsageError,
     shown,
 )
+from pipeline.terminal import (
+    QUIET_THREAD_POOLS,
+    STOPPED_BY,
+    configure_logging,
+    default_stop_signals,
+    exit_status,
+    interrupt_within,
+    printable,
+    progress_printer,
+    stdin_bytes,
+    stop_signals_as_interrupts,
+)
 
 app = typer.Typer(
     name="snim-batch",
@@ -44,7 +55,7 @@ DEFAULT_CONFIG = Path("config.yaml")
 @app.callback()
 def _every_command() -> None:
     """Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out."""
-    _configure_logging(quiet=False, verbose=False)
+    configure_logging(quiet=False, verbose=False)
 GRUNDY_SEARCH_OPS = 10**9  # `grundy` tabulates for about a second at most (see --max-ops)
 GRUNDY_MAX_UPTO = 10**6  # `grundy` prints SG(0..UPTO) on one line: a few megabytes at most
 MAX_CAP = 2**32 - 1  # --cap as tables.max_table_len (limits.MAX_TABLE_LEN, without numba)
@@ -104,43 +115,21 @@ def _choice(choices: type[Enum]):
     return parse
 
 
-# Characters a terminal acts on rather than shows: C0 controls (ESC starts the sequences that
-# recolour, move the cursor or retitle the window; CR and LF forge lines), DEL, C1 controls
-# (CSI 0x9b is a one-byte ESC [), the bidirectional overrides and isolates that reorder what
-# is shown, and the Unicode line and paragraph separators.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-                     r"\u2066-\u2069]")
-_NAMED = {"\n": r"\n", "\r": r"\r", "\t": r"\t"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    return _NAMED.get(char) or (rf"\x{ord(char):02x}" if ord(char) < 0x100
-                                else rf"\u{ord(char):04x}")
-
-
-def _printable(text: str) -> str:
-    r"""Text with every character in _UNSAFE written as its escape (`\x1b`, `\n`, `\u202e`):
-    messages carry user data (ids, cell text, file names), which must reach the terminal as
-    text, never as instructions to it."""
-    return _UNSAFE.sub(_escape, text)
-
-
 def _say(message: str) -> None:
     """One line on stdout, printable."""
-    typer.echo(_printable(message))
+    typer.echo(printable(message))
 
 
 def _err(message: str) -> None:
     """One line on stderr, printable."""
-    typer.echo(f"snim-batch: {_printable(message)}", err=True)
+    typer.echo(f"snim-batch: {printable(message)}", err=True)
 
 
 def _traceback(exc: BaseException) -> None:
     """The traceback (--verbose), each line printable: the exception messages carry data."""
     for chunk in traceback.format_exception(exc):
         for line in chunk.rstrip("\n").split("\n"):
-            typer.echo(_printable(line), err=True)
+            typer.echo(printable(line), err=True)
 
 
 def _fail(exc: BaseException, verbose: bool) -> NoReturn:
@@ -155,7 +144,7 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
         if verbose:
             _traceback(exc)
         raise typer.Exit(exc.exit_code)
-    exc = _interrupt_within(exc) or exc
+    exc = interrupt_within(exc) or exc
     if isinstance(exc, Stopped):
         _err(f"stopped by {signal.Signals(exc.signum).name}; nothing was written")
         raise typer.Exit(128 + exc.signum)
@@ -167,19 +156,6 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
     if verbose:
         _traceback(exc)
     raise typer.Exit(EXIT_FAILED)
-
-
-def _interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C or stop signal behind `exc`: one that arrives while numba loads a kernel
-    surfaces as the SystemError it caused (`returned a result with an exception set`)."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None
 
 
 def _spark_options(spark: Any, master: str | None, remote: str | None) -> Any:
@@ -277,8 +253,8 @@ def run(
                     if output_format else None),
         )
         night = _run_date(run_date) if run_date is not None else None
-        _configure_logging(quiet, verbose)
-        progress = _progress_printer(quiet, verbose)
+        configure_logging(quiet, verbose)
+        progress = progress_printer(quiet, verbose)
         result = run_job(cfg, progress, night, lambda warning: _err(f"warning: {warning}"))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose)
@@ -332,43 +308,6 @@ def history(
         _fail(exc, False)
     for line in lines:
         _say(line)
-
-
-class _PrintableFormatter(logging.Formatter):
-    """Log records as `snim-batch: LEVEL: message`, escaped like every other line we print."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return "snim-batch: " + _printable(f"{record.levelname.lower()}: {super().format(record)}")
-
-
-def _configure_logging(quiet: bool, verbose: bool) -> None:
-    """The core logs through `logging.getLogger(__name__)`; here its records reach stderr:
-    warnings by default, errors only with --quiet, everything down to debug with --verbose.
-    Only the `pipeline` loggers are shown (libraries keep their own)."""
-    logger = logging.getLogger("pipeline")
-    logger.handlers = [logging.StreamHandler(sys.stderr)]
-    logger.handlers[0].setFormatter(_PrintableFormatter("%(message)s"))
-    logger.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.WARNING)
-    logger.propagate = False
-
-
-def _progress_printer(quiet: bool, verbose: bool):
-    """On a terminal, one status line rewritten in place; with --verbose (not a terminal),
-    one line per phase; otherwise nothing."""
-    tty = sys.stderr.isatty()
-    if quiet or not (tty or verbose):
-        return None
-    started = time.perf_counter()
-
-    def progress(message: str, done: bool) -> None:
-        line = f"snim-batch: [{time.perf_counter() - started:7.2f}s] {_printable(message)}"
-        if tty:
-            sys.stderr.write("\r\033[K" + line + ("\n" if done else ""))
-            sys.stderr.flush()
-        elif done:
-            typer.echo(line, err=True)
-
-    return progress
 
 
 def _parse_moves(text: str):
@@ -450,7 +389,7 @@ def solve(
     try:
         from pipeline.classic import solve_classic
 
-        text = solve_classic(_stdin_bytes(), cap, max_rule_ops, max_run_ops)
+        text = solve_classic(stdin_bytes(), cap, max_rule_ops, max_run_ops)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     sys.stdout.write(text)
@@ -472,7 +411,7 @@ def convert(
     try:
         from pipeline.convert import convert_classic
 
-        data = _stdin_bytes() if str(source) == "-" else _read_bytes(source)
+        data = stdin_bytes() if str(source) == "-" else _read_bytes(source)
         written = convert_classic(data, out, overwrite)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
@@ -547,62 +486,6 @@ def _read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def _status(code: object) -> int:
-    """The process exit status for a SystemExit code (None is 0; text is printed, then 1)."""
-    if code is None or isinstance(code, int):
-        return code or 0
-    print(_printable(str(code)), file=sys.stderr)
-    return 1
-
-
-def _stdin_bytes() -> bytes | memoryview:
-    """All of stdin. A regular file is mapped rather than copied (50 MB of input is 50 MB less
-    fresh memory to touch, 0.03-0.05 s); a pipe or terminal is read. The cost: a file cut
-    shorter while it is being solved ends the process with SIGBUS (exit 135), not a message."""
-    import mmap
-    import os
-    import stat
-
-    try:
-        fd = sys.stdin.fileno()
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            at = os.lseek(fd, 0, os.SEEK_CUR)
-            data = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))[at:]
-            os.lseek(fd, 0, os.SEEK_END)  # consumed, as a read would leave it
-            return data
-    except (OSError, ValueError):  # no descriptor (io.UnsupportedOperation), empty file, ...
-        pass
-    return sys.stdin.buffer.read()
-
-
-QUIET_THREAD_POOLS = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-"""Thread pools the job has no use for kept from spinning, unless the user set these: numpy's
-OpenBLAS pool (never called) spins about 0.1 CPU-s at start, and numba's OpenMP workers spin
-between parallel regions on the cores polars reads with. On 10M positions: 0.1-0.4 CPU-s
-less, wall 2-4% less."""
-
-
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
-                     if hasattr(signal, name))
-
-
-_STOPPED_BY: list[int] = []  # the stop signals received, for an exit code typer made 130
-
-
-def _stop(signum: int, frame: Any) -> None:
-    _STOPPED_BY.append(signum)
-    raise Stopped(signum)
-
-
-def stop_signals_as_interrupts() -> None:
-    """SIGTERM (a scheduler's timeout or cancel) and SIGHUP stop a run as Ctrl-C does: its
-    staging is removed, the previous output stays, and the exit code is 128 + the signal.
-    A signal the caller set to be ignored (`nohup`) stays ignored."""
-    for signum in STOP_SIGNALS:
-        if signal.getsignal(signum) == signal.SIG_DFL:
-            signal.signal(signum, _stop)
-
-
 def main() -> None:  # pragma: no cover - console entry point
     """Run the command, then end the process without the interpreter's teardown where that is
     safe: freeing numba's and polars' module state costs 0.15-0.2 s after every command (18%
@@ -620,15 +503,13 @@ def main() -> None:  # pragma: no cover - console entry point
             app()
             code = 0
         except SystemExit as exc:
-            code = _status(exc.code)
-        finally:  # the command is over: a later signal ends the process as it would have
-            for signum in STOP_SIGNALS:
-                if signal.getsignal(signum) is _stop:
-                    signal.signal(signum, signal.SIG_DFL)
+            code = exit_status(exc.code)
+        finally:
+            default_stop_signals()
     except Stopped as exc:  # it came after the command's own handling
         code = 128 + exc.signum
-    if code == 130 and _STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
-        code = 128 + _STOPPED_BY[0]
+    if code == 130 and STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
+        code = 128 + STOPPED_BY[0]
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:  # None when the shell closed it (`>&-`)
