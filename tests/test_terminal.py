@@ -1,0 +1,64 @@
+"""terminal: text made safe for a terminal, exit statuses, interrupts behind other errors.
+
+The commands' own use of these is checked end to end in test_cli.py; here each piece is
+checked on its own against hand-written expectations.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from pipeline.errors import Stopped
+from pipeline.terminal import exit_status, interrupt_within, printable
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("rs00042", "rs00042"),
+    ("a\nb\rc\td", r"a\nb\rc\td"),
+    ("\x1b[31mred", r"\x1b[31mred"),
+    ("\x9b2J", r"\x9b2J"),
+    ("\x7f", r"\x7f"),
+    ("abc\u202edef", r"abc\u202edef"),
+    ("\u2066x\u2069", r"\u2066x\u2069"),
+    ("line\u2028sep", r"line\u2028sep"),
+    ("café ü 東京", "café ü 東京"),
+])
+def test_printable_escapes_what_a_terminal_would_act_on(text: str, shown: str) -> None:
+    assert printable(text) == shown
+
+
+@pytest.mark.parametrize(("code", "status"), [(None, 0), (0, 0), (2, 2), (130, 130)])
+def test_exit_status_of_a_number(code: object, status: int) -> None:
+    assert exit_status(code) == status
+
+
+def test_exit_status_of_text_prints_it_escaped_and_is_1(capsys: pytest.CaptureFixture) -> None:
+    assert exit_status("bad\x1b[2J") == 1
+    assert capsys.readouterr().err == "bad\\x1b[2J\n"
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:  # noqa: BLE001 - the test wants the exception object
+        return caught
+
+
+def test_an_interrupt_behind_a_system_error_is_found() -> None:
+    stop = Stopped(signal.SIGTERM)
+    try:
+        try:
+            raise stop
+        except Stopped:
+            raise SystemError("returned a result with an exception set") from None
+    except SystemError as outer:
+        assert interrupt_within(outer) is stop  # __context__ holds it when __cause__ is None
+
+
+def test_no_interrupt_within_a_plain_error_or_a_cycle() -> None:
+    assert interrupt_within(_raised(ValueError("x"))) is None
+    first, second = ValueError("a"), ValueError("b")
+    first.__context__, second.__context__ = second, first
+    assert interrupt_within(first) is None
