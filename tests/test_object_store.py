@@ -973,6 +973,44 @@ def test_what_appears_in_the_old_output_during_the_run_is_kept(
     assert keys(s3_env, f"out/{run}/") == {f"out/{run}/notes.txt": b"mine",
                                            f"out/{run}/summary.parquet": b"edited"}
     assert manifest["run_id"] != run
+    assert manifest["retired_prefixes"] == [run]
+
+
+def test_what_a_run_kept_is_kept_by_every_later_run(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run file a user put in place of an old output's file during a run is kept; a later
+    run, past the leftovers' grace, neither takes it for a killed run's file and deletes it,
+    nor refuses the output: it keeps it again and says so, until the user removes it."""
+    from pipeline.io import remote_commit
+
+    sample = ROOT / "data" / "sample"
+    run = first_output(s3_env, tmp_path, sample)["run_id"]
+    real_upload = remote_commit._upload
+
+    def upload_then_edit(staging: Path, prefix: Location) -> None:
+        real_upload(staging, prefix)
+        s3_env.client().put_object(Bucket="bkt", Key=f"out/{run}/verdicts.parquet",
+                                   Body=b"my own verdicts")
+
+    job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv",
+           "--out", "s3://bkt/out", "--overwrite"]
+    with monkeypatch.context() as patch:
+        patch.setattr(remote_commit, "_upload", upload_then_edit)
+        assert invoke(job, tmp_path)[0] == 0
+    second = assert_whole(s3_env, "out")["run_id"]
+    monkeypatch.setattr(remote_commit, "LEFTOVER_GRACE", -1)
+    for _ in range(2):
+        code, err = invoke(job, tmp_path)
+        assert code == 0, err
+        assert (f"kept what an earlier run kept below a replaced output's prefix: "
+                f"{run}/verdicts.parquet (remove it yourself)") in " ".join(err.split())
+        manifest = assert_whole(s3_env, "out")
+        assert keys(s3_env, f"out/{run}/") == {f"out/{run}/verdicts.parquet": b"my own verdicts"}
+        assert second not in "".join(names(s3_env, "out/"))
+        assert run in manifest["retired_prefixes"]
+    s3_env.client().delete_object(Bucket="bkt", Key=f"out/{run}/verdicts.parquet")
+    assert invoke(job, tmp_path)[0] == 0
+    assert run not in assert_whole(s3_env, "out")["retired_prefixes"]
 
 
 def test_a_missing_bucket_is_found_before_any_work(s3_env, tmp_path: Path) -> None:

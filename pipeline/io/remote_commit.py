@@ -15,7 +15,8 @@ output's files are deleted.
 Only what is provably ours is deleted, key by key: the previous output's files its manifest
 lists, at the size it records (an output holding anything else is not replaced), and in a
 RUN_ID/ prefix no manifest lists (a killed run's), once older than LEFTOVER_GRACE, the names
-a run uploads."""
+a run uploads. A replaced output's prefix is named in the new manifest (RETIRED), so that what
+a user put there during the run, kept then, is never taken for a killed run's files later."""
 
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ _STAGING = re.compile(rf"snim-batch-(\d+)-{RUN_ID.pattern}-[^/]+")
 """A local staging directory (`tempfile.mkdtemp` in `staged_remote_output`): PID, RUN_ID."""
 
 
+RETIRED = "retired_prefixes"
+"""The manifest key listing replaced outputs' RUN_ID/ prefixes: what is left below them was
+kept on purpose, and is kept (and named) by every later run until the user removes it."""
+
 LEFTOVER_GRACE = 24 * 3600
 """Seconds after which a RUN_ID/ prefix that no manifest lists is a dead run's leftover (a
 live run commits right after its upload, well within this)."""
@@ -55,12 +60,19 @@ live run commits right after its upload, well within this)."""
 @dataclass
 class _Target:
     """What is at OUT before the run: the manifest's ETag (None: no output), the keys it
-    lists with their recorded sizes, and per RUN_ID/ prefix no manifest lists, its run
-    files with their modification times."""
+    lists with their recorded sizes, per RUN_ID/ prefix no manifest lists its run files with
+    their modification times, and what earlier runs kept below replaced outputs' prefixes."""
 
     etag: str | None = None
     listed: dict[str, int | None] = field(default_factory=dict)
     leftovers: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    kept: list[str] = field(default_factory=list)
+
+    def retired(self) -> list[str]:
+        """The prefixes the new manifest names as RETIRED: the replaced output's, and those
+        still holding what an earlier run kept."""
+        heads = {path.split("/", 1)[0] for path in [*self.listed, *self.kept]}
+        return sorted(head for head in heads if RUN_ID.fullmatch(head))
 
 
 def _recorded_size(entry: dict[str, Any]) -> int | None:
@@ -138,7 +150,7 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
         raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist; nothing "
                           "was written")
     found = _read_manifest(target)
-    state = _Target()
+    state, retired = _Target(), set()
     if found is not None:
         manifest, state.etag = found
         listed = listed_paths(manifest) if written_by_snim(manifest) else None
@@ -147,6 +159,7 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
                               f"{MANIFEST} was not written by snim-batch to an object store); "
                               "refusing to replace it, nothing was written")
         state.listed = listed
+        retired = _retired_prefixes(manifest)
     owned = {path.split("/", 1)[0] for path in state.listed}
     unlisted, resized = [], []
     for relative, size, mtime in _below(target, objects):
@@ -158,7 +171,9 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
                 resized.append(f"{relative} ({size} bytes, listed with {expected})")
             continue
         head, _, rest = relative.partition("/")
-        if RUN_ID.fullmatch(head) and head not in owned and RUN_FILE.fullmatch(rest):
+        if head in retired and head not in owned:
+            state.kept.append(relative)
+        elif RUN_ID.fullmatch(head) and head not in owned and RUN_FILE.fullmatch(rest):
             state.leftovers.setdefault(head, []).append((relative, mtime))
         else:
             unlisted.append(relative)
@@ -177,6 +192,14 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
     if found is not None and not overwrite:
         raise OutputError(f"{target}: output already exists (pass --overwrite to replace it)")
     return state
+
+
+def _retired_prefixes(manifest: dict[str, Any]) -> set[str]:
+    """The RUN_ID/ prefixes a manifest names as RETIRED (anything else there is ignored)."""
+    named = manifest.get(RETIRED)
+    if not isinstance(named, list):
+        return set()
+    return {p for p in named if isinstance(p, str) and RUN_ID.fullmatch(p)}
 
 
 def _below(target: Location, objects: list[tuple[str, int, float]]
@@ -224,14 +247,16 @@ def _upload(staging: Path, prefix: Location) -> None:
             done.result()
 
 
-def _remote_manifest(manifest: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """The staged manifest with each output's path under OUT (RUN_ID/NAME)."""
+def _remote_manifest(manifest: dict[str, Any], run_id: str, retired: list[str]
+                     ) -> dict[str, Any]:
+    """The staged manifest with each output's path under OUT (RUN_ID/NAME), and the
+    prefixes of the outputs it replaces."""
     outputs = []
     for entry in manifest.get("outputs", []):
         if entry.get("name") != MANIFEST:
             entry = {**entry, "path": f"{run_id}/{entry['name']}"}
         outputs.append(entry)
-    return {**manifest, "outputs": outputs}
+    return {**manifest, "outputs": outputs, RETIRED: retired}
 
 
 def _put_manifest(target: Location, data: bytes, previous: str | None) -> None:
@@ -383,7 +408,8 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         uploads = [f"{run_id}/{path.relative_to(staging).as_posix()}"
                    for path in sorted(staging.rglob("*")) if path.is_file()]
         _upload(staging, out.child(run_id))
-        data = json.dumps(_remote_manifest(manifest, run_id), indent=2, default=str) + "\n"
+        data = json.dumps(_remote_manifest(manifest, run_id, previous.retired()), indent=2,
+                          default=str) + "\n"
         _pause("committing")
         with interrupts_held():
             try:
@@ -428,6 +454,9 @@ def _retire(out: Location, previous: _Target) -> list[str]:
     if kept:
         notices.append(f"{out}: kept what the replaced output's {MANIFEST} does not account "
                        f"for: {few_names(sorted(kept))}")
+    if previous.kept:
+        notices.append(f"{out}: kept what an earlier run kept below a replaced output's "
+                       f"prefix: {few_names(sorted(previous.kept))} (remove it yourself)")
     stale, young = [], 0
     for files in previous.leftovers.values():
         if time.time() - max(mtime for _, mtime in files) > LEFTOVER_GRACE:
