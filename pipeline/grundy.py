@@ -245,6 +245,9 @@ class TableBudget:
     them; otherwise each round grows each table at most to double its length (from
     FIRST_ROUND_LEN), until it has what it needs, proves its period or meets a limit, so that
     the room is shared about evenly among the tables that need much, not spent on the first.
+    A table the room left short in a round stops there only if no table of that round proved
+    its period; one that did freed the rest of what it had reserved, and the next round
+    grants it again (so a run of many rules whose periods come early never starves the last).
     """
 
     max_table_len: int = DEFAULT_TABLE_LEN
@@ -276,7 +279,8 @@ class TableBudget:
         """Lengths for tables i (in order) towards targets[i], as far as the run's room goes,
         reserved as if no period came early; and the tables the room stops, with the limit."""
         values, ops = self.values, self.ops
-        stops, short = {}, {}
+        stops: dict[int, int] = {}
+        short: dict[int, str] = {}
         for i, target in targets.items():
             old = tables[i]
             room, name = self._room(rules[i], old, values, ops)
@@ -318,6 +322,8 @@ class TableBudget:
                 self.values += table.table_len - _length(old)
                 self.ops += table.work - (old.work - old.regrow_ops if old is not None else 0)
                 tables[i] = table
+            if any(tables[i].period is not None for i in todo):
+                short = {}  # periods came early: the room they freed goes round again
             for i, name in short.items():
                 stopped_by[i] = name
             goals = {i: goal for i, goal in goals.items() if i not in short

@@ -131,6 +131,18 @@ def test_later_case_with_smaller_or_different_moves():
     assert solve_classic(render(cases)) == expected
 
 
+def test_many_test_cases_with_early_periods_all_get_their_tables():
+    """800 test cases {k} with a heap of 10^18: more first rounds of tables than the default
+    run-wide work holds at once, but every period comes early, so every case is answered.
+    SG of {k} is floor(x / k) mod 2 (checked against the brute force for small k)."""
+    assert all(brute_wins((k,), (x,)) == bool((x // k) % 2)
+               for k in range(1, 6) for x in range(20))
+    ks = range(1, 801)
+    cases = [((k,), [(10**18,)]) for k in ks]
+    assert solve_classic(render(cases)) == "".join(
+        ("W" if (10**18 // k) % 2 else "L") + "\n" for k in ks)
+
+
 def test_zero_heaps_and_empty_positions():
     cases = [
         ([1], [[], [0], [0, 0, 0], [0, 1], [1, 0, 1]]),

@@ -300,6 +300,22 @@ def test_budget_charges_the_run_for_hashing_a_tables_windows_again_when_it_grows
     assert budget.ops == (pre + per + 59 - 1) * 203 + (pre + per + 30 - 59 + 1) * 64
 
 
+def test_budget_room_freed_by_early_periods_goes_to_the_tables_left_short():
+    """40 tables that each reserve a first round of FIRST_ROUND_LEN values, in room for 10
+    such rounds: the periods come early ({k}: SG(x) = floor(x / k) mod 2, period 2k), so
+    every table gets its turn and proves its period; none is stopped by max_run_ops."""
+    ks = range(1, 41)
+    run_ops = 10 * (grundy.FIRST_ROUND_LEN - 1) * value_ops((1,))
+    budget = TableBudget(max_run_ops=run_ops)
+    tables = budget.build([sub((k,)) for k in ks], [10**6] * len(ks), [None] * len(ks))
+    assert [(t.preperiod, t.period, t.stopped_by) for t in tables] == [
+        (0, 2 * k, None) for k in ks]
+    for k, t in zip(ks, tables):
+        heaps = np.array([0, k - 1, k, 2 * k - 1, 2 * k, 999_999, 10**6], dtype=np.int64)
+        assert t.sg(heaps).tolist() == [(h // k) % 2 for h in heaps.tolist()]
+    assert budget.ops <= run_ops
+
+
 def test_budget_tables_do_not_depend_on_the_number_of_threads():
     """The run-wide room is reserved before a round runs, so one thread and all threads give
     the same tables, even where a period found early leaves room unused."""
@@ -312,7 +328,7 @@ def test_budget_tables_do_not_depend_on_the_number_of_threads():
         before = numba.get_num_threads()
         numba.set_num_threads(threads)
         try:
-            budget = TableBudget(max_run_ops=600_000, max_rule_ops=40_000)
+            budget = TableBudget(max_run_ops=400_000, max_rule_ops=40_000)
             tables = budget.build([sub(s) for s in sets], needs, [None] * len(sets))
         finally:
             numba.set_num_threads(before)

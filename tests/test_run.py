@@ -292,6 +292,26 @@ def test_references_agree_with_brute_force():
             assert brute_force_wins(kind, moves, tuple(sorted(heaps))) == (nim != 0)
 
 
+def test_many_rules_with_early_periods_all_get_their_tables_under_the_default_limits(tmp_path):
+    """800 rule sets {k} with one heap of about 10^6 each: more first rounds of tables than
+    the default max_run_ops holds at once (759 of them), but each period comes early, so
+    every position is evaluated, none rejected. SG of {k} is floor(x / k) mod 2."""
+    assert all(naive_sg((k,), 3 * k) == [(x // k) % 2 for x in range(3 * k)]
+               for k in range(1, 12))
+    ks = range(1, 801)
+    rules = write_rules(tmp_path / "rules", [(k, "subtraction", (k,)) for k in ks], "parquet")
+    heaps = {k: 10**6 + 7 * k for k in ks}
+    positions = write_positions(tmp_path / "positions", [(k, k, (heaps[k],)) for k in ks],
+                                "wide", "parquet")
+    result = run(job(tmp_path, rules, positions))
+    assert (result.exit_code, result.problems) == (0, [])
+    verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert verdicts["verdict"].to_list() == ["W" if (heaps[k] // k) % 2 else "L" for k in ks]
+    tables = pl.read_parquet(tmp_path / "out" / "sg_tables.parquet")
+    assert tables["period"].to_list() == [2 * k for k in ks]
+    assert tables["stopped_by"].null_count() == len(ks)
+
+
 # ---- verdicts against brute force -----------------------------------------------------------
 
 CASES = [("wide", "csv", "int"), ("wide", "parquet", "str"), ("long", "csv", "str"),
