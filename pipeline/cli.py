@@ -436,7 +436,9 @@ def report(
 
 @app.command()
 def generate(
-    out: Annotated[Path, typer.Option(help="Directory for rules.* and positions/part-*.")],
+    out: Annotated[Path, typer.Option(
+        help="A new or empty directory for rules.* and positions/part-* (written beside it, "
+             "then renamed in whole).")],
     positions: Annotated[int, typer.Option(min=0, help="Number of positions.")] = 100_000,
     rule_sets: Annotated[int, typer.Option(min=1, help="Number of rule sets.")] = 100,
     max_heap: Annotated[int, typer.Option(min=1, help="Heaps are uniform in 0..MAX_HEAP.")]
@@ -450,7 +452,7 @@ def generate(
     = Form.wide,
     format: Annotated[Format, typer.Option("--format", parser=_choice(Format),
                                            help="File format.")] = Format.parquet,
-    seed: Annotated[int, typer.Option(help="Random seed (same seed, same files).")] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed, 0..2^63-2 (same seed, same files).")] = 0,
     key_type: Annotated[KeyType, typer.Option(parser=_choice(KeyType),
         help="int: integer ids; string: rule ids as text (rs00042); uuid: text rule ids and "
              "UUID position ids.")] = KeyType.int,

@@ -7,6 +7,8 @@ The same seed gives the same positions in every form and format, so runs can be 
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ import pyarrow as pa
 from pipeline.errors import OutputError, UsageError, shown
 
 CHUNK = 1_000_000
+MAX_VALUE = 2**63 - 2  # heaps are drawn from 0..MAX_HEAP, an int64 range with room for +1
 ROW_GROUP_ROWS = 1 << 20
 KEY_TYPES = ("int", "string", "uuid")
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
@@ -48,8 +51,13 @@ class Spec:
                              f"got {shown(self.key_type)}")
         if min(self.rule_sets, self.moves_per_set, self.max_heap) < 1 or self.positions < 0:
             raise UsageError("--rule-sets, --moves-per-set and --max-heap must be >= 1")
-        if self.files < 0:
-            raise UsageError("--files must be >= 0 (0: one file per million positions)")
+        if min(self.files, self.heaps_per_position, self.max_move) < 0:
+            raise UsageError("--files, --heaps and --max-move must be >= 0")
+        for name, value in (("--max-heap", self.max_heap), ("--max-move", self.max_move)):
+            if value > MAX_VALUE:
+                raise UsageError(f"{name} must be at most 2^63-2 ({MAX_VALUE}), got {value}")
+        if not 0 <= self.seed <= MAX_VALUE:
+            raise UsageError(f"--seed must be in 0..2^63-2, got {self.seed}")
 
     def file_count(self) -> int:
         """Position files: `files`, or one per CHUNK positions (at least one)."""
@@ -107,15 +115,16 @@ def positions_chunk(spec: Spec, rng: np.random.Generator, start: int, n: int,
         position_id = uuid_text(uuids or np.random.default_rng([spec.seed, 1]), n)
     else:
         position_id = pl.Series("position_id", np.arange(start, start + n, dtype=np.int64))
-    offsets = np.arange(0, n * k + 1, k, dtype=np.int64)
+    offsets = np.arange(n + 1, dtype=np.int64) * k
     lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(heaps))
     return pl.DataFrame({"rule_set_id": rule_ids(spec).gather(ids), "position_id": position_id,
                          "heaps": pl.Series(lists).cast(pl.List(pl.Int64))})
 
 
 def long_form(wide: pl.DataFrame) -> pl.DataFrame:
-    """One row per heap, in the order of the wide rows and their heaps."""
-    return wide.explode("heaps").rename({"heaps": "heap"})
+    """One row per heap, in the order of the wide rows and their heaps (a position of no
+    heaps has no row)."""
+    return wide.explode("heaps", empty_as_null=False).rename({"heaps": "heap"})
 
 
 def _write(frame: pl.DataFrame, path: Path, fmt: str) -> None:
@@ -141,21 +150,41 @@ def _chunks(spec: Spec, rng: np.random.Generator) -> Iterator[pl.DataFrame]:
         return
     rows = pl.concat(list(chunks))
     rows = rows.gather(np.random.default_rng([spec.seed, 2]).permutation(rows.height))
-    step = CHUNK * (spec.heaps_per_position if spec.form == "long" else 1) or 1
+    step = CHUNK * max(1, spec.heaps_per_position if spec.form == "long" else 1)
     for start in range(0, rows.height, step):
         yield rows.slice(start, step)
 
 
 def generate(out: Path, spec: Spec) -> list[Path]:
-    """Write rules.<fmt> and positions/part-NNNNN.<fmt> under `out`; returns the files.
+    """Write rules.<fmt> and positions/part-NNNNN.<fmt> under `out`, a new or empty directory
+    (a dataset is never mixed with another's files); returns the files. They are written in a
+    directory beside it, renamed to `out` once complete, so a failed or interrupted call
+    leaves nothing.
 
     Positions are split over `spec.file_count()` files of as equal a row count as possible."""
     spec.check()
-    rng = np.random.default_rng(spec.seed)
     try:
-        (out / "positions").mkdir(parents=True, exist_ok=True)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise OutputError(f"{out}: exists and is not an empty directory; generate writes "
+                              "a whole dataset into a new or empty one (remove it, or choose "
+                              "another --out)")
+        out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{out}: cannot create directory ({exc.strerror})") from None
+    staging = out.parent / f".{out.name}.generating-{os.getpid()}"
+    try:
+        (staging / "positions").mkdir(parents=True)
+        written = _write_dataset(staging, spec)
+        staging.rename(out)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot write the dataset ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [out / path.relative_to(staging) for path in written]
+
+
+def _write_dataset(out: Path, spec: Spec) -> list[Path]:
+    rng = np.random.default_rng(spec.seed)
     written = [out / f"rules.{spec.format}"]
     _write(rules_frame(spec, rng), written[0], spec.format)
     per_row = spec.heaps_per_position if spec.form == "long" else 1

@@ -114,3 +114,79 @@ def _xor(values: list[int], heaps: list[int]) -> int:
     for h in heaps:
         out ^= values[h]
     return out
+
+
+def test_a_directory_that_is_not_empty_is_refused_and_kept_as_it_was(tmp_path: Path) -> None:
+    """A second dataset written over a first would leave the first's extra files beside it,
+    read by `run` as the second's: refused, exit 1, the first dataset untouched."""
+    data = tmp_path / "data"
+    generate(data, Spec(positions=50, files=5, seed=1))
+    before = {p: p.read_bytes() for p in data.rglob("*") if p.is_file()}
+    code, err = invoke(["generate", "--out", data, "--positions", 20, "--files", 2], tmp_path)
+    assert code == 1, err
+    assert (f"error: {data}: exists and is not an empty directory; generate writes a whole "
+            "dataset into a new or empty one") in " ".join(err.split())
+    assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_a_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline import generate as module
+
+    real_write, calls = module._write, []
+
+    def fail_on_the_third_file(frame, path, fmt):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real_write(frame, path, fmt)
+
+    monkeypatch.setattr(module, "_write", fail_on_the_third_file)
+    code, err = invoke(["generate", "--out", tmp_path / "data", "--positions", 30, "--files",
+                        3], tmp_path)
+    assert code == 1, err
+    assert "cannot write the dataset (No space left on device)" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_positions_of_no_heaps(tmp_path: Path, form: str) -> None:
+    """--heaps 0: wide rows with an empty list (each an L: no move), long form no rows."""
+    data = tmp_path / "data"
+    code, err = invoke(["generate", "--out", data, "--positions", 6, "--heaps", 0, "--form",
+                        form, "--shuffle"], tmp_path)
+    assert code == 0, err
+    positions = pl.read_parquet(data / "positions")
+    if form == "long":
+        assert positions.height == 0 and positions.columns == [
+            "rule_set_id", "position_id", "heap"]
+        return
+    assert positions["heaps"].to_list() == [[]] * 6
+    code, err = invoke(["run", "--rules", data / "rules.parquet", "--positions",
+                        data / "positions", "--out", tmp_path / "out"], tmp_path)
+    assert code == 0, err
+    assert read_outputs(tmp_path / "out")["verdicts"]["verdict"].to_list() == ["L"] * 6
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--seed", "-1", "--seed must be in 0..2^63-2, got -1"),
+    ("--max-heap", str(2**63), f"--max-heap must be at most 2^63-2 ({2**63 - 2}), got {2**63}"),
+    ("--max-move", str(2**63 - 1), "--max-move must be at most 2^63-2"),
+])
+def test_values_out_of_range_are_usage_errors(tmp_path: Path, option: str, value: str,
+                                              message: str) -> None:
+    code, err = invoke(["generate", "--out", tmp_path / "data", option, value], tmp_path)
+    assert code == 2, err
+    assert f"error: {message}" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_largest_heaps_and_moves_allowed(tmp_path: Path) -> None:
+    top = 2**63 - 2
+    generate(tmp_path / "data", Spec(positions=40, rule_sets=3, max_heap=top, max_move=top,
+                                     moves_per_set=4, seed=2))
+    rules, positions = _read(tmp_path / "data")
+    moves = [m for ms in rules["moves"].to_list() for m in ms]
+    heaps = [h for hs in positions["heaps"].to_list() for h in hs]
+    assert 1 <= min(moves) and max(moves) <= top and 0 <= min(heaps) and max(heaps) <= top
+    assert max(heaps) > 2**60  # uniform over 0..top: 200 draws below 2^60 would be 1/8^200
