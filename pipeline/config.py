@@ -248,7 +248,13 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
 def _parse_yaml(text: str, source: str) -> Any:
     """The document in `text`, through `_ConfigLoader`, with duplicate keys refused; every
     problem is a ConfigError naming the file and line."""
-    loader = _ConfigLoader(text)
+    try:
+        loader = _ConfigLoader(text)  # its reader refuses control characters here
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise ConfigError(f"{source}: line {line} is not valid YAML (the control character "
+                          f"U+{code:04X} is not allowed in a YAML file)") from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -414,6 +414,13 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
     ("tables:\n  max_table_len: " + "7" * 5000 + "\n", "line 5: an integer of 5000 characters"),
     ("engine: " + "[" * 3000 + "]" * 3000 + "\n", "values are nested too deeply"),
     ("engine: *nowhere\n", "line 4 is not valid YAML (found undefined alias 'nowhere')"),
+    ("engine: polars\x00\n", "line 4 is not valid YAML (the control character U+0000 is not "
+                             "allowed in a YAML file)"),
+    ("winning_moves: true\nengine: polars\x7f\n", "line 5 is not valid YAML (the control "
+                                                  "character U+007F is not allowed in a YAML "
+                                                  "file)"),
+    ("engine: 'a\x9bb'\n", "line 4 is not valid YAML (the control character U+009B is not "
+                           "allowed in a YAML file)"),
 ])
 def test_yaml_refused_with_its_line(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path / "c.yaml", BASE + text)
