@@ -170,6 +170,9 @@ def _load(config: Path | None, rules: str | None, positions: str | None, out: st
     from pipeline.config import config_from_dict, load_config
 
     given = {"rules": rules, "positions": positions, "out": out}
+    for name, value in given.items():
+        if value is not None and not value.strip():
+            raise UsageError(f"--{name} is empty: give a path or URL")
     if config is not None:
         return load_config(config, given)
     if DEFAULT_CONFIG.exists():

@@ -464,3 +464,19 @@ def test_a_bad_token_anywhere_is_reported(cases, data):
     text = b" ".join(tokens[:at] + [bad] + tokens[at + 1 :])
     with pytest.raises(InputError, match=rf"token {at + 1} \({re.escape(repr(bad.decode()))}"):
         solve_classic(text)
+
+
+def test_a_utf8_byte_order_mark_is_skipped_and_offsets_still_count_it():
+    """Editors on Windows start a text file with EF BB BF: not a token. Offsets in messages
+    stay the file's own (the mark's three bytes included)."""
+    bom = b"\xef\xbb\xbf"
+    assert solve_classic(bom + SAMPLE) == "LWW\nWWL\n"
+    assert [c.moves for c in parse_classic(bom + SAMPLE)] == [
+        c.moves for c in parse_classic(SAMPLE)]
+    with pytest.raises(InputError, match=r"token 2 \('x', at byte offset 5\) is not a "
+                                         r"non-negative integer \(in test case 1\)"):
+        solve_classic(bom + b"1 x\n")
+    with pytest.raises(InputError, match=r"its last token, 5 \(token 5, at byte offset 11\)"):
+        solve_classic(bom + b"1 2\n1\n1 5")
+    with pytest.raises(InputError, match=r"token 1 \('\\ufeff1'"):
+        solve_classic(bom + bom + b"1 2\n1\n1 5\n0\n")  # a second mark is text, refused

@@ -729,3 +729,12 @@ def test_a_stop_signal_outside_the_commands_own_handling_exits_128_plus_it():
     finally:
         os.close(read_end)
     assert proc.returncode == 143
+
+
+@pytest.mark.parametrize("empty", ["rules", "positions", "out"])
+def test_an_empty_path_option_is_named(cli, small_job, tmp_path, empty):
+    paths = {"rules": "rules.csv", "positions": "positions.csv", "out": "out", empty: " "}
+    result = cli("run", *[a for name, path in paths.items() for a in (f"--{name}", path)])
+    assert (result.exit_code, result.stderr) == (
+        2, f"snim-batch: error: --{empty} is empty: give a path or URL\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]

@@ -93,7 +93,15 @@ def test_report_defaults_into_the_output_dir(tmp_path: Path) -> None:
 def test_report_on_a_non_output_dir_is_a_clean_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 1
-    assert "not a snim-batch output" in result.output and "Traceback" not in result.output
+    assert result.stderr == (f"snim-batch: error: {tmp_path}: not a snim-batch output (no "
+                             "manifest.json)\n")
+
+
+def test_report_on_a_missing_path_says_it_does_not_exist(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
+    assert (result.exit_code, result.stderr) == (
+        1, f"snim-batch: error: {tmp_path / 'nope'}: does not exist\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def _listed(out: Path) -> dict[str, dict]:

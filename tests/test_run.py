@@ -177,15 +177,28 @@ def canonical(moves) -> tuple[int, ...]:
 
 
 def check_move(kind, moves, heaps, move_heap, move_take, sg, small: bool) -> None:
+    """A legal move to a losing position (by search for small heaps, else by the SG
+    reference); for small heaps, exactly the one the README fixes among the winning moves
+    search finds: on the first heap whose SG value g has g ^ nim-sum < g (the textbook
+    strategy: a move to any smaller value exists), the smallest s in S that wins
+    (subtraction), the only one (nim, half)."""
     assert move_heap is not None and move_take is not None
     assert 0 <= move_heap < len(heaps)
     h = heaps[move_heap]
     assert move_take in legal_takes(kind, canonical(moves or ()), h), (kind, moves, h, move_take)
     after = heaps[:move_heap] + [h - move_take] + heaps[move_heap + 1:]
-    if small:
-        assert not wins(kind, moves or (), after), (kind, moves, heaps, after)
-    else:
+    if not small:
         assert reduce(xor, map(sg, after), 0) == 0, (kind, moves, heaps, after)
+        return
+
+    def winning(i: int, take: int) -> bool:
+        return not wins(kind, moves or (), heaps[:i] + [heaps[i] - take] + heaps[i + 1:])
+
+    nim_sum = reduce(xor, map(sg, heaps), 0)
+    i = next(i for i, h in enumerate(heaps) if sg(h) ^ nim_sum < sg(h))
+    takes = [t for t in legal_takes(kind, canonical(moves or ()), heaps[i]) if winning(i, t)]
+    assert kind == "subtraction" or len(takes) == 1
+    assert (move_heap, move_take) == (i, min(takes)), (kind, moves, heaps, move_heap, move_take)
 
 
 def check_outputs(out: Path, rules: list, positions: list, *, rows_read: int,

@@ -109,6 +109,15 @@ def test_parse_int_list_explains_exactly_the_texts_the_grammar_rejects(texts):
         assert heaps == (values if in_int64 else None), text
 
 
+def test_a_range_holds_at_most_a_million_values():
+    assert parse_int_list("1..1000000", allow_ranges=True, item="move") == list(
+        range(1, 1_000_001))
+    assert parse_int_list("5 2..1000001", allow_ranges=True, item="move")[:3] == [5, 2, 3]
+    with pytest.raises(ValueError, match=r"^range '1\.\.1000001' is too long \(over "
+                                         r"1,000,000 values\)$"):
+        parse_int_list("1..1000001", allow_ranges=True, item="move")
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("5,,6", "heap at index 1 is empty in '5,,6'"),
     (",", "heap at index 0 is empty in ','"),

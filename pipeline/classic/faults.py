@@ -90,22 +90,24 @@ _MESSAGES = {
 }
 
 
-def input_error(buf: np.ndarray, err: np.ndarray) -> InputError:
-    """The error the parser's record `err` describes, in words, quoting the input `buf`."""
+def input_error(buf: np.ndarray, err: np.ndarray, skipped: int = 0) -> InputError:
+    """The error the parser's record `err` describes, in words, quoting the input `buf`, whose
+    byte offsets are `skipped` (a byte order mark) past the file's."""
     fault = _Fault(*(int(x) for x in err))
     tok = f"token {fault.token + 1}"
     if fault.code in (NOT_INT, OVERFLOW):
         what = ("does not fit in a 64-bit integer" if fault.code == OVERFLOW
                 else "is not a non-negative integer")
         return InputError(f"{WHERE}: {tok} ({_token_text(buf, fault.start, fault.end)!r}, at "
-                          f"byte offset {fault.start}) {what} (in test case {fault.case})")
+                          f"byte offset {fault.start + skipped}) {what} (in test case "
+                          f"{fault.case})")
     if fault.code == UNTERMINATED:
-        return InputError(_unterminated_message(buf, fault, tok))
+        return InputError(_unterminated_message(buf, fault, tok, skipped))
     return InputError(_MESSAGES[fault.code].format(
         at=f"{WHERE}: test case {fault.case}", tok=tok, **fault._asdict()))
 
 
-def _unterminated_message(buf: np.ndarray, fault: _Fault, tok: str) -> str:
+def _unterminated_message(buf: np.ndarray, fault: _Fault, tok: str, skipped: int) -> str:
     if fault.positions == 0:
         role = f"m, the number of positions, of test case {fault.case}"
     elif fault.expected == 0:
@@ -115,7 +117,8 @@ def _unterminated_message(buf: np.ndarray, fault: _Fault, tok: str) -> str:
         role = (f"heap {fault.read} of position {fault.position} of {fault.positions} in test "
                 f"case {fault.case}")
     text = _token_text(buf, fault.start, fault.end)
-    seen = f"its last token, {text} ({tok}, at byte offset {fault.start}), was read as {role}"
+    seen = (f"its last token, {text} ({tok}, at byte offset {fault.start + skipped}), was read "
+            f"as {role}")
     if text.strip("+-0") == "":
         why = "that 0 may be the terminator, read as data because a number before it was lost"
     else:

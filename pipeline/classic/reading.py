@@ -58,13 +58,19 @@ class ClassicCase:
         return [self.heaps[a:b] for a, b in zip(off[:-1], off[1:])]
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def _as_buffer(data: bytes | bytearray | memoryview | str) -> np.ndarray:
+    """The input's bytes, after a UTF-8 byte order mark if it starts with one (editors on
+    Windows add it; it is no token, and columns are then counted as the editor shows them)."""
     if isinstance(data, str):
         data = data.encode()
     try:
-        return np.frombuffer(data, dtype=np.uint8)
+        buf = np.frombuffer(data, dtype=np.uint8)
     except (TypeError, ValueError) as e:
         raise InputError(f"{WHERE}: expected bytes, got {type(data).__name__}") from e
+    return buf[len(_BOM):] if buf[:len(_BOM)].tobytes() == _BOM else buf
 
 
 def checked(data: bytes, keep: bool) -> tuple:
@@ -73,7 +79,7 @@ def checked(data: bytes, keep: bool) -> tuple:
     buf = _as_buffer(data)
     *parsed, err = parse(buf, MAX_MOVE, keep)
     if err[E_CODE] != OK:
-        raise input_error(buf, err)
+        raise input_error(buf, err, skipped=len(data) - buf.shape[0])
     return buf, *parsed
 
 

@@ -201,6 +201,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
     except FileNotFoundError:
+        if not directory.exists():
+            raise InputError(f"{directory}: does not exist") from None
         raise InputError(f"{directory}: not a snim-batch output (no {MANIFEST})") from None
     except (OSError, ValueError, RecursionError) as exc:
         raise InputError(f"{directory / MANIFEST}: unreadable manifest ({exc})") from None

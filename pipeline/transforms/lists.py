@@ -16,6 +16,8 @@ from pipeline.grundy import MAX_HEAP
 from pipeline.transforms.buffers import arrow_int64, text_buffers
 from pipeline.transforms.schema import HEAPS
 
+MAX_RANGE_VALUES = 1_000_000  # values one "FIRST..LAST" range may hold (README, rules)
+
 _INT_TEXT = re.compile(r"^[+-]?[0-9]+$")
 
 
@@ -82,8 +84,8 @@ def _int_range(token: str, text: str, item: str, index: int) -> range:
     first, last = _int_token(lo, text, item, index), _int_token(hi, text, item, index)
     if first > last:
         raise ValueError(f"range {shown(token)} is empty (its first value is above its last)")
-    if last - first > 1_000_000:
-        raise ValueError(f"range {shown(token)} is too long (over 1,000,000 values)")
+    if last - first >= MAX_RANGE_VALUES:
+        raise ValueError(f"range {shown(token)} is too long (over {MAX_RANGE_VALUES:,} values)")
     return range(first, last + 1)
 
 
