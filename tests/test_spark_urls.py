@@ -280,27 +280,26 @@ def hdfs_run(jar: Path, where: Path, rules: Path, positions: str, out: Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", ["wide", "long"])
+@pytest.mark.parametrize(("form", "named"), [("wide", False), ("long", True)])
 def test_hdfs_positions_are_found_and_read_through_sparks_jvm(
-        local_as_hdfs: Path, tmp_path: Path, form: str) -> None:
-    """A prefix on a named namenode and a glob on the default one: the polars engine's
-    tables on the same files, and the manifest lists each file with its size (HDFS has no
-    ETag or version)."""
+        local_as_hdfs: Path, tmp_path: Path, form: str, named: bool) -> None:
+    """A prefix on a named namenode (long form) and a glob on the default one (wide; one
+    Spark run each, 20-40 s apiece): the polars engine's tables on the same files, and the
+    manifest lists each file with its size (HDFS has no ETag or version)."""
     data = dataset(tmp_path / "data", form, "parquet")
     positions = data / "positions"
     run(tmp_path / "polars", "polars", str(data / "rules.parquet"), str(positions))
     want = tables(tmp_path / "polars")
-    for name, spec, head in (("prefix", f"hdfs://nn:9000{positions}", "hdfs://nn:9000"),
-                             ("glob", f"hdfs://{positions}/part-*.parquet", "hdfs://")):
-        done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.parquet", spec,
-                        tmp_path / name)
-        assert done.returncode == 3, done.stderr
-        assert_same(want, tables(tmp_path / name), (head + str(positions), str(positions)))
-        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
-        assert manifest["inputs"]["positions"] == [
-            {"path": f"{head}{positions}/part-{n}.parquet", "format": "parquet",
-             "size": (positions / f"part-{n}.parquet").stat().st_size, "etag": None,
-             "version": None} for n in ("00000", "00001", "99999")]
+    spec, head = ((f"hdfs://nn:9000{positions}", "hdfs://nn:9000") if named
+                  else (f"hdfs://{positions}/part-*.parquet", "hdfs://"))
+    done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.parquet", spec, tmp_path / "out")
+    assert done.returncode == 3, done.stderr
+    assert_same(want, tables(tmp_path / "out"), (head + str(positions), str(positions)))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["inputs"]["positions"] == [
+        {"path": f"{head}{positions}/part-{n}.parquet", "format": "parquet",
+         "size": (positions / f"part-{n}.parquet").stat().st_size, "etag": None,
+         "version": None} for n in ("00000", "00001", "99999")]
 
 
 @pytest.mark.slow
