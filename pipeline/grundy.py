@@ -274,14 +274,29 @@ class TableBudget:
         name = min(limits, key=limits.__getitem__)
         return limits[name], name
 
+    def _out_of_room(self, values: int, ops: int) -> str | None:
+        """The run-wide limit that leaves no table room to grow by one value (None: room is
+        left). One value costs at least 1 + PROOF_OPS operations."""
+        if values >= self.max_total_values:
+            return "max_total_values"
+        if self.max_run_ops - ops <= PROOF_OPS:
+            return "max_run_ops"
+        return None
+
     def _grant(self, rules: Sequence[Rule], tables: Sequence[SGTable | None],
-               targets: dict[int, int]) -> tuple[dict[int, int], dict[int, str]]:
-        """Lengths for tables i (in order) towards targets[i], as far as the run's room goes,
-        reserved as if no period came early; and the tables the room stops, with the limit."""
+               targets: Iterable[tuple[int, int]]
+               ) -> tuple[dict[int, int], dict[int, str], str | None]:
+        """Lengths for tables i (in order) towards their targets, as far as the run's room
+        goes, reserved as if no period came early; the tables the room stops, with the limit;
+        and the run-wide limit that ran out before the last table, if one did (the tables
+        after that point are not looked at, so a round costs what it grants)."""
         values, ops = self.values, self.ops
         stops: dict[int, int] = {}
         short: dict[int, str] = {}
-        for i, target in targets.items():
+        for i, target in targets:
+            spent = self._out_of_room(values, ops)
+            if spent is not None:
+                return stops, short, spent
             old = tables[i]
             room, name = self._room(rules[i], old, values, ops)
             stops[i] = target if room >= target else max(_length(old), room, 1)
@@ -289,7 +304,21 @@ class TableBudget:
                 short[i] = name
             values += stops[i] - _length(old)
             ops += _growth_ops(rules[i], old, stops[i])
-        return stops, short
+        return stops, short, None
+
+    def _build(self, rules: Sequence[Rule], tables: list[SGTable | None],
+               stops: dict[int, int]) -> list[int]:
+        """Grow tables i to stops[i] (those that grow), charging the budget what each took;
+        returns the tables built."""
+        todo = [i for i, stop in stops.items() if stop > _length(tables[i])]
+        built = build_tables([rules[i] for i in todo], [stops[i] for i in todo],
+                             [stops[i] for i in todo], [tables[i] for i in todo])
+        for i, table in zip(todo, built):
+            old = tables[i]
+            self.values += table.table_len - _length(old)
+            self.ops += table.work - (old.work - old.regrow_ops if old is not None else 0)
+            tables[i] = table
+        return todo
 
     def build(self, rules: Sequence[Rule], need_lens: Sequence[int],
               grown: Sequence[SGTable | None]) -> list[SGTable]:
@@ -309,25 +338,22 @@ class TableBudget:
             if grown[i] is None or grown[i].period is None and grown[i].table_len < goal:
                 goals[i] = goal
         while goals:
-            stops, short = self._grant(rules, tables, goals)
-            if short:  # the room binds: grow every table at the same pace instead
-                stops, short = self._grant(rules, tables, {
-                    i: min(goal, max(2 * _length(tables[i]), FIRST_ROUND_LEN))
-                    for i, goal in goals.items()})
-            todo = [i for i, stop in stops.items() if stop > _length(tables[i])]
-            built = build_tables([rules[i] for i in todo], [stops[i] for i in todo],
-                                 [stops[i] for i in todo], [tables[i] for i in todo])
-            for i, table in zip(todo, built):
-                old = tables[i]
-                self.values += table.table_len - _length(old)
-                self.ops += table.work - (old.work - old.regrow_ops if old is not None else 0)
-                tables[i] = table
+            stops, short, spent = self._grant(rules, tables, goals.items())
+            if short or spent:  # the room binds: grow every table at the same pace instead
+                stops, short, spent = self._grant(rules, tables, (
+                    (i, min(goal, max(2 * _length(tables[i]), FIRST_ROUND_LEN)))
+                    for i, goal in goals.items()))
+            todo = self._build(rules, tables, stops)
             if any(tables[i].period is not None for i in todo):
-                short = {}  # periods came early: the room they freed goes round again
-            for i, name in short.items():
+                short, spent = {}, None  # periods came early: the room they freed goes round
+            waiting = dict.fromkeys(i for i in goals if i not in stops) if spent else {}
+            for i, name in [*short.items(), *((i, spent) for i in waiting)]:
                 stopped_by[i] = name
-            goals = {i: goal for i, goal in goals.items() if i not in short
-                     and tables[i].period is None and _length(tables[i]) < goal}
+            self._build(rules, tables, {i: 1 for i in waiting if tables[i] is None})
+            for i in [*stops, *waiting]:
+                if (i in short or i in waiting or tables[i].period is not None
+                        or _length(tables[i]) >= goals[i]):
+                    del goals[i]
         return [replace(t, stopped_by=why) if why is not None and t.period is None else t
                 for t, why in zip(tables, stopped_by)]
 

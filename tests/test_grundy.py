@@ -316,6 +316,22 @@ def test_budget_room_freed_by_early_periods_goes_to_the_tables_left_short():
     assert budget.ops <= run_ops
 
 
+def test_budget_rounds_look_only_at_the_tables_they_grant(monkeypatch):
+    """400 tables, room for 10 first rounds at a time, periods early (well within the room
+    all together): about 40 rounds, and each looks at the tables it grants (and the next),
+    not at all that are waiting, so planning stays linear in the number of rules (all of
+    them looked at in every round would be about 8,000 looks)."""
+    looks = []
+    real_room = TableBudget._room
+    monkeypatch.setattr(TableBudget, "_room", lambda self, *a: looks.append(1) or real_room(
+        self, *a))
+    ks = range(1, 401)
+    budget = TableBudget(max_run_ops=10 * (grundy.FIRST_ROUND_LEN - 1) * value_ops((1,)))
+    tables = budget.build([sub((k,)) for k in ks], [10**6] * len(ks), [None] * len(ks))
+    assert [(t.period, t.stopped_by) for t in tables] == [(2 * k, None) for k in ks]
+    assert len(looks) <= 3 * len(ks)
+
+
 def test_budget_tables_do_not_depend_on_the_number_of_threads():
     """The run-wide room is reserved before a round runs, so one thread and all threads give
     the same tables, even where a period found early leaves room unused."""

@@ -1034,8 +1034,8 @@ def test_total_table_budget_rejects_instead_of_exhausting_memory(tmp_path):
     """tables.max_total_values bounds all tables together: once spent, a heap that would need
     a longer table is a rejected row, not a crash. Tables are granted in canonical rule order,
     each reserving the room it may take: {3, 5, 9} gets all 25 values and proves its period
-    within them (naive reference); {7} gets SG(0) only, short of the 21 values it needs, so
-    its 10^18 heap is rejected, naming the limit."""
+    within them (naive reference), keeping pre + per = 16; {7} then gets the 9 values left,
+    short of the 21 it needs, so its 10^18 heap is rejected, naming the limit."""
     (pre, per, values), (pre7, per7, _) = naive_period((3, 5, 9)), naive_period((7,))
     assert (pre, per) == (14, 2) and pre7 + per7 + 7 == 21
     rules = write_parquet(tmp_path / "rules.parquet", {
@@ -1055,7 +1055,7 @@ def test_total_table_budget_rejects_instead_of_exhausting_memory(tmp_path):
     assert rejects.select("rule_set_id", "row", "column").rows() == [("1", 0, "heaps")]
     assert rejects["reason"][0] == (
         f"heap {10**18} at index 0 needs SG values of {{7}} beyond tables.max_total_values "
-        "(1 values tabulated), and no period was proven within them")
+        f"({25 - (pre + per)} values tabulated), and no period was proven within them")
 
 
 # ---- work limits: tables.max_rule_ops / tables.max_run_ops ----------------------------------
