@@ -28,6 +28,7 @@ from conftest import invoke, on_small_disk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline import kernels
 from pipeline.errors import InputError, OutputError
 from pipeline.io import commit, csv_reader, failures, inputs, kept, manifest, readers, scratch
 
@@ -1497,6 +1498,35 @@ def test_csv_header_only_file_is_an_empty_table_in_every_style(tmp_path, ending,
     assert raw.bad_lines == [] and raw.row.tolist() == []
     assert readers.columns_of(path) == ["a", "b", "c"]
     assert readers.row_estimate([path]) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=st.text(st.sampled_from(['a', 'Z', 'é', '東', ' ', '\t', ',', '"', '_', '\x00']),
+                    min_size=1, max_size=12),
+       bom=st.booleans(), ending=st.sampled_from(["", "\n", "\r\n", "\r"]))
+def test_csv_header_names_are_pyarrows(tmp_path_factory, line, bom, ending):
+    """The header's names as pyarrow's own reader gives them for the same bytes (the
+    reference), whether the quick split or pyarrow read them; a header pyarrow refuses or
+    that is not one record is left to the checks around it."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    data = (b"\xef\xbb\xbf" if bom else b"") + (line + ending).encode()
+    try:
+        want = pacsv.read_csv(pa.py_buffer(data if ending else data + b"\n"),
+                              read_options=pacsv.ReadOptions(use_threads=False)).column_names
+    except pa.ArrowInvalid:
+        return
+    if not line.strip(" \t") or kernels.csv_scan(np.frombuffer(data, np.uint8), 0, 0)[0] != 1:
+        return  # blank, or more than one record: not a header these names come from
+    path = tmp_path_factory.mktemp("h") / "t.csv"
+    path.write_bytes(data)
+    try:
+        names, _ = csv_reader.read_header(path)
+    except InputError as exc:  # an empty or duplicate name, an open quote: refused by name
+        assert "" in want or len(set(want)) < len(want) or "quote" in str(exc), str(exc)
+        return
+    assert names == want
 
 
 @pytest.mark.parametrize("style", ["LF", "CRLF", "CR"])
