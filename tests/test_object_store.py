@@ -976,6 +976,44 @@ def test_what_appears_in_the_old_output_during_the_run_is_kept(
     assert manifest["retired_prefixes"] == [run]
 
 
+def test_an_old_outputs_files_a_run_failed_to_delete_are_deleted_by_the_next(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run that replaced output A could not delete A's files (killed after its commit,
+    or the store refused): the next run deletes those still at their recorded size, and
+    keeps a file a user put in place of one of them."""
+    from pipeline.io import remote_commit
+
+    sample = ROOT / "data" / "sample"
+    first = first_output(s3_env, tmp_path, sample)
+    run = first["run_id"]
+    real_delete = remote_commit._delete
+
+    def no_delete_of_the_old_output(target, relatives, what):
+        return None if what == "the replaced output's files" else real_delete(
+            target, relatives, what)
+
+    job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv",
+           "--out", "s3://bkt/out", "--overwrite"]
+    with monkeypatch.context() as patch:
+        patch.setattr(remote_commit, "_delete", no_delete_of_the_old_output)
+        assert invoke(job, tmp_path)[0] == 0
+    left = sorted(k for k in names(s3_env, "out/") if f"/{run}/" in k)
+    assert len(left) == len(first["outputs"]) - 1  # every file but the manifest
+    second = assert_whole(s3_env, "out")
+    assert second["retired_files"] == {e["path"]: e["size"] for e in first["outputs"]
+                                       if e["name"] != "manifest.json"}
+    s3_env.client().put_object(Bucket="bkt", Key=f"out/{run}/summary.parquet",
+                               Body=b"my own summary")
+    code, err = invoke(job, tmp_path)
+    assert code == 0, err
+    assert keys(s3_env, f"out/{run}/") == {f"out/{run}/summary.parquet": b"my own summary"}
+    assert (f"kept what is below a replaced output's prefix but not one of its files: "
+            f"{run}/summary.parquet (remove it yourself)") in " ".join(err.split())
+    only = assert_whole(s3_env, "out")
+    assert second["run_id"] not in "".join(names(s3_env, "out/"))
+    assert run in only["retired_prefixes"]
+
+
 def test_what_a_run_kept_is_kept_by_every_later_run(
         s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run file a user put in place of an old output's file during a run is kept; a later
@@ -1002,7 +1040,7 @@ def test_what_a_run_kept_is_kept_by_every_later_run(
     for _ in range(2):
         code, err = invoke(job, tmp_path)
         assert code == 0, err
-        assert (f"kept what an earlier run kept below a replaced output's prefix: "
+        assert (f"kept what is below a replaced output's prefix but not one of its files: "
                 f"{run}/verdicts.parquet (remove it yourself)") in " ".join(err.split())
         manifest = assert_whole(s3_env, "out")
         assert keys(s3_env, f"out/{run}/") == {f"out/{run}/verdicts.parquet": b"my own verdicts"}

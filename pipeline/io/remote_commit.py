@@ -15,8 +15,10 @@ output's files are deleted.
 Only what is provably ours is deleted, key by key: the previous output's files its manifest
 lists, at the size it records (an output holding anything else is not replaced), and in a
 RUN_ID/ prefix no manifest lists (a killed run's), once older than LEFTOVER_GRACE, the names
-a run uploads. A replaced output's prefix is named in the new manifest (RETIRED), so that what
-a user put there during the run, kept then, is never taken for a killed run's files later."""
+a run uploads. A replaced output's prefix and files are named in the new manifest (RETIRED,
+RETIRED_FILES), so that what a user put there during the run, kept then, is never taken for a
+killed run's files later, while the old output's own files, if their deletion failed, are
+deleted by the next run."""
 
 from __future__ import annotations
 
@@ -50,7 +52,12 @@ _STAGING = re.compile(rf"snim-batch-(\d+)-{RUN_ID.pattern}-[^/]+")
 
 RETIRED = "retired_prefixes"
 """The manifest key listing replaced outputs' RUN_ID/ prefixes: what is left below them was
-kept on purpose, and is kept (and named) by every later run until the user removes it."""
+kept on purpose, and is kept (and named) by every later run until the user removes it; but
+for the replaced outputs' own files (RETIRED_FILES), deleted when still as recorded."""
+
+RETIRED_FILES = "retired_files"
+"""The manifest key mapping each file of the outputs the run replaced to its recorded size:
+the run deletes them after its commit, and a later run deletes any it could not."""
 
 LEFTOVER_GRACE = 24 * 3600
 """Seconds after which a RUN_ID/ prefix that no manifest lists is a dead run's leftover (a
@@ -61,18 +68,25 @@ live run commits right after its upload, well within this)."""
 class _Target:
     """What is at OUT before the run: the manifest's ETag (None: no output), the keys it
     lists with their recorded sizes, per RUN_ID/ prefix no manifest lists its run files with
-    their modification times, and what earlier runs kept below replaced outputs' prefixes."""
+    their modification times, below earlier replaced outputs' prefixes their files still as
+    recorded (`stale`: an earlier deletion failed) and what earlier runs kept there."""
 
     etag: str | None = None
     listed: dict[str, int | None] = field(default_factory=dict)
     leftovers: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    stale: dict[str, int | None] = field(default_factory=dict)
     kept: list[str] = field(default_factory=list)
 
+    def replaced(self) -> dict[str, int | None]:
+        """The files this run deletes after its commit (RETIRED_FILES of its manifest)."""
+        return {path: size for path, size in {**self.listed, **self.stale}.items()
+                if RUN_ID.fullmatch(path.split("/", 1)[0])}
+
     def retired(self) -> list[str]:
-        """The prefixes the new manifest names as RETIRED: the replaced output's, and those
+        """The prefixes the new manifest names as RETIRED: the replaced outputs', and those
         still holding what an earlier run kept."""
-        heads = {path.split("/", 1)[0] for path in [*self.listed, *self.kept]}
-        return sorted(head for head in heads if RUN_ID.fullmatch(head))
+        heads = {path.split("/", 1)[0] for path in [*self.replaced(), *self.kept]}
+        return sorted(heads)
 
 
 def _recorded_size(entry: dict[str, Any]) -> int | None:
@@ -150,7 +164,7 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
         raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist; nothing "
                           "was written")
     found = _read_manifest(target)
-    state, retired = _Target(), set()
+    state, retired, retired_files = _Target(), set(), {}
     if found is not None:
         manifest, state.etag = found
         listed = listed_paths(manifest) if written_by_snim(manifest) else None
@@ -159,7 +173,7 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
                               f"{MANIFEST} was not written by snim-batch to an object store); "
                               "refusing to replace it, nothing was written")
         state.listed = listed
-        retired = _retired_prefixes(manifest)
+        retired, retired_files = _retired(manifest)
     owned = {path.split("/", 1)[0] for path in state.listed}
     unlisted, resized = [], []
     for relative, size, mtime in _below(target, objects):
@@ -172,7 +186,11 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
             continue
         head, _, rest = relative.partition("/")
         if head in retired and head not in owned:
-            state.kept.append(relative)
+            recorded = retired_files.get(relative, -1)
+            if recorded is None or recorded == size:
+                state.stale[relative] = recorded
+            else:
+                state.kept.append(relative)
         elif RUN_ID.fullmatch(head) and head not in owned and RUN_FILE.fullmatch(rest):
             state.leftovers.setdefault(head, []).append((relative, mtime))
         else:
@@ -194,12 +212,17 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
     return state
 
 
-def _retired_prefixes(manifest: dict[str, Any]) -> set[str]:
-    """The RUN_ID/ prefixes a manifest names as RETIRED (anything else there is ignored)."""
-    named = manifest.get(RETIRED)
-    if not isinstance(named, list):
-        return set()
-    return {p for p in named if isinstance(p, str) and RUN_ID.fullmatch(p)}
+def _retired(manifest: dict[str, Any]) -> tuple[set[str], dict[str, int | None]]:
+    """The RUN_ID/ prefixes a manifest names as RETIRED, with the files of RETIRED_FILES
+    below them and their recorded sizes (anything else there is ignored)."""
+    named, files = manifest.get(RETIRED), manifest.get(RETIRED_FILES)
+    prefixes = ({p for p in named if isinstance(p, str) and RUN_ID.fullmatch(p)}
+                if isinstance(named, list) else set())
+    if not isinstance(files, dict):
+        return prefixes, {}
+    return prefixes, {path: size if type(size) is int else None
+                      for path, size in files.items()
+                      if isinstance(path, str) and path.split("/", 1)[0] in prefixes}
 
 
 def _below(target: Location, objects: list[tuple[str, int, float]]
@@ -247,16 +270,17 @@ def _upload(staging: Path, prefix: Location) -> None:
             done.result()
 
 
-def _remote_manifest(manifest: dict[str, Any], run_id: str, retired: list[str]
+def _remote_manifest(manifest: dict[str, Any], run_id: str, previous: _Target
                      ) -> dict[str, Any]:
     """The staged manifest with each output's path under OUT (RUN_ID/NAME), and the
-    prefixes of the outputs it replaces."""
+    prefixes and files of the outputs it replaces."""
     outputs = []
     for entry in manifest.get("outputs", []):
         if entry.get("name") != MANIFEST:
             entry = {**entry, "path": f"{run_id}/{entry['name']}"}
         outputs.append(entry)
-    return {**manifest, "outputs": outputs, RETIRED: retired}
+    return {**manifest, "outputs": outputs, RETIRED: previous.retired(),
+            RETIRED_FILES: dict(sorted(previous.replaced().items()))}
 
 
 def _put_manifest(target: Location, data: bytes, previous: str | None) -> None:
@@ -408,7 +432,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         uploads = [f"{run_id}/{path.relative_to(staging).as_posix()}"
                    for path in sorted(staging.rglob("*")) if path.is_file()]
         _upload(staging, out.child(run_id))
-        data = json.dumps(_remote_manifest(manifest, run_id, previous.retired()), indent=2,
+        data = json.dumps(_remote_manifest(manifest, run_id, previous), indent=2,
                           default=str) + "\n"
         _pause("committing")
         with interrupts_held():
@@ -433,30 +457,34 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
 
 def _retire(out: Location, previous: _Target) -> list[str]:
     """After the commit: delete the replaced output's files that are still as its manifest
-    listed them (anything else below its prefixes is kept, and named), then the run files
-    of dead runs' prefixes older than LEFTOVER_GRACE. Returns what to tell the user."""
-    old = {path.split("/", 1)[0] for path in previous.listed}
-    old = {prefix for prefix in old if RUN_ID.fullmatch(prefix)}
+    listed them, and those of earlier replaced outputs still as recorded (anything else below
+    their prefixes is kept, and named), then the run files of dead runs' prefixes older than
+    LEFTOVER_GRACE. Returns what to tell the user."""
+    replacing = previous.replaced()
+    old = {path.split("/", 1)[0] for path in replacing}
     try:
         now = ({key: size for key, size, _ in _below(out, object_store.list_below(out))}
                if old else {})
     except SnimError as exc:
         return [f"{out}: the replaced output's files were not deleted ({exc})"]
     replaced, kept = [], []
-    for path, size in previous.listed.items():
-        if path.split("/", 1)[0] in old and path in now:
+    for path, size in replacing.items():
+        if path in now:
             if size is None or now[path] == size:
                 replaced.append(path)
             else:
                 kept.append(f"{path} ({now[path]} bytes, listed with {size})")
-    kept += [key for key in now if key.split("/", 1)[0] in old and key not in previous.listed]
+    earlier = set(previous.kept)
+    kept += [key for key in now if key.split("/", 1)[0] in old and key not in replacing
+             and key not in earlier]
     notices = []
     if kept:
         notices.append(f"{out}: kept what the replaced output's {MANIFEST} does not account "
                        f"for: {few_names(sorted(kept))}")
     if previous.kept:
-        notices.append(f"{out}: kept what an earlier run kept below a replaced output's "
-                       f"prefix: {few_names(sorted(previous.kept))} (remove it yourself)")
+        notices.append(f"{out}: kept what is below a replaced output's prefix but not one "
+                       f"of its files: {few_names(sorted(previous.kept))} (remove it "
+                       "yourself)")
     stale, young = [], 0
     for files in previous.leftovers.values():
         if time.time() - max(mtime for _, mtime in files) > LEFTOVER_GRACE:
