@@ -158,8 +158,8 @@ def _chunks(spec: Spec, rng: np.random.Generator) -> Iterator[pl.DataFrame]:
 def generate(out: Path, spec: Spec) -> list[Path]:
     """Write rules.<fmt> and positions/part-NNNNN.<fmt> under `out`, a new or empty directory
     (a dataset is never mixed with another's files); returns the files. They are written in a
-    directory beside it, renamed to `out` once complete, so a failed or interrupted call
-    leaves nothing.
+    directory beside it (inside it, when it exists), renamed into place once complete, so a
+    failed call leaves nothing.
 
     Positions are split over `spec.file_count()` files of as equal a row count as possible."""
     spec.check()
@@ -171,12 +171,21 @@ def generate(out: Path, spec: Spec) -> list[Path]:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{out}: cannot create directory ({exc.strerror})") from None
-    staging = out.parent / f".{out.name}.generating-{os.getpid()}"
+    inside = out.exists()  # an empty directory (`.`, a link, a mount point): staged in it
+    staging = (out / f".generating-{os.getpid()}" if inside
+               else out.parent / f".{out.name}.generating-{os.getpid()}")
+    moved: list[Path] = []
     try:
         (staging / "positions").mkdir(parents=True)
         written = _write_dataset(staging, spec)
-        staging.rename(out)
+        if not inside:
+            staging.rename(out)
+        for entry in sorted(staging.iterdir()) if inside else ():
+            entry.rename(out / entry.name)
+            moved.append(out / entry.name)
     except OSError as exc:
+        for path in moved:
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         raise OutputError(f"{out}: cannot write the dataset ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -480,3 +480,6 @@ def test_a_utf8_byte_order_mark_is_skipped_and_offsets_still_count_it():
         solve_classic(bom + b"1 2\n1\n1 5")
     with pytest.raises(InputError, match=r"token 1 \('\\ufeff1'"):
         solve_classic(bom + bom + b"1 2\n1\n1 5\n0\n")  # a second mark is text, refused
+    for text, offset in (("\ufeff1 2\n1\n1 x\n0\n", 11), ("1 2 1 é 0", 6), ("é1 2 1 x 0", 0)):
+        with pytest.raises(InputError, match=rf"at byte offset {offset}\)"):
+            parse_classic(text)  # text is read as its UTF-8 bytes: offsets count those

@@ -130,8 +130,33 @@ def test_a_directory_that_is_not_empty_is_refused_and_kept_as_it_was(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
 
 
-def test_a_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("out", [".", "link", "new/deeper"])
+def test_an_empty_directory_itself_a_link_to_one_or_a_new_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str) -> None:
+    """`--out .` in an empty directory, a link to an empty directory (the dataset lands in
+    its target), or a path whose parents do not exist yet."""
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here" if out == "." else tmp_path)
+    code, err = invoke(["generate", "--out", out, "--positions", 12, "--files", 2, "--seed",
+                        3], Path.cwd())
+    assert code == 0, err
+    where = {".": tmp_path / "here", "link": tmp_path / "target",
+             "new/deeper": tmp_path / "new" / "deeper"}[out]
+    assert sorted(p.relative_to(where).as_posix() for p in where.rglob("*")) == [
+        "positions", "positions/part-00000.parquet", "positions/part-00001.parquet",
+        "rules.parquet"]
+    assert pl.read_parquet(where / "positions").height == 12
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       exists: bool) -> None:
     from pipeline import generate as module
+
+    if exists:
+        (tmp_path / "data").mkdir()
 
     real_write, calls = module._write, []
 
@@ -146,7 +171,7 @@ def test_a_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monke
                         3], tmp_path)
     assert code == 1, err
     assert "cannot write the dataset (No space left on device)" in err
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.rglob("*")] == (["data"] if exists else [])
 
 
 @pytest.mark.parametrize("form", ["wide", "long"])

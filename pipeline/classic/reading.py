@@ -73,13 +73,19 @@ def _as_buffer(data: bytes | bytearray | memoryview | str) -> np.ndarray:
     return buf[len(_BOM):] if buf[:len(_BOM)].tobytes() == _BOM else buf
 
 
+def _skipped(buf: np.ndarray, data: bytes | bytearray | memoryview | str) -> int:
+    """The bytes `_as_buffer` skipped at the start of `data` (a byte order mark, or none)."""
+    whole = len(data.encode()) if isinstance(data, str) else memoryview(data).nbytes
+    return whole - buf.shape[0]
+
+
 def checked(data: bytes, keep: bool) -> tuple:
     """(the input as a byte array, the parser's arrays), or the InputError of its first
     problem; with `keep` false, heaps are read but not stored (`parser.parse`)."""
     buf = _as_buffer(data)
     *parsed, err = parse(buf, MAX_MOVE, keep)
     if err[E_CODE] != OK:
-        raise input_error(buf, err, skipped=len(data) - buf.shape[0])
+        raise input_error(buf, err, skipped=_skipped(buf, data))
     return buf, *parsed
 
 
