@@ -249,6 +249,34 @@ def test_a_run_failing_between_commits_puts_every_table_back(
     for table in TABLES:
         assert_frame_equal(pl.read_delta(str(root / table)), rows_before[table],
                            check_row_order=False)
+    # the files of the table whose commit failed stay (that commit may have landed); those
+    # of the table no commit was tried for are deleted
+    assert set(unreferenced_files(root)) == {"summary"}
+
+
+def test_a_write_failing_on_a_later_table_deletes_the_files_written_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
+    before = versions(root)
+    real_write, calls = delta._write_files, []
+
+    def disk_full_on_the_third(*args, **kwargs):
+        calls.append(args[1].name)
+        if len(calls) == 3:
+            raise OutputError(f"{root}/summary: cannot write the run's rows (disk full)")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(delta, "_write_files", disk_full_on_the_third)
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                        write_positions(tmp_path / "p2.csv", random_positions(2, 30)),
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-02"],
+                       tmp_path)
+    assert code == 1, err
+    assert "cannot write the run's rows (disk full)" in err
+    assert calls == ["verdicts", "rejects", "summary"]
+    assert versions(root) == before
+    assert unreferenced_files(root) == {}
 
 
 def other_run(tmp_path: Path, root: Path, positions, night: date) -> None:

@@ -83,27 +83,35 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
              for name in DATA_TABLES]
     described = {"run_id": run_id, "run_date": run_date.isoformat(),
                  "status": manifest["status"], **_run_counts(manifest)}
-    written = [_write_files(root, plan, run_id, run_date) for plan in plans]
+    uncommitted: dict[str, list[AddAction]] = {}  # data files no commit added yet
+    try:
+        for plan in plans:
+            uncommitted[plan.name] = _write_files(root, plan, run_id, run_date)
+    except BaseException:
+        _delete_uncommitted(root, uncommitted)
+        raise
     versions: dict[str, int] = {}
     with interrupts_held():
         try:
             previous = _versions_now(root)
             _refuse_moved(root, previous[RUNS])
         except OutputError:
-            for plan, actions in zip(plans, written, strict=True):
-                _delete_files(root, plan.name, actions)
+            _delete_uncommitted(root, uncommitted)
             raise
         try:
             runs_base = _retract_night(root, run_date, run_id, previous[RUNS])
-            for plan, actions in zip(plans, written, strict=True):
-                versions[plan.name] = _commit(root, plan, actions, run_date, described,
+            for plan in plans:
+                attempted = uncommitted.pop(plan.name)  # a failed commit may have landed
+                versions[plan.name] = _commit(root, plan, attempted, run_date, described,
                                               previous[plan.name])
             runs = _plan_frame(root, RUNS, run_row(manifest, run_date, versions))
             versions[RUNS] = _commit(root, runs, _write_files(root, runs, run_id, run_date),
                                      run_date, {**described, "versions": dict(versions)},
                                      runs_base)
         except OutputError as exc:
-            raise OutputError(f"{exc}; {_roll_back(root, previous, run_id)}") from None
+            restored = _roll_back(root, previous, run_id)
+            _delete_uncommitted(root, uncommitted)  # the tables no commit was tried for
+            raise OutputError(f"{exc}; {restored}") from None
     log.info("committed run %s as night %s to %s (versions %s)", run_id, run_date, root.uri,
              versions)
     return versions
@@ -339,6 +347,11 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date
                               + "; nothing was committed") from None
         raise
     return actions
+
+
+def _delete_uncommitted(root: TableRoot, uncommitted: dict[str, list[AddAction]]) -> None:
+    for name, actions in uncommitted.items():
+        _delete_files(root, name, actions)
 
 
 def _delete_files(root: TableRoot, name: str, actions: list[AddAction]) -> None:
