@@ -305,8 +305,7 @@ def _batches(file: InputFile, reader: pacsv.CSVStreamingReader,
     def emit(table: pa.Table) -> RawTable:
         nonlocal given
         rows = numbering.next(table.num_rows, [r for r, _, _ in bad[numbering.skipped:]])
-        frame = pl.from_arrow(table)
-        assert isinstance(frame, pl.DataFrame)
+        frame = _text_frame(table)
         new_bad, given = bad[given:], len(bad)
         return RawTable(file, frame, rows, new_bad)
 
@@ -332,6 +331,13 @@ def _batches(file: InputFile, reader: pacsv.CSVStreamingReader,
         pending, held = table.slice(whole).to_batches(), held - whole
     if held or not yielded or given < len(bad):
         yield emit(pa.Table.from_batches(pending, schema=reader.schema))
+
+
+def _text_frame(table: pa.Table) -> pl.DataFrame:
+    """The reader's table (every column text) as a polars frame, column by column: a third
+    of `pl.from_arrow`'s 60-150 microseconds, which thousands of small files pay each."""
+    return pl.DataFrame([pl.Series(name, table.column(name), dtype=pl.String)
+                         for name in table.column_names])
 
 
 class _RowNumbers:
