@@ -1321,6 +1321,29 @@ def test_the_kept_schema_is_the_one_read_schema_gives(tmp_path):
                                                           check_metadata=True)
 
 
+def test_the_kept_footer_holds_row_groups_and_the_largest_value_of_each_column(tmp_path):
+    """Row groups of 3, 3 and 1 rows written on purpose; the largest values from the data
+    itself; a struct (two leaves) and a text column have none; a file of 10,000 such
+    footers is kept whole within the run's budget (each counted at a few KB, not 11)."""
+    import pyarrow as pa
+
+    path = tmp_path / "p.parquet"
+    heaps = [[3], [400, 5], [], [9], [2**62], [1, 1], [7]]
+    table = pa.table({"heaps": pa.array(heaps, pa.list_(pa.int64())),
+                      "n": pa.array([5, -2, 9, 0, 1, 2, 3], pa.int32()),
+                      "s": pa.array([{"a": 1, "b": 2}] * 7),
+                      "t": pa.array(list("abcdefg"))})
+    pq.write_table(table, path, row_group_size=3)
+    with kept.for_the_run():
+        footer = readers.parquet_footer(path)
+        assert footer.row_groups == (3, 3, 1) and footer.num_rows == 7
+        assert footer.largest == {"heaps": 2**62, "n": 9, "s": None, "t": None}
+        assert readers.heap_upper_bound([path], "heaps") == 2**62
+        assert readers.heap_upper_bound([path], "t") is None
+        assert readers.heap_upper_bound([path], "absent") is None
+        assert 10_000 * readers._footer_in_memory(footer) <= kept.BYTES_KEPT
+
+
 def test_row_estimate_scales_the_lines_of_a_large_csvs_start(tmp_path):
     # 500,000 lines of 9 bytes then 100,000 of 18: the first 4 MiB hold 9-byte lines only,
     # so the estimate (about size / 9) is high, never low: parts come out smaller, not larger.

@@ -264,8 +264,7 @@ class SparkWork:
         path = self.paths[i]
         try:
             footer = parquet_footer(path)
-            meta = footer.metadata
-            groups = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+            groups = footer.row_groups
             empty = pl.from_arrow(footer.schema.empty_table())
             assert isinstance(empty, pl.DataFrame)
             normalize.normalize_positions(empty, np.zeros(0, np.int64), str(path),

@@ -34,14 +34,42 @@ def _parquet_error(path: Source, exc: BaseException) -> SnimError:
 
 @dataclass(frozen=True)
 class ParquetFooter:
-    """What a Parquet file's footer says: row groups and statistics, and the Arrow schema
-    (as `pq.read_schema` gives it)."""
+    """What the run needs of a Parquet file's footer: the Arrow schema (as `pq.read_schema`
+    gives it), the rows of each row group, and per top-level column whose one leaf has
+    integer statistics in every row group, the largest value (None: not known). Kept instead
+    of pyarrow's parsed footer, a fifth of its memory (about 2 KB against 11 KB for three
+    columns), so that a run of thousands of small files keeps every one."""
 
-    metadata: pq.FileMetaData
     schema: pa.Schema
+    row_groups: tuple[int, ...]
+    largest: dict[str, int | None]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(self.row_groups)
 
 
-FOOTER_IN_MEMORY = 16  # pyarrow's parsed footer and schema: 7-12x the footer's bytes
+def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
+    leaves: dict[str, list[int]] = {}
+    for i in range(meta.num_columns):
+        leaves.setdefault(meta.schema.column(i).path.split(".")[0], []).append(i)
+    largest: dict[str, int | None] = {}
+    for name, (*others, leaf) in leaves.items():
+        top: int | None = -1 if not others else None
+        for g in range(meta.num_row_groups if top is not None else 0):
+            stats = meta.row_group(g).column(leaf).statistics
+            if stats is None or not stats.has_min_max or not isinstance(stats.max, int):
+                top = None
+                break
+            top = max(top, stats.max)
+        largest[name] = top
+    return ParquetFooter(schema, tuple(meta.row_group(g).num_rows
+                                       for g in range(meta.num_row_groups)), largest)
+
+
+def _footer_in_memory(footer: ParquetFooter) -> int:
+    """Bytes a kept footer is counted at: measured 1.8 KB for a schema of three columns."""
+    return 1024 + 512 * len(footer.schema) + 64 * (len(footer.row_groups) + len(footer.largest))
 
 
 def parquet_footer(path: Source) -> ParquetFooter:
@@ -53,11 +81,11 @@ def parquet_footer(path: Source) -> ParquetFooter:
     source = parquet_source(path)
     try:
         with pq.ParquetFile(source) as file:
-            footer = ParquetFooter(file.metadata, file.schema_arrow)
+            footer = _footer_facts(file.metadata, file.schema_arrow)
     finally:
         if not isinstance(source, Path):
             source.close()
-    kept.put("footer", path, footer, FOOTER_IN_MEMORY * footer.metadata.serialized_size)
+    kept.put("footer", path, footer, _footer_in_memory(footer))
     return footer
 
 
@@ -118,18 +146,12 @@ def heap_upper_bound(paths: list[Source], column: str) -> int | None:
         if format_of(path) != "parquet":
             return None
         try:
-            meta = parquet_footer(path).metadata
+            largest = parquet_footer(path).largest.get(column)
         except (pa.ArrowException, OSError, SnimError):
             return None
-        leaves = [i for i in range(meta.num_columns)
-                  if meta.schema.column(i).path.split(".")[0] == column]
-        if len(leaves) != 1:
+        if largest is None:
             return None
-        for g in range(meta.num_row_groups):
-            stats = meta.row_group(g).column(leaves[0]).statistics
-            if stats is None or not stats.has_min_max or not isinstance(stats.max, int):
-                return None
-            bound = max(bound, stats.max)
+        bound = max(bound, largest)
     return bound
 
 
@@ -143,7 +165,7 @@ def row_estimate(paths: list[Source]) -> int:
             rows += csv_row_estimate(path)
             continue
         try:
-            rows += parquet_footer(path).metadata.num_rows
+            rows += parquet_footer(path).num_rows
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
     return rows
@@ -169,7 +191,7 @@ def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] 
         footer = parquet_footer(path)
     except (pa.ArrowException, OSError, SnimError):
         return None
-    rows = footer.metadata.num_rows
+    rows = footer.num_rows
     return (footer.schema, rows) if rows < most_rows else None
 
 
