@@ -1344,6 +1344,30 @@ def test_the_kept_footer_holds_row_groups_and_the_largest_value_of_each_column(t
         assert 10_000 * readers._footer_in_memory(footer) <= kept.BYTES_KEPT
 
 
+def test_statistics_that_do_not_decode_are_not_read(tmp_path):
+    """A text column whose largest value is not UTF-8 and a timestamp past datetime's range:
+    pyarrow raises when it decodes their statistics, so the footer never does; the run's
+    own checks then name the file as before (an extra column), no internal error."""
+    import pyarrow as pa
+
+    path = tmp_path / "p.parquet"
+    table = pa.table({"rule_set_id": pa.array([1, 1], pa.int64()),
+                      "heaps": pa.array([[2], [3]], pa.list_(pa.int64())),
+                      "note": pa.array([b"ok", b"\xff"], pa.binary()).view(pa.string()),
+                      "seen": pa.array([2**62, 0], pa.int64()).cast(pa.timestamp("us"))})
+    pq.write_table(table, path)
+    with pytest.raises((UnicodeDecodeError, OverflowError)):
+        (lambda m: [m.row_group(0).column(i).statistics.max for i in (2, 3)])(
+            pq.ParquetFile(path).metadata)
+    with kept.for_the_run():
+        assert readers.parquet_footer(path).largest == {"rule_set_id": 1, "heaps": 3,
+                                                        "note": None, "seen": None}
+        assert readers.columns_of(path) == ["rule_set_id", "heaps", "note", "seen"]
+    code, err = invoke(["run", "--rules", ROOT / "data" / "sample" / "rules.csv",
+                        "--positions", path, "--out", tmp_path / "out"], tmp_path)
+    assert code != 0 and "internal error" not in err and str(path) in err, err
+
+
 def test_row_estimate_scales_the_lines_of_a_large_csvs_start(tmp_path):
     # 500,000 lines of 9 bytes then 100,000 of 18: the first 4 MiB hold 9-byte lines only,
     # so the estimate (about size / 9) is high, never low: parts come out smaller, not larger.

@@ -55,16 +55,28 @@ def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
         leaves.setdefault(meta.schema.column(i).path.split(".")[0], []).append(i)
     largest: dict[str, int | None] = {}
     for name, (*others, leaf) in leaves.items():
-        top: int | None = -1 if not others else None
-        for g in range(meta.num_row_groups if top is not None else 0):
-            stats = meta.row_group(g).column(leaf).statistics
-            if stats is None or not stats.has_min_max or not isinstance(stats.max, int):
-                top = None
-                break
-            top = max(top, stats.max)
-        largest[name] = top
+        column = meta.schema.column(leaf)
+        plain_int = (column.physical_type in ("INT32", "INT64")
+                     and column.logical_type.type in ("NONE", "INT"))
+        largest[name] = _largest(meta, leaf) if plain_int and not others else None
     return ParquetFooter(schema, tuple(meta.row_group(g).num_rows
                                        for g in range(meta.num_row_groups)), largest)
+
+
+def _largest(meta: pq.FileMetaData, leaf: int) -> int | None:
+    """The largest value of an integer leaf over every row group's statistics (-1: no row
+    group), None where one lacks them; the statistics of other types are never decoded (a
+    text maximum need not be UTF-8, a timestamp need not fit a datetime)."""
+    top = -1
+    try:
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(leaf).statistics
+            if stats is None or not stats.has_min_max or not isinstance(stats.max, int):
+                return None
+            top = max(top, stats.max)
+    except (ValueError, ArithmeticError, pa.ArrowException):
+        return None
+    return top
 
 
 def _footer_in_memory(footer: ParquetFooter) -> int:
