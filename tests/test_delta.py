@@ -279,6 +279,32 @@ def test_a_write_failing_on_a_later_table_deletes_the_files_written_before(
     assert unreferenced_files(root) == {}
 
 
+def test_a_write_failing_inside_a_file_deletes_that_file_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills while a data file is half written (here after its first batch): that
+    file goes with the others."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
+    before = versions(root)
+    real_add, calls = delta._FileStats.add, []
+
+    def disk_full_in_the_second_file(self, batch):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real_add(self, batch)
+
+    monkeypatch.setattr(delta._FileStats, "add", disk_full_in_the_second_file)
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                        write_positions(tmp_path / "p2.csv", random_positions(2, 30)),
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-02"],
+                       tmp_path)
+    assert code == 1, err
+    assert "No space left on device" in err and "nothing was committed" in err
+    assert versions(root) == before
+    assert unreferenced_files(root) == {}
+
+
 def other_run(tmp_path: Path, root: Path, positions, night: date) -> None:
     """Another run of the CLI, in its own process, to completion (exit 0)."""
     path = write_positions(tmp_path / f"other-{len(positions)}.csv", positions)

@@ -325,6 +325,7 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date
     actions: list[AddAction] = []
     batches = _batches(plan, run_id)
     schema = pa.schema([f for f in plan.schema if f.name != PARTITION])
+    path = None
     try:
         batch = next(batches, None)
         while batch is not None:
@@ -339,8 +340,12 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date
             actions.append(AddAction(path, files.get_file_info(path).size,
                                      {PARTITION: run_date.isoformat()},
                                      int(time.time() * 1000), True, stats.json()))
+            path = None
     except BaseException as exc:
         _delete_files(root, plan.name, actions)
+        if path is not None:  # the file being written when it failed
+            with suppress(OSError):
+                files.delete_file(path)
         if isinstance(exc, (DeltaError, OSError, pa.ArrowException)):
             raise OutputError(table_failure(root, uri, exc, "writing the run's rows",
                                             "cannot write the run's rows")
