@@ -980,7 +980,7 @@ def test_an_old_outputs_files_a_run_failed_to_delete_are_deleted_by_the_next(
         s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run that replaced output A could not delete A's files (killed after its commit,
     or the store refused): the next run deletes those still at their recorded size, and
-    keeps a file a user put in place of one of them."""
+    keeps a file a user put in place of one of them, even one of the same size."""
     from pipeline.io import remote_commit
 
     sample = ROOT / "data" / "sample"
@@ -1000,13 +1000,15 @@ def test_an_old_outputs_files_a_run_failed_to_delete_are_deleted_by_the_next(
     left = sorted(k for k in names(s3_env, "out/") if f"/{run}/" in k)
     assert len(left) == len(first["outputs"]) - 1  # every file but the manifest
     second = assert_whole(s3_env, "out")
-    assert second["retired_files"] == {e["path"]: e["size"] for e in first["outputs"]
-                                       if e["name"] != "manifest.json"}
-    s3_env.client().put_object(Bucket="bkt", Key=f"out/{run}/summary.parquet",
-                               Body=b"my own summary")
+    assert {path: size for path, (size, _) in second["retired_files"].items()} == {
+        e["path"]: e["size"] for e in first["outputs"] if e["name"] != "manifest.json"}
+    summary = next(e for e in first["outputs"] if e["name"] == "summary.parquet")
+    time.sleep(1.1)  # S3 keeps modification times to the second
+    mine = b"x" * summary["size"]  # the same size: told apart by its modification time
+    s3_env.client().put_object(Bucket="bkt", Key=f"out/{run}/summary.parquet", Body=mine)
     code, err = invoke(job, tmp_path)
     assert code == 0, err
-    assert keys(s3_env, f"out/{run}/") == {f"out/{run}/summary.parquet": b"my own summary"}
+    assert keys(s3_env, f"out/{run}/") == {f"out/{run}/summary.parquet": mine}
     assert (f"kept what is below a replaced output's prefix but not one of its files: "
             f"{run}/summary.parquet (remove it yourself)") in " ".join(err.split())
     only = assert_whole(s3_env, "out")

@@ -56,8 +56,10 @@ kept on purpose, and is kept (and named) by every later run until the user remov
 for the replaced outputs' own files (RETIRED_FILES), deleted when still as recorded."""
 
 RETIRED_FILES = "retired_files"
-"""The manifest key mapping each file of the outputs the run replaced to its recorded size:
-the run deletes them after its commit, and a later run deletes any it could not."""
+"""The manifest key mapping each file of the outputs the run replaced to [size, modification
+time] as the run found it: the run deletes them after its commit, and a later run deletes
+any it could not that is still the same object (a user's file put in its place since has
+another modification time, and is kept)."""
 
 LEFTOVER_GRACE = 24 * 3600
 """Seconds after which a RUN_ID/ prefix that no manifest lists is a dead run's leftover (a
@@ -76,11 +78,17 @@ class _Target:
     leftovers: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     stale: dict[str, int | None] = field(default_factory=dict)
     kept: list[str] = field(default_factory=list)
+    seen: dict[str, float] = field(default_factory=dict)  # listed and stale objects' mtimes
 
     def replaced(self) -> dict[str, int | None]:
-        """The files this run deletes after its commit (RETIRED_FILES of its manifest)."""
+        """The files this run deletes after its commit, with their recorded sizes."""
         return {path: size for path, size in {**self.listed, **self.stale}.items()
                 if RUN_ID.fullmatch(path.split("/", 1)[0])}
+
+    def retired_files(self) -> dict[str, list[int | float]]:
+        """RETIRED_FILES of the new manifest: each replaced file still there, as found."""
+        return {path: [size, self.seen[path]] for path, size in sorted(self.replaced().items())
+                if size is not None and path in self.seen}
 
     def retired(self) -> list[str]:
         """The prefixes the new manifest names as RETIRED: the replaced outputs', and those
@@ -180,15 +188,15 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
         if relative == MANIFEST:
             continue
         if relative in state.listed:
+            state.seen[relative] = mtime
             expected = state.listed[relative]
             if expected is not None and size != expected:
                 resized.append(f"{relative} ({size} bytes, listed with {expected})")
             continue
         head, _, rest = relative.partition("/")
         if head in retired and head not in owned:
-            recorded = retired_files.get(relative, -1)
-            if recorded is None or recorded == size:
-                state.stale[relative] = recorded
+            if retired_files.get(relative) == (size, mtime):
+                state.stale[relative], state.seen[relative] = size, mtime
             else:
                 state.kept.append(relative)
         elif RUN_ID.fullmatch(head) and head not in owned and RUN_FILE.fullmatch(rest):
@@ -212,17 +220,21 @@ def _target_state(target: Location, overwrite: bool) -> _Target:
     return state
 
 
-def _retired(manifest: dict[str, Any]) -> tuple[set[str], dict[str, int | None]]:
-    """The RUN_ID/ prefixes a manifest names as RETIRED, with the files of RETIRED_FILES
-    below them and their recorded sizes (anything else there is ignored)."""
+def _retired(manifest: dict[str, Any]
+             ) -> tuple[set[str], dict[str, tuple[int, float]]]:
+    """The RUN_ID/ prefixes a manifest names as RETIRED, with the run files of RETIRED_FILES
+    below them as (size, modification time) (anything else there is ignored)."""
     named, files = manifest.get(RETIRED), manifest.get(RETIRED_FILES)
     prefixes = ({p for p in named if isinstance(p, str) and RUN_ID.fullmatch(p)}
                 if isinstance(named, list) else set())
-    if not isinstance(files, dict):
-        return prefixes, {}
-    return prefixes, {path: size if type(size) is int else None
-                      for path, size in files.items()
-                      if isinstance(path, str) and path.split("/", 1)[0] in prefixes}
+    found: dict[str, tuple[int, float]] = {}
+    for path, facts in files.items() if isinstance(files, dict) else ():
+        head, _, rest = path.partition("/") if isinstance(path, str) else ("", "", "")
+        if (head in prefixes and RUN_FILE.fullmatch(rest) and isinstance(facts, list)
+                and len(facts) == 2 and type(facts[0]) is int
+                and type(facts[1]) in (int, float)):
+            found[path] = (facts[0], float(facts[1]))
+    return prefixes, found
 
 
 def _below(target: Location, objects: list[tuple[str, int, float]]
@@ -280,7 +292,7 @@ def _remote_manifest(manifest: dict[str, Any], run_id: str, previous: _Target
             entry = {**entry, "path": f"{run_id}/{entry['name']}"}
         outputs.append(entry)
     return {**manifest, "outputs": outputs, RETIRED: previous.retired(),
-            RETIRED_FILES: dict(sorted(previous.replaced().items()))}
+            RETIRED_FILES: previous.retired_files()}
 
 
 def _put_manifest(target: Location, data: bytes, previous: str | None) -> None:
