@@ -8,6 +8,7 @@ The same seed gives the same positions in every form and format, so runs can be 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import OutputError, UsageError, shown
+from pipeline.io.commit import remove_dead_staging
 
 CHUNK = 1_000_000
 MAX_VALUE = 2**63 - 2  # heaps are drawn from 0..MAX_HEAP, an int64 range with room for +1
@@ -159,10 +161,13 @@ def generate(out: Path, spec: Spec) -> list[Path]:
     """Write rules.<fmt> and positions/part-NNNNN.<fmt> under `out`, a new or empty directory
     (a dataset is never mixed with another's files); returns the files. They are written in a
     directory beside it (inside it, when it exists), renamed into place once complete, so a
-    failed call leaves nothing.
+    failed call leaves nothing (a killed one leaves its staging, removed by the next call).
 
     Positions are split over `spec.file_count()` files of as equal a row count as possible."""
     spec.check()
+    if out.is_dir():  # a killed call's staging inside it (its process gone) is no content
+        remove_dead_staging(out, re.compile(r"\.generating-(\d+)"))
+    remove_dead_staging(out.parent, re.compile(rf"\.{re.escape(out.name)}\.generating-(\d+)"))
     try:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise OutputError(f"{out}: exists and is not an empty directory; generate writes "

@@ -215,3 +215,26 @@ def test_the_largest_heaps_and_moves_allowed(tmp_path: Path) -> None:
     heaps = [h for hs in positions["heaps"].to_list() for h in hs]
     assert 1 <= min(moves) and max(moves) <= top and 0 <= min(heaps) and max(heaps) <= top
     assert max(heaps) > 2**60  # uniform over 0..top: 200 draws below 2^60 would be 1/8^200
+
+
+def test_a_killed_calls_staging_is_removed_by_the_next(tmp_path: Path) -> None:
+    """A generate killed mid-write leaves its staging (inside an existing empty --out, or
+    beside a new one); once its process is gone, the next call removes it and writes. The
+    staging of a live process is content: refused."""
+    import os
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    inside = tmp_path / "empty"
+    (inside / f".generating-{gone.pid}" / "positions").mkdir(parents=True)
+    beside = tmp_path / f".new.generating-{gone.pid}"
+    (beside / "positions").mkdir(parents=True)
+    for out in (inside, tmp_path / "new"):
+        generate(out, Spec(positions=5, seed=1))
+        assert sorted(p.name for p in out.iterdir()) == ["positions", "rules.parquet"]
+    assert not beside.exists()
+    live = tmp_path / "busy"
+    (live / f".generating-{os.getpid()}").mkdir(parents=True)
+    code, err = invoke(["generate", "--out", live, "--positions", 5], tmp_path)
+    assert code == 1 and "exists and is not an empty directory" in err
