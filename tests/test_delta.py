@@ -219,6 +219,25 @@ def test_a_failed_run_leaves_every_table_as_it_was(tmp_path: Path) -> None:
     assert versions(root) == before
 
 
+def third_call_fails(real, calls: list[str], message: str):
+    """`real` (a delta step taking (root, plan, ...)), whose third call raises OutputError
+    `message`; each call's table name is appended to `calls`."""
+    def step(*args, **kwargs):
+        calls.append(args[1].name)
+        if len(calls) == 3:
+            raise OutputError(message)
+        return real(*args, **kwargs)
+
+    return step
+
+
+def rerun(tmp_path: Path, root: Path, run_date: str) -> tuple[int, str]:
+    """The CLI run of 30 other positions into `root` for the night `run_date`."""
+    return invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                   write_positions(tmp_path / "p2.csv", random_positions(2, 30)), "--out", root,
+                   "--format", "delta", "--run-date", run_date], tmp_path)
+
+
 def test_a_run_failing_between_commits_puts_every_table_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A rerun whose third table commit fails (the store refuses it) restores the two tables
@@ -228,19 +247,10 @@ def test_a_run_failing_between_commits_puts_every_table_back(
     run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
     before = versions(root)
     rows_before = {t: pl.read_delta(str(root / t)) for t in TABLES}
-    real_commit, calls = delta._commit, []
-
-    def refused_third(*args, **kwargs):
-        calls.append(args[1].name)
-        if len(calls) == 3:
-            raise OutputError(f"{root}/summary: cannot commit the run's rows (refused)")
-        return real_commit(*args, **kwargs)
-
-    monkeypatch.setattr(delta, "_commit", refused_third)
-    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
-                        write_positions(tmp_path / "p2.csv", random_positions(2, 30)),
-                        "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
-                       tmp_path)
+    calls: list[str] = []
+    monkeypatch.setattr(delta, "_commit", third_call_fails(
+        delta._commit, calls, f"{root}/summary: cannot commit the run's rows (refused)"))
+    code, err = rerun(tmp_path, root, "2026-11-01")
     assert code == 1, err
     assert "every table was put back to its rows before the run" in err
     assert calls == ["verdicts", "rejects", "summary"]
@@ -259,19 +269,10 @@ def test_a_write_failing_on_a_later_table_deletes_the_files_written_before(
     root = tmp_path / "tables"
     run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
     before = versions(root)
-    real_write, calls = delta._write_files, []
-
-    def disk_full_on_the_third(*args, **kwargs):
-        calls.append(args[1].name)
-        if len(calls) == 3:
-            raise OutputError(f"{root}/summary: cannot write the run's rows (disk full)")
-        return real_write(*args, **kwargs)
-
-    monkeypatch.setattr(delta, "_write_files", disk_full_on_the_third)
-    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
-                        write_positions(tmp_path / "p2.csv", random_positions(2, 30)),
-                        "--out", root, "--format", "delta", "--run-date", "2026-11-02"],
-                       tmp_path)
+    calls: list[str] = []
+    monkeypatch.setattr(delta, "_write_files", third_call_fails(
+        delta._write_files, calls, f"{root}/summary: cannot write the run's rows (disk full)"))
+    code, err = rerun(tmp_path, root, "2026-11-02")
     assert code == 1, err
     assert "cannot write the run's rows (disk full)" in err
     assert calls == ["verdicts", "rejects", "summary"]
@@ -295,10 +296,7 @@ def test_a_write_failing_inside_a_file_deletes_that_file_too(
         real_add(self, batch)
 
     monkeypatch.setattr(delta._FileStats, "add", disk_full_in_the_second_file)
-    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
-                        write_positions(tmp_path / "p2.csv", random_positions(2, 30)),
-                        "--out", root, "--format", "delta", "--run-date", "2026-11-02"],
-                       tmp_path)
+    code, err = rerun(tmp_path, root, "2026-11-02")
     assert code == 1, err
     assert "No space left on device" in err and "nothing was committed" in err
     assert versions(root) == before
