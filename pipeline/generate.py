@@ -165,10 +165,11 @@ def generate(out: Path, spec: Spec) -> list[Path]:
 
     Positions are split over `spec.file_count()` files of as equal a row count as possible."""
     spec.check()
-    if out.is_dir():  # a killed call's staging inside it (its process gone) is no content
-        remove_dead_staging(out, re.compile(r"\.generating-(\d+)"))
-    remove_dead_staging(out.parent, re.compile(rf"\.{re.escape(out.name)}\.generating-(\d+)"))
     try:
+        if out.is_dir():  # a killed call's staging inside it (its process gone) is no content
+            remove_dead_staging(out, re.compile(r"\.generating-(\d+)"))
+        remove_dead_staging(out.parent,
+                            re.compile(rf"\.{re.escape(out.name)}\.generating-(\d+)"))
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise OutputError(f"{out}: exists and is not an empty directory; generate writes "
                               "a whole dataset into a new or empty one (remove it, or choose "

@@ -234,7 +234,8 @@ def test_a_killed_calls_staging_is_removed_by_the_next(tmp_path: Path) -> None:
         generate(out, Spec(positions=5, seed=1))
         assert sorted(p.name for p in out.iterdir()) == ["positions", "rules.parquet"]
     assert not beside.exists()
-    live = tmp_path / "busy"
-    (live / f".generating-{os.getpid()}").mkdir(parents=True)
-    code, err = invoke(["generate", "--out", live, "--positions", 5], tmp_path)
-    assert code == 1 and "exists and is not an empty directory" in err
+    for pid in (os.getpid(), 10**20):  # alive; a number no process can have: kept too
+        live = tmp_path / f"busy-{pid}"
+        (live / f".generating-{pid}").mkdir(parents=True)
+        code, err = invoke(["generate", "--out", live, "--positions", 5], tmp_path)
+        assert code == 1 and "exists and is not an empty directory" in err, err

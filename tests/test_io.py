@@ -1368,6 +1368,21 @@ def test_statistics_that_do_not_decode_are_not_read(tmp_path):
     assert code != 0 and "internal error" not in err and str(path) in err, err
 
 
+def test_a_column_name_that_is_not_utf8_names_the_file(tmp_path):
+    """A footer whose column name bytes are not UTF-8 (patched in place, same length):
+    pyarrow raises UnicodeDecodeError reading it; the run says the file is unreadable."""
+    path = tmp_path / "p.parquet"
+    pl.DataFrame({"zzzz": [1], "heaps": [[2]]}).write_parquet(path)
+    data = path.read_bytes()
+    assert data.count(b"zzzz") >= 1
+    path.write_bytes(data.replace(b"zzzz", b"\xff\xfe\xfd\xfc"))
+    with pytest.raises(InputError, match=r"not a readable Parquet file \(unreadable footer: "):
+        readers.columns_of(path)
+    code, err = invoke(["run", "--rules", ROOT / "data" / "sample" / "rules.csv",
+                        "--positions", path, "--out", tmp_path / "out"], tmp_path)
+    assert code == 1 and f"{path}: not a readable Parquet file" in err, err
+
+
 def test_row_estimate_scales_the_lines_of_a_large_csvs_start(tmp_path):
     # 500,000 lines of 9 bytes then 100,000 of 18: the first 4 MiB hold 9-byte lines only,
     # so the estimate (about size / 9) is high, never low: parts come out smaller, not larger.

@@ -96,11 +96,13 @@ def _fsync_tree(root: Path) -> None:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists; a number no process can have (too large) is taken as
+    alive, so that what a name merely looking like a staging directory holds is kept."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError, ValueError):
         return True
     return True
 

@@ -64,9 +64,9 @@ def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
 
 
 def _largest(meta: pq.FileMetaData, leaf: int) -> int | None:
-    """The largest value of an integer leaf over every row group's statistics (-1: no row
-    group), None where one lacks them; the statistics of other types are never decoded (a
-    text maximum need not be UTF-8, a timestamp need not fit a datetime)."""
+    """max(-1, the largest value of an integer leaf over every row group's statistics), None
+    where one lacks them; the statistics of other types are never decoded (a text maximum
+    need not be UTF-8, a timestamp need not fit a datetime)."""
     top = -1
     try:
         for g in range(meta.num_row_groups):
@@ -94,6 +94,8 @@ def parquet_footer(path: Source) -> ParquetFooter:
     try:
         with pq.ParquetFile(source) as file:
             footer = _footer_facts(file.metadata, file.schema_arrow)
+    except ValueError as exc:  # a column name that is not UTF-8 (UnicodeDecodeError)
+        raise pa.ArrowInvalid(f"unreadable footer: {first_line(exc)}") from None
     finally:
         if not isinstance(source, Path):
             source.close()

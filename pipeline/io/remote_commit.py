@@ -88,7 +88,7 @@ class _Target:
     def retired_files(self) -> dict[str, list[int | float]]:
         """RETIRED_FILES of the new manifest: each replaced file still there, as found."""
         return {path: [size, self.seen[path]] for path, size in sorted(self.replaced().items())
-                if size is not None and path in self.seen}
+                if size is not None and self.seen.get(path)}  # 0.0: a store without times
 
     def retired(self) -> list[str]:
         """The prefixes the new manifest names as RETIRED: the replaced outputs', and those
