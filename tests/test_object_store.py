@@ -1310,10 +1310,10 @@ def test_hdfs_is_a_usage_error_naming_the_url(tmp_path: Path, engine: str) -> No
 def test_retired_files_leave_out_objects_listed_without_a_time() -> None:
     """A store whose listing gives no modification time (0.0) cannot tell a user's file of
     the same size from the old one: such a file is not recorded, so a later run keeps it."""
-    from pipeline.io.remote_commit import _Target
+    from pipeline.io.remote_target import Target
 
     run = "20260101T000000Z-abcdef"
-    target = _Target(listed={f"{run}/verdicts.parquet": 10, f"{run}/summary.parquet": 20,
+    target = Target(listed={f"{run}/verdicts.parquet": 10, f"{run}/summary.parquet": 20,
                              "manifest.json": 5},
                      seen={f"{run}/verdicts.parquet": 0.0, f"{run}/summary.parquet": 7.5})
     assert target.retired_files() == {f"{run}/summary.parquet": [20, 7.5]}

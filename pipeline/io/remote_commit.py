@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,15 @@ from pipeline.io import object_store
 from pipeline.io.commit import interrupts_held, remove_dead_staging
 from pipeline.io.failures import WriteFailure
 from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, RUN_FILE, RUN_ID, few_names, written_by_snim
+from pipeline.io.manifest import MANIFEST, RUN_ID, few_names
+from pipeline.io.remote_target import (
+    RETIRED,
+    RETIRED_FILES,
+    Target,
+    below,
+    read_manifest,
+    target_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,198 +57,9 @@ _STAGING = re.compile(rf"snim-batch-(\d+)-{RUN_ID.pattern}-[^/]+")
 """A local staging directory (`tempfile.mkdtemp` in `staged_remote_output`): PID, RUN_ID."""
 
 
-RETIRED = "retired_prefixes"
-"""The manifest key listing replaced outputs' RUN_ID/ prefixes: what is left below them was
-kept on purpose, and is kept (and named) by every later run until the user removes it; but
-for the replaced outputs' own files (RETIRED_FILES), deleted when still as recorded."""
-
-RETIRED_FILES = "retired_files"
-"""The manifest key mapping each file of the outputs the run replaced to [size, modification
-time] as the run found it: the run deletes them after its commit, and a later run deletes
-any it could not that is still the same object (a user's file put in its place since has
-another modification time, and is kept)."""
-
 LEFTOVER_GRACE = 24 * 3600
 """Seconds after which a RUN_ID/ prefix that no manifest lists is a dead run's leftover (a
 live run commits right after its upload, well within this)."""
-
-
-@dataclass
-class _Target:
-    """What is at OUT before the run: the manifest's ETag (None: no output), the keys it
-    lists with their recorded sizes, per RUN_ID/ prefix no manifest lists its run files with
-    their modification times, below earlier replaced outputs' prefixes their files still as
-    recorded (`stale`: an earlier deletion failed) and what earlier runs kept there."""
-
-    etag: str | None = None
-    listed: dict[str, int | None] = field(default_factory=dict)
-    leftovers: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
-    stale: dict[str, int | None] = field(default_factory=dict)
-    kept: list[str] = field(default_factory=list)
-    seen: dict[str, float] = field(default_factory=dict)  # listed and stale objects' mtimes
-
-    def replaced(self) -> dict[str, int | None]:
-        """The files this run deletes after its commit, with their recorded sizes."""
-        return {path: size for path, size in {**self.listed, **self.stale}.items()
-                if RUN_ID.fullmatch(path.split("/", 1)[0])}
-
-    def retired_files(self) -> dict[str, list[int | float]]:
-        """RETIRED_FILES of the new manifest: each replaced file still there, as found."""
-        return {path: [size, self.seen[path]] for path, size in sorted(self.replaced().items())
-                if size is not None and self.seen.get(path)}  # 0.0: a store without times
-
-    def retired(self) -> list[str]:
-        """The prefixes the new manifest names as RETIRED: the replaced outputs', and those
-        still holding what an earlier run kept."""
-        heads = {path.split("/", 1)[0] for path in [*self.replaced(), *self.kept]}
-        return sorted(heads)
-
-
-def _recorded_size(entry: dict[str, Any]) -> int | None:
-    size = entry.get("size")
-    return size if type(size) is int else None
-
-
-def listed_paths(manifest: dict[str, Any]) -> dict[str, int | None] | None:
-    """The paths under OUT that a remote output's manifest lists (its files, and every file
-    of its directories) with the size recorded for each (None: none), or None when it is no
-    manifest of a remote output."""
-    outputs = manifest.get("outputs")
-    if not isinstance(outputs, list):
-        return None
-    paths: dict[str, int | None] = {}
-    for entry in outputs:
-        if not isinstance(entry, dict) or entry.get("name") == MANIFEST:
-            continue
-        path = entry.get("path")
-        if not isinstance(path, str):
-            return None
-        if entry.get("type") == "directory":
-            files = entry.get("files")
-            if not isinstance(files, list):
-                return None
-            paths.update((f"{path}/{f.get('name')}", _recorded_size(f))
-                         for f in files if isinstance(f, dict))
-        else:
-            paths[path] = _recorded_size(entry)
-    return paths
-
-
-def _read_manifest(target: Location) -> tuple[dict[str, Any], str | None] | None:
-    """OUT/manifest.json parsed, and its ETag; None when there is none."""
-    location = target.child(MANIFEST)
-    store = object_store.filesystem(location)
-    try:
-        with store.open_input_file(location.store_path) as handle:
-            meta = {k.lower(): v for k, v in (handle.metadata() or {}).items()}
-            data = handle.read()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        problem = object_store.store_error(location, exc, "reading the output's manifest")
-        if "no such object" in str(problem):
-            return None
-        raise problem from None
-    etag = meta.get("etag")
-    if isinstance(etag, bytes):
-        etag = etag.decode(errors="replace")
-    try:
-        parsed = json.loads(data)
-    except ValueError:
-        parsed = None
-    return (parsed if isinstance(parsed, dict) else {}), etag.strip('"') if etag else None
-
-
-def _bucket_may_exist(target: Location) -> bool:
-    """False only when the store says the bucket does not exist: credentials limited to a
-    prefix may not look the bucket up (HeadBucket refused), and then the uploads tell."""
-    try:
-        return object_store.bucket_exists(target)
-    except SnimError as exc:
-        log.debug("%s: the bucket could not be looked up (%s)", target, exc)
-        return True
-
-
-def _target_state(target: Location, overwrite: bool) -> _Target:
-    """Check what is at `target` (reads only): its bucket must exist; nothing there, or only
-    dead runs' leftovers, is fine; a snim-batch output whose manifest lists every object
-    below the prefixes it names, each at its recorded size, needs `overwrite`; anything else
-    is refused."""
-    objects = object_store.list_below(target)
-    if not objects and not _bucket_may_exist(target):
-        raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist; nothing "
-                          "was written")
-    found = _read_manifest(target)
-    state, retired, retired_files = _Target(), set(), {}
-    if found is not None:
-        manifest, state.etag = found
-        listed = listed_paths(manifest) if written_by_snim(manifest) else None
-        if listed is None:
-            raise OutputError(f"{target}: exists and is not provably a snim-batch output (its "
-                              f"{MANIFEST} was not written by snim-batch to an object store); "
-                              "refusing to replace it, nothing was written")
-        state.listed = listed
-        retired, retired_files = _retired(manifest)
-    owned = {path.split("/", 1)[0] for path in state.listed}
-    unlisted, resized = [], []
-    for relative, size, mtime in _below(target, objects):
-        if relative == MANIFEST:
-            continue
-        if relative in state.listed:
-            state.seen[relative] = mtime
-            expected = state.listed[relative]
-            if expected is not None and size != expected:
-                resized.append(f"{relative} ({size} bytes, listed with {expected})")
-            continue
-        head, _, rest = relative.partition("/")
-        if head in retired and head not in owned:
-            if retired_files.get(relative) == (size, mtime):
-                state.stale[relative], state.seen[relative] = size, mtime
-            else:
-                state.kept.append(relative)
-        elif RUN_ID.fullmatch(head) and head not in owned and RUN_FILE.fullmatch(rest):
-            state.leftovers.setdefault(head, []).append((relative, mtime))
-        else:
-            unlisted.append(relative)
-    problems = []
-    if unlisted:
-        problems.append(f"holds what its {MANIFEST} does not list: {few_names(unlisted)}"
-                        if found is not None
-                        else f"holds objects and no {MANIFEST}: {few_names(unlisted)}")
-    if resized:
-        problems.append(f"files changed size since its {MANIFEST} listed them: "
-                        f"{few_names(resized)}")
-    if problems:
-        raise OutputError(f"{target}: exists and is not provably a snim-batch output "
-                          f"({'; '.join(problems)}); refusing to replace it, nothing was "
-                          "written")
-    if found is not None and not overwrite:
-        raise OutputError(f"{target}: output already exists (pass --overwrite to replace it)")
-    return state
-
-
-def _retired(manifest: dict[str, Any]
-             ) -> tuple[set[str], dict[str, tuple[int, float]]]:
-    """The RUN_ID/ prefixes a manifest names as RETIRED, with the run files of RETIRED_FILES
-    below them as (size, modification time) (anything else there is ignored)."""
-    named, files = manifest.get(RETIRED), manifest.get(RETIRED_FILES)
-    prefixes = ({p for p in named if isinstance(p, str) and RUN_ID.fullmatch(p)}
-                if isinstance(named, list) else set())
-    found: dict[str, tuple[int, float]] = {}
-    for path, facts in files.items() if isinstance(files, dict) else ():
-        head, _, rest = path.partition("/") if isinstance(path, str) else ("", "", "")
-        if (head in prefixes and RUN_FILE.fullmatch(rest) and isinstance(facts, list)
-                and len(facts) == 2 and type(facts[0]) is int
-                and type(facts[1]) in (int, float)):
-            found[path] = (facts[0], float(facts[1]))
-    return prefixes, found
-
-
-def _below(target: Location, objects: list[tuple[str, int, float]]
-           ) -> list[tuple[str, int, float]]:
-    """`list_below`'s objects with their keys relative to `target`."""
-    start = len(target.key) + 1 if target.key else 0
-    return [(key[start:], size, mtime) for key, size, mtime in objects]
 
 
 PAUSE_ENV = "SNIM_BATCH_TEST_PAUSE"
@@ -282,7 +100,7 @@ def _upload(staging: Path, prefix: Location) -> None:
             done.result()
 
 
-def _remote_manifest(manifest: dict[str, Any], run_id: str, previous: _Target
+def _remote_manifest(manifest: dict[str, Any], run_id: str, previous: Target
                      ) -> dict[str, Any]:
     """The staged manifest with each output's path under OUT (RUN_ID/NAME), and the
     prefixes and files of the outputs it replaces."""
@@ -316,7 +134,7 @@ def _put_manifest(target: Location, data: bytes, previous: str | None) -> None:
         except BotoCoreError as exc:
             raise object_store.store_error(location, exc, "committing the manifest") from None
         return
-    current = _read_manifest(target)
+    current = read_manifest(target)
     if (current[1] if current else None) != previous:
         raise _changed(location)
     try:
@@ -398,7 +216,7 @@ def _commit(out: Location, data: bytes, previous: str | None, run_id: str) -> No
     except BaseException as exc:
         failure = object_store.redacted(first_line(exc))
         try:
-            found = _read_manifest(out)
+            found = read_manifest(out)
         except Exception as reading:
             raise _unknown(out, run_id, previous, f"the {MANIFEST} PUT failed: {failure}; "
                            "reading it back failed: "
@@ -432,7 +250,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
     """Yield a local temporary directory for the run's files; on normal exit, upload them
     under OUT/RUN_ID/ and commit OUT/manifest.json (see the module's docstring). Any failure
     before the commit deletes what was uploaded; the previous output is untouched."""
-    previous = _target_state(out, overwrite)
+    previous = target_state(out, overwrite)
     remove_dead_staging(Path(tempfile.gettempdir()), _STAGING)
     staging = Path(tempfile.mkdtemp(prefix=f"snim-batch-{os.getpid()}-{run_id}-"))
     uploads: list[str] = []
@@ -467,7 +285,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
             _delete(out, uploads, "this run's uploaded files")
 
 
-def _retire(out: Location, previous: _Target) -> list[str]:
+def _retire(out: Location, previous: Target) -> list[str]:
     """After the commit: delete the replaced output's files that are still as its manifest
     listed them, and those of earlier replaced outputs still as recorded (anything else below
     their prefixes is kept, and named), then the run files of dead runs' prefixes older than
@@ -475,7 +293,7 @@ def _retire(out: Location, previous: _Target) -> list[str]:
     replacing = previous.replaced()
     old = {path.split("/", 1)[0] for path in replacing}
     try:
-        now = ({key: size for key, size, _ in _below(out, object_store.list_below(out))}
+        now = ({key: size for key, size, _ in below(out, object_store.list_below(out))}
                if old else {})
     except SnimError as exc:
         return [f"{out}: the replaced output's files were not deleted ({exc})"]
