@@ -132,6 +132,9 @@ def _traceback(exc: BaseException) -> None:
             typer.echo(printable(line), err=True)
 
 
+_INTERRUPT_SAID: list[bool] = []  # a command reported its interrupt (see `main`)
+
+
 def _fail(exc: BaseException, verbose: bool) -> NoReturn:
     """Map an exception to its one-line message and documented exit code."""
     if isinstance(exc, SnimError):
@@ -146,9 +149,11 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
         raise typer.Exit(exc.exit_code)
     exc = interrupt_within(exc) or exc
     if isinstance(exc, Stopped):
+        _INTERRUPT_SAID.append(True)
         _err(f"stopped by {signal.Signals(exc.signum).name}; nothing was written")
         raise typer.Exit(128 + exc.signum)
     if isinstance(exc, KeyboardInterrupt):
+        _INTERRUPT_SAID.append(True)
         _err("interrupted; nothing was written")
         raise typer.Exit(130)
     _err(f"internal error: {type(exc).__name__}: {exc} (nothing was written; rerun with "
@@ -503,18 +508,26 @@ def main() -> None:  # pragma: no cover - console entry point
     for name, value in QUIET_THREAD_POOLS.items():
         os.environ.setdefault(name, value)
     stop_signals_as_interrupts()
+    ended = False  # the command returned or exited: what it printed stands
+    unsaid = False  # typer met an interrupt in its own set-up and exited 130 without a word
     try:
         try:
             app()
-            code = 0
+            ended, code = True, 0
         except SystemExit as exc:
-            code = exit_status(exc.code)
+            ended, code = True, exit_status(exc.code)
+            unsaid = code == 130 and not _INTERRUPT_SAID
         finally:
             default_stop_signals()
-    except Stopped as exc:  # it came after the command's own handling
+    except Stopped as exc:  # before typer ran, or after the command's own handling
         code = 128 + exc.signum
+        if not ended:
+            _err(f"stopped by {signal.Signals(exc.signum).name}; nothing was written")
     if code == 130 and STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
         code = 128 + STOPPED_BY[0]
+    if unsaid:
+        _err(f"stopped by {signal.Signals(code - 128).name}; nothing was written"
+             if STOPPED_BY else "interrupted; nothing was written")
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:  # None when the shell closed it (`>&-`)
