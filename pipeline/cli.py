@@ -132,7 +132,14 @@ def _traceback(exc: BaseException) -> None:
             typer.echo(printable(line), err=True)
 
 
-_INTERRUPT_SAID: list[bool] = []  # a command reported its interrupt (see `main`)
+_INTERRUPT_SAID: list[bool] = []  # the interrupt was reported (see `main`)
+
+
+def _say_stopped(signum: int | None) -> None:
+    """The one line for a run stopped by Ctrl-C (None) or a stop signal."""
+    _INTERRUPT_SAID.append(True)
+    _err(f"stopped by {signal.Signals(signum).name}; nothing was written" if signum
+         else "interrupted; nothing was written")
 
 
 def _fail(exc: BaseException, verbose: bool) -> NoReturn:
@@ -148,14 +155,10 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
             _traceback(exc)
         raise typer.Exit(exc.exit_code)
     exc = interrupt_within(exc) or exc
-    if isinstance(exc, Stopped):
-        _INTERRUPT_SAID.append(True)
-        _err(f"stopped by {signal.Signals(exc.signum).name}; nothing was written")
-        raise typer.Exit(128 + exc.signum)
     if isinstance(exc, KeyboardInterrupt):
-        _INTERRUPT_SAID.append(True)
-        _err("interrupted; nothing was written")
-        raise typer.Exit(130)
+        signum = exc.signum if isinstance(exc, Stopped) else None
+        _say_stopped(signum)
+        raise typer.Exit(128 + (signum or signal.SIGINT))
     _err(f"internal error: {type(exc).__name__}: {exc} (nothing was written; rerun with "
          "--verbose for details and report it)")
     if verbose:
@@ -509,25 +512,21 @@ def main() -> None:  # pragma: no cover - console entry point
         os.environ.setdefault(name, value)
     stop_signals_as_interrupts()
     ended = False  # the command returned or exited: what it printed stands
-    unsaid = False  # typer met an interrupt in its own set-up and exited 130 without a word
+    late = False  # a stop signal after that: the exit code says it, the output stands
     try:
         try:
             app()
             ended, code = True, 0
         except SystemExit as exc:
             ended, code = True, exit_status(exc.code)
-            unsaid = code == 130 and not _INTERRUPT_SAID
         finally:
             default_stop_signals()
-    except Stopped as exc:  # before typer ran, or after the command's own handling
-        code = 128 + exc.signum
-        if not ended:
-            _err(f"stopped by {signal.Signals(exc.signum).name}; nothing was written")
+    except Stopped as exc:
+        code, late = 128 + exc.signum, ended
     if code == 130 and STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
         code = 128 + STOPPED_BY[0]
-    if unsaid:
-        _err(f"stopped by {signal.Signals(code - 128).name}; nothing was written"
-             if STOPPED_BY else "interrupted; nothing was written")
+    if code in (130, *(128 + s for s in STOPPED_BY)) and not (late or _INTERRUPT_SAID):
+        _say_stopped(code - 128 if STOPPED_BY else None)  # typer's set-up says nothing
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:  # None when the shell closed it (`>&-`)
