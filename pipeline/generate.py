@@ -186,12 +186,15 @@ def generate(out: Path, spec: Spec) -> list[Path]:
         written = _write_dataset(staging, spec)
         if not inside:
             staging.rename(out)
-        for entry in sorted(staging.iterdir()) if inside else ():
+        for entry in sorted(staging.iterdir() if inside else []):
             entry.rename(out / entry.name)
             moved.append(out / entry.name)
     except OSError as exc:
-        for path in moved:
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        for path in moved:  # put back as it was: empty
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
         raise OutputError(f"{out}: cannot write the dataset ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
