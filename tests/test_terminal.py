@@ -6,12 +6,14 @@ checked on its own against hand-written expectations.
 
 from __future__ import annotations
 
+import gc
 import signal
+from contextlib import nullcontext
 
 import pytest
 
 from pipeline.errors import Stopped
-from pipeline.terminal import exit_status, interrupt_within, printable
+from pipeline.terminal import exit_status, heavy_imports, interrupt_within, printable
 
 
 @pytest.mark.parametrize(("text", "shown"), [
@@ -62,3 +64,25 @@ def test_no_interrupt_within_a_plain_error_or_a_cycle() -> None:
     first, second = ValueError("a"), ValueError("b")
     first.__context__, second.__context__ = second, first
     assert interrupt_within(first) is None
+
+
+class _Node:
+    """A container the collector tracks."""
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
+def test_heavy_imports_pause_the_collector_then_freeze_what_they_made(fails: bool) -> None:
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    made: list[_Node] = []
+    try:
+        with pytest.raises(ValueError) if fails else nullcontext(), heavy_imports():
+            assert not gc.isenabled()
+            made.extend(_Node() for _ in range(1000))
+            if fails:
+                raise ValueError("an import failed")
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= frozen + 1000
+    finally:
+        gc.unfreeze()
+        gc.enable()
