@@ -514,19 +514,19 @@ def main() -> None:  # pragma: no cover - console entry point
 
     for name, value in QUIET_THREAD_POOLS.items():
         os.environ.setdefault(name, value)
-    stop_signals_as_interrupts()
     ended = False  # the command returned or exited: what it printed stands
     late = False  # a stop signal after that: the exit code says it, the output stands
     try:
         try:
+            stop_signals_as_interrupts()
             app()
             ended, code = True, 0
         except SystemExit as exc:
             ended, code = True, exit_status(exc.code)
         finally:
             default_stop_signals()
-    except Stopped as exc:
-        code, late = 128 + exc.signum, ended
+    except KeyboardInterrupt as exc:  # outside any command's handling (typer's set-up)
+        code, late = 128 + (exc.signum if isinstance(exc, Stopped) else signal.SIGINT), ended
     if code == 130 and STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
         code = 128 + STOPPED_BY[0]
     if code in (130, *(128 + s for s in STOPPED_BY)) and not (late or _INTERRUPT_SAID):

@@ -797,10 +797,24 @@ def _run_and_kill(args: list[str], where: Path, trigger: str | int, delay: float
     return _run_and_signal(args, where, trigger, delay, sig)[0]
 
 
+def _wait_until_caught(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    """Until `proc` has a handler for `sig` (its SigCgt mask in /proc), or has ended."""
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        mask = next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("SigCgt:"))
+        if int(mask, 16) >> (sig - 1) & 1:
+            return
+        time.sleep(0.002)
+
+
 def _run_and_signal(args: list[str], where: Path, trigger: str | int, delay: float,
                     sig: signal.Signals) -> tuple[int, str]:
     """Start the executable; send it `sig` `delay` s after `trigger` (a phase name, the n-th
-    progress line, or "start"). Returns the exit status (-9 when killed) and stderr."""
+    progress line, or "start": once the process catches SIGTERM, i.e. the CLI has set its
+    stop handlers, before typer parses). Returns the exit status (-9 when killed) and
+    stderr."""
     proc = subprocess.Popen([str(EXE), *args, "--verbose"], cwd=where,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     fired = threading.Event()
@@ -820,7 +834,9 @@ def _run_and_signal(args: list[str], where: Path, trigger: str | int, delay: flo
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    if trigger != "start":
+    if trigger == "start":
+        _wait_until_caught(proc, signal.SIGTERM)
+    else:
         fired.wait(timeout=120)
     time.sleep(delay)
     if proc.poll() is None:
@@ -908,7 +924,7 @@ def test_a_stop_signal_leaves_the_previous_output_and_no_staging(
                            capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     baseline = snapshot(out)
-    for trigger, delay in (("start", 0.3), (1, 0.0), (2, 0.05)):
+    for trigger, delay in (("start", 0.0), (1, 0.0), (2, 0.05)):
         status, err = _run_and_signal(job(rules, positions, out, "--overwrite"), tmp_path,
                                       trigger, delay, sig)
         where = f"{sig.name} at {trigger}+{delay}s"
