@@ -18,12 +18,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/snim-batch run --config config.yaml --overwrite
 
+# two workers (pytest-xdist); a module's Spark tests share one (tests/conftest.py)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # the quick loop: no slow tests, no Spark (make test runs everything)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'not slow and not spark'
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m 'not slow and not spark'
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline tests
