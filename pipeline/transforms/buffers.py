@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 HeapChunks = list[tuple[np.ndarray, np.ndarray]]
 
@@ -64,6 +63,8 @@ def list_chunks(heaps: pl.Series) -> list[tuple[np.ndarray, np.ndarray, int]]:
         child = arr.values
         nulls = child.null_count
         if nulls:
+            import pyarrow.compute as pc  # only here: 50 ms of every run's start otherwise
+
             child = pc.fill_null(child, 0)
         values = np.frombuffer(child.buffers()[1], np.int64)[child.offset:
                                                              child.offset + len(child)]
