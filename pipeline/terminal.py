@@ -37,8 +37,8 @@ def _escape(match: re.Match[str]) -> str:
 def heavy_imports() -> Iterator[None]:
     """A command's imports (polars, pyarrow, numba) with the cyclic garbage collector paused,
     then what they made frozen out of every later collection, which would walk it all again.
-    Time in collections, timed by `gc.callbacks`: a 10M-position `run` 0.22-0.36 s -> 0.04 s,
-    `solve` of 50 MB 0.81 s -> 0.08 s."""
+    Time in collections (benchmarks/gc_time.py): a 10M-position `run` 0.16-0.24 s -> 0.04 s,
+    `solve` of 50 MB 0.13-0.15 s -> 0.03 s."""
     gc.disable()
     try:
         yield
