@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, SnimError, first_line
-from pipeline.io import kept, object_store
+from pipeline.io import footer_stats, kept, object_store
 from pipeline.io.csv_reader import csv_batches, csv_row_estimate, read_header
 from pipeline.io.inputs import InputFile, RawTable, Source, describe, format_of, resolve_inputs
 from pipeline.io.locations import Location
@@ -50,33 +50,33 @@ class ParquetFooter:
 
 
 def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
+    """The facts kept of a footer. A top-level column whose one leaf is a plain integer gets
+    its largest value from the footer's own bytes (`footer_stats`): pyarrow's statistics are
+    never decoded, as it aborts the process on ones of the wrong length (and a text maximum
+    need not be UTF-8, a timestamp need not fit a datetime)."""
     leaves: dict[str, list[int]] = {}
     for i in range(meta.num_columns):
         leaves.setdefault(meta.schema.column(i).path.split(".")[0], []).append(i)
-    largest: dict[str, int | None] = {}
-    for name, (*others, leaf) in leaves.items():
+    integers: dict[int, tuple[int, bool]] = {}
+    for *others, leaf in leaves.values():
         column = meta.schema.column(leaf)
-        plain_int = (column.physical_type in ("INT32", "INT64")
-                     and column.logical_type.type in ("NONE", "INT"))
-        largest[name] = _largest(meta, leaf) if plain_int and not others else None
+        if (not others and column.physical_type in ("INT32", "INT64")
+                and column.logical_type.type in ("NONE", "INT")):
+            integers[leaf] = (4 if column.physical_type == "INT32" else 8,
+                              not column.converted_type.startswith("UINT"))
+    maxima = footer_stats.integer_maxima(_footer_bytes(meta), integers) if integers else {}
+    largest = {name: maxima.get(found[-1]) for name, found in leaves.items()}
     return ParquetFooter(schema, tuple(meta.row_group(g).num_rows
                                        for g in range(meta.num_row_groups)), largest)
 
 
-def _largest(meta: pq.FileMetaData, leaf: int) -> int | None:
-    """max(-1, the largest value of an integer leaf over every row group's statistics), None
-    where one lacks them; the statistics of other types are never decoded (a text maximum
-    need not be UTF-8, a timestamp need not fit a datetime)."""
-    top = -1
+def _footer_bytes(meta: pq.FileMetaData) -> bytes:
+    """The footer's Thrift bytes as pyarrow holds them (what it pickles: no second read of
+    the file); empty, so not understood, if pyarrow stops offering them."""
     try:
-        for g in range(meta.num_row_groups):
-            stats = meta.row_group(g).column(leaf).statistics
-            if stats is None or not stats.has_min_max or not isinstance(stats.max, int):
-                return None
-            top = max(top, stats.max)
-    except (ValueError, ArithmeticError, pa.ArrowException):
-        return None
-    return top
+        return meta.__reduce__()[1][0].to_pybytes()
+    except (AttributeError, IndexError, TypeError):
+        return b""
 
 
 def _footer_in_memory(footer: ParquetFooter) -> int:
