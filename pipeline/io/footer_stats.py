@@ -6,7 +6,7 @@ file can hold. Whatever this reader does not understand is None (not known), nev
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = range(9)
 _LIST, _SET, _MAP, _STRUCT, _UUID = range(9, 14)
@@ -18,103 +18,107 @@ _MAX, _MIN, _MAX_VALUE, _MIN_VALUE = 1, 2, 5, 6
 
 
 class _Malformed(Exception):
-    """The bytes are not the Thrift the reader expects."""
+    """The bytes are not the Thrift the reader expects (reading past their end is an
+    IndexError, which is taken the same way)."""
 
 
-class _Reader:
-    """A cursor over Thrift compact-protocol bytes."""
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise _Malformed("varint too long")
 
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at, self.depth = data, 0, 0
 
-    def byte(self) -> int:
-        if self.at >= len(self.data):
-            raise _Malformed("ends early")
-        self.at += 1
-        return self.data[self.at - 1]
+def _field(data: bytes, at: int, last: int) -> tuple[int, int, int]:
+    """(field id, type, where its value starts) of the field header at `at`, whose struct's
+    previous field was `last`; type _STOP at the struct's end."""
+    header = data[at]
+    at += 1
+    kind, delta = header & 0x0F, header >> 4
+    if kind == _STOP or delta:
+        return last + delta, kind, at
+    n, at = _varint(data, at)
+    return (n >> 1) ^ -(n & 1), kind, at
 
-    def varint(self) -> int:
-        value = 0
-        for shift in range(0, 70, 7):
-            b = self.byte()
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-        raise _Malformed("varint too long")
 
-    def zigzag(self) -> int:
-        n = self.varint()
-        return (n >> 1) ^ -(n & 1)
-
-    def binary(self) -> bytes:
-        n = self.varint()
-        if self.at + n > len(self.data):
-            raise _Malformed("binary past the end")
-        self.at += n
-        return self.data[self.at - n:self.at]
-
-    def fields(self) -> Iterator[tuple[int, int]]:
-        """(field id, type) of each field of the struct at the cursor, up to its end; the
-        caller reads or skips each value before asking for the next."""
-        self.depth += 1
-        if self.depth > _DEEPEST:
+def _skip(data: bytes, at: int, kind: int, depth: int = 0) -> int:
+    """Where the value of type `kind` at `at` ends (past the end of `data` if it is cut)."""
+    if kind == _STRUCT:
+        if depth > _DEEPEST:
             raise _Malformed("nested too deep")
-        last = 0
-        while (header := self.byte()) & 0x0F != _STOP:
-            delta, kind = header >> 4, header & 0x0F
-            last = last + delta if delta else self.zigzag()
-            yield last, kind
-        self.depth -= 1
-
-    def elements(self) -> tuple[int, int]:
-        """(count, element type) of the list or set at the cursor."""
-        header = self.byte()
-        count = header >> 4
-        return (self.varint() if count == 15 else count), header & 0x0F
-
-    def skip(self, kind: int) -> None:
-        if kind in (_LIST, _SET, _MAP, _STRUCT):
-            self.depth += 1
-            if self.depth > _DEEPEST:
-                raise _Malformed("nested too deep")
-            self._skip(kind)
-            self.depth -= 1
-        else:
-            self._skip(kind)
-
-    def _skip(self, kind: int) -> None:
-        if kind in (_TRUE, _FALSE):  # a struct field's value is in its header
-            return
-        if kind == _BYTE:
-            self.byte()
-        elif kind in (_I16, _I32, _I64):
-            self.varint()
-        elif kind in (_DOUBLE, _UUID):
-            self.at += 8 if kind == _DOUBLE else 16
-            if self.at > len(self.data):
+        while True:  # the fields' scalars inline: most of a footer is structs of them
+            header = data[at]
+            at += 1
+            field_kind = header & 0x0F
+            if field_kind == _STOP:
+                return at
+            if not header >> 4:  # a long-form field id: a varint
+                while data[at] & 0x80:
+                    at += 1
+                at += 1
+            if field_kind in (_I16, _I32, _I64):
+                while data[at] & 0x80:
+                    at += 1
+                at += 1
+            elif field_kind == _BINARY:
+                n, at = _varint(data, at)
+                at += n
+            elif field_kind not in (_TRUE, _FALSE):
+                at = _skip(data, at, field_kind, depth + 1)
+    if kind in (_TRUE, _FALSE):  # a struct field's value is in its header
+        return at
+    if kind == _BYTE:
+        return at + 1
+    if kind in (_I16, _I32, _I64):
+        return _varint(data, at)[1]
+    if kind in (_DOUBLE, _UUID):
+        return at + (8 if kind == _DOUBLE else 16)
+    if kind == _BINARY:
+        n, at = _varint(data, at)
+        return at + n
+    if depth > _DEEPEST:
+        raise _Malformed("nested too deep")
+    if kind in (_LIST, _SET):
+        count, element, at = _elements(data, at)
+        if element in (_TRUE, _FALSE, _BYTE):  # a boolean there is a whole byte
+            return at + count
+        for _ in range(count):
+            at = _skip(data, at, element, depth + 1)
+            if at > len(data):
                 raise _Malformed("ends early")
-        elif kind == _BINARY:
-            self.binary()
-        elif kind in (_LIST, _SET):
-            count, element = self.elements()
+        return at
+    if kind == _MAP:
+        count, at = _varint(data, at)
+        if count:
+            types = data[at]
+            at += 1
             for _ in range(count):
-                self.skip(_element(element))
-        elif kind == _MAP:
-            count = self.varint()
-            if count:
-                types = self.byte()
-                for _ in range(count):
-                    self.skip(_element(types >> 4))
-                    self.skip(_element(types & 0x0F))
-        elif kind == _STRUCT:
-            for _, field_kind in self.fields():
-                self.skip(field_kind)
-        else:
-            raise _Malformed(f"unknown type {kind}")
+                at = _skip(data, at, _element(types >> 4), depth + 1)
+                at = _skip(data, at, _element(types & 0x0F), depth + 1)
+                if at > len(data):
+                    raise _Malformed("ends early")
+        return at
+    raise _Malformed(f"unknown type {kind}")
+
+
+def _elements(data: bytes, at: int) -> tuple[int, int, int]:
+    """(count, element type, where the elements start) of the list or set at `at`."""
+    header = data[at]
+    count = header >> 4
+    if count == 15:
+        count, at = _varint(data, at + 1)
+        return count, header & 0x0F, at
+    return count, header & 0x0F, at + 1
 
 
 def _element(kind: int) -> int:
-    """A list's, set's or map's element type as read: a boolean there is a whole byte."""
+    """A map's key or value type as read: a boolean there is a whole byte."""
     return _BYTE if kind in (_TRUE, _FALSE) else kind
 
 
@@ -127,57 +131,82 @@ def integer_maxima(footer: bytes, leaves: dict[int, tuple[int, bool]]
     are used for signed columns only, whose sort order they were written in."""
     found: dict[int, list[int | None]] = {leaf: [] for leaf in leaves}
     try:
-        reader = _Reader(footer)
-        for field, kind in reader.fields():
-            if field != _ROW_GROUPS or kind != _LIST:
-                reader.skip(kind)
+        last, at = 0, 0
+        while True:
+            last, kind, at = _field(footer, at, last)
+            if kind == _STOP:
+                break
+            if last != _ROW_GROUPS or kind != _LIST:
+                at = _skip(footer, at, kind)
                 continue
-            groups, element = reader.elements()
+            groups, element, at = _elements(footer, at)
             if element != _STRUCT:
                 raise _Malformed("row groups are not structs")
             for _ in range(groups):
-                for leaf, value in _row_group_maxima(reader, leaves).items():
-                    found[leaf].append(value)
-    except _Malformed:
+                at = _row_group_maxima(footer, at, leaves, found)
+    except (_Malformed, IndexError):
         return dict.fromkeys(leaves)
     return {leaf: None if None in values else max([-1, *values])  # type: ignore[list-item]
             for leaf, values in found.items()}
 
 
-def _row_group_maxima(reader: _Reader, leaves: dict[int, tuple[int, bool]]
-                      ) -> dict[int, int | None]:
+def _row_group_maxima(data: bytes, at: int, leaves: dict[int, tuple[int, bool]],
+                      found: dict[int, list[int | None]]) -> int:
+    """Add one row group's maximum of each leaf to `found`; where the row group ends."""
     maxima: dict[int, int | None] = dict.fromkeys(leaves)
-    for field, kind in reader.fields():
-        if field != _COLUMNS or kind != _LIST:
-            reader.skip(kind)
+    last = 0
+    while True:
+        last, kind, at = _field(data, at, last)
+        if kind == _STOP:
+            break
+        if last != _COLUMNS or kind != _LIST:
+            at = _skip(data, at, kind)
             continue
-        count, element = reader.elements()
+        count, element, at = _elements(data, at)
         if element != _STRUCT:
             raise _Malformed("columns are not structs")
         for leaf in range(count):
-            stats = _column_statistics(reader)
+            stats, at = _column_statistics(data, at)
             if leaf in leaves:
                 maxima[leaf] = _largest(stats, *leaves[leaf])
-    return maxima
+    for leaf, value in maxima.items():
+        found[leaf].append(value)
+    return at
 
 
-def _column_statistics(reader: _Reader) -> dict[int, bytes]:
-    """The binary fields of a ColumnChunk's meta_data.statistics (empty when it has none)."""
+def _column_statistics(data: bytes, at: int) -> tuple[dict[int, bytes], int]:
+    """The binary fields of a ColumnChunk's meta_data.statistics (empty when it has none),
+    and where the ColumnChunk ends."""
     stats: dict[int, bytes] = {}
-    for field, kind in reader.fields():
-        if field != _META_DATA or kind != _STRUCT:
-            reader.skip(kind)
-            continue
-        for meta_field, meta_kind in reader.fields():
-            if meta_field != _STATISTICS or meta_kind != _STRUCT:
-                reader.skip(meta_kind)
-                continue
-            for stat_field, stat_kind in reader.fields():
-                if stat_kind == _BINARY:
-                    stats[stat_field] = reader.binary()
-                else:
-                    reader.skip(stat_kind)
-    return stats
+    at = _walk(data, at, _META_DATA, lambda at: _walk(
+        data, at, _STATISTICS, lambda at: _binaries(data, at, stats)))
+    return stats, at
+
+
+def _walk(data: bytes, at: int, wanted: int, inside: Callable[[int], int]) -> int:
+    """Through the struct at `at`, reading its struct field `wanted` with `inside` and
+    skipping the rest; where the struct ends."""
+    last = 0
+    while True:
+        last, kind, at = _field(data, at, last)
+        if kind == _STOP:
+            return at
+        at = inside(at) if last == wanted and kind == _STRUCT else _skip(data, at, kind)
+
+
+def _binaries(data: bytes, at: int, into: dict[int, bytes]) -> int:
+    """The binary fields of the struct at `at` into `into` (by field id); where it ends."""
+    last = 0
+    while True:
+        last, kind, at = _field(data, at, last)
+        if kind == _STOP:
+            return at
+        if kind == _BINARY:
+            n, at = _varint(data, at)
+            into[last] = data[at:at + n]
+            at += n
+        else:
+            at = _skip(data, at, kind)
 
 
 def _largest(stats: dict[int, bytes], width: int, signed: bool) -> int | None:
