@@ -39,6 +39,7 @@ from pipeline.terminal import (
     progress_printer,
     stdin_bytes,
     stop_signals_as_interrupts,
+    stopped_message,
 )
 
 app = typer.Typer(
@@ -139,8 +140,7 @@ _INTERRUPT_SAID: list[bool] = []  # the interrupt was reported (see `main`)
 def _say_stopped(signum: int | None) -> None:
     """The one line for a run stopped by Ctrl-C (None) or a stop signal."""
     _INTERRUPT_SAID.append(True)
-    _err(f"stopped by {signal.Signals(signum).name}; nothing was written" if signum
-         else "interrupted; nothing was written")
+    _err(stopped_message(signum))
 
 
 def _fail(exc: BaseException, verbose: bool) -> NoReturn:
@@ -503,7 +503,7 @@ def _read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def main() -> None:  # pragma: no cover - console entry point
+def main() -> None:  # pragma: no cover - called by the console entry, `terminal.entry`
     """Run the command, then end the process without the interpreter's teardown where that is
     safe: freeing numba's and polars' module state costs 0.15-0.2 s after every command (18%
     of `solve` on 50 MB). By then every output is closed; worker threads are joined and the

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import gc
 import signal
+import subprocess
+import sys
+import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +90,41 @@ def test_heavy_imports_pause_the_collector_then_freeze_what_they_made(fails: boo
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+_HELD_IMPORT = """
+import pathlib, sys, time
+MARKER = pathlib.Path(sys.argv[1])
+class Hold:
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            MARKER.write_text("importing typer")
+            time.sleep(60)
+        return None
+sys.meta_path.insert(0, Hold())
+sys.argv = ["snim-batch", "--help"]
+from pipeline.terminal import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize(("sig", "code", "said"), [
+    (signal.SIGINT, 130, "interrupted"),
+    (signal.SIGTERM, 143, "stopped by SIGTERM"),
+    (signal.SIGHUP, 129, "stopped by SIGHUP"),
+], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_while_the_cli_is_imported_says_so(tmp_path: Path, sig: signal.Signals,
+                                                   code: int, said: str) -> None:
+    """The executable's entry sets the stop handlers before importing the CLI (typer and
+    the rest): a stop during that import, held here on typer's, is one line and 128 + the
+    signal, not Python's traceback or the signal's default action."""
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", _HELD_IMPORT, str(marker)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert marker.exists(), proc.communicate(timeout=60)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (code, "", f"snim-batch: {said}; nothing was written\n")
