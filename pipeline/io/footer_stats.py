@@ -131,19 +131,8 @@ def integer_maxima(footer: bytes, leaves: dict[int, tuple[int, bool]]
     are used for signed columns only, whose sort order they were written in."""
     found: dict[int, list[int | None]] = {leaf: [] for leaf in leaves}
     try:
-        last, at = 0, 0
-        while True:
-            last, kind, at = _field(footer, at, last)
-            if kind == _STOP:
-                break
-            if last != _ROW_GROUPS or kind != _LIST:
-                at = _skip(footer, at, kind)
-                continue
-            groups, element, at = _elements(footer, at)
-            if element != _STRUCT:
-                raise _Malformed("row groups are not structs")
-            for _ in range(groups):
-                at = _row_group_maxima(footer, at, leaves, found)
+        _each_element(footer, 0, _ROW_GROUPS,
+                      lambda at, _: _row_group_maxima(footer, at, leaves, found))
     except (_Malformed, IndexError):
         return dict.fromkeys(leaves)
     return {leaf: None if None in values else max([-1, *values])  # type: ignore[list-item]
@@ -154,24 +143,35 @@ def _row_group_maxima(data: bytes, at: int, leaves: dict[int, tuple[int, bool]],
                       found: dict[int, list[int | None]]) -> int:
     """Add one row group's maximum of each leaf to `found`; where the row group ends."""
     maxima: dict[int, int | None] = dict.fromkeys(leaves)
+
+    def column(at: int, leaf: int) -> int:
+        stats, at = _column_statistics(data, at)
+        if leaf in leaves:
+            maxima[leaf] = _largest(stats, *leaves[leaf])
+        return at
+
+    at = _each_element(data, at, _COLUMNS, column)
+    for leaf, value in maxima.items():
+        found[leaf].append(value)
+    return at
+
+
+def _each_element(data: bytes, at: int, wanted: int, each: Callable[[int, int], int]) -> int:
+    """Through the struct at `at`, reading each element of its list-of-structs field `wanted`
+    with `each(where it starts, its index)` and skipping the other fields; where it ends."""
     last = 0
     while True:
         last, kind, at = _field(data, at, last)
         if kind == _STOP:
-            break
-        if last != _COLUMNS or kind != _LIST:
+            return at
+        if last != wanted or kind != _LIST:
             at = _skip(data, at, kind)
             continue
         count, element, at = _elements(data, at)
         if element != _STRUCT:
-            raise _Malformed("columns are not structs")
-        for leaf in range(count):
-            stats, at = _column_statistics(data, at)
-            if leaf in leaves:
-                maxima[leaf] = _largest(stats, *leaves[leaf])
-    for leaf, value in maxima.items():
-        found[leaf].append(value)
-    return at
+            raise _Malformed(f"field {wanted} is not a list of structs")
+        for index in range(count):
+            at = each(at, index)
 
 
 def _column_statistics(data: bytes, at: int) -> tuple[dict[int, bytes], int]:
