@@ -408,9 +408,16 @@ def prepare(large: bool) -> None:
         ensure_classic()
 
 
-def run_argv(ds: Dataset, data: Path, out: Path, *extra: str) -> list[str]:
-    return [str(SNIM), "run", "--rules", str(data / f"rules.{ds.fmt}"), "--positions",
-            str(data / "positions"), "--out", str(out), "--overwrite", "--quiet", *extra]
+# An older checkout's `run`, started as console scripts were before the entry moved to
+# `pipeline.terminal.entry` (the venv's script imports it, which an older checkout lacks).
+OLD_LAUNCHER = [str(PY), "-c", "import sys; from pipeline.cli import main; sys.exit(main())"]
+
+
+def run_argv(ds: Dataset, data: Path, out: Path, *extra: str,
+             launcher: list[str] | None = None) -> list[str]:
+    return [*(launcher or [str(SNIM)]), "run", "--rules", str(data / f"rules.{ds.fmt}"),
+            "--positions", str(data / "positions"), "--out", str(out), "--overwrite", "--quiet",
+            *extra]
 
 
 def floor_argv(ds: Dataset, data: Path, out: Path) -> list[str]:
@@ -483,7 +490,8 @@ def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M,
             out = RES / f"run_{ds.name}"
             if before is not None:
                 old = RES / f"before_{ds.name}"
-                one(f"before_{ds.name}", run_argv(ds, data[ds.name], old, "--no-winning-moves"),
+                one(f"before_{ds.name}", run_argv(ds, data[ds.name], old, "--no-winning-moves",
+                                                  launcher=OLD_LAUNCHER),
                     out=old, cwd=cwd, code=before)
             one(f"run_{ds.name}", run_argv(ds, data[ds.name], out, "--no-winning-moves"),
                 out=out, cwd=cwd)
