@@ -18,13 +18,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/snim-batch run --config config.yaml --overwrite
 
-# two workers (pytest-xdist); a module's Spark tests share one (tests/conftest.py)
+# two workers (pytest-xdist), each test file on one of them (docs/ARCHITECTURE.md, Tests)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # the quick loop: no slow tests, no Spark (make test runs everything)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m 'not slow and not spark'
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m 'not slow and not spark'
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline tests

@@ -18,17 +18,6 @@ import polars as pl
 import pytest
 from s3_server import MotoServer
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test` runs two workers), a module's Spark tests go to one
-    worker, in order, so that the Spark session or cluster the module shares starts once;
-    another module's may run on the other worker meanwhile (one group for all Spark tests
-    left one worker idle for the last third of the run). Without xdist the mark is inert."""
-    for item in items:
-        if item.get_closest_marker("spark"):
-            item.add_marker(pytest.mark.xdist_group(f"spark:{item.module.__name__}"))
-
-
 # ---- the game, by definition ----------------------------------------------------------------
 
 
