@@ -797,24 +797,26 @@ def _run_and_kill(args: list[str], where: Path, trigger: str | int, delay: float
     return _run_and_signal(args, where, trigger, delay, sig)[0]
 
 
-def _wait_until_caught(proc: subprocess.Popen, sig: signal.Signals) -> None:
-    """Until `proc` has a handler for `sig` (its SigCgt mask in /proc), or has ended."""
+def _wait_until_caught(proc: subprocess.Popen, *sigs: signal.Signals) -> None:
+    """Until `proc` has a handler for every one of `sigs` (its SigCgt mask in /proc)."""
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:
         status = Path(f"/proc/{proc.pid}/status").read_text()
-        mask = next(line.split()[1] for line in status.splitlines()
-                    if line.startswith("SigCgt:"))
-        if int(mask, 16) >> (sig - 1) & 1:
+        mask = int(next(line.split()[1] for line in status.splitlines()
+                        if line.startswith("SigCgt:")), 16)
+        if all(mask >> (sig - 1) & 1 for sig in sigs):
             return
         time.sleep(0.002)
+    raise AssertionError(f"the process set no handlers for {sigs} "
+                         f"({'it ended' if proc.poll() is not None else 'in 60 s'})")
 
 
 def _run_and_signal(args: list[str], where: Path, trigger: str | int, delay: float,
                     sig: signal.Signals) -> tuple[int, str]:
     """Start the executable; send it `sig` `delay` s after `trigger` (a phase name, the n-th
-    progress line, or "start": once the process catches SIGTERM, i.e. the CLI has set its
-    stop handlers, before typer parses). Returns the exit status (-9 when killed) and
-    stderr."""
+    progress line, or "start": once the process catches SIGTERM and SIGHUP, i.e. the entry
+    has set its stop handlers, before the CLI is imported). Returns the exit status (-9 when
+    killed) and stderr."""
     proc = subprocess.Popen([str(EXE), *args, "--verbose"], cwd=where,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     fired = threading.Event()
@@ -835,7 +837,7 @@ def _run_and_signal(args: list[str], where: Path, trigger: str | int, delay: flo
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     if trigger == "start":
-        _wait_until_caught(proc, signal.SIGTERM)
+        _wait_until_caught(proc, signal.SIGTERM, signal.SIGHUP)
     else:
         fired.wait(timeout=120)
     time.sleep(delay)
