@@ -522,7 +522,8 @@ def main() -> None:  # pragma: no cover - called by the console entry, `terminal
             app()
             ended, code = True, 0
         except SystemExit as exc:
-            ended, code = True, exit_status(exc.code)
+            ended = True  # before exit_status: a stop within it comes after the command
+            code = exit_status(exc.code)
         finally:
             default_stop_signals()
     except KeyboardInterrupt as exc:  # outside any command's handling (typer's set-up)
