@@ -37,15 +37,19 @@ def _escape(match: re.Match[str]) -> str:
 @contextmanager
 def heavy_imports() -> Iterator[None]:
     """A command's imports (polars, pyarrow, numba) with the cyclic garbage collector paused,
-    then what they made frozen out of every later collection, which would walk it all again.
-    Time in collections (benchmarks/gc_time.py): a 10M-position `run` 0.16-0.24 s -> 0.04 s,
-    `solve` of 50 MB 0.13-0.15 s -> 0.03 s."""
-    gc.disable()
+    then, if they loaded modules, every object so far frozen out of later collections, which
+    would walk them all again. Time in collections (benchmarks/gc_time.py): a 10M-position
+    `run` 0.16-0.24 s -> 0.04 s, `solve` of 50 MB 0.13-0.15 s -> 0.03 s. The collector is
+    left as it was found."""
+    was_enabled, modules = gc.isenabled(), len(sys.modules)
     try:
+        gc.disable()
         yield
     finally:
-        gc.freeze()
-        gc.enable()
+        if len(sys.modules) > modules:
+            gc.freeze()
+        if was_enabled:
+            gc.enable()
 
 
 def printable(text: str) -> str:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -83,12 +84,30 @@ def test_heavy_imports_pause_the_collector_then_freeze_what_they_made(fails: boo
         with pytest.raises(ValueError) if fails else nullcontext(), heavy_imports():
             assert not gc.isenabled()
             made.extend(_Node() for _ in range(1000))
+            sys.modules["_a_module_the_block_loaded"] = types.ModuleType("loaded")
             if fails:
                 raise ValueError("an import failed")
         assert gc.isenabled()
         assert gc.get_freeze_count() >= frozen + 1000
     finally:
+        sys.modules.pop("_a_module_the_block_loaded", None)
         gc.unfreeze()
+        gc.enable()
+
+
+def test_heavy_imports_freeze_nothing_when_nothing_is_imported_and_keep_the_collector_off(
+        ) -> None:
+    """A second command in one process (tests, a notebook) imports nothing new: there is
+    nothing worth freezing. A collector the caller turned off stays off."""
+    frozen = gc.get_freeze_count()
+    gc.disable()
+    try:
+        with heavy_imports():
+            made = [_Node() for _ in range(1000)]
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() == frozen
+        assert len(made) == 1000
+    finally:
         gc.enable()
 
 
