@@ -163,7 +163,10 @@ def _quiet_log4j() -> dict[str, str]:
         return {}
     log4j = Path(tempfile.gettempdir()) / f"snim-batch-log4j2-{os.getuid()}.properties"
     if not log4j.exists() or log4j.read_text() != _LOG4J:
-        log4j.write_text(_LOG4J)
+        # whole or not at all: another run starting Spark may be reading it
+        partial = log4j.with_name(f"{log4j.name}.{os.getpid()}.partial")
+        partial.write_text(_LOG4J)
+        os.replace(partial, log4j)
     return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j.as_uri()}"}
 
 
