@@ -104,6 +104,12 @@ class TableCache:
         self._settle()
         return self.heap_bound is not None and bool(np.all(self.known >= self.heap_bound))
 
+    def all_built(self) -> bool:
+        """Whether every table exists (after the first batch's `table_set`), so that
+        growing one changes only its length."""
+        self._settle()
+        return None not in self.tables
+
     def grown_for(self, largest: Callable[[], Iterable[np.ndarray]]) -> TableSet:
         """Tables covering the heaps whose largest per table each array of `largest()` holds,
         grown in that order (`ensure`); `largest` (a pass over the heaps, or a Spark job) is

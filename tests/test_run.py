@@ -956,6 +956,36 @@ def test_failed_overwrite_run_keeps_previous_output(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["out", "positions.csv", "rules.csv"]
 
 
+@pytest.mark.parametrize("batch_rows", [1, 3, 1 << 20])
+def test_tables_end_exactly_at_the_largest_heap_however_batches_ask_beyond_them(
+        tmp_path, monkeypatch, batch_rows):
+    """Wide CSV (no statistics, so tables grow as batches ask beyond them): with heaps going
+    up and down from batch to batch, every table ends exactly one past its largest heap (no
+    rule here reaches a period: each move set's largest move exceeds every heap), each
+    nim-sum is the naive SG's, and a heap beyond max_table_len is a reject naming it while
+    the rows before and after it still grow and read that table."""
+    monkeypatch.setattr(batches, "BATCH_ROWS", batch_rows)
+    moves = {1: [3, 17, 40], 2: [2, 29, 41], 3: [5, 50]}
+    rules = write_rules(tmp_path / "rules", [(i, "subtraction", m) for i, m in moves.items()],
+                        "csv")
+    good = [(1, 0, [4]), (2, 1, [30]), (1, 2, [20, 1]), (3, 3, [6]), (2, 4, [1]),
+            (1, 5, [33, 2]), (1, 6, [9]), (2, 8, [38, 3]), (2, 9, [5]), (1, 10, [2, 2])]
+    positions = good[:7] + [(2, 7, [3, 47])] + good[7:]
+    path = write_positions(tmp_path / "positions", positions, "wide", "csv")
+    result = run(job(tmp_path, rules, path, tables={"max_table_len": 45, "period_probe_ops": 0}))
+    assert result.exit_code == 3
+    o = read_outputs(tmp_path / "out")
+    assert o["rejects"].select("rule_set_id", "position_id", "column").rows() == [
+        ("2", "7", "heaps")]
+    assert "tables.max_table_len" in o["rejects"]["reason"][0]
+    sg = {i: naive_sg(m, 48) for i, m in moves.items()}
+    assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
+        (i, p, reduce(xor, (sg[i][h] for h in heaps), 0)) for i, p, heaps in sorted(good)]
+    tables = {t["rule_set_ids"][0]: t for t in o["sg_tables"].rows(named=True)}
+    assert {i: (t["table_len"], t["period"], t["stopped_by"]) for i, t in tables.items()} == {
+        "1": (34, None, None), "2": (45, None, "tables.max_table_len"), "3": (7, None, None)}
+
+
 def test_heap_beyond_an_unproven_table_is_a_rejected_row(tmp_path):
     """{4, 6, 11, 12} needs 45 values to prove its period: with a cap of 30 a huge heap is
     rejected (not a crash), small heaps still evaluate, and {2, 5} (proven in 30) is fine."""

@@ -86,3 +86,17 @@ def row_slices(buffers: HeapChunks) -> list[tuple[slice, np.ndarray, np.ndarray]
         out.append((slice(start, stop), offsets, values))
         start = stop
     return out
+
+
+def gathered_rows(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The lists at `rows` (ascending row numbers) as new (offsets, values), copied, and
+    read-only as the views of Arrow buffers are: the kernels then run the machine code
+    already loaded for those (numba compiles, and caches, a kernel per array mutability)."""
+    lengths = offsets[rows + 1] - offsets[rows]
+    out = np.zeros(rows.shape[0] + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    at = np.repeat(offsets[rows] - out[:-1], lengths) + np.arange(out[-1], dtype=np.int64)
+    gathered = values[at]
+    out.flags.writeable = gathered.flags.writeable = False
+    return out, gathered

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeVar
 
 import numpy as np
@@ -9,7 +10,7 @@ import polars as pl
 
 from pipeline import kernels, keys
 from pipeline.grundy import TableSet
-from pipeline.transforms.buffers import HeapChunks, heap_buffers, row_slices
+from pipeline.transforms.buffers import HeapChunks, gathered_rows, heap_buffers, row_slices
 from pipeline.transforms.schema import shown_text
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -83,9 +84,16 @@ def largest_heaps(positions: pl.DataFrame, n_tables: int,
 
 
 def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
-             buffers: HeapChunks | None = None) -> pl.DataFrame:
+             buffers: HeapChunks | None = None,
+             grow: Callable[[np.ndarray], TableSet] | None = None) -> pl.DataFrame:
     """nim_sum (and a winning move) for valid positions; a heap beyond its table (no proven
-    period within the cap) becomes the row's reason."""
+    period within the cap) becomes the row's reason.
+
+    `grow` (every table's largest heap asked for -> the tables grown to it, as
+    `TableCache.ensure`): the rows found beyond their tables are looked at again after it,
+    so that only those rows are searched for the heaps the tables must grow to, not every
+    row before the lookups (their maxima are those of all rows: a table is asked beyond its
+    end exactly by the rows whose heaps lie there)."""
     if positions["_reason"].null_count() == positions.height:
         valid = positions
         buffers = buffers or heap_buffers(valid)
@@ -98,6 +106,9 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
         with kernels.threads_for(offsets.shape[0] - 1):
             nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row[rows],
                                              *tables.lookup_args())
+            if grow is not None and (bad >= 0).any():
+                tables = _grown_again(grow, tables, offsets, values, table_of_row[rows],
+                                      nim, bad)
             moves = (kernels.winning_moves_wide(offsets, values, table_of_row[rows], nim,
                                                 *tables.move_args()) if winning_moves else ())
         parts.append((nim, bad, *moves))
@@ -118,6 +129,23 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
         return out
     return pl.concat([out, positions.filter(pl.col("_reason").is_not_null())],
                      how="diagonal_relaxed")
+
+
+def _grown_again(grow: Callable[[np.ndarray], TableSet], tables: TableSet,
+                 offsets: np.ndarray, values: np.ndarray, table_of_row: np.ndarray,
+                 nim: np.ndarray, bad: np.ndarray) -> TableSet:
+    """The tables grown for the rows with a heap beyond theirs (`bad` >= 0), those rows'
+    nim and bad recomputed with them, in place."""
+    rows = np.flatnonzero(bad >= 0)
+    row_offsets, row_values = gathered_rows(offsets, values, rows)
+    row_tables = table_of_row[rows]
+    row_tables.flags.writeable = False  # as the views the kernels' loaded code expects
+    grown = grow(kernels.max_heap_per_table(row_offsets, row_values, row_tables,
+                                            len(tables.tables)))
+    if grown is not tables:
+        nim[rows], bad[rows] = kernels.nim_sums_wide(row_offsets, row_values, row_tables,
+                                                     *grown.lookup_args())
+    return grown
 
 
 def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
