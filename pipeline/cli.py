@@ -351,7 +351,7 @@ def grundy(
 ) -> None:
     """Inspect one rule set: its Grundy values, preperiod and period (proven, or not found)."""
     try:
-        from pipeline.grundy import build_table, canonical_rule
+        from pipeline.grundy import build_table, canonical_rule, counted_values
 
         try:
             rule = canonical_rule(kind.value, _parse_moves(moves) if moves.strip() or
@@ -377,7 +377,7 @@ def grundy(
         _say(f"preperiod: {table.preperiod}")
         _say(f"period: {table.period}")
     else:
-        _say(f"period: none found within {table.table_len} values")
+        _say(f"period: none found within {counted_values(table.table_len)}")
     known = values[values >= 0]
     _say(f"SG(0..{known.shape[0] - 1}): " + " ".join(str(int(v)) for v in known))
     if known.shape[0] < values.shape[0]:

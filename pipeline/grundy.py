@@ -393,6 +393,11 @@ def grundy_values(rule: Rule, upto: int) -> np.ndarray:
     return table.sg(np.arange(upto + 1, dtype=np.int64))
 
 
+def counted_values(n: int) -> str:
+    """"1 value", "n values": how many SG values, as messages say it."""
+    return f"{n} value" if n == 1 else f"{n} values"
+
+
 @dataclass(frozen=True)
 class TableSet:
     """Many tables flattened into the arrays the kernels take (see `kernels` docstring)."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import OutputError, UsageError
-from pipeline.grundy import SGTable
+from pipeline.grundy import SGTable, counted_values
 
 
 def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
@@ -35,7 +35,7 @@ def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
                        label=f"one period ({per})")
         title = f"{table.rule.label}: preperiod {pre}, period {per}"
     else:
-        title = f"{table.rule.label}: no period found within {table.table_len} values"
+        title = f"{table.rule.label}: no period found within {counted_values(table.table_len)}"
     ax.set_title(title)
     ax.set_xlabel("heap x")
     ax.set_ylabel("SG(x)")

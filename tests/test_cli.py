@@ -265,6 +265,9 @@ def test_grundy_work_limit_bounds_what_upto_asks(cli):
     assert lines["SG(1000..5000)"] == (
         "unknown (beyond --max-ops 1000000000, with no period proven)")
     assert lines["period"] == "none found within 1000 values"
+    result = cli("grundy", "--moves", "1000000", "--upto", "3", "--max-ops", "200")
+    assert result.exit_code == 0, result.output
+    assert grundy_lines(result.stdout)["period"] == "none found within 1 value"
     result = cli("grundy", "--moves", "1 1000", "--upto", "300", "--max-ops", str(99 * 202))
     assert result.exit_code == 0, result.output
     lines = grundy_lines(result.stdout)

@@ -1088,6 +1088,18 @@ def test_total_table_budget_rejects_instead_of_exhausting_memory(tmp_path):
         f"({25 - (pre + per)} values tabulated), and no period was proven within them")
 
 
+def test_a_table_of_one_value_is_counted_in_the_singular(tmp_path):
+    """max_table_len 1 keeps SG(0) alone of {7}: a larger heap's reason says so in words."""
+    r = write_rules(tmp_path / "rules", [(1, "subtraction", [7])], "csv")
+    p = write_positions(tmp_path / "positions", [(1, 0, [0]), (1, 1, [5])], "wide", "csv")
+    result = run(job(tmp_path, r, p, tables={"max_table_len": 1, "period_probe_ops": 0}))
+    assert result.exit_code == 3
+    rejects = pl.read_parquet(tmp_path / "out" / "rejects.parquet")
+    assert rejects["reason"].to_list() == [
+        "heap 5 at index 0 needs SG values of {7} beyond tables.max_table_len "
+        "(1 value tabulated), and no period was proven within it"]
+
+
 # ---- work limits: tables.max_rule_ops / tables.max_run_ops ----------------------------------
 # One SG value past SG(0) costs |S| + 200 operations (README); a table stops at a limit and
 # the heaps beyond it are rejected with a reason that names the limit.

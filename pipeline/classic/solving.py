@@ -168,6 +168,6 @@ def solve_classic(data: bytes, cap: int = grundy.DEFAULT_TABLE_LEN,
         raise RuleError(
             f"{WHERE}: test case {case + 1}, position {pos + 1}, heap {j + 1} (size {heap}): "
             f"its Grundy value under S = {table.rule.label} is not determined: no period is "
-            f"proven within the {table.table_len} values that {_LIMIT_OPTIONS[limit]} "
-            f"{getattr(budget, limit)} allows")
+            f"proven within the {grundy.counted_values(table.table_len)} that "
+            f"{_LIMIT_OPTIONS[limit]} {getattr(budget, limit)} allows")
     return text.tobytes().decode("ascii")

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import kernels, keys
-from pipeline.grundy import TableSet
+from pipeline.grundy import TableSet, counted_values
 from pipeline.transforms.buffers import HeapChunks, gathered_rows, heap_buffers, row_slices
 from pipeline.transforms.schema import shown_text
 
@@ -153,7 +153,9 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
     labels = pl.DataFrame({
         "table": pl.Series(range(len(tables.tables)), dtype=pl.Int64),
         "_label": pl.Series([t.rule.label for t in tables.tables], dtype=pl.String),
-        "_len": pl.Series([t.table_len for t in tables.tables], dtype=pl.Int64),
+        "_tabulated": pl.Series([f"{counted_values(t.table_len)} tabulated), and no period "
+                                 f"was proven within {'it' if t.table_len == 1 else 'them'}"
+                                 for t in tables.tables], dtype=pl.String),
         "_limit": pl.Series([t.stopped_by or "tables.max_table_len" for t in tables.tables],
                             dtype=pl.String),
     })
@@ -161,12 +163,11 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
     bad_heap = pl.col("heaps").list.get(pl.col("_bad").clip(0, None), null_on_oob=True)
     return out.join(labels, on="table", how="left", maintain_order="left").with_columns(
         pl.when(beyond).then(pl.format(
-            "heap {} at index {} needs SG values of {} beyond {} ({} values tabulated), "
-            "and no period was proven within them",
-            bad_heap, pl.col("_bad"), pl.col("_label"), pl.col("_limit"), pl.col("_len"),
+            "heap {} at index {} needs SG values of {} beyond {} ({}",
+            bad_heap, pl.col("_bad"), pl.col("_label"), pl.col("_limit"), pl.col("_tabulated"),
         )).otherwise(pl.col("_reason")).alias("_reason"),
         pl.when(beyond).then(pl.lit("heaps")).otherwise(pl.col("_column")).alias("_column"),
-    ).drop("_label", "_len", "_limit")
+    ).drop("_label", "_tabulated", "_limit")
 
 
 def with_verdict(verdicts: FrameT) -> FrameT:
