@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import (
     brute_force_wins,
@@ -969,7 +971,7 @@ def test_tables_end_exactly_at_the_largest_heap_however_batches_ask_beyond_them(
     rules = write_rules(tmp_path / "rules", [(i, "subtraction", m) for i, m in moves.items()],
                         "csv")
     good = [(1, 0, [4]), (2, 1, [30]), (1, 2, [20, 1]), (3, 3, [6]), (2, 4, [1]),
-            (1, 5, [33, 2]), (1, 6, [9]), (2, 8, [38, 3]), (2, 9, [5]), (1, 10, [2, 2])]
+            (1, 5, [25, 33]), (1, 6, [9]), (2, 8, [38, 3]), (2, 9, [5]), (1, 10, [2, 2])]
     positions = good[:7] + [(2, 7, [3, 47])] + good[7:]
     path = write_positions(tmp_path / "positions", positions, "wide", "csv")
     result = run(job(tmp_path, rules, path, tables={"max_table_len": 45, "period_probe_ops": 0}))
@@ -984,6 +986,42 @@ def test_tables_end_exactly_at_the_largest_heap_however_batches_ask_beyond_them(
     tables = {t["rule_set_ids"][0]: t for t in o["sg_tables"].rows(named=True)}
     assert {i: (t["table_len"], t["period"], t["stopped_by"]) for i, t in tables.items()} == {
         "1": (34, None, None), "2": (45, None, "tables.max_table_len"), "3": (7, None, None)}
+
+
+TWO_RULES = [(1, "subtraction", [3, 17, 40]), (2, "subtraction", [2, 29, 41])]
+ONE_RULE = TWO_RULES[:1]
+
+
+@pytest.mark.parametrize("rules, second, limit, rejected, lengths", [
+    (TWO_RULES, [(1, 4, [30]), (1, 5, [1]), (2, 6, [30]), (2, 7, [1])],
+     {"max_total_values": 40}, ["4"], {(2, 29, 41): 31, (3, 17, 40): 9}),
+    (ONE_RULE, [(1, 4, [60]), (1, 5, [1]), (1, 6, [100]), (1, 7, [1])],
+     {"max_run_ops": 20_500}, [], {(3, 17, 40): 101}),
+])
+def test_a_batch_of_several_row_groups_grows_its_tables_once_in_rule_order(
+        tmp_path, monkeypatch, rules, second, limit, rejected, lengths):
+    """Parquet without statistics, in row groups of 2 rows, read in batches of 4 (the first
+    batch's heaps are all 1): the second batch's two chunks each ask a table to grow. The
+    batch grows its tables once, rule by rule in canonical order, as a pass over its heaps
+    would. Under a room of 40 values, the first batch's 2 + 2 leave 36: {2, 29, 41} (first
+    in canonical order, though asked second) takes 29 more and {3, 17, 40} gets 7, so its
+    heap 30 is rejected. Under 20,500 operations one rule's table grows once, from 2 values
+    to 101; grown per chunk (to 61, then 101) its second regrowth charge stopped it at 95."""
+    monkeypatch.setattr(batches, "BATCH_ROWS", 4)
+    rules_path = write_rules(tmp_path / "rules", rules, "csv")
+    rows = [(1, 0, [1]), (len(rules), 1, [1]), (1, 2, [1]), (len(rules), 3, [1]), *second]
+    table = pa.table({"rule_set_id": pa.array([r[0] for r in rows], pa.int64()),
+                      "position_id": pa.array([r[1] for r in rows], pa.int64()),
+                      "heaps": pa.array([r[2] for r in rows], pa.list_(pa.int64()))})
+    pq.write_table(table, tmp_path / "positions.parquet", write_statistics=False,
+                   row_group_size=2)
+    result = run(job(tmp_path, rules_path, tmp_path / "positions.parquet",
+                     tables={**limit, "period_probe_ops": 0}))
+    assert result.exit_code == (3 if rejected else 0)
+    o = read_outputs(tmp_path / "out")
+    assert o["rejects"]["position_id"].to_list() == rejected
+    assert {tuple(t["moves"]): t["table_len"] for t in o["sg_tables"].rows(named=True)
+            } == lengths
 
 
 def test_heap_beyond_an_unproven_table_is_a_rejected_row(tmp_path):

@@ -101,14 +101,18 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
         valid = positions.filter(pl.col("_reason").is_null())
         buffers = heap_buffers(valid)
     table_of_row = valid["table"].to_numpy().astype(np.int64, copy=False)
-    parts = []
-    for rows, offsets, values in row_slices(buffers):
+    table_of_row.flags.writeable = False  # one kernel signature whatever the chunks
+    slices = row_slices(buffers)
+    looked_up = []
+    for rows, offsets, values in slices:
         with kernels.threads_for(offsets.shape[0] - 1):
-            nim, bad = kernels.nim_sums_wide(offsets, values, table_of_row[rows],
-                                             *tables.lookup_args())
-            if grow is not None and (bad >= 0).any():
-                tables = _grown_again(grow, tables, offsets, values, table_of_row[rows],
-                                      nim, bad)
+            looked_up.append(kernels.nim_sums_wide(offsets, values, table_of_row[rows],
+                                                   *tables.lookup_args()))
+    if grow is not None and any((bad >= 0).any() for _, bad in looked_up):
+        tables = _grown_again(grow, tables, slices, table_of_row, looked_up)
+    parts = []
+    for (rows, offsets, values), (nim, bad) in zip(slices, looked_up):
+        with kernels.threads_for(offsets.shape[0] - 1):
             moves = (kernels.winning_moves_wide(offsets, values, table_of_row[rows], nim,
                                                 *tables.move_args()) if winning_moves else ())
         parts.append((nim, bad, *moves))
@@ -132,19 +136,27 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
 
 
 def _grown_again(grow: Callable[[np.ndarray], TableSet], tables: TableSet,
-                 offsets: np.ndarray, values: np.ndarray, table_of_row: np.ndarray,
-                 nim: np.ndarray, bad: np.ndarray) -> TableSet:
-    """The tables grown for the rows with a heap beyond theirs (`bad` >= 0), those rows'
-    nim and bad recomputed with them, in place."""
-    rows = np.flatnonzero(bad >= 0)
-    row_offsets, row_values = gathered_rows(offsets, values, rows)
-    row_tables = table_of_row[rows]
-    row_tables.flags.writeable = False  # as the views the kernels' loaded code expects
-    grown = grow(kernels.max_heap_per_table(row_offsets, row_values, row_tables,
-                                            len(tables.tables)))
+                 slices: list[tuple[slice, np.ndarray, np.ndarray]], table_of_row: np.ndarray,
+                 looked_up: list[tuple[np.ndarray, np.ndarray]]) -> TableSet:
+    """The tables grown, once for the whole batch as a pass over every heap would have
+    grown them (the room and work limits grant in the order tables ask), for the rows with
+    a heap beyond theirs (`bad` >= 0); those rows' nim and bad recomputed, in place."""
+    beyond = []
+    largest = np.full(len(tables.tables), -1, np.int64)
+    for (rows, offsets, values), (_, bad) in zip(slices, looked_up):
+        at = np.flatnonzero(bad >= 0)
+        row_offsets, row_values = gathered_rows(offsets, values, at)
+        row_tables = table_of_row[rows][at]
+        row_tables.flags.writeable = False  # as the views the kernels' loaded code expects
+        np.maximum(largest, kernels.max_heap_per_table(row_offsets, row_values, row_tables,
+                                                       largest.shape[0]), out=largest)
+        beyond.append((at, row_offsets, row_values, row_tables))
+    grown = grow(largest)
     if grown is not tables:
-        nim[rows], bad[rows] = kernels.nim_sums_wide(row_offsets, row_values, row_tables,
-                                                     *grown.lookup_args())
+        for (nim, bad), (at, row_offsets, row_values, row_tables) in zip(looked_up, beyond):
+            if at.shape[0]:
+                nim[at], bad[at] = kernels.nim_sums_wide(row_offsets, row_values, row_tables,
+                                                         *grown.lookup_args())
     return grown
 
 
