@@ -412,6 +412,24 @@ def test_counting_sort_of_rows_already_in_order_is_identity():
     assert not kernels.is_identity(dest[::-1].copy())
 
 
+# texts sharing long prefixes, ending inside or at a chunk's end, holding zero and high bytes
+chunky_text = st.lists(st.sampled_from([b"", b"a", b"\x00", b"\xff", b"abcdefgh", b"ab"]),
+                       max_size=4).map(b"".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), chunky_text), max_size=120))
+def test_text_key_order_is_a_stable_sort_by_bucket_then_bytes(rows):
+    """Python's stable sort on (bucket, bytes) is the reference: the kernel's 8-byte chunks
+    must order a text before every longer text it begins, and high bytes after low ones."""
+    data = np.frombuffer(b"".join(t for _, t in rows), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum([len(t) for _, t in rows])]).astype(np.int64)
+    bucket = np.array([b for b, _ in rows], dtype=np.int32)
+    order, counts = kernels.text_key_order(bucket, 4, offsets, data)
+    assert order.tolist() == sorted(range(len(rows)), key=lambda i: rows[i])
+    assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(4)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Heaps text: the kernel reads plain lists and leaves every other row to the exact grammar
 # ---------------------------------------------------------------------------------------------

@@ -128,9 +128,12 @@ def _sort_texts(order, lo, hi, offsets, data):
 @njit(cache=True, parallel=True, nogil=True)
 def text_key_order(bucket, n_buckets, offsets, data):
     """The stable order of rows by (bucket, text), texts given as Arrow (offsets, bytes):
-    a counting sort on the dense bucket, then each bucket's rows sorted by their bytes (as
-    polars orders strings), buckets in parallel. Returns (order, rows per bucket), where
-    order[j] is the row at sorted position j."""
+    a counting sort on the dense bucket that carries each text's first 8 bytes along (read
+    in row order, so that the bytes are read once, front to back), then each bucket's rows
+    sorted by those keys, and only runs tied on them by the bytes after (`_sort_texts`),
+    buckets in parallel, as polars orders strings. Reading the first bytes bucket by bucket
+    instead, each a jump through the whole text, took three times as long on 10M UUIDs.
+    Returns (order, rows per bucket), where order[j] is the row at sorted position j."""
     n = bucket.shape[0]
     counts = np.zeros(n_buckets, np.int64)
     for i in range(n):
@@ -140,12 +143,28 @@ def text_key_order(bucket, n_buckets, offsets, data):
         first[b + 1] = first[b] + counts[b]
     fill = first[:-1].copy()
     order = np.empty(n, np.int64)
+    keys = np.empty(n, np.uint64)
     for i in range(n):
-        order[fill[bucket[i]]] = i
+        at = fill[bucket[i]]
+        order[at] = i
+        keys[at] = _text_chunk(offsets, data, i, 0)
         fill[bucket[i]] += 1
     for b in prange(n_buckets):
-        if counts[b] > 1:
-            _sort_texts(order, first[b], first[b + 1], offsets, data)
+        a = first[b]
+        e = first[b + 1]
+        if e - a > 1:
+            within = np.argsort(keys[a:e], kind="mergesort")
+            rows = order[a:e][within]
+            ranked = keys[a:e][within]
+            order[a:e] = rows
+            i = 0
+            while i < e - a:
+                j = i + 1
+                while j < e - a and ranked[j] == ranked[i]:
+                    j += 1
+                if j - i > 1:
+                    _sort_texts(order, a + i, a + j, offsets, data)
+                i = j
     return order, counts
 
 
