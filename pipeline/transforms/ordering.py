@@ -211,8 +211,7 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         kernels.fill_runs(spare, rule_ids.to_numpy(), counts)
         rule_set_id = pl.Series("rule_set_id", spare)
     else:
-        runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
-        rule_set_id = rule_ids.gather(runs).alias("rule_set_id")
+        rule_set_id = _repeated(rule_ids, counts)
     columns = {"rule_set_id": rule_set_id,
                "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:
@@ -259,8 +258,7 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         order, counts = kernels.text_key_order(bucket, rule_ids.len(), offsets, data)
     del offsets, data, bucket
     in_order = kernels.is_identity(order)
-    runs = np.repeat(np.arange(rule_ids.len(), dtype=np.int32), counts)
-    columns = {"rule_set_id": rule_ids.gather(runs).alias("rule_set_id"),
+    columns = {"rule_set_id": _repeated(rule_ids, counts),
                "position_id": pid if in_order else pid.gather(order)}
     for name in names[1:]:
         column = _concat([f.drop_in_place(name) for f in frames])
@@ -273,6 +271,13 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         return order[at]
 
     return pl.DataFrame(columns), came_from
+
+
+def _repeated(rule_ids: pl.Series, counts: np.ndarray) -> pl.Series:
+    """Each rule id `counts` times, in order, as rule_set_id: gathered by a UInt32 Series,
+    polars' own index type (a numpy int32 index took twice as long on 10M text ids)."""
+    runs = pl.Series(np.repeat(np.arange(rule_ids.len(), dtype=np.uint32), counts))
+    return rule_ids.gather(runs).alias("rule_set_id")
 
 
 def _concat(pieces: list[pl.Series]) -> pl.Series:
