@@ -1144,8 +1144,10 @@ def test_a_table_of_one_value_is_counted_in_the_singular(tmp_path):
 
 
 def beyond_reason(heap: int, index: int, label: str, limit: str, tabulated: int) -> str:
+    counted = "1 value" if tabulated == 1 else f"{tabulated} values"
     return (f"heap {heap} at index {index} needs SG values of {label} beyond tables.{limit} "
-            f"({tabulated} values tabulated), and no period was proven within them")
+            f"({counted} tabulated), and no period was proven within "
+            f"{'it' if tabulated == 1 else 'them'}")
 
 
 def nim_sums(sg: list[int], positions: list) -> list[tuple]:
