@@ -130,7 +130,7 @@ def _typed_and_attached(batches: Iterator[tuple[int, pl.DataFrame]], index: pl.D
 
 
 def _evaluated(positions: pl.DataFrame, cache: TableCache, winning_moves: bool,
-               chunks: buffers.HeapChunks) -> pl.DataFrame:
+               chunks: buffers.HeapChunks | None = None) -> pl.DataFrame:
     """`evaluate.evaluate` with tables that cover the heaps. Once every table exists, they
     grow for the rows found beyond them (`grow`) instead of after a pass over every heap
     for its table's largest: a pass that, on input whose tables no statistics presized (CSV),
@@ -326,16 +326,14 @@ def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFr
     rows = pl.concat(frames, how="vertical_relaxed")
     positions = long_form.long_to_wide_sorted(rows, index)
     if positions is not None:  # clean: no row to reject unless a heap is beyond its table
-        tables = _tables_for(positions, cache)
-        evaluated = evaluate.evaluate(positions, tables, config.winning_moves)
+        evaluated = _evaluated(positions, cache, config.winning_moves)
         if evaluated["_reason"].null_count() == evaluated.height:
             return evaluated, pl.DataFrame(schema=schema.REJECT_SCHEMA), rows.height
     positions, long_rejects = long_form.long_to_wide(rows)
     key_type = positions["rule_set_id"].dtype  # the verdicts keep it, as for wide batches
     positions, index = keys.match_key_type(positions, index)
     positions = evaluate.attach_tables(positions, index)
-    tables = _tables_for(positions, cache)
-    evaluated = evaluate.evaluate(positions, tables, config.winning_moves)
+    evaluated = _evaluated(positions, cache, config.winning_moves)
     rejected = long_form.expand_long_rejects(evaluated.filter(pl.col("_reason").is_not_null()))
     rejects = pl.concat([outputs.reject_rows(rejected, "positions"),
                          outputs.reject_rows(long_rejects, "positions")])
