@@ -35,42 +35,43 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
             raise _Malformed("varint too long")
 
 
-def _field(data: bytes, at: int, last: int) -> tuple[int, int, int]:
-    """(field id, type, where its value starts) of the field header at `at`, whose struct's
-    previous field was `last`; type _STOP at the struct's end."""
-    header = data[at]
-    at += 1
-    kind, delta = header & 0x0F, header >> 4
-    if kind == _STOP or delta:
-        return last + delta, kind, at
-    n, at = _varint(data, at)
-    return (n >> 1) ^ -(n & 1), kind, at
+def _struct(data: bytes, at: int, depth: int = 0, wanted: int | None = -1,
+            kind_wanted: int = -1, inside: Callable[[int, int], int] | None = None) -> int:
+    """Through the struct at `at`, where it ends. A field of type `kind_wanted` whose id is
+    `wanted` (any id when it is None) is read by `inside(where its value starts, its id)`,
+    which returns where the value ends; the rest are skipped, their scalars inline (most of a
+    footer is structs of them, and a call per field was most of the walk's time)."""
+    if depth > _DEEPEST:
+        raise _Malformed("nested too deep")
+    last = 0
+    while True:
+        header = data[at]
+        at += 1
+        kind = header & 0x0F
+        if kind == _STOP:
+            return at
+        if header >> 4:
+            last += header >> 4
+        else:  # a long-form field id: a zigzag varint
+            n, at = _varint(data, at)
+            last = (n >> 1) ^ -(n & 1)
+        if kind == kind_wanted and (wanted is None or last == wanted):
+            at = inside(at, last)  # type: ignore[misc]
+        elif kind in (_I16, _I32, _I64):
+            while data[at] & 0x80:
+                at += 1
+            at += 1
+        elif kind == _BINARY:
+            n, at = _varint(data, at)
+            at += n
+        elif kind not in (_TRUE, _FALSE):  # a struct field's boolean is in its header
+            at = _skip(data, at, kind, depth + 1)
 
 
 def _skip(data: bytes, at: int, kind: int, depth: int = 0) -> int:
     """Where the value of type `kind` at `at` ends (past the end of `data` if it is cut)."""
     if kind == _STRUCT:
-        if depth > _DEEPEST:
-            raise _Malformed("nested too deep")
-        while True:  # the fields' scalars inline: most of a footer is structs of them
-            header = data[at]
-            at += 1
-            field_kind = header & 0x0F
-            if field_kind == _STOP:
-                return at
-            if not header >> 4:  # a long-form field id: a varint
-                while data[at] & 0x80:
-                    at += 1
-                at += 1
-            if field_kind in (_I16, _I32, _I64):
-                while data[at] & 0x80:
-                    at += 1
-                at += 1
-            elif field_kind == _BINARY:
-                n, at = _varint(data, at)
-                at += n
-            elif field_kind not in (_TRUE, _FALSE):
-                at = _skip(data, at, field_kind, depth + 1)
+        return _struct(data, at, depth)
     if kind in (_TRUE, _FALSE):  # a struct field's value is in its header
         return at
     if kind == _BYTE:
@@ -88,8 +89,20 @@ def _skip(data: bytes, at: int, kind: int, depth: int = 0) -> int:
         count, element, at = _elements(data, at)
         if element in (_TRUE, _FALSE, _BYTE):  # a boolean there is a whole byte
             return at + count
+        if element in (_I16, _I32, _I64):  # the common lists inline, as in `_struct`
+            for _ in range(count):
+                while data[at] & 0x80:
+                    at += 1
+                at += 1
+            return at
         for _ in range(count):
-            at = _skip(data, at, element, depth + 1)
+            if element == _STRUCT:
+                at = _struct(data, at, depth + 1)
+            elif element == _BINARY:
+                n, at = _varint(data, at)
+                at += n
+            else:
+                at = _skip(data, at, element, depth + 1)
             if at > len(data):
                 raise _Malformed("ends early")
         return at
@@ -131,8 +144,8 @@ def integer_maxima(footer: bytes, leaves: dict[int, tuple[int, bool]]
     are used for signed columns only, whose sort order they were written in."""
     found: dict[int, list[int | None]] = {leaf: [] for leaf in leaves}
     try:
-        _each_element(footer, 0, _ROW_GROUPS,
-                      lambda at, _: _row_group_maxima(footer, at, leaves, found))
+        _struct(footer, 0, 0, _ROW_GROUPS, _LIST, lambda at, _: _each_struct(
+            footer, at, lambda at, _: _row_group_maxima(footer, at, leaves, found)))
     except (_Malformed, IndexError):
         return dict.fromkeys(leaves)
     return {leaf: None if None in values else max([-1, *values])  # type: ignore[list-item]
@@ -145,68 +158,36 @@ def _row_group_maxima(data: bytes, at: int, leaves: dict[int, tuple[int, bool]],
     maxima: dict[int, int | None] = dict.fromkeys(leaves)
 
     def column(at: int, leaf: int) -> int:
-        stats, at = _column_statistics(data, at)
+        stats: dict[int, bytes] = {}
+        at = _struct(data, at, 0, _META_DATA, _STRUCT, lambda at, _: _struct(
+            data, at, 0, _STATISTICS, _STRUCT, lambda at, _: _struct(
+                data, at, 0, None, _BINARY, lambda at, field: _binary(data, at, field, stats))))
         if leaf in leaves:
             maxima[leaf] = _largest(stats, *leaves[leaf])
         return at
 
-    at = _each_element(data, at, _COLUMNS, column)
+    at = _struct(data, at, 0, _COLUMNS, _LIST, lambda at, _: _each_struct(data, at, column))
     for leaf, value in maxima.items():
         found[leaf].append(value)
     return at
 
 
-def _each_element(data: bytes, at: int, wanted: int, each: Callable[[int, int], int]) -> int:
-    """Through the struct at `at`, reading each element of its list-of-structs field `wanted`
-    with `each(where it starts, its index)` and skipping the other fields; where it ends."""
-    last = 0
-    while True:
-        last, kind, at = _field(data, at, last)
-        if kind == _STOP:
-            return at
-        if last != wanted or kind != _LIST:
-            at = _skip(data, at, kind)
-            continue
-        count, element, at = _elements(data, at)
-        if element != _STRUCT:
-            raise _Malformed(f"field {wanted} is not a list of structs")
-        for index in range(count):
-            at = each(at, index)
+def _each_struct(data: bytes, at: int, each: Callable[[int, int], int]) -> int:
+    """Each element of the list of structs at `at` read by `each(where it starts, its
+    index)`; where the list ends."""
+    count, element, at = _elements(data, at)
+    if element != _STRUCT:
+        raise _Malformed("not a list of structs")
+    for index in range(count):
+        at = each(at, index)
+    return at
 
 
-def _column_statistics(data: bytes, at: int) -> tuple[dict[int, bytes], int]:
-    """The binary fields of a ColumnChunk's meta_data.statistics (empty when it has none),
-    and where the ColumnChunk ends."""
-    stats: dict[int, bytes] = {}
-    at = _walk(data, at, _META_DATA, lambda at: _walk(
-        data, at, _STATISTICS, lambda at: _binaries(data, at, stats)))
-    return stats, at
-
-
-def _walk(data: bytes, at: int, wanted: int, inside: Callable[[int], int]) -> int:
-    """Through the struct at `at`, reading its struct field `wanted` with `inside` and
-    skipping the rest; where the struct ends."""
-    last = 0
-    while True:
-        last, kind, at = _field(data, at, last)
-        if kind == _STOP:
-            return at
-        at = inside(at) if last == wanted and kind == _STRUCT else _skip(data, at, kind)
-
-
-def _binaries(data: bytes, at: int, into: dict[int, bytes]) -> int:
-    """The binary fields of the struct at `at` into `into` (by field id); where it ends."""
-    last = 0
-    while True:
-        last, kind, at = _field(data, at, last)
-        if kind == _STOP:
-            return at
-        if kind == _BINARY:
-            n, at = _varint(data, at)
-            into[last] = data[at:at + n]
-            at += n
-        else:
-            at = _skip(data, at, kind)
+def _binary(data: bytes, at: int, field: int, into: dict[int, bytes]) -> int:
+    """The binary value at `at` into `into[field]`; where it ends."""
+    n, at = _varint(data, at)
+    into[field] = data[at:at + n]
+    return at + n
 
 
 def _largest(stats: dict[int, bytes], width: int, signed: bool) -> int | None:
