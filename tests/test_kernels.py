@@ -412,20 +412,29 @@ def test_counting_sort_of_rows_already_in_order_is_identity():
     assert not kernels.is_identity(dest[::-1].copy())
 
 
-# texts sharing long prefixes, ending inside or at a chunk's end, holding zero and high bytes
-chunky_text = st.lists(st.sampled_from([b"", b"a", b"\x00", b"\xff", b"abcdefgh", b"ab"]),
-                       max_size=4).map(b"".join)
+# texts sharing long prefixes (ties over several 8-byte chunks), ending inside or at a chunk's
+# end, holding zero bytes and bytes on both sides of 0x80; rows are drawn from a small pool so
+# that equal texts in one bucket are common (which of them comes first is what a duplicate's
+# report names)
+chunky_text = st.lists(st.sampled_from([b"", b"\x00" * 8, b"abcdefg", b"abcdefgh", b"abcdefghi",
+                                        b"\x01", b"\x7f", b"\x80", b"\xff"]),
+                       max_size=6).map(b"".join)
 
 
-@settings(max_examples=200, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 3), chunky_text), max_size=120))
-def test_text_key_order_is_a_stable_sort_by_bucket_then_bytes(rows):
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), bucket_type=st.sampled_from([np.uint8, np.int32, np.int64]),
+       offset_type=st.sampled_from([np.int32, np.int64]))
+def test_text_key_order_is_a_stable_sort_by_bucket_then_bytes(data, bucket_type, offset_type):
     """Python's stable sort on (bucket, bytes) is the reference: the kernel's 8-byte chunks
-    must order a text before every longer text it begins, and high bytes after low ones."""
-    data = np.frombuffer(b"".join(t for _, t in rows), np.uint8)
-    offsets = np.concatenate([[0], np.cumsum([len(t) for _, t in rows])]).astype(np.int64)
-    bucket = np.array([b for b, _ in rows], dtype=np.int32)
-    order, counts = kernels.text_key_order(bucket, 4, offsets, data)
+    must order a text before every longer text it begins, high bytes after low ones, and
+    equal texts in their input order."""
+    pool = data.draw(st.lists(chunky_text, min_size=1, max_size=12))
+    rows = data.draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(pool)),
+                              min_size=data.draw(st.sampled_from([0, 200])), max_size=400))
+    text = np.frombuffer(b"".join(t for _, t in rows), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum([len(t) for _, t in rows])]).astype(offset_type)
+    bucket = np.array([b for b, _ in rows], dtype=bucket_type)
+    order, counts = kernels.text_key_order(bucket, 4, offsets, text)
     assert order.tolist() == sorted(range(len(rows)), key=lambda i: rows[i])
     assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(4)]
 

@@ -86,11 +86,40 @@ def _text_chunk(offsets, data, row, depth):
 
 
 @njit(cache=True, nogil=True)
-def _sort_texts(order, lo, hi, offsets, data):
-    """Sort order[lo:hi] (rows) by their texts' bytes, stably: most significant 8 bytes
-    first, then only the runs still tied on the next 8, and so on; texts equal up to the
-    shorter one's end put the shorter first, and equal texts keep their order."""
-    stack = [(lo, hi, 0)]
+def _split_ties(order, a, b, keys, within, offsets, depth, stack):
+    """order[a:b], just sorted by `keys` (each text's bytes 8 * depth on; keys[within[q]] is
+    the key of order[a + q]): each run of equal keys is pushed on `stack` to be sorted by
+    the next 8 bytes or, when every text in it ends within these, put shorter first."""
+    i = a
+    while i < b:
+        key = keys[within[i - a]]
+        j = i + 1
+        while j < b and keys[within[j - a]] == key:
+            j += 1
+        if j - i > 1:
+            longer = False
+            for r in range(i, j):
+                if offsets[order[r] + 1] - offsets[order[r]] > 8 * (depth + 1):
+                    longer = True
+                    break
+            if longer:
+                stack.append((i, j, depth + 1))
+            else:  # texts equal up to the shorter one's end: shorter first
+                lengths = np.empty(j - i, np.int64)
+                for r in range(i, j):
+                    lengths[r - i] = offsets[order[r] + 1] - offsets[order[r]]
+                by_length = np.argsort(lengths, kind="mergesort")
+                tied = order[i:j].copy()
+                for q in range(j - i):
+                    order[i + q] = tied[by_length[q]]
+        i = j
+
+
+@njit(cache=True, nogil=True)
+def _sort_texts(order, stack, offsets, data):
+    """Sort each (lo, hi, depth) on `stack`, rows order[lo:hi] whose texts are equal before
+    byte 8 * depth, by their bytes, stably: 8 bytes at a time, then only the runs still tied
+    on the next 8; equal texts keep their order."""
     while len(stack):
         a, b, depth = stack.pop()
         keys = np.empty(b - a, np.uint64)
@@ -100,29 +129,7 @@ def _sort_texts(order, lo, hi, offsets, data):
         rows = order[a:b].copy()
         for q in range(b - a):
             order[a + q] = rows[within[q]]
-        i = a
-        while i < b:
-            key = keys[within[i - a]]
-            j = i + 1
-            while j < b and keys[within[j - a]] == key:
-                j += 1
-            if j - i > 1:
-                longer = False
-                for r in range(i, j):
-                    if offsets[order[r] + 1] - offsets[order[r]] > 8 * (depth + 1):
-                        longer = True
-                        break
-                if longer:
-                    stack.append((i, j, depth + 1))
-                else:  # every text ends within these bytes: shorter first
-                    lengths = np.empty(j - i, np.int64)
-                    for r in range(i, j):
-                        lengths[r - i] = offsets[order[r] + 1] - offsets[order[r]]
-                    by_length = np.argsort(lengths, kind="mergesort")
-                    tied = order[i:j].copy()
-                    for q in range(j - i):
-                        order[i + q] = tied[by_length[q]]
-            i = j
+        _split_ties(order, a, b, keys, within, offsets, depth, stack)
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -154,17 +161,11 @@ def text_key_order(bucket, n_buckets, offsets, data):
         e = first[b + 1]
         if e - a > 1:
             within = np.argsort(keys[a:e], kind="mergesort")
-            rows = order[a:e][within]
-            ranked = keys[a:e][within]
-            order[a:e] = rows
-            i = 0
-            while i < e - a:
-                j = i + 1
-                while j < e - a and ranked[j] == ranked[i]:
-                    j += 1
-                if j - i > 1:
-                    _sort_texts(order, a + i, a + j, offsets, data)
-                i = j
+            order[a:e] = order[a:e][within]
+            stack = [(a, a, 0)]
+            stack.pop()
+            _split_ties(order, a, e, keys[a:e], within, offsets, 0, stack)
+            _sort_texts(order, stack, offsets, data)
     return order, counts
 
 
