@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import threading
 from functools import reduce
 from operator import xor
 from pathlib import Path
@@ -45,7 +46,7 @@ from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
 from pipeline.io import scratch
 from pipeline.run import run_job
-from pipeline.transforms import ordering
+from pipeline.transforms import evaluate, ordering
 from pipeline.transforms.long_form import from_scratch, to_scratch
 
 OUTPUTS = ["manifest.json", "rejects.parquet", "sg_tables.parquet", "summary.parquet",
@@ -1022,6 +1023,32 @@ def test_a_batch_of_several_row_groups_grows_its_tables_once_in_rule_order(
     assert o["rejects"]["position_id"].to_list() == rejected
     assert {tuple(t["moves"]): t["table_len"] for t in o["sg_tables"].rows(named=True)
             } == lengths
+
+
+def test_an_error_between_batches_stops_the_reading_thread_before_it_is_handled(
+        tmp_path, monkeypatch):
+    """A failure while typing the second batch's keys reaches the caller with the reading
+    thread already stopped (its files closed), not left reading while the traceback that
+    holds the batch generators lives; and nothing is written."""
+    monkeypatch.setattr(batches, "BATCH_ROWS", 4)
+    rules = write_rules(tmp_path / "rules", [(1, "subtraction", [1, 2])], "csv")
+    table = pa.table({"rule_set_id": pa.array([1] * 40, pa.int64()),
+                      "position_id": pa.array(range(40), pa.int64()),
+                      "heaps": pa.array([[i % 5 + 1] for i in range(40)], pa.list_(pa.int64()))})
+    pq.write_table(table, tmp_path / "positions.parquet", row_group_size=2)
+    attach, calls = evaluate.attach_tables, []
+
+    def failing_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected")
+        return attach(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "attach_tables", failing_second)
+    with pytest.raises(RuntimeError, match="injected") as raised:
+        run(job(tmp_path, rules, tmp_path / "positions.parquet"))
+    assert [t.name for t in threading.enumerate() if t.name == "read_ahead"] == []
+    assert raised.value is not None and not (tmp_path / "out").exists()
 
 
 def test_heap_beyond_an_unproven_table_is_a_rejected_row(tmp_path):

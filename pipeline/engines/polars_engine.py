@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,21 +92,23 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
     batches = position_batches(paths, config, "wide", read_together=True)
-    for file_index, same_type, frame in _typed_and_attached(read_ahead(coalesced(batches)),
-                                                            index):
-        rows_read += frame.height
-        chunks = buffers.heap_buffers(frame)
-        evaluated = _evaluated(frame, cache, config.winning_moves, chunks)
-        if evaluated["_reason"].null_count() < evaluated.height:
-            rejects.append(outputs.reject_rows(evaluated, "positions"))
-            evaluated = evaluated.filter(pl.col("_reason").is_null())
-        # ids made text only to meet the rules' are sorted, and typed, as the general path does
-        parts.append(ordering.verdict_part(evaluated, file_index,
-                                           rule_ids if same_type else None, keep))
-        del frame, evaluated, chunks
-        note(f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
-             if total else
-             f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
+    # closed on the way out, an error included: a traceback holding the generators would
+    # otherwise keep the reading thread at work and its files open
+    with closing(read_ahead(coalesced(batches))) as read:
+        for file_index, same_type, frame in _typed_and_attached(read, index):
+            rows_read += frame.height
+            chunks = buffers.heap_buffers(frame)
+            evaluated = _evaluated(frame, cache, config.winning_moves, chunks)
+            if evaluated["_reason"].null_count() < evaluated.height:
+                rejects.append(outputs.reject_rows(evaluated, "positions"))
+                evaluated = evaluated.filter(pl.col("_reason").is_null())
+            # ids made text only to meet the rules' are sorted, and typed, as the general path does
+            parts.append(ordering.verdict_part(evaluated, file_index,
+                                               rule_ids if same_type else None, keep))
+            del frame, evaluated, chunks
+            note(f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
+                 if total else
+                 f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
     rejected = pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *rejects])
     cache.report_meanwhile()
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
