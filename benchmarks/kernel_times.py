@@ -1,0 +1,67 @@
+"""Time two steps of a run in this process, on a dataset's own files: the sort of text
+position ids (`kernels.text_key_order`) and the Parquet footer walk (`footer_stats`).
+
+    python benchmarks/kernel_times.py text-sort benchmarks/data/m_uuid/positions
+    python benchmarks/kernel_times.py footers '/tmp/manyp/positions/*.parquet'
+
+Run it from two checkouts (`cd CHECKOUT && python .../kernel_times.py ...`), alternately, to
+compare them: it imports `pipeline` from the current directory. text-sort checks its order
+against polars' sort of (rule rank, position_id); footers reads at most 2,000 footers first,
+then times only the walk. Prints the best of three, on stdout.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+
+sys.path.insert(0, os.getcwd())
+
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from pipeline import kernels  # noqa: E402
+from pipeline.io import footer_stats, readers  # noqa: E402
+from pipeline.transforms.buffers import text_buffers  # noqa: E402
+
+
+def best_of_three(work) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def text_sort(positions: str) -> None:
+    frame = pl.read_parquet(f"{positions}/*.parquet", columns=["rule_set_id", "position_id"])
+    ids = frame["rule_set_id"].unique().sort()
+    bucket = frame.select(pl.col("rule_set_id").cast(pl.Enum(ids.cast(pl.String)))
+                          .to_physical())["rule_set_id"].to_numpy().astype(np.int32)
+    offsets, data = text_buffers(frame["position_id"])
+    kernels.text_key_order(bucket[:1000], ids.len(), offsets, data)  # load the kernel
+    seconds = best_of_three(lambda: kernels.text_key_order(bucket, ids.len(), offsets, data))
+    order, _ = kernels.text_key_order(bucket, ids.len(), offsets, data)
+    expected = pl.DataFrame({"b": bucket, "p": frame["position_id"]}).with_row_index().sort(
+        ["b", "p"], maintain_order=True)["index"].to_numpy()
+    assert np.array_equal(order, expected), "the order differs from polars' sort"
+    print(f"text_key_order: {frame.height:,} ids, {ids.len():,} rule sets: {seconds:.3f} s")
+
+
+def footers(pattern: str) -> None:
+    blobs = []
+    for path in sorted(glob.glob(pattern))[:2000]:
+        with pq.ParquetFile(path) as file:
+            blobs.append(readers._footer_bytes(file.metadata))
+    leaves = {i: (8, True) for i in range(4)}
+    seconds = best_of_three(lambda: [footer_stats.integer_maxima(b, leaves) for b in blobs])
+    print(f"footer walk: {len(blobs):,} footers of {np.mean([len(b) for b in blobs]):.0f} "
+          f"bytes: {1e6 * seconds / len(blobs):.1f} us a footer")
+
+
+if __name__ == "__main__":
+    {"text-sort": text_sort, "footers": footers}[sys.argv[1]](sys.argv[2])
