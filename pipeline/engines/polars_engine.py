@@ -136,7 +136,10 @@ def _evaluated(positions: pl.DataFrame, cache: TableCache, winning_moves: bool,
     """`evaluate.evaluate` with tables that cover the heaps. Once every table exists, they
     grow for the rows found beyond them (`grow`) instead of after a pass over every heap
     for its table's largest: a pass that, on input whose tables no statistics presized (CSV),
-    cost a third of the lookups themselves, to find that nothing needs to grow."""
+    cost a third of the lookups themselves, to find that nothing needs to grow. The first
+    batch still takes the pass: its tables are built from nothing, as the budget plans
+    them; building them empty first and then growing them grants the run-wide room
+    otherwise (`test_total_table_budget_rejects_instead_of_exhausting_memory`)."""
     if cache.covers_input() or not cache.all_built():
         return evaluate.evaluate(positions, _tables_for(positions, cache, chunks),
                                  winning_moves, chunks)

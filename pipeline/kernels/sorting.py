@@ -162,7 +162,7 @@ def text_key_order(bucket, n_buckets, offsets, data):
         if e - a > 1:
             within = np.argsort(keys[a:e], kind="mergesort")
             order[a:e] = order[a:e][within]
-            stack = [(a, a, 0)]
+            stack = [(a, a, 0)]  # typed as the (lo, hi, depth) it will hold, then emptied
             stack.pop()
             _split_ties(order, a, e, keys[a:e], within, offsets, 0, stack)
             _sort_texts(order, stack, offsets, data)
