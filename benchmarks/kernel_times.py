@@ -1,13 +1,17 @@
-"""Time two steps of a run in this process, on a dataset's own files: the sort of text
-position ids (`kernels.text_key_order`) and the Parquet footer walk (`footer_stats`).
+"""Time steps of a run in this process, on a dataset's own files: the sort of text
+position ids (`kernels.text_key_order`), the Parquet footer walk (`footer_stats`) and the SG
+lookups of wide positions (`kernels.nim_sums_wide`, on one thread and on all).
 
     python benchmarks/kernel_times.py text-sort benchmarks/data/m_uuid/positions
     python benchmarks/kernel_times.py footers '/tmp/manyp/positions/*.parquet'
+    python benchmarks/kernel_times.py lookups benchmarks/data/m_int
 
 Run it from two checkouts (`cd CHECKOUT && python .../kernel_times.py ...`), alternately, to
 compare them: it imports `pipeline` from the current directory. text-sort checks its order
 against polars' sort of (rule rank, position_id); footers reads at most 2,000 footers first,
-then times only the walk. Prints the best of three, on stdout.
+then times only the walk; lookups builds the tables of the dataset's rules for its first
+2^20 positions and checks the nim-sums against numpy's XOR of the same table values. Prints
+the best of three, on stdout.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ import time
 
 sys.path.insert(0, os.getcwd())
 
+import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from pipeline import kernels  # noqa: E402
+from pipeline import grundy, kernels  # noqa: E402
 from pipeline.io import footer_stats, readers  # noqa: E402
 from pipeline.transforms.buffers import text_buffers  # noqa: E402
 
@@ -63,5 +68,39 @@ def footers(pattern: str) -> None:
           f"bytes: {1e6 * seconds / len(blobs):.1f} us a footer")
 
 
+def lookups(dataset: str) -> None:
+    rules = pl.read_parquet(f"{dataset}/rules.parquet").sort("rule_set_id")
+    frame = pl.read_parquet(f"{dataset}/positions/*.parquet", n_rows=1 << 20)
+    heaps = frame["heaps"]
+    offsets = np.concatenate([[0], heaps.list.len().cum_sum().to_numpy()]).astype(np.int64)
+    values = heaps.explode().to_numpy().astype(np.int64)
+    table = rules.with_row_index("t").join(frame.select("rule_set_id"), on="rule_set_id",
+                                           how="right", maintain_order="right")
+    table_of_row = table["t"].to_numpy().astype(np.int64)
+    rule_of = [grundy.canonical_rule(k, m) for k, m in
+               zip(rules["kind"] if "kind" in rules.columns else [None] * rules.height,
+                   rules["moves"].to_list())]
+    need = int(values.max()) + 1
+    tables = grundy.TableSet.of(grundy.build_tables(rule_of, [need] * len(rule_of),
+                                                    [need] * len(rule_of)))
+    args = (offsets, values, table_of_row, *tables.lookup_args())
+    nim, _ = kernels.nim_sums_wide(*args)  # load the kernel
+    t = np.repeat(table_of_row, np.diff(offsets))
+    pre, per = tables.pre[t], np.maximum(tables.per[t], 1)
+    at = np.where(values < tables.length[t], values, pre + (values - pre) % per)
+    looked = tables.values[tables.base[t] + at]
+    expected = np.bitwise_xor.reduceat(looked.astype(np.int64), offsets[:-1]) * (
+        np.diff(offsets) > 0)
+    assert np.array_equal(nim, expected), "nim-sums differ from numpy's XOR"
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    one = best_of_three(lambda: kernels.nim_sums_wide(*args))
+    numba.set_num_threads(threads)
+    every = best_of_three(lambda: kernels.nim_sums_wide(*args))
+    print(f"nim_sums_wide: {frame.height:,} positions, {values.shape[0]:,} heaps, "
+          f"{tables.values.nbytes / 2**20:.1f} MiB of tables: {one:.4f} s on one thread, "
+          f"{every:.4f} s on {threads}")
+
+
 if __name__ == "__main__":
-    {"text-sort": text_sort, "footers": footers}[sys.argv[1]](sys.argv[2])
+    {"text-sort": text_sort, "footers": footers, "lookups": lookups}[sys.argv[1]](sys.argv[2])

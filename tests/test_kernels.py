@@ -267,7 +267,7 @@ HEAP_CAP = {"nim": 7, "half": 30, "subtraction": 25}
 
 @st.composite
 def rows_strategy(draw, specs):
-    n = draw(st.integers(1, 12))
+    n = draw(st.integers(1, 2 * kernels.AHEAD_ROWS + 4))  # rows past the prefetch distance
     rows = []
     for _ in range(n):
         t = draw(st.integers(0, len(specs) - 1))
@@ -281,6 +281,16 @@ def rows_strategy(draw, specs):
 @given(rows=rows_strategy(SPECS))
 def test_fixed_tables_property(rows):
     check_rows(SPECS, REFS, TS, rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(heaps=st.lists(st.tuples(st.integers(0, len(SPECS) - 1), st.integers(0, 40)),
+                      min_size=kernels.AHEAD_HEAPS + 1, max_size=3 * kernels.AHEAD_HEAPS))
+def test_sg_per_heap_matches_the_reference_past_the_prefetch_distance(heaps):
+    tables = np.array([t for t, _ in heaps], np.int64)
+    values = np.array([h for _, h in heaps], np.int64)
+    got = kernels.sg_per_heap(values, tables, *TS.lookup_args())
+    assert got.tolist() == [REFS[t](h) for t, h in heaps]
 
 
 @st.composite

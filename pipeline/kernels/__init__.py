@@ -6,6 +6,7 @@ Split by job, one module each:
   `tabulate_many`);
 * `lookups`: Grundy values in the flat table layout of `grundy.TableSet`, their XOR per
   position (`nim_sums_wide`), winning moves;
+* `prefetch`: a cache prefetch hint, with which the lookups fetch table values ahead;
 * `sorting`: key order: counting sorts (integer and text keys), runs, duplicates, ranks;
 * `text`: lists of heaps and integer keys read from text cells;
 * `csv_walk`: CSV bytes walked as pyarrow reads them: records, lines, open quotes;
@@ -19,6 +20,8 @@ that calls another imports it from its module, as numba compiles the call into t
 
 from pipeline.kernels.csv_walk import CSV_IN_QUOTES, csv_scan, csv_scan_part
 from pipeline.kernels.lookups import (
+    AHEAD_HEAPS,
+    AHEAD_ROWS,
     BEYOND_TABLE,
     KIND_HALF,
     KIND_NIM,
@@ -48,7 +51,8 @@ from pipeline.kernels.text import heap_text_lists, int_text_values, needs_strip
 from pipeline.kernels.threads import overlap_allowed, start_numba_meanwhile, threads_for
 
 __all__ = [
-    "BEYOND_TABLE", "CSV_IN_QUOTES", "KIND_HALF", "KIND_NIM", "KIND_SUBTRACTION",
+    "AHEAD_HEAPS", "AHEAD_ROWS", "BEYOND_TABLE", "CSV_IN_QUOTES", "KIND_HALF", "KIND_NIM",
+    "KIND_SUBTRACTION",
     "adjacent_duplicates", "counting_sort", "csv_scan", "csv_scan_part", "fill_runs", "half_sg",
     "heap_text_lists", "in_key_order", "int_text_values", "is_identity", "key_runs",
     "max_heap_per_table", "mix64", "nim_sums_wide", "needs_strip", "overlap_allowed", "rank_in",
