@@ -182,11 +182,15 @@ def _subtraction_move(h, target, moves, values, b, n_vals, q, p):
 @njit(cache=True, parallel=True, nogil=True)
 def winning_moves_wide(offsets, heaps, table_of_row, nim, moves, moves_base, moves_len, values,
                        base, length, pre, per, kind):
-    """winning_move for every W row of a list column; (-1, -1) for L rows."""
+    """winning_move for every W row of a list column; (-1, -1) for L rows. Prefetches as
+    nim_sums_wide does."""
     n = offsets.shape[0] - 1
     move_heap = np.full(n, -1, np.int64)
     move_take = np.full(n, -1, np.int64)
     for i in prange(n):
+        if i + AHEAD_ROWS < n and nim[i + AHEAD_ROWS] != 0:
+            _prefetch_row(offsets, heaps, table_of_row[i + AHEAD_ROWS], i + AHEAD_ROWS,
+                          values, base, length, kind)
         if nim[i] == 0:
             continue
         a, b = winning_move(heaps[offsets[i]:offsets[i + 1]], nim[i], table_of_row[i], moves,
