@@ -17,7 +17,7 @@ from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.io import kept
-from pipeline.io.inputs import InputFile, RawTable, Source
+from pipeline.io.inputs import CSV_SUFFIXES, InputFile, RawTable, Source
 from pipeline.io.readers import (
     columns_of_each,
     iter_batches,
@@ -104,7 +104,8 @@ def position_batches(paths: list[Source], config: Config, form: str,
     def read() -> Iterator[tuple[list[int], RawTable | None, bool]]:
         """(files, batch, whether it is its file's only one): a batch of a file read on its
         own, or (files, None, False) for a run of Parquet files that one scan reads, when
-        its turn comes."""
+        its turn comes. CSV files are parsed by a thread of their own, a batch ahead of
+        the one being normalised (`_parsed_ahead`)."""
         for scan in scans:
             if len(scan) > 1:
                 yield scan, None, False
@@ -122,7 +123,7 @@ def position_batches(paths: list[Source], config: Config, form: str,
         _, raw, only = item
         return (raw.frame.schema, raw.frame.height) if raw is not None and only else None
 
-    for run in consecutive_runs(read(), joinable, BATCH_ROWS):
+    for run in consecutive_runs(_parsed_ahead(read(), paths), joinable, BATCH_ROWS):
         files = [scan[0] for scan, _, _ in run]
         raws = [raw for _, raw, _ in run if raw is not None]
         if not raws:  # a run of small Parquet files, read by one scan
@@ -195,6 +196,28 @@ def consecutive_runs(items: Iterable[T], joinable: Callable[[T], tuple[object, i
         raise
     if held:
         yield held
+
+
+def _parsed_ahead(items: Iterator[tuple[list[int], RawTable | None, bool]],
+                  paths: list[Source]) -> Iterator[tuple[list[int], RawTable | None, bool]]:
+    """`read`'s items, made by a `parse_ahead` thread while the caller normalises the batch
+    before, when every file is named .csv and the first batch is not small: pyarrow's CSV
+    reader runs on one thread (it numbers bad lines), the slowest step of reading large CSV
+    files. Thousands of small files gained nothing from the thread and lost 10% to handing
+    their batches over; other input is read by polars and pyarrow on all cores already."""
+    try:
+        first = next(items, None) if all(
+            path.suffix.lower() in CSV_SUFFIXES for path in paths) else None
+        if first is None:
+            yield from items
+            return
+        yield first
+        raw = first[1]
+        if raw is not None and raw.frame.height >= _small_rows():
+            items = read_ahead(items, name="parse_ahead")
+        yield from items
+    finally:
+        items.close()
 
 
 def _file_batches(path: Source, look_ahead: bool) -> Iterator[tuple[RawTable, bool]]:

@@ -20,6 +20,7 @@ from conftest import read_outputs, write_csv
 from pipeline import batches
 from pipeline.batches import BATCH_ROWS, coalesced, read_ahead
 from pipeline.config import config_from_dict
+from pipeline.errors import InputError
 from pipeline.run import run_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,3 +188,85 @@ def test_a_files_batches_are_not_held_past_their_turn(tmp_path, monkeypatch, loo
         gc.collect()
         assert [ref() is None for ref in alive[:-1]] == [True] * (len(alive) - 1)
     assert len(alive) == 5 and rows == [str(i) for i in range(18)]
+
+
+def _csv_files(directory: Path, rows_per_file: list[int]) -> list[Path]:
+    return [write_csv(directory / f"p{k}.csv", ["rule_set_id", "position_id", "heaps"],
+                      [[1, 100 * k + i, f"{i} {k}"] for i in range(rows)])
+            for k, rows in enumerate(rows_per_file)]
+
+
+def _config(tmp_path: Path):
+    return config_from_dict({"rules": str(tmp_path / "rules.csv"), "positions": str(tmp_path),
+                             "out": str(tmp_path / "out")})
+
+
+def _made_by(monkeypatch) -> tuple[list[tuple[str, str]], list[str]]:
+    """(file name and thread of each batch made, files in the order their reading began)."""
+    made: list[tuple[str, str]] = []
+    started: list[str] = []
+    file_batches = batches._file_batches
+
+    def recorded(path, look_ahead):
+        started.append(path.name)
+        for raw, only in file_batches(path, look_ahead):
+            made.append((path.name, threading.current_thread().name))
+            yield raw, only
+
+    monkeypatch.setattr(batches, "_file_batches", recorded)
+    return made, started
+
+
+def test_large_csv_files_are_parsed_by_a_thread_a_batch_ahead(tmp_path, monkeypatch):
+    """pyarrow's CSV reader is serial: after a first batch that is not small, a
+    `parse_ahead` thread parses the CSV files a batch ahead of their normalising; the
+    batches still come in file and row order with their files' indices, and the thread
+    does not outlive the read."""
+    monkeypatch.setattr(batches, "BATCH_ROWS", 3)
+    paths = _csv_files(tmp_path, [7, 2, 5])
+    made, started = _made_by(monkeypatch)
+    got = [(index, frame["position_id"].to_list())
+           for index, frame in batches.position_batches(paths, _config(tmp_path), "wide")]
+    assert got == [(0, [0, 1, 2]), (0, [3, 4, 5]), (0, [6]), (1, [100, 101]),
+                   (2, [200, 201, 202]), (2, [203, 204])]
+    assert [name for _, name in made] == ["MainThread"] + ["parse_ahead"] * 5
+    assert started == ["p0.csv", "p1.csv", "p2.csv"]
+    assert not [t for t in threading.enumerate() if t.name == "parse_ahead"]
+
+
+def test_small_csv_files_are_parsed_by_the_caller(tmp_path, monkeypatch):
+    """Thousands of small files lost more to handing batches to a thread than they gained,
+    so a small first batch (fewer than `_small_rows()` rows) keeps the parsing here, as
+    do files that are not all named .csv."""
+    paths = _csv_files(tmp_path, [7, 2, 5])
+    made, _ = _made_by(monkeypatch)
+    got = [frame.height for _, frame in
+           batches.position_batches(paths, _config(tmp_path), "wide", read_together=True)]
+    assert got == [14] and {name for _, name in made} == {"MainThread"}
+    monkeypatch.setattr(batches, "BATCH_ROWS", 3)
+    paths[1] = paths[1].rename(tmp_path / "p1.txt")
+    made.clear()
+    assert sum(f.height for _, f in batches.position_batches(paths, _config(tmp_path),
+                                                            "wide")) == 14
+    assert {name for _, name in made} == {"MainThread"}
+
+
+def test_an_error_in_the_next_csv_file_comes_in_its_turn_and_leaving_stops_every_parser(
+        tmp_path, monkeypatch):
+    """The file after the one being read is parsed meanwhile: its error is raised after
+    every batch of the file before it, as a serial read raises it; leaving early stops the
+    parsing threads."""
+    monkeypatch.setattr(batches, "BATCH_ROWS", 2)
+    paths = _csv_files(tmp_path, [5, 3])
+    paths[1].write_text('rule_set_id,position_id,heaps\n1,7,"3 4\n')  # the quote never closes
+    got = []
+    with pytest.raises(InputError, match="p1.csv"):
+        for index, frame in batches.position_batches(paths, _config(tmp_path), "wide"):
+            got.append((index, frame.height))
+    assert got == [(0, 2), (0, 2), (0, 1)]
+    assert not [t for t in threading.enumerate() if t.name == "parse_ahead"]
+    read = batches.position_batches(_csv_files(tmp_path / "more", [5, 5, 5]),
+                                    _config(tmp_path), "wide")
+    assert next(read)[1].height == 2
+    read.close()
+    assert not [t for t in threading.enumerate() if t.name == "parse_ahead"]
