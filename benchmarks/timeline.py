@@ -1,0 +1,84 @@
+"""Where a run's wall time goes: `snim-batch run ARGS...` in this process, with the start and
+end of its main steps (seconds since the process started, and the thread that ran each)
+printed to stderr, in order. Steps run once a batch are summed into one line each.
+
+    cd CHECKOUT && python /work/main/benchmarks/timeline.py run --rules R --positions P \\
+        --out OUT --overwrite --quiet --no-winning-moves
+
+It imports `pipeline` from the current directory. Timers, not a sampling profiler: py-spy's
+line attribution put 0.8 s on a step that these timers measured at 0.11-0.15 s.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.getcwd())
+START = time.perf_counter()  # about 25 ms after the interpreter started
+
+import pipeline.engines.polars_engine as polars_engine  # noqa: E402
+import pipeline.io.inputs as inputs  # noqa: E402
+import pipeline.kernels.threads as kernel_threads  # noqa: E402
+import pipeline.run as run  # noqa: E402
+import pipeline.tables as tables  # noqa: E402
+import pipeline.transforms.evaluate as evaluate  # noqa: E402
+import pipeline.transforms.normalize as normalize  # noqa: E402
+import pipeline.transforms.ordering as ordering  # noqa: E402
+from pipeline.cli import main  # noqa: E402
+
+ONCE = [(run, "execute"), (kernel_threads, "_first_kernel_call"), (inputs, "_checksum"),
+        (tables.TableCache, "presize"), (tables.TableCache, "_probe_periods"),
+        (ordering, "key_sorted_verdicts"), (polars_engine, "sink_parquet"),
+        (polars_engine, "write_parquet")]
+PER_BATCH = [(normalize, "normalize_positions"), (evaluate, "attach_tables"),
+             (polars_engine, "_evaluated"), (ordering, "verdict_part")]
+steps: list[tuple[float, float, str, str]] = []
+
+
+def timed(owner: object, name: str) -> None:
+    work = getattr(owner, name)
+
+    @functools.wraps(work)
+    def step(*args, **kwargs):
+        began = time.perf_counter() - START
+        try:
+            return work(*args, **kwargs)
+        finally:
+            steps.append((began, time.perf_counter() - START,
+                          threading.current_thread().name, name))
+
+    setattr(owner, name, step)
+
+
+def report() -> None:
+    per_batch = {name for _, name in PER_BATCH}
+    summed: dict[str, list] = {}
+    for began, ended, thread, name in sorted(steps):
+        if name in per_batch:
+            first, last, total, calls, _ = summed.get(name, [began, ended, 0.0, 0, thread])
+            summed[name] = [first, ended, total + ended - began, calls + 1, thread]
+        else:
+            print(f"{began:7.3f} {ended:7.3f} {ended - began:7.3f}  {thread:12.12} {name}",
+                  file=sys.stderr)
+    for name, (first, last, total, calls, thread) in summed.items():
+        print(f"{first:7.3f} {last:7.3f} {total:7.3f}  {thread:12.12} {name} "
+              f"({calls} calls, first to last)", file=sys.stderr)
+
+
+def run_job(*args, **kwargs):
+    try:
+        return job(*args, **kwargs)
+    finally:
+        print(f"run_job ended at {time.perf_counter() - START:.3f} s", file=sys.stderr)
+        report()
+
+
+for owner, name in ONCE + PER_BATCH:
+    timed(owner, name)
+job, run.run_job = run.run_job, run_job
+if __name__ == "__main__":
+    sys.exit(main())
