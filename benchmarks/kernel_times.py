@@ -9,9 +9,9 @@ lookups of wide positions (`kernels.nim_sums_wide`, on one thread and on all).
 Run it from two checkouts (`cd CHECKOUT && python .../kernel_times.py ...`), alternately, to
 compare them: it imports `pipeline` from the current directory. text-sort checks its order
 against polars' sort of (rule rank, position_id); footers reads at most 2,000 footers first,
-then times only the walk; lookups builds the tables of the dataset's rules for its first
-2^20 positions and checks the nim-sums against numpy's XOR of the same table values. Prints
-the best of three, on stdout.
+then times only the walk; lookups reads a dataset's rules (subtraction only) and the first
+2^20 of its Parquet positions, builds every table up to their largest heap, and checks the
+nim-sums against numpy's XOR of the same table values. Prints the best of three, on stdout.
 """
 
 from __future__ import annotations
@@ -70,17 +70,21 @@ def footers(pattern: str) -> None:
 
 def lookups(dataset: str) -> None:
     rules = pl.read_parquet(f"{dataset}/rules.parquet").sort("rule_set_id")
+    if "kind" in rules.columns and (rules["kind"].fill_null("subtraction") != "subtraction").any():
+        sys.exit("lookups: subtraction rules only (nim and half rules look nothing up)")
     frame = pl.read_parquet(f"{dataset}/positions/*.parquet", n_rows=1 << 20)
+    if "heaps" not in frame.columns:
+        sys.exit("lookups: wide-form positions only (a heaps column)")
     heaps = frame["heaps"]
     offsets = np.concatenate([[0], heaps.list.len().cum_sum().to_numpy()]).astype(np.int64)
-    values = heaps.explode().to_numpy().astype(np.int64)
+    values = heaps.explode().drop_nulls().to_numpy().astype(np.int64)
     table = rules.with_row_index("t").join(frame.select("rule_set_id"), on="rule_set_id",
-                                           how="right", maintain_order="right")
-    table_of_row = table["t"].to_numpy().astype(np.int64)
-    rule_of = [grundy.canonical_rule(k, m) for k, m in
-               zip(rules["kind"] if "kind" in rules.columns else [None] * rules.height,
-                   rules["moves"].to_list())]
-    need = int(values.max()) + 1
+                                           how="right", maintain_order="right")["t"]
+    if table.null_count() or values.shape[0] != offsets[-1] or (values < 0).any():
+        sys.exit("lookups: every position needs a known rule set and heaps >= 0, none null")
+    table_of_row = table.to_numpy().astype(np.int64)
+    rule_of = [grundy.canonical_rule(None, m) for m in rules["moves"].to_list()]
+    need = int(values.max()) + 1  # every table, up to the largest heap of these positions
     tables = grundy.TableSet.of(grundy.build_tables(rule_of, [need] * len(rule_of),
                                                     [need] * len(rule_of)))
     args = (offsets, values, table_of_row, *tables.lookup_args())
@@ -88,9 +92,9 @@ def lookups(dataset: str) -> None:
     t = np.repeat(table_of_row, np.diff(offsets))
     pre, per = tables.pre[t], np.maximum(tables.per[t], 1)
     at = np.where(values < tables.length[t], values, pre + (values - pre) % per)
-    looked = tables.values[tables.base[t] + at]
-    expected = np.bitwise_xor.reduceat(looked.astype(np.int64), offsets[:-1]) * (
-        np.diff(offsets) > 0)
+    prefix = np.concatenate([[0], np.bitwise_xor.accumulate(
+        tables.values[tables.base[t] + at].astype(np.int64))])
+    expected = prefix[offsets[1:]] ^ prefix[offsets[:-1]]  # empty lists: 0
     assert np.array_equal(nim, expected), "nim-sums differ from numpy's XOR"
     threads = numba.get_num_threads()
     numba.set_num_threads(1)

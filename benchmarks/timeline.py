@@ -5,8 +5,11 @@ printed to stderr, in order. Steps run once a batch are summed into one line eac
     cd CHECKOUT && python /work/main/benchmarks/timeline.py run --rules R --positions P \\
         --out OUT --overwrite --quiet --no-winning-moves
 
-It imports `pipeline` from the current directory. Timers, not a sampling profiler: py-spy's
-line attribution put 0.8 s on a step that these timers measured at 0.11-0.15 s.
+It imports `pipeline` from the current directory, and its heavy modules before the command
+runs (to time their functions), so the garbage collector's pause around those imports
+(`terminal.heavy_imports`) does not cover them here. Timers, not a sampling profiler: py-spy's
+line attribution put 0.8 s on a step that these timers measured at 0.11-0.15 s. Steps run
+once a batch show the thread of their first call.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 from conftest import read_outputs, write_csv
 
-from pipeline import batches
+from pipeline import batches, kernels
 from pipeline.batches import BATCH_ROWS, coalesced, read_ahead
 from pipeline.config import config_from_dict
 from pipeline.errors import InputError
@@ -229,7 +229,8 @@ def test_large_csv_files_are_parsed_by_a_thread_a_batch_ahead(tmp_path, monkeypa
            for index, frame in batches.position_batches(paths, _config(tmp_path), "wide")]
     assert got == [(0, [0, 1, 2]), (0, [3, 4, 5]), (0, [6]), (1, [100, 101]),
                    (2, [200, 201, 202]), (2, [203, 204])]
-    assert [name for _, name in made] == ["MainThread"] + ["parse_ahead"] * 5
+    ahead = "parse_ahead" if kernels.overlap_allowed() else "MainThread"  # workqueue: here
+    assert [name for _, name in made] == ["MainThread"] + [ahead] * 5
     assert started == ["p0.csv", "p1.csv", "p2.csv"]
     assert not [t for t in threading.enumerate() if t.name == "parse_ahead"]
 
@@ -267,6 +268,18 @@ def test_an_error_in_the_next_csv_file_comes_in_its_turn_and_leaving_stops_every
     assert not [t for t in threading.enumerate() if t.name == "parse_ahead"]
     read = batches.position_batches(_csv_files(tmp_path / "more", [5, 5, 5]),
                                     _config(tmp_path), "wide")
-    assert next(read)[1].height == 2
+    assert [next(read)[1].height for _ in range(2)] == [2, 2]  # the thread starts after one
+    parsers = [t for t in threading.enumerate() if t.name == "parse_ahead"]
+    assert len(parsers) == kernels.overlap_allowed()
     read.close()
-    assert not [t for t in threading.enumerate() if t.name == "parse_ahead"]
+    assert not [t for t in parsers if t.is_alive()]
+
+
+def test_spark_tasks_parse_in_their_own_thread(tmp_path, monkeypatch):
+    """A Spark task has one core: `parse_ahead=False` keeps the parsing in its thread."""
+    monkeypatch.setattr(batches, "BATCH_ROWS", 3)
+    made, _ = _made_by(monkeypatch)
+    paths = _csv_files(tmp_path, [7])
+    got = [f.height for _, f in batches.position_batches(paths, _config(tmp_path), "wide",
+                                                          parse_ahead=False)]
+    assert got == [3, 3, 1] and {name for _, name in made} == {"MainThread"}

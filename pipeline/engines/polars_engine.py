@@ -121,9 +121,10 @@ def _typed_and_attached(batches: Iterator[tuple[int, pl.DataFrame]], index: pl.D
     """(file index, whether the batch's rule ids had the rules' type, the batch with its
     keys typed and each row's table attached). Done by the thread that evaluates the batches,
     not the one reading them: the reading thread is the busier one (polars' decoding; for
-    CSV, pyarrow's serial parse and the heaps text), and here the main thread, alternated
-    on the same data, finished 10M positions 0.1-0.3 s sooner (CSV 3.30-3.54 s against
-    3.64-3.88 s)."""
+    CSV, the heaps text, after a thread of its own parsed the file), and here the main
+    thread, alternated on the same data, finished 10M positions 0.1-0.3 s sooner (CSV
+    3.30-3.54 s against 3.64-3.88 s, before CSV had its parsing thread; with it, the two
+    places measured the same within noise)."""
     for file_index, frame in batches:
         frame = keys.integer_keys(frame)
         same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype

@@ -136,7 +136,8 @@ def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
     for batch in batches:
         for file_index in batch.column("file").to_pylist():
             try:
-                for _, frame in position_batches([sources[file_index]], config, form):
+                for _, frame in position_batches([sources[file_index]], config, form,
+                                                 parse_ahead=False):  # a task, a core
                     yield from _step(frame, file_index, form, index, schema, tables,
                                      winning_moves)
             except SnimError as exc:
