@@ -95,15 +95,17 @@ def nim_sums_wide(offsets, heaps, table_of_row, values, base, length, pre, per, 
 
 
 @njit(cache=True, inline="always")
+def _prefetch_value(h, t, values, base, length, kind):
+    """Prefetch the table value that heap h looks up under table t, when it is stored."""
+    if t >= 0 and kind[t] == KIND_SUBTRACTION and 0 <= h < length[t]:
+        prefetch(values, base[t] + h)
+
+
+@njit(cache=True, inline="always")
 def _prefetch_row(offsets, heaps, t, i, values, base, length, kind):
-    """Prefetch the table values that row i's heaps will look up (within the table)."""
-    if t >= 0 and kind[t] == KIND_SUBTRACTION:
-        b = base[t]
-        n_vals = length[t]
-        for j in range(offsets[i], offsets[i + 1]):
-            h = heaps[j]
-            if 0 <= h < n_vals:
-                prefetch(values, b + h)
+    """Prefetch the table values that row i's heaps will look up."""
+    for j in range(offsets[i], offsets[i + 1]):
+        _prefetch_value(heaps[j], t, values, base, length, kind)
 
 
 @njit(cache=True, nogil=True)
@@ -114,10 +116,8 @@ def sg_per_heap(heaps, table_of_row, values, base, length, pre, per, kind):
     out = np.empty(n, np.int64)
     for i in range(n):
         if i + AHEAD_HEAPS < n:
-            t = table_of_row[i + AHEAD_HEAPS]
-            h = heaps[i + AHEAD_HEAPS]
-            if t >= 0 and kind[t] == KIND_SUBTRACTION and 0 <= h < length[t]:
-                prefetch(values, base[t] + h)
+            _prefetch_value(heaps[i + AHEAD_HEAPS], table_of_row[i + AHEAD_HEAPS], values,
+                            base, length, kind)
         out[i] = sg_of(heaps[i], table_of_row[i], values, base, length, pre, per, kind)
     return out
 
