@@ -32,17 +32,19 @@ T = TypeVar("T")
 _END = object()
 
 
-def read_rules(config: Config) -> tuple[pl.DataFrame, list[InputFile]]:
-    """All rules files, normalised and validated (reasons on bad rows)."""
+def read_rules(config: Config) -> tuple[pl.DataFrame, list[InputFile], list[int]]:
+    """All rules files, normalised and validated (reasons on bad rows); the files, and the
+    rows read of each (lines the reader skipped included: they are rejected rows)."""
     frames, files = [], []
     for raw in read_tables(config.rules, "rules", config.out, config.storage_options):
         source = str(raw.file.path)
         frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns)
         frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
         files.append(raw.file)
+    rows = [frame.height for frame in frames]
     frames = keys.unify_key_types(frames, "rule_set_id")
     rules = pl.concat(frames, how="vertical_relaxed")
-    return normalize.reject_duplicate_rules(rules), files
+    return normalize.reject_duplicate_rules(rules), files, rows
 
 
 def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, str]

@@ -99,3 +99,13 @@ class Stopped(KeyboardInterrupt):
 
 class RuleError(SnimError):
     """A rule set is invalid (empty S, non-positive move, unknown kind, table cap exceeded)."""
+
+
+class ReconcileError(SnimError):
+    """The rows read from an input file differ from the rows it holds, or the rows evaluated
+    and rejected from the rows read (a read cut short, rows lost on the way): the run fails
+    before it commits. `path` is the file (None: the counts of all files together)."""
+
+    def __init__(self, message: str, path: str | None, expected: int, found: int):
+        super().__init__(message)
+        self.path, self.expected, self.found = path, expected, found

@@ -24,13 +24,21 @@ from pipeline import __version__, kernels
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
-from pipeline.errors import EXIT_OK, EXIT_REJECTS, BadRowsError, UsageError, cut
+from pipeline.errors import (
+    EXIT_OK,
+    EXIT_REJECTS,
+    BadRowsError,
+    ReconcileError,
+    UsageError,
+    cut,
+)
 from pipeline.io import commit, kept, object_store
 from pipeline.io.changes import described_now, ensure_unchanged
 from pipeline.io.inputs import InputFile, Source, resolve_inputs
 from pipeline.io.locations import Location
 from pipeline.io.manifest import output_listing, write_manifest
 from pipeline.io.remote_commit import staged_remote_output
+from pipeline.io.source_rows import counted_at_once, reconcile, rows_in_source
 from pipeline.tables import table_cache
 from pipeline.transforms import normalize, outputs, schema
 
@@ -175,8 +183,10 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
     (under --on-bad-rows fail with rejected rows, nothing is written)."""
     kernels.start_numba_meanwhile()
     with phase("rules"):
-        rules, rule_files = read_rules(config)
+        rules, rule_files, rule_rows = read_rules(config)
         ensure_unchanged(rule_files)  # read whole: a later edit cannot reach this run
+        rule_counts = reconcile(rule_files, [rows_in_source(f) for f in rule_files],
+                                rule_rows, "rules")
         distinct, index = normalize.rule_index(rules)
         paths = resolve_inputs(config.positions, "positions", config.out,
                                config.storage_options)
@@ -199,9 +209,13 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
             problems = [problem_text(row) for row in evaluation.first_rejects(
                 rule_rejects, PROBLEMS_SHOWN).iter_rows(named=True)]
             w = int(verdict_counts["W"].sum())
+            verdicts = w + int(verdict_counts["L"].sum())
             counts = manifest_counts(rules.height, rule_rejects.height, evaluation.rows_read,
-                                     evaluation.rows_rejected,
-                                     w + int(verdict_counts["L"].sum()), w)
+                                     evaluation.rows_rejected, verdicts, w)
+            rows_per_file = evaluation.rows_per_file
+            if form == "wide":
+                _every_row_evaluated_or_rejected(evaluation.rows_read, verdicts,
+                                                 evaluation.rows_rejected)
         outcome = JobOutcome({}, counts, form, problems)
         if outcome.rejected and config.on_bad_rows == "fail":
             return outcome  # nothing is written: no manifest, no checksum to wait for
@@ -209,10 +223,21 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
             evaluation.write(rule_rejects, staging)
             commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
             commit.write_parquet(summary, staging / "summary.parquet")
-    positions = [f.result() for f in described]
-    ensure_unchanged(positions)  # every row has been read
-    return replace(outcome, inputs={"rules": [f.as_dict() for f in rule_files],
-                                    "positions": [f.as_dict() for f in positions]})
+    positions, in_source = zip(*[f.result() for f in described]) if described else ((), ())
+    ensure_unchanged(list(positions))  # every row has been read
+    position_counts = reconcile(positions, in_source, rows_per_file, "positions")
+    return replace(outcome, inputs={
+        "rules": [{**f.as_dict(), **n} for f, n in zip(rule_files, rule_counts)],
+        "positions": [{**f.as_dict(), **n} for f, n in zip(positions, position_counts)]})
+
+
+def _every_row_evaluated_or_rejected(rows_read: int, verdicts: int, rejected: int) -> None:
+    """Wide form: every position row read is one verdict or one rejected row."""
+    if verdicts + rejected != rows_read:
+        raise ReconcileError(
+            f"positions: the run read {rows_read:,} rows but has {verdicts:,} verdicts and "
+            f"{rejected:,} rejected rows; nothing was written", None, rows_read,
+            verdicts + rejected)
 
 
 def _delta_output() -> tuple[Any, Any]:
@@ -226,19 +251,25 @@ def _delta_output() -> tuple[Any, Any]:
     return delta_tables, delta
 
 
-def _checksums(paths: list[Source]) -> list[Future[InputFile]]:
+def _checksums(paths: list[Source]) -> list[Future[tuple[InputFile, int | None]]]:
     """The positions files, described now (before the engine reads them), with their
-    checksums computed in a background thread while the engine reads them (the page cache
-    serves both)."""
+    checksums and the rows they hold (`source_rows`) found by a background thread while the
+    engine reads them (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    described = [pool.submit(kept.carried(_checksummed), f) for f in described_now(paths)]
+    described = []
+    for file in described_now(paths):
+        if counted_at_once(file):  # before the reader lets go of what the run kept
+            described.append(Future())
+            described[-1].set_result((file, rows_in_source(file)))
+        else:
+            described.append(pool.submit(kept.carried(_checksummed), file))
     pool.shutdown(wait=False)
     return described
 
 
-def _checksummed(file: InputFile) -> InputFile:
+def _checksummed(file: InputFile) -> tuple[InputFile, int | None]:
     file.sha256  # noqa: B018 - computes and caches it
-    return file
+    return file, rows_in_source(file)
 
 
 def manifest_counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected: int,

@@ -40,6 +40,8 @@ class PositionsJob:
 class Evaluation(Protocol):
     """An engine's evaluated positions, held where the engine keeps them (memory, a cluster)."""
 
+    rows_per_file: list[int]
+    """The rows read of each positions file, in the order of `PositionsJob.paths`."""
     rows_read: int
     rows_rejected: int
 

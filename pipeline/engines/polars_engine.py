@@ -49,13 +49,13 @@ class PolarsEngine:
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[PolarsEvaluation]:
         if job.form == "wide":
-            verdicts, rejects, rows_read = _evaluate_wide(job.paths, job.config, job.index,
-                                                          job.cache, job.note)
+            verdicts, rejects, rows = _evaluate_wide(job.paths, job.config, job.index,
+                                                     job.cache, job.note)
         else:
-            verdicts, rejects, rows_read = _evaluate_long(job.paths, job.config, job.index,
-                                                          job.cache, job.staging, job.note)
+            verdicts, rejects, rows = _evaluate_long(job.paths, job.config, job.index,
+                                                     job.cache, job.staging, job.note)
         rejects = schema.with_input_column_names(rejects, job.config.columns, job.form)
-        yield PolarsEvaluation(verdicts, rejects, rows_read, rejects.height)
+        yield PolarsEvaluation(verdicts, rejects, rows.tolist(), rejects.height)
 
 
 @dataclass
@@ -64,9 +64,13 @@ class PolarsEvaluation:
 
     verdicts: pl.DataFrame
     rejects: pl.DataFrame
-    rows_read: int
+    rows_per_file: list[int]
     rows_rejected: int
     _all_rejects: pl.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def rows_read(self) -> int:
+        return sum(self.rows_per_file)
 
     def counts(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         return outputs.summary_counts(self.verdicts, self.rejects)
@@ -85,8 +89,9 @@ class PolarsEvaluation:
 
 
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+                   note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
     parts, rejects, rows_read = [], [], 0
+    rows = _RowsPerFile(len(paths))
     keep = _verdict_columns(config)
     rule_ids = _rule_ids(index)
     total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
@@ -97,6 +102,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     with closing(read_ahead(coalesced(batches))) as read:
         for file_index, same_type, frame in _typed_and_attached(read, index):
             rows_read += frame.height
+            rows.add(file_index, frame)
             chunks = buffers.heap_buffers(frame)
             evaluated = _evaluated(frame, cache, config.winning_moves, chunks)
             if evaluated["_reason"].null_count() < evaluated.height:
@@ -113,7 +119,22 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     cache.report_meanwhile()
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
                                                         [str(p) for p in paths])
-    return verdicts, pl.concat([rejected, duplicates]), rows_read
+    return verdicts, pl.concat([rejected, duplicates]), rows.counts
+
+
+class _RowsPerFile:
+    """The rows the engine met of each input file, for the run to reconcile with the rows
+    each file holds: a batch's rows are its file's, or (batches joined across files) each
+    row's `_file`'s."""
+
+    def __init__(self, files: int) -> None:
+        self.counts = np.zeros(files, dtype=np.int64)
+
+    def add(self, file_index: int, frame: pl.DataFrame) -> None:
+        if "_file" in frame.columns:
+            self.counts += np.bincount(frame["_file"].to_numpy(), minlength=self.counts.size)
+        else:
+            self.counts[file_index] += frame.height
 
 
 def _typed_and_attached(batches: Iterator[tuple[int, pl.DataFrame]], index: pl.DataFrame
@@ -179,16 +200,20 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
                    staging: Path, note: Callable[[str], None]
-                   ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+                   ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
     batches = position_batches(paths, config, "long")
     parts = -(-row_estimate(paths) // LONG_PARTITION_ROWS)
+    per_file = _RowsPerFile(len(paths))
     if parts <= 1:
         log.info("long form: collected whole")
-        frames = [frame for _, frame in batches]
+        frames = []
+        for file_index, frame in batches:
+            per_file.add(file_index, frame)
+            frames.append(frame)
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
         verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
                                         cache, note)
-        return verdicts, rejects, sum(f.height for f in frames)
+        return verdicts, rejects, per_file.counts
     in_order = _evaluate_long_in_order(paths, config, index, cache, note)
     if in_order is not None:
         return in_order
@@ -199,6 +224,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     with spill(staging) as scratch:
         for file_index, frame in read_ahead(batches):
             rows_read += frame.height
+            per_file.add(file_index, frame)
             empty = frame.clear()
             text = {key: text[key] or keys.needs_text(frame, key) for key in text}
             scratch_rows = long_form.to_scratch(frame, file_index)
@@ -211,7 +237,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
         split = ([long_form.from_scratch(f, sources, empty.columns) for f in scratch.read(part)]
                  for part in range(parts))
         verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, note)
-    return verdicts, rejects, rows_read
+    return verdicts, rejects, per_file.counts
 
 
 class _OutOfOrder(Exception):
@@ -220,7 +246,7 @@ class _OutOfOrder(Exception):
 
 def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFrame,
                             cache: TableCache, note: Callable[[str], None]
-                            ) -> tuple[pl.DataFrame, pl.DataFrame, int] | None:
+                            ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray] | None:
     """Long form without scratch files, for input whose integer keys come in one key order
     throughout (each batch, and across batches and files): every position's rows are then
     contiguous, so each batch is grouped as it comes, holding back only its last position,
@@ -228,12 +254,13 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
     otherwise (a text key, a null key, rows out of order): the caller then splits the input
     by key, reading it again (tables already grown stay; they depend only on the heaps)."""
     batches = position_batches(paths, config, "long")
-    seen = {"rows": 0, "order": None}
+    seen = {"order": None}
+    rows_per_file = _RowsPerFile(len(paths))
 
     def groups() -> Iterator[list[pl.DataFrame]]:
         carry = None
-        for _, frame in read_ahead(batches):
-            seen["rows"] += frame.height
+        for file_index, frame in read_ahead(batches):
+            rows_per_file.add(file_index, frame)
             (frame,) = _unified_keys([frame])
             rows = frame if carry is None else pl.concat([carry, frame], how="vertical_relaxed")
             ids = _integer_keys(rows)
@@ -254,7 +281,7 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
         return None
     finally:
         batches.close()
-    return verdicts, rejects, seen["rows"]
+    return verdicts, rejects, rows_per_file.counts
 
 
 def _integer_keys(rows: pl.DataFrame) -> dict[str, np.ndarray]:

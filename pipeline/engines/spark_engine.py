@@ -276,7 +276,7 @@ class SparkEngine:
                 rejects = rejects.withColumn("column", _input_column_names(config, job.form))
                 if not work.verdicts_sorted:
                     verdicts = work.persist(verdicts)
-                yield SparkEvaluation(work, verdicts, work.persist(rejects), sum(rows_per_file))
+                yield SparkEvaluation(work, verdicts, work.persist(rejects), rows_per_file)
                 work.close()
             failed = False
         finally:
@@ -296,7 +296,9 @@ class SparkEvaluation:
     work: _Job
     verdicts: DataFrame
     rejects: DataFrame
-    rows_read: int
+    rows_per_file: list[int]
+    """Each file's rows: counted by Spark, or from the footers when every file is Parquet
+    (then the verdicts and rejects, which Spark counts, are what reconcile with them)."""
     _counts: tuple[pl.DataFrame, pl.DataFrame, int] | None = field(default=None, repr=False)
 
     def _count(self) -> tuple[pl.DataFrame, pl.DataFrame, int]:
@@ -311,6 +313,10 @@ class SparkEvaluation:
                             .cast({"rejected": pl.Int64}),
                             int(rejected["rejected"].sum()))
         return self._counts
+
+    @property
+    def rows_read(self) -> int:
+        return sum(self.rows_per_file)
 
     @property
     def rows_rejected(self) -> int:

@@ -19,6 +19,7 @@ import polars as pl
 
 from pipeline.errors import InputError
 from pipeline.io import object_store
+from pipeline.io.csv_records import CsvRecords
 from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST, written_by_snim
 
@@ -55,18 +56,41 @@ class InputFile:
     stamp: tuple[int, int] | None = field(default=None, repr=False, compare=False)
     """A local file's (size, mtime_ns) when described: `changes.ensure_unchanged` compares."""
     _digest: str | None = field(default=None, init=False, repr=False, compare=False)
+    _csv_rows: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def sha256(self) -> str | None:
         if isinstance(self.path, Location):
             return None
         if self._digest is None:
-            try:
-                object.__setattr__(self, "_digest", _checksum(self.path))
-            except OSError as exc:
-                raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
-        assert self._digest is not None
+            self._read_whole()
         return self._digest
+
+    @property
+    def csv_rows(self) -> int:
+        """A local CSV file's data records, counted by the pass that computes its checksum
+        (`csv_records.CsvRecords`), not by the reader that reads its rows."""
+        assert isinstance(self.path, Path) and self.format == "csv"
+        if self._csv_rows is None:
+            self._read_whole()
+        assert self._csv_rows is not None
+        return self._csv_rows
+
+    def _read_whole(self) -> None:
+        assert isinstance(self.path, Path)
+        digest = hashlib.sha256()
+        records = CsvRecords() if self.format == "csv" else None
+        try:
+            with self.path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+                    if records is not None:
+                        records.feed(block)
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+        object.__setattr__(self, "_digest", digest.hexdigest())
+        if records is not None:
+            object.__setattr__(self, "_csv_rows", records.rows())
 
     def as_dict(self) -> dict[str, Any]:
         if isinstance(self.path, Location):
@@ -383,14 +407,6 @@ class _InputFinder:
         if counts["own"]:
             parts.append("the run's own output directory")
         return "; skipped " + ", ".join(parts) if parts else ""
-
-
-def _checksum(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def describe(path: Source) -> InputFile:

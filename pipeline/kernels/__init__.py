@@ -18,7 +18,7 @@ Callers use the package (`from pipeline import kernels; kernels.nim_sums_wide(..
 that calls another imports it from its module, as numba compiles the call into the caller.
 """
 
-from pipeline.kernels.csv_walk import CSV_IN_QUOTES, csv_scan, csv_scan_part
+from pipeline.kernels.csv_walk import CSV_IN_QUOTES, csv_records_part, csv_scan, csv_scan_part
 from pipeline.kernels.lookups import (
     AHEAD_HEAPS,
     AHEAD_ROWS,
@@ -53,7 +53,8 @@ from pipeline.kernels.threads import overlap_allowed, start_numba_meanwhile, thr
 __all__ = [
     "AHEAD_HEAPS", "AHEAD_ROWS", "BEYOND_TABLE", "CSV_IN_QUOTES", "KIND_HALF", "KIND_NIM",
     "KIND_SUBTRACTION",
-    "adjacent_duplicates", "counting_sort", "csv_scan", "csv_scan_part", "fill_runs", "half_sg",
+    "adjacent_duplicates", "counting_sort", "csv_records_part", "csv_scan", "csv_scan_part",
+    "fill_runs", "half_sg",
     "heap_text_lists", "in_key_order", "int_text_values", "is_identity", "key_runs",
     "max_heap_per_table", "mix64", "nim_sums_wide", "needs_strip", "overlap_allowed", "rank_in",
     "run_counts", "scatter", "sg_of", "sg_per_heap", "start_numba_meanwhile", "tabulate_many",

@@ -124,3 +124,15 @@ def csv_scan_part(data, limit, state, line, open_line, quoted_break, stray_line,
         base, line_start, start_line, longest, longest_line)
     return (i, state, line, open_line, quoted_break, stray_line, field_break, line_start,
             start_line, longest, longest_line)
+
+
+@njit(cache=True, nogil=True)
+def csv_records_part(data, limit, state):
+    """The non-blank records that begin in data[:limit] of a CSV file that arrives in parts,
+    walked as `csv_scan` walks them, from `state` (0 at the start of the file, after its
+    byte-order mark). Returns (offset reached, which may pass `limit` by the one byte of a
+    '""' or CRLF; the new state; records begun). The caller keeps data[offset:] and puts it
+    before the next part; the last part is walked with `limit` = len(data)."""
+    (i, state, records, _, _, _, _, _, _, _, _, _, _) = _csv_walk(
+        data, 0, limit, state, 0, 1, 0, False, 0, False, -1, 0, 0, 1, 0, 0)
+    return i, state, records
