@@ -849,3 +849,43 @@ def test_local_staging_of_a_killed_run_to_s3_is_removed_by_the_next_run(
     assert list(temporary.iterdir()) == []
     verdicts = pl.read_delta("s3://bkt/t/verdicts", storage_options=s3.storage_options())
     assert_frame_equal(verdict_rows(verdicts), expected_verdicts(positions))
+
+
+# ---- an output inside a Delta table ---------------------------------------------------------
+
+
+def test_an_output_inside_a_delta_table_is_refused_in_either_format(tmp_path: Path) -> None:
+    """A table's full vacuum deletes every file it does not reference: an --out that is a
+    Delta table, or lies inside one (its partitions, its _delta_log, through a link, a
+    table of another writer), is refused before any work, exit 2, naming the table; a
+    directory beside the tables of a root is no table's."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 20), NIGHT_1)
+    foreign = tmp_path / "theirs"
+    (foreign / "_delta_log").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(root / "summary")
+    positions = write_positions(tmp_path / "p.csv", random_positions(2, 10))
+    before = versions(root)
+    listing = sorted(str(p) for p in tmp_path.rglob("*"))
+    for out, table, inside in (
+            (root / "summary" / "myout", root / "summary", True),
+            (root / "verdicts", root / "verdicts", False),
+            (root / "summary" / "_delta_log" / "x", root / "summary", True),
+            (root / "rejects" / "run_date=2026-11-01" / "mine", root / "rejects", True),
+            (tmp_path / "link" / "x", root / "summary", True),
+            (foreign, foreign, False), (foreign / "a" / "b", foreign, True)):
+        for fmt in ("parquet", "delta"):
+            code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                                positions, "--out", out, "--format", fmt], tmp_path)
+            assert code == 2, (out, fmt, err)
+            where = "is inside the Delta table" if inside else "is the Delta table"
+            assert err.strip().splitlines() == [
+                f"snim-batch: error: {out}: {where} {table}; an output there is not part of "
+                "the table, and the table's full vacuum would delete it: choose an --out "
+                "outside every Delta table"], (out, fmt)
+    assert versions(root) == before
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == listing
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions", positions,
+                        "--out", root / "beside"], tmp_path)
+    assert code == 0, err
+    assert (root / "beside" / "manifest.json").is_file()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.errors import OutputError
+from pipeline.errors import OutputError, UsageError
 from pipeline.io.failures import WriteFailure, failure, write_cause, writing
 from pipeline.io.manifest import MANIFEST, ownership_problem
 
@@ -125,6 +125,31 @@ def output_target(out: Path) -> Path:
     (every link followed, a dangling one to the path it names); the link itself is kept."""
     out = out.absolute()
     return Path(os.path.realpath(out)) if out.is_symlink() else out
+
+
+def delta_table_holding(path: Path) -> Path | None:
+    """The Delta table (a directory holding `_delta_log`) that `path` is or lies inside, as
+    written or through the symbolic links on its way; None when there is none."""
+    written = path.absolute()
+    for candidate in dict.fromkeys((Path(os.path.realpath(written)), written)):
+        for directory in (candidate, *candidate.parents):
+            if os.path.isdir(directory / "_delta_log"):
+                return directory
+    return None
+
+
+def refuse_inside_delta_table(out: Path, shown: str) -> None:
+    """A UsageError for an output that is, or lies inside, a Delta table: the table's own
+    maintenance (a full vacuum deletes every file the table does not reference) would
+    delete it, and a data file beside the table's is no part of it."""
+    table = delta_table_holding(out)
+    if table is None:
+        return
+    where = ("is the Delta table" if table in (out.absolute(), Path(os.path.realpath(out)))
+             else "is inside the Delta table")
+    raise UsageError(f"{shown}: {where} {table}; an output there is not part of the table, "
+                     "and the table's full vacuum would delete it: choose an --out outside "
+                     "every Delta table")
 
 
 def _output_shown(out: Path, target: Path) -> str:
@@ -327,6 +352,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     shown = _output_shown(out, target)
     if not target.name:
         raise OutputError(f"{shown}: the root directory cannot be an output")
+    refuse_inside_delta_table(out, shown)
     for notice in _remove_stale_staging(target):
         notify(notice)
     _target_state(target, overwrite, shown)

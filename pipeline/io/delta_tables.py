@@ -28,7 +28,7 @@ from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, first_line
 from pipeline.io import object_store
-from pipeline.io.commit import remove_dead_staging
+from pipeline.io.commit import refuse_inside_delta_table, remove_dead_staging
 from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST
 
@@ -98,6 +98,7 @@ def check_root(root: TableRoot) -> None:
     commit; the first check notes the runs table's version (`TableRoot.seen`)."""
     if root.is_local:
         path = Path(root.uri.removeprefix("file://"))
+        refuse_inside_delta_table(path, root.uri)
         if path.exists() and not path.is_dir():
             raise OutputError(f"{root.uri}: exists and is not a directory; a Delta table root "
                               "is a directory")
