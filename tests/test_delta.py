@@ -889,3 +889,66 @@ def test_an_output_inside_a_delta_table_is_refused_in_either_format(tmp_path: Pa
                         "--out", root / "beside"], tmp_path)
     assert code == 0, err
     assert (root / "beside" / "manifest.json").is_file()
+
+
+# ---- key types across nights ----------------------------------------------------------------
+
+
+def test_a_night_of_integer_keys_joins_a_root_whose_keys_are_text(tmp_path: Path) -> None:
+    """A root whose first night had text keys takes a later night whose keys are all
+    integers: written as their text (the keys as given), the tables' key columns stay text;
+    a night of one integer and one text key column fits too. The other way round (an
+    integer root, a text night) is still refused."""
+    rules = write_csv(tmp_path / "text-rules.csv", ["rule_set_id", "kind", "moves"],
+                      [["r-1", "subtraction", "2 5"], ["07", "nim", ""]])
+    text_night = write_csv(tmp_path / "text.csv", ["rule_set_id", "position_id", "heaps"],
+                           [["r-1", "p-1", "3"], ["07", "p-2", "1 2"]])
+    root = tmp_path / "tables"
+    code, err = invoke(["run", "--rules", rules, "--positions", text_night, "--out", root,
+                        "--format", "delta", "--run-date", "2026-11-01"], tmp_path)
+    assert code == 0, err
+    positions = random_positions(4, 60)
+    for night, rows in (("2026-11-02", positions), ("2026-11-03", positions[:30])):
+        code, err = run_cli_night(tmp_path, root, rows, night, bad_rows=1)
+        assert code == 3, err
+    mixed = write_csv(tmp_path / "mixed.csv", ["rule_set_id", "position_id", "heaps"],
+                      [[1, "x-1", "4"], [2, "x-2", "5 6"]])
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions", mixed,
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-04"],
+                       tmp_path)
+    assert code == 0, err
+    for table, columns in (("verdicts", KEY_COLUMNS), ("summary", ["rule_set_id"]),
+                           ("rejects", KEY_COLUMNS)):
+        schema = pl.read_delta(str(root / table)).schema
+        assert {c: schema[c] for c in columns} == dict.fromkeys(columns, pl.String), table
+    expected = expected_verdicts(positions).with_columns(
+        pl.col(KEY_COLUMNS).cast(pl.String)).sort(KEY_COLUMNS)
+    assert_frame_equal(verdict_rows(night_rows(root, "verdicts", date(2026, 11, 2))), expected)
+    assert night_rows(root, "verdicts", NIGHT_1).select(KEY_COLUMNS).sort(KEY_COLUMNS).rows() \
+        == [("07", "p-2"), ("r-1", "p-1")]
+    assert sorted(night_rows(root, "summary", date(2026, 11, 3))["rule_set_id"]) == [
+        "1", "2", "3", "4"]
+    assert night_rows(root, "verdicts", date(2026, 11, 4)).select(KEY_COLUMNS).sort(
+        KEY_COLUMNS).rows() == [("1", "x-1"), ("2", "x-2")]
+    assert night_rows(root, "rejects", date(2026, 11, 2))["position_id"].to_list() == [
+        "10000"]
+
+    integer_root = tmp_path / "integers"
+    assert run_cli_night(tmp_path, integer_root, positions, "2026-11-01")[0] == 0
+    code, err = invoke(["run", "--rules", rules, "--positions", text_night, "--out",
+                        integer_root, "--format", "delta", "--run-date", "2026-11-02"],
+                       tmp_path)
+    assert code == 1
+    assert (f"{integer_root}/verdicts: this run's columns do not fit the table: rule_set_id "
+            "(integer in the table, text in this run), position_id (integer in the table, "
+            "text in this run)") in err
+
+
+KEY_COLUMNS = ["rule_set_id", "position_id"]
+
+
+def run_cli_night(tmp_path: Path, root: Path, positions, night: str, bad_rows: int = 0
+                  ) -> tuple[int, str]:
+    path = write_positions(tmp_path / f"night-{night}.csv", positions, bad_rows)
+    return invoke(["run", "--rules", write_rules(tmp_path / "rules.csv"), "--positions", path,
+                   "--out", root, "--format", "delta", "--run-date", night], tmp_path)
