@@ -952,3 +952,116 @@ def run_cli_night(tmp_path: Path, root: Path, positions, night: str, bad_rows: i
     path = write_positions(tmp_path / f"night-{night}.csv", positions, bad_rows)
     return invoke(["run", "--rules", write_rules(tmp_path / "rules.csv"), "--positions", path,
                    "--out", root, "--format", "delta", "--run-date", night], tmp_path)
+
+
+# ---- history and report after a run stopped between its commits -----------------------------
+
+
+def stopped_run_id(root: Path) -> str:
+    """The run id of the latest retraction of a night from the runs table (its commit log)."""
+    return next(c["snim_batch"]["by_run_id"] for c in DeltaTable(str(root / "runs")).history()
+                if "retracted" in c.get("snim_batch", {}))
+
+
+@pytest.mark.parametrize("after, first_state", [
+    (1, "live"), (2, "partly replaced"), (4, "partly replaced"), (5, "replaced")])
+def test_history_and_report_after_a_rerun_stopped_between_its_commits(
+        tmp_path: Path, after: int, first_state: str) -> None:
+    """A rerun killed after its n-th commit (1: its night taken out of the runs table; 2-5:
+    also 1-4 data tables). The first run stays `live` in `history` (and `report` shows it)
+    while every data table still holds its rows; else it is partly or wholly replaced and
+    `report` says no complete run. The stopped run is listed `incomplete`; the next run of
+    the night makes it all whole again."""
+    root = tmp_path / "tables"
+    first = random_positions(1, 60)
+    first_id = run_night(tmp_path, root, first, NIGHT_1, bad_rows=1).manifest["run_id"]
+    status = _killed_run(tmp_path, after, ["run", "--rules", tmp_path / "rules.csv",
+                                           "--positions", write_positions(
+                                               tmp_path / "p2.csv", random_positions(2, 50)),
+                                           "--out", root, "--format", "delta",
+                                           "--run-date", "2026-11-01"])
+    assert status == -signal.SIGKILL
+    stopped_id = stopped_run_id(root)
+    assert pl.read_delta(str(root / "runs")).is_empty()  # as the README says
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_date", "run_id", "version", "state", "live").rows() == [
+        ("2026-11-01", first_id, 0, first_state, first_state == "live"),
+        ("2026-11-01", stopped_id, 1, "incomplete", False)]
+    code, err = invoke(["history", root], tmp_path)
+    assert code == 0, err
+    lines = history_lines(str(root))
+    assert lines[1].split()[1] == first_id
+    assert lines[1].endswith(first_state) == (first_state != "live")
+    assert lines[2].split() == ["2026-11-01", stopped_id, "1", "incomplete"]
+    code, err = invoke(["report", root], tmp_path)
+    if first_state == "live":
+        assert code == 0, err
+        page = (root / "report.html").read_text()
+        assert f"snim-batch run <code>{first_id}</code>" in page
+        assert "for the night <b>2026-11-01</b>" in page
+    else:
+        assert code == 1
+        assert err.strip().splitlines() == [
+            f"snim-batch: error: {root}: no complete run yet: a run of 2026-11-01 was stopped "
+            "between its commits; run that night again"]
+        assert not (root / "report.html").exists()
+
+    again = random_positions(3, 40)
+    third_id = run_night(tmp_path, root, again, NIGHT_1).manifest["run_id"]
+    assert_night_is(root, NIGHT_1, again)
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_id", "state").rows() == [
+        (first_id, "replaced"), (stopped_id, "incomplete"), (third_id, "live")]
+    assert invoke(["report", root], tmp_path)[0] == 0
+    assert f"snim-batch run <code>{third_id}</code>" in (root / "report.html").read_text()
+
+
+def test_report_across_nights_keeps_a_night_whose_rerun_was_stopped(tmp_path: Path) -> None:
+    """Two nights, then a rerun of the later one killed right after it took the night out
+    of the runs table: `report` still shows that night (its first run's rows, all there) as
+    the latest, both nights across nights, and `history` both first runs live."""
+    root = tmp_path / "tables"
+    ids = [run_night(tmp_path, root, random_positions(seed, 40), night).manifest["run_id"]
+           for seed, night in ((1, NIGHT_1), (2, NIGHT_2))]
+    status = _killed_run(tmp_path, 1, ["run", "--rules", tmp_path / "rules.csv",
+                                       "--positions", write_positions(
+                                           tmp_path / "p3.csv", random_positions(3, 30)),
+                                       "--out", root, "--format", "delta",
+                                       "--run-date", "2026-11-02"])
+    assert status == -signal.SIGKILL
+    code, err = invoke(["report", root], tmp_path)
+    assert code == 0, err
+    page = (root / "report.html").read_text()
+    assert f"snim-batch run <code>{ids[1]}</code>" in page
+    assert "for the night <b>2026-11-02</b>" in page
+    assert "2026-11-01 w_rate" in page and "2026-11-02 w_rate" in page
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_id", "state").rows() == [
+        (ids[0], "live"), (ids[1], "live"), (stopped_run_id(root), "incomplete")]
+
+
+def test_a_first_run_of_a_night_stopped_between_its_commits_is_incomplete(
+        tmp_path: Path) -> None:
+    """A night's first run killed after two of its data commits (no runs row to take out,
+    so the runs table has no trace of it): `history` lists it `incomplete` for that night,
+    without a runs version; `report` shows the latest complete night."""
+    root = tmp_path / "tables"
+    first_id = run_night(tmp_path, root, random_positions(1, 40), NIGHT_1).manifest["run_id"]
+    status = _killed_run(tmp_path, 2, ["run", "--rules", tmp_path / "rules.csv",
+                                       "--positions", write_positions(
+                                           tmp_path / "p2.csv", random_positions(2, 30)),
+                                       "--out", root, "--format", "delta",
+                                       "--run-date", "2026-11-02"])
+    assert status == -signal.SIGKILL
+    stopped = set(pl.read_delta(str(root / "verdicts")).filter(
+        pl.col("run_date") == NIGHT_2)["run_id"])
+    assert len(stopped) == 1 and stopped != {first_id}
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_date", "run_id", "version", "state").rows() == [
+        ("2026-11-01", first_id, 0, "live"), ("2026-11-02", *stopped, None, "incomplete")]
+    assert history_lines(str(root))[2].split() == ["2026-11-02", *stopped, "incomplete"]
+    code, err = invoke(["report", root], tmp_path)
+    assert code == 0, err
+    page = (root / "report.html").read_text()
+    assert f"snim-batch run <code>{first_id}</code>" in page
+    assert "for the night <b>2026-11-01</b>" in page
