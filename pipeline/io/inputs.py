@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.errors import InputError
-from pipeline.io import object_store
+from pipeline.io import kept, object_store
 from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST, written_by_snim
 
@@ -91,15 +91,46 @@ class RawTable:
 
 
 def format_of(path: Source) -> str:
+    """'parquet' or 'csv'. A local file is what it holds, whatever its name (`sniffed`), kept
+    for the run (`kept`). An object in a store is what its suffix says (.parquet, .pq, .csv),
+    which costs no request; only an object of another name is sniffed."""
     suffix = path.suffix.lower()
-    if suffix in PARQUET_SUFFIXES:
-        return "parquet"
-    if suffix in CSV_SUFFIXES:
-        return "csv"
     if isinstance(path, Location):
+        if suffix in PARQUET_SUFFIXES:
+            return "parquet"
+        if suffix in CSV_SUFFIXES:
+            return "csv"
         return "parquet" if object_store.read_head(path, 4)[0] == b"PAR1" else "csv"
-    with path.open("rb") as fh:
-        return "parquet" if fh.read(4) == b"PAR1" else "csv"
+    named = "parquet" if suffix in PARQUET_SUFFIXES else "csv"
+    found = kept.get("format", path)
+    if found is None:
+        try:
+            with path.open("rb") as fh:
+                found = sniffed(fh.read(_SNIFFED), named)
+        except OSError:  # its reader says what is wrong with it
+            return named
+        kept.put("format", path, found, 100)
+    return found
+
+
+_SNIFFED = 4096  # the bytes of a file's start that tell Parquet from CSV
+
+
+def sniffed(head: bytes, named: str) -> str:
+    """The format of a file that starts with `head`: Parquet when it starts with Parquet's
+    magic bytes `PAR1` (one cut short too: its reader names what is wrong), CSV when it
+    starts as text (no NUL byte, UTF-8 but maybe for a character cut at the end); else, and
+    for an empty file, the format its name says (`named`), whose reader then explains."""
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if not head or b"\0" in head:
+        return named
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:
+            return named
+    return "csv"
 
 
 def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
