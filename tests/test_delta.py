@@ -1065,3 +1065,37 @@ def test_a_first_run_of_a_night_stopped_between_its_commits_is_incomplete(
     page = (root / "report.html").read_text()
     assert f"snim-batch run <code>{first_id}</code>" in page
     assert "for the night <b>2026-11-01</b>" in page
+
+
+def test_an_output_inside_a_delta_table_on_s3_is_refused(
+        tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same refusal on an object store: a prefix holding `_delta_log/` objects is a
+    table; an --out at it or below it is refused, exit 2, not an object written; a prefix
+    beside the tables of a root is no table's."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    rules = write_rules(tmp_path / "rules.csv")
+    positions = write_positions(tmp_path / "p.csv", random_positions(1, 10))
+    base = ["run", "--rules", rules, "--positions", positions]
+    assert invoke([*base, "--out", "s3://bkt/t", "--format", "delta"], tmp_path)[0] == 0
+    client = s3.client()
+
+    def listing() -> dict[str, str]:
+        return {o["Key"]: o["ETag"] for o in client.list_objects_v2(Bucket="bkt")["Contents"]}
+
+    before = listing()
+    for out, table in (("s3://bkt/t/summary/mine", "s3://bkt/t/summary"),
+                       ("s3://bkt/t/verdicts", "s3://bkt/t/verdicts"),
+                       ("s3://bkt/t/runs/_delta_log/x", "s3://bkt/t/runs")):
+        for fmt in ("parquet", "delta"):
+            code, err = invoke([*base, "--out", out, "--format", fmt], tmp_path)
+            assert code == 2, (out, fmt, err)
+            where = "is the Delta table" if out == table else "is inside the Delta table"
+            assert err.strip().splitlines() == [
+                f"snim-batch: error: {out}: {where} {table}; an output there is not part of "
+                "the table, and the table's full vacuum would delete it: choose an --out "
+                "outside every Delta table"], (out, fmt)
+    assert listing() == before
+    code, err = invoke([*base, "--out", "s3://bkt/t/beside"], tmp_path)
+    assert code == 0, err
+    assert "t/beside/manifest.json" in listing()

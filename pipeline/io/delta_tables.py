@@ -129,6 +129,10 @@ def check_root(root: TableRoot) -> None:
                               "snim-batch table")
     if not root.is_local:
         _check_remote(root)
+        location = Location.parse(root.uri, Path.cwd())
+        refuse_inside_delta_table(
+            replace(location, options=tuple(sorted((root.storage_options or {}).items()))),
+            root.uri)
 
 
 def _check_remote(root: TableRoot) -> None:
