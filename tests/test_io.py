@@ -2147,3 +2147,50 @@ def test_sniffing_tells_parquet_from_csv_by_the_first_bytes():
     for binary in (b"a,b\x00\n", b"\xff\xfe\x00a", b"\x1f\x8b\x08\x00", b""):
         assert inputs.sniffed(binary, "parquet") == "parquet"
         assert inputs.sniffed(binary, "csv") == "csv"
+
+
+def test_an_object_is_read_as_what_it_holds_whatever_its_suffix(tmp_path, s3, monkeypatch):
+    """In an object store too: CSV named .parquet, Parquet named .csv (small: fetched whole;
+    large: by range), Parquet under another name, named directly or below a prefix, each
+    read by its content, the sample's verdicts; binary named .parquet is a Parquet
+    reader's error naming the object, exit 1."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    sample = ROOT / "data" / "sample"
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--out", tmp_path / "ref"], tmp_path)
+    assert code == 0, err
+    reference = pl.read_parquet(tmp_path / "ref" / "verdicts.parquet")
+    client = s3.client()
+    objects = {"csv/rules.parquet": (sample / "rules.csv").read_bytes(),
+               "csv/positions.pq": (sample / "positions.csv").read_bytes(),
+               "pq/rules.csv": (sample / "rules.parquet").read_bytes(),
+               "pq/positions.csv": (sample / "positions.parquet").read_bytes(),
+               "other/positions": (sample / "positions.parquet").read_bytes(),
+               "listed/a.csv": (sample / "positions.parquet").read_bytes(),
+               "bad/positions.parquet": bytes(range(256)) * 8}
+    for key, body in objects.items():
+        client.put_object(Bucket="bkt", Key=key, Body=body)
+    cases = [("s3://bkt/csv/rules.parquet", "s3://bkt/csv/positions.pq", "csv", "csv"),
+             ("s3://bkt/pq/rules.csv", "s3://bkt/pq/positions.csv", "parquet", "parquet"),
+             ("s3://bkt/pq/rules.csv", "s3://bkt/other/positions", "parquet", "parquet"),
+             ("s3://bkt/csv/rules.parquet", "s3://bkt/listed", "csv", "parquet")]
+    for small in (True, False):
+        if not small:  # every object streamed by range, not fetched whole and kept
+            monkeypatch.setattr(csv_reader, "SMALL_OBJECT", 0)
+        for i, (rules, positions, rules_format, positions_format) in enumerate(cases):
+            out = tmp_path / f"out-{small}-{i}"
+            code, err = invoke(["run", "--rules", rules, "--positions", positions, "--out",
+                                out], tmp_path)
+            assert code == 0, (rules, positions, err)
+            got = json.loads((out / "manifest.json").read_text())["inputs"]
+            assert [f["format"] for f in got["rules"]] == [rules_format]
+            assert {f["format"] for f in got["positions"]} == {positions_format}
+            assert pl.read_parquet(out / "verdicts.parquet").equals(reference)
+    code, err = invoke(["run", "--rules", "s3://bkt/pq/rules.csv", "--positions",
+                        "s3://bkt/bad/positions.parquet", "--out", tmp_path / "never"],
+                       tmp_path)
+    assert code == 1
+    assert err.startswith("snim-batch: error: s3://bkt/bad/positions.parquet: not a readable "
+                          "Parquet file ("), err
+    assert not (tmp_path / "never").exists()

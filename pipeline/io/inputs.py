@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, SnimError
 from pipeline.io import kept, object_store
 from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST, written_by_snim
@@ -91,26 +92,42 @@ class RawTable:
 
 
 def format_of(path: Source) -> str:
-    """'parquet' or 'csv'. A local file is what it holds, whatever its name (`sniffed`), kept
-    for the run (`kept`). An object in a store is what its suffix says (.parquet, .pq, .csv),
-    which costs no request; only an object of another name is sniffed."""
-    suffix = path.suffix.lower()
-    if isinstance(path, Location):
-        if suffix in PARQUET_SUFFIXES:
-            return "parquet"
-        if suffix in CSV_SUFFIXES:
-            return "csv"
-        return "parquet" if object_store.read_head(path, 4)[0] == b"PAR1" else "csv"
-    named = "parquet" if suffix in PARQUET_SUFFIXES else "csv"
+    """'parquet' or 'csv': what the file holds, whatever its name (`sniffed`), kept for the
+    run (`kept`). An object in a store is sniffed from reads the run makes anyway: a
+    `.parquet`/`.pq` object whose footer reads is Parquet; another object's start (a small
+    object is fetched whole, kept for the CSV reader). A file or object that cannot be read
+    is what its name says, for its reader to say what is wrong."""
     found = kept.get("format", path)
-    if found is None:
-        try:
+    if found is not None:
+        return found
+    named = "parquet" if path.suffix.lower() in PARQUET_SUFFIXES else "csv"
+    try:
+        if isinstance(path, Location):
+            found = _object_format(path, named)
+        else:
             with path.open("rb") as fh:
                 found = sniffed(fh.read(_SNIFFED), named)
-        except OSError:  # its reader says what is wrong with it
-            return named
-        kept.put("format", path, found, 100)
+    except (OSError, SnimError):
+        return named
+    kept.put("format", path, found, 100)
     return found
+
+
+def _object_format(location: Location, named: str) -> str:
+    from pipeline.io.csv_reader import read_start
+    from pipeline.io.readers import parquet_footer
+
+    if location.scheme == "hdfs":  # read through Spark's JVM: its name decides, as Spark's
+        if location.suffix.lower() in (*PARQUET_SUFFIXES, *CSV_SUFFIXES):
+            return named
+        return "parquet" if object_store.read_head(location, 4)[0] == b"PAR1" else "csv"
+    if named == "parquet":
+        try:
+            parquet_footer(location)  # kept: the run reads it next
+            return "parquet"
+        except (pa.ArrowException, OSError, ValueError):
+            pass
+    return sniffed(read_start(location, _SNIFFED)[0], named)
 
 
 _SNIFFED = 4096  # the bytes of a file's start that tell Parquet from CSV
