@@ -324,8 +324,9 @@ def history(
     """List the runs committed to a Delta table root.
 
     One line per run: night, run id, the runs table's version, status, counts and W rate; a
-    night's earlier runs are marked replaced, and a run a failed run's restore took out,
-    rolled back."""
+    night's earlier runs are marked replaced (partly replaced when the later run was stopped
+    between its commits), a run a failed run's restore took out, rolled back, and a run
+    stopped between its commits, incomplete."""
     try:
         from pipeline.config import resolve_location
         from pipeline.history import history_lines
