@@ -17,7 +17,7 @@ from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.io import kept
-from pipeline.io.inputs import CSV_SUFFIXES, InputFile, RawTable, Source
+from pipeline.io.inputs import InputFile, RawTable, Source, format_of
 from pipeline.io.readers import (
     columns_of_each,
     iter_batches,
@@ -207,7 +207,7 @@ def consecutive_runs(items: Iterable[T], joinable: Callable[[T], tuple[object, i
 def _parsed_ahead(items: Iterator[tuple[list[int], RawTable | None, bool]],
                   paths: list[Source]) -> Iterator[tuple[list[int], RawTable | None, bool]]:
     """`read`'s items, made by a `parse_ahead` thread while the caller normalises the batch
-    before, when every file is named .csv and the first batch is not small: pyarrow's CSV
+    before, when every file is CSV and the first batch is not small: pyarrow's CSV
     reader runs on one thread (it numbers bad lines), the slowest step of reading large CSV
     files. Thousands of small files gained nothing from the thread and lost 10% to handing
     their batches over; other input is read by polars and pyarrow on all cores already.
@@ -216,7 +216,7 @@ def _parsed_ahead(items: Iterator[tuple[list[int], RawTable | None, bool]],
     10M-row CSV file: peak RSS 1.12-1.28 GiB, against 1.01-1.04 GiB without it)."""
     try:
         first = next(items, None) if all(
-            path.suffix.lower() in CSV_SUFFIXES for path in paths) else None
+            format_of(path) == "csv" for path in paths) else None
         if first is None:
             yield from items
             return

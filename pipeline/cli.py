@@ -175,6 +175,18 @@ def _spark_options(spark: Any, master: str | None, remote: str | None) -> Any:
     return dataclasses.replace(spark, **{k: v for k, v in changes.items() if v is not None})
 
 
+def _warn_unused_spark(engine: str, master: str | None, remote: str | None) -> None:
+    """Say so when --spark-master or --spark-remote is given to a run of another engine,
+    which ignores it (config.yaml's spark settings are not named: a file holds them for the
+    runs that use Spark)."""
+    given = [name for name, value in (("--spark-master", master), ("--spark-remote", remote))
+             if value is not None]
+    if given and engine != "spark":
+        _err(f"warning: {' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} "
+             f"to --engine spark only; this run uses the {engine} engine, which ignores "
+             f"{'it' if len(given) == 1 else 'them'}")
+
+
 def _load(config: Path | None, rules: str | None, positions: str | None, out: str | None):
     from pipeline.config import config_from_dict, load_config
 
@@ -268,6 +280,7 @@ def run(
         )
         night = _run_date(run_date) if run_date is not None else None
         configure_logging(quiet, verbose)
+        _warn_unused_spark(cfg.engine, spark_master, spark_remote)
         progress = progress_printer(quiet, verbose)
         result = run_job(cfg, progress, night, lambda warning: _err(f"warning: {warning}"))
     except (Exception, KeyboardInterrupt) as exc:
@@ -311,8 +324,9 @@ def history(
     """List the runs committed to a Delta table root.
 
     One line per run: night, run id, the runs table's version, status, counts and W rate; a
-    night's earlier runs are marked replaced, and a run a failed run's restore took out,
-    rolled back."""
+    night's earlier runs are marked replaced (partly replaced when the later run was stopped
+    between its commits), a run a failed run's restore took out, rolled back, and a run
+    stopped between its commits, incomplete."""
     try:
         from pipeline.config import resolve_location
         from pipeline.history import history_lines

@@ -22,12 +22,21 @@ def history_lines(uri: str, storage_options: dict[str, str] | None = None) -> li
 
 def format_history(runs: pl.DataFrame) -> list[str]:
     """Aligned columns; counts with thousands separators, the W rate as a percentage, and
-    `replaced` on a run a later run of its night replaced, `rolled back` on one whose row a
-    failed run's restore took out."""
-    cells = [[row["run_date"], row["run_id"], str(row["version"]), row["status"],
-              f"{row['verdicts']:,}", "" if row["w_rate"] is None else f"{row['w_rate']:.2%}",
-              f"{row['rejected']:,}", str(row["verdicts_version"]),
-              "" if row["live"] else "rolled back" if row["rolled_back"] else "replaced"]
+    the run's state unless it is live: `replaced` on a run a later run of its night
+    replaced, `partly replaced` when that run was stopped between its commits, `rolled back`
+    on one whose row a failed run's restore took out, `incomplete` on a run stopped between
+    its commits (no counts: it never committed them)."""
+    def count(value: int | None) -> str:
+        return "" if value is None else f"{value:,}"
+
+    def version(value: int | None) -> str:
+        return "" if value is None else str(value)
+
+    cells = [[row["run_date"] or "", row["run_id"], version(row["version"]),
+              row["status"] or "", count(row["verdicts"]),
+              "" if row["w_rate"] is None else f"{row['w_rate']:.2%}",
+              count(row["rejected"]), version(row["verdicts_version"]),
+              "" if row["state"] == "live" else row["state"]]
              for row in runs.iter_rows(named=True)]
     widths = [max(len(c) for c in column) for column in zip(_COLUMNS, *cells, strict=True)]
     left = {0, 1, 3, 8}

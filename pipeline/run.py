@@ -174,6 +174,7 @@ def _staged(config: Config, run_id: str, notify: Callable[[str], None]
         return commit.staged_output(config.out, run_id, config.overwrite, notify)
     location = object_store.bound(Location.parse(config.out, Path.cwd()),
                                   config.storage_options)
+    commit.refuse_inside_delta_table(location, str(location))
     return staged_remote_output(location, run_id, config.overwrite, notify)
 
 

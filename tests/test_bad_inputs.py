@@ -606,12 +606,8 @@ FILE_CASES = [
              _write_bytes(b"PAR1" + GARBAGE + b"PAR1"), ()),
     FileCase("positions-truncated-parquet", "positions", "positions.parquet",
              _truncated_parquet, ()),
-    FileCase("positions-csv-named-parquet", "positions", "positions.parquet",
-             _write_text(POSITIONS_CSV), ()),
-    FileCase("positions-parquet-named-csv", "positions", "positions.csv",
-             _write_frame(lambda: _frame(good_positions(), POSITIONS_SCHEMA)),
-             ("a Parquet file, not CSV (it starts with Parquet's magic bytes, but its name ends "
-              "in .csv: rename it to .parquet)",)),
+    FileCase("positions-binary-garbage-parquet", "positions", "positions.parquet",
+             _write_bytes(GARBAGE), ("not a readable Parquet file",)),
     FileCase("positions-header-trailing-comma", "positions", "positions.csv",
              _write_text("rule_set_id,position_id,heaps,\n1,0,5,\n"),
              ("positions.csv: empty column name at position 4 of the header (a trailing "

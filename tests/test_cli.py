@@ -741,3 +741,26 @@ def test_an_empty_path_option_is_named(cli, small_job, tmp_path, empty):
     assert (result.exit_code, result.stderr) == (
         2, f"snim-batch: error: --{empty} is empty: give a path or URL\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (("--spark-master", "local[2]"), "--spark-master applies to --engine spark only; this "
+     "run uses the polars engine, which ignores it"),
+    (("--spark-remote", "sc://127.0.0.1:15002"), "--spark-remote applies to --engine spark "
+     "only; this run uses the polars engine, which ignores it"),
+    (("--spark-master", "yarn", "--spark-remote", "sc://h:1", "--engine", "polars"),
+     "--spark-master and --spark-remote apply to --engine spark only; this run uses the "
+     "polars engine, which ignores them")])
+def test_spark_flags_of_a_polars_run_are_named_as_ignored(cli, tmp_path, small_job, flags,
+                                                          named):
+    """--spark-master/--spark-remote given to a run of the polars engine: the run goes on
+    (exit 0) with one warning line; the config file's spark settings (as the bundled
+    config.yaml has) are not named, whatever engine runs."""
+    result = cli(*RUN_FLAGS, *flags)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"snim-batch: warning: {named}"]
+    assert (tmp_path / "out" / "manifest.json").is_file()
+    (tmp_path / "settings.yaml").write_text("spark:\n  master: local[2]\n")
+    quiet = cli(*RUN_FLAGS[:-1], "out2", "--config", "settings.yaml")
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == ""

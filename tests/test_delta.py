@@ -849,3 +849,253 @@ def test_local_staging_of_a_killed_run_to_s3_is_removed_by_the_next_run(
     assert list(temporary.iterdir()) == []
     verdicts = pl.read_delta("s3://bkt/t/verdicts", storage_options=s3.storage_options())
     assert_frame_equal(verdict_rows(verdicts), expected_verdicts(positions))
+
+
+# ---- an output inside a Delta table ---------------------------------------------------------
+
+
+def test_an_output_inside_a_delta_table_is_refused_in_either_format(tmp_path: Path) -> None:
+    """A table's full vacuum deletes every file it does not reference: an --out that is a
+    Delta table, or lies inside one (its partitions, its _delta_log, through a link, a
+    table of another writer), is refused before any work, exit 2, naming the table; a
+    directory beside the tables of a root is no table's."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 20), NIGHT_1)
+    foreign = tmp_path / "theirs"
+    (foreign / "_delta_log").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(root / "summary")
+    positions = write_positions(tmp_path / "p.csv", random_positions(2, 10))
+    before = versions(root)
+    listing = sorted(str(p) for p in tmp_path.rglob("*"))
+    for out, table, inside in (
+            (root / "summary" / "myout", root / "summary", True),
+            (root / "verdicts", root / "verdicts", False),
+            (root / "summary" / "_delta_log" / "x", root / "summary", True),
+            (root / "rejects" / "run_date=2026-11-01" / "mine", root / "rejects", True),
+            (tmp_path / "link" / "x", root / "summary", True),
+            (foreign, foreign, False), (foreign / "a" / "b", foreign, True)):
+        for fmt in ("parquet", "delta"):
+            code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                                positions, "--out", out, "--format", fmt], tmp_path)
+            assert code == 2, (out, fmt, err)
+            where = "is inside the Delta table" if inside else "is the Delta table"
+            assert err.strip().splitlines() == [
+                f"snim-batch: error: {out}: {where} {table}; an output there is not part of "
+                "the table, and the table's full vacuum would delete it: choose an --out "
+                "outside every Delta table"], (out, fmt)
+    assert versions(root) == before
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == listing
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions", positions,
+                        "--out", root / "beside"], tmp_path)
+    assert code == 0, err
+    assert (root / "beside" / "manifest.json").is_file()
+
+
+# ---- key types across nights ----------------------------------------------------------------
+
+
+def test_a_night_of_integer_keys_joins_a_root_whose_keys_are_text(tmp_path: Path) -> None:
+    """A root whose first night had text keys takes a later night whose keys are all
+    integers: written as their text (the keys as given), the tables' key columns stay text;
+    a night of one integer and one text key column fits too. The other way round (an
+    integer root, a text night) is still refused."""
+    rules = write_csv(tmp_path / "text-rules.csv", ["rule_set_id", "kind", "moves"],
+                      [["r-1", "subtraction", "2 5"], ["07", "nim", ""]])
+    text_night = write_csv(tmp_path / "text.csv", ["rule_set_id", "position_id", "heaps"],
+                           [["r-1", "p-1", "3"], ["07", "p-2", "1 2"]])
+    root = tmp_path / "tables"
+    code, err = invoke(["run", "--rules", rules, "--positions", text_night, "--out", root,
+                        "--format", "delta", "--run-date", "2026-11-01"], tmp_path)
+    assert code == 0, err
+    positions = random_positions(4, 60)
+    for night, rows in (("2026-11-02", positions), ("2026-11-03", positions[:30])):
+        code, err = run_cli_night(tmp_path, root, rows, night, bad_rows=1)
+        assert code == 3, err
+    mixed = write_csv(tmp_path / "mixed.csv", ["rule_set_id", "position_id", "heaps"],
+                      [[1, "x-1", "4"], [2, "x-2", "5 6"]])
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions", mixed,
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-04"],
+                       tmp_path)
+    assert code == 0, err
+    for table, columns in (("verdicts", KEY_COLUMNS), ("summary", ["rule_set_id"]),
+                           ("rejects", KEY_COLUMNS)):
+        schema = pl.read_delta(str(root / table)).schema
+        assert {c: schema[c] for c in columns} == dict.fromkeys(columns, pl.String), table
+    expected = expected_verdicts(positions).with_columns(
+        pl.col(KEY_COLUMNS).cast(pl.String)).sort(KEY_COLUMNS)
+    assert_frame_equal(verdict_rows(night_rows(root, "verdicts", date(2026, 11, 2))), expected)
+    assert night_rows(root, "verdicts", NIGHT_1).select(KEY_COLUMNS).sort(KEY_COLUMNS).rows() \
+        == [("07", "p-2"), ("r-1", "p-1")]
+    assert sorted(night_rows(root, "summary", date(2026, 11, 3))["rule_set_id"]) == [
+        "1", "2", "3", "4"]
+    assert night_rows(root, "verdicts", date(2026, 11, 4)).select(KEY_COLUMNS).sort(
+        KEY_COLUMNS).rows() == [("1", "x-1"), ("2", "x-2")]
+    assert night_rows(root, "rejects", date(2026, 11, 2))["position_id"].to_list() == [
+        "10000"]
+
+    integer_root = tmp_path / "integers"
+    assert run_cli_night(tmp_path, integer_root, positions, "2026-11-01")[0] == 0
+    code, err = invoke(["run", "--rules", rules, "--positions", text_night, "--out",
+                        integer_root, "--format", "delta", "--run-date", "2026-11-02"],
+                       tmp_path)
+    assert code == 1
+    assert (f"{integer_root}/verdicts: this run's columns do not fit the table: rule_set_id "
+            "(integer in the table, text in this run), position_id (integer in the table, "
+            "text in this run)") in err
+
+
+KEY_COLUMNS = ["rule_set_id", "position_id"]
+
+
+def run_cli_night(tmp_path: Path, root: Path, positions, night: str, bad_rows: int = 0
+                  ) -> tuple[int, str]:
+    path = write_positions(tmp_path / f"night-{night}.csv", positions, bad_rows)
+    return invoke(["run", "--rules", write_rules(tmp_path / "rules.csv"), "--positions", path,
+                   "--out", root, "--format", "delta", "--run-date", night], tmp_path)
+
+
+# ---- history and report after a run stopped between its commits -----------------------------
+
+
+def stopped_run_id(root: Path) -> str:
+    """The run id of the latest retraction of a night from the runs table (its commit log)."""
+    return next(c["snim_batch"]["by_run_id"] for c in DeltaTable(str(root / "runs")).history()
+                if "retracted" in c.get("snim_batch", {}))
+
+
+@pytest.mark.parametrize("after, first_state", [
+    (1, "live"), (2, "partly replaced"), (4, "partly replaced"), (5, "replaced")])
+def test_history_and_report_after_a_rerun_stopped_between_its_commits(
+        tmp_path: Path, after: int, first_state: str) -> None:
+    """A rerun killed after its n-th commit (1: its night taken out of the runs table; 2-5:
+    also 1-4 data tables). The first run stays `live` in `history` (and `report` shows it)
+    while every data table still holds its rows; else it is partly or wholly replaced and
+    `report` says no complete run. The stopped run is listed `incomplete`; the next run of
+    the night makes it all whole again."""
+    root = tmp_path / "tables"
+    first = random_positions(1, 60)
+    first_id = run_night(tmp_path, root, first, NIGHT_1, bad_rows=1).manifest["run_id"]
+    status = _killed_run(tmp_path, after, ["run", "--rules", tmp_path / "rules.csv",
+                                           "--positions", write_positions(
+                                               tmp_path / "p2.csv", random_positions(2, 50)),
+                                           "--out", root, "--format", "delta",
+                                           "--run-date", "2026-11-01"])
+    assert status == -signal.SIGKILL
+    stopped_id = stopped_run_id(root)
+    assert pl.read_delta(str(root / "runs")).is_empty()  # as the README says
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_date", "run_id", "version", "state", "live").rows() == [
+        ("2026-11-01", first_id, 0, first_state, first_state == "live"),
+        ("2026-11-01", stopped_id, 1, "incomplete", False)]
+    code, err = invoke(["history", root], tmp_path)
+    assert code == 0, err
+    lines = history_lines(str(root))
+    assert lines[1].split()[1] == first_id
+    assert lines[1].endswith(first_state) == (first_state != "live")
+    assert lines[2].split() == ["2026-11-01", stopped_id, "1", "incomplete"]
+    code, err = invoke(["report", root], tmp_path)
+    if first_state == "live":
+        assert code == 0, err
+        page = (root / "report.html").read_text()
+        assert f"snim-batch run <code>{first_id}</code>" in page
+        assert "for the night <b>2026-11-01</b>" in page
+    else:
+        assert code == 1
+        assert err.strip().splitlines() == [
+            f"snim-batch: error: {root}: no complete run yet: a run of 2026-11-01 was stopped "
+            "between its commits; run that night again"]
+        assert not (root / "report.html").exists()
+
+    again = random_positions(3, 40)
+    third_id = run_night(tmp_path, root, again, NIGHT_1).manifest["run_id"]
+    assert_night_is(root, NIGHT_1, again)
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_id", "state").rows() == [
+        (first_id, "replaced"), (stopped_id, "incomplete"), (third_id, "live")]
+    assert invoke(["report", root], tmp_path)[0] == 0
+    assert f"snim-batch run <code>{third_id}</code>" in (root / "report.html").read_text()
+
+
+def test_report_across_nights_keeps_a_night_whose_rerun_was_stopped(tmp_path: Path) -> None:
+    """Two nights, then a rerun of the later one killed right after it took the night out
+    of the runs table: `report` still shows that night (its first run's rows, all there) as
+    the latest, both nights across nights, and `history` both first runs live."""
+    root = tmp_path / "tables"
+    ids = [run_night(tmp_path, root, random_positions(seed, 40), night).manifest["run_id"]
+           for seed, night in ((1, NIGHT_1), (2, NIGHT_2))]
+    status = _killed_run(tmp_path, 1, ["run", "--rules", tmp_path / "rules.csv",
+                                       "--positions", write_positions(
+                                           tmp_path / "p3.csv", random_positions(3, 30)),
+                                       "--out", root, "--format", "delta",
+                                       "--run-date", "2026-11-02"])
+    assert status == -signal.SIGKILL
+    code, err = invoke(["report", root], tmp_path)
+    assert code == 0, err
+    page = (root / "report.html").read_text()
+    assert f"snim-batch run <code>{ids[1]}</code>" in page
+    assert "for the night <b>2026-11-02</b>" in page
+    assert "2026-11-01 w_rate" in page and "2026-11-02 w_rate" in page
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_id", "state").rows() == [
+        (ids[0], "live"), (ids[1], "live"), (stopped_run_id(root), "incomplete")]
+
+
+def test_a_first_run_of_a_night_stopped_between_its_commits_is_incomplete(
+        tmp_path: Path) -> None:
+    """A night's first run killed after two of its data commits (no runs row to take out,
+    so the runs table has no trace of it): `history` lists it `incomplete` for that night,
+    without a runs version; `report` shows the latest complete night."""
+    root = tmp_path / "tables"
+    first_id = run_night(tmp_path, root, random_positions(1, 40), NIGHT_1).manifest["run_id"]
+    status = _killed_run(tmp_path, 2, ["run", "--rules", tmp_path / "rules.csv",
+                                       "--positions", write_positions(
+                                           tmp_path / "p2.csv", random_positions(2, 30)),
+                                       "--out", root, "--format", "delta",
+                                       "--run-date", "2026-11-02"])
+    assert status == -signal.SIGKILL
+    stopped = set(pl.read_delta(str(root / "verdicts")).filter(
+        pl.col("run_date") == NIGHT_2)["run_id"])
+    assert len(stopped) == 1 and stopped != {first_id}
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_date", "run_id", "version", "state").rows() == [
+        ("2026-11-01", first_id, 0, "live"), ("2026-11-02", *stopped, None, "incomplete")]
+    assert history_lines(str(root))[2].split() == ["2026-11-02", *stopped, "incomplete"]
+    code, err = invoke(["report", root], tmp_path)
+    assert code == 0, err
+    page = (root / "report.html").read_text()
+    assert f"snim-batch run <code>{first_id}</code>" in page
+    assert "for the night <b>2026-11-01</b>" in page
+
+
+def test_an_output_inside_a_delta_table_on_s3_is_refused(
+        tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same refusal on an object store: a prefix holding `_delta_log/` objects is a
+    table; an --out at it or below it is refused, exit 2, not an object written; a prefix
+    beside the tables of a root is no table's."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    rules = write_rules(tmp_path / "rules.csv")
+    positions = write_positions(tmp_path / "p.csv", random_positions(1, 10))
+    base = ["run", "--rules", rules, "--positions", positions]
+    assert invoke([*base, "--out", "s3://bkt/t", "--format", "delta"], tmp_path)[0] == 0
+    client = s3.client()
+
+    def listing() -> dict[str, str]:
+        return {o["Key"]: o["ETag"] for o in client.list_objects_v2(Bucket="bkt")["Contents"]}
+
+    before = listing()
+    for out, table in (("s3://bkt/t/summary/mine", "s3://bkt/t/summary"),
+                       ("s3://bkt/t/verdicts", "s3://bkt/t/verdicts"),
+                       ("s3://bkt/t/runs/_delta_log/x", "s3://bkt/t/runs")):
+        for fmt in ("parquet", "delta"):
+            code, err = invoke([*base, "--out", out, "--format", fmt], tmp_path)
+            assert code == 2, (out, fmt, err)
+            where = "is the Delta table" if out == table else "is inside the Delta table"
+            assert err.strip().splitlines() == [
+                f"snim-batch: error: {out}: {where} {table}; an output there is not part of "
+                "the table, and the table's full vacuum would delete it: choose an --out "
+                "outside every Delta table"], (out, fmt)
+    assert listing() == before
+    code, err = invoke([*base, "--out", "s3://bkt/t/beside"], tmp_path)
+    assert code == 0, err
+    assert "t/beside/manifest.json" in listing()

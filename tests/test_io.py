@@ -1321,7 +1321,7 @@ def test_a_runs_footers_are_read_once_and_forgotten_after_it(tmp_path):
 
 def test_a_footer_that_cannot_be_read_is_not_kept(tmp_path):
     path = tmp_path / "p.parquet"
-    path.write_bytes(b"not parquet at all")
+    path.write_bytes(b"not parquet\x00 at all")  # binary: no CSV, so its name says Parquet
     with kept.for_the_run():
         with pytest.raises(InputError, match="not a readable Parquet file"):
             readers.columns_of(path)
@@ -2083,3 +2083,114 @@ def test_the_line_of_a_byte_is_counted_in_slices_as_in_one_piece(data, step, cut
     before = data[:offset]
     expected = 1 + before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n")
     assert csv_reader._line_at(data, offset, step=step) == expected
+
+
+def test_a_file_is_read_as_what_it_holds_whatever_its_suffix(tmp_path):
+    """CSV named .parquet or .pq, Parquet named .csv, .txt or nothing: named directly (rules
+    and positions) or found in a directory, each is read by its content, the same verdicts
+    as the sample's; the manifest records the format found. A file that is neither (binary,
+    or Parquet cut short) is a Parquet reader's error naming it, exit 1."""
+    sample = ROOT / "data" / "sample"
+    expected = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                       sample / "positions.csv", "--out", tmp_path / "ref"], tmp_path)
+    assert expected[0] == 0, expected[1]
+    reference = pl.read_parquet(tmp_path / "ref" / "verdicts.parquet")
+    (tmp_path / "named").mkdir()
+    csv_as = {"rules": tmp_path / "named" / "rules.parquet",
+              "positions": tmp_path / "named" / "positions.pq"}
+    pq_as = {"rules": tmp_path / "named" / "rules.csv",
+             "positions": tmp_path / "named" / "positions"}
+    for name in ("rules", "positions"):
+        csv_as[name].write_bytes((sample / f"{name}.csv").read_bytes())
+        pq_as[name].write_bytes((sample / f"{name}.parquet").read_bytes())
+    for listed, name, content in (("listed-pq", "a.csv", "positions.parquet"),
+                                  ("listed-csv", "b.parquet", "positions.csv")):
+        (tmp_path / listed).mkdir()
+        (tmp_path / listed / name).write_bytes((sample / content).read_bytes())
+    cases = [(csv_as["rules"], csv_as["positions"], "csv", "csv"),
+             (pq_as["rules"], pq_as["positions"], "parquet", "parquet"),
+             (csv_as["rules"], pq_as["positions"], "csv", "parquet")]
+    for i, (rules, positions, rules_format, positions_format) in enumerate(cases):
+        code, err = invoke(["run", "--rules", rules, "--positions", positions, "--out",
+                            tmp_path / f"out{i}"], tmp_path)
+        assert code == 0, (rules, positions, err)
+        got = json.loads((tmp_path / f"out{i}" / "manifest.json").read_text())["inputs"]
+        assert [(f["path"], f["format"]) for f in got["rules"]] == [(str(rules), rules_format)]
+        assert [(f["path"], f["format"]) for f in got["positions"]] == [
+            (str(positions), positions_format)]
+        assert pl.read_parquet(tmp_path / f"out{i}" / "verdicts.parquet").equals(reference)
+    for listed in ("listed-pq", "listed-csv"):
+        code, err = invoke(["run", "--rules", csv_as["rules"], "--positions",
+                            tmp_path / listed, "--out", tmp_path / f"out-{listed}"], tmp_path)
+        assert code == 0, err
+        assert pl.read_parquet(tmp_path / f"out-{listed}" / "verdicts.parquet").equals(
+            reference)
+
+    truncated = tmp_path / "cut.csv"
+    truncated.write_bytes((sample / "positions.parquet").read_bytes()[:100])
+    binary = tmp_path / "binary.parquet"
+    binary.write_bytes(bytes(range(256)) * 8)
+    for broken in (truncated, binary):
+        code, err = invoke(["run", "--rules", csv_as["rules"], "--positions", broken,
+                            "--out", tmp_path / "never"], tmp_path)
+        assert code == 1
+        assert err.startswith(f"snim-batch: error: {broken}: not a readable Parquet file ("), err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
+
+
+def test_sniffing_tells_parquet_from_csv_by_the_first_bytes():
+    assert inputs.sniffed(b"PAR1\x15\x04", "csv") == "parquet"
+    assert inputs.sniffed(b"PAR1", "csv") == "parquet"  # cut short: its reader says so
+    assert inputs.sniffed(b"rule_set_id,kind\n1,nim\n", "parquet") == "csv"
+    assert inputs.sniffed("id,h\u00e9".encode()[:-1], "parquet") == "csv"  # a cut character
+    assert inputs.sniffed(b"\xef\xbb\xbfa,b\n", "parquet") == "csv"  # a BOM
+    for binary in (b"a,b\x00\n", b"\xff\xfe\x00a", b"\x1f\x8b\x08\x00", b""):
+        assert inputs.sniffed(binary, "parquet") == "parquet"
+        assert inputs.sniffed(binary, "csv") == "csv"
+
+
+def test_an_object_is_read_as_what_it_holds_whatever_its_suffix(tmp_path, s3, monkeypatch):
+    """In an object store too: CSV named .parquet, Parquet named .csv (small: fetched whole;
+    large: by range), Parquet under another name, named directly or below a prefix, each
+    read by its content, the sample's verdicts; binary named .parquet is a Parquet
+    reader's error naming the object, exit 1."""
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    sample = ROOT / "data" / "sample"
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--out", tmp_path / "ref"], tmp_path)
+    assert code == 0, err
+    reference = pl.read_parquet(tmp_path / "ref" / "verdicts.parquet")
+    client = s3.client()
+    objects = {"csv/rules.parquet": (sample / "rules.csv").read_bytes(),
+               "csv/positions.pq": (sample / "positions.csv").read_bytes(),
+               "pq/rules.csv": (sample / "rules.parquet").read_bytes(),
+               "pq/positions.csv": (sample / "positions.parquet").read_bytes(),
+               "other/positions": (sample / "positions.parquet").read_bytes(),
+               "listed/a.csv": (sample / "positions.parquet").read_bytes(),
+               "bad/positions.parquet": bytes(range(256)) * 8}
+    for key, body in objects.items():
+        client.put_object(Bucket="bkt", Key=key, Body=body)
+    cases = [("s3://bkt/csv/rules.parquet", "s3://bkt/csv/positions.pq", "csv", "csv"),
+             ("s3://bkt/pq/rules.csv", "s3://bkt/pq/positions.csv", "parquet", "parquet"),
+             ("s3://bkt/pq/rules.csv", "s3://bkt/other/positions", "parquet", "parquet"),
+             ("s3://bkt/csv/rules.parquet", "s3://bkt/listed", "csv", "parquet")]
+    for small in (True, False):
+        if not small:  # every object streamed by range, not fetched whole and kept
+            monkeypatch.setattr(csv_reader, "SMALL_OBJECT", 0)
+        for i, (rules, positions, rules_format, positions_format) in enumerate(cases):
+            out = tmp_path / f"out-{small}-{i}"
+            code, err = invoke(["run", "--rules", rules, "--positions", positions, "--out",
+                                out], tmp_path)
+            assert code == 0, (rules, positions, err)
+            got = json.loads((out / "manifest.json").read_text())["inputs"]
+            assert [f["format"] for f in got["rules"]] == [rules_format]
+            assert {f["format"] for f in got["positions"]} == {positions_format}
+            assert pl.read_parquet(out / "verdicts.parquet").equals(reference)
+    code, err = invoke(["run", "--rules", "s3://bkt/pq/rules.csv", "--positions",
+                        "s3://bkt/bad/positions.parquet", "--out", tmp_path / "never"],
+                       tmp_path)
+    assert code == 1
+    assert err.startswith("snim-batch: error: s3://bkt/bad/positions.parquet: not a readable "
+                          "Parquet file ("), err
+    assert not (tmp_path / "never").exists()

@@ -18,9 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
+import pyarrow.fs as pafs
 
-from pipeline.errors import OutputError
+from pipeline.errors import OutputError, UsageError
+from pipeline.io import object_store
 from pipeline.io.failures import WriteFailure, failure, write_cause, writing
+from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST, ownership_problem
 
 log = logging.getLogger(__name__)
@@ -125,6 +128,58 @@ def output_target(out: Path) -> Path:
     (every link followed, a dangling one to the path it names); the link itself is kept."""
     out = out.absolute()
     return Path(os.path.realpath(out)) if out.is_symlink() else out
+
+
+def delta_table_holding(path: Path) -> Path | None:
+    """The Delta table (a directory holding `_delta_log`) that `path` is or lies inside, as
+    written or through the symbolic links on its way; None when there is none."""
+    written = path.absolute()
+    for candidate in dict.fromkeys((Path(os.path.realpath(written)), written)):
+        for directory in (candidate, *candidate.parents):
+            if os.path.isdir(directory / "_delta_log"):
+                return directory
+    return None
+
+
+def refuse_inside_delta_table(out: Path | Location, shown: str) -> None:
+    """A UsageError for an output (a local path, or an object-store location) that is, or
+    lies inside, a Delta table: the table's own maintenance (a full vacuum deletes every
+    file the table does not reference) would delete it, and a data file beside the table's
+    is no part of it."""
+    if isinstance(out, Location) and out.is_remote:
+        table = _remote_delta_table_holding(out)
+        if table is None:
+            return
+        found, where = str(table), "is the Delta table" if table.key == out.key else None
+    else:
+        path = out.path if isinstance(out, Location) else out
+        assert path is not None
+        local = delta_table_holding(path)
+        if local is None:
+            return
+        found = str(local)
+        where = ("is the Delta table" if local in (path.absolute(), Path(os.path.realpath(path)))
+                 else None)
+    raise UsageError(f"{shown}: {where or 'is inside the Delta table'} {found}; an output "
+                     "there is not part of the table, and the table's full vacuum would "
+                     "delete it: choose an --out outside every Delta table")
+
+
+def _remote_delta_table_holding(location: Location) -> Location | None:
+    """The prefix holding `_delta_log/` objects that `location` is or lies below, outermost
+    first: a listing of each prefix's `_delta_log/`. A store that cannot be asked is left
+    for the output's own checks to report."""
+    parts = location.key.split("/") if location.key else []
+    try:
+        files = object_store.filesystem(location)
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:depth])
+            if files.get_file_info(pafs.FileSelector(f"{location.bucket}/{prefix}/_delta_log",
+                                                     allow_not_found=True)):
+                return location.at_key(prefix)
+    except Exception:  # noqa: BLE001 - any failure here is the commit's to report
+        return None
+    return None
 
 
 def _output_shown(out: Path, target: Path) -> str:
@@ -327,6 +382,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     shown = _output_shown(out, target)
     if not target.name:
         raise OutputError(f"{shown}: the root directory cannot be an output")
+    refuse_inside_delta_table(out, shown)
     for notice in _remove_stale_staging(target):
         notify(notice)
     _target_state(target, overwrite, shown)

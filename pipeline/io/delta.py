@@ -52,6 +52,7 @@ from pipeline.io.delta_tables import (
     run_row,
     table_failure,
 )
+from pipeline.keys import KEYS
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,8 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
     old = {f.name: str(f.type) for f in Schema.from_arrow(existing).fields}
     new = {f.name: str(f.type) for f in Schema.from_arrow(columns).fields}
     changed = [f"{c} ({_type_name(old[c])} in the table, {_type_name(t)} in this run)"
-               for c, t in new.items() if c in old and old[c] != t]
+               for c, t in new.items() if c in old and old[c] != t
+               and not _as_text(c, old[c], t)]
     if changed:
         raise OutputError(f"{root.table(name)}: this run's columns do not fit the table: "
                           f"{', '.join(changed)}; key columns are integers only when every "
@@ -253,6 +255,13 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
                           "nothing was written")
     added = [f for f in columns if f.name not in old]
     return _Plan(name, staged, pa.schema([*existing, *added]), bool(added))
+
+
+def _as_text(column: str, in_table: str, in_run: str) -> bool:
+    """Whether a key column of integers fits a table whose keys are text: written as the
+    text of each integer, which is the key as given (a key is an integer only when its text
+    reads back as written), so that a night of integer ids joins a text-key root."""
+    return column in KEYS and (_type_name(in_table), _type_name(in_run)) == ("text", "integer")
 
 
 def _type_name(delta_type: str) -> str:

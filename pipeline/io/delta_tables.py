@@ -28,7 +28,7 @@ from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, first_line
 from pipeline.io import object_store
-from pipeline.io.commit import remove_dead_staging
+from pipeline.io.commit import refuse_inside_delta_table, remove_dead_staging
 from pipeline.io.locations import Location
 from pipeline.io.manifest import MANIFEST
 
@@ -98,6 +98,7 @@ def check_root(root: TableRoot) -> None:
     commit; the first check notes the runs table's version (`TableRoot.seen`)."""
     if root.is_local:
         path = Path(root.uri.removeprefix("file://"))
+        refuse_inside_delta_table(path, root.uri)
         if path.exists() and not path.is_dir():
             raise OutputError(f"{root.uri}: exists and is not a directory; a Delta table root "
                               "is a directory")
@@ -128,6 +129,10 @@ def check_root(root: TableRoot) -> None:
                               "snim-batch table")
     if not root.is_local:
         _check_remote(root)
+        location = Location.parse(root.uri, Path.cwd())
+        refuse_inside_delta_table(
+            replace(location, options=tuple(sorted((root.storage_options or {}).items()))),
+            root.uri)
 
 
 def _check_remote(root: TableRoot) -> None:
@@ -288,8 +293,12 @@ def latest_night(root: TableRoot) -> dict[str, Any]:
     """What `report` shows of a table root: `manifest` (the latest night's run, rebuilt from
     its runs row), that night's `summary`, `sg_tables` and `rejects` rows, the `runs` table
     and `summaries` (rule_set_id and w_rate of every night)."""
-    runs = read_runs(root)
+    runs, unlisted = live_runs(root)
     if runs.is_empty():
+        if unlisted:
+            raise InputError(f"{root.uri}: no complete run yet: a run of "
+                             f"{', '.join(sorted(map(str, unlisted)))} was stopped between "
+                             "its commits; run that night again")
         raise InputError(f"{root.uri}: the runs table lists no run yet")
     run = runs.row(-1, named=True)
     night = run[PARTITION]
@@ -319,36 +328,125 @@ def latest_night(root: TableRoot) -> dict[str, Any]:
             "rejects": rows("rejects"), "runs": runs, "summaries": summaries}
 
 
+def live_runs(root: TableRoot) -> tuple[pl.DataFrame, dict[date, dict[str, dict[str, int]]]]:
+    """The run whose rows are live of every night, as runs rows, oldest night first: the
+    runs table's, and for a night it does not list (a run stopped between its commits, see
+    `delta.publish`) the run whose rows every data table still holds for it, all of them
+    (its row read from the runs table's version that committed it). Also each such unlisted
+    night's rows by table and run id, as committed now."""
+    runs = read_runs(root)
+    unlisted = _unlisted_nights(root, set(runs[PARTITION].to_list()))
+    if not unlisted:
+        return runs, unlisted
+    committed = {commit[METADATA_KEY]["run_id"]: commit["version"]
+                 for commit in root.open(RUNS).history()
+                 if isinstance(commit.get(METADATA_KEY), dict)
+                 and "versions" in commit[METADATA_KEY]}
+    recovered = []
+    for night, tables in unlisted.items():
+        ids = {run_id for rows in tables.values() for run_id in rows}
+        if len(ids) != 1 or next(iter(ids)) not in committed:
+            continue
+        (run_id,) = ids
+        row = pl.read_delta(root.table(RUNS), version=committed[run_id],
+                            storage_options=root.polars_options).filter(
+            (pl.col("run_id") == run_id) & (pl.col(PARTITION) == night))
+        if row.height == 1 and _holds_all_of(row.row(0, named=True), tables):
+            recovered.append(row)
+    return pl.concat([runs, *recovered], how="diagonal_relaxed").sort(PARTITION), unlisted
+
+
+def _holds_all_of(run: dict[str, Any], tables: dict[str, dict[str, int]]) -> bool:
+    """Whether a night's rows (by table and run id) are all of `run`'s: its verdicts and
+    rejects as many as it counted (a table emptied for the night by a later run's commit
+    holds no run's rows), its summary there."""
+    rows = {name: sum(tables.get(name, {}).values()) for name in DATA_TABLES}
+    return (rows["verdicts"] == run["verdicts"] and rows["summary"] > 0
+            and rows["rejects"] == run["positions_rows_rejected"] + run["rules_rows_rejected"])
+
+
+def _unlisted_nights(root: TableRoot, listed: set[date]
+                     ) -> dict[date, dict[str, dict[str, int]]]:
+    """The nights that the data tables hold rows of but the runs table does not list, each
+    with its rows per table and run id in the tables' latest versions."""
+    found: dict[date, dict[str, dict[str, int]]] = {}
+    for name in DATA_TABLES:
+        if not root.exists(name):
+            continue
+        nights = {date.fromisoformat(p[PARTITION]) for p in root.open(name).partitions()
+                  if p.get(PARTITION)} - listed
+        if not nights:
+            continue
+        counts = scan_table(root, name).filter(pl.col(PARTITION).is_in(sorted(nights))
+                                               ).group_by(PARTITION, "run_id").len().collect()
+        for night, run_id, rows in counts.iter_rows():
+            found.setdefault(night, {}).setdefault(name, {})[run_id] = rows
+    return found
+
+
 def run_history(root: TableRoot) -> pl.DataFrame:
     """Every run ever committed to the runs table, oldest first, from its commit log: run
     date, run id, the runs table's version that committed it, status, counts, W rate, the
-    verdicts table's version holding its rows, whether it is still the night's live run (a
-    rerun of the night replaces it), and whether a failed run's restore took its row out
-    (`rolled_back`: it is not live, and a restore commit went back to a version before it)."""
+    verdicts table's version holding its rows, and its `state`: `live` (its rows are the
+    night's: the runs table lists it, or a later run of its night stopped before replacing
+    any of them), `replaced` (a later run of its night replaced them), `partly replaced` (a
+    later run of its night stopped between its commits, having replaced some tables' rows),
+    `rolled back` (a failed run's restore took its row out: a restore commit went back to
+    a version before it). A run that took its night out of the runs table, or committed
+    rows, but never committed its row (stopped between its commits, not rolled back) is
+    listed too, `incomplete`, where the runs table took its night out (else with the
+    version null), without counts. `live` and `rolled_back` say the same as booleans."""
     require_root(root)
-    live = set(read_runs(root)["run_id"].to_list())
+    runs, unlisted = live_runs(root)
+    live = set(runs["run_id"].to_list())
+    mixed = {run_id for tables in unlisted.values() for rows in tables.values()
+             for run_id in rows}
     commits = root.open(RUNS).history()
     undone = [(_restored_to(commit), commit["version"]) for commit in commits
               if isinstance(commit.get(METADATA_KEY), dict)
               and "rolled_back" in commit[METADATA_KEY]]
-    rows = []
+    rolled_back_ids = {commit[METADATA_KEY]["rolled_back"] for commit in commits
+                       if isinstance(commit.get(METADATA_KEY), dict)
+                       and "rolled_back" in commit[METADATA_KEY]}
+    rows, nights, retractions = [], {}, {}
     for commit in commits:
         run = commit.get(METADATA_KEY)
+        if isinstance(run, dict) and "retracted" in run and run.get("by_run_id"):
+            retractions[run["by_run_id"]] = (commit["version"], run["retracted"])
         if not isinstance(run, dict) or "versions" not in run:
             continue
+        nights[run["run_id"]] = run["run_date"]
+        rolled_back = run["run_id"] not in live and any(
+            low < commit["version"] < high for low, high in undone)
+        state = ("live" if run["run_id"] in live else "rolled back" if rolled_back
+                 else "partly replaced" if run["run_id"] in mixed else "replaced")
         rows.append({"run_date": run["run_date"], "run_id": run["run_id"],
                      "version": commit["version"], "status": run["status"],
                      "rows_read": run["rows_read"], "verdicts": run["verdicts"],
                      "W": run["W"], "rejected": run["rejected"], "w_rate": run["w_rate"],
-                     "verdicts_version": run["versions"].get("verdicts"),
-                     "live": run["run_id"] in live,
-                     "rolled_back": run["run_id"] not in live and any(
-                         low < commit["version"] < high for low, high in undone)})
+                     "verdicts_version": run["versions"].get("verdicts"), "state": state,
+                     "live": state == "live", "rolled_back": rolled_back})
+    stopped = {run_id: (version, next((nights[r] for r in retracted if r in nights), None))
+               for run_id, (version, retracted) in retractions.items()}
+    for night, tables in unlisted.items():
+        for run_id in {r for rows in tables.values() for r in rows}:
+            if run_id not in stopped:
+                stopped[run_id] = (None, night.isoformat())
+            elif stopped[run_id][1] is None:
+                stopped[run_id] = (stopped[run_id][0], night.isoformat())
+    for run_id, (version, night) in stopped.items():
+        if run_id in nights or run_id in rolled_back_ids:
+            continue
+        rows.append({"run_date": night, "run_id": run_id, "version": version,
+                     "status": None, "rows_read": None, "verdicts": None, "W": None,
+                     "rejected": None, "w_rate": None, "verdicts_version": None,
+                     "state": "incomplete", "live": False, "rolled_back": False})
     schema = {"run_date": pl.String, "run_id": pl.String, "version": pl.Int64,
               "status": pl.String, "rows_read": pl.Int64, "verdicts": pl.Int64,
               "W": pl.Int64, "rejected": pl.Int64, "w_rate": pl.Float64,
-              "verdicts_version": pl.Int64, "live": pl.Boolean, "rolled_back": pl.Boolean}
-    return pl.DataFrame(rows, schema=schema, orient="row").sort("version")
+              "verdicts_version": pl.Int64, "state": pl.String, "live": pl.Boolean,
+              "rolled_back": pl.Boolean}
+    return pl.DataFrame(rows, schema=schema, orient="row").sort("version", nulls_last=True)
 
 
 def _restored_to(commit: dict[str, Any]) -> int:
