@@ -29,7 +29,7 @@ import polars as pl  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from pipeline import grundy, kernels  # noqa: E402
-from pipeline.io import footer_stats, readers  # noqa: E402
+from pipeline.io.read import footer_stats, readers  # noqa: E402
 from pipeline.transforms.buffers import text_buffers  # noqa: E402
 
 

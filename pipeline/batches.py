@@ -16,9 +16,9 @@ import pyarrow as pa
 from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
-from pipeline.io import kept
-from pipeline.io.inputs import InputFile, RawTable, Source, format_of
-from pipeline.io.readers import (
+from pipeline.io.inputs.files import InputFile, RawTable, Source, format_of
+from pipeline.io.read import kept
+from pipeline.io.read.readers import (
     columns_of_each,
     iter_batches,
     read_parquet_group,

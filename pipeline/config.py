@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, cut, shown
-from pipeline.io.locations import Location
-from pipeline.io.object_store import shown_options
+from pipeline.io.store.locations import Location
+from pipeline.io.store.object_store import shown_options
 from pipeline.limits import (
     DEFAULT_PROBE_OPS,
     DEFAULT_RULE_OPS,

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.classic import classic_to_tables
-from pipeline.io.publish_tables import write_tables
+from pipeline.io.outputs.publish_tables import write_tables
 
 RULES_SCHEMA = {"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.List(pl.Int64)}
 POSITIONS_SCHEMA = {"rule_set_id": pl.Int64, "position_id": pl.Int64,

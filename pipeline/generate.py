@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import OutputError, UsageError, shown
-from pipeline.io.commit import remove_dead_staging
+from pipeline.io.outputs.commit import remove_dead_staging
 
 CHUNK = 1_000_000
 MAX_VALUE = 2**63 - 2  # heaps are drawn from 0..MAX_HEAP, an int64 range with room for +1

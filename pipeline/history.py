@@ -13,7 +13,7 @@ _COLUMNS = ("run date", "run id", "version", "status", "verdicts", "W rate", "re
 def history_lines(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
     """One header line, then one line per run, oldest first (see `delta_tables.run_history`)."""
     try:
-        from pipeline.io.delta_tables import run_history, table_root
+        from pipeline.io.outputs.delta_tables import run_history, table_root
     except ImportError:
         raise UsageError("history reads Delta tables: pip install 'snim-batch[delta]'") from None
     runs = run_history(table_root(uri, storage_options))

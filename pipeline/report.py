@@ -11,9 +11,9 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import InputError, UsageError, cut
-from pipeline.io.locations import Location
-from pipeline.io.manifest import read_manifest
-from pipeline.io.publish import place_page, write_page
+from pipeline.io.outputs.manifest import read_manifest
+from pipeline.io.outputs.publish import place_page, write_page
+from pipeline.io.store.locations import Location
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -261,7 +261,7 @@ def _run_page(out_dir: Path) -> str:
 def _delta_page(root: Path) -> str:
     """The latest night of a Delta table root, with the W rates of every night."""
     try:
-        from pipeline.io.delta_tables import TableRoot, latest_night
+        from pipeline.io.outputs.delta_tables import TableRoot, latest_night
     except ImportError:
         raise UsageError("report on a Delta table root needs the delta extra: "
                          "pip install 'snim-batch[delta]'") from None

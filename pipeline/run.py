@@ -32,13 +32,15 @@ from pipeline.errors import (
     UsageError,
     cut,
 )
-from pipeline.io import commit, kept, object_store
-from pipeline.io.changes import described_now, ensure_unchanged
-from pipeline.io.inputs import InputFile, Source, resolve_inputs
-from pipeline.io.locations import Location
-from pipeline.io.manifest import output_listing, write_manifest
-from pipeline.io.remote_commit import staged_remote_output
-from pipeline.io.source_rows import counted_at_once, reconcile, rows_in_source
+from pipeline.io.inputs.changes import described_now, ensure_unchanged
+from pipeline.io.inputs.files import InputFile, Source, resolve_inputs
+from pipeline.io.outputs import commit
+from pipeline.io.outputs.manifest import output_listing, write_manifest
+from pipeline.io.outputs.remote_commit import staged_remote_output
+from pipeline.io.read import kept
+from pipeline.io.read.source_rows import counted_at_once, reconcile, rows_in_source
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 from pipeline.tables import table_cache
 from pipeline.transforms import normalize, outputs, schema
 
@@ -242,10 +244,10 @@ def _every_row_evaluated_or_rejected(rows_read: int, verdicts: int, rejected: in
 
 
 def _delta_output() -> tuple[Any, Any]:
-    """The Delta table root (pipeline.io.delta_tables) and writer (pipeline.io.delta), which
-    need the optional deltalake package."""
+    """The Delta table root (`io.outputs.delta_tables`) and writer (`io.outputs.delta`),
+    which need the optional deltalake package."""
     try:
-        from pipeline.io import delta, delta_tables
+        from pipeline.io.outputs import delta, delta_tables
     except ImportError:
         raise UsageError("--format delta needs the delta extra: "
                          "pip install 'snim-batch[delta]'") from None

@@ -15,7 +15,7 @@ import numpy as np
 from pipeline import kernels
 from pipeline.config import Config, Tables
 from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableBudget, TableSet
-from pipeline.io.readers import heap_upper_bound
+from pipeline.io.read.readers import heap_upper_bound
 
 PRESIZE_LIMIT = 1 << 16
 

@@ -289,7 +289,7 @@ def on_small_disk(tmp_path: Path, options: str, steps: list[list[str]]) -> list:
 # directory made or removed, a file synced, renamed, replaced or removed).
 KILL_DRIVER = r"""
 import os, signal, sys
-from pipeline.io import commit
+from pipeline.io.outputs import commit
 
 limit, done = int(sys.argv[1]), 0
 

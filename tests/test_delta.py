@@ -26,7 +26,8 @@ from polars.testing import assert_frame_equal
 from pipeline.config import config_from_dict
 from pipeline.errors import OutputError
 from pipeline.history import history_lines
-from pipeline.io import delta, delta_tables, object_store
+from pipeline.io.outputs import delta, delta_tables
+from pipeline.io.store import object_store
 from pipeline.run import run_job
 
 RULES = {1: ("subtraction", (2, 5)), 2: ("nim", ()), 3: ("subtraction", (1, 3, 4)),
@@ -531,7 +532,8 @@ def test_history_of_a_non_delta_output_is_a_clear_error(tmp_path: Path) -> None:
 # The real run, killed by itself right after its n-th Delta commit (n = 0: before the first).
 KILLER = r"""
 import os, signal, sys
-from pipeline.io import delta, delta_tables, object_store
+from pipeline.io.outputs import delta, delta_tables
+from pipeline.io.store import object_store
 
 after = int(sys.argv[1])
 done = 0
@@ -628,7 +630,8 @@ def test_sigkill_between_commits_never_lists_a_run_whose_rows_are_missing(
 # The real run, killed by itself once the data files of the first table are written.
 KILLED_AFTER_FILES = r"""
 import os, signal, sys
-from pipeline.io import delta, object_store
+from pipeline.io.outputs import delta
+from pipeline.io.store import object_store
 
 real = delta._write_files
 def write_then_die(*args, **kwargs):

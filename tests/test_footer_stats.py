@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.io.footer_stats import integer_maxima
+from pipeline.io.read.footer_stats import integer_maxima
 
 EXE = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "snim-batch"
 

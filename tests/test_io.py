@@ -28,9 +28,11 @@ from conftest import invoke, on_small_disk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pipeline.io.inputs.files as inputs
 from pipeline import kernels
 from pipeline.errors import InputError, OutputError
-from pipeline.io import commit, csv_reader, failures, inputs, kept, manifest, readers, scratch
+from pipeline.io.outputs import commit, failures, manifest, scratch
+from pipeline.io.read import csv_reader, kept, readers
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = ROOT / ".venv" / "bin" / "snim-batch"
@@ -995,7 +997,7 @@ def test_next_run_cleans_staging_left_by_sigkill(tmp_path: Path,
 # run, then the process SIGKILLs itself at the chosen instant.
 DRIVER = r"""
 import os, signal, sys
-from pipeline.io import commit
+from pipeline.io.outputs import commit
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -2010,8 +2012,8 @@ def store_csv(s3, monkeypatch: pytest.MonkeyPatch):
     """(bytes) -> the Location of an object holding them, on the moto server."""
     for key, value in s3.env().items():
         monkeypatch.setenv(key, value)
-    from pipeline.io import object_store
-    from pipeline.io.locations import Location
+    from pipeline.io.store import object_store
+    from pipeline.io.store.locations import Location
 
     def put(data: bytes, name: str = "f.csv"):
         s3.client().put_object(Bucket="bkt", Key=name, Body=data)

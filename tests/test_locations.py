@@ -8,7 +8,7 @@ import pytest
 from conftest import invoke
 
 from pipeline.errors import UsageError
-from pipeline.io.locations import Location
+from pipeline.io.store.locations import Location
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample"
 

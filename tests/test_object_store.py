@@ -26,9 +26,10 @@ from pipeline import batches
 from pipeline.config import config_from_dict
 from pipeline.errors import ConfigError
 from pipeline.generate import Spec, generate
-from pipeline.io import csv_reader, kept, object_store, readers
-from pipeline.io.inputs import resolve_inputs
-from pipeline.io.locations import Location
+from pipeline.io.inputs.files import resolve_inputs
+from pipeline.io.read import csv_reader, kept, readers
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ("verdicts", "rejects", "sg_tables", "summary")
@@ -550,7 +551,7 @@ def test_what_is_not_provably_a_snim_batch_output_is_never_replaced(
 
 
 def test_leftovers_of_dead_runs_are_removed_after_the_grace(s3_env, tmp_path: Path) -> None:
-    from pipeline.io import remote_commit
+    from pipeline.io.outputs import remote_commit
 
     client = s3_env.client()
     for run in ("20200101T000000Z-aaaaaa", "20200101T000000Z-bbbbbb"):
@@ -607,7 +608,7 @@ def test_sigkill_at_every_stage_leaves_the_previous_or_the_new_output_whole(
     """Killed before its manifest is in place, a run leaves the previous output whole; killed
     after, the new one. Each kill waits for a marker: a log line, or the file a run creates
     where remote_commit's test pause (SNIM_BATCH_TEST_PAUSE) holds it."""
-    from pipeline.io.remote_commit import PAUSE_ENV
+    from pipeline.io.outputs.remote_commit import PAUSE_ENV
 
     rules, positions = big_job
     env = s3.env()
@@ -651,7 +652,7 @@ def test_a_racing_commit_loses_with_nothing_written(s3_env, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Another run commits between this run's check and its commit: the conditional PUT
     fails, this run exits 1 and deletes what it uploaded; the other output stays."""
-    from pipeline.io import remote_commit
+    from pipeline.io.outputs import remote_commit
 
     sample = ROOT / "data" / "sample"
     job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv",
@@ -945,7 +946,7 @@ def test_what_appears_in_the_old_output_during_the_run_is_kept(
     """An object added below the old output's prefix, or put in place of one of its files,
     after the check: the new output commits, the old output's other files are deleted, those
     two are kept, with a warning naming them."""
-    from pipeline.io import remote_commit
+    from pipeline.io.outputs import remote_commit
 
     sample = ROOT / "data" / "sample"
     old = first_output(s3_env, tmp_path, sample)
@@ -981,7 +982,7 @@ def test_an_old_outputs_files_a_run_failed_to_delete_are_deleted_by_the_next(
     """The run that replaced output A could not delete A's files (killed after its commit,
     or the store refused): the next run deletes those still at their recorded size, and
     keeps a file a user put in place of one of them, even one of the same size."""
-    from pipeline.io import remote_commit
+    from pipeline.io.outputs import remote_commit
 
     sample = ROOT / "data" / "sample"
     first = first_output(s3_env, tmp_path, sample)
@@ -1021,7 +1022,7 @@ def test_what_a_run_kept_is_kept_by_every_later_run(
     """A run file a user put in place of an old output's file during a run is kept; a later
     run, past the leftovers' grace, neither takes it for a killed run's file and deletes it,
     nor refuses the output: it keeps it again and says so, until the user removes it."""
-    from pipeline.io import remote_commit
+    from pipeline.io.outputs import remote_commit
 
     sample = ROOT / "data" / "sample"
     run = first_output(s3_env, tmp_path, sample)["run_id"]
@@ -1071,7 +1072,7 @@ def test_local_staging_of_a_killed_run_is_removed_by_the_next(s3, tmp_path: Path
     """A run killed before its commit leaves its local staging directory (its files staged
     for upload), named with its pid; the next run removes it, and only those of processes
     that are gone."""
-    from pipeline.io.remote_commit import PAUSE_ENV
+    from pipeline.io.outputs.remote_commit import PAUSE_ENV
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -1310,7 +1311,7 @@ def test_hdfs_is_a_usage_error_naming_the_url(tmp_path: Path, engine: str) -> No
 def test_retired_files_leave_out_objects_listed_without_a_time() -> None:
     """A store whose listing gives no modification time (0.0) cannot tell a user's file of
     the same size from the old one: such a file is not recorded, so a later run keeps it."""
-    from pipeline.io.remote_target import Target
+    from pipeline.io.outputs.remote_target import Target
 
     run = "20260101T000000Z-abcdef"
     target = Target(listed={f"{run}/verdicts.parquet": 10, f"{run}/summary.parquet": 20,

@@ -19,7 +19,7 @@ from conftest import CLI_EXE, killed_at, on_small_disk
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.io import manifest
+from pipeline.io.outputs import manifest
 
 RULES = "rule_set_id,kind,moves\n1,,2 5\n2,nim,\n3,,1 2 3\n"
 POSITIONS = ("rule_set_id,position_id,heaps\n1,0,5 12\n1,1,2 4 7\n2,0,1 2 3\n2,1,7\n"

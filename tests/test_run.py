@@ -44,7 +44,7 @@ from pipeline import batches
 from pipeline.config import config_from_dict
 from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
-from pipeline.io import scratch
+from pipeline.io.outputs import scratch
 from pipeline.run import run_job
 from pipeline.transforms import evaluate, ordering
 from pipeline.transforms.long_form import from_scratch, to_scratch

@@ -27,7 +27,7 @@ pytest.importorskip("pyspark")
 
 from pipeline.config import config_from_dict  # noqa: E402
 from pipeline.generate import Spec, generate  # noqa: E402
-from pipeline.io.locations import Location  # noqa: E402
+from pipeline.io.store.locations import Location  # noqa: E402
 from pipeline.run import run_job  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -221,7 +221,7 @@ def test_each_store_is_read_through_its_hadoop_connector(spark, url: str, hadoop
     connector on this classpath) as the line naming the package."""
     from pipeline.engines.spark_urls import hadoop_url as mapped
     from pipeline.engines.spark_urls import read_problem
-    from pipeline.io import object_store
+    from pipeline.io.store import object_store
 
     location = object_store.bound(Location.parse(url, Path.cwd()),
                                   {"account_name": "acct"})

@@ -17,7 +17,7 @@ import polars as pl
 
 from pipeline.config import Config
 from pipeline.errors import UsageError, shown
-from pipeline.io.inputs import Source
+from pipeline.io.inputs.files import Source
 from pipeline.tables import TableCache
 
 Note = Callable[[str], None]

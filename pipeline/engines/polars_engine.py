@@ -25,10 +25,10 @@ from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines import PositionsJob
 from pipeline.grundy import TableSet
-from pipeline.io.commit import sink_parquet, write_parquet
-from pipeline.io.inputs import format_of
-from pipeline.io.readers import row_estimate
-from pipeline.io.scratch import spill
+from pipeline.io.inputs.files import format_of
+from pipeline.io.outputs.commit import sink_parquet, write_parquet
+from pipeline.io.outputs.scratch import spill
+from pipeline.io.read.readers import row_estimate
 from pipeline.tables import TableCache
 from pipeline.transforms import buffers, evaluate, long_form, ordering, outputs, schema
 

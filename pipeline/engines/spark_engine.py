@@ -78,10 +78,11 @@ from pipeline.engines.spark_tasks import (
     taint_task,
     verdict_task,
 )
-from pipeline.io import kept, object_store
-from pipeline.io.commit import ZSTD_LEVEL
-from pipeline.io.failures import storage_failure, writing
-from pipeline.io.locations import Location
+from pipeline.io.outputs.commit import ZSTD_LEVEL
+from pipeline.io.outputs.failures import storage_failure, writing
+from pipeline.io.read import kept
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 from pipeline.transforms.ordering import LOC_SHIFT
 from pipeline.transforms.schema import input_column_names
 

@@ -16,7 +16,7 @@ from pyarrow import PythonFile
 from pyarrow.fs import FileInfo, FileSystemHandler, FileType, PyFileSystem
 from pyspark.errors.exceptions.captured import CapturedException
 
-from pipeline.io.locations import Location
+from pipeline.io.store.locations import Location
 
 _JAVA_ERRORS = (Py4JJavaError, CapturedException)
 """What a call into the JVM raises (pyspark turns some Java exceptions into its own)."""

@@ -61,9 +61,9 @@ from pipeline.engines.spark_tasks import (
 )
 from pipeline.engines.spark_urls import hadoop_url, read_problem
 from pipeline.errors import InputError, SnimError, UsageError, first_line
-from pipeline.io.inputs import Source, format_of
-from pipeline.io.locations import Location
-from pipeline.io.readers import columns_of, parquet_footer
+from pipeline.io.inputs.files import Source, format_of
+from pipeline.io.read.readers import columns_of, parquet_footer
+from pipeline.io.store.locations import Location
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, UsageError, cut
-from pipeline.io import object_store
-from pipeline.io.inputs import Source
-from pipeline.io.locations import Location
+from pipeline.io.inputs.files import Source
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 CONNECTORS = {
     # Hadoop scheme -> (the Maven package that brings its file system, what else it needs)

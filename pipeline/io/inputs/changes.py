@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 
 from pipeline.errors import InputError, SnimError
-from pipeline.io import object_store
-from pipeline.io.inputs import InputFile, Source, describe
-from pipeline.io.locations import Location
-from pipeline.io.readers import each_input
+from pipeline.io.inputs.files import InputFile, Source, describe
+from pipeline.io.read.readers import each_input
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 
 def described_now(paths: list[Source]) -> list[InputFile]:

@@ -15,11 +15,12 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from pipeline.errors import ReconcileError, SnimError
-from pipeline.io import kept, object_store
-from pipeline.io.csv_records import CsvRecords
-from pipeline.io.inputs import InputFile
-from pipeline.io.locations import Location
-from pipeline.io.readers import _parquet_error, parquet_footer
+from pipeline.io.inputs.files import InputFile
+from pipeline.io.read import kept
+from pipeline.io.read.csv_records import CsvRecords
+from pipeline.io.read.readers import _parquet_error, parquet_footer
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 __all__ = ["counted_at_once", "reconcile", "rows_in_source"]
 

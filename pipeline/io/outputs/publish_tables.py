@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError
-from pipeline.io.commit import interrupts_held, rename_noreplace
-from pipeline.io.failures import failure, write_cause
-from pipeline.io.inputs import is_snim_output
-from pipeline.io.publish import (
+from pipeline.io.outputs.commit import interrupts_held, rename_noreplace
+from pipeline.io.outputs.failures import failure, write_cause
+from pipeline.io.outputs.manifest import is_snim_output
+from pipeline.io.outputs.publish import (
     discard,
     journal_name,
     remove_dead_temporaries,

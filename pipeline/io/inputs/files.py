@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import fnmatch
 import hashlib
-import json
 import os
 import re
 import stat
@@ -19,10 +18,12 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import InputError, SnimError
-from pipeline.io import kept, object_store
-from pipeline.io.csv_records import CsvRecords
-from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, written_by_snim
+from pipeline.io.inputs.remote import DELTA_TABLE, resolve_remote
+from pipeline.io.outputs.manifest import is_snim_output
+from pipeline.io.read import kept
+from pipeline.io.read.csv_records import CsvRecords
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -138,8 +139,8 @@ def format_of(path: Source) -> str:
 
 
 def _object_format(location: Location, named: str) -> str:
-    from pipeline.io.csv_reader import read_start
-    from pipeline.io.readers import parquet_footer
+    from pipeline.io.read.csv_reader import read_start
+    from pipeline.io.read.readers import parquet_footer
 
     if location.scheme == "hdfs":  # read through Spark's JVM: its name decides, as Spark's
         if location.suffix.lower() in (*PARQUET_SUFFIXES, *CSV_SUFFIXES):
@@ -189,26 +190,11 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
     location = Location.parse(spec, Path.cwd())
     outside = Location.parse(str(exclude), Path.cwd()) if exclude is not None else None
     if location.is_remote:
-        from pipeline.io.remote_inputs import resolve_remote
 
         return list(resolve_remote(object_store.bound(location, options), what, outside))
     local_exclude = outside.path if outside is not None and not outside.is_remote else None
     local = str(location.path) if spec[:5].lower() == "file:" else spec  # file:///path
     return list(_InputFinder(local, what, local_exclude, named=spec).files())
-
-
-DELTA_TABLE = ("is a Delta table; its data files include rows that later commits removed, so "
-               "read it with a Delta reader and pass the result as Parquet")
-
-
-def is_snim_output(directory: Path) -> bool:
-    """Whether `directory` holds a manifest.json written by snim-batch: a JSON object with a
-    run_id and versions naming snim-batch."""
-    try:
-        manifest = json.loads((directory / MANIFEST).read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return False
-    return written_by_snim(manifest)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -21,10 +21,10 @@ import polars as pl
 import pyarrow.fs as pafs
 
 from pipeline.errors import OutputError, UsageError
-from pipeline.io import object_store
-from pipeline.io.failures import WriteFailure, failure, write_cause, writing
-from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, ownership_problem
+from pipeline.io.outputs.failures import WriteFailure, failure, write_cause, writing
+from pipeline.io.outputs.manifest import MANIFEST, ownership_problem
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 log = logging.getLogger(__name__)
 

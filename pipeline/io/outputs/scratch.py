@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import OutputError, first_line
-from pipeline.io.failures import WriteFailure, write_cause
+from pipeline.io.outputs.failures import WriteFailure, write_cause
 
 
 class Spill:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, first_line
-from pipeline.io.failures import writing
+from pipeline.io.outputs.failures import writing
 
 MANIFEST = "manifest.json"
 _NAMES_SHOWN = 5
@@ -209,3 +209,13 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise InputError(f"{directory / MANIFEST}: not a snim-batch manifest (not an object)")
     return manifest
+
+
+def is_snim_output(directory: Path) -> bool:
+    """Whether `directory` holds a manifest.json written by snim-batch: a JSON object with a
+    run_id and versions naming snim-batch."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return written_by_snim(manifest)

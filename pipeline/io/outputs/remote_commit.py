@@ -36,12 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import OutputError, SnimError, first_line
-from pipeline.io import object_store
-from pipeline.io.commit import interrupts_held, remove_dead_staging
-from pipeline.io.failures import WriteFailure
-from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, RUN_ID, few_names
-from pipeline.io.remote_target import (
+from pipeline.io.outputs.commit import interrupts_held, remove_dead_staging
+from pipeline.io.outputs.failures import WriteFailure
+from pipeline.io.outputs.manifest import MANIFEST, RUN_ID, few_names
+from pipeline.io.outputs.remote_target import (
     RETIRED,
     RETIRED_FILES,
     Target,
@@ -49,6 +47,8 @@ from pipeline.io.remote_target import (
     read_manifest,
     target_state,
 )
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from deltalake.exceptions import DeltaError
 from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, first_line
-from pipeline.io import object_store
-from pipeline.io.commit import refuse_inside_delta_table, remove_dead_staging
-from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST
+from pipeline.io.outputs.commit import refuse_inside_delta_table, remove_dead_staging
+from pipeline.io.outputs.manifest import MANIFEST
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 DATA_TABLES = ("verdicts", "rejects", "summary", "sg_tables")
 RUNS = "runs"

@@ -41,8 +41,8 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from pipeline.errors import OutputError
-from pipeline.io.commit import interrupts_held
-from pipeline.io.delta_tables import (
+from pipeline.io.outputs.commit import interrupts_held
+from pipeline.io.outputs.delta_tables import (
     DATA_TABLES,
     METADATA_KEY,
     PARTITION,

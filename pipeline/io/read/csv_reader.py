@@ -18,9 +18,10 @@ import pyarrow.csv as pacsv
 
 from pipeline import kernels
 from pipeline.errors import InputError, first_line
-from pipeline.io import kept, object_store
-from pipeline.io.inputs import InputFile, RawTable, Source
-from pipeline.io.locations import Location
+from pipeline.io.inputs.files import InputFile, RawTable, Source
+from pipeline.io.read import kept
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 _BOM = b"\xef\xbb\xbf"
 _SPAN = 1 << 18  # `_short_lines`' window

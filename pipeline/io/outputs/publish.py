@@ -19,15 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import OutputError
-from pipeline.io.commit import (
+from pipeline.io.outputs.commit import (
     interrupts_held,
     pid_alive,
     remove_dead_staging,
     rename_noreplace,
 )
-from pipeline.io.failures import failure, write_cause
-from pipeline.io.inputs import is_snim_output
-from pipeline.io.manifest import MANIFEST, lists_its_outputs
+from pipeline.io.outputs.failures import failure, write_cause
+from pipeline.io.outputs.manifest import MANIFEST, is_snim_output, lists_its_outputs
 
 _PAGE_OPTION = "--html"
 

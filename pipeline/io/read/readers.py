@@ -16,10 +16,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, SnimError, first_line
-from pipeline.io import footer_stats, kept, object_store
-from pipeline.io.csv_reader import csv_batches, csv_row_estimate, read_header
-from pipeline.io.inputs import InputFile, RawTable, Source, describe, format_of, resolve_inputs
-from pipeline.io.locations import Location
+from pipeline.io.inputs.files import (
+    InputFile,
+    RawTable,
+    Source,
+    describe,
+    format_of,
+    resolve_inputs,
+)
+from pipeline.io.read import footer_stats, kept
+from pipeline.io.read.csv_reader import csv_batches, csv_row_estimate, read_header
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 
 def _parquet_error(path: Source, exc: BaseException) -> SnimError:

@@ -11,10 +11,9 @@ import json
 from pathlib import PurePosixPath
 
 from pipeline.errors import InputError
-from pipeline.io.inputs import DELTA_TABLE
-from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, RUN_FILE, RUN_ID, written_by_snim
-from pipeline.io.object_store import (
+from pipeline.io.outputs.manifest import MANIFEST, RUN_FILE, RUN_ID, written_by_snim
+from pipeline.io.store.locations import Location
+from pipeline.io.store.object_store import (
     bucket_exists,
     filesystem,
     is_object,
@@ -26,6 +25,10 @@ GLOB_CHARS = "*?["
 
 
 INPUT_SUFFIXES = (".parquet", ".pq", ".csv")
+
+
+DELTA_TABLE = ("is a Delta table; its data files include rows that later commits removed, so "
+               "read it with a Delta reader and pass the result as Parquet")
 
 
 def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[Location]:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import OutputError, SnimError
-from pipeline.io import object_store
-from pipeline.io.locations import Location
-from pipeline.io.manifest import MANIFEST, RUN_FILE, RUN_ID, few_names, written_by_snim
+from pipeline.io.outputs.manifest import MANIFEST, RUN_FILE, RUN_ID, few_names, written_by_snim
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from functools import lru_cache
 from typing import Any
 
 from pipeline.errors import ConfigError, InputError, SnimError, UsageError, cut
-from pipeline.io import kept
-from pipeline.io.locations import Location
+from pipeline.io.read import kept
+from pipeline.io.store.locations import Location
 
 CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "30s", "max_retries": "2",
                    "retry_timeout": "30s"}
