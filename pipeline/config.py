@@ -16,7 +16,7 @@ import yaml
 
 from pipeline.errors import ConfigError, cut, shown
 from pipeline.io.locations import Location
-from pipeline.io.object_store import shown_options
+from pipeline.io.object_store import checked_options, shown_options
 from pipeline.limits import (
     DEFAULT_PROBE_OPS,
     DEFAULT_RULE_OPS,
@@ -361,6 +361,11 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     for key in ("rules", "positions"):
         values[key] = resolve_location(values[key], base)
     values["out"] = resolve_output(values["out"], base)
+    if "storage_options" in values:  # checked whether or not the run reaches a store
+        try:
+            values["storage_options"] = checked_options(values["storage_options"])
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: key {exc}") from None
     cfg = Config(**values)
     _check_choices(cfg, f"{source}: key")
     names = dataclasses.asdict(cfg.columns)
