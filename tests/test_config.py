@@ -512,7 +512,7 @@ def test_override_echoes_a_value_shortened() -> None:
     ("aws_allow_http: maybe", "aws_allow_http: must be true or false"),
     ("aws_skip_signature: 2", "aws_skip_signature: must be true or false"),
     ('aws_endpoint_url: "http://admin:PWSECRET@127.0.0.1:9000"',
-     "aws_endpoint_url: http://admin:***@127.0.0.1:9000: an endpoint URL holds no user name"),
+     "aws_endpoint_url: http://admin:<hidden>@127.0.0.1:9000: an endpoint URL holds no user name"),
     ('aws_endpoint_url: "http://h:99999"', "is not a valid URL"),
     ('endpoint: "minio:9000"', "is not an http:// or https:// URL of a server"),
     ('gcs_base_url: "http://h:1/?sig=SSECRET"', "takes no query"),

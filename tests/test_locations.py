@@ -103,14 +103,14 @@ def test_file_urls_run_the_job(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "shown_as"), [
-    ("ftp://u:PW@h/r", "ftp://u:***@h/r"),
-    ("https://h/r.csv?sig=S&se=2030", "https://h/r.csv?sig=***&se=***"),
-    ("s3://bkt/in/rules.csv?X-Amz-Signature=V", "s3://bkt/in/rules.csv?X-Amz-Signature=***"),
+    ("ftp://u:PW@h/r", "ftp://u:<hidden>@h/r"),
+    ("https://h/r.csv?sig=S&se=2030", "https://h/r.csv?sig=<hidden>&se=<hidden>"),
+    ("s3://bkt/in/rules.csv?X-Amz-Signature=V", "s3://bkt/in/rules.csv?X-Amz-Signature=<hidden>"),
     ("error at http://admin:PW@127.0.0.1:9000 while listing",
-     "error at http://admin:***@127.0.0.1:9000 while listing"),
-    ("sc://h:15002/;token=T;user_id=me", "sc://h:15002/;token=***;user_id=***"),
+     "error at http://admin:<hidden>@127.0.0.1:9000 while listing"),
+    ("sc://h:15002/;token=T;user_id=me", "sc://h:15002/;token=<hidden>;user_id=<hidden>"),
     ("'abfss://c@acct.dfs.core.windows.net/x?sv=1&sig=2'",
-     "'abfss://c@acct.dfs.core.windows.net/x?sv=***&sig=***'"),
+     "'abfss://c@acct.dfs.core.windows.net/x?sv=<hidden>&sig=<hidden>'"),
     # nothing secret: globs, hive-style keys and an Azure container@account stay as they are
     ("s3://bkt/part-?.csv", "s3://bkt/part-?.csv"),
     ("s3://bkt/date=2026-12-0?/x=1.csv", "s3://bkt/date=2026-12-0?/x=1.csv"),

@@ -25,15 +25,15 @@ _QUERY = re.compile(r"\?[^/?#=&]*=")
 
 def without_secrets(text: str) -> str:
     """`text` with every URL in it shown without its secrets: a password in its user info
-    (`ftp://u:PW@h` as `ftp://u:***@h`) and the values of its query (`?sig=S` as `?sig=***`;
-    signed URLs carry their credentials there). The one function through which a location's
-    text reaches a message, a log line or a manifest."""
+    (`ftp://u:PW@h` as `ftp://u:<hidden>@h`) and the values of its query (`?sig=S` as
+    `?sig=<hidden>`; signed URLs carry their credentials there). The one function through
+    which a location's text reaches a message, a log line or a manifest."""
 
     def hidden(match: re.Match[str]) -> str:
-        url = _PASSWORD.sub(r"\1:***@", match.group(0))
+        url = _PASSWORD.sub(r"\1:<hidden>@", match.group(0))
         start = _PARAMETERS.search(url)
         return url if start is None else (
-            url[:start.start()] + _VALUE.sub(r"\1***", url[start.start():]))
+            url[:start.start()] + _VALUE.sub(r"\1<hidden>", url[start.start():]))
 
     return _URL.sub(hidden, text)
 

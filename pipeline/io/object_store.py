@@ -117,14 +117,16 @@ def shown_options(configured: Mapping[str, str]) -> dict[str, str]:
 
 def redacted(text: str, configured: Mapping[str, str] | None = None) -> str:
     """`text` without any secret it may quote: values of configured options that are not
-    shown in the manifest, secret environment variables, and signed-URL query values."""
+    shown in the manifest, secret environment variables, and URLs' passwords and query
+    values (`without_secrets`)."""
+    text = without_secrets(text)
     secrets = [value for key, value in (configured or {}).items()
                if shown_options({key: value})[key] == "<hidden>"]
     secrets += [os.environ[name] for name in _SECRET_ENV if os.environ.get(name)]
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= 4:
             text = text.replace(secret, "<hidden>")
-    return without_secrets(_SIGNED_QUERY.sub(r"\1<hidden>", text))
+    return _SIGNED_QUERY.sub(r"\1<hidden>", text)
 
 
 _UNITS = {"ms": 0.001, "msec": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
