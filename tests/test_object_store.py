@@ -1502,3 +1502,33 @@ def test_an_unreachable_gs_store_fails_within_the_retry_bound(
         "snim-batch: error: gs://bucket/rules.csv: "), lines
     assert ("cannot connect to the object store at http://127.0.0.1:" if anonymous
             else "no usable Google credentials were found") in lines[0], lines
+
+
+@pytest.mark.parametrize("store", ["gs", "az"])
+@pytest.mark.parametrize("target", ["rules", "out"])
+def test_a_gs_or_az_endpoint_that_never_answers_fails_within_the_bound(
+        tmp_path: Path, black_hole: str, store: str, target: str) -> None:
+    """pyarrow's GCS and Azure clients take no request timeout: a socket that accepts and
+    never answers held a request 120 s (GCS) or 246 s (Azure). Each request to them now has
+    connect_timeout + timeout + retry_timeout (here 6 s)."""
+    sample = ROOT / "data" / "sample"
+    options = {"timeout": "2s", "connect_timeout": "1s", "retry_timeout": "3s",
+               "max_retries": "1"}
+    if store == "gs":
+        options.update({"gcs_base_url": black_hole, "google_skip_signature": "true"})
+    else:
+        options.update({"azure_endpoint": black_hole, "account_name": "acct",
+                        "account_key": "a2V5"})
+    url = f"{store}://bucket/x"
+    where = {"rules": str(sample / "rules.csv"), "positions": str(sample / "positions.csv"),
+             "out": str(tmp_path / "out")}
+    where[target] = url
+    config = config_file(tmp_path, options, **where)
+    started = time.monotonic()
+    result = run_cli(["run", "--config", str(config)], tmp_path, timeout=120)
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert 6 <= took < 20, took
+    assert result.stderr.strip().splitlines() == [
+        f"snim-batch: error: {url}: the object store at {black_hole} did not answer while "
+        f"{'looking it up' if target == 'rules' else 'listing'} (timeout 2s, 1 retries)"]

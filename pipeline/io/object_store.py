@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -465,6 +466,39 @@ def _endpoint_shown(location: Location) -> str:
     return f" at {redacted(endpoint)}" if endpoint else ""
 
 
+def answered(location: Location, request: Callable[[], Any], doing: str = "reading") -> Any:
+    """request() to the store of `location`; for gs:// and az:// within the bound its
+    options promise (connect_timeout + timeout + retry_timeout), else a StoreError: pyarrow's
+    GCS and Azure clients take no request timeout, and wait minutes on an endpoint that
+    accepts connections and never answers. The request then goes on in a daemon thread,
+    which the process does not wait for."""
+    if location.scheme not in ("gs", "az"):
+        return request()
+    limits = {**CLIENT_DEFAULTS, **{k.lower(): v for k, v in location.options}}
+    bound_s = sum(seconds(limits[name], name)
+                  for name in ("connect_timeout", "timeout", "retry_timeout"))
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, request()))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="store-request", daemon=True).start()
+    if not done.wait(bound_s):
+        raise StoreError(f"{location}: the object store{_endpoint_shown(location)} did not "
+                         f"answer while {doing} (timeout {limits['timeout']}, "
+                         f"{limits['max_retries']} retries)")
+    ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
+
+
 def object_metadata(location: Location, fresh: bool = False) -> dict[str, Any]:
     """size, and the store's etag and version (None where it has none) of one object (within
     a run, as the run's first request for the object found them: `kept`; with `fresh`, as
@@ -473,7 +507,8 @@ def object_metadata(location: Location, fresh: bool = False) -> dict[str, Any]:
     if found is not None:
         return found
     try:
-        with filesystem(location).open_input_file(location.store_path) as handle:
+        with answered(location, lambda: filesystem(location).open_input_file(
+                location.store_path)) as handle:
             return _described(location, handle, keep=not fresh)
     except store_failures() as exc:
         raise _read_error(location, exc) from None
@@ -523,7 +558,8 @@ def read_head(location: Location, count: int, whole: Callable[[int], bool] | Non
     """The first `count` bytes of an object (all of it if `whole` says so of its size), and
     its size."""
     try:
-        with filesystem(location).open_input_file(location.store_path) as handle:
+        with answered(location, lambda: filesystem(location).open_input_file(
+                location.store_path)) as handle:
             size = _described(location, handle)["size"]
             return handle.read(size if whole and whole(size) else count), size
     except store_failures() as exc:
@@ -533,7 +569,8 @@ def read_head(location: Location, count: int, whole: Callable[[int], bool] | Non
 def open_stream(location: Location) -> Any:
     """A sequential pyarrow input stream over one object."""
     try:
-        return filesystem(location).open_input_stream(location.store_path)
+        return answered(location, lambda: filesystem(location).open_input_stream(
+            location.store_path))
     except store_failures() as exc:
         raise _read_error(location, exc) from None
 
@@ -541,7 +578,8 @@ def open_stream(location: Location) -> Any:
 def open_random(location: Location) -> Any:
     """A random-access pyarrow input file over one object (Parquet footers)."""
     try:
-        handle = filesystem(location).open_input_file(location.store_path)
+        handle = answered(location, lambda: filesystem(location).open_input_file(
+            location.store_path))
         _described(location, handle)
         return handle
     except store_failures() as exc:
@@ -554,8 +592,8 @@ def list_below(location: Location) -> list[tuple[str, int, float]]:
     from pyarrow import fs
 
     try:
-        found = filesystem(location).get_file_info(fs.FileSelector(
-            location.store_path, recursive=True, allow_not_found=True))
+        found = answered(location, lambda: filesystem(location).get_file_info(fs.FileSelector(
+            location.store_path, recursive=True, allow_not_found=True)), "listing")
     except store_failures() as exc:
         raise store_error(location, exc, "listing") from None
     start = len(location.bucket) + 1
@@ -571,7 +609,9 @@ def is_object(location: Location) -> bool:
     if not location.key:
         return False
     try:
-        return filesystem(location).get_file_info(location.store_path).type == fs.FileType.File
+        found = answered(location, lambda: filesystem(location).get_file_info(
+            location.store_path), "looking it up")
+        return found.type == fs.FileType.File
     except store_failures() as exc:
         raise store_error(location, exc, "looking it up") from None
 
@@ -581,6 +621,8 @@ def bucket_exists(location: Location) -> bool:
     from pyarrow import fs
 
     try:
-        return filesystem(location).get_file_info(location.bucket).type != fs.FileType.NotFound
+        found = answered(location, lambda: filesystem(location).get_file_info(
+            location.bucket), "looking up its bucket")
+        return found.type != fs.FileType.NotFound
     except store_failures() as exc:
         raise store_error(location, exc, "looking up its bucket") from None
