@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, cut, shown
-from pipeline.io.locations import Location
+from pipeline.io.locations import Location, without_secrets
 from pipeline.io.object_store import checked_options, shown_options
 from pipeline.limits import (
     DEFAULT_PROBE_OPS,
@@ -109,7 +109,16 @@ class Config:
         d = dataclasses.asdict(self)
         d["out"] = str(self.out)
         d["storage_options"] = shown_options(self.storage_options)
+        d["spark"]["remote"] = without_secrets(self.spark.remote)  # sc://h/;token=...
+        d["spark"]["conf"] = {key: "<hidden>" if _SECRET_NAME.search(key)
+                              else without_secrets(value)
+                              for key, value in self.spark.conf.items()}
         return d
+
+
+_SECRET_NAME = re.compile(r"secret|passw|token|credential|signature|(^|[._-])sas|"
+                          r"key($|[._-])", re.IGNORECASE)
+"""Spark settings whose values the manifest hides (fs.s3a.secret.key, ...account.key...)."""
 
 
 _CONNECT_URL = re.compile(r"sc://[^/:;\s]+(:\d{1,5})?(/;[^\s]*)?")

@@ -545,3 +545,28 @@ def test_valid_storage_options_are_kept_with_flags_as_true_or_false(tmp_path: Pa
         "aws_endpoint_url": "http://127.0.0.1:9000", "aws_region": "eu-west-1"}
     code, err = invoke(["run", "--config", config], tmp_path)
     assert code == 0, err
+
+
+def test_the_manifest_shows_no_secret_of_the_config(tmp_path: Path) -> None:
+    """storage_options secrets, an endpoint's or a proxy's password, a Spark Connect token
+    and Spark settings that hold keys: none reaches the manifest a run writes."""
+    inputs(tmp_path)
+    config = write(tmp_path / "config.yaml", BASE + (
+        "storage_options:\n  aws_secret_access_key: SECRET1\n"
+        "  proxy_url: http://u:SECRET2@proxy:3128\n  aws_region: eu-west-1\n"
+        "spark:\n  conf:\n    spark.hadoop.fs.s3a.secret.key: SECRET3\n"
+        "    spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net: SECRET4\n"
+        "    spark.hadoop.fs.s3a.endpoint: http://u:SECRET5@h:9000\n"
+        "    spark.driver.memory: 2g\n"))
+    code, err = invoke(["run", "--config", config, "--verbose"], tmp_path)
+    assert code == 0, err
+    text = (tmp_path / "results" / "out" / "manifest.json").read_text()
+    assert "SECRET" not in text and "SECRET" not in err
+    recorded = json.loads(text)["config"]
+    assert recorded["storage_options"]["aws_region"] == "eu-west-1"
+    assert recorded["spark"]["conf"]["spark.driver.memory"] == "2g"
+    assert recorded["spark"]["conf"]["spark.hadoop.fs.s3a.endpoint"] == \
+        "http://u:<hidden>@h:9000"
+    cfg = load_config(config).override(spark=dataclasses.replace(
+        load_config(config).spark, remote="sc://h:15002/;token=SECRET6;user_id=me"))
+    assert "SECRET" not in json.dumps(cfg.as_dict())

@@ -66,9 +66,8 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 _ENDPOINTS = ("aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint",
-              "azure_endpoint", "azure_storage_endpoint", "gcs_base_url", "google_base_url",
-              "proxy_url")
-"""Options that are the URL of a server."""
+              "azure_endpoint", "azure_storage_endpoint", "gcs_base_url", "google_base_url")
+"""Options that are the URL of a store's server (a proxy's may carry its credentials)."""
 
 
 _SIGNED_QUERY = re.compile(r"((?:sig|X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|"
