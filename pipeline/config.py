@@ -127,8 +127,9 @@ _CONNECT_URL = re.compile(r"sc://[^/:;\s]+(:\d{1,5})?(/;[^\s]*)?")
 def _check_choices(cfg: Config, where: str) -> None:
     remote = cfg.spark.remote
     if remote and not _CONNECT_URL.fullmatch(remote):
+        given = without_secrets(remote.split(";")[0])  # its parameters may hold a token
         raise ConfigError(f"{where} 'spark.remote' must be a Spark Connect URL "
-                          f"sc://HOST:PORT, got {shown(remote)}")
+                          f"sc://HOST:PORT, got {shown(given)}")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"{where} 'engine' must be one of {', '.join(ENGINES)}, "
                           f"got {shown(cfg.engine)}")
