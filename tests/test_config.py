@@ -570,3 +570,12 @@ def test_the_manifest_shows_no_secret_of_the_config(tmp_path: Path) -> None:
     cfg = load_config(config).override(spark=dataclasses.replace(
         load_config(config).spark, remote="sc://h:15002/;token=SECRET6;user_id=me"))
     assert "SECRET" not in json.dumps(cfg.as_dict())
+
+
+@pytest.mark.parametrize("remote", ["sc://h x/;token=SECRET", "sc://u:SECRET@h:1",
+                                    "http://h:1/?token=SECRET"])
+def test_a_bad_spark_remote_is_refused_without_its_token(remote: str) -> None:
+    with pytest.raises(ConfigError, match="must be a Spark Connect URL") as caught:
+        config_from_dict({"rules": "r", "positions": "p", "out": "o",
+                          "spark": {"remote": remote}})
+    assert "SECRET" not in str(caught.value)
