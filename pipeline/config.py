@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError, cut, shown
-from pipeline.io.store.locations import Location
-from pipeline.io.store.object_store import shown_options
+from pipeline.io.store.locations import Location, without_secrets
+from pipeline.io.store.object_store import checked_options, shown_options
 from pipeline.limits import (
     DEFAULT_PROBE_OPS,
     DEFAULT_RULE_OPS,
@@ -109,7 +109,16 @@ class Config:
         d = dataclasses.asdict(self)
         d["out"] = str(self.out)
         d["storage_options"] = shown_options(self.storage_options)
+        d["spark"]["remote"] = without_secrets(self.spark.remote)  # sc://h/;token=...
+        d["spark"]["conf"] = {key: "<hidden>" if _SECRET_NAME.search(key)
+                              else without_secrets(value)
+                              for key, value in self.spark.conf.items()}
         return d
+
+
+_SECRET_NAME = re.compile(r"secret|passw|token|credential|signature|(^|[._-])sas|"
+                          r"key($|[._-])", re.IGNORECASE)
+"""Spark settings whose values the manifest hides (fs.s3a.secret.key, ...account.key...)."""
 
 
 _CONNECT_URL = re.compile(r"sc://[^/:;\s]+(:\d{1,5})?(/;[^\s]*)?")
@@ -118,8 +127,9 @@ _CONNECT_URL = re.compile(r"sc://[^/:;\s]+(:\d{1,5})?(/;[^\s]*)?")
 def _check_choices(cfg: Config, where: str) -> None:
     remote = cfg.spark.remote
     if remote and not _CONNECT_URL.fullmatch(remote):
+        given = without_secrets(remote.split(";")[0])  # its parameters may hold a token
         raise ConfigError(f"{where} 'spark.remote' must be a Spark Connect URL "
-                          f"sc://HOST:PORT, got {shown(remote)}")
+                          f"sc://HOST:PORT, got {shown(given)}")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"{where} 'engine' must be one of {', '.join(ENGINES)}, "
                           f"got {shown(cfg.engine)}")
@@ -361,6 +371,11 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     for key in ("rules", "positions"):
         values[key] = resolve_location(values[key], base)
     values["out"] = resolve_output(values["out"], base)
+    if "storage_options" in values:  # checked whether or not the run reaches a store
+        try:
+            values["storage_options"] = checked_options(values["storage_options"])
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: key {exc}") from None
     cfg = Config(**values)
     _check_choices(cfg, f"{source}: key")
     names = dataclasses.asdict(cfg.columns)

@@ -492,3 +492,90 @@ def test_override_echoes_a_value_shortened() -> None:
         cfg.override(engine="q" * 1000)
     assert str(info.value) == ("option 'engine' must be one of polars, spark, got "
                                f"'{'q' * 27}...{'q' * 28}'")
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ('max_retries: "99999999999999999999"', "max_retries: must be an integer from 0 to 100"),
+    ("max_retries: 99999999999999999999", "max_retries: must be an integer from 0 to 100"),
+    ("max_retries: -1", "max_retries: must be an integer from 0 to 100"),
+    ("max_retries: 101", "max_retries: must be an integer from 0 to 100"),
+    ("max_retries: 2.5", "max_retries: must be an integer from 0 to 100"),
+    ('timeout: "0s"', "timeout: must be between 1ms and 1h"),
+    ("timeout: 0ms", "timeout: must be between 1ms and 1h"),
+    ("connect_timeout: 2h", "connect_timeout: must be between 1ms and 1h"),
+    ("retry_timeout: 100000000h", "retry_timeout: must be between 1ms and 1h"),
+    ("timeout: forever", "timeout: not a duration (forever)"),
+    ("timeout: 30", "timeout: not a duration (30)"),  # object_store refuses a bare number
+    ("timeout: -5s", "timeout: not a duration (-5s)"),
+    ("timeout: 5 parsecs", "timeout: not a duration (5 parsecs)"),
+    ("pool_idle_timeout: soon", "pool_idle_timeout: not a duration"),
+    ("aws_allow_http: maybe", "aws_allow_http: must be true or false"),
+    ("aws_skip_signature: 2", "aws_skip_signature: must be true or false"),
+    ('aws_endpoint_url: "http://admin:PWSECRET@127.0.0.1:9000"',
+     "aws_endpoint_url: http://admin:<hidden>@127.0.0.1:9000: an endpoint URL holds no user name"),
+    ('aws_endpoint_url: "http://h:99999"', "is not a valid URL"),
+    ('endpoint: "minio:9000"', "is not an http:// or https:// URL of a server"),
+    ('gcs_base_url: "http://h:1/?sig=SSECRET"', "takes no query"),
+])
+def test_storage_options_are_checked_at_load_with_no_store_in_use(
+        tmp_path: Path, line: str, said: str) -> None:
+    """Every value is checked when the config is read, even by a run that reaches no store
+    (which would otherwise pass them by, exit 0), and the error names the key; a secret in
+    a value is not shown."""
+    inputs(tmp_path)
+    config = write(tmp_path / "config.yaml", BASE + f"storage_options:\n  {line}\n")
+    with pytest.raises(ConfigError, match="key storage_options.") as caught:
+        load_config(config)
+    assert said in str(caught.value)
+    assert "SECRET" not in str(caught.value)
+    code, err = invoke(["run", "--config", config, "--verbose"], tmp_path)
+    assert code == 2 and said in err and "SECRET" not in err, err
+    assert not (tmp_path / "results").exists()
+
+
+def test_valid_storage_options_are_kept_with_flags_as_true_or_false(tmp_path: Path) -> None:
+    inputs(tmp_path)
+    config = write(tmp_path / "config.yaml", BASE + (
+        "storage_options:\n  timeout: 1m 30s\n  connect_timeout: 500ms\n  max_retries: 0\n"
+        "  retry_timeout: 1h\n  aws_allow_http: yes\n  aws_skip_signature: 'OFF'\n"
+        "  aws_endpoint_url: http://127.0.0.1:9000\n  aws_region: eu-west-1\n"))
+    assert load_config(config).storage_options == {
+        "timeout": "1m 30s", "connect_timeout": "500ms", "max_retries": "0",
+        "retry_timeout": "1h", "aws_allow_http": "true", "aws_skip_signature": "false",
+        "aws_endpoint_url": "http://127.0.0.1:9000", "aws_region": "eu-west-1"}
+    code, err = invoke(["run", "--config", config], tmp_path)
+    assert code == 0, err
+
+
+def test_the_manifest_shows_no_secret_of_the_config(tmp_path: Path) -> None:
+    """storage_options secrets, an endpoint's or a proxy's password, a Spark Connect token
+    and Spark settings that hold keys: none reaches the manifest a run writes."""
+    inputs(tmp_path)
+    config = write(tmp_path / "config.yaml", BASE + (
+        "storage_options:\n  aws_secret_access_key: SECRET1\n"
+        "  proxy_url: http://u:SECRET2@proxy:3128\n  aws_region: eu-west-1\n"
+        "spark:\n  conf:\n    spark.hadoop.fs.s3a.secret.key: SECRET3\n"
+        "    spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net: SECRET4\n"
+        "    spark.hadoop.fs.s3a.endpoint: http://u:SECRET5@h:9000\n"
+        "    spark.driver.memory: 2g\n"))
+    code, err = invoke(["run", "--config", config, "--verbose"], tmp_path)
+    assert code == 0, err
+    text = (tmp_path / "results" / "out" / "manifest.json").read_text()
+    assert "SECRET" not in text and "SECRET" not in err
+    recorded = json.loads(text)["config"]
+    assert recorded["storage_options"]["aws_region"] == "eu-west-1"
+    assert recorded["spark"]["conf"]["spark.driver.memory"] == "2g"
+    assert recorded["spark"]["conf"]["spark.hadoop.fs.s3a.endpoint"] == \
+        "http://u:<hidden>@h:9000"
+    cfg = load_config(config).override(spark=dataclasses.replace(
+        load_config(config).spark, remote="sc://h:15002/;token=SECRET6;user_id=me"))
+    assert "SECRET" not in json.dumps(cfg.as_dict())
+
+
+@pytest.mark.parametrize("remote", ["sc://h x/;token=SECRET", "sc://u:SECRET@h:1",
+                                    "http://h:1/?token=SECRET"])
+def test_a_bad_spark_remote_is_refused_without_its_token(remote: str) -> None:
+    with pytest.raises(ConfigError, match="must be a Spark Connect URL") as caught:
+        config_from_dict({"rules": "r", "positions": "p", "out": "o",
+                          "spark": {"remote": remote}})
+    assert "SECRET" not in str(caught.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,58 @@ def test_file_urls_run_the_job(tmp_path: Path) -> None:
                         (tmp_path / "out").as_uri()], tmp_path)
     assert code == 0, err
     assert (tmp_path / "out" / "verdicts.parquet").is_file()
+
+
+@pytest.mark.parametrize(("text", "shown_as"), [
+    ("ftp://u:PW@h/r", "ftp://u:<hidden>@h/r"),
+    ("https://h/r.csv?sig=S&se=2030", "https://h/r.csv?sig=<hidden>&se=<hidden>"),
+    ("s3://bkt/in/rules.csv?X-Amz-Signature=V", "s3://bkt/in/rules.csv?X-Amz-Signature=<hidden>"),
+    ("error at http://admin:PW@127.0.0.1:9000 while listing",
+     "error at http://admin:<hidden>@127.0.0.1:9000 while listing"),
+    ("sc://h:15002/;token=T;user_id=me", "sc://h:15002/;token=<hidden>;user_id=<hidden>"),
+    ("'abfss://c@acct.dfs.core.windows.net/x?sv=1&sig=2'",
+     "'abfss://c@acct.dfs.core.windows.net/x?sv=<hidden>&sig=<hidden>'"),
+    # nothing secret: globs, hive-style keys and an Azure container@account stay as they are
+    ("s3://bkt/part-?.csv", "s3://bkt/part-?.csv"),
+    ("s3://bkt/date=2026-12-0?/x=1.csv", "s3://bkt/date=2026-12-0?/x=1.csv"),
+    ("abfss://c@acct.dfs.core.windows.net/x", "abfss://c@acct.dfs.core.windows.net/x"),
+])
+def test_urls_are_shown_without_passwords_or_query_values(text: str, shown_as: str) -> None:
+    from pipeline.io.store.locations import without_secrets
+
+    assert without_secrets(text) == shown_as
+
+
+@pytest.mark.parametrize(("text", "secret", "said"), [
+    ("s3://bkt/in/rules.csv?X-Amz-Signature=VSECRET", "VSECRET", "takes no query string"),
+    ("gs://bkt/r.csv?x-goog-signature=VSECRET&x=1", "VSECRET", "takes no query string"),
+    ("https://h/r.csv?sig=SSECRET", "SSECRET", "https:// locations are not supported"),
+    ("ftp://u:PWSECRET@h/r", "PWSECRET", "ftp:// locations are not supported"),
+    ("s3://u:PWSECRET@bkt/in/rules.csv", "PWSECRET", "holds no user name or password"),
+    ("abfss://u:PWSECRET@acct.dfs.core.windows.net/x", "PWSECRET",
+     "holds no user name or password"),
+    ("file://u:PWSECRET@host/x", "PWSECRET", "names a local path"),
+])
+@pytest.mark.parametrize("option", ["--rules", "--positions", "--out"])
+def test_a_url_with_a_password_or_signature_is_refused_without_showing_it(
+        tmp_path: Path, text: str, secret: str, said: str, option: str) -> None:
+    args = {"--rules": str(SAMPLE / "rules.csv"), "--positions": str(SAMPLE / "positions.csv"),
+            "--out": str(tmp_path / "out")}
+    args[option] = text
+    code, err = invoke(["run", *[part for pair in args.items() for part in pair],
+                        "--verbose"], tmp_path)
+    assert code == 2, err
+    assert said in err and secret not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("s3://bkt/a/../y", "a '..' segment"), ("s3://bkt/a/./y", "a '.' segment"),
+    ("s3://bkt/../y", "a '..' segment"), ("gs://bkt/a//y", "an empty segment (//)"),
+    ("az://c/x/..", "a '..' segment"), ("abfss://c@a.dfs.core.windows.net/./x", "a '.' segment"),
+])
+def test_keys_with_dot_or_empty_segments_are_refused(text: str, said: str) -> None:
+    """A store keeps `a/../y` as a key of its own, while clients normalise it (an output's
+    files went to `y/`, its manifest to `a/../y/`): refused, for inputs and outputs alike."""
+    with pytest.raises(UsageError, match=re.escape(said)):
+        Location.parse(text, Path("/base"))

@@ -1319,3 +1319,217 @@ def test_retired_files_leave_out_objects_listed_without_a_time() -> None:
                      seen={f"{run}/verdicts.parquet": 0.0, f"{run}/summary.parquet": 7.5})
     assert target.retired_files() == {f"{run}/summary.parquet": [20, 7.5]}
     assert target.retired() == [run]
+
+
+# ---- secrets in URLs, keys the clients cannot name, bounds of gs:// and az:// ---------------
+
+
+def every_text(result: subprocess.CompletedProcess[str], server=None, out_key: str = "") -> str:
+    """stdout, stderr and, when there is one, the manifest at `out_key`."""
+    texts = [result.stdout, result.stderr]
+    if server is not None and out_key:
+        texts += [v.decode(errors="replace") for v in keys(server, out_key).values()]
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("where", ["environment", "storage_options"])
+def test_an_endpoint_with_a_password_is_refused_without_showing_it(
+        s3, tmp_path: Path, where: str) -> None:
+    """pyarrow's client would take `admin` for the host (and the message blamed DNS for a
+    host that resolves); the password is shown nowhere, --verbose included."""
+    sample = ROOT / "data" / "sample"
+    s3.client().upload_file(str(sample / "rules.csv"), "bkt", "in/rules.csv")
+    endpoint = s3.endpoint.replace("http://", "http://admin:PWSECRET@")
+    env = {**s3.env(), "AWS_ENDPOINT_URL": endpoint}
+    args = ["run", "--rules", "s3://bkt/in/rules.csv", "--positions",
+            str(sample / "positions.csv"), "--out", "s3://bkt/out", "--verbose"]
+    if where == "storage_options":
+        env["AWS_ENDPOINT_URL"] = s3.endpoint
+        config = config_file(tmp_path, {"aws_endpoint_url": endpoint},
+                             rules="s3://bkt/in/rules.csv",
+                             positions=str(sample / "positions.csv"), out="s3://bkt/out")
+        args = ["run", "--config", str(config), "--verbose"]
+    result = run_cli(args, tmp_path, env)
+    assert result.returncode == 2, result.stderr
+    assert "an endpoint URL holds no user name or password" in result.stderr
+    assert "admin:<hidden>@127.0.0.1" in result.stderr
+    assert "PWSECRET" not in every_text(result) and "cannot resolve" not in result.stderr
+    assert names(s3, "out") == []
+
+
+def test_a_host_that_resolves_is_not_blamed_on_dns() -> None:
+    location = object_store.bound(Location.parse("s3://bkt/k", Path("/")), {})
+    resolves = OSError("AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 6, "
+                       "Could not resolve hostname; Details: Could not resolve host: localhost")
+    said = str(object_store.store_error(location, resolves))
+    assert "cannot reach the object store" in said and "cannot resolve" not in said
+    unknown = OSError("curlCode: 6, Could not resolve hostname; Details: Could not resolve "
+                      "host: no-such-host.invalid")
+    assert "cannot resolve the object store's host 'no-such-host.invalid'" in str(
+        object_store.store_error(location, unknown))
+
+
+@pytest.mark.parametrize("rules", ["s3://bkt/in/rules.csv?X-Amz-Signature=VSECRET",
+                                   "s3://bkt/in/rules.csv?x=1&X-Amz-Credential=VSECRET",
+                                   "https://h/r.csv?sig=VSECRET",
+                                   "ftp://u:VSECRET@h/r"])
+def test_signed_urls_and_url_passwords_reach_no_output(s3, tmp_path: Path, rules: str) -> None:
+    sample = ROOT / "data" / "sample"
+    result = run_cli(["run", "--rules", rules, "--positions", str(sample / "positions.csv"),
+                      "--out", "s3://bkt/out", "--verbose"], tmp_path, s3.env())
+    assert result.returncode == 2, result.stderr
+    assert "VSECRET" not in every_text(result, s3, "out") and "<hidden>" in result.stderr
+    assert names(s3, "out") == []
+
+
+@pytest.mark.parametrize("out", ["s3://bkt/a/../y", "s3://bkt/a/./y", "s3://bkt/a//y",
+                                 "s3://bkt/../y"])
+def test_an_output_key_with_dot_segments_is_refused_before_any_upload(
+        s3, tmp_path: Path, out: str) -> None:
+    """The files went to the normalised key, the manifest to the literal one: refused,
+    exit 2, nothing written anywhere in the bucket."""
+    sample = ROOT / "data" / "sample"
+    result = run_cli(["run", "--rules", str(sample / "rules.csv"), "--positions",
+                      str(sample / "positions.csv"), "--out", out], tmp_path, s3.env())
+    assert result.returncode == 2, result.stderr
+    assert "segment" in result.stderr and "name the key without it" in result.stderr
+    assert names(s3) == []
+
+
+def test_keys_with_empty_segments_and_directory_markers_on_a_prefix_read(
+        s3_env, tmp_path: Path) -> None:
+    """Empty markers (`d/`) are prefixes, never inputs; an object with `//` in its key,
+    which no client can read, is named when the read would take it (not pyarrow's "Empty
+    path component"), and is no obstacle to a pattern that does not take it; a marker with
+    content, listed as an object without its '/', is named as a marker."""
+    sample = ROOT / "data" / "sample"
+    client = s3_env.client()
+    body = (sample / "positions.csv").read_bytes()
+    client.put_object(Bucket="bkt", Key="p/a.csv", Body=body)
+    client.put_object(Bucket="bkt", Key="p/d.csv/", Body=b"")
+    client.put_object(Bucket="bkt", Key="p/e/", Body=b"")
+    rules = str(sample / "rules.csv")
+    code, err = invoke(["run", "--rules", rules, "--positions", "s3://bkt/p", "--out",
+                        tmp_path / "one"], tmp_path)
+    assert code == 0, err
+    code, err = invoke(["run", "--rules", rules, "--positions", "s3://bkt/p/*", "--out",
+                        tmp_path / "glob"], tmp_path)
+    assert code == 0, err
+    client.put_object(Bucket="bkt", Key="p/x//b.csv", Body=body)
+    for spec in ("s3://bkt/p", "s3://bkt/p/**/*.csv", "s3://bkt/p/x/**"):
+        code, err = invoke(["run", "--rules", rules, "--positions", spec, "--out",
+                            tmp_path / "two"], tmp_path)
+        assert code == 1, err
+        assert err.strip().splitlines() == [
+            f"snim-batch: error: positions input {spec}: the object s3://bkt/p/x//b.csv has "
+            "an empty segment (//) in its key, which the store clients cannot read; rename "
+            "it, or name the objects to read without it"], err
+    code, err = invoke(["run", "--rules", rules, "--positions", "s3://bkt/p/*.csv", "--out",
+                        tmp_path / "three"], tmp_path)
+    assert code == 0, err
+    client.delete_object(Bucket="bkt", Key="p/x//b.csv")
+    client.put_object(Bucket="bkt", Key="q/d.csv/", Body=b"not empty")
+    code, err = invoke(["run", "--rules", rules, "--positions", "s3://bkt/q", "--out",
+                        tmp_path / "four"], tmp_path)
+    assert code == 1, err
+    assert "s3://bkt/q/d.csv/: a prefix or directory marker (a key ending in '/')" in err
+    assert "internal error" not in err
+
+
+def test_a_zero_timeout_is_refused_before_anything_is_uploaded(s3, tmp_path: Path) -> None:
+    sample = ROOT / "data" / "sample"
+    config = config_file(tmp_path, {**s3.storage_options(), "timeout": "0s"},
+                         rules=str(sample / "rules.csv"),
+                         positions=str(sample / "positions.csv"), out="s3://bkt/out")
+    result = run_cli(["run", "--config", str(config)], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "key storage_options.timeout: must be between 1ms and 1h, got 0s" in result.stderr
+    assert names(s3) == []
+
+
+def test_az_without_credentials_says_how_to_give_them_in_one_line(tmp_path: Path) -> None:
+    """No key, SAS or service principal: pyarrow's DefaultAzureCredential finds none (an
+    ArrowException, not an OSError); without an az command on PATH its Azure CLI probe
+    printed "/bin/sh: 1: az: not found" on our stderr. The store is an endpoint on
+    127.0.0.1 (a closed port): the credentials are looked for before any request."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AZURE_")}
+    env.update({"PYTHONPATH": str(ROOT), "PATH": os.path.dirname(sys.executable)})
+    config = config_file(tmp_path, {"azure_endpoint": f"https://127.0.0.1:{closed_port()}",
+                                    "account_name": "acct"},
+                         rules="az://c/rules.csv", positions="az://c/p.csv",
+                         out=str(tmp_path / "out"))
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--config",
+                             str(config)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert time.monotonic() - started < 60
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "snim-batch: error: az://c/rules.csv: no usable Azure credentials were found: give "
+        "storage_options account_key or sas_token (or AZURE_STORAGE_ACCOUNT_KEY, "
+        "AZURE_STORAGE_SAS_TOKEN), a service principal (AZURE_CLIENT_ID, AZURE_TENANT_ID, "
+        "AZURE_CLIENT_SECRET), or run where a managed identity or `az login` provides them"]
+    env["AZURE_TOKEN_CREDENTIALS"] = "bogus"  # pyarrow's Azure client aborts the process
+    result = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--config",
+                             str(config)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "AZURE_TOKEN_CREDENTIALS: 'bogus' is not one of" in result.stderr or \
+        "AZURE_TOKEN_CREDENTIALS: bogus is not one of" in result.stderr
+
+
+@pytest.mark.parametrize("anonymous", [True, False])
+def test_an_unreachable_gs_store_fails_within_the_retry_bound(
+        tmp_path: Path, anonymous: bool) -> None:
+    """pyarrow's GCS client retried for timeout x attempts (90 s by default; 158-174 s
+    seen); it now retries for retry_timeout. A closed port on 127.0.0.1 as the store's
+    endpoint (gcs_base_url): with skip_signature the request fails to connect, without it
+    the credentials' token cannot be fetched; either way one line, within the bound."""
+    options = {"gcs_base_url": f"http://127.0.0.1:{closed_port()}", "retry_timeout": "3s",
+               "timeout": "2s", "connect_timeout": "1s", "max_retries": "1"}
+    if anonymous:
+        options["google_skip_signature"] = "true"
+    config = config_file(tmp_path, options, rules="gs://bucket/rules.csv",
+                         positions="gs://bucket/p.csv", out=str(tmp_path / "out"))
+    started = time.monotonic()
+    result = run_cli(["run", "--config", str(config)], tmp_path, {
+        "GOOGLE_APPLICATION_CREDENTIALS": "", "GCE_METADATA_HOST": options["gcs_base_url"][7:],
+        "GCE_METADATA_ROOT": options["gcs_base_url"][7:]}, timeout=120)
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert took < 20, took
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "snim-batch: error: gs://bucket/rules.csv: "), lines
+    assert ("cannot connect to the object store at http://127.0.0.1:" if anonymous
+            else "no usable Google credentials were found") in lines[0], lines
+
+
+@pytest.mark.parametrize("store", ["gs", "az"])
+@pytest.mark.parametrize("target", ["rules", "out"])
+def test_a_gs_or_az_endpoint_that_never_answers_fails_within_the_bound(
+        tmp_path: Path, black_hole: str, store: str, target: str) -> None:
+    """pyarrow's GCS and Azure clients take no request timeout: a socket that accepts and
+    never answers held a request 120 s (GCS) or 246 s (Azure). Each request to them now has
+    connect_timeout + timeout + retry_timeout (here 6 s)."""
+    sample = ROOT / "data" / "sample"
+    options = {"timeout": "2s", "connect_timeout": "1s", "retry_timeout": "3s",
+               "max_retries": "1"}
+    if store == "gs":
+        options.update({"gcs_base_url": black_hole, "google_skip_signature": "true"})
+    else:
+        options.update({"azure_endpoint": black_hole, "account_name": "acct",
+                        "account_key": "a2V5"})
+    url = f"{store}://bucket/x"
+    where = {"rules": str(sample / "rules.csv"), "positions": str(sample / "positions.csv"),
+             "out": str(tmp_path / "out")}
+    where[target] = url
+    config = config_file(tmp_path, options, **where)
+    started = time.monotonic()
+    result = run_cli(["run", "--config", str(config)], tmp_path, timeout=120)
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert 6 <= took < 20, took
+    assert result.stderr.strip().splitlines() == [
+        f"snim-batch: error: {url}: the object store at {black_hole} did not answer while "
+        f"{'looking it up' if target == 'rules' else 'listing'} (timeout 2s, 1 retries)"]

@@ -19,6 +19,7 @@ from pipeline.io.store.object_store import (
     is_object,
     list_below,
     store_error,
+    store_failures,
 )
 
 GLOB_CHARS = "*?["
@@ -59,6 +60,10 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[
         if not taken or (owner is not None and owner != spec.key) or _own(key, spec, exclude):
             skipped += 1
             continue
+        if "" in relative or key.endswith("/"):
+            raise InputError(f"{what} input {spec}: the object {spec.at_key(key)} has an "
+                             "empty segment (//) in its key, which the store clients cannot "
+                             "read; rename it, or name the objects to read without it")
         found.append(key)
     if not found:
         if not listed and not bucket_exists(spec):
@@ -158,9 +163,9 @@ def _snim_outputs(root: Location, listed: list[tuple[str, int, float]]) -> list[
         try:
             with filesystem(manifest).open_input_stream(manifest.store_path) as handle:
                 parsed = json.loads(handle.read())
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, ValueError):
-                continue
+        except ValueError:  # not JSON
+            continue
+        except store_failures() as exc:
             raise store_error(manifest, exc) from None
         if written_by_snim(parsed):
             outputs.append(str(PurePosixPath(key).parent))

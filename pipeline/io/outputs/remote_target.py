@@ -100,7 +100,7 @@ def read_manifest(target: Location) -> tuple[dict[str, Any], str | None] | None:
             data = handle.read()
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except object_store.store_failures() as exc:
         problem = object_store.store_error(location, exc, "reading the output's manifest")
         if "no such object" in str(problem):
             return None

@@ -16,6 +16,28 @@ from pipeline.errors import UsageError, shown
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#]*@")
+_PARAMETERS = re.compile(r"\?|/;")  # a query, or Spark Connect's /;token=...
+_VALUE = re.compile(r"([?&;][^=&;/?#\s]*=)[^&;#\s]*")
+_QUERY = re.compile(r"\?[^/?#=&]*=")
+
+
+def without_secrets(text: str) -> str:
+    """`text` with every URL in it shown without its secrets: a password in its user info
+    (`ftp://u:PW@h` as `ftp://u:<hidden>@h`) and the values of its query (`?sig=S` as
+    `?sig=<hidden>`; signed URLs carry their credentials there). The one function through
+    which a location's text reaches a message, a log line or a manifest."""
+
+    def hidden(match: re.Match[str]) -> str:
+        url = _PASSWORD.sub(r"\1:<hidden>@", match.group(0))
+        start = _PARAMETERS.search(url)
+        return url if start is None else (
+            url[:start.start()] + _VALUE.sub(r"\1<hidden>", url[start.start():]))
+
+    return _URL.sub(hidden, text)
+
+
 STORES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az",
           "abfss": "az", "hdfs": "hdfs"}
 """URL scheme -> the store it names (`s3a` is Hadoop's name for S3; `gcs` Google's)."""
@@ -48,28 +70,48 @@ class Location:
         if scheme == "file":
             url = urlparse(text)
             if url.netloc not in ("", "localhost"):
-                raise UsageError(f"{shown(text)}: a file:// URL names a local path "
-                                 "(file:///path), not a host")
+                raise UsageError(f"{shown(without_secrets(text))}: a file:// URL names a "
+                                 "local path (file:///path), not a host")
             return cls("file", Path(unquote(url.path)))
         if scheme not in STORES:
-            raise UsageError(f"{shown(text)}: {scheme}:// locations are not supported (local "
+            raise UsageError(f"{shown(without_secrets(text))}: {scheme}:// locations are not "
+                             "supported (local "
                              "paths, file://, s3:// (s3a://), gs://, az:// and abfs[s]:// URLs "
                              "are)")
         return cls.remote(text)
 
     @classmethod
     def remote(cls, text: str) -> Location:
-        """An object-store URL, taken apart (the scheme is known to be in STORES)."""
+        """An object-store URL, taken apart (the scheme is known to be in STORES). A URL
+        that carries a password or a query string (a signed URL), or a key with an empty,
+        `.` or `..` segment, is refused: the stores' clients would read or write another
+        key than the one named (or none), and credentials go in storage_options or the
+        providers' environment variables."""
         scheme, rest = text.split("://", 1)
         store = STORES[scheme.lower()]
         rest = rest.rstrip("/")
         authority, _, key = rest.partition("/")
+        said = shown(without_secrets(text))
+        if _PASSWORD.match(text) or (store != "az" and "@" in authority):
+            raise UsageError(f"{said}: an object-store URL holds no user name or password; "
+                             "give credentials in storage_options (config.yaml) or the "
+                             "store's environment variables")
+        if _QUERY.search(key):
+            raise UsageError(f"{said}: an object-store URL takes no query string (signed "
+                             f"URLs are not supported); name the object as "
+                             f"{scheme}://BUCKET/KEY and give credentials in storage_options")
+        parts = key.split("/") if key else []
+        odd = next((part for part in parts if part in ("", ".", "..")), None)
+        if odd is not None:
+            segment = "an empty segment (//)" if odd == "" else f"a {odd!r} segment"
+            raise UsageError(f"{said}: the key has {segment}, which object stores do not "
+                             "resolve as a file system does; name the key without it")
         account = ""
         if "@" in authority and store == "az":
             authority, _, host = authority.partition("@")
             account = host.split(".", 1)[0]
         if store != "hdfs" and not authority:
-            raise UsageError(f"{shown(text)}: a {scheme}:// URL names a bucket "
+            raise UsageError(f"{said}: a {scheme}:// URL names a bucket "
                              f"({scheme}://BUCKET/KEY)")
         return cls(store, None, f"{scheme}://{rest}", authority, key, account)
 
