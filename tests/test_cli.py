@@ -741,3 +741,28 @@ def test_an_empty_path_option_is_named(cli, small_job, tmp_path, empty):
     assert (result.exit_code, result.stderr) == (
         2, f"snim-batch: error: --{empty} is empty: give a path or URL\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--spark-remote", "sc://127.0.0.1:99999",
+     "option 'spark.remote' must be a Spark Connect URL sc://HOST[:PORT][/;KEY=VALUE;...]: the "
+     "port must be a number from 1 to 65535, got '99999'; got 'sc://127.0.0.1:99999'"),
+    ("--spark-remote", "sc://u:PW@127.0.0.1:15002/;token=SECRET",
+     "option 'spark.remote' must be a Spark Connect URL sc://HOST[:PORT][/;KEY=VALUE;...]: a "
+     "user or password is not part of a Spark Connect URL (give token=... as a parameter); got "
+     "'sc://***@127.0.0.1:15002/;token=***'"),
+    ("--spark-master", "spark://127.0.0.1:99999",
+     "option 'spark.master' is not a Spark master URL: the port must be a number from 1 to "
+     "65535, got '99999'; got 'spark://127.0.0.1:99999'"),
+    ("--spark-master", "local[0]",
+     "option 'spark.master' is not a Spark master URL: a local master needs at least 1 "
+     "thread; got 'local[0]'"),
+])
+def test_a_bad_spark_url_is_exit_2_before_anything_starts(cli, tmp_path, small_job, flag,
+                                                           value, message):
+    """Checked with the options, before Spark or a reader starts: exit 2, one line."""
+    result = cli(*RUN_FLAGS, "--engine", "spark", flag, value)
+    no_traceback(result)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [f"snim-batch: error: {message}"]
+    assert not (tmp_path / "out").exists()
