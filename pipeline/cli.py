@@ -6,6 +6,7 @@ This is the only module that imports typer; it and `pipeline.terminal` alone pri
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import re
 import signal
@@ -160,6 +161,14 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
         signum = exc.signum if isinstance(exc, Stopped) else None
         _say_stopped(signum)
         raise typer.Exit(128 + (signum or signal.SIGINT))
+    if isinstance(exc, MemoryError):  # staging was removed on the way here
+        _err("error: out of memory; nothing was written (give the process more memory, or "
+             "the job less work at once)")
+        raise typer.Exit(EXIT_FAILED)
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # one no check foresaw
+        _err(f"error: {shown(exc.filename or '', 120)}: a name in this path is too long for "
+             "the file system; nothing was written")
+        raise typer.Exit(EXIT_FAILED)
     _err(f"internal error: {type(exc).__name__}: {exc} (nothing was written; rerun with "
          "--verbose for details and report it)")
     if verbose:

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from pipeline.errors import OutputError, UsageError, shown
 from pipeline.io.commit import remove_dead_staging
+from pipeline.io.failures import FILES_DEPTH, PID_WIDTH, refuse_long_names
 
 CHUNK = 1_000_000
 MAX_VALUE = 2**63 - 2  # heaps are drawn from 0..MAX_HEAP, an int64 range with room for +1
@@ -165,6 +166,10 @@ def generate(out: Path, spec: Spec) -> list[Path]:
 
     Positions are split over `spec.file_count()` files of as equal a row count as possible."""
     spec.check()
+    refuse_long_names(out, "--out")
+    if not out.is_dir():
+        refuse_long_names(out, "--out", "its staging directory .NAME.generating-PID",
+                          len("..generating-") + PID_WIDTH, FILES_DEPTH)
     try:
         if out.is_dir():  # a killed call's staging inside it (its process gone) is no content
             remove_dead_staging(out, re.compile(r"\.generating-(\d+)"))

@@ -20,7 +20,15 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.errors import OutputError
-from pipeline.io.failures import WriteFailure, failure, write_cause, writing
+from pipeline.io.failures import (
+    FILES_DEPTH,
+    PID_WIDTH,
+    WriteFailure,
+    failure,
+    refuse_long_names,
+    write_cause,
+    writing,
+)
 from pipeline.io.manifest import MANIFEST, ownership_problem
 
 log = logging.getLogger(__name__)
@@ -323,10 +331,13 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     `.NAME.partial-PID-RUN` directory, cleaned up by the next run. `notify` gets what the
     user should know though the run succeeded (an old output kept aside).
     """
+    refuse_long_names(out, "--out")
     target = output_target(out)
     shown = _output_shown(out, target)
     if not target.name:
         raise OutputError(f"{shown}: the root directory cannot be an output")
+    refuse_long_names(target, "--out", "its staging directory .NAME.partial-PID-RUN",
+                      len("..partial--") + PID_WIDTH + len(run_id), FILES_DEPTH)
     for notice in _remove_stale_staging(target):
         notify(notice)
     _target_state(target, overwrite, shown)
