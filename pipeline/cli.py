@@ -28,6 +28,16 @@ from pipeline.errors import (
     UsageError,
     shown,
 )
+from pipeline.limits import (
+    MAX_ALL_HEAPS,
+    MAX_ALL_MOVES,
+    MAX_FILES,
+    MAX_HEAPS,
+    MAX_MOVES_PER_SET,
+    MAX_POSITIONS,
+    MAX_RULE_SETS,
+    MAX_SHUFFLED_ROWS,
+)
 from pipeline.terminal import (
     QUIET_THREAD_POOLS,
     STOPPED_BY,
@@ -463,15 +473,19 @@ def generate(
     out: Annotated[Path, typer.Option(
         help="A new or empty directory for rules.* and positions/part-* (written beside it, "
              "then renamed in whole).")],
-    positions: Annotated[int, typer.Option(min=0, help="Number of positions.")] = 100_000,
-    rule_sets: Annotated[int, typer.Option(min=1, help="Number of rule sets.")] = 100,
+    positions: Annotated[int, typer.Option(
+        min=0, max=MAX_POSITIONS, help="Number of positions (positions x heaps at most "
+        f"{MAX_ALL_HEAPS:,}; shuffled, at most {MAX_SHUFFLED_ROWS:,} rows).")] = 100_000,
+    rule_sets: Annotated[int, typer.Option(
+        min=1, max=MAX_RULE_SETS, help="Number of rule sets (rule sets x moves per set at "
+        f"most {MAX_ALL_MOVES:,}).")] = 100,
     max_heap: Annotated[int, typer.Option(min=1, help="Heaps are uniform in 0..MAX_HEAP.")]
     = 10_000,
     moves_per_set: Annotated[int, typer.Option(
-        min=1, help="Each S has 1..MOVES_PER_SET moves.")] = 10,
+        min=1, max=MAX_MOVES_PER_SET, help="Each S has 1..MOVES_PER_SET moves.")] = 10,
     max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE "
                                           "(0: up to MAX_HEAP).")] = 0,
-    heaps: Annotated[int, typer.Option(min=0, help="Heaps per position.")] = 5,
+    heaps: Annotated[int, typer.Option(min=0, max=MAX_HEAPS, help="Heaps per position.")] = 5,
     form: Annotated[Form, typer.Option(parser=_choice(Form), help="Positions form.")]
     = Form.wide,
     format: Annotated[Format, typer.Option("--format", parser=_choice(Format),
@@ -484,7 +498,7 @@ def generate(
         help="Rows in random order (long form: a position's heaps scatter).")]
     = False,
     files: Annotated[int, typer.Option(
-        min=0, help="Position files (0: one per million positions).")] = 0,
+        min=0, max=MAX_FILES, help="Position files (0: one per million positions).")] = 0,
 ) -> None:
     """Write a seeded synthetic dataset for benchmarks and tests.
 
