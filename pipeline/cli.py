@@ -344,10 +344,10 @@ def history(
 
 
 def _parse_moves(text: str):
-    from pipeline.transforms.lists import parse_int_list
+    from pipeline.transforms.lists import MAX_MOVES, parse_int_list
 
     try:
-        return parse_int_list(text, allow_ranges=True, item="move")
+        return parse_int_list(text, allow_ranges=True, item="move", most=MAX_MOVES)
     except ValueError as exc:
         raise UsageError(f"--moves: {exc}") from None
 

@@ -2122,3 +2122,47 @@ def test_a_list_type_that_cannot_hold_heaps_is_one_line(tmp_path: Path, column: 
     assert got.stderr.startswith(f"snim-batch: error: {positions}: {says}"), got.stderr
     assert got.stderr.count("\n") == 1, got.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.parquet", "rules.csv"]
+
+
+# ---- the size of a moves cell (issue 33) -----------------------------------------------------
+
+
+def test_a_moves_cell_holds_at_most_a_million_values(tmp_path: Path) -> None:
+    """README: at most 1,000,000 values a moves cell, counted as written (a range by each of
+    its values). Exactly that many is a rule; one more is a rejected row saying why, in CSV
+    (one range, two ranges, a range and a value) and in Parquet alike."""
+    million = list(range(1, 1_000_001))
+    (tmp_path / "rules.csv").write_text(
+        "rule_set_id,kind,moves\n"
+        "1,subtraction,1..1000000\n"
+        "2,subtraction,1..1000000 1000001\n"
+        "3,subtraction,1..500000 500001..1000001\n"
+        "4,subtraction,\"1..999999,5\"\n"
+        "5,subtraction,1..500000 1..500001\n")
+    pq.write_table(pa.table({"rule_set_id": [6, 7], "kind": ["subtraction"] * 2,
+                             "moves": [million, million + [1_000_001]]}),
+                   tmp_path / "rules.parquet")
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for name in ("rules.csv", "rules.parquet"):
+        (tmp_path / name).rename(rules / name)
+    (tmp_path / "positions.csv").write_text(
+        "rule_set_id,position_id,heaps\n" + "".join(f"{r},{r},3\n" for r in range(1, 8)))
+    out = tmp_path / "out"
+    got = invoke(job_args(rules, tmp_path / "positions.csv", out), tmp_path)
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    done = read_out(out)
+    assert sorted(done["verdicts"]["rule_set_id"].to_list()) == [1, 4, 6]
+    reasons = {(Path(s).name, r): why for s, r, why in done["rejects"].filter(
+        pl.col("table") == "rules").select("source", "row", "reason").iter_rows()}
+    assert reasons == {
+        ("rules.csv", 1): "more than 1,000,000 moves in '1..1000000 1000001'",
+        ("rules.csv", 2): "more than 1,000,000 moves in '1..500000 500001..1000001'",
+        ("rules.csv", 4): "more than 1,000,000 moves in '1..500000 1..500001'",
+        ("rules.parquet", 1): "more than 1,000,000 moves (1,000,001)",
+    }
+    grundy = invoke(["grundy", "--moves", "1..1000000 7", "--upto", "3"], tmp_path)
+    grundy.assert_no_crash()
+    assert (grundy.code, grundy.stderr) == (
+        2, "snim-batch: error: --moves: more than 1,000,000 moves in '1..1000000 7'\n")

@@ -132,6 +132,14 @@ def _views(schema: pa.Schema, path: Source) -> list[str]:
     return views
 
 
+def as_read(schema: pa.Schema, path: Source) -> pa.Schema:
+    """A Parquet file's Arrow schema as its rows are read: list views as large lists
+    (`_views`: the InputError for one that cannot be read)."""
+    views = _views(schema, path)
+    return pa.schema([pa.field(f.name, pa.large_list(f.type.value_field))
+                      if f.name in views else f for f in schema]) if views else schema
+
+
 def _as_list(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A list view column as the large list of the same values (pyarrow's own cast gets
     null entries wrong)."""
@@ -193,9 +201,7 @@ def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _parquet_error(file.path, exc) from None
     views = _views(schema, file.path)
-    if views:
-        schema = pa.schema([pa.field(f.name, pa.large_list(f.type.value_field))
-                            if f.name in views else f for f in schema])
+    schema = as_read(schema, file.path)
     start = 0
     try:
         for frame in (_arrow_batches(file.path, views, 0, None, batch_rows) if views else

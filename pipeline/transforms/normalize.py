@@ -14,6 +14,7 @@ from pipeline.grundy import KINDS, MAX_HEAP, Rule, canonical_rule
 from pipeline.keys import key_column
 from pipeline.transforms.buffers import list_chunks
 from pipeline.transforms.lists import (
+    MAX_MOVES,
     as_list,
     explain_heap_text,
     explain_heaps,
@@ -70,9 +71,11 @@ def _rule_of(rid: object, kind: str | None, moves: str | list[int | None] | None
         return "rule_set_id", "rule_set_id is empty", None
     if isinstance(moves, str):
         try:
-            moves = parse_int_list(moves, allow_ranges=True, item="move")
+            moves = parse_int_list(moves, allow_ranges=True, item="move", most=MAX_MOVES)
         except ValueError as exc:
             return "moves", str(exc), None
+    elif moves is not None and len(moves) > MAX_MOVES:
+        return "moves", f"more than {MAX_MOVES:,} moves ({len(moves):,})", None
     elif moves is not None and None in moves:
         return "moves", f"move at index {moves.index(None)} is null", None
     try:
