@@ -111,6 +111,7 @@ class Config:
         d = dataclasses.asdict(self)
         d["out"] = str(self.out)
         d["storage_options"] = shown_options(self.storage_options)
+        d["spark"]["remote"] = hidden_remote(self.spark.remote)
         return d
 
 

@@ -303,12 +303,14 @@ CASES = [
          "moves", r"moves are given for a nim rule, whose moves are fixed", rule_id=7),
     Case("rules-half-with-moves", "rules", "7, Half ,3", _rule(7, "half", [3]), (7, None),
          "moves", r"moves are given for a half rule", rule_id=7),
-    # not errors: duplicate moves are normalised; the same rule twice is the same rule
-    Case("rules-duplicate-moves-normalised", "rules", "7,,5 2 2 5", _rule(7, None, [5, 2, 2, 5]),
-         (7, None), None, "", exit=0),
+    # the key is unique: the same rule given twice is refused as different ones are
     Case("rules-same-rule-twice", "rules", '1,subtraction,"5,2,2"', _rule(1, "subtraction",
                                                                           [5, 2, 2]),
-         (1, None), None, "", exit=0),
+         (1, None), "rule_set_id", r"rule_set_id 1 is given 2 times, and a rule_set_id is "
+         r"unique \(.* row 0; .* row \d+\)", rule_id=1),
+    # not an error: duplicate moves are normalised
+    Case("rules-duplicate-moves-normalised", "rules", "7,,5 2 2 5", _rule(7, None, [5, 2, 2, 5]),
+         (7, None), None, "", exit=0),
     # -- positions ----------------------------------------------------------------------------
     Case("positions-null-rule_set_id", "positions", ",9,5", _pos(None, 9, [5]), (None, 9),
          "rule_set_id", r"rule_set_id.*(empty|null|missing)"),

@@ -545,6 +545,13 @@ def test_a_bad_spark_connect_url_is_named_without_its_secrets(tmp_path: Path, ur
         assert secret not in message.split("; got ")[1], message
 
 
+def test_a_spark_connect_token_is_not_recorded() -> None:
+    cfg = config_from_dict({"rules": "r", "positions": "p", "out": "o", "spark": {
+        "remote": "sc://h:443/;token=SECRET;use_ssl=true"}})
+    assert cfg.spark.remote == "sc://h:443/;token=SECRET;use_ssl=true"
+    assert cfg.as_dict()["spark"]["remote"] == "sc://h:443/;token=***;use_ssl=***"
+
+
 @pytest.mark.parametrize("master", [
     "local", "local[*]", "local[4]", "local[2,3]", "local[*, 4]", "local-cluster[2,1,1024]",
     "spark://127.0.0.1:7077", "spark://h1:7077,h2:7078", "yarn", "k8s://https://h:6443",

@@ -313,3 +313,26 @@ def test_memory_does_not_grow_with_the_size_of_a_file(tmp_path: Path) -> None:
     5M rows, 811 MiB for 20M)."""
     small, large = _peak_rss_mib(tmp_path, 1_000_000), _peak_rss_mib(tmp_path, 4_000_000)
     assert large < small * 1.3, (small, large)
+
+
+def test_out_of_memory_is_one_line_exit_1_and_leaves_nothing(tmp_path: Path) -> None:
+    """A process whose address space is full (RLIMIT_AS, set 64 MiB above what it maps once
+    warmed up) cannot draw a chunk of 10 million heaps: one line, exit 1, no staging left
+    (it was `internal error: MemoryError`)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, resource, sys\nfrom pathlib import Path\n"
+        "from pipeline.cli import main\nfrom pipeline.generate import Spec, generate\n"
+        "generate(Path('warm'), Spec(10))  # thread pools started, writers loaded\n"
+        "size = int(open('/proc/self/statm').read().split()[0]) * os.sysconf('SC_PAGE_SIZE')\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (size + (64 << 20),) * 2)\n"
+        "sys.argv = ['snim-batch', 'generate', '--out', 'big', '--positions', '1000000', "
+        "'--heaps', '10']\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert (done.returncode, done.stderr) == (
+        1, "snim-batch: error: out of memory; nothing was written (give the process more "
+           "memory, or the job less work at once)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["warm"]
