@@ -2168,3 +2168,39 @@ def test_a_moves_cell_holds_at_most_a_million_values(tmp_path: Path) -> None:
     grundy.assert_no_crash()
     assert (grundy.code, grundy.stderr) == (
         2, "snim-batch: error: --moves: more than 1,000,000 moves in '1..1000000 7'\n")
+
+
+def test_a_rule_set_id_given_twice_with_the_same_rule_is_rejected_everywhere(
+        tmp_path: Path) -> None:
+    """The key is unique (README): copies of one rule, in one file or in two (CSV and
+    Parquet, written differently: "5,2,2" is {2, 5}), are rejected on every row as copies of
+    different rules are, and so are the positions of that rule set; other rule sets are
+    evaluated."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "a.csv").write_text("rule_set_id,kind,moves\n1,,2 5\n2,nim,\n3,,1\n3,,1\n3,,1\n")
+    pq.write_table(pa.table({"rule_set_id": [1], "kind": ["subtraction"], "moves": [[5, 2, 2]]}),
+                   rules / "b.parquet")
+    (tmp_path / "positions.csv").write_text(
+        "rule_set_id,position_id,heaps\n1,0,3\n2,1,3\n3,2,3\n")
+    out = tmp_path / "out"
+    got = invoke(job_args(rules, tmp_path / "positions.csv", out), tmp_path)
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    done = read_out(out)
+    assert done["verdicts"]["rule_set_id"].to_list() == [2]
+    a, b = rules / "a.csv", rules / "b.parquet"
+    one = f"rule_set_id 1 is given 2 times, and a rule_set_id is unique ({a} row 0; {b} row 0)"
+    three = (f"rule_set_id 3 is given 3 times, and a rule_set_id is unique ({a} row 2; {a} row "
+             f"3; {a} row 4)")
+    assert sorted(done["rejects"].select("table", "source", "row", "column", "reason")
+                  .iter_rows()) == [
+        ("positions", str(tmp_path / "positions.csv"), 0, "rule_set_id",
+         f"rule set 1 is invalid: {one}"),
+        ("positions", str(tmp_path / "positions.csv"), 2, "rule_set_id",
+         f"rule set 3 is invalid: {three}"),
+        ("rules", str(a), 0, "rule_set_id", one),
+        ("rules", str(a), 2, "rule_set_id", three),
+        ("rules", str(a), 3, "rule_set_id", three),
+        ("rules", str(a), 4, "rule_set_id", three),
+        ("rules", str(b), 0, "rule_set_id", one)]
