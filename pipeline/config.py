@@ -138,7 +138,8 @@ def hidden_remote(url: str) -> str:
     """An sc:// URL for a message: a user or password in it and its parameters' values (a
     token) hidden."""
     hidden = re.sub(r"^([a-z]*://)[^/;@]*@", r"\1***@", url)
-    return re.sub(r"(;[^;=]*=)[^;]*", r"\1***", hidden)
+    return re.sub(r";([^;=]*)(=[^;]*)?",
+                  lambda m: f";{m.group(1)}=***" if m.group(2) is not None else ";***", hidden)
 
 
 def remote_problem(url: str) -> str | None:
@@ -171,9 +172,12 @@ def remote_problem(url: str) -> str | None:
     seen: set[str] = set()
     for part in params.split(";"):
         key, equals, value = part.partition("=")
-        if not key or not equals or "=" in value:
-            return (f"the parameter {shown(cut(key, 40))} must be given as KEY=VALUE, with one "
-                    "=" if key else "a parameter is empty or has no name (;;, or ;=)")
+        if not key:
+            return "a parameter is empty or has no name (;;, or ;=)"
+        if not equals:  # not echoed: it may be a token given without its name
+            return "a parameter must be given as KEY=VALUE"
+        if "=" in value:
+            return f"the parameter {shown(cut(key, 40))} must be given as KEY=VALUE, with one ="
         if not _METADATA_KEY.fullmatch(key):
             return (f"the parameter name {shown(cut(key, 40))} must be lowercase letters, "
                     "digits, _, . or -")

@@ -511,7 +511,9 @@ def test_spark_connect_urls_the_client_takes(url: str) -> None:
     ("sc://ex ample", "the host 'ex ample' is not a host name or an IP address", None),
     ("sc://h:1/x", "a Spark Connect URL has no path (parameters follow /;)", None),
     ("sc://h;token=T", "parameters follow /; after the host and port", "'sc://h;token=***'"),
-    ("sc://h/;use_ssl", "the parameter 'use_ssl' must be given as KEY=VALUE, with one =", None),
+    ("sc://h/;SECRET", "a parameter must be given as KEY=VALUE", "'sc://h/;***'"),
+    ("sc://h/;token=a=b", "the parameter 'token' must be given as KEY=VALUE, with one =",
+     "'sc://h/;token=***'"),
     ("sc://h/;;", "a parameter is empty or has no name (;;, or ;=)", None),
     ("sc://h/;use_ssl=yes", "the parameter 'use_ssl' must be true or false", None),
     ("sc://h/;grpc_keepalive_time_ms=x",
@@ -541,7 +543,7 @@ def test_a_bad_spark_connect_url_is_named_without_its_secrets(tmp_path: Path, ur
                               f"sc://HOST[:PORT][/;KEY=VALUE;...]: {problem}; got "), message
     if echoed is not None:
         assert message.endswith(f"; got {echoed}"), message
-    for secret in ("PW", "S1", "S2", "=T"):
+    for secret in ("PW", "S1", "S2", "=T", "SECRET", "a=b"):
         assert secret not in message.split("; got ")[1], message
 
 
