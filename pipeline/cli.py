@@ -6,6 +6,7 @@ This is the only module that imports typer; it and `pipeline.terminal` alone pri
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import re
 import signal
@@ -26,6 +27,16 @@ from pipeline.errors import (
     Stopped,
     UsageError,
     shown,
+)
+from pipeline.limits import (
+    MAX_ALL_HEAPS,
+    MAX_ALL_MOVES,
+    MAX_FILES,
+    MAX_HEAPS,
+    MAX_MOVES_PER_SET,
+    MAX_POSITIONS,
+    MAX_RULE_SETS,
+    MAX_SHUFFLED_ROWS,
 )
 from pipeline.terminal import (
     QUIET_THREAD_POOLS,
@@ -160,6 +171,14 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
         signum = exc.signum if isinstance(exc, Stopped) else None
         _say_stopped(signum)
         raise typer.Exit(128 + (signum or signal.SIGINT))
+    if isinstance(exc, MemoryError):  # staging was removed on the way here
+        _err("error: out of memory; nothing was written (give the process more memory, or "
+             "the job less work at once)")
+        raise typer.Exit(EXIT_FAILED)
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # one no check foresaw
+        _err(f"error: {shown(exc.filename or '', 120)}: a name in this path is too long for "
+             "the file system; nothing was written")
+        raise typer.Exit(EXIT_FAILED)
     _err(f"internal error: {type(exc).__name__}: {exc} (nothing was written; rerun with "
          "--verbose for details and report it)")
     if verbose:
@@ -339,10 +358,10 @@ def history(
 
 
 def _parse_moves(text: str):
-    from pipeline.transforms.lists import parse_int_list
+    from pipeline.transforms.lists import MAX_MOVES, parse_int_list
 
     try:
-        return parse_int_list(text, allow_ranges=True, item="move")
+        return parse_int_list(text, allow_ranges=True, item="move", most=MAX_MOVES)
     except ValueError as exc:
         raise UsageError(f"--moves: {exc}") from None
 
@@ -468,15 +487,19 @@ def generate(
     out: Annotated[Path, typer.Option(
         help="A new or empty directory for rules.* and positions/part-* (written beside it, "
              "then renamed in whole).")],
-    positions: Annotated[int, typer.Option(min=0, help="Number of positions.")] = 100_000,
-    rule_sets: Annotated[int, typer.Option(min=1, help="Number of rule sets.")] = 100,
+    positions: Annotated[int, typer.Option(
+        min=0, max=MAX_POSITIONS, help="Number of positions (positions x heaps at most "
+        f"{MAX_ALL_HEAPS:,}; shuffled, at most {MAX_SHUFFLED_ROWS:,} rows).")] = 100_000,
+    rule_sets: Annotated[int, typer.Option(
+        min=1, max=MAX_RULE_SETS, help="Number of rule sets (rule sets x moves per set at "
+        f"most {MAX_ALL_MOVES:,}).")] = 100,
     max_heap: Annotated[int, typer.Option(min=1, help="Heaps are uniform in 0..MAX_HEAP.")]
     = 10_000,
     moves_per_set: Annotated[int, typer.Option(
-        min=1, help="Each S has 1..MOVES_PER_SET moves.")] = 10,
+        min=1, max=MAX_MOVES_PER_SET, help="Each S has 1..MOVES_PER_SET moves.")] = 10,
     max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE "
                                           "(0: up to MAX_HEAP).")] = 0,
-    heaps: Annotated[int, typer.Option(min=0, help="Heaps per position.")] = 5,
+    heaps: Annotated[int, typer.Option(min=0, max=MAX_HEAPS, help="Heaps per position.")] = 5,
     form: Annotated[Form, typer.Option(parser=_choice(Form), help="Positions form.")]
     = Form.wide,
     format: Annotated[Format, typer.Option("--format", parser=_choice(Format),
@@ -489,7 +512,7 @@ def generate(
         help="Rows in random order (long form: a position's heaps scatter).")]
     = False,
     files: Annotated[int, typer.Option(
-        min=0, help="Position files (0: one per million positions).")] = 0,
+        min=0, max=MAX_FILES, help="Position files (0: one per million positions).")] = 0,
 ) -> None:
     """Write a seeded synthetic dataset for benchmarks and tests.
 

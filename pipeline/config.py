@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import yaml
 
@@ -109,7 +111,7 @@ class Config:
         d = dataclasses.asdict(self)
         d["out"] = str(self.out)
         d["storage_options"] = shown_options(self.storage_options)
-        d["spark"]["remote"] = without_secrets(self.spark.remote)  # sc://h/;token=...
+        d["spark"]["remote"] = hidden_remote(self.spark.remote)  # sc://h/;token=...
         d["spark"]["conf"] = {key: "<hidden>" if _SECRET_NAME.search(key)
                               else without_secrets(value)
                               for key, value in self.spark.conf.items()}
@@ -121,15 +123,134 @@ _SECRET_NAME = re.compile(r"secret|passw|token|credential|signature|(^|[._-])sas
 """Spark settings whose values the manifest hides (fs.s3a.secret.key, ...account.key...)."""
 
 
-_CONNECT_URL = re.compile(r"sc://[^/:;\s]+(:\d{1,5})?(/;[^\s]*)?")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9_-]*"
+                   r"[A-Za-z0-9])?)*\.?|\[[0-9A-Fa-f:.]+\]")
+_CONNECT_URL = re.compile(r"sc://(?P<host>[^/:;?#@\[\]]*|\[[^\]]*\])(?::(?P<port>[^/;@?#]*))?"
+                          r"(?P<path>/[^;?#]*)?(?:;(?P<params>[^/?#]*))?")
+_METADATA_KEY = re.compile(r"[a-z0-9_.-]+")  # a gRPC metadata key: other parameters are sent so
+_CONNECT_BOOLS = ("use_ssl", "grpc_keepalive_enabled", "grpc_keepalive_without_calls")
+_CONNECT_MILLIS = ("grpc_keepalive_time_ms", "grpc_keepalive_timeout_ms")
+MAX_USER_AGENT = 2048  # the Spark Connect client's own limit, in URL-escaped characters
+_LOCAL_MASTER = re.compile(r"local(\[\s*([0-9]+|\*)\s*(,\s*[0-9]+\s*)?\])?|local-cluster\[\s*"
+                           r"[0-9]+\s*,\s*[0-9]+\s*,\s*[0-9]+\s*\]")
+_OTHER_MASTER = re.compile(r"yarn|k8s://\S+|[a-z][a-z0-9+.-]*://\S+")  # and cluster managers'
+
+
+def _port_problem(port: str) -> str | None:
+    if not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
+        return f"the port must be a number from 1 to 65535, got {shown(cut(port, 20))}"
+    return None
+
+
+def hidden_remote(url: str) -> str:
+    """An sc:// URL for a message: a user or password in it and its parameters' values (a
+    token) hidden."""
+    hidden = re.sub(r"^([a-z]*://)[^/;@]*@", r"\1<hidden>@", without_secrets(url))
+    return re.sub(r";([^;=]*)(=[^;]*)?", lambda m: f";{m.group(1)}=<hidden>"
+                  if m.group(2) is not None else ";<hidden>", hidden)
+
+
+def remote_problem(url: str) -> str | None:
+    """What is wrong with a Spark Connect URL, sc://HOST[:PORT][/;KEY=VALUE;...] (None: it
+    is right), checked as the client will read it, so that a bad one is a usage error before
+    anything starts, not the client's failure later."""
+    if not url.startswith("sc://"):
+        return "it must start with sc://"
+    found = _CONNECT_URL.fullmatch(url)
+    if found is None:
+        if "@" in url.split(";")[0]:
+            return ("a user or password is not part of a Spark Connect URL (give token=... "
+                    "as a parameter)")
+        if re.search(r"[?#]", url):
+            return "it has no query (?) or fragment (#)"
+        return "it is not of the form sc://HOST[:PORT][/;KEY=VALUE;...]"
+    host, port, path, params = found.group("host", "port", "path", "params")
+    if not host:
+        return "the host is missing"
+    if not _HOST.fullmatch(host) or len(host) > 253:
+        return f"the host {shown(cut(host, 40))} is not a host name or an IP address"
+    if port is not None and (problem := _port_problem(port)):
+        return problem
+    if path not in (None, "/"):
+        return "a Spark Connect URL has no path (parameters follow /;)"
+    if params is None:
+        return None
+    if path is None:
+        return "parameters follow /; after the host and port"
+    seen: set[str] = set()
+    for part in params.split(";"):
+        key, equals, value = part.partition("=")
+        if not key:
+            return "a parameter is empty or has no name (;;, or ;=)"
+        if not equals:  # not echoed: it may be a token given without its name
+            return "a parameter must be given as KEY=VALUE"
+        if "=" in value:
+            return f"the parameter {shown(cut(key, 40))} must be given as KEY=VALUE, with one ="
+        if not _METADATA_KEY.fullmatch(key):
+            return (f"the parameter name {shown(cut(key, 40))} must be lowercase letters, "
+                    "digits, _, . or -")
+        if key in seen:
+            return f"the parameter {key!r} is given twice"
+        seen.add(key)
+        value = unquote(value)
+        if not value.isprintable() or not value.isascii():
+            return f"the parameter {key!r} must be printable ASCII text (URL-escaped)"
+        if key in _CONNECT_BOOLS and value.lower() not in ("true", "false"):
+            return f"the parameter {key!r} must be true or false"
+        if key in _CONNECT_MILLIS and not (value.isdigit() and 1 <= int(value) <= 2**31 - 1):
+            return f"the parameter {key!r} must be milliseconds from 1 to {2**31 - 1}"
+        if key == "session_id" and not _uuid4(value):
+            return "the parameter 'session_id' must be a UUID (version 4)"
+        if key == "user_agent" and len(quote(value)) > MAX_USER_AGENT:
+            return (f"the parameter 'user_agent' must be at most {MAX_USER_AGENT} characters "
+                    "once URL-escaped")
+    return None
+
+
+def _uuid4(text: str) -> bool:
+    try:
+        return uuid.UUID(text).version == 4
+    except ValueError:
+        return False
+
+
+def master_problem(master: str) -> str | None:
+    """What is wrong with a Spark master URL (None: nothing Spark's own parser refuses
+    before starting): local, local[N], local[*], local[N,F], local-cluster[N,C,M],
+    spark://HOST:PORT[,HOST:PORT...], yarn, k8s://..., or a cluster manager's SCHEME://..."""
+    if master != master.strip() or not master:
+        return "it is empty or has spaces around it"
+    if master.startswith("local"):
+        found = _LOCAL_MASTER.fullmatch(master)
+        if found is None:
+            return "a local master is local, local[N], local[*], local[N,F] or local-cluster[N,C,M]"
+        if found.group(2) is not None and found.group(2) != "*" and int(found.group(2)) < 1:
+            return "a local master needs at least 1 thread"
+        return None
+    if master.startswith("spark://"):
+        for address in master[len("spark://"):].split(","):
+            host, colon, port = address.rpartition(":")
+            if not colon or not host or not _HOST.fullmatch(host):
+                return ("a standalone master is spark://HOST:PORT (or several HOST:PORT "
+                        "separated by commas)")
+            if problem := _port_problem(port):
+                return problem
+        return None
+    if not _OTHER_MASTER.fullmatch(master):
+        return ("it must be local[*], local[N], spark://HOST:PORT, yarn, k8s://... or a "
+                "cluster manager's SCHEME://...")
+    return None
 
 
 def _check_choices(cfg: Config, where: str) -> None:
     remote = cfg.spark.remote
-    if remote and not _CONNECT_URL.fullmatch(remote):
-        given = without_secrets(remote.split(";")[0])  # its parameters may hold a token
+    if remote and (problem := remote_problem(remote)):
         raise ConfigError(f"{where} 'spark.remote' must be a Spark Connect URL "
-                          f"sc://HOST:PORT, got {shown(given)}")
+                          f"sc://HOST[:PORT][/;KEY=VALUE;...]: {problem}; got "
+                          f"{shown(hidden_remote(remote))}")
+    if problem := master_problem(cfg.spark.master):
+        raise ConfigError(f"{where} 'spark.master' is not a Spark master URL: {problem}; got "
+                          f"{shown(cfg.spark.master)}")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"{where} 'engine' must be one of {', '.join(ENGINES)}, "
                           f"got {shown(cfg.engine)}")

@@ -13,15 +13,29 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError, UsageError, shown
 from pipeline.io.outputs.commit import remove_dead_staging
+from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, refuse_long_names
+from pipeline.limits import (
+    MAX_ALL_HEAPS,
+    MAX_ALL_MOVES,
+    MAX_FILES,
+    MAX_HEAPS,
+    MAX_MOVES_PER_SET,
+    MAX_POSITIONS,
+    MAX_RULE_SETS,
+    MAX_SHUFFLED_ROWS,
+)
 
 CHUNK = 1_000_000
+CHUNK_VALUES = 10_000_000  # heaps drawn at once: a chunk holds fewer positions of many heaps
 MAX_VALUE = 2**63 - 2  # heaps are drawn from 0..MAX_HEAP, an int64 range with room for +1
 ROW_GROUP_ROWS = 1 << 20
 KEY_TYPES = ("int", "string", "uuid")
@@ -60,10 +74,34 @@ class Spec:
                 raise UsageError(f"{name} must be at most 2^63-2 ({MAX_VALUE}), got {value}")
         if not 0 <= self.seed <= MAX_VALUE:
             raise UsageError(f"--seed must be in 0..2^63-2, got {self.seed}")
+        for name, value, most in (("--positions", self.positions, MAX_POSITIONS),
+                                  ("--heaps", self.heaps_per_position, MAX_HEAPS),
+                                  ("--rule-sets", self.rule_sets, MAX_RULE_SETS),
+                                  ("--moves-per-set", self.moves_per_set, MAX_MOVES_PER_SET),
+                                  ("--files", self.files, MAX_FILES)):
+            if value > most:
+                raise UsageError(f"{name} must be at most {most:,}, got {shown(value)}")
+        if self.positions * max(1, self.heaps_per_position) > MAX_ALL_HEAPS:
+            raise UsageError(f"--positions x --heaps must be at most {MAX_ALL_HEAPS:,}, got "
+                             f"{self.positions:,} x {self.heaps_per_position:,}")
+        moves = self.rule_sets * min(self.moves_per_set, self.max_move or self.max_heap)
+        if moves > MAX_ALL_MOVES:
+            raise UsageError(f"--rule-sets x --moves-per-set must be at most {MAX_ALL_MOVES:,} "
+                             f"(the rules table is drawn whole), got {self.rule_sets:,} x "
+                             f"{self.moves_per_set:,}")
+        rows = self.positions * (self.heaps_per_position if self.form == "long" else 1)
+        if self.shuffle and rows > MAX_SHUFFLED_ROWS:
+            raise UsageError(f"--shuffle permutes the rows in memory: at most "
+                             f"{MAX_SHUFFLED_ROWS:,} rows, got {rows:,} (positions"
+                             f"{' x heaps' if self.form == 'long' else ''})")
 
     def file_count(self) -> int:
         """Position files: `files`, or one per CHUNK positions (at least one)."""
         return self.files or max(1, -(-self.positions // CHUNK))
+
+    def chunk(self) -> int:
+        """Positions drawn at once: CHUNK, fewer when they hold over CHUNK_VALUES heaps."""
+        return max(1, min(CHUNK, CHUNK_VALUES // max(1, self.heaps_per_position)))
 
 
 def rule_ids(spec: Spec) -> pl.Series:
@@ -81,11 +119,15 @@ def rules_frame(spec: Spec, rng: np.random.Generator) -> pl.DataFrame:
     moves = []
     for _ in range(spec.rule_sets):
         k = int(rng.integers(1, min(spec.moves_per_set, top) + 1))
-        moves.append(np.sort(rng.choice(top, size=k, replace=False) + 1).tolist())
+        moves.append(np.sort(rng.choice(top, size=k, replace=False) + 1))
+    offsets = np.zeros(spec.rule_sets + 1, dtype=np.int64)
+    np.cumsum([m.shape[0] for m in moves], out=offsets[1:])
+    values = np.concatenate(moves).astype(np.int64) if moves else np.zeros(0, np.int64)
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
     return pl.DataFrame({
         "rule_set_id": rule_ids(spec),
         "kind": ["subtraction"] * spec.rule_sets,
-        "moves": pl.Series(moves, dtype=pl.List(pl.Int64)),
+        "moves": pl.Series(lists).cast(pl.List(pl.Int64)),
     })
 
 
@@ -133,9 +175,45 @@ def _write(frame: pl.DataFrame, path: Path, fmt: str) -> None:
     if fmt == "parquet":
         frame.write_parquet(path, row_group_size=ROW_GROUP_ROWS)
         return
-    text_cols = [pl.col(c).cast(pl.List(pl.String)).list.join(" ").alias(c)
-                 for c, t in frame.schema.items() if isinstance(t, pl.List)]
-    frame.with_columns(text_cols).write_csv(path)
+    _as_text(frame).write_csv(path)
+
+
+def _as_text(frame: pl.DataFrame) -> pl.DataFrame:
+    """A CSV file's columns: lists as their values separated by spaces."""
+    return frame.with_columns(pl.col(c).cast(pl.List(pl.String)).list.join(" ").alias(c)
+                              for c, t in frame.schema.items() if isinstance(t, pl.List))
+
+
+class _Part:
+    """One positions file written a chunk at a time (so that a file of any size takes the
+    memory of a chunk): Parquet through one writer, row groups of at most ROW_GROUP_ROWS;
+    CSV with its header once."""
+
+    def __init__(self, path: Path, fmt: str):
+        self.path, self.fmt = path, fmt
+        self.parquet: pq.ParquetWriter | None = None
+        self.csv: BinaryIO | None = None
+
+    def write(self, frame: pl.DataFrame) -> None:
+        if self.fmt == "parquet":
+            table = frame.to_arrow()
+            if self.parquet is None:
+                self.parquet = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+            self.parquet.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            return
+        header = self.csv is None
+        if self.csv is None:
+            self.csv = open(self.path, "xb")  # noqa: SIM115 - closed by `close`
+        _as_text(frame).write_csv(self.csv, include_header=header)
+
+    def close(self, empty: pl.DataFrame | None = None) -> None:
+        """Close the file; one that got no rows gets the columns of `empty` (if given)."""
+        if empty is not None and self.parquet is None and self.csv is None:
+            self.write(empty)
+        for writer in (self.parquet, self.csv):
+            if writer is not None:
+                writer.close()
+        self.parquet = self.csv = None
 
 
 def _chunks(spec: Spec, rng: np.random.Generator) -> Iterator[pl.DataFrame]:
@@ -143,8 +221,9 @@ def _chunks(spec: Spec, rng: np.random.Generator) -> Iterator[pl.DataFrame]:
     order. Shuffled, the same rows come in a random order (of rows: in long form a position's
     heaps scatter over the files), from a generator of their own."""
     uuids = np.random.default_rng([spec.seed, 1])
-    chunks = (positions_chunk(spec, rng, start, min(CHUNK, spec.positions - start), uuids)
-              for start in range(0, spec.positions, CHUNK))
+    step = spec.chunk()
+    chunks = (positions_chunk(spec, rng, start, min(step, spec.positions - start), uuids)
+              for start in range(0, spec.positions, step))
     if spec.form == "long":
         chunks = (long_form(chunk) for chunk in chunks)
     if not spec.shuffle:
@@ -152,7 +231,7 @@ def _chunks(spec: Spec, rng: np.random.Generator) -> Iterator[pl.DataFrame]:
         return
     rows = pl.concat(list(chunks))
     rows = rows.gather(np.random.default_rng([spec.seed, 2]).permutation(rows.height))
-    step = CHUNK * max(1, spec.heaps_per_position if spec.form == "long" else 1)
+    step *= max(1, spec.heaps_per_position if spec.form == "long" else 1)
     for start in range(0, rows.height, step):
         yield rows.slice(start, step)
 
@@ -165,6 +244,10 @@ def generate(out: Path, spec: Spec) -> list[Path]:
 
     Positions are split over `spec.file_count()` files of as equal a row count as possible."""
     spec.check()
+    refuse_long_names(out, "--out")
+    if not out.is_dir():
+        refuse_long_names(out, "--out", "its staging directory .NAME.generating-PID",
+                          len("..generating-") + PID_WIDTH, FILES_DEPTH)
     try:
         if out.is_dir():  # a killed call's staging inside it (its process gone) is no content
             remove_dead_staging(out, re.compile(r"\.generating-(\d+)"))
@@ -202,27 +285,38 @@ def generate(out: Path, spec: Spec) -> list[Path]:
 
 
 def _write_dataset(out: Path, spec: Spec) -> list[Path]:
+    """The rules, then the positions streamed into their files: a chunk's rows are written
+    to the file they fall in (split at the files' bounds), so that no file is held whole."""
     rng = np.random.default_rng(spec.seed)
     written = [out / f"rules.{spec.format}"]
     _write(rules_frame(spec, rng), written[0], spec.format)
     per_row = spec.heaps_per_position if spec.form == "long" else 1
     files = spec.file_count()
-    bounds = [spec.positions * per_row * f // files for f in range(files + 1)]
-    pending: list[pl.DataFrame] = []
-    held = 0
-    for chunk in _chunks(spec, rng):
-        pending.append(chunk)
-        held += chunk.height
-        while len(written) - 1 < files and held >= bounds[len(written)] - bounds[len(written) - 1]:
-            rows = pl.concat(pending) if len(pending) > 1 else pending[0]
-            size = bounds[len(written)] - bounds[len(written) - 1]
-            path = out / "positions" / f"part-{len(written) - 1:05d}.{spec.format}"
-            _write(rows.slice(0, size), path, spec.format)
-            written.append(path)
-            pending, held = [rows.slice(size)], held - size
-    empty = positions_chunk(spec, rng, 0, 0)
-    for part in range(len(written) - 1, files):  # no positions left for these files
-        path = out / "positions" / f"part-{part:05d}.{spec.format}"
-        _write(long_form(empty) if spec.form == "long" else empty, path, spec.format)
+    rows = spec.positions * per_row
+
+    def part(number: int) -> _Part:
+        path = out / "positions" / f"part-{number:05d}.{spec.format}"
         written.append(path)
+        return _Part(path, spec.format)
+
+    empty = positions_chunk(spec, np.random.default_rng(0), 0, 0)  # a file of no rows
+    empty = long_form(empty) if spec.form == "long" else empty
+    current, end = part(0), rows // files  # file f holds rows [rows*f//files, rows*(f+1)//files)
+    done = 0
+    try:
+        for chunk in _chunks(spec, rng):
+            while chunk.height:
+                while done == end:
+                    current.close(empty)
+                    number = len(written) - 1
+                    current, end = part(number), rows * (number + 1) // files
+                take = min(chunk.height, end - done)
+                current.write(chunk.slice(0, take))
+                chunk, done = chunk.slice(take), done + take
+        while len(written) - 1 < files:  # no positions left for these files
+            current.close(empty)
+            current = part(len(written) - 1)
+        current.close(empty)
+    finally:
+        current.close()
     return written

@@ -1,5 +1,6 @@
 """Numeric limits shared by the configuration and the tables (no imports, so that reading a
-config never loads numba): the largest heap and table, and the default work limits."""
+config never loads numba): the largest heap and table, the default work limits, and the
+bounds of `generate`'s options."""
 
 MAX_HEAP = 2**63 - 1
 MAX_TABLE_LEN = 2**32 - 1
@@ -8,3 +9,15 @@ DEFAULT_TOTAL_VALUES = 2**30
 DEFAULT_RULE_OPS = 2_000_000_000
 DEFAULT_RUN_OPS = 10_000_000_000
 DEFAULT_PROBE_OPS = 200_000_000
+
+# `generate`'s options, so that a typo cannot ask for years of work; its memory does not grow
+# with them (positions are drawn and written a chunk at a time) but for --shuffle, which
+# permutes all rows in memory (a few hundred bytes a row), and the rules, drawn whole.
+MAX_POSITIONS = 10**10
+MAX_HEAPS = 1_000_000  # heaps per position, as many values as a cell may hold
+MAX_ALL_HEAPS = 10**11  # positions x heaps: about 800 GB of heaps
+MAX_RULE_SETS = 1_000_000
+MAX_MOVES_PER_SET = 1_000_000  # the most moves a rules cell may hold
+MAX_ALL_MOVES = 20_000_000  # rule sets x moves
+MAX_FILES = 100_000
+MAX_SHUFFLED_ROWS = 20_000_000

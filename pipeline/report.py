@@ -11,8 +11,9 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import InputError, UsageError, cut
+from pipeline.io.outputs.failures import PID_WIDTH, name_problem, refuse_long_names
 from pipeline.io.outputs.manifest import read_manifest
-from pipeline.io.outputs.publish import place_page, write_page
+from pipeline.io.outputs.publish import TAG_WIDTH, place_page, write_page
 from pipeline.io.store.locations import Location
 
 _CSS = """
@@ -238,9 +239,14 @@ def write_report(out: str | Path, target: Path | None = None) -> Path:
         raise UsageError(f"{location}: report reads a local output directory; copy the "
                          "output's manifest.json and the files it lists first")
     out_dir = location.path if "://" in str(out) else Path(out)  # as given, for messages
+    problem = name_problem(out_dir.absolute())
+    if problem is not None:
+        raise InputError(f"{cut(str(out_dir), 120)}: cannot read it ({problem})")
+    target = target or out_dir / "report.html"
+    refuse_long_names(target, "--html", "its temporary file .NAME.tmp-PID-TAG",
+                      len("..tmp--") + PID_WIDTH + TAG_WIDTH)
     table_root = (out_dir / "runs" / "_delta_log").is_dir()
     page = _delta_page(out_dir) if table_root else _run_page(out_dir)
-    target = target or out_dir / "report.html"
     if table_root:
         write_page(target, Path(os.path.realpath(target)), page.encode("utf-8"))
     else:

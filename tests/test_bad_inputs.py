@@ -303,12 +303,14 @@ CASES = [
          "moves", r"moves are given for a nim rule, whose moves are fixed", rule_id=7),
     Case("rules-half-with-moves", "rules", "7, Half ,3", _rule(7, "half", [3]), (7, None),
          "moves", r"moves are given for a half rule", rule_id=7),
-    # not errors: duplicate moves are normalised; the same rule twice is the same rule
-    Case("rules-duplicate-moves-normalised", "rules", "7,,5 2 2 5", _rule(7, None, [5, 2, 2, 5]),
-         (7, None), None, "", exit=0),
+    # the key is unique: the same rule given twice is refused as different ones are
     Case("rules-same-rule-twice", "rules", '1,subtraction,"5,2,2"', _rule(1, "subtraction",
                                                                           [5, 2, 2]),
-         (1, None), None, "", exit=0),
+         (1, None), "rule_set_id", r"rule_set_id 1 is given 2 times, and a rule_set_id is "
+         r"unique \(.* row 0; .* row \d+\)", rule_id=1),
+    # not an error: duplicate moves are normalised
+    Case("rules-duplicate-moves-normalised", "rules", "7,,5 2 2 5", _rule(7, None, [5, 2, 2, 5]),
+         (7, None), None, "", exit=0),
     # -- positions ----------------------------------------------------------------------------
     Case("positions-null-rule_set_id", "positions", ",9,5", _pos(None, 9, [5]), (None, 9),
          "rule_set_id", r"rule_set_id.*(empty|null|missing)"),
@@ -1985,3 +1987,216 @@ def test_files_with_and_without_position_ids_mix_and_a_collision_is_a_duplicate(
     assert sorted(reasons) == [
         (str(positions / "a.csv"), 0, "position_id 0 appears 2 times for rule_set_id 1"),
         (str(positions / "b.csv"), 0, "position_id 0 appears 2 times for rule_set_id 1")]
+
+
+# ---- Arrow types of the list and key columns (issue 33, C12) --------------------------------
+
+MOVES = {1: [1, 2], 2: [2, 5], 3: [1, 3, 4], 4: [3], 5: [2, 3], 6: [1, 4]}
+HEAPS = [[3, 4], [5], [], None, [6, 7, 0], [9, 2]]  # None: rejected ("heaps is null")
+
+
+def _lists(values: list[Any], kind: str) -> pa.Array:
+    """`values` (lists of small ints, or None) as an Arrow array of the list type `kind`."""
+    if kind == "fixed_size_list":
+        return pa.array([None if v is None else (v + [0, 0])[:2] for v in values],
+                        pa.list_(pa.int64(), 2))
+    if kind == "list<dictionary>":
+        flat = [x for v in values if v is not None for x in v]
+        offsets = np.cumsum([0] + [len(v or []) for v in values]).astype(np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int64())
+                                        .dictionary_encode(),
+                                        mask=pa.array([v is None for v in values]))
+    return pa.array(values, {
+        "list": pa.list_(pa.int64()), "large_list": pa.large_list(pa.int32()),
+        "list_view": pa.list_view(pa.int64()), "large_list_view": pa.large_list_view(pa.int64()),
+        "list_view<uint16>": pa.list_view(pa.uint16()), "list<int8>": pa.list_(pa.int8()),
+    }[kind])
+
+
+LIST_KINDS = ["list", "large_list", "list_view", "large_list_view", "list_view<uint16>",
+              "list<int8>", "fixed_size_list", "list<dictionary>"]
+KEY_KINDS = {"int64": pa.int64(), "int32": pa.int32(), "uint16": pa.uint16(),
+             "dictionary": pa.dictionary(pa.int8(), pa.int64())}
+
+
+def _as_key(values: list[int], kind: str) -> pa.Array:
+    array = pa.array(values, pa.int64())
+    return array.dictionary_encode() if kind == "dictionary" else array.cast(KEY_KINDS[kind])
+
+
+def _odd_inputs(base: Path, plain: bool) -> tuple[Path, Path, Path]:
+    """A rules directory (a file per moves type, a rule set each) and wide and long positions
+    directories (a file per heaps type, six positions each, key columns of several types);
+    with `plain`, the same values as list<int64> and int64 keys."""
+    rules, wide, long = base / "rules", base / "wide", base / "long"
+    for d in (rules, wide, long):
+        d.mkdir(parents=True)
+    for i, kind in enumerate(LIST_KINDS[:6]):
+        rid = i + 1
+        pq.write_table(pa.table({
+            "rule_set_id": _as_key([rid], "int64" if plain else list(KEY_KINDS)[i % 4]),
+            "kind": pa.array(["subtraction"]).dictionary_encode(),
+            "moves": _lists([MOVES[rid]], "list" if plain else kind)}), rules / f"{i}.parquet")
+    for i, kind in enumerate(LIST_KINDS):
+        rids = [1 + (i + j) % 6 for j in range(len(HEAPS))]
+        pids = [100 * i + j for j in range(len(HEAPS))]
+        keys = "int64" if plain else list(KEY_KINDS)[(i + 1) % 4]
+        heaps = [None if h is None else (h + [0, 0])[:2] if kind == "fixed_size_list" else h
+                 for h in HEAPS]
+        pq.write_table(pa.table({"rule_set_id": _as_key(rids, keys),
+                                 "position_id": _as_key(pids, keys),
+                                 "heaps": _lists(heaps, "list" if plain else kind)}),
+                       wide / f"{i}.parquet")
+        flat = [(r, p, h) for r, p, hs in zip(rids, pids, heaps) if hs for h in hs]
+        heap = pa.array([h for _, _, h in flat], pa.int64())
+        if not plain:
+            heap = heap.dictionary_encode() if i % 2 else heap.cast(pa.uint8())
+        pq.write_table(pa.table({"rule_set_id": _as_key([r for r, _, _ in flat], keys),
+                                 "position_id": _as_key([p for _, p, _ in flat], keys),
+                                 "heap": heap}), long / f"{i}.parquet")
+    return rules, wide, long
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_every_list_and_key_type_is_read_as_its_values(tmp_path: Path, form: str) -> None:
+    """list views (which polars' reader cannot take: it printed a Rust panic and exited with
+    an internal error), large lists, fixed-size lists, lists of dictionary-encoded or narrow
+    integers, and integer or dictionary-encoded keys: every one read as the values it holds,
+    in the real executable (a panic prints on its stderr), the same verdicts and rejects as
+    the same values in plain types, each nim-sum the brute-force one."""
+    odd = _odd_inputs(tmp_path / "odd", plain=False)
+    plain = _odd_inputs(tmp_path / "plain", plain=True)
+    outs = []
+    for rules, wide, long in (odd, plain):
+        out = rules.parent / "out"
+        got = run_exe(job_args(rules, wide if form == "wide" else long, out), tmp_path)
+        assert got.code == (3 if form == "wide" else 0), got.stderr
+        for word in ("panicked", "Traceback", "internal error", "RUST_BACKTRACE"):
+            assert word not in got.stderr, got.stderr
+        outs.append(read_out(out))
+    keys = ["rule_set_id", "position_id"]
+    assert_frame_equal(outs[0]["verdicts"].sort(keys), outs[1]["verdicts"].sort(keys))
+    assert_frame_equal(outs[0]["rejects"].select(*keys, "reason").sort(keys),
+                       outs[1]["rejects"].select(*keys, "reason").sort(keys))
+    sg = {rid: naive_sg(moves, 10) for rid, moves in MOVES.items()}
+    for rid, pid, nim in outs[0]["verdicts"].select(*keys, "nim_sum").iter_rows():
+        i, j = divmod(pid, 100)
+        heaps = HEAPS[j] if LIST_KINDS[i] != "fixed_size_list" else (HEAPS[j] + [0, 0])[:2]
+        expected = 0
+        for h in heaps:
+            expected ^= sg[rid][h]
+        assert (rid, nim) == (1 + (i + j) % 6, expected)
+    # wide: every position but the null one; long: a position of no heaps has no rows
+    shown = [(HEAPS[j] + [0, 0])[:2] if kind == "fixed_size_list" and HEAPS[j] is not None
+             else HEAPS[j] for kind in LIST_KINDS for j in range(len(HEAPS))]
+    assert outs[0]["verdicts"].height == sum(
+        h is not None if form == "wide" else bool(h) for h in shown)
+
+
+@pytest.mark.parametrize(("column", "array", "says"), [
+    ("heaps", pa.array([[[1]]], pa.list_(pa.list_view(pa.int64()))),
+     "column 'heaps' has the Arrow type list<element: list_view<element: int64>>, a list view "
+     "inside another type, which cannot be read; write it with list types"),
+    ("extra", pa.array([{"a": [1]}], pa.struct([("a", pa.list_view(pa.int64()))])),
+     "column 'extra' has the Arrow type struct<a: list_view<element: int64>>, a list view "
+     "inside another type, which cannot be read; write it with list types"),
+    ("heaps", pa.array([[1.5]], pa.list_(pa.float64())),
+     "column 'heaps' has type List(Float64), expected a list of integers"),
+    ("heaps", pa.array([[[1]]], pa.list_(pa.list_(pa.int64()))),
+     "column 'heaps' has type List(List(Int64)), expected a list of integers"),
+    ("heaps", pa.array([{1: 2}], pa.map_(pa.int64(), pa.int64())),
+     "column 'heaps' has type Map(Int64, Int64), expected a list of integers"),
+])
+def test_a_list_type_that_cannot_hold_heaps_is_one_line(tmp_path: Path, column: str,
+                                                        array: pa.Array, says: str) -> None:
+    """Refused in one line naming the file and the column, exit 1, no panic printed."""
+    rules = _good_rules_file(tmp_path / "rules.csv")
+    columns = {"rule_set_id": pa.array([1]), "position_id": pa.array([1]),
+               "heaps": pa.array([[3]]), column: array}
+    positions = tmp_path / "positions.parquet"
+    pq.write_table(pa.table(columns), positions)
+    got = run_exe(job_args(rules, positions, tmp_path / "out"), tmp_path)
+    assert got.code == 1, got.stderr
+    assert got.stderr.startswith(f"snim-batch: error: {positions}: {says}"), got.stderr
+    assert got.stderr.count("\n") == 1, got.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.parquet", "rules.csv"]
+
+
+# ---- the size of a moves cell (issue 33) -----------------------------------------------------
+
+
+def test_a_moves_cell_holds_at_most_a_million_values(tmp_path: Path) -> None:
+    """README: at most 1,000,000 values a moves cell, counted as written (a range by each of
+    its values). Exactly that many is a rule; one more is a rejected row saying why, in CSV
+    (one range, two ranges, a range and a value) and in Parquet alike."""
+    million = list(range(1, 1_000_001))
+    (tmp_path / "rules.csv").write_text(
+        "rule_set_id,kind,moves\n"
+        "1,subtraction,1..1000000\n"
+        "2,subtraction,1..1000000 1000001\n"
+        "3,subtraction,1..500000 500001..1000001\n"
+        "4,subtraction,\"1..999999,5\"\n"
+        "5,subtraction,1..500000 1..500001\n")
+    pq.write_table(pa.table({"rule_set_id": [6, 7], "kind": ["subtraction"] * 2,
+                             "moves": [million, million + [1_000_001]]}),
+                   tmp_path / "rules.parquet")
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for name in ("rules.csv", "rules.parquet"):
+        (tmp_path / name).rename(rules / name)
+    (tmp_path / "positions.csv").write_text(
+        "rule_set_id,position_id,heaps\n" + "".join(f"{r},{r},3\n" for r in range(1, 8)))
+    out = tmp_path / "out"
+    got = invoke(job_args(rules, tmp_path / "positions.csv", out), tmp_path)
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    done = read_out(out)
+    assert sorted(done["verdicts"]["rule_set_id"].to_list()) == [1, 4, 6]
+    reasons = {(Path(s).name, r): why for s, r, why in done["rejects"].filter(
+        pl.col("table") == "rules").select("source", "row", "reason").iter_rows()}
+    assert reasons == {
+        ("rules.csv", 1): "more than 1,000,000 moves in '1..1000000 1000001'",
+        ("rules.csv", 2): "more than 1,000,000 moves in '1..500000 500001..1000001'",
+        ("rules.csv", 4): "more than 1,000,000 moves in '1..500000 1..500001'",
+        ("rules.parquet", 1): "more than 1,000,000 moves (1,000,001)",
+    }
+    grundy = invoke(["grundy", "--moves", "1..1000000 7", "--upto", "3"], tmp_path)
+    grundy.assert_no_crash()
+    assert (grundy.code, grundy.stderr) == (
+        2, "snim-batch: error: --moves: more than 1,000,000 moves in '1..1000000 7'\n")
+
+
+def test_a_rule_set_id_given_twice_with_the_same_rule_is_rejected_everywhere(
+        tmp_path: Path) -> None:
+    """The key is unique (README): copies of one rule, in one file or in two (CSV and
+    Parquet, written differently: "5,2,2" is {2, 5}), are rejected on every row as copies of
+    different rules are, and so are the positions of that rule set; other rule sets are
+    evaluated."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "a.csv").write_text("rule_set_id,kind,moves\n1,,2 5\n2,nim,\n3,,1\n3,,1\n3,,1\n")
+    pq.write_table(pa.table({"rule_set_id": [1], "kind": ["subtraction"], "moves": [[5, 2, 2]]}),
+                   rules / "b.parquet")
+    (tmp_path / "positions.csv").write_text(
+        "rule_set_id,position_id,heaps\n1,0,3\n2,1,3\n3,2,3\n")
+    out = tmp_path / "out"
+    got = invoke(job_args(rules, tmp_path / "positions.csv", out), tmp_path)
+    got.assert_no_crash()
+    assert got.code == 3, got.stderr
+    done = read_out(out)
+    assert done["verdicts"]["rule_set_id"].to_list() == [2]
+    a, b = rules / "a.csv", rules / "b.parquet"
+    one = f"rule_set_id 1 is given 2 times, and a rule_set_id is unique ({a} row 0; {b} row 0)"
+    three = (f"rule_set_id 3 is given 3 times, and a rule_set_id is unique ({a} row 2; {a} row "
+             f"3; {a} row 4)")
+    assert sorted(done["rejects"].select("table", "source", "row", "column", "reason")
+                  .iter_rows()) == [
+        ("positions", str(tmp_path / "positions.csv"), 0, "rule_set_id",
+         f"rule set 1 is invalid: {one}"),
+        ("positions", str(tmp_path / "positions.csv"), 2, "rule_set_id",
+         f"rule set 3 is invalid: {three}"),
+        ("rules", str(a), 0, "rule_set_id", one),
+        ("rules", str(a), 2, "rule_set_id", three),
+        ("rules", str(a), 3, "rule_set_id", three),
+        ("rules", str(a), 4, "rule_set_id", three),
+        ("rules", str(b), 0, "rule_set_id", one)]

@@ -764,3 +764,141 @@ def test_spark_flags_of_a_polars_run_are_named_as_ignored(cli, tmp_path, small_j
     quiet = cli(*RUN_FLAGS[:-1], "out2", "--config", "settings.yaml")
     assert quiet.exit_code == 0, quiet.output
     assert quiet.stderr == ""
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--spark-remote", "sc://127.0.0.1:99999",
+     "option 'spark.remote' must be a Spark Connect URL sc://HOST[:PORT][/;KEY=VALUE;...]: the "
+     "port must be a number from 1 to 65535, got '99999'; got 'sc://127.0.0.1:99999'"),
+    ("--spark-remote", "sc://u:PW@127.0.0.1:15002/;token=SECRET",
+     "option 'spark.remote' must be a Spark Connect URL sc://HOST[:PORT][/;KEY=VALUE;...]: a "
+     "user or password is not part of a Spark Connect URL (give token=... as a parameter); got "
+     "'sc://<hidden>@127.0.0.1:15002/;token=<hidden>'"),
+    ("--spark-master", "spark://127.0.0.1:99999",
+     "option 'spark.master' is not a Spark master URL: the port must be a number from 1 to "
+     "65535, got '99999'; got 'spark://127.0.0.1:99999'"),
+    ("--spark-master", "local[0]",
+     "option 'spark.master' is not a Spark master URL: a local master needs at least 1 "
+     "thread; got 'local[0]'"),
+])
+def test_a_bad_spark_url_is_exit_2_before_anything_starts(cli, tmp_path, small_job, flag,
+                                                           value, message):
+    """Checked with the options, before Spark or a reader starts: exit 2, one line."""
+    result = cli(*RUN_FLAGS, "--engine", "spark", flag, value)
+    no_traceback(result)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [f"snim-batch: error: {message}"]
+    assert not (tmp_path / "out").exists()
+
+
+def name(size: int, letter: str = "n") -> str:
+    return letter * size
+
+
+def too_long(name_: str, staging: str = "", extra: int = 0) -> str:
+    """The problem `refuse_long_names` states for `name_`: too long itself, or with the
+    staging name beside it (`extra` bytes longer)."""
+    shown = f"'{name_[:27]}...{name_[-28:]}'"
+    size = len(name_.encode())
+    if not staging:
+        return f"the name {shown} is {size} bytes, more than the 255 a file name may have"
+    return (f"the name {shown} is {size} bytes, and {staging} beside it would be "
+            f"{size + extra}, more than the 255 a file name may have: give a name of at most "
+            f"{255 - extra} bytes")
+
+
+PARTIAL = "its staging directory .NAME.partial-PID-RUN"
+DELTA = "its staging directory .NAME.delta-staging-PID-RUN"
+GENERATING = "its staging directory .NAME.generating-PID"
+TMP = "its temporary file .NAME.tmp-PID-TAG"
+
+
+@pytest.mark.parametrize(("args", "option", "problem"), [
+    (("run", "--out", name(256)), "--out", too_long(name(256))),
+    (("run", "--out", name(215)), "--out", too_long(name(215), PARTIAL, 41)),
+    (("run", "--out", "é" * 108), "--out", too_long("é" * 108, PARTIAL, 41)),  # 216 bytes
+    (("run", "--out", f"x/{name(300)}/y"), "--out", too_long(name(300))),
+    (("run", "--format", "delta", "--out", name(256)), "--out", too_long(name(256))),
+    (("run", "--format", "delta", "--out", name(209)), "--out", too_long(name(209), DELTA, 47)),
+    (("generate", "--positions", "5", "--out", name(256)), "--out", too_long(name(256))),
+    (("generate", "--positions", "5", "--out", name(236)), "--out",
+     too_long(name(236), GENERATING, 20)),
+    (("report", "out", "--html", name(256)), "--html", too_long(name(256))),
+    (("report", "out", "--html", name(234)), "--html", too_long(name(234), TMP, 22)),
+])
+def test_a_name_too_long_for_the_file_system_is_exit_2_before_any_work(
+        cli, tmp_path, small_job, args, option, problem):
+    """A path component over 255 bytes, or a name whose staging name beside it would be (the
+    staging name is longer than the name), is refused up front with the longest name that
+    works; it was `internal error: OSError: [Errno 36]`."""
+    assert cli(*RUN_FLAGS).exit_code == 0  # `out`, for report
+    before = sorted(p.name for p in tmp_path.iterdir())
+    command, *rest = args
+    flags = RUN_FLAGS[1:5] if command == "run" else ()
+    result = cli(command, *flags, *rest)
+    no_traceback(result)
+    assert result.exit_code == 2, result.output
+    given = rest[rest.index(option) + 1]
+    shown = str(tmp_path / given) if command in ("run",) else given
+    shown = shown if len(shown) <= 120 else shown[:117] + "..."
+    assert result.stderr.strip().splitlines() == [
+        f"snim-batch: error: {option} {shown}: {problem}; nothing was written"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("args", [
+    ("run", "--out", name(214)),  # the longest a run's output may have
+    ("run", "--format", "delta", "--out", name(208)),
+    ("generate", "--positions", "5", "--out", name(235)),
+    ("report", "out", "--html", name(233)),
+    ("convert", "classic.txt", "--out", name(255)),  # its files go inside, under short names
+])
+def test_the_longest_name_that_fits_works(cli, tmp_path, small_job, args):
+    assert cli(*RUN_FLAGS).exit_code == 0
+    (tmp_path / "classic.txt").write_text("1 1\n1\n1 3\n0\n")
+    command, *rest = args
+    result = cli(command, *(RUN_FLAGS[1:5] if command == "run" else ()), *rest)
+    assert result.exit_code == 0, result.output
+    made = tmp_path / rest[rest.index("--out" if "--out" in rest else "--html") + 1]
+    assert made.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_convert_and_inputs_with_a_name_too_long(cli, tmp_path, small_job):
+    """convert's --out (exit 2, before reading), and a name too long in an input, which
+    cannot exist (exit 1, as a missing input): a line naming the cause each, no traceback."""
+    (tmp_path / "classic.txt").write_text("1 1\n1\n1 3\n0\n")
+    long = name(256)
+    result = cli("convert", "classic.txt", "--out", f"{long}/tables")
+    no_traceback(result)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"snim-batch: error: --out {(long + '/tables')[:117]}...: {too_long(long)}; nothing "
+        "was written"]
+    for args, message in [
+        (("run", "--rules", f"{long}/r.csv", "--positions", "positions.csv", "--out", "o"),
+         f"rules input {tmp_path}/{long}/r.csv: cannot read it (File name too long)"),
+        (("run", "--rules", "rules.csv", "--positions", f"{long}/*.csv", "--out", "o"),
+         f"positions input {tmp_path}/{long}/*.csv: cannot read it (File name too long)"),
+        (("report", long), f"{long[:117]}...: cannot read it ({too_long(long)})"),
+        (("convert", long, "--out", "t"), f"{long}: cannot read (File name too long)"),
+    ]:
+        result = cli(*args)
+        no_traceback(result)
+        assert result.exit_code == 1, result.output
+        assert result.stderr.strip().splitlines() == [f"snim-batch: error: {message}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["classic.txt", "positions.csv",
+                                                          "rules.csv"]
+
+
+def test_a_path_too_long_for_the_file_system_is_exit_2(cli, tmp_path, small_job):
+    """Every name fits, but the path (with the staging name and the files below it) does not:
+    refused up front too."""
+    deep = "/".join([name(200, "d")] * 20)  # about 4 KiB
+    result = cli(*RUN_FLAGS[:5], "--out", deep)
+    no_traceback(result)
+    assert result.exit_code == 2, result.output
+    size = len(str(tmp_path / deep).encode())
+    assert result.stderr.strip().endswith(
+        f": the path is {size} bytes: with the names of the files beside and below it, longer "
+        "than the 4096 bytes a path may have; nothing was written")

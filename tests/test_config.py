@@ -483,7 +483,107 @@ def test_spark_remote_from_the_file_and_the_command_line(tmp_path: Path) -> None
     with pytest.raises(ConfigError) as info:
         cfg.override(spark=dataclasses.replace(cfg.spark, remote="h:15002"))
     assert str(info.value) == ("option 'spark.remote' must be a Spark Connect URL "
-                               "sc://HOST:PORT, got 'h:15002'")
+                               "sc://HOST[:PORT][/;KEY=VALUE;...]: it must start with sc://; "
+                               "got 'h:15002'")
+
+
+@pytest.mark.parametrize("url", [
+    "sc://h", "sc://h:15002", "sc://h:1/", "sc://h:65535", "sc://127.0.0.1:15002",
+    "sc://[::1]:15002", "sc://spark-1.example.com/;token=abc;use_ssl=true",
+    "sc://h/;grpc_keepalive_time_ms=30000;user_id=ann;x-trace=1",
+    "sc://h/;session_id=2f1c1a1e-8f7b-4c55-9d43-1b9f0c7e2a10",
+])
+def test_spark_connect_urls_the_client_takes(url: str) -> None:
+    cfg = config_from_dict({"rules": "r", "positions": "p", "out": "o", "spark": {"remote": url}})
+    assert cfg.spark.remote == url
+
+
+@pytest.mark.parametrize(("url", "problem", "echoed"), [
+    ("sc://127.0.0.1:99999", "the port must be a number from 1 to 65535, got '99999'",
+     "'sc://127.0.0.1:99999'"),
+    ("sc://h:0", "the port must be a number from 1 to 65535, got '0'", "'sc://h:0'"),
+    ("sc://h:", "the port must be a number from 1 to 65535, got ''", "'sc://h:'"),
+    ("sc://h:9" + "9" * 30, "the port must be a number from 1 to 65535, got '99999999999999999...'",
+     None),
+    ("sc://h:port", "the port must be a number from 1 to 65535, got 'port'", "'sc://h:port'"),
+    ("sc://:15002", "the host is missing", "'sc://:15002'"),
+    ("sc://", "the host is missing", "'sc://'"),
+    ("sc://ex ample", "the host 'ex ample' is not a host name or an IP address", None),
+    ("sc://h:1/x", "a Spark Connect URL has no path (parameters follow /;)", None),
+    ("sc://h;token=T", "parameters follow /; after the host and port", "'sc://h;token=<hidden>'"),
+    ("sc://h/;SECRET", "a parameter must be given as KEY=VALUE", "'sc://h/;<hidden>'"),
+    ("sc://h/;token=a=b", "the parameter 'token' must be given as KEY=VALUE, with one =",
+     "'sc://h/;token=<hidden>'"),
+    ("sc://h/;;", "a parameter is empty or has no name (;;, or ;=)", None),
+    ("sc://h/;use_ssl=yes", "the parameter 'use_ssl' must be true or false", None),
+    ("sc://h/;grpc_keepalive_time_ms=x",
+     "the parameter 'grpc_keepalive_time_ms' must be milliseconds from 1 to 2147483647", None),
+    ("sc://h/;session_id=zz", "the parameter 'session_id' must be a UUID (version 4)", None),
+    ("sc://h/;Token=T", "the parameter name 'Token' must be lowercase letters, digits, _, . or -",
+     "'sc://h/;Token=<hidden>'"),
+    ("sc://h/;token=S1;token=S2", "the parameter 'token' is given twice",
+     "'sc://h/;token=<hidden>;token=<hidden>'"),
+    ("sc://h/;user_agent=" + "a" * 2049,
+     "the parameter 'user_agent' must be at most 2048 characters once URL-escaped", None),
+    ("sc://admin:PW@h:15002", "a user or password is not part of a Spark Connect URL (give "
+     "token=... as a parameter)", "'sc://<hidden>@h:15002'"),
+    ("sc://h:1?x=1", "it has no query (?) or fragment (#)", None),
+    ("http://h:15002", "it must start with sc://", None),
+])
+def test_a_bad_spark_connect_url_is_named_without_its_secrets(tmp_path: Path, url: str,
+                                                             problem: str, echoed) -> None:
+    """Checked as the client reads it, before anything starts: the port in 1..65535 (the
+    client's own ValueError was an internal error), a host, no path, KEY=VALUE parameters with
+    the client's known ones typed; a password or a token is never echoed."""
+    path = write(tmp_path / "c.yaml", BASE + f"spark:\n  remote: '{url}'\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: key 'spark.remote' must be a Spark Connect URL "
+                              f"sc://HOST[:PORT][/;KEY=VALUE;...]: {problem}; got "), message
+    if echoed is not None:
+        assert message.endswith(f"; got {echoed}"), message
+    for secret in ("PW", "S1", "S2", "=T", "SECRET", "a=b"):
+        assert secret not in message.split("; got ")[1], message
+
+
+def test_a_spark_connect_token_is_not_recorded() -> None:
+    cfg = config_from_dict({"rules": "r", "positions": "p", "out": "o", "spark": {
+        "remote": "sc://h:443/;token=SECRET;use_ssl=true"}})
+    assert cfg.spark.remote == "sc://h:443/;token=SECRET;use_ssl=true"
+    assert cfg.as_dict()["spark"]["remote"] == "sc://h:443/;token=<hidden>;use_ssl=<hidden>"
+
+
+@pytest.mark.parametrize("master", [
+    "local", "local[*]", "local[4]", "local[2,3]", "local[*, 4]", "local-cluster[2,1,1024]",
+    "spark://127.0.0.1:7077", "spark://h1:7077,h2:7078", "yarn", "k8s://https://h:6443",
+])
+def test_spark_master_urls_spark_takes(master: str) -> None:
+    cfg = config_from_dict({"rules": "r", "positions": "p", "out": "o"})
+    assert cfg.override(spark=dataclasses.replace(cfg.spark, master=master)).spark.master == master
+
+
+@pytest.mark.parametrize(("master", "problem"), [
+    ("local[0]", "a local master needs at least 1 thread"),
+    ("local[abc]", "a local master is local, local[N], local[*], local[N,F] or "
+                   "local-cluster[N,C,M]"),
+    ("spark://", "a standalone master is spark://HOST:PORT (or several HOST:PORT separated by "
+                 "commas)"),
+    ("spark://h", "a standalone master is spark://HOST:PORT (or several HOST:PORT separated by "
+                  "commas)"),
+    ("spark://127.0.0.1:99999", "the port must be a number from 1 to 65535, got '99999'"),
+    ("spark://h:7077,g:0", "the port must be a number from 1 to 65535, got '0'"),
+    ("foo", "it must be local[*], local[N], spark://HOST:PORT, yarn, k8s://... or a cluster "
+            "manager's SCHEME://..."),
+    (" ", "it is empty or has spaces around it"),
+    ("local[*] ", "it is empty or has spaces around it"),
+])
+def test_a_bad_spark_master_is_a_config_error(master: str, problem: str) -> None:
+    cfg = config_from_dict({"rules": "r", "positions": "p", "out": "o"})
+    with pytest.raises(ConfigError) as info:
+        cfg.override(spark=dataclasses.replace(cfg.spark, master=master))
+    assert str(info.value) == (f"option 'spark.master' is not a Spark master URL: {problem}; "
+                               f"got {master!r}")
 
 
 def test_override_echoes_a_value_shortened() -> None:

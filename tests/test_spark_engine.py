@@ -874,3 +874,42 @@ def test_a_corrupt_row_group_is_the_polars_engines_error(spark, tmp_path):
     assert lines["spark"] == lines["polars"]
     assert lines["polars"] == (f"snim-batch: error: {p}: not a readable Parquet file "
                                "(parquet: File out of specification: Invalid thrift: bad data)")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_list_view_columns_are_read_as_lists_by_the_tasks(spark, tmp_path, form):
+    """Parquet list views (polars' reader panics on them) in the rules' moves and the
+    positions' heaps, over several row groups each read by their task: the polars engine's
+    verdicts, and the brute-force ones."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(f"views-{form}")
+    moves = {1: [2, 5], 2: [1, 3, 4], 3: [1]}
+    rules = tmp_path / "rules.parquet"
+    pq.write_table(pa.table({"rule_set_id": list(moves), "kind": ["subtraction"] * 3,
+                             "moves": pa.array(list(moves.values()),
+                                               pa.large_list_view(pa.int64()))}), rules)
+    rows = [(rng.choice(list(moves)), pid, [rng.randint(0, 40) for _ in range(rng.randint(1, 4))])
+            for pid in range(2_000)]
+    positions = tmp_path / "positions.parquet"
+    if form == "wide":
+        table = pa.table({"rule_set_id": [r for r, _, _ in rows],
+                          "position_id": [p for _, p, _ in rows],
+                          "heaps": pa.array([h for _, _, h in rows], pa.list_view(pa.int64()))})
+    else:
+        flat = [(r, p, h) for r, p, hs in rows for h in hs]
+        table = pa.table({"rule_set_id": [r for r, _, _ in flat],
+                          "position_id": [p for _, p, _ in flat],
+                          "heap": [h for _, _, h in flat],
+                          "note": pa.array([[1]] * len(flat), pa.list_view(pa.int8()))})
+    pq.write_table(table, positions, row_group_size=300)
+    if form == "long":  # an extra column is refused, as for any other type
+        with pytest.raises(InputError, match="unexpected column 'note'"):
+            run_job(config_from_dict({"rules": str(rules), "positions": str(positions),
+                                      "out": str(tmp_path / "refused"), "engine": "spark"}))
+        pq.write_table(table.drop_columns("note"), positions, row_group_size=300)
+    expected, _ = run_both(tmp_path, rules=str(rules), positions=str(positions))
+    assert _verdicts(expected) == {
+        (r, p): "W" if wins("subtraction", tuple(moves[r]), h) else "L" for r, p, h in rows}

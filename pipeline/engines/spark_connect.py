@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
+from pipeline.config import hidden_remote
 from pipeline.engines.spark_session import SparkFailure
 from pipeline.engines.spark_tasks import Shipped
 from pipeline.errors import UsageError, first_line
@@ -42,7 +43,7 @@ def is_connect(spark: Any) -> bool:
 
 
 def address(url: str) -> tuple[str, int]:
-    """(host, port) of an sc:// URL (validated by the config)."""
+    """(host, port) of an sc:// URL (validated by the config: `config.remote_problem`)."""
     parsed = urlparse(url.replace("sc://", "http://", 1))
     return parsed.hostname or "", parsed.port or DEFAULT_PORT
 
@@ -69,7 +70,7 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
     except OSError as exc:
         why = exc.strerror or type(exc).__name__.replace("Error", " error").lower()
         raise SparkConnectError(f"cannot reach the Spark Connect server at {host}:{port} "
-                                f"(spark.remote {url}): {why}") from None
+                                f"(spark.remote {hidden_remote(url)}): {why}") from None
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES)])
     # the client warns on stderr when it gives up; the run's error says so in one line
@@ -82,7 +83,7 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
                 raise SparkConnectError(f"spark.conf.{key}: the Spark Connect server refused "
                                         f"it ({first_line(exc)})") from None
     log.info("Spark %s at %s through Spark Connect (%s)", spark.version,
-             spark.conf.get("spark.master"), url)
+             spark.conf.get("spark.master"), hidden_remote(url))
     return spark
 
 
@@ -117,6 +118,6 @@ def lost_server(url: str) -> Iterator[None]:
         found = re.search(rf"(?:{_LOST})[^\n]*", str(exc))
         if found is None:
             raise
-        raise SparkConnectError(f"the Spark Connect server at {url} stopped or was lost during "
-                                f"the run ({found.group()[:160]}); nothing was written: see "
-                                "the server's log") from None
+        raise SparkConnectError(f"the Spark Connect server at {hidden_remote(url)} stopped or "
+                                f"was lost during the run ({found.group()[:160]}); nothing "
+                                "was written: see the server's log") from None

@@ -62,7 +62,7 @@ from pipeline.engines.spark_tasks import (
 from pipeline.engines.spark_urls import hadoop_url, read_problem
 from pipeline.errors import InputError, SnimError, UsageError, first_line
 from pipeline.io.inputs.files import Source, format_of
-from pipeline.io.read.readers import columns_of, parquet_footer
+from pipeline.io.read.readers import as_read, columns_of, parquet_footer
 from pipeline.io.store.locations import Location
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
@@ -265,7 +265,7 @@ class SparkWork:
         try:
             footer = parquet_footer(path)
             groups = footer.row_groups
-            empty = pl.from_arrow(footer.schema.empty_table())
+            empty = pl.from_arrow(as_read(footer.schema, path).empty_table())
             assert isinstance(empty, pl.DataFrame)
             normalize.normalize_positions(empty, np.zeros(0, np.int64), str(path),
                                            self.config.columns, self.form, 0)

@@ -17,6 +17,7 @@ from pipeline.transforms.buffers import arrow_int64, text_buffers
 from pipeline.transforms.schema import HEAPS
 
 MAX_RANGE_VALUES = 1_000_000  # values one "FIRST..LAST" range may hold (README, rules)
+MAX_MOVES = 1_000_000  # values one moves cell may hold, ranges counted whole (README, rules)
 
 _INT_TEXT = re.compile(r"^[+-]?[0-9]+$")
 
@@ -41,9 +42,11 @@ def strip_spaces(text: str) -> str:
     return _EDGE_SPACES.sub("", text)
 
 
-def parse_int_list(text: str, allow_ranges: bool = False, item: str = "element") -> list[int]:
+def parse_int_list(text: str, allow_ranges: bool = False, item: str = "element",
+                   most: int | None = None) -> list[int]:
     """Parse a list written in a CSV cell; ValueError says what is wrong, naming the element
-    as `item` ("heap", "move") with its index in the list."""
+    as `item` ("heap", "move") with its index in the list, or that it holds more than `most`
+    values (as written: a range counts each of its values, a duplicate again)."""
     body = strip_spaces(text)
     if body.startswith("[") != body.endswith("]") or (body.startswith("[") and len(body) < 2):
         raise ValueError(f"malformed list {shown(text)} (unbalanced brackets)")
@@ -62,6 +65,8 @@ def parse_int_list(text: str, allow_ranges: bool = False, item: str = "element")
                 values.extend(_int_range(token, text, item, len(values)))
             else:
                 values.append(_int_token(token, text, item, len(values)))
+            if most is not None and len(values) > most:
+                raise ValueError(f"more than {most:,} {item}s in {shown(text)}")
     return values
 
 

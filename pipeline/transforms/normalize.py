@@ -14,6 +14,7 @@ from pipeline.grundy import KINDS, MAX_HEAP, Rule, canonical_rule
 from pipeline.keys import key_column
 from pipeline.transforms.buffers import list_chunks
 from pipeline.transforms.lists import (
+    MAX_MOVES,
     as_list,
     explain_heap_text,
     explain_heaps,
@@ -70,9 +71,11 @@ def _rule_of(rid: object, kind: str | None, moves: str | list[int | None] | None
         return "rule_set_id", "rule_set_id is empty", None
     if isinstance(moves, str):
         try:
-            moves = parse_int_list(moves, allow_ranges=True, item="move")
+            moves = parse_int_list(moves, allow_ranges=True, item="move", most=MAX_MOVES)
         except ValueError as exc:
             return "moves", str(exc), None
+    elif moves is not None and len(moves) > MAX_MOVES:
+        return "moves", f"more than {MAX_MOVES:,} moves ({len(moves):,})", None
     elif moves is not None and None in moves:
         return "moves", f"move at index {moves.index(None)} is null", None
     try:
@@ -93,8 +96,8 @@ def _text_column(raw: pl.DataFrame, name: str, source: str, n: int) -> list[str 
 
 
 def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
-    """A rule_set_id given more than once is rejected on every row, naming the clash, unless
-    every copy is valid and the same rule (harmless repeats are accepted)."""
+    """A rule_set_id given more than once is rejected on every row, naming the clash: the key
+    is unique (README), so copies of one rule are refused as copies of different ones are."""
     keyed = rules.filter(pl.col("rule_set_id").is_not_null())
     where = pl.format("{} row {}", pl.col("_source"), pl.col("_row"))
     clash = (
@@ -103,7 +106,7 @@ def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
              pl.col("_reason").is_not_null().any().alias("any_bad"),
              pl.struct("kind", "moves").n_unique().alias("variants"),
              where.head(_LISTED_ROWS).alias("rows"))
-        .filter((pl.col("n") > 1) & (pl.col("any_bad") | (pl.col("variants") > 1)))
+        .filter(pl.col("n") > 1)
     )
     if clash.is_empty():
         return rules
@@ -116,17 +119,22 @@ def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("any_bad"))
         .then(pl.format("rule_set_id {} is defined {} times and not every definition is valid "
                         "({})", rid, pl.col("n"), rows))
-        .otherwise(pl.format("rule_set_id {} is defined {} different ways ({})",
-                             rid, pl.col("variants"), rows))
-        .alias("clash"))
+        .when(pl.col("variants") > 1)
+        .then(pl.format("rule_set_id {} is defined {} different ways ({})",
+                        rid, pl.col("variants"), rows))
+        .otherwise(pl.format("rule_set_id {} is given {} times, and a rule_set_id is unique "
+                             "({})", rid, pl.col("n"), rows))
+        .alias("clash"),
+        pl.when(pl.col("any_bad") | (pl.col("variants") > 1)).then(pl.lit("moves"))
+        .otherwise(pl.lit("rule_set_id")).alias("clash_column"))
     return (
         rules.join(clash, on="rule_set_id", how="left", nulls_equal=False, maintain_order="left")
         .with_columns(
             pl.coalesce("_reason", "clash").alias("_reason"),
             pl.when(pl.col("_reason").is_null() & pl.col("clash").is_not_null())
-            .then(pl.lit("moves")).otherwise(pl.col("_column")).alias("_column"),
+            .then(pl.col("clash_column")).otherwise(pl.col("_column")).alias("_column"),
         )
-        .drop("clash")
+        .drop("clash", "clash_column")
     )
 
 

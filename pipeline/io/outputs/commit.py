@@ -21,7 +21,15 @@ import polars as pl
 import pyarrow.fs as pafs
 
 from pipeline.errors import OutputError, UsageError
-from pipeline.io.outputs.failures import WriteFailure, failure, write_cause, writing
+from pipeline.io.outputs.failures import (
+    FILES_DEPTH,
+    PID_WIDTH,
+    WriteFailure,
+    failure,
+    refuse_long_names,
+    write_cause,
+    writing,
+)
 from pipeline.io.outputs.manifest import MANIFEST, ownership_problem
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
@@ -378,11 +386,14 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     `.NAME.partial-PID-RUN` directory, cleaned up by the next run. `notify` gets what the
     user should know though the run succeeded (an old output kept aside).
     """
+    refuse_long_names(out, "--out")
     target = output_target(out)
     shown = _output_shown(out, target)
     if not target.name:
         raise OutputError(f"{shown}: the root directory cannot be an output")
     refuse_inside_delta_table(out, shown)
+    refuse_long_names(target, "--out", "its staging directory .NAME.partial-PID-RUN",
+                      len("..partial--") + PID_WIDTH + len(run_id), FILES_DEPTH)
     for notice in _remove_stale_staging(target):
         notify(notice)
     _target_state(target, overwrite, shown)

@@ -28,6 +28,7 @@ from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, first_line
 from pipeline.io.outputs.commit import refuse_inside_delta_table, remove_dead_staging
+from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, refuse_long_names
 from pipeline.io.outputs.manifest import MANIFEST
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
@@ -99,6 +100,7 @@ def check_root(root: TableRoot) -> None:
     if root.is_local:
         path = Path(root.uri.removeprefix("file://"))
         refuse_inside_delta_table(path, root.uri)
+        refuse_long_names(path, "--out")
         if path.exists() and not path.is_dir():
             raise OutputError(f"{root.uri}: exists and is not a directory; a Delta table root "
                               "is a directory")
@@ -194,6 +196,8 @@ def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
         target = Path(root.uri.removeprefix("file://")).absolute()
         if not target.name:
             raise OutputError(f"{root.uri}: the root directory cannot be a table root")
+        refuse_long_names(target, "--out", "its staging directory .NAME.delta-staging-PID-RUN",
+                          len("..delta-staging--") + PID_WIDTH + len(run_id), FILES_DEPTH)
         _remove_stale(target)
         staging = target.parent / f".{target.name}.delta-staging-{os.getpid()}-{run_id}"
     else:

@@ -8,13 +8,20 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import OutputError, first_line
+from pipeline.errors import OutputError, UsageError, cut, first_line, shown
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+NAME_MAX = 255  # bytes of a file name, where the file system does not say (pathconf)
+PATH_MAX = 4096  # bytes of a path, likewise
+PID_WIDTH = 7  # digits of the largest process id Linux gives (2^22)
+RUN_ID_WIDTH = 23  # a run id, 20261204T192806Z-75e4fd
+FILES_DEPTH = 128  # bytes a run's deepest file adds below its output (a Delta partition's)
 
 
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
@@ -80,3 +87,48 @@ def writing(name: str) -> Iterator[None]:
         cause, no_space = write_cause(exc)
         raise WriteFailure(f"{name}: {cause} while writing it", f"writing {name}", cause,
                             no_space) from None
+
+
+def _name_limits(path: Path) -> tuple[int, int]:
+    """(longest name, longest path) in bytes on the file system that holds `path`, asked of
+    its nearest existing ancestor."""
+    for candidate in (path, *path.parents):
+        try:
+            return (os.pathconf(candidate, "PC_NAME_MAX"), os.pathconf(candidate, "PC_PATH_MAX"))
+        except (OSError, ValueError):
+            continue
+    return NAME_MAX, PATH_MAX
+
+
+def name_problem(path: Path, beside: str = "", extra: int = 0, depth: int = 0) -> str | None:
+    """What makes `path` (absolute) impossible to create on its file system, or None: a
+    component longer than a name may be; the name `beside` derived from its own for a file
+    beside it (a staging directory: `extra` bytes longer, its variable parts at their
+    widest), too long likewise; or a path that, with the `depth` bytes its files add, is
+    longer than a path may be."""
+    name_max, path_max = _name_limits(path)
+    for part in path.parts[1:]:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            return (f"the name {shown(part)} is {size} bytes, more than the {name_max} a file "
+                    "name may have")
+    size = len(os.fsencode(path.name))
+    if beside and size + extra > name_max:
+        return (f"the name {shown(path.name)} is {size} bytes, and {beside} beside it would be "
+                f"{size + extra}, more than the {name_max} a file name may have: give a name "
+                f"of at most {name_max - extra} bytes")
+    longest = len(os.fsencode(str(path))) + extra + depth
+    if longest >= path_max:
+        return (f"the path is {len(os.fsencode(str(path)))} bytes: with the names of the "
+                f"files {'beside and ' if extra else ''}below it, longer than the {path_max} "
+                "bytes a path may have")
+    return None
+
+
+def refuse_long_names(path: Path, option: str, beside: str = "", extra: int = 0,
+                      depth: int = 0) -> None:
+    """A UsageError (exit 2, before any work) when `name_problem` finds one in the output
+    `path` that `option` names."""
+    problem = name_problem(path.absolute(), beside, extra, depth)
+    if problem is not None:
+        raise UsageError(f"{option} {cut(str(path), 120)}: {problem}; nothing was written")

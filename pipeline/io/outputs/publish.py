@@ -34,9 +34,12 @@ _PAGE_OPTION = "--html"
 _ELSEWHERE = f"write the page elsewhere with {_PAGE_OPTION}"
 
 
+TAG_WIDTH = 8  # characters of a temporary name's random tag
+
+
 def temp_token() -> str:
     """A temporary name's unique part: this process and a random tag."""
-    return f"{os.getpid()}-{secrets.token_hex(4)}"
+    return f"{os.getpid()}-{secrets.token_hex(TAG_WIDTH // 2)}"
 
 
 def write_synced(path: Path, fill: Callable[[Path], None]) -> None:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError
 from pipeline.io.outputs.commit import interrupts_held, rename_noreplace
-from pipeline.io.outputs.failures import failure, write_cause
+from pipeline.io.outputs.failures import failure, refuse_long_names, write_cause
 from pipeline.io.outputs.manifest import is_snim_output
 from pipeline.io.outputs.publish import (
     discard,
@@ -34,6 +34,8 @@ def _is_taken(exc: OSError) -> bool:
     return exc.errno in (errno.EEXIST, errno.ENOTEMPTY)
 
 
+TEMPORARY_DEPTH = 64  # bytes of a table's temporary name in the directory, and more
+
 TABLE_MARK = {b"written_by": b"snim-batch convert"}
 """Key-value metadata in each table `write_tables` writes: what proves a file ours to replace."""
 
@@ -48,6 +50,7 @@ def write_tables(frames: dict[str, pl.DataFrame], directory: Path, overwrite: bo
     failure. What a killed call left is finished or removed by the next one
     (`remove_dead_temporaries`)."""
     shown = str(directory)
+    refuse_long_names(directory, "--out", depth=TEMPORARY_DEPTH)
     _check_table_directory(directory)
     remove_dead_temporaries(directory, list(frames))
     targets = [directory / name for name in frames]

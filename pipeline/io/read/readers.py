@@ -13,9 +13,10 @@ from typing import TypeVar
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.errors import InputError, SnimError, first_line
+from pipeline.errors import InputError, SnimError, cut, first_line, shown
 from pipeline.io.inputs.files import (
     InputFile,
     RawTable,
@@ -111,16 +112,108 @@ def parquet_footer(path: Source) -> ParquetFooter:
     return footer
 
 
+def _has_view(kind: pa.DataType) -> bool:
+    """Whether an Arrow type is or holds a list view (list_view, large_list_view), which
+    polars' Parquet reader cannot take: it panics on the file's Arrow schema, whatever the
+    column (a panic prints a backtrace before it is caught)."""
+    if pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind):
+        return True
+    if pa.types.is_dictionary(kind):
+        return _has_view(kind.value_type)
+    return any(_has_view(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _views(schema: pa.Schema, path: Source) -> list[str]:
+    """The columns of `schema` that are list views, read as lists (`_arrow_batches`); a list
+    view inside another type is an InputError naming the column."""
+    views = []
+    for field in schema:
+        if not _has_view(field.type):
+            continue
+        kind = field.type
+        if not ((pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind))
+                and not _has_view(kind.value_type)):
+            raise InputError(f"{path}: column {shown(field.name)} has the Arrow type "
+                             f"{cut(str(field.type), 80)}, a list view inside another type, "
+                             "which cannot be read; write it with list types")
+        views.append(field.name)
+    return views
+
+
+def as_read(schema: pa.Schema, path: Source) -> pa.Schema:
+    """A Parquet file's Arrow schema as its rows are read: list views as large lists
+    (`_views`: the InputError for one that cannot be read)."""
+    views = _views(schema, path)
+    return pa.schema([pa.field(f.name, pa.large_list(f.type.value_field))
+                      if f.name in views else f for f in schema]) if views else schema
+
+
+def _as_list(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A list view column as the large list of the same values (pyarrow's own cast gets
+    null entries wrong)."""
+    chunks = []
+    for view in column.chunks:
+        sizes = pc.fill_null(pc.list_value_length(view), 0).to_numpy(zero_copy_only=False)
+        offsets = np.zeros(len(view) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        chunks.append(pa.LargeListArray.from_arrays(
+            pa.array(offsets), view.flatten(), mask=view.is_null() if view.null_count else None))
+    return pa.chunked_array(chunks, pa.large_list(column.type.value_field))
+
+
+def _arrow_batches(path: Source, views: list[str], start: int, count: int | None,
+                   batch_rows: int) -> Iterator[pl.DataFrame]:
+    """Rows start .. start + count (None: to the end) of a Parquet file with list view
+    columns (`_views`), read by pyarrow, those columns as lists, in frames of at most
+    `batch_rows` rows: what polars' reader gives for other files."""
+    source = parquet_source(path)
+    try:
+        with pq.ParquetFile(source) as file:
+            groups, first = [], 0
+            for g in range(file.metadata.num_row_groups):
+                rows = file.metadata.row_group(g).num_rows
+                if first + rows > start and (count is None or first < start + count):
+                    groups.append(g)
+                first += rows
+            skip = start - sum(file.metadata.row_group(g).num_rows
+                               for g in range(groups[0] if groups else 0))
+            left = count
+            for batch in file.iter_batches(batch_size=min(batch_rows, 1 << 20),
+                                           row_groups=groups):
+                table = pa.Table.from_batches([batch])
+                if skip:
+                    table, skip = table.slice(skip), max(0, skip - table.num_rows)
+                if left is not None:
+                    table = table.slice(0, left)
+                    left -= table.num_rows
+                for name in views:
+                    table = table.set_column(table.schema.get_field_index(name), name,
+                                             _as_list(table.column(name)))
+                if table.num_rows:
+                    frame = pl.from_arrow(table)
+                    assert isinstance(frame, pl.DataFrame)
+                    yield frame
+                if left == 0:
+                    return
+    finally:
+        if not isinstance(source, Path):
+            source.close()
+
+
 def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
     """polars' streaming reader (about 2x pyarrow's iter_batches here), after pyarrow has
-    checked the footer so that a file that is not Parquet gets a plain message."""
+    checked the footer so that a file that is not Parquet gets a plain message; a file with
+    list view columns, which polars cannot read, through pyarrow (`_arrow_batches`)."""
     try:
         schema = parquet_footer(file.path).schema
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _parquet_error(file.path, exc) from None
+    views = _views(schema, file.path)
+    schema = as_read(schema, file.path)
     start = 0
     try:
-        for frame in _scan(file.path).collect_batches(chunk_size=batch_rows):
+        for frame in (_arrow_batches(file.path, views, 0, None, batch_rows) if views else
+                      _scan(file.path).collect_batches(chunk_size=batch_rows)):
             rows = np.arange(start, start + frame.height, dtype=np.int64)
             start += frame.height
             yield RawTable(file, frame, rows, [])
@@ -147,8 +240,12 @@ def parquet_range(path: Source, start: int, count: int, batch_rows: int = 1 << 2
     by the same reader as `iter_batches` (which reads only the row groups the range touches),
     with the same InputError for a file it cannot read."""
     try:
+        views = _views(parquet_footer(path).schema, path)
+        if views:
+            yield from _arrow_batches(path, views, start, count, batch_rows)
+            return
         yield from _scan(path).slice(start, count).collect_batches(chunk_size=batch_rows)
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, SnimError):
         raise
     except BaseException as exc:  # corrupt pages can surface as a pyo3 PanicException
         raise _parquet_error(path, exc) from None
@@ -214,6 +311,8 @@ def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] 
     except (pa.ArrowException, OSError, SnimError):
         return None
     rows = footer.num_rows
+    if any(_has_view(field.type) for field in footer.schema):
+        return None  # read on its own, by pyarrow (`_parquet_batches`)
     return (footer.schema, rows) if rows < most_rows else None
 
 
