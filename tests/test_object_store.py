@@ -579,10 +579,57 @@ def big_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base / "rules.parquet", base / "positions"
 
 
-def kill_when(args: list[str], where: Path, env: dict[str, str], ready) -> int:
-    """Start the command, call `ready(progress_lines)` until it says to kill, then SIGKILL.
-    Returns the exit status (-9 when killed)."""
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args, "--verbose"],
+PAUSE_DRIVER = r"""
+import shutil, sys, threading, time
+from pathlib import Path
+
+from pipeline.io.outputs import remote_commit
+
+point, marker = sys.argv[1], Path(sys.argv[2])
+
+
+def hold():
+    marker.touch()
+    time.sleep(600)
+
+
+def holding_after(real, only_in=""):
+    def call(*args, **kwargs):
+        found = real(*args, **kwargs)
+        if threading.current_thread().name.startswith(only_in):
+            hold()
+        return found
+    return call
+
+
+def holding_before(real):
+    def call(*args, **kwargs):
+        hold()
+        return real(*args, **kwargs)
+    return call
+
+
+if point == "uploaded":  # one file is up, the others may not be
+    shutil.copyfileobj = holding_after(shutil.copyfileobj, only_in="upload")
+elif point == "committing":  # every file is up, the manifest is not
+    remote_commit._commit = holding_before(remote_commit._commit)
+elif point == "committed":  # the manifest is up, the old files are not deleted yet
+    remote_commit._retire = holding_before(remote_commit._retire)
+sys.argv = ["snim-batch", *sys.argv[3:]]
+from pipeline.cli import main
+main()
+"""
+"""The command, held (for a kill) at `point` of an object-store commit after creating the
+marker file: the test's own seam into `remote_commit`, which has none for tests."""
+
+
+def kill_when(args: list[str], where: Path, env: dict[str, str], ready,
+              pause: tuple[str, Path] | None = None) -> int:
+    """Start the command (held at `pause`: (point, marker file), see PAUSE_DRIVER), call
+    `ready(progress_lines)` until it says to kill, then SIGKILL. Returns the exit status (-9
+    when killed)."""
+    start = ["-c", PAUSE_DRIVER, pause[0], str(pause[1])] if pause else ["-m", "pipeline.cli"]
+    proc = subprocess.Popen([sys.executable, *start, *args, "--verbose"],
                             cwd=where, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -607,9 +654,7 @@ def test_sigkill_at_every_stage_leaves_the_previous_or_the_new_output_whole(
         s3, tmp_path: Path, big_job: tuple[Path, Path]) -> None:
     """Killed before its manifest is in place, a run leaves the previous output whole; killed
     after, the new one. Each kill waits for a marker: a log line, or the file a run creates
-    where remote_commit's test pause (SNIM_BATCH_TEST_PAUSE) holds it."""
-    from pipeline.io.outputs.remote_commit import PAUSE_ENV
-
+    where the test's driver holds it (PAUSE_DRIVER)."""
     rules, positions = big_job
     env = s3.env()
     job = ["run", "--rules", str(rules), "--positions", str(positions), "--out",
@@ -631,8 +676,8 @@ def test_sigkill_at_every_stage_leaves_the_previous_or_the_new_output_whole(
     ]
     for name, point, ready, committed in moments:
         marker.unlink(missing_ok=True)
-        pause = {PAUSE_ENV: f"{point}:{marker}"} if point else {}
-        status = kill_when([*job, "--winning-moves"], tmp_path, {**env, **pause}, ready)
+        status = kill_when([*job, "--winning-moves"], tmp_path, env, ready,
+                           (point, marker) if point else None)
         assert status == -signal.SIGKILL, name
         manifest = assert_whole(s3, "out")
         if committed:

@@ -62,21 +62,6 @@ LEFTOVER_GRACE = 24 * 3600
 live run commits right after its upload, well within this)."""
 
 
-PAUSE_ENV = "SNIM_BATCH_TEST_PAUSE"
-"""For the kill tests: `POINT:FILE` makes the run create FILE at POINT (`uploaded`: one file
-is up; `committing`: all are, the manifest is not; `committed`: the manifest is, the old
-files are not deleted yet) and wait there (at most PAUSE_LIMIT seconds) to be killed."""
-
-PAUSE_LIMIT = 600
-
-
-def _pause(point: str) -> None:
-    wanted, _, marker = os.environ.get(PAUSE_ENV, "").partition(":")
-    if wanted == point and marker:
-        Path(marker).touch()
-        time.sleep(PAUSE_LIMIT)
-
-
 _UPLOADS = 4  # files uploaded at once
 
 
@@ -93,7 +78,6 @@ def _upload(staging: Path, prefix: Location) -> None:
                 shutil.copyfileobj(source, out, 1 << 23)
         except OSError as exc:
             raise object_store.store_error(target, exc, "writing the output") from None
-        _pause("uploaded")
 
     with ThreadPoolExecutor(_UPLOADS, thread_name_prefix="upload") as pool:
         for done in [pool.submit(put, path) for path in files]:
@@ -264,7 +248,6 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         _upload(staging, out.child(run_id))
         data = json.dumps(_remote_manifest(manifest, run_id, previous), indent=2,
                           default=str) + "\n"
-        _pause("committing")
         with interrupts_held():
             try:
                 _commit(out, data.encode(), previous.etag, run_id)
@@ -272,7 +255,6 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
                 settled = True
                 raise
             settled = True
-            _pause("committed")
             log.info("committed %s%s", out, " (replacing the previous output)"
                      if previous.etag else "")
             for notice in _retire(out, previous):
