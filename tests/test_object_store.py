@@ -580,7 +580,7 @@ def big_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 PAUSE_DRIVER = r"""
-import shutil, sys, threading, time
+import shutil, sys, tempfile, time
 from pathlib import Path
 
 from pipeline.io.outputs import remote_commit
@@ -593,15 +593,6 @@ def hold():
     time.sleep(600)
 
 
-def holding_after(real, only_in=""):
-    def call(*args, **kwargs):
-        found = real(*args, **kwargs)
-        if threading.current_thread().name.startswith(only_in):
-            hold()
-        return found
-    return call
-
-
 def holding_before(real):
     def call(*args, **kwargs):
         hold()
@@ -609,8 +600,18 @@ def holding_before(real):
     return call
 
 
-if point == "uploaded":  # one file is up, the others may not be
-    shutil.copyfileobj = holding_after(shutil.copyfileobj, only_in="upload")
+def upload_one_then_hold(staging, prefix):
+    first = min(path for path in staging.rglob("*") if path.is_file())
+    alone = Path(tempfile.mkdtemp())
+    (alone / first.relative_to(staging)).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(first, alone / first.relative_to(staging))
+    real_upload(alone, prefix)
+    hold()
+
+
+if point == "uploaded":  # one file is up, the others are not
+    real_upload = remote_commit._upload
+    remote_commit._upload = upload_one_then_hold
 elif point == "committing":  # every file is up, the manifest is not
     remote_commit._commit = holding_before(remote_commit._commit)
 elif point == "committed":  # the manifest is up, the old files are not deleted yet
