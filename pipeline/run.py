@@ -29,18 +29,14 @@ from pipeline.errors import (
     EXIT_REJECTS,
     BadRowsError,
     ReconcileError,
-    UsageError,
     cut,
 )
 from pipeline.io.inputs.changes import described_now, ensure_unchanged
 from pipeline.io.inputs.files import InputFile, Source, resolve_inputs
 from pipeline.io.outputs import commit
-from pipeline.io.outputs.manifest import output_listing, write_manifest
-from pipeline.io.outputs.remote_commit import staged_remote_output
+from pipeline.io.outputs.kinds import output_for
 from pipeline.io.read import kept
 from pipeline.io.read.source_rows import counted_at_once, reconcile, rows_in_source
-from pipeline.io.store import object_store
-from pipeline.io.store.locations import Location
 from pipeline.tables import table_cache
 from pipeline.transforms import normalize, outputs, schema
 
@@ -61,16 +57,9 @@ class RunResult:
     problems: list[str]
     warnings: list[str] = field(default_factory=list)
     """What the user should know though the run succeeded (an old output kept aside)."""
-
-    @property
-    def rejects(self) -> str:
-        """Where the rejects are: rejects.parquet (in an object store, below OUT/RUN_ID/),
-        or with --format delta the rejects table."""
-        if "run_date" in self.manifest:
-            return f"{self.out}/rejects"
-        if isinstance(self.out, Path):
-            return str(self.out / "rejects.parquet")
-        return f"{self.out}/{self.manifest['run_id']}/rejects.parquet"
+    rejects: str = ""
+    """Where the rejects are: rejects.parquet (in an object store, below OUT/RUN_ID/), or
+    with --format delta the rejects table."""
 
 
 @dataclass(frozen=True)
@@ -89,19 +78,24 @@ class JobOutcome:
 
 def run_job(config: Config, progress: Progress | None = None, run_date: date | None = None,
             warn: Callable[[str], None] | None = None) -> RunResult:
-    """Run the batch job and commit its output directory atomically, or with --format delta
-    its night `run_date` (default: today in UTC) to the Delta tables under `config.out`.
+    """Run the batch job and commit its output whole (`io.outputs.Output`): a directory, an
+    object-store prefix, or with --format delta the night `run_date` (default: today in UTC)
+    of the Delta tables under `config.out`.
 
     Raises SnimError subclasses for user-caused failures; nothing is written then. `warn`
     gets each warning as it arises (an old output kept aside, and where), so that the user
     learns where their files are even when the run then fails; RunResult.warnings lists
     them too.
     """
-    delta = _delta_output() if config.output.format == "delta" else None
-    if run_date is not None and delta is None:
-        raise UsageError("--run-date applies to --format delta only (a Parquet output is "
-                         "one run, not a night of a table)")
-    night = run_date or datetime.now(UTC).date()
+    warnings: list[str] = []
+
+    def notify(message: str) -> None:
+        warnings.append(message)
+        if warn:
+            warn(message)
+
+    output = output_for(config.out, config.output.format, config.overwrite,
+                        config.storage_options, notify, run_date)
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     started = _now()
     timings: dict[str, float] = {}
@@ -122,62 +116,37 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
 
     engine = load_engine(config.engine)
     log.info("run %s: engine %s, output %s", run_id, engine.name, config.out)
-    warnings: list[str] = []
-
-    def notify(message: str) -> None:
-        warnings.append(message)
-        if warn:
-            warn(message)
-
-    if delta is None:
-        staged = _staged(config, run_id, notify)
-    else:
-        tables, writer = delta
-        delta_root = tables.table_root(config.out, config.storage_options)
-        tables.check_root(delta_root)
-        staged = tables.staging_directory(delta_root, run_id)
-    with staged as staging, kept.for_the_run(), engine.open_inputs(config):
-        outcome = execute(config, engine, staging, phase, note)
-        if outcome.rejected and config.on_bad_rows == "fail":
-            raise BadRowsError(f"{outcome.rejected} input rows failed validation "
-                               "(--on-bad-rows fail); nothing was written", outcome.problems,
-                               outcome.rejected)
-        exit_code = EXIT_REJECTS if outcome.rejected else EXIT_OK
-        manifest = {
-            "run_id": run_id,
-            "started_at": started,
-            "finished_at": _now(),
-            "status": "completed_with_rejects" if outcome.rejected else "ok",
-            "exit_code": exit_code,
-            "engine": config.engine,
-            "positions_form": outcome.form,
-            "versions": _versions(),
-            "config": config.as_dict(),
-            "inputs": outcome.inputs,
-            "counts": outcome.counts,
-            "reconciled": _reconciled(outcome.counts),
-            "timings_s": timings,
-        }
-        if delta is None:
-            manifest["outputs"] = output_listing(staging)
-            write_manifest(manifest, staging)
-        else:
+    staging = output.stage(run_id)
+    try:
+        with kept.for_the_run(), engine.open_inputs(config):
+            outcome = execute(config, engine, staging, phase, note)
+            if outcome.rejected and config.on_bad_rows == "fail":
+                raise BadRowsError(f"{outcome.rejected} input rows failed validation "
+                                   "(--on-bad-rows fail); nothing was written",
+                                   outcome.problems, outcome.rejected)
+            exit_code = EXIT_REJECTS if outcome.rejected else EXIT_OK
+            manifest = {
+                "run_id": run_id,
+                "started_at": started,
+                "finished_at": _now(),
+                "status": "completed_with_rejects" if outcome.rejected else "ok",
+                "exit_code": exit_code,
+                "engine": config.engine,
+                "positions_form": outcome.form,
+                "versions": _versions(),
+                "config": config.as_dict(),
+                "inputs": outcome.inputs,
+                "counts": outcome.counts,
+                "reconciled": _reconciled(outcome.counts),
+                "timings_s": timings,
+            }
             with phase("commit"):
-                manifest["run_date"] = night.isoformat()
-                manifest["table_versions"] = writer.publish(delta_root, staging, manifest, night)
-    return RunResult(config.out, exit_code, manifest, outcome.problems, warnings)
-
-
-def _staged(config: Config, run_id: str, notify: Callable[[str], None]
-            ) -> AbstractContextManager[Path]:
-    """The output's staging directory: beside a local output (renamed in at the end), or a
-    local temporary one uploaded to an object-store output and committed by its manifest."""
-    if isinstance(config.out, Path):
-        return commit.staged_output(config.out, run_id, config.overwrite, notify)
-    location = object_store.bound(Location.parse(config.out, Path.cwd()),
-                                  config.storage_options)
-    commit.refuse_inside_delta_table(location, str(location))
-    return staged_remote_output(location, run_id, config.overwrite, notify)
+                manifest.update(output.commit(manifest))
+    except BaseException as error:
+        output.roll_back(error)
+        raise
+    return RunResult(config.out, exit_code, manifest, outcome.problems, warnings,
+                     output.table("rejects", manifest))
 
 
 def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
@@ -241,17 +210,6 @@ def _every_row_evaluated_or_rejected(rows_read: int, verdicts: int, rejected: in
             f"positions: the run read {rows_read:,} rows but has {verdicts:,} verdicts and "
             f"{rejected:,} rejected rows; nothing was written", None, rows_read,
             verdicts + rejected)
-
-
-def _delta_output() -> tuple[Any, Any]:
-    """The Delta table root (`io.outputs.delta_tables`) and writer (`io.outputs.delta`),
-    which need the optional deltalake package."""
-    try:
-        from pipeline.io.outputs import delta, delta_tables
-    except ImportError:
-        raise UsageError("--format delta needs the delta extra: "
-                         "pip install 'snim-batch[delta]'") from None
-    return delta_tables, delta
 
 
 def _checksums(paths: list[Source]) -> list[Future[tuple[InputFile, int | None]]]:

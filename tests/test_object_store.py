@@ -1118,16 +1118,15 @@ def test_local_staging_of_a_killed_run_is_removed_by_the_next(s3, tmp_path: Path
     """A run killed before its commit leaves its local staging directory (its files staged
     for upload), named with its pid; the next run removes it, and only those of processes
     that are gone."""
-    from pipeline.io.outputs.remote_commit import PAUSE_ENV
-
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     sample = ROOT / "data" / "sample"
     job = ["run", "--rules", str(sample / "rules.csv"), "--positions",
            str(sample / "positions.csv"), "--out", "s3://bkt/out", "--overwrite"]
     marker = tmp_path / "paused"
-    env = {**s3.env(), "TMPDIR": str(tmp), PAUSE_ENV: f"committing:{marker}"}
-    assert kill_when(job, tmp_path, env, lambda lines: marker.exists()) == -signal.SIGKILL
+    env = {**s3.env(), "TMPDIR": str(tmp)}
+    assert kill_when(job, tmp_path, env, lambda lines: marker.exists(),
+                     ("committing", marker)) == -signal.SIGKILL
     left = os.listdir(tmp)
     assert len(left) == 1 and re.fullmatch(r"snim-batch-\d+-\d{8}T\d{6}Z-[0-9a-f]{6}-.+",
                                            left[0]), left

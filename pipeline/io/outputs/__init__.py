@@ -1,0 +1,33 @@
+"""Where a run's tables go, whole or not at all.
+
+- `kinds`: the `Output` protocol (`stage`, `commit(manifest)`, `roll_back`) and its three
+  kinds, chosen by `output_for`: `LocalDirectory` (`commit`: staged beside the target and
+  swapped in by one rename), `ObjectStorePrefix` (`remote_commit` and `remote_target`:
+  committed by a conditional PUT of the manifest), `DeltaTables` (`delta` and `delta_tables`:
+  one commit per table, the runs table last);
+- `manifest`: the run manifest, and whether a directory is provably a snim-batch output;
+- `failures`: write failures worded once (the output, the file, the cause), names too long;
+- `publish`, `publish_tables`: `report`'s page and `convert`'s tables, placed atomically and
+  replaced only when provably theirs;
+- `scratch`: the run's scratch files (long-form input split by key), removed on every exit.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "Output": "kinds", "output_for": "kinds", "LocalDirectory": "kinds",
+    "ObjectStorePrefix": "kinds", "DeltaTables": "kinds",
+    "MANIFEST": "manifest", "read_manifest": "manifest", "write_manifest": "manifest",
+    "is_snim_output": "manifest", "write_parquet": "commit", "sink_parquet": "commit",
+    "WriteFailure": "failures",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # the modules load when a name is first asked for
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -181,11 +181,14 @@ def _remote_delta_table_holding(location: Location) -> Location | None:
     try:
         files = object_store.filesystem(location)
         for depth in range(1, len(parts) + 1):
-            prefix = "/".join(parts[:depth])
-            if files.get_file_info(pafs.FileSelector(f"{location.bucket}/{prefix}/_delta_log",
-                                                     allow_not_found=True)):
-                return location.at_key(prefix)
-    except Exception:  # noqa: BLE001 - any failure here is the commit's to report
+            log = pafs.FileSelector(f"{location.bucket}/{'/'.join(parts[:depth])}/_delta_log",
+                                    allow_not_found=True)
+            if object_store.answered(location, lambda log=log: files.get_file_info(log),
+                                     "listing"):
+                return location.at_key("/".join(parts[:depth]))
+    except object_store.StoreError:  # no answer within the bounds: the run cannot go on
+        raise
+    except Exception:  # noqa: BLE001 - any other failure here is the commit's to report
         return None
     return None
 

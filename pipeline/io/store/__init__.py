@@ -1,0 +1,30 @@
+"""Locations and object stores.
+
+`Location.parse` reads what a user gave (a path, `file://`, `s3://`, `gs://`, `az://`,
+`abfs(s)://`, `hdfs://`); `object_store` turns a location into a client: its options bound
+(`bound`, `storage_options`, every value checked at load by `checked_options`), pyarrow file
+systems (`filesystem`), requests within those bounds, and a store's failures as one line
+(`store_error`, `store_problem`). `without_secrets` is the one function through which a
+location's text reaches a message, a log line or a manifest: URL passwords and query values
+(signed URLs) read `<hidden>`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "Location": "locations", "without_secrets": "locations", "STORES": "locations",
+    "bound": "object_store", "checked_options": "object_store", "filesystem": "object_store",
+    "object_metadata": "object_store", "redacted": "object_store",
+    "storage_options": "object_store", "store_error": "object_store",
+    "StoreError": "object_store",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # the modules load when a name is first asked for
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
