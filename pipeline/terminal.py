@@ -230,6 +230,7 @@ def stop_signals_as_interrupts() -> None:
     (`_stop`): its staging is removed, the previous output stays, and the exit code is
     128 + the signal. A signal the caller set to be ignored (`nohup`, `&` in a script)
     stays ignored, also after a library's import (`keep_signals_after_imports`)."""
+    keep_signals_after_imports()
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(signum, _stop)
@@ -298,7 +299,6 @@ def entry() -> None:  # pragma: no cover - console entry point
     """The `snim-batch` executable: the stop handlers first, then the CLI, whose imports
     (typer, and through it pydantic) take 0.1-0.3 s; a stop meanwhile is reported as one
     during a command is, instead of killing the process or printing Python's traceback."""
-    keep_signals_after_imports()
     stop_signals_as_interrupts()
     try:
         from pipeline.cli import main
