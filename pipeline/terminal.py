@@ -156,27 +156,32 @@ _STOPPING: list[int] = []  # the stop under way (raised): later ones are ignored
 # Where a frame's code comes from, to tell when raising the stop is safe (`_safe_to_raise`).
 _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PYTHONS = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
-_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+_CALLED_BACK = tuple(f"{os.sep}{packages}{os.sep}{name}{os.sep}"
+                     for packages in ("site-packages", "dist-packages")
+                     for name in ("numba", "llvmlite"))
+"""Libraries whose compiled code calls their Python code, and does not survive an exception
+raised there."""
 
 
 def _safe_to_raise(frame: FrameType | None) -> bool:
     """Whether the interrupt may be raised in `frame`, the Python code the main thread was
-    running when the signal's handler ran: in the job's own code, or in the standard
-    library's called from it; not in an installed library's code, which compiled code may
-    have called and may not survive an exception from, nor in the import system's, whose
-    locks an exception there can leave held. numba's compiled wrappers call
-    `serialize._numba_unpickle` on every call: a KeyboardInterrupt raised there came back
-    as a tuple with a hole in it, and the caller crashed on it (SIGSEGV, 4 times in 23
-    Ctrl-Cs during a run's first batches); one raised in a weak reference's callback in
-    the import system left its lock held, and the next import waited for ever."""
+    running when the signal's handler ran (or in the standard library's code it called):
+    not in numba's (`_CALLED_BACK`), nor in the import system's, whose locks an exception
+    there can leave held. numba's compiled wrappers call `serialize._numba_unpickle` on
+    every kernel call: a KeyboardInterrupt raised there came back as a tuple with a hole
+    in it, and the caller crashed on it (SIGSEGV, 4 times in 23 Ctrl-Cs during a run's
+    first batches); one raised in a weak reference's callback in the import system left
+    its lock held, and the next import waited for ever. Elsewhere (the job's code, a
+    library's Python code such as typer's writing to a full pipe) it is raised as Python
+    would, at once."""
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith(_OURS):
             return True
-        if filename.startswith("<frozen ") or any(part in filename for part in _INSTALLED):
+        if filename.startswith("<frozen ") or any(part in filename for part in _CALLED_BACK):
             return False
-        if not filename.startswith(_PYTHONS):  # a script's own code (`python -c`, a file)
-            return True
+        if not filename.startswith(_PYTHONS) or "-packages" + os.sep in filename:
+            return True  # a library's Python code, or a script's own (`python -c`, a file)
         frame = frame.f_back
     return True
 
@@ -187,8 +192,8 @@ PENDING_CHECK_S = 0.002  # how often a pending stop looks again for where it can
 
 def _stop(signum: int, frame: FrameType | None) -> None:
     """A stop signal's Python handler: the interrupt (KeyboardInterrupt for Ctrl-C, else
-    Stopped), raised once and only in the job's own code or Python's (`_safe_to_raise`).
-    In a library's, the stop is pending: a timer (SIGALRM) brings it back every
+    Stopped), raised once, and only where that is safe (`_safe_to_raise`). Elsewhere
+    (in numba's code) the stop is pending: a timer (SIGALRM) brings it back every
     PENDING_CHECK_S, until the main thread is out of the library's code. A stop once
     raised is the only one: its clean-up (the staging directory removed) is not cut short
     by a second Ctrl-C or a scheduler's SIGTERM after it."""
