@@ -2,20 +2,22 @@
 handlers, then the CLI), text made safe to print, log and progress lines on stderr, stdin
 read whole, and the stop signals turned into interrupts.
 
-Only `pipeline.cli` uses it; with it, the two are the only modules that print or exit.
+Only `pipeline.cli` uses it; with it, the two are the only modules that print or exit. Its
+own imports are few and light (logging is imported when it is configured): until `entry`
+has set the stop handlers, a Ctrl-C is Python's, with a traceback.
 """
 
 from __future__ import annotations
 
 import gc
-import logging
+import os
 import re
 import signal
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from types import FrameType
 
 from pipeline.errors import Stopped
 
@@ -72,20 +74,21 @@ def interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
-class _PrintableFormatter(logging.Formatter):
-    """Log records as `snim-batch: LEVEL: message`, escaped like every other line we print."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return "snim-batch: " + printable(f"{record.levelname.lower()}: {super().format(record)}")
-
-
 def configure_logging(quiet: bool, verbose: bool) -> None:
-    """The core logs through `logging.getLogger(__name__)`; here its records reach stderr:
-    warnings by default, errors only with --quiet, everything down to debug with --verbose.
-    Only the `pipeline` loggers are shown (libraries keep their own)."""
+    """The core logs through `logging.getLogger(__name__)`; here its records reach stderr as
+    `snim-batch: LEVEL: message`, escaped like every other line we print: warnings by
+    default, errors only with --quiet, everything down to debug with --verbose. Only the
+    `pipeline` loggers are shown (libraries keep their own)."""
+    import logging
+
+    class PrintableFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return "snim-batch: " + printable(f"{record.levelname.lower()}: "
+                                              f"{super().format(record)}")
+
     logger = logging.getLogger("pipeline")
     logger.handlers = [logging.StreamHandler(sys.stderr)]
-    logger.handlers[0].setFormatter(_PrintableFormatter("%(message)s"))
+    logger.handlers[0].setFormatter(PrintableFormatter("%(message)s"))
     logger.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.WARNING)
     logger.propagate = False
 
@@ -122,7 +125,6 @@ def stdin_bytes() -> bytes | memoryview:
     fresh memory to touch, 0.03-0.05 s); a pipe or terminal is read. The cost: a file cut
     shorter while it is being solved ends the process with SIGBUS (exit 135), not a message."""
     import mmap
-    import os
     import stat
 
     try:
@@ -144,25 +146,152 @@ between parallel regions on the cores polars reads with. On 10M positions: 0.1-0
 less, wall 2-4% less."""
 
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
                      if hasattr(signal, name))
 
 
 STOPPED_BY: list[int] = []  # the stop signals received, for an exit code typer made 130
+_STOPPING: list[int] = []  # the stop under way (raised): later ones are ignored
+
+# Where a frame's code comes from, to tell when raising the stop is safe (`_safe_to_raise`).
+_OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PYTHONS = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+_CALLED_BACK = tuple(f"{os.sep}{packages}{os.sep}{name}{os.sep}"
+                     for packages in ("site-packages", "dist-packages")
+                     for name in ("numba", "llvmlite"))
+"""Libraries whose compiled code calls their Python code, and does not survive an exception
+raised there."""
 
 
-def _stop(signum: int, frame: Any) -> None:
+def _safe_to_raise(frame: FrameType | None) -> bool:
+    """Whether the interrupt may be raised in `frame`, the Python code the main thread was
+    running when the signal's handler ran (or in the standard library's code it called):
+    not in numba's (`_CALLED_BACK`), nor in the import system's, whose locks an exception
+    there can leave held. numba's compiled wrappers call `serialize._numba_unpickle` on
+    every kernel call: a KeyboardInterrupt raised there came back as a tuple with a hole
+    in it, and the caller crashed on it (SIGSEGV, 4 times in 23 Ctrl-Cs during a run's
+    first batches); one raised in a weak reference's callback in the import system left
+    its lock held, and the next import waited for ever. Elsewhere (the job's code, a
+    library's Python code such as typer's writing to a full pipe) it is raised as Python
+    would, at once."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_OURS):
+            return True
+        if filename.startswith("<frozen ") or any(part in filename for part in _CALLED_BACK):
+            return False
+        if not filename.startswith(_PYTHONS) or "-packages" + os.sep in filename:
+            return True  # a library's Python code, or a script's own (`python -c`, a file)
+        frame = frame.f_back
+    return True
+
+
+_PENDING: list[int] = []  # a stop that came in a library's code, raised once it has returned
+PENDING_CHECK_S = 0.002  # how often a pending stop looks again for where it can be raised
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    """A stop signal's Python handler: the interrupt (KeyboardInterrupt for Ctrl-C, else
+    Stopped), raised once, and only where that is safe (`_safe_to_raise`). Elsewhere
+    (in numba's code) the stop is pending: a timer (SIGALRM) brings it back every
+    PENDING_CHECK_S, until the main thread is out of the library's code. A stop once
+    raised is the only one: its clean-up (the staging directory removed) is not cut short
+    by a second Ctrl-C or a scheduler's SIGTERM after it."""
+    if _STOPPING:
+        return
+    while frame is not None and frame.f_code in _HANDLERS:  # a handler run within one
+        frame = frame.f_back
+    if not _safe_to_raise(frame):
+        if not _PENDING:
+            _PENDING.append(signum)
+            signal.signal(signal.SIGALRM, _stop_pending)
+        signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
+        return
+    _PENDING.clear()
+    _STOPPING.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     STOPPED_BY.append(signum)
     raise Stopped(signum)
 
 
+def _stop_pending(alarm: int, frame: FrameType | None) -> None:
+    """SIGALRM's handler while a stop is pending: `_stop` again, unless the stop signal is
+    held meanwhile (`io.commit.interrupts_held`): then it is dropped, as a stop signal
+    coming during the hold is."""
+    if _PENDING:
+        signum = _PENDING[0]
+        if signal.getsignal(signum) is _stop:
+            _stop(signum, frame)
+        else:
+            _PENDING.clear()
+
+
+_HANDLERS = (_stop.__code__, _stop_pending.__code__)
+
+
 def stop_signals_as_interrupts() -> None:
-    """SIGTERM (a scheduler's timeout or cancel) and SIGHUP stop a run as Ctrl-C does: its
-    staging is removed, the previous output stays, and the exit code is 128 + the signal.
-    A signal the caller set to be ignored (`nohup`) stays ignored."""
+    """Ctrl-C, SIGTERM (a scheduler's timeout or cancel) and SIGHUP stop a run the same way
+    (`_stop`): its staging is removed, the previous output stays, and the exit code is
+    128 + the signal. A signal the caller set to be ignored (`nohup`, `&` in a script)
+    stays ignored, also after a library's import (`keep_signals_after_imports`)."""
+    keep_signals_after_imports()
     for signum in STOP_SIGNALS:
-        if signal.getsignal(signum) == signal.SIG_DFL:
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(signum, _stop)
+
+
+def keep_signals() -> None:
+    """Each stop signal's action in the process set back to what Python holds for it (SIG_IGN,
+    or its handler): `import polars` sets polars' own SIGINT action, which stops a query
+    reading the input as if it had ended, and which runs even where SIGINT was ignored;
+    a run so stopped committed what it had read, exit 0. Outside the main thread (where
+    Python cannot set signals), nothing."""
+    for signum in STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is not None:  # None: set outside Python, which cannot restore it
+            try:
+                signal.signal(signum, handler)
+            except ValueError:
+                return
+
+
+class _SignalsKept:
+    """A finder on `sys.meta_path` that finds no module itself: it hands a top-level module's
+    import to the finders after it, then calls `keep_signals` once the module has run, so
+    that no library's import leaves its own signal action in place (`import polars` does)."""
+
+    @classmethod
+    def find_spec(cls, name: str, path: object = None, target: object = None) -> object:
+        if "." in name:
+            return None
+        finders = sys.meta_path[sys.meta_path.index(cls) + 1:] if cls in sys.meta_path else []
+        for finder in finders:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or isinstance(loader, type):  # built-in and frozen modules
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_then_keep(module: object) -> None:
+            try:
+                exec_module(module)
+            finally:
+                keep_signals()
+
+        loader.exec_module = exec_then_keep
+        return spec
+
+
+def keep_signals_after_imports() -> None:
+    """From now on, every top-level module's import ends with `keep_signals`."""
+    if _SignalsKept not in sys.meta_path:
+        sys.meta_path.insert(0, _SignalsKept)
 
 
 def stopped_message(signum: int | None) -> str:
@@ -175,8 +304,6 @@ def entry() -> None:  # pragma: no cover - console entry point
     """The `snim-batch` executable: the stop handlers first, then the CLI, whose imports
     (typer, and through it pydantic) take 0.1-0.3 s; a stop meanwhile is reported as one
     during a command is, instead of killing the process or printing Python's traceback."""
-    import os
-
     stop_signals_as_interrupts()
     try:
         from pipeline.cli import main
@@ -189,7 +316,10 @@ def entry() -> None:  # pragma: no cover - console entry point
 
 
 def default_stop_signals() -> None:
-    """The command is over: a later stop signal ends the process as it would have."""
+    """The command is over: a later stop signal ends the process as it would have, unless
+    the command was stopped: then its exit is not cut short."""
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is _stop:
-            signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signum, signal.SIG_IGN if _STOPPING else
+                          signal.default_int_handler if signum == signal.SIGINT
+                          else signal.SIG_DFL)

@@ -1,0 +1,288 @@
+"""Stop signals, end to end: the real executable, at several moments of a real run (start-up,
+reading the rules, reading a multi-file input, writing), started with SIGINT ignored (as
+`cmd &` in a script starts it) or stopped by Ctrl-C typed in a pseudo-terminal, SIGINT or
+SIGTERM. Each run ends either stopped cleanly (exit 128 + the signal, one line, the previous
+output untouched, no staging left) or complete (every input row in the output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import CLI_EXE
+
+ROWS = 3_000_000  # six files: their read takes a second or more, in batches
+STOPPED_LINE = {signal.SIGINT: "snim-batch: interrupted; nothing was written",
+                signal.SIGTERM: "snim-batch: stopped by SIGTERM; nothing was written"}
+PROGRESS = re.compile(r"snim-batch: \[\s*[\d.]+s\] (\w+)")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(rules file, positions folder of six Parquet files), made by `snim-batch generate`."""
+    where = tmp_path_factory.mktemp("signals")
+    made = subprocess.run([str(CLI_EXE), "generate", "--out", str(where / "gen"), "--positions",
+                           str(ROWS), "--rule-sets", "1000", "--key-type", "string", "--seed",
+                           "1", "--files", "6"], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    return where / "gen" / "rules.parquet", where / "gen" / "positions"
+
+
+def _caught(pid: int, *sigs: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("SigCgt:")), 16)
+    return all(mask >> (sig - 1) & 1 for sig in sigs)
+
+
+def _ignored(pid: int, sig: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("SigIgn:")), 16)
+    return bool(mask >> (sig - 1) & 1)
+
+
+def in_terminal(args: list[str], moment: str, delay: float, stop: str | int,
+                ignore_sigint: bool = False, repeat: int = 1,
+                watch=None) -> tuple[int, str]:
+    """`snim-batch ARGS` in a pseudo-terminal (its progress line shows each phase as it
+    starts); `delay` s after `moment` (a phase's name, or "start": once the executable's
+    entry has set its stop handlers), `stop` is sent `repeat` times 0.05 s apart: "^C"
+    typed, or a signal. With `ignore_sigint`, the process starts with SIGINT ignored.
+    `watch(pid)` is called once the stops are sent, while the process runs. Returns the
+    exit status and all the terminal showed."""
+    command = [str(CLI_EXE), *args]
+    if ignore_sigint:
+        command = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', *command]
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.execvp(command[0], command)
+        finally:
+            os._exit(127)
+    shown, at, sent, deadline = b"", None, 0, time.monotonic() + 120
+    watched = watch is None
+    while time.monotonic() < deadline:
+        if at is None:
+            text = shown.decode(errors="replace")
+            if (moment == "start" and _started(pid)) or moment in PROGRESS.findall(text):
+                at = time.monotonic() + delay
+        elif sent < repeat and time.monotonic() >= at + 0.05 * sent:
+            if stop == "^C":
+                os.write(fd, b"\x03")
+            else:
+                try:
+                    os.kill(pid, stop)
+                except ProcessLookupError:
+                    pass
+            sent += 1
+        elif sent == repeat and not watched:
+            watch(pid)
+            watched = True
+        ready, _, _ = select.select([fd], [], [], 0.002)
+        if ready:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:  # the terminal's other side is closed: the process ended
+                break
+            if not chunk:
+                break
+            shown += chunk
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), shown.decode(errors="replace")
+
+
+def _started(pid: int) -> bool:
+    """The executable's entry has set its handlers (SIGTERM and SIGHUP are caught)."""
+    try:
+        return _caught(pid, signal.SIGTERM, signal.SIGHUP)
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _verdict_rows(out: Path) -> int:
+    return pl.scan_parquet(out / "verdicts.parquet").select(pl.len()).collect().item()
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name != "out")
+
+
+@pytest.fixture(scope="module")
+def baseline(generated: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A complete output of the run on the generated input."""
+    rules, positions = generated
+    out = tmp_path_factory.mktemp("baseline") / "out"
+    first = subprocess.run([str(CLI_EXE), "run", "--rules", str(rules), "--positions",
+                            str(positions), "--out", str(out), "--quiet"],
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    return out
+
+
+@pytest.fixture()
+def previous(tmp_path: Path, generated: tuple[Path, Path],
+             baseline: Path) -> tuple[list[str], Path]:
+    """(the run's arguments, its output folder), with a complete output there already."""
+    rules, positions = generated
+    out = tmp_path / "job" / "out"
+    shutil.copytree(baseline, out)
+    return ["run", "--rules", str(rules), "--positions", str(positions), "--out", str(out),
+            "--overwrite"], out
+
+
+def assert_clean_stop_or_complete(status: int, shown: str, out: Path, before: dict,
+                                  sig: int, where: str) -> bool:
+    """Either stopped (128 + sig, its one line, the previous output as it was) or complete
+    (exit 0, a new output with every row); never a crash or a traceback, never staging
+    left beside the output. True if it was stopped."""
+    assert "Traceback" not in shown and "Segmentation" not in shown, (where, shown)
+    assert "Fatal Python error" not in shown and "internal error" not in shown, (where, shown)
+    assert _leftovers(out.parent) == [], (where, _leftovers(out.parent))
+    manifest = _manifest(out)
+    if status == 128 + sig:
+        assert shown.rstrip().endswith(STOPPED_LINE[sig]), (where, shown)
+        assert manifest["run_id"] == before["run_id"], where
+        assert _verdict_rows(out) == ROWS, where
+        return True
+    assert status == 0, (where, status, shown)
+    assert manifest["run_id"] != before["run_id"], where
+    assert manifest["counts"]["positions"]["rows_read"] == ROWS, where
+    assert _verdict_rows(out) == ROWS, where
+    return False
+
+
+@pytest.mark.parametrize(("moment", "delay"), [
+    ("start", 0.0), ("rules", 0.0), ("positions", 0.3), ("write", 0.02),
+], ids=["start-up", "rules", "positions", "write"])
+def test_an_ignored_sigint_stays_ignored(previous: tuple[list[str], Path], moment: str,
+                                         delay: float) -> None:
+    """Started with SIGINT ignored (`snim-batch run ... &` in a script), the run ignores
+    SIGINT, sent three times at each moment: it completes with every row, exit 0. `import
+    polars` sets polars' own SIGINT action, which ended the read early (the run committed
+    4,000,000 rows of 5,000,000 with exit 0) or stopped the run: SIGINT is ignored again
+    in the process, checked while the positions are read."""
+    args, out = previous
+    before = _manifest(out)
+    seen: list[tuple[bool, bool]] = []
+
+    def look(pid: int) -> None:
+        try:
+            seen.append((_ignored(pid, signal.SIGINT), _caught(pid, signal.SIGINT)))
+        except (FileNotFoundError, ProcessLookupError):  # it has ended
+            pass
+
+    status, shown = in_terminal(args, moment, delay, signal.SIGINT, ignore_sigint=True,
+                                repeat=3, watch=look)
+    assert status == 0, shown
+    assert not assert_clean_stop_or_complete(status, shown, out, before, signal.SIGINT, moment)
+    assert seen in ([(True, False)], [] if moment == "write" else None), seen
+
+
+@pytest.mark.parametrize(("stop", "moment", "delay"), [
+    ("^C", "start", 0.0),
+    ("^C", "rules", 0.0),
+    ("^C", "positions", 0.0),
+    ("^C", "positions", 0.15),
+    ("^C", "positions", 0.4),
+    ("^C", "write", 0.0),
+    (signal.SIGINT, "positions", 0.2),
+    (signal.SIGTERM, "positions", 0.25),
+    (signal.SIGTERM, "tables", 0.0),
+], ids=["ctrl-c-start-up", "ctrl-c-rules", "ctrl-c-positions-0", "ctrl-c-positions-0.15",
+        "ctrl-c-positions-0.4", "ctrl-c-write", "sigint-positions", "sigterm-positions",
+        "sigterm-tables"])
+def test_a_stop_is_clean_at_any_moment(previous: tuple[list[str], Path], stop: str | int,
+                                       moment: str, delay: float) -> None:
+    """Ctrl-C typed in the terminal, SIGINT or SIGTERM, at start-up, while the rules or the
+    positions are read, or while the output is written: exit 130 (143), one line, the
+    previous output untouched and no staging directory left; or, stopped too late, the
+    complete new output. Ctrl-C during the first batches crashed the process (SIGSEGV, a
+    `.out.partial-*` directory left); a stop during start-up printed a traceback."""
+    args, out = previous
+    before = _manifest(out)
+    sig = signal.SIGINT if stop == "^C" else stop
+    status, shown = in_terminal(args, moment, delay, stop)
+    stopped = assert_clean_stop_or_complete(status, shown, out, before, sig,
+                                            f"{stop} at {moment}+{delay}")
+    assert stopped or moment == "write", (status, shown)
+
+
+@pytest.mark.slow
+def test_repeated_ctrl_c_during_the_first_batches_never_crashes(
+        previous: tuple[list[str], Path]) -> None:
+    """Ctrl-C at twelve moments of the positions' read, and twice in a row at some: each run
+    stops cleanly (a second Ctrl-C does not cut the first one's clean-up short)."""
+    args, out = previous
+    before = _manifest(out)
+    for i in range(12):
+        delay = 0.05 * i
+        status, shown = in_terminal(args, "positions", delay, "^C", repeat=1 + i % 2)
+        assert assert_clean_stop_or_complete(status, shown, out, before, signal.SIGINT,
+                                             f"Ctrl-C at positions+{delay:.2f}s")
+
+
+_NUMBA_LOOP = """
+import sys
+from pipeline import terminal
+terminal.stop_signals_as_interrupts()
+import numba
+import numpy as np
+
+@numba.njit
+def pair(values):
+    return values + 1, values - 1
+
+values = np.arange(10)
+for i in range(int(sys.argv[1])):
+    try:
+        terminal._STOPPING.clear()  # each stop is a new one here
+        print("ready", i, flush=True)
+        while True:
+            plus, minus = pair(values)
+    except KeyboardInterrupt:
+        pass
+print("done", flush=True)
+"""
+
+
+def test_an_interrupt_never_lands_inside_a_numba_call() -> None:
+    """The CLI's handlers (`terminal.stop_signals_as_interrupts`) in a process that calls a
+    numba kernel returning two arrays in a loop, interrupted 100 times: numba's wrapper
+    calls back into Python on every call, and a KeyboardInterrupt raised there was a
+    SystemError (`returned a result with an exception set`) or a crash within a few
+    interrupts. The interrupt waits until the call has returned."""
+    stops = 100
+    proc = subprocess.Popen([sys.executable, "-c", _NUMBA_LOOP, str(stops)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for i in range(stops):
+            line = proc.stdout.readline()
+            assert line == f"ready {i}\n", (line, proc.stderr.read() if not line else "")
+            time.sleep(0.001 * (i % 5))
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, out, err) == (0, "done\n", "")
