@@ -865,9 +865,9 @@ def test_a_corrupt_row_group_is_the_polars_engines_error(spark, tmp_path):
     _corrupt_page_header(p, 4, b"\x00" * 16)
     lines = {}
     for engine in ("polars", "spark"):
-        code, err = invoke(["run", "--engine", engine, "--spark-master", "local[2]",
-                            "--rules", r, "--positions", d, "--out", tmp_path / engine],
-                           tmp_path)
+        spark = ["--spark-master", "local[2]"] if engine == "spark" else []
+        code, err = invoke(["run", "--engine", engine, *spark, "--rules", r, "--positions", d,
+                            "--out", tmp_path / engine], tmp_path)
         assert code == 1, err
         [lines[engine]] = err.strip().splitlines()
         assert not (tmp_path / engine).exists()
