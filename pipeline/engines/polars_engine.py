@@ -23,7 +23,7 @@ import polars as pl
 from pipeline import kernels, keys
 from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
-from pipeline.engines import PositionsJob
+from pipeline.engines.base import PositionsJob
 from pipeline.grundy import TableSet
 from pipeline.io.inputs.files import format_of
 from pipeline.io.outputs.commit import sink_parquet, write_parquet

@@ -52,7 +52,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline import kernels
 from pipeline.config import Config
-from pipeline.engines import PositionsJob
+from pipeline.engines.base import PositionsJob
 from pipeline.engines.spark_connect import connect_session, is_connect, lost_server
 from pipeline.engines.spark_hadoop import hadoop_filesystems
 from pipeline.engines.spark_ordering import SparkOrdering, polars_frame, verdict
