@@ -16,8 +16,9 @@ import pyarrow as pa
 from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
-from pipeline.io.inputs.files import InputFile, RawTable, Source, format_of
 from pipeline.io.read import kept
+from pipeline.io.read.files import InputFile, RawTable, Source
+from pipeline.io.read.formats import format_of
 from pipeline.io.read.readers import (
     columns_of_each,
     iter_batches,

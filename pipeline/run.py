@@ -33,11 +33,12 @@ from pipeline.errors import (
     cut,
 )
 from pipeline.io.inputs.changes import described_now, ensure_unchanged
-from pipeline.io.inputs.files import InputFile, Source, resolve_inputs
+from pipeline.io.inputs.files import resolve_inputs
 from pipeline.io.outputs import commit
 from pipeline.io.outputs.manifest import output_listing, write_manifest
 from pipeline.io.outputs.remote_commit import staged_remote_output
 from pipeline.io.read import kept
+from pipeline.io.read.files import InputFile, Source
 from pipeline.io.read.source_rows import counted_at_once, reconcile, rows_in_source
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location

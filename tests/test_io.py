@@ -32,7 +32,8 @@ import pipeline.io.inputs.files as inputs
 from pipeline import kernels
 from pipeline.errors import InputError, OutputError
 from pipeline.io.outputs import commit, failures, manifest, scratch
-from pipeline.io.read import csv_reader, kept, readers
+from pipeline.io.read import csv_reader, footers, formats, kept, readers, starts
+from pipeline.io.read.files import RawTable
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = ROOT / ".venv" / "bin" / "snim-batch"
@@ -159,7 +160,7 @@ def test_resolve_missing_via_cli_exit_1(tmp_path: Path) -> None:
 # ---- CSV field counts and row numbers -------------------------------------------------------
 
 
-def _read_csv_text(tmp_path: Path, text: str | bytes) -> inputs.RawTable:
+def _read_csv_text(tmp_path: Path, text: str | bytes) -> RawTable:
     path = tmp_path / "t.csv"
     if isinstance(text, bytes):
         path.write_bytes(text)
@@ -1337,7 +1338,7 @@ def test_the_kept_schema_is_the_one_read_schema_gives(tmp_path):
                           "n": pl.Series([1], dtype=pl.Int16)})
     frame.write_parquet(path)
     with kept.for_the_run():
-        assert readers.parquet_footer(path).schema.equals(pq.read_schema(path),
+        assert footers.parquet_footer(path).schema.equals(pq.read_schema(path),
                                                           check_metadata=True)
 
 
@@ -1355,13 +1356,13 @@ def test_the_kept_footer_holds_row_groups_and_the_largest_value_of_each_column(t
                       "t": pa.array(list("abcdefg"))})
     pq.write_table(table, path, row_group_size=3)
     with kept.for_the_run():
-        footer = readers.parquet_footer(path)
+        footer = footers.parquet_footer(path)
         assert footer.row_groups == (3, 3, 1) and footer.num_rows == 7
         assert footer.largest == {"heaps": 2**62, "n": 9, "s": None, "t": None}
         assert readers.heap_upper_bound([path], "heaps") == 2**62
         assert readers.heap_upper_bound([path], "t") is None
         assert readers.heap_upper_bound([path], "absent") is None
-        assert 10_000 * readers._footer_in_memory(footer) <= kept.BYTES_KEPT
+        assert 10_000 * footers._footer_in_memory(footer) <= kept.BYTES_KEPT
 
 
 def test_statistics_that_do_not_decode_are_not_read(tmp_path):
@@ -1380,7 +1381,7 @@ def test_statistics_that_do_not_decode_are_not_read(tmp_path):
         (lambda m: [m.row_group(0).column(i).statistics.max for i in (2, 3)])(
             pq.ParquetFile(path).metadata)
     with kept.for_the_run():
-        assert readers.parquet_footer(path).largest == {"rule_set_id": 1, "heaps": 3,
+        assert footers.parquet_footer(path).largest == {"rule_set_id": 1, "heaps": 3,
                                                         "note": None, "seen": None}
         assert readers.columns_of(path) == ["rule_set_id", "heaps", "note", "seen"]
     code, err = invoke(["run", "--rules", ROOT / "data" / "sample" / "rules.csv",
@@ -1530,7 +1531,7 @@ def logical_table(count: int, style: str) -> tuple[list[str], list[int], list[in
     return lines, kept, bad, values
 
 
-def check_logical(raw_batches: list[inputs.RawTable], kept: list[int], bad: list[int],
+def check_logical(raw_batches: list[RawTable], kept: list[int], bad: list[int],
                   values: list[str]) -> None:
     rows = np.concatenate([b.row for b in raw_batches]).tolist()
     frame = pl.concat([b.frame for b in raw_batches])
@@ -1990,7 +1991,7 @@ def _long_record_csv(quoted: bool, end: str, final: bool) -> bytes:
     return (end.join(lines) + ("" if final else end)).encode()
 
 
-def _check_long_record_rows(raw: inputs.RawTable, final: bool) -> None:
+def _check_long_record_rows(raw: RawTable, final: bool) -> None:
     assert raw.row.tolist() == [0, 1, 2, 4] + ([5] if final else [])
     assert raw.frame["heaps"].to_list() == ["5", "5 6", LONG_HEAPS, "8"] + (
         [LONG_HEAPS] if final else [])
@@ -2032,9 +2033,9 @@ def test_csv_object_with_a_record_longer_than_the_block_is_read_whole(
     if not whole:
         _check_long_record_rows(readers.read_table(location), True)
         return
-    monkeypatch.setattr(csv_reader, "SMALL_OBJECT", 1 << 23)  # 6 MB: kept whole
+    monkeypatch.setattr(starts, "SMALL_OBJECT", 1 << 23)  # 6 MB: kept whole
     with kept.for_the_run():
-        csv_reader.read_start(location, 4)
+        starts.read_start(location, 4)
         assert kept.get("object", location) is not None
         _check_long_record_rows(readers.read_table(location), True)
 
@@ -2141,14 +2142,14 @@ def test_a_file_is_read_as_what_it_holds_whatever_its_suffix(tmp_path):
 
 
 def test_sniffing_tells_parquet_from_csv_by_the_first_bytes():
-    assert inputs.sniffed(b"PAR1\x15\x04", "csv") == "parquet"
-    assert inputs.sniffed(b"PAR1", "csv") == "parquet"  # cut short: its reader says so
-    assert inputs.sniffed(b"rule_set_id,kind\n1,nim\n", "parquet") == "csv"
-    assert inputs.sniffed("id,h\u00e9".encode()[:-1], "parquet") == "csv"  # a cut character
-    assert inputs.sniffed(b"\xef\xbb\xbfa,b\n", "parquet") == "csv"  # a BOM
+    assert formats.sniffed(b"PAR1\x15\x04", "csv") == "parquet"
+    assert formats.sniffed(b"PAR1", "csv") == "parquet"  # cut short: its reader says so
+    assert formats.sniffed(b"rule_set_id,kind\n1,nim\n", "parquet") == "csv"
+    assert formats.sniffed("id,h\u00e9".encode()[:-1], "parquet") == "csv"  # a cut character
+    assert formats.sniffed(b"\xef\xbb\xbfa,b\n", "parquet") == "csv"  # a BOM
     for binary in (b"a,b\x00\n", b"\xff\xfe\x00a", b"\x1f\x8b\x08\x00", b""):
-        assert inputs.sniffed(binary, "parquet") == "parquet"
-        assert inputs.sniffed(binary, "csv") == "csv"
+        assert formats.sniffed(binary, "parquet") == "parquet"
+        assert formats.sniffed(binary, "csv") == "csv"
 
 
 def test_an_object_is_read_as_what_it_holds_whatever_its_suffix(tmp_path, s3, monkeypatch):
@@ -2179,7 +2180,7 @@ def test_an_object_is_read_as_what_it_holds_whatever_its_suffix(tmp_path, s3, mo
              ("s3://bkt/csv/rules.parquet", "s3://bkt/listed", "csv", "parquet")]
     for small in (True, False):
         if not small:  # every object streamed by range, not fetched whole and kept
-            monkeypatch.setattr(csv_reader, "SMALL_OBJECT", 0)
+            monkeypatch.setattr(starts, "SMALL_OBJECT", 0)
         for i, (rules, positions, rules_format, positions_format) in enumerate(cases):
             out = tmp_path / f"out-{small}-{i}"
             code, err = invoke(["run", "--rules", rules, "--positions", positions, "--out",

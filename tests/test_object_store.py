@@ -27,7 +27,7 @@ from pipeline.config import config_from_dict
 from pipeline.errors import ConfigError
 from pipeline.generate import Spec, generate
 from pipeline.io.inputs.files import resolve_inputs
-from pipeline.io.read import csv_reader, kept, readers
+from pipeline.io.read import csv_reader, kept, readers, starts
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 
@@ -248,7 +248,7 @@ def test_objects_not_kept_whole_are_streamed_with_the_same_outcome(
     code, err = invoke(["run", "--rules", data / "rules.csv", "--positions",
                         data / "positions", "--out", tmp_path / "local"], tmp_path)
     assert code == 3, err
-    monkeypatch.setattr(csv_reader, "SMALL_OBJECT", small_object)
+    monkeypatch.setattr(starts, "SMALL_OBJECT", small_object)
     monkeypatch.setattr(kept, "BYTES_KEPT", bytes_kept)
     code, err = invoke(["run", "--rules", "s3://bkt/in/rules.csv", "--positions",
                         "s3://bkt/in/positions", "--out", tmp_path / "s3"], tmp_path)
@@ -319,12 +319,12 @@ def test_an_object_is_fetched_whole_only_when_the_run_has_room(
     for budget, kept_whole in ((256 + 403, False), (256 + 404, True)):  # size, etag: 256
         monkeypatch.setattr(kept, "BYTES_KEPT", budget)
         with kept.for_the_run():
-            assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
+            assert starts.read_start(location, 4) == (b"a,b\n", 404)
             assert kept.get("object", location) == (whole if kept_whole else None)
         assert fetched.pop() == (404 if kept_whole else 4)
     with kept.for_the_run():
         kept.refuse("object")
-        assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
+        assert starts.read_start(location, 4) == (b"a,b\n", 404)
     assert fetched.pop() == 4
 
 

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from pipeline import batches
 from pipeline.engines import polars_engine
-from pipeline.io.inputs.files import RawTable
 from pipeline.io.read.csv_records import CsvRecords
+from pipeline.io.read.files import RawTable
 
 # ---- the CSV record count against pyarrow's own reader ---------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Protocol
 import polars as pl
 
 from pipeline.config import Config
-from pipeline.io.inputs.files import Source
+from pipeline.io.read.files import Source
 from pipeline.tables import TableCache
 
 Note = Callable[[str], None]

@@ -25,9 +25,9 @@ from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines.base import PositionsJob
 from pipeline.grundy import TableSet
-from pipeline.io.inputs.files import format_of
 from pipeline.io.outputs.commit import sink_parquet, write_parquet
 from pipeline.io.outputs.scratch import spill
+from pipeline.io.read.formats import format_of
 from pipeline.io.read.readers import row_estimate
 from pipeline.tables import TableCache
 from pipeline.transforms import buffers, evaluate, long_form, ordering, outputs, schema

@@ -61,8 +61,10 @@ from pipeline.engines.spark_tasks import (
 )
 from pipeline.engines.spark_urls import hadoop_url, read_problem
 from pipeline.errors import InputError, SnimError, UsageError, first_line
-from pipeline.io.inputs.files import Source, format_of
-from pipeline.io.read.readers import as_read, columns_of, parquet_footer
+from pipeline.io.read.files import Source
+from pipeline.io.read.footers import parquet_footer
+from pipeline.io.read.formats import format_of
+from pipeline.io.read.readers import as_read, columns_of
 from pipeline.io.store.locations import Location
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 
 from pipeline.errors import InputError, SnimError
-from pipeline.io.inputs.files import InputFile, Source, describe
+from pipeline.io.read.files import InputFile, Source
+from pipeline.io.read.formats import describe
 from pipeline.io.read.readers import each_input
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import codecs
 import mmap
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,9 @@ import pyarrow.csv as pacsv
 
 from pipeline import kernels
 from pipeline.errors import InputError, first_line
-from pipeline.io.inputs.files import InputFile, RawTable, Source
 from pipeline.io.read import kept
+from pipeline.io.read.files import InputFile, RawTable, Source
+from pipeline.io.read.starts import read_start
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 
@@ -129,7 +129,6 @@ def _scan_bytes(data: bytes | mmap.mmap) -> _TextScan:
 
 
 _PART = 1 << 24
-SMALL_OBJECT = 1 << 22  # objects a run fetches whole at once (`_object_start`)
 
 
 def _scan_stream(location: Location) -> _TextScan:
@@ -180,31 +179,6 @@ def _scan_stream(location: Location) -> _TextScan:
         longest, longest_line = offset + len(data) - line_start, start_line
     return _TextScan(-1, open_line if state == kernels.CSV_IN_QUOTES else 0, quoted_break,
                      stray_line, 0, longest, longest_line)
-
-
-def read_start(path: Source, count: int) -> tuple[bytes, int]:
-    """The first `count` bytes of an input file, and its size."""
-    if isinstance(path, Location):
-        return _object_start(path, count)
-    try:
-        with path.open("rb") as fh:
-            return fh.read(count), os.fstat(fh.fileno()).st_size
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-
-
-def _object_start(location: Location, count: int) -> tuple[bytes, int]:
-    """`read_start` of an object in a store. Within a run (`kept`), an object of at most
-    SMALL_OBJECT bytes is fetched whole the first time, if the run has room for it, and kept:
-    its header, emptiness, row estimate, text checks and rows then cost two requests (a HEAD
-    and a GET), not eleven."""
-    whole = kept.get("object", location)
-    if whole is None:
-        whole, size = object_store.read_head(
-            location, count, lambda size: size <= SMALL_OBJECT and kept.has_room("object", size))
-        if len(whole) < size or not kept.put("object", location, whole, size):
-            return whole[:count], size
-    return whole[:count], len(whole)
 
 
 def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from pipeline.errors import ReconcileError, SnimError
-from pipeline.io.inputs.files import InputFile
 from pipeline.io.read import kept
 from pipeline.io.read.csv_records import CsvRecords
-from pipeline.io.read.readers import _parquet_error, parquet_footer
+from pipeline.io.read.files import InputFile
+from pipeline.io.read.footers import parquet_footer
+from pipeline.io.read.readers import _parquet_error
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 
