@@ -37,11 +37,11 @@ from pipeline.io.inputs.files import resolve_inputs
 from pipeline.io.outputs import commit
 from pipeline.io.outputs.manifest import output_listing, write_manifest
 from pipeline.io.outputs.remote_commit import staged_remote_output
-from pipeline.io.read import kept
 from pipeline.io.read.files import InputFile, Source
 from pipeline.io.read.source_rows import counted_at_once, reconcile, rows_in_source
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import table_cache
 from pipeline.transforms import normalize, outputs, schema
 
@@ -137,8 +137,9 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
         delta_root = tables.table_root(config.out, config.storage_options)
         tables.check_root(delta_root)
         staged = tables.staging_directory(delta_root, run_id)
-    with staged as staging, kept.for_the_run(), engine.open_inputs(config):
-        outcome = execute(config, engine, staging, phase, note)
+    read_cache = RunCache(whole_objects=engine.keeps_whole_objects)
+    with staged as staging, read_cache, engine.open_inputs(config):
+        outcome = execute(config, engine, staging, phase, note, read_cache)
         if outcome.rejected and config.on_bad_rows == "fail":
             raise BadRowsError(f"{outcome.rejected} input rows failed validation "
                                "(--on-bad-rows fail); nothing was written", outcome.problems,
@@ -182,25 +183,26 @@ def _staged(config: Config, run_id: str, notify: Callable[[str], None]
 
 
 def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
-            note: Callable[[str], None]) -> JobOutcome:
+            note: Callable[[str], None], read_cache: RunCache | None = None) -> JobOutcome:
     """Every step of the job and every output but the manifest, written into `staging`
-    (under --on-bad-rows fail with rejected rows, nothing is written)."""
+    (under --on-bad-rows fail with rejected rows, nothing is written); every read of an
+    input goes through the run's `read_cache`, if given."""
     kernels.start_numba_meanwhile()
     with phase("rules"):
-        rules, rule_files, rule_rows = read_rules(config)
+        rules, rule_files, rule_rows = read_rules(config, cache=read_cache)
         ensure_unchanged(rule_files)  # read whole: a later edit cannot reach this run
-        rule_counts = reconcile(rule_files, [rows_in_source(f) for f in rule_files],
-                                rule_rows, "rules")
+        rule_counts = reconcile(rule_files, [rows_in_source(f, cache=read_cache)
+                                             for f in rule_files], rule_rows, "rules")
         distinct, index = normalize.rule_index(rules)
         paths = resolve_inputs(config.positions, "positions", config.out,
                                config.storage_options)
-        form = positions_form(paths, config)
+        form = positions_form(paths, config, cache=read_cache)
         log.info("%d rule rows, %d distinct rules; %d positions files in %s form",
                  rules.height, len(distinct), len(paths), form)
     with phase("tables"):
-        cache = table_cache(distinct, config, paths, form)
-    described = _checksums(paths)
-    job = PositionsJob(config, paths, form, index, cache, staging, note)
+        cache = table_cache(distinct, config, paths, form, read_cache=read_cache)
+    described = _checksums(paths, read_cache)
+    job = PositionsJob(config, paths, form, index, cache, staging, note, read_cache=read_cache)
     with ExitStack() as evaluation_lasts:
         with phase("positions"):
             evaluation = evaluation_lasts.enter_context(engine.evaluate(job))
@@ -255,25 +257,26 @@ def _delta_output() -> tuple[Any, Any]:
     return delta_tables, delta
 
 
-def _checksums(paths: list[Source]) -> list[Future[tuple[InputFile, int | None]]]:
+def _checksums(paths: list[Source], cache: RunCache | None
+               ) -> list[Future[tuple[InputFile, int | None]]]:
     """The positions files, described now (before the engine reads them), with their
     checksums and the rows they hold (`source_rows`) found by a background thread while the
     engine reads them (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = []
-    for file in described_now(paths):
-        if counted_at_once(file):  # before the reader lets go of what the run kept
+    for file in described_now(paths, cache=cache):
+        if counted_at_once(file, cache=cache):  # before the reader lets go of what is kept
             described.append(Future())
-            described[-1].set_result((file, rows_in_source(file)))
+            described[-1].set_result((file, rows_in_source(file, cache=cache)))
         else:
-            described.append(pool.submit(kept.carried(_checksummed), file))
+            described.append(pool.submit(_checksummed, file, cache))
     pool.shutdown(wait=False)
     return described
 
 
-def _checksummed(file: InputFile) -> tuple[InputFile, int | None]:
+def _checksummed(file: InputFile, cache: RunCache | None) -> tuple[InputFile, int | None]:
     file.sha256  # noqa: B018 - computes and caches it
-    return file, rows_in_source(file)
+    return file, rows_in_source(file, cache=cache)
 
 
 def manifest_counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected: int,

@@ -146,8 +146,8 @@ def test_csv_counts_hold_with_blank_lines_quoted_line_ends_and_bad_lines(tmp_pat
 
 
 def _skipping_second_batch(real):
-    def iter_batches(path, batch_rows=1 << 20):
-        for n, raw in enumerate(real(path, batch_rows)):
+    def iter_batches(path, batch_rows=1 << 20, *, cache=None):
+        for n, raw in enumerate(real(path, batch_rows, cache=cache)):
             if n != 1:
                 yield raw
     return iter_batches

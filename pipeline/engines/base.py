@@ -14,6 +14,7 @@ import polars as pl
 
 from pipeline.config import Config
 from pipeline.io.read.files import Source
+from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import TableCache
 
 Note = Callable[[str], None]
@@ -31,6 +32,9 @@ class PositionsJob:
     cache: TableCache
     staging: Path  # the output's staging directory (scratch files may go below it)
     note: Note
+    read_cache: RunCache | None = None
+    """What the run keeps of its input files (footers, metadata, small objects), for the
+    engine's readers; None: every read is made."""
 
 
 class Evaluation(Protocol):
@@ -57,6 +61,9 @@ class Evaluation(Protocol):
 
 class Engine(Protocol):
     name: str
+    keeps_whole_objects: bool
+    """Whether the run's cache (`RunCache`) keeps small objects of a store whole: not where
+    the engine's own tasks read the rows, so that the driver fetches no object whole."""
 
     def open_inputs(self, config: Config) -> AbstractContextManager[None]:
         """What the engine needs to reach the run's positions, held from before they are

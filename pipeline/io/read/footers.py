@@ -10,10 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import first_line
-from pipeline.io.read import footer_stats, kept
+from pipeline.io.read import footer_stats
 from pipeline.io.read.files import Source
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,13 @@ def _footer_in_memory(footer: ParquetFooter) -> int:
     return 1024 + 512 * len(footer.schema) + 64 * (len(footer.row_groups) + len(footer.largest))
 
 
-def parquet_footer(path: Source) -> ParquetFooter:
-    """The footer of a Parquet file (read once a run: `kept`); raises pyarrow's own
-    ArrowException or OSError, for the caller to word."""
-    footer = kept.get("footer", path)
+def parquet_footer(path: Source, *, cache: RunCache | None = None) -> ParquetFooter:
+    """The footer of a Parquet file (read once a run: kept in the run's `cache`); raises
+    pyarrow's own ArrowException or OSError, for the caller to word."""
+    footer = None if cache is None else cache.get("footer", path)
     if footer is not None:
         return footer
-    source = parquet_source(path)
+    source = parquet_source(path, cache=cache)
     try:
         with pq.ParquetFile(source) as file:
             footer = _footer_facts(file.metadata, file.schema_arrow)
@@ -83,11 +84,13 @@ def parquet_footer(path: Source) -> ParquetFooter:
     finally:
         if not isinstance(source, Path):
             source.close()
-    kept.put("footer", path, footer, _footer_in_memory(footer))
+    if cache is not None:
+        cache.put("footer", path, footer, _footer_in_memory(footer))
     return footer
 
 
-def parquet_source(path: Source) -> Path | pa.NativeFile:
+def parquet_source(path: Source, *, cache: RunCache | None = None) -> Path | pa.NativeFile:
     """What pyarrow's Parquet reader opens: the local path, or the object's random-access
-    stream (footers are read by range, never the whole object)."""
-    return object_store.open_random(path) if isinstance(path, Location) else path
+    stream (footers are read by range, never the whole object; its metadata kept in the
+    run's `cache`)."""
+    return object_store.open_random(path, cache=cache) if isinstance(path, Location) else path
