@@ -409,7 +409,7 @@ def prepare(large: bool) -> None:
 
 
 # An older checkout's `run`, started as console scripts were before the entry moved to
-# `pipeline.terminal.entry` (the venv's script imports it, which an older checkout lacks).
+# `pipeline.executable.entry` (the venv's script imports it, which an older checkout lacks).
 OLD_LAUNCHER = [str(PY), "-c", "import sys; from pipeline.cli import main; sys.exit(main())"]
 
 

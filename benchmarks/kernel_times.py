@@ -29,7 +29,8 @@ import polars as pl  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from pipeline import grundy, kernels  # noqa: E402
-from pipeline.io.read import footer_stats, readers  # noqa: E402
+from pipeline.io.read import footer_stats  # noqa: E402
+from pipeline.io.read.footers import _footer_bytes  # noqa: E402
 from pipeline.transforms.buffers import text_buffers  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def footers(pattern: str) -> None:
     blobs = []
     for path in sorted(glob.glob(pattern))[:2000]:
         with pq.ParquetFile(path) as file:
-            blobs.append(readers._footer_bytes(file.metadata))
+            blobs.append(_footer_bytes(file.metadata))
     leaves = {i: (8, True) for i in range(4)}
     seconds = best_of_three(lambda: [footer_stats.integer_maxima(b, leaves) for b in blobs])
     print(f"footer walk: {len(blobs):,} footers of {np.mean([len(b) for b in blobs]):.0f} "

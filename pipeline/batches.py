@@ -16,8 +16,8 @@ import pyarrow as pa
 from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.errors import InputError
-from pipeline.io.inputs.files import InputFile, RawTable, Source, format_of
-from pipeline.io.read import kept
+from pipeline.io.read.files import InputFile, RawTable, Source
+from pipeline.io.read.formats import format_of
 from pipeline.io.read.readers import (
     columns_of_each,
     iter_batches,
@@ -25,6 +25,7 @@ from pipeline.io.read.readers import (
     read_tables,
     small_parquet_footer,
 )
+from pipeline.io.store.run_cache import RunCache
 from pipeline.transforms import normalize, schema
 
 BATCH_ROWS = 1 << 20
@@ -32,11 +33,14 @@ T = TypeVar("T")
 _END = object()
 
 
-def read_rules(config: Config) -> tuple[pl.DataFrame, list[InputFile], list[int]]:
+def read_rules(config: Config, *, cache: RunCache | None = None
+               ) -> tuple[pl.DataFrame, list[InputFile], list[int]]:
     """All rules files, normalised and validated (reasons on bad rows); the files, and the
-    rows read of each (lines the reader skipped included: they are rejected rows)."""
+    rows read of each (lines the reader skipped included: they are rejected rows). `cache`:
+    the run's (`RunCache`), as for every reader here."""
     frames, files = [], []
-    for raw in read_tables(config.rules, "rules", config.out, config.storage_options):
+    for raw in read_tables(config.rules, "rules", config.out, config.storage_options,
+                           cache=cache):
         source = str(raw.file.path)
         frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns)
         frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
@@ -75,10 +79,11 @@ def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, s
     return pl.concat([frame, bad], how="diagonal_relaxed").sort("_row")
 
 
-def positions_form(paths: list[Source], config: Config) -> str:
+def positions_form(paths: list[Source], config: Config, *, cache: RunCache | None = None
+                   ) -> str:
     """The positions form, which every file must share."""
     forms = {p: schema.detect_form(columns, config.columns, str(p))
-             for p, columns in zip(paths, columns_of_each(paths))}
+             for p, columns in zip(paths, columns_of_each(paths, cache=cache))}
     first = forms[paths[0]]
     for path, form in forms.items():
         if form != first:
@@ -88,8 +93,8 @@ def positions_form(paths: list[Source], config: Config) -> str:
 
 
 def position_batches(paths: list[Source], config: Config, form: str,
-                     read_together: bool = False, parse_ahead: bool = True
-                     ) -> Iterator[tuple[int, pl.DataFrame]]:
+                     read_together: bool = False, parse_ahead: bool = True, *,
+                     cache: RunCache | None = None) -> Iterator[tuple[int, pl.DataFrame]]:
     """(file index, normalised batch with reasons) for every batch of every positions file.
     With `parse_ahead`, large CSV files are parsed by a thread of their own (`_parsed_ahead`;
     off where a task may use one core only, as a Spark task).
@@ -101,7 +106,7 @@ def position_batches(paths: list[Source], config: Config, form: str,
     key_columns = {"rule_set_id": config.columns.rule_set_id,
                    "position_id": config.columns.position_id}
     footers: dict[int, tuple[pa.Schema, int] | None] = {
-        i: small_parquet_footer(path, _small_rows()) if read_together else None
+        i: small_parquet_footer(path, _small_rows(), cache=cache) if read_together else None
         for i, path in enumerate(paths)}
     scans = consecutive_runs(range(len(paths)), footers.get, BATCH_ROWS)
     starts = _FileStarts()
@@ -115,7 +120,7 @@ def position_batches(paths: list[Source], config: Config, form: str,
             if len(scan) > 1:
                 yield scan, None, False
                 continue
-            for raw, only in _file_batches(paths[scan[0]], read_together):
+            for raw, only in _file_batches(paths[scan[0]], read_together, cache=cache):
                 yield scan, raw, only
 
     def alone(index: int, raw: RawTable) -> pl.DataFrame:
@@ -128,7 +133,7 @@ def position_batches(paths: list[Source], config: Config, form: str,
         _, raw, only = item
         return (raw.frame.schema, raw.frame.height) if raw is not None and only else None
 
-    raw_batches = _parsed_ahead(read(), paths) if parse_ahead else read()
+    raw_batches = _parsed_ahead(read(), paths, cache) if parse_ahead else read()
     for run in consecutive_runs(raw_batches, joinable, BATCH_ROWS):
         files = [scan[0] for scan, _, _ in run]
         raws = [raw for _, raw, _ in run if raw is not None]
@@ -139,7 +144,7 @@ def position_batches(paths: list[Source], config: Config, form: str,
                                    starts.of(files[0]))
             if frame is None:  # each file read on its own, for its own error
                 for index in files:
-                    for raw in iter_batches(paths[index], BATCH_ROWS):
+                    for raw in iter_batches(paths[index], BATCH_ROWS, cache=cache):
                         yield index, alone(index, raw)
                 continue
         else:
@@ -205,7 +210,8 @@ def consecutive_runs(items: Iterable[T], joinable: Callable[[T], tuple[object, i
 
 
 def _parsed_ahead(items: Iterator[tuple[list[int], RawTable | None, bool]],
-                  paths: list[Source]) -> Iterator[tuple[list[int], RawTable | None, bool]]:
+                  paths: list[Source], cache: RunCache | None
+                  ) -> Iterator[tuple[list[int], RawTable | None, bool]]:
     """`read`'s items, made by a `parse_ahead` thread while the caller normalises the batch
     before, when every file is CSV and the first batch is not small: pyarrow's CSV
     reader runs on one thread (it numbers bad lines), the slowest step of reading large CSV
@@ -216,7 +222,7 @@ def _parsed_ahead(items: Iterator[tuple[list[int], RawTable | None, bool]],
     10M-row CSV file: peak RSS 1.12-1.28 GiB, against 1.01-1.04 GiB without it)."""
     try:
         first = next(items, None) if all(
-            format_of(path) == "csv" for path in paths) else None
+            format_of(path, cache=cache) == "csv" for path in paths) else None
         if first is None:
             yield from items
             return
@@ -229,11 +235,12 @@ def _parsed_ahead(items: Iterator[tuple[list[int], RawTable | None, bool]],
         items.close()
 
 
-def _file_batches(path: Source, look_ahead: bool) -> Iterator[tuple[RawTable, bool]]:
+def _file_batches(path: Source, look_ahead: bool, cache: RunCache | None = None
+                  ) -> Iterator[tuple[RawTable, bool]]:
     """The file's batches as read, each with whether it is known to be the file's only one:
     looked ahead for only with `look_ahead`, and when the first batch could be joined with
     other files'; no batch is held past its turn."""
-    batches = iter_batches(path, BATCH_ROWS)
+    batches = iter_batches(path, BATCH_ROWS, cache=cache)
     first = next(batches, None)
     if first is None:
         return
@@ -366,7 +373,7 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
             if close is not None:
                 close()
 
-    worker = threading.Thread(target=kept.carried(produce), name=name, daemon=True)
+    worker = threading.Thread(target=produce, name=name, daemon=True)
     worker.start()
     try:
         while True:

@@ -540,7 +540,7 @@ def _read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def main() -> None:  # pragma: no cover - called by the console entry, `terminal.entry`
+def main() -> None:  # pragma: no cover - called by the console entry, `executable.entry`
     """Run the command, then end the process without the interpreter's teardown where that is
     safe: freeing numba's and polars' module state costs 0.15-0.2 s after every command (18%
     of `solve` on 50 MB). By then every output is closed; worker threads are joined and the

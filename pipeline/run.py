@@ -32,11 +32,12 @@ from pipeline.errors import (
     cut,
 )
 from pipeline.io.inputs.changes import described_now, ensure_unchanged
-from pipeline.io.inputs.files import InputFile, Source, resolve_inputs
+from pipeline.io.inputs.files import resolve_inputs
 from pipeline.io.outputs import commit
 from pipeline.io.outputs.kinds import output_for
-from pipeline.io.read import kept
+from pipeline.io.read.files import InputFile, Source
 from pipeline.io.read.source_rows import counted_at_once, reconcile, rows_in_source
+from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import table_cache
 from pipeline.transforms import normalize, outputs, schema
 
@@ -118,8 +119,9 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
     log.info("run %s: engine %s, output %s", run_id, engine.name, config.out)
     staging = output.stage(run_id)
     try:
-        with kept.for_the_run(), engine.open_inputs(config):
-            outcome = execute(config, engine, staging, phase, note)
+        read_cache = RunCache(whole_objects=engine.keeps_whole_objects)
+        with read_cache, engine.open_inputs(config):
+            outcome = execute(config, engine, staging, phase, note, read_cache)
             if outcome.rejected and config.on_bad_rows == "fail":
                 raise BadRowsError(f"{outcome.rejected} input rows failed validation "
                                    "(--on-bad-rows fail); nothing was written",
@@ -150,25 +152,26 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
 
 
 def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
-            note: Callable[[str], None]) -> JobOutcome:
+            note: Callable[[str], None], read_cache: RunCache | None = None) -> JobOutcome:
     """Every step of the job and every output but the manifest, written into `staging`
-    (under --on-bad-rows fail with rejected rows, nothing is written)."""
+    (under --on-bad-rows fail with rejected rows, nothing is written); every read of an
+    input goes through the run's `read_cache`, if given."""
     kernels.start_numba_meanwhile()
     with phase("rules"):
-        rules, rule_files, rule_rows = read_rules(config)
+        rules, rule_files, rule_rows = read_rules(config, cache=read_cache)
         ensure_unchanged(rule_files)  # read whole: a later edit cannot reach this run
-        rule_counts = reconcile(rule_files, [rows_in_source(f) for f in rule_files],
-                                rule_rows, "rules")
+        rule_counts = reconcile(rule_files, [rows_in_source(f, cache=read_cache)
+                                             for f in rule_files], rule_rows, "rules")
         distinct, index = normalize.rule_index(rules)
         paths = resolve_inputs(config.positions, "positions", config.out,
                                config.storage_options)
-        form = positions_form(paths, config)
+        form = positions_form(paths, config, cache=read_cache)
         log.info("%d rule rows, %d distinct rules; %d positions files in %s form",
                  rules.height, len(distinct), len(paths), form)
     with phase("tables"):
-        cache = table_cache(distinct, config, paths, form)
-    described = _checksums(paths)
-    job = PositionsJob(config, paths, form, index, cache, staging, note)
+        cache = table_cache(distinct, config, paths, form, read_cache=read_cache)
+    described = _checksums(paths, read_cache)
+    job = PositionsJob(config, paths, form, index, cache, staging, note, read_cache=read_cache)
     with ExitStack() as evaluation_lasts:
         with phase("positions"):
             evaluation = evaluation_lasts.enter_context(engine.evaluate(job))
@@ -212,25 +215,26 @@ def _every_row_evaluated_or_rejected(rows_read: int, verdicts: int, rejected: in
             verdicts + rejected)
 
 
-def _checksums(paths: list[Source]) -> list[Future[tuple[InputFile, int | None]]]:
+def _checksums(paths: list[Source], cache: RunCache | None
+               ) -> list[Future[tuple[InputFile, int | None]]]:
     """The positions files, described now (before the engine reads them), with their
     checksums and the rows they hold (`source_rows`) found by a background thread while the
     engine reads them (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = []
-    for file in described_now(paths):
-        if counted_at_once(file):  # before the reader lets go of what the run kept
+    for file in described_now(paths, cache=cache):
+        if counted_at_once(file, cache=cache):  # before the reader lets go of what is kept
             described.append(Future())
-            described[-1].set_result((file, rows_in_source(file)))
+            described[-1].set_result((file, rows_in_source(file, cache=cache)))
         else:
-            described.append(pool.submit(kept.carried(_checksummed), file))
+            described.append(pool.submit(_checksummed, file, cache))
     pool.shutdown(wait=False)
     return described
 
 
-def _checksummed(file: InputFile) -> tuple[InputFile, int | None]:
+def _checksummed(file: InputFile, cache: RunCache | None) -> tuple[InputFile, int | None]:
     file.sha256  # noqa: B018 - computes and caches it
-    return file, rows_in_source(file)
+    return file, rows_in_source(file, cache=cache)
 
 
 def manifest_counts(rules_read: int, rules_rejected: int, rows_read: int, rows_rejected: int,

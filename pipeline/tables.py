@@ -16,6 +16,7 @@ from pipeline import kernels
 from pipeline.config import Config, Tables
 from pipeline.grundy import MAX_HEAP, Rule, SGTable, TableBudget, TableSet
 from pipeline.io.read.readers import heap_upper_bound
+from pipeline.io.store.run_cache import RunCache
 
 PRESIZE_LIMIT = 1 << 16
 
@@ -169,12 +170,12 @@ class TableCache:
         return self._set
 
 
-def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: str
-                ) -> TableCache:
+def table_cache(distinct: list[Rule], config: Config, paths: list[Path], form: str, *,
+                read_cache: RunCache | None = None) -> TableCache:
     """The run's table cache, presized from Parquet statistics where they bound the heaps
     (both engines, so that their tables, and sg_tables, are the same), in the background
-    while the engine starts."""
+    while the engine starts; the footers read through the run's `read_cache`."""
     cache = TableCache(distinct, config.tables)
     heaps = config.columns.heaps if form == "wide" else config.columns.heap
-    cache.presize_meanwhile(heap_upper_bound(paths, heaps))
+    cache.presize_meanwhile(heap_upper_bound(paths, heaps, cache=read_cache))
     return cache

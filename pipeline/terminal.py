@@ -1,10 +1,10 @@
-"""What reaches the terminal and the process, outside typer: the executable's entry (the stop
-handlers, then the CLI), text made safe to print, log and progress lines on stderr, stdin
-read whole, and the stop signals turned into interrupts.
+"""What reaches the terminal and the process, outside typer: text made safe to print, log
+and progress lines on stderr, stdin read whole, and the stop signals turned into interrupts.
 
-Only `pipeline.cli` uses it; with it, the two are the only modules that print or exit. Its
-own imports are few and light (logging is imported when it is configured): until `entry`
-has set the stop handlers, a Ctrl-C is Python's, with a traceback.
+Only `pipeline.cli` and the executable's entry (`pipeline.executable`) use it; with them, the
+only modules that print or exit. Its own imports are few and light (logging is imported when
+it is configured): until `executable.entry` has set the stop handlers, a Ctrl-C is Python's,
+with a traceback.
 """
 
 from __future__ import annotations
@@ -298,21 +298,6 @@ def stopped_message(signum: int | None) -> str:
     """The one line for a run stopped by Ctrl-C (None) or a stop signal."""
     return (f"stopped by {signal.Signals(signum).name}; nothing was written" if signum
             else "interrupted; nothing was written")
-
-
-def entry() -> None:  # pragma: no cover - console entry point
-    """The `snim-batch` executable: the stop handlers first, then the CLI, whose imports
-    (typer, and through it pydantic) take 0.1-0.3 s; a stop meanwhile is reported as one
-    during a command is, instead of killing the process or printing Python's traceback."""
-    stop_signals_as_interrupts()
-    try:
-        from pipeline.cli import main
-    except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Stopped) else None
-        sys.stderr.write(f"snim-batch: {stopped_message(signum)}\n")
-        sys.stderr.flush()
-        os._exit(128 + (signum or signal.SIGINT))
-    main()
 
 
 def default_stop_signals() -> None:

@@ -207,9 +207,9 @@ def _made_by(monkeypatch) -> tuple[list[tuple[str, str]], list[str]]:
     started: list[str] = []
     file_batches = batches._file_batches
 
-    def recorded(path, look_ahead):
+    def recorded(path, look_ahead, cache=None):
         started.append(path.name)
-        for raw, only in file_batches(path, look_ahead):
+        for raw, only in file_batches(path, look_ahead, cache=cache):
             made.append((path.name, threading.current_thread().name))
             yield raw, only
 

@@ -32,7 +32,9 @@ import pipeline.io.inputs.files as inputs
 from pipeline import kernels
 from pipeline.errors import InputError, OutputError
 from pipeline.io.outputs import commit, failures, manifest, scratch
-from pipeline.io.read import csv_reader, kept, readers
+from pipeline.io.read import csv_reader, footers, formats, readers, starts
+from pipeline.io.read.files import RawTable
+from pipeline.io.store.run_cache import RunCache
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = ROOT / ".venv" / "bin" / "snim-batch"
@@ -159,7 +161,7 @@ def test_resolve_missing_via_cli_exit_1(tmp_path: Path) -> None:
 # ---- CSV field counts and row numbers -------------------------------------------------------
 
 
-def _read_csv_text(tmp_path: Path, text: str | bytes) -> inputs.RawTable:
+def _read_csv_text(tmp_path: Path, text: str | bytes) -> RawTable:
     path = tmp_path / "t.csv"
     if isinstance(text, bytes):
         path.write_bytes(text)
@@ -1248,75 +1250,73 @@ def test_row_estimate_counts_parquet_rows_and_csv_lines(tmp_path):
 
 
 def test_kept_values_live_for_the_run_within_the_byte_budget(monkeypatch):
-    monkeypatch.setattr(kept, "BYTES_KEPT", 10)
-    assert not kept.put("object", "a", b"123", 3) and kept.get("object", "a") is None
-    with kept.for_the_run():
-        assert kept.put("object", "a", b"123456", 6)
-        assert kept.has_room("object", 4) and not kept.has_room("object", 5)
-        assert not kept.put("object", "b", b"12345", 5)  # 11 bytes would be over
-        assert kept.put("footer", "b", "counted as 4", 4)
-        with kept.for_the_run():  # nested: the outer run's values stay
-            assert kept.get("object", "a") == b"123456"
-        kept.drop("object", "a")
-        assert kept.get("object", "a") is None
-        assert kept.put("object", "b", b"12345", 5)
-        kept.drop("object")
-        assert kept.get("object", "b") is None and kept.get("footer", "b") == "counted as 4"
-        kept.refuse("footer")  # e.g. an engine whose tasks read the files themselves
-        assert kept.get("footer", "b") is None and not kept.has_room("footer", 0)
-        assert not kept.put("footer", "c", "refused", 1) and kept.has_room("object", 10)
-    assert not kept.has_room("object", 0)
+    monkeypatch.setattr(RunCache, "budget", 10)
+    cache = RunCache()
+    with cache:
+        assert cache.put("object", "a", b"123456", 6)
+        assert cache.has_room("object", 4) and not cache.has_room("object", 5)
+        assert not cache.put("object", "b", b"12345", 5)  # 11 bytes would be over
+        assert cache.put("footer", "b", "counted as 4", 4)
+        assert RunCache().get("object", "a") is None  # another run's cache: its own
+        cache.drop("object", "a")
+        assert cache.get("object", "a") is None
+        assert cache.put("object", "b", b"12345", 5)
+        cache.drop("object")
+        assert cache.get("object", "b") is None and cache.get("footer", "b") == "counted as 4"
+    assert not cache.has_room("object", 0) and cache.get("footer", "b") is None
+    assert not cache.put("object", "a", b"123", 3) and cache.get("object", "a") is None
+    assert RunCache(4).has_room("footer", 4) and not RunCache(4).has_room("footer", 5)
+    refusing = RunCache(whole_objects=False)  # an engine whose tasks read the files
+    assert not refusing.has_room("object", 0) and refusing.has_room("footer", 10)
+    assert not refusing.put("object", "c", b"refused", 1) and refusing.get("object", "c") is None
+    assert refusing.put("footer", "c", "kept", 1) and refusing.get("footer", "c") == "kept"
 
 
-def test_a_runs_store_is_its_threads_and_closes_with_the_run():
-    """Another thread (another run, a library caller) sees nothing of a run's store; a thread
-    the run starts through `carried` shares it; one that outlives the run keeps nothing, and
-    a run it then starts gets a store of its own."""
+def test_a_runs_cache_is_shared_by_the_threads_given_it_and_closes_with_the_run():
+    """A thread the run hands its cache to shares it; one that outlives the run keeps
+    nothing, and a run it then starts has a cache of its own."""
     seen: dict[str, object] = {}
     helped, late = threading.Event(), threading.Event()
 
-    def outsider():
-        seen["outsider"] = (kept.has_room("footer", 0), kept.get("footer", "f"))
-
-    def helper():
-        seen["helper"] = kept.get("footer", "f")
-        kept.put("footer", "g", "from the helper", 1)
+    def helper(cache: RunCache):
+        seen["helper"] = cache.get("footer", "f")
+        cache.put("footer", "g", "from the helper", 1)
         helped.set()
         late.wait(10)
-        seen["late"] = (kept.has_room("footer", 0), kept.put("footer", "h", "too late", 1),
-                        kept.get("footer", "f"))
-        with kept.for_the_run():
-            seen["own run"] = (kept.put("footer", "i", "its own", 1), kept.get("footer", "i"))
+        seen["late"] = (cache.has_room("footer", 0), cache.put("footer", "h", "too late", 1),
+                        cache.get("footer", "f"))
+        with RunCache() as own:
+            seen["own run"] = (own.put("footer", "i", "its own", 1), own.get("footer", "i"))
 
-    threads = []
+    thread = None
     try:
-        with kept.for_the_run():
-            kept.put("footer", "f", "run's", 1)
-            threads = [threading.Thread(target=t) for t in (outsider, kept.carried(helper))]
-            for thread in threads:
-                thread.start()
+        with RunCache() as cache:
+            cache.put("footer", "f", "run's", 1)
+            thread = threading.Thread(target=helper, args=(cache,))
+            thread.start()
             assert helped.wait(10)
-            assert kept.get("footer", "g") == "from the helper"
+            assert cache.get("footer", "g") == "from the helper"
     finally:
         late.set()
-        for thread in threads:
+        if thread is not None:
             thread.join(10)
-    assert seen == {"outsider": (False, None), "helper": "run's",
-                    "late": (False, False, None), "own run": (True, "its own")}
+    assert seen == {"helper": "run's", "late": (False, False, None),
+                    "own run": (True, "its own")}
 
 
 def test_a_runs_footers_are_read_once_and_forgotten_after_it(tmp_path):
     path = tmp_path / "p.parquet"
     pl.DataFrame({"rule_set_id": [1, 2], "heaps": [[3], [400, 5]]}).write_parquet(path)
-    with kept.for_the_run():
-        assert readers.row_estimate([path]) == 2
-        assert readers.heap_upper_bound([path], "heaps") == 400
+    with RunCache() as cache:
+        assert readers.row_estimate([path], cache=cache) == 2
+        assert readers.heap_upper_bound([path], "heaps", cache=cache) == 400
         # replaced during the run: the run goes on with the footer it read first
         pl.DataFrame({"x": [7, 8, 9]}).write_parquet(path)
-        assert readers.row_estimate([path]) == 2
-        assert readers.columns_of(path) == ["rule_set_id", "heaps"]
-        assert readers.heap_upper_bound([path], "heaps") == 400
-    assert readers.row_estimate([path]) == 3
+        assert readers.row_estimate([path], cache=cache) == 2
+        assert readers.columns_of(path, cache=cache) == ["rule_set_id", "heaps"]
+        assert readers.heap_upper_bound([path], "heaps", cache=cache) == 400
+        assert readers.row_estimate([path]) == 3  # a reader given no cache reads the file
+    assert readers.row_estimate([path], cache=cache) == 3  # the run is over: forgotten
     assert readers.columns_of(path) == ["x"]
     assert readers.heap_upper_bound([path], "heaps") is None
 
@@ -1324,11 +1324,11 @@ def test_a_runs_footers_are_read_once_and_forgotten_after_it(tmp_path):
 def test_a_footer_that_cannot_be_read_is_not_kept(tmp_path):
     path = tmp_path / "p.parquet"
     path.write_bytes(b"not parquet\x00 at all")  # binary: no CSV, so its name says Parquet
-    with kept.for_the_run():
+    with RunCache() as cache:
         with pytest.raises(InputError, match="not a readable Parquet file"):
-            readers.columns_of(path)
+            readers.columns_of(path, cache=cache)
         pl.DataFrame({"a": [1]}).write_parquet(path)
-        assert readers.columns_of(path) == ["a"]
+        assert readers.columns_of(path, cache=cache) == ["a"]
 
 
 def test_the_kept_schema_is_the_one_read_schema_gives(tmp_path):
@@ -1336,9 +1336,10 @@ def test_the_kept_schema_is_the_one_read_schema_gives(tmp_path):
     frame = pl.DataFrame({"k": ["a"], "e": pl.Series([["x"]], dtype=pl.List(pl.Categorical)),
                           "n": pl.Series([1], dtype=pl.Int16)})
     frame.write_parquet(path)
-    with kept.for_the_run():
-        assert readers.parquet_footer(path).schema.equals(pq.read_schema(path),
-                                                          check_metadata=True)
+    with RunCache() as cache:
+        assert footers.parquet_footer(path, cache=cache).schema.equals(pq.read_schema(path),
+                                                                       check_metadata=True)
+        assert footers.parquet_footer(path, cache=cache) is cache.get("footer", path)
 
 
 def test_the_kept_footer_holds_row_groups_and_the_largest_value_of_each_column(tmp_path):
@@ -1354,14 +1355,14 @@ def test_the_kept_footer_holds_row_groups_and_the_largest_value_of_each_column(t
                       "s": pa.array([{"a": 1, "b": 2}] * 7),
                       "t": pa.array(list("abcdefg"))})
     pq.write_table(table, path, row_group_size=3)
-    with kept.for_the_run():
-        footer = readers.parquet_footer(path)
+    with RunCache() as cache:
+        footer = footers.parquet_footer(path, cache=cache)
         assert footer.row_groups == (3, 3, 1) and footer.num_rows == 7
         assert footer.largest == {"heaps": 2**62, "n": 9, "s": None, "t": None}
-        assert readers.heap_upper_bound([path], "heaps") == 2**62
-        assert readers.heap_upper_bound([path], "t") is None
-        assert readers.heap_upper_bound([path], "absent") is None
-        assert 10_000 * readers._footer_in_memory(footer) <= kept.BYTES_KEPT
+        assert readers.heap_upper_bound([path], "heaps", cache=cache) == 2**62
+        assert readers.heap_upper_bound([path], "t", cache=cache) is None
+        assert readers.heap_upper_bound([path], "absent", cache=cache) is None
+        assert 10_000 * footers._footer_in_memory(footer) <= RunCache.budget
 
 
 def test_statistics_that_do_not_decode_are_not_read(tmp_path):
@@ -1379,10 +1380,10 @@ def test_statistics_that_do_not_decode_are_not_read(tmp_path):
     with pytest.raises((UnicodeDecodeError, OverflowError)):
         (lambda m: [m.row_group(0).column(i).statistics.max for i in (2, 3)])(
             pq.ParquetFile(path).metadata)
-    with kept.for_the_run():
-        assert readers.parquet_footer(path).largest == {"rule_set_id": 1, "heaps": 3,
-                                                        "note": None, "seen": None}
-        assert readers.columns_of(path) == ["rule_set_id", "heaps", "note", "seen"]
+    with RunCache() as cache:
+        assert footers.parquet_footer(path, cache=cache).largest == {
+            "rule_set_id": 1, "heaps": 3, "note": None, "seen": None}
+        assert readers.columns_of(path, cache=cache) == ["rule_set_id", "heaps", "note", "seen"]
     code, err = invoke(["run", "--rules", ROOT / "data" / "sample" / "rules.csv",
                         "--positions", path, "--out", tmp_path / "out"], tmp_path)
     assert code != 0 and "internal error" not in err and str(path) in err, err
@@ -1530,7 +1531,7 @@ def logical_table(count: int, style: str) -> tuple[list[str], list[int], list[in
     return lines, kept, bad, values
 
 
-def check_logical(raw_batches: list[inputs.RawTable], kept: list[int], bad: list[int],
+def check_logical(raw_batches: list[RawTable], kept: list[int], bad: list[int],
                   values: list[str]) -> None:
     rows = np.concatenate([b.row for b in raw_batches]).tolist()
     frame = pl.concat([b.frame for b in raw_batches])
@@ -1990,7 +1991,7 @@ def _long_record_csv(quoted: bool, end: str, final: bool) -> bytes:
     return (end.join(lines) + ("" if final else end)).encode()
 
 
-def _check_long_record_rows(raw: inputs.RawTable, final: bool) -> None:
+def _check_long_record_rows(raw: RawTable, final: bool) -> None:
     assert raw.row.tolist() == [0, 1, 2, 4] + ([5] if final else [])
     assert raw.frame["heaps"].to_list() == ["5", "5 6", LONG_HEAPS, "8"] + (
         [LONG_HEAPS] if final else [])
@@ -2032,11 +2033,11 @@ def test_csv_object_with_a_record_longer_than_the_block_is_read_whole(
     if not whole:
         _check_long_record_rows(readers.read_table(location), True)
         return
-    monkeypatch.setattr(csv_reader, "SMALL_OBJECT", 1 << 23)  # 6 MB: kept whole
-    with kept.for_the_run():
-        csv_reader.read_start(location, 4)
-        assert kept.get("object", location) is not None
-        _check_long_record_rows(readers.read_table(location), True)
+    monkeypatch.setattr(starts, "SMALL_OBJECT", 1 << 23)  # 6 MB: kept whole
+    with RunCache() as cache:
+        starts.read_start(location, 4, cache=cache)
+        assert cache.get("object", location) is not None
+        _check_long_record_rows(readers.read_table(location, cache=cache), True)
 
 
 def test_csv_record_beyond_the_limit_names_its_line_and_the_limit(
@@ -2141,14 +2142,14 @@ def test_a_file_is_read_as_what_it_holds_whatever_its_suffix(tmp_path):
 
 
 def test_sniffing_tells_parquet_from_csv_by_the_first_bytes():
-    assert inputs.sniffed(b"PAR1\x15\x04", "csv") == "parquet"
-    assert inputs.sniffed(b"PAR1", "csv") == "parquet"  # cut short: its reader says so
-    assert inputs.sniffed(b"rule_set_id,kind\n1,nim\n", "parquet") == "csv"
-    assert inputs.sniffed("id,h\u00e9".encode()[:-1], "parquet") == "csv"  # a cut character
-    assert inputs.sniffed(b"\xef\xbb\xbfa,b\n", "parquet") == "csv"  # a BOM
+    assert formats.sniffed(b"PAR1\x15\x04", "csv") == "parquet"
+    assert formats.sniffed(b"PAR1", "csv") == "parquet"  # cut short: its reader says so
+    assert formats.sniffed(b"rule_set_id,kind\n1,nim\n", "parquet") == "csv"
+    assert formats.sniffed("id,h\u00e9".encode()[:-1], "parquet") == "csv"  # a cut character
+    assert formats.sniffed(b"\xef\xbb\xbfa,b\n", "parquet") == "csv"  # a BOM
     for binary in (b"a,b\x00\n", b"\xff\xfe\x00a", b"\x1f\x8b\x08\x00", b""):
-        assert inputs.sniffed(binary, "parquet") == "parquet"
-        assert inputs.sniffed(binary, "csv") == "csv"
+        assert formats.sniffed(binary, "parquet") == "parquet"
+        assert formats.sniffed(binary, "csv") == "csv"
 
 
 def test_an_object_is_read_as_what_it_holds_whatever_its_suffix(tmp_path, s3, monkeypatch):
@@ -2179,7 +2180,7 @@ def test_an_object_is_read_as_what_it_holds_whatever_its_suffix(tmp_path, s3, mo
              ("s3://bkt/csv/rules.parquet", "s3://bkt/listed", "csv", "parquet")]
     for small in (True, False):
         if not small:  # every object streamed by range, not fetched whole and kept
-            monkeypatch.setattr(csv_reader, "SMALL_OBJECT", 0)
+            monkeypatch.setattr(starts, "SMALL_OBJECT", 0)
         for i, (rules, positions, rules_format, positions_format) in enumerate(cases):
             out = tmp_path / f"out-{small}-{i}"
             code, err = invoke(["run", "--rules", rules, "--positions", positions, "--out",

@@ -27,9 +27,10 @@ from pipeline.config import config_from_dict
 from pipeline.errors import ConfigError
 from pipeline.generate import Spec, generate
 from pipeline.io.inputs.files import resolve_inputs
-from pipeline.io.read import csv_reader, kept, readers
+from pipeline.io.read import csv_reader, readers, starts
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ("verdicts", "rejects", "sg_tables", "summary")
@@ -248,8 +249,8 @@ def test_objects_not_kept_whole_are_streamed_with_the_same_outcome(
     code, err = invoke(["run", "--rules", data / "rules.csv", "--positions",
                         data / "positions", "--out", tmp_path / "local"], tmp_path)
     assert code == 3, err
-    monkeypatch.setattr(csv_reader, "SMALL_OBJECT", small_object)
-    monkeypatch.setattr(kept, "BYTES_KEPT", bytes_kept)
+    monkeypatch.setattr(starts, "SMALL_OBJECT", small_object)
+    monkeypatch.setattr(RunCache, "budget", bytes_kept)
     code, err = invoke(["run", "--rules", "s3://bkt/in/rules.csv", "--positions",
                         "s3://bkt/in/positions", "--out", tmp_path / "s3"], tmp_path)
     assert code == 3, err
@@ -284,8 +285,9 @@ def test_small_parquet_objects_read_by_one_scan_keep_ids_rows_and_objects(
     config = config_from_dict({"rules": str(rules), "positions": "s3://bkt/in",
                                "out": str(tmp_path / "x")})
     paths = resolve_inputs("s3://bkt/in", "positions")
-    with kept.for_the_run():
-        read = list(batches.position_batches(paths, config, "wide", read_together=True))
+    with RunCache() as cache:
+        read = list(batches.position_batches(paths, config, "wide", read_together=True,
+                                             cache=cache))
     assert [(i, f["_file"].to_list()) for i, f in read] == [(0, [0, 0, 0, 1, 1, 1, 1, 2])]
     s3_env.client().put_object(Bucket="bkt", Key="in/b.parquet", Body=b"PAR1 not really")
     code, err = invoke(["run", "--rules", rules, "--positions", "s3://bkt/in", "--out",
@@ -298,8 +300,8 @@ def test_a_small_files_footer_probe_leaves_a_store_error_to_the_files_own_read(s
     """The probe of every file's footer before the first batch says None for an object it
     cannot reach, so that files before it keep their own errors first."""
     missing = object_store.bound(Location.parse("s3://bkt/in/gone.parquet", Path.cwd()), {})
-    with kept.for_the_run():
-        assert readers.small_parquet_footer(missing, 1 << 20) is None
+    with RunCache() as cache:
+        assert readers.small_parquet_footer(missing, 1 << 20, cache=cache) is None
 
 
 def test_an_object_is_fetched_whole_only_when_the_run_has_room(
@@ -317,14 +319,14 @@ def test_an_object_is_fetched_whole_only_when_the_run_has_room(
 
     monkeypatch.setattr(object_store, "read_head", counted)
     for budget, kept_whole in ((256 + 403, False), (256 + 404, True)):  # size, etag: 256
-        monkeypatch.setattr(kept, "BYTES_KEPT", budget)
-        with kept.for_the_run():
-            assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
-            assert kept.get("object", location) == (whole if kept_whole else None)
+        with RunCache(budget) as cache:
+            assert starts.read_start(location, 4, cache=cache) == (b"a,b\n", 404)
+            assert cache.get("object", location) == (whole if kept_whole else None)
         assert fetched.pop() == (404 if kept_whole else 4)
-    with kept.for_the_run():
-        kept.refuse("object")
-        assert csv_reader.read_start(location, 4) == (b"a,b\n", 404)
+    with RunCache(whole_objects=False) as cache:  # as the Spark engine's run
+        assert starts.read_start(location, 4, cache=cache) == (b"a,b\n", 404)
+    assert fetched.pop() == 4
+    assert starts.read_start(location, 4) == (b"a,b\n", 404)  # no cache: no object whole
     assert fetched.pop() == 4
 
 

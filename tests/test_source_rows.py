@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from pipeline import batches
 from pipeline.engines import polars_engine
-from pipeline.io.inputs.files import RawTable
 from pipeline.io.read.csv_records import CsvRecords
+from pipeline.io.read.files import RawTable
 
 # ---- the CSV record count against pyarrow's own reader ---------------------------------------
 
@@ -146,8 +146,8 @@ def test_csv_counts_hold_with_blank_lines_quoted_line_ends_and_bad_lines(tmp_pat
 
 
 def _skipping_second_batch(real):
-    def iter_batches(path, batch_rows=1 << 20):
-        for n, raw in enumerate(real(path, batch_rows)):
+    def iter_batches(path, batch_rows=1 << 20, *, cache=None):
+        for n, raw in enumerate(real(path, batch_rows, cache=cache)):
             if n != 1:
                 yield raw
     return iter_batches

@@ -122,7 +122,7 @@ class Hold:
         return None
 sys.meta_path.insert(0, Hold())
 sys.argv = ["snim-batch", "--help"]
-from pipeline.terminal import entry
+from pipeline.executable import entry
 entry()
 """
 

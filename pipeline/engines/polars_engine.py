@@ -23,12 +23,13 @@ import polars as pl
 from pipeline import kernels, keys
 from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
-from pipeline.engines import PositionsJob
+from pipeline.engines.base import PositionsJob
 from pipeline.grundy import TableSet
-from pipeline.io.inputs.files import format_of
 from pipeline.io.outputs.commit import sink_parquet, write_parquet
 from pipeline.io.outputs.scratch import spill
+from pipeline.io.read.formats import format_of
 from pipeline.io.read.readers import row_estimate
+from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import TableCache
 from pipeline.transforms import buffers, evaluate, long_form, ordering, outputs, schema
 
@@ -42,6 +43,7 @@ class PolarsEngine:
     """Positions evaluated in this process, batch by batch (see the module docstring)."""
 
     name = "polars"
+    keeps_whole_objects = True
 
     def open_inputs(self, config: Config) -> AbstractContextManager[None]:
         return nullcontext()  # every input it reads is a path or an object store's URL
@@ -50,10 +52,11 @@ class PolarsEngine:
     def evaluate(self, job: PositionsJob) -> Iterator[PolarsEvaluation]:
         if job.form == "wide":
             verdicts, rejects, rows = _evaluate_wide(job.paths, job.config, job.index,
-                                                     job.cache, job.note)
+                                                     job.cache, job.note, job.read_cache)
         else:
             verdicts, rejects, rows = _evaluate_long(job.paths, job.config, job.index,
-                                                     job.cache, job.staging, job.note)
+                                                     job.cache, job.staging, job.note,
+                                                     job.read_cache)
         rejects = schema.with_input_column_names(rejects, job.config.columns, job.form)
         yield PolarsEvaluation(verdicts, rejects, rows.tolist(), rejects.height)
 
@@ -89,14 +92,16 @@ class PolarsEvaluation:
 
 
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
+                   note: Callable[[str], None], read_cache: RunCache | None = None
+                   ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
     parts, rejects, rows_read = [], [], 0
     rows = _RowsPerFile(len(paths))
     keep = _verdict_columns(config)
     rule_ids = _rule_ids(index)
-    total = (row_estimate(paths) if all(format_of(p) == "parquet" for p in paths)
+    total = (row_estimate(paths, cache=read_cache)
+             if all(format_of(p, cache=read_cache) == "parquet" for p in paths)
              else None)  # exact from the footers; a CSV's rows are known once it is read
-    batches = position_batches(paths, config, "wide", read_together=True)
+    batches = position_batches(paths, config, "wide", read_together=True, cache=read_cache)
     # closed on the way out, an error included: a traceback holding the generators would
     # otherwise keep the reading thread at work and its files open
     with closing(read_ahead(coalesced(batches))) as read:
@@ -199,10 +204,11 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
 
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   staging: Path, note: Callable[[str], None]
+                   staging: Path, note: Callable[[str], None],
+                   read_cache: RunCache | None = None
                    ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
-    batches = position_batches(paths, config, "long")
-    parts = -(-row_estimate(paths) // LONG_PARTITION_ROWS)
+    batches = position_batches(paths, config, "long", cache=read_cache)
+    parts = -(-row_estimate(paths, cache=read_cache) // LONG_PARTITION_ROWS)
     per_file = _RowsPerFile(len(paths))
     if parts <= 1:
         log.info("long form: collected whole")
@@ -214,7 +220,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
         verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
                                         cache, note)
         return verdicts, rejects, per_file.counts
-    in_order = _evaluate_long_in_order(paths, config, index, cache, note)
+    in_order = _evaluate_long_in_order(paths, config, index, cache, note, read_cache)
     if in_order is not None:
         return in_order
     log.info("long form: split by key into %d scratch parts of about %s rows", parts,
@@ -245,7 +251,8 @@ class _OutOfOrder(Exception):
 
 
 def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFrame,
-                            cache: TableCache, note: Callable[[str], None]
+                            cache: TableCache, note: Callable[[str], None],
+                            read_cache: RunCache | None = None
                             ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray] | None:
     """Long form without scratch files, for input whose integer keys come in one key order
     throughout (each batch, and across batches and files): every position's rows are then
@@ -253,7 +260,7 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
     whose rows may go on in the next batch. None, after a log line, as soon as a batch shows
     otherwise (a text key, a null key, rows out of order): the caller then splits the input
     by key, reading it again (tables already grown stay; they depend only on the heaps)."""
-    batches = position_batches(paths, config, "long")
+    batches = position_batches(paths, config, "long", cache=read_cache)
     seen = {"order": None}
     rows_per_file = _RowsPerFile(len(paths))
 

@@ -52,7 +52,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline import kernels
 from pipeline.config import Config
-from pipeline.engines import PositionsJob
+from pipeline.engines.base import PositionsJob
 from pipeline.engines.spark_connect import connect_session, is_connect, lost_server
 from pipeline.engines.spark_hadoop import hadoop_filesystems
 from pipeline.engines.spark_ordering import SparkOrdering, polars_frame, verdict
@@ -80,7 +80,6 @@ from pipeline.engines.spark_tasks import (
 )
 from pipeline.io.outputs.commit import ZSTD_LEVEL
 from pipeline.io.outputs.failures import storage_failure, writing
-from pipeline.io.read import kept
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 from pipeline.transforms.ordering import LOC_SHIFT
@@ -225,14 +224,13 @@ class SparkEngine:
     one spark-submit made), which it stops after the write."""
 
     name = "spark"
+    keeps_whole_objects = False  # the driver fetches no object whole: the tasks read the rows
     _early: Session | None = None  # the session open_inputs started (and stops)
 
     @contextmanager
     def open_inputs(self, config: Config) -> Iterator[None]:
         """For hdfs:// positions, the session starts before they are looked for: the driver
-        finds and probes them through its JVM (`spark_hadoop`); it lasts the run. The driver
-        fetches no object whole (`kept`): Spark's tasks read the rows themselves."""
-        kept.refuse("object")
+        finds and probes them through its JVM (`spark_hadoop`); it lasts the run."""
         location = Location.parse(config.positions, Path.cwd())
         if location.scheme != "hdfs":
             yield
@@ -265,7 +263,8 @@ class SparkEngine:
             run = session(config.spark.master, dict(config.spark.conf),
                           quiet_jvm=not log.isEnabledFor(logging.DEBUG))
         spark = run.spark
-        work = _Job(spark, config, job.paths, job.form, job.index, job.cache, run)
+        work = _Job(spark, config, job.paths, job.form, job.index, job.cache, run,
+                    read_cache=job.read_cache)
         failed = True
         try:
             with failures_named(run), lost_server(config.spark.remote):

@@ -61,9 +61,12 @@ from pipeline.engines.spark_tasks import (
 )
 from pipeline.engines.spark_urls import hadoop_url, read_problem
 from pipeline.errors import InputError, SnimError, UsageError, first_line
-from pipeline.io.inputs.files import Source, format_of
-from pipeline.io.read.readers import as_read, columns_of, parquet_footer
+from pipeline.io.read.files import Source
+from pipeline.io.read.footers import parquet_footer
+from pipeline.io.read.formats import format_of
+from pipeline.io.read.readers import as_read, columns_of
 from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
 
@@ -101,6 +104,7 @@ class SparkWork:
     index: pl.DataFrame
     cache: TableCache
     run: Session | None = None
+    read_cache: RunCache | None = None  # the run's, for what the driver reads of the files
     cached: list[DataFrame] = field(default_factory=list)
     broadcasts: list[Any] = field(default_factory=list)
     schemas: list[ParquetFile] | None = None  # every file's, when all are Parquet (read)
@@ -140,7 +144,7 @@ class SparkWork:
         """Normalised rows of every positions file (NORM_SCHEMA) and the rows of each file.
 
         Raises the InputError the polars engine would raise first (files in order)."""
-        formats = [format_of(p) for p in self.paths]
+        formats = [format_of(p, cache=self.read_cache) for p in self.paths]
         csv = [i for i, f in enumerate(formats) if f == "csv"]
         probed = {i: self._probe(i) for i, f in enumerate(formats) if f == "parquet"}
         errors = {i: p for i, p in probed.items() if isinstance(p, str)}
@@ -263,7 +267,7 @@ class SparkWork:
         whole object)."""
         path = self.paths[i]
         try:
-            footer = parquet_footer(path)
+            footer = parquet_footer(path, cache=self.read_cache)
             groups = footer.row_groups
             empty = pl.from_arrow(as_read(footer.schema, path).empty_table())
             assert isinstance(empty, pl.DataFrame)
@@ -282,7 +286,8 @@ class SparkWork:
         if self.form != "wide":
             return norm
         defaults = [i for i, p in enumerate(self.paths)
-                    if self.config.columns.position_id not in columns_of(p)]
+                    if self.config.columns.position_id not in columns_of(
+                        p, cache=self.read_cache)]
         if not defaults:
             return norm
         offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)

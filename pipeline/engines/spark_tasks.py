@@ -20,7 +20,7 @@ from pipeline import kernels, keys
 from pipeline.batches import BATCH_ROWS, position_batches
 from pipeline.config import Config
 from pipeline.errors import SnimError
-from pipeline.io.inputs.files import Source
+from pipeline.io.read.files import Source
 from pipeline.io.read.readers import parquet_range
 from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
 from pipeline.transforms.schema import REJECT_SCHEMA as REJECT_COLUMNS

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, UsageError, cut
-from pipeline.io.inputs.files import Source
+from pipeline.io.read.files import Source
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 

@@ -8,19 +8,22 @@ written."""
 from __future__ import annotations
 
 import os
+from functools import partial
 
 from pipeline.errors import InputError, SnimError
-from pipeline.io.inputs.files import InputFile, Source, describe
+from pipeline.io.read.files import InputFile, Source
+from pipeline.io.read.formats import describe
 from pipeline.io.read.readers import each_input
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
 
 
-def described_now(paths: list[Source]) -> list[InputFile]:
+def described_now(paths: list[Source], *, cache: RunCache | None = None) -> list[InputFile]:
     """Each input as the run finds it before reading its rows (a local file's size and
-    modification time; an object's etag, version and size as the run first asked for them),
-    for `ensure_unchanged` to compare with once the rows are read."""
-    return list(each_input(describe, paths))
+    modification time; an object's etag, version and size as the run first asked for them,
+    kept in its `cache`), for `ensure_unchanged` to compare with once the rows are read."""
+    return list(each_input(partial(describe, cache=cache), paths))
 
 
 def ensure_unchanged(files: list[InputFile]) -> None:
@@ -36,7 +39,7 @@ def change_of(file: InputFile) -> str | None:
     """How `file` differs now from when it was described, or None."""
     if isinstance(file.path, Location):
         try:
-            now = object_store.object_metadata(file.path, fresh=True)
+            now = object_store.object_metadata(file.path)  # no cache: as it is now
         except SnimError:
             return "it is gone now"
         for key, then in (("etag", file.etag), ("version", file.version), ("size", file.size)):

@@ -1,35 +1,22 @@
-"""Finding the input files of a spec (a file, a directory or a glob), describing and
-checksumming them. A name that exists is that file; outputs and staging are never inputs."""
+"""Finding the input files of a spec (a file, a directory or a glob); a URL's in its store
+(`remote`). A name that exists is that file; outputs and staging are never inputs."""
 
 from __future__ import annotations
 
 import errno
 import fnmatch
-import hashlib
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import polars as pl
-import pyarrow as pa
-
-from pipeline.errors import InputError, SnimError
+from pipeline.errors import InputError
 from pipeline.io.inputs.remote import DELTA_TABLE, resolve_remote
 from pipeline.io.outputs.manifest import is_snim_output
-from pipeline.io.read import kept
-from pipeline.io.read.csv_records import CsvRecords
+from pipeline.io.read.files import CSV_SUFFIXES, PARQUET_SUFFIXES, Source
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
-
-PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
-CSV_SUFFIXES = (".csv",)
-
 
 GLOB_CHARS = "*?["
 
@@ -38,141 +25,6 @@ _INPUT_SUFFIXES = PARQUET_SUFFIXES + CSV_SUFFIXES
 
 
 _STAGING_NAME = re.compile(r"\..+\.(?:partial|retired)-\d+-.+")
-
-
-Source = Path | Location
-"""An input file: a local path, or an object in a store (a bound remote Location)."""
-
-
-@dataclass(frozen=True)
-class InputFile:
-    """One input file as recorded in the manifest; a local file's checksum is computed on
-    first use (for positions, by the engines in a background thread while the rows are read);
-    an object carries the store's etag and version instead (no second read for a checksum)."""
-
-    path: Source
-    format: str
-    size: int
-    etag: str | None = None
-    version: str | None = None
-    stamp: tuple[int, int] | None = field(default=None, repr=False, compare=False)
-    """A local file's (size, mtime_ns) when described: `changes.ensure_unchanged` compares."""
-    _digest: str | None = field(default=None, init=False, repr=False, compare=False)
-    _csv_rows: int | None = field(default=None, init=False, repr=False, compare=False)
-
-    @property
-    def sha256(self) -> str | None:
-        if isinstance(self.path, Location):
-            return None
-        if self._digest is None:
-            self._read_whole()
-        return self._digest
-
-    @property
-    def csv_rows(self) -> int:
-        """A local CSV file's data records, counted by the pass that computes its checksum
-        (`csv_records.CsvRecords`), not by the reader that reads its rows."""
-        assert isinstance(self.path, Path) and self.format == "csv"
-        if self._csv_rows is None:
-            self._read_whole()
-        assert self._csv_rows is not None
-        return self._csv_rows
-
-    def _read_whole(self) -> None:
-        assert isinstance(self.path, Path)
-        digest = hashlib.sha256()
-        records = CsvRecords() if self.format == "csv" else None
-        try:
-            with self.path.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-                    if records is not None:
-                        records.feed(block)
-        except OSError as exc:
-            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
-        object.__setattr__(self, "_digest", digest.hexdigest())
-        if records is not None:
-            object.__setattr__(self, "_csv_rows", records.rows())
-
-    def as_dict(self) -> dict[str, Any]:
-        if isinstance(self.path, Location):
-            return {"path": str(self.path), "format": self.format, "size": self.size,
-                    "etag": self.etag, "version": self.version}
-        return {"path": str(self.path), "format": self.format, "size": self.size,
-                "sha256": self.sha256}
-
-
-@dataclass(frozen=True)
-class RawTable:
-    """A file's rows as read (CSV: every column a string), plus rows the reader had to skip.
-
-    `row` is the 0-based data row number in the file for each frame row; `bad_lines` holds
-    (row, reason, line text) for CSV lines with the wrong number of fields.
-    """
-
-    file: InputFile
-    frame: pl.DataFrame
-    row: np.ndarray
-    bad_lines: list[tuple[int, str, str]]
-
-
-def format_of(path: Source) -> str:
-    """'parquet' or 'csv': what the file holds, whatever its name (`sniffed`), kept for the
-    run (`kept`). An object in a store is sniffed from reads the run makes anyway: a
-    `.parquet`/`.pq` object whose footer reads is Parquet; another object's start (a small
-    object is fetched whole, kept for the CSV reader). A file or object that cannot be read
-    is what its name says, for its reader to say what is wrong."""
-    found = kept.get("format", path)
-    if found is not None:
-        return found
-    named = "parquet" if path.suffix.lower() in PARQUET_SUFFIXES else "csv"
-    try:
-        if isinstance(path, Location):
-            found = _object_format(path, named)
-        else:
-            with path.open("rb") as fh:
-                found = sniffed(fh.read(_SNIFFED), named)
-    except (OSError, SnimError):
-        return named
-    kept.put("format", path, found, 100)
-    return found
-
-
-def _object_format(location: Location, named: str) -> str:
-    from pipeline.io.read.csv_reader import read_start
-    from pipeline.io.read.readers import parquet_footer
-
-    if location.scheme == "hdfs":  # read through Spark's JVM: its name decides, as Spark's
-        if location.suffix.lower() in (*PARQUET_SUFFIXES, *CSV_SUFFIXES):
-            return named
-        return "parquet" if object_store.read_head(location, 4)[0] == b"PAR1" else "csv"
-    if named == "parquet":
-        try:
-            parquet_footer(location)  # kept: the run reads it next
-            return "parquet"
-        except (pa.ArrowException, OSError, ValueError):
-            pass
-    return sniffed(read_start(location, _SNIFFED)[0], named)
-
-
-_SNIFFED = 4096  # the bytes of a file's start that tell Parquet from CSV
-
-
-def sniffed(head: bytes, named: str) -> str:
-    """The format of a file that starts with `head`: Parquet when it starts with Parquet's
-    magic bytes `PAR1` (one cut short too: its reader names what is wrong), CSV when it
-    starts as text (no NUL byte, UTF-8 but maybe for a character cut at the end); else, and
-    for an empty file, the format its name says (`named`), whose reader then explains."""
-    if head.startswith(b"PAR1"):
-        return "parquet"
-    if not head or b"\0" in head:
-        return named
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 3:
-            return named
-    return "csv"
 
 
 def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
@@ -441,19 +293,6 @@ class _InputFinder:
         if counts["own"]:
             parts.append("the run's own output directory")
         return "; skipped " + ", ".join(parts) if parts else ""
-
-
-def describe(path: Source) -> InputFile:
-    if isinstance(path, Location):
-        meta = object_store.object_metadata(path)
-        return InputFile(path, format_of(path), meta["size"], meta["etag"], meta["version"])
-    try:
-        with path.open("rb") as handle:  # unreadable files fail here, with a plain message
-            found = os.fstat(handle.fileno())
-        return InputFile(path, format_of(path), found.st_size,
-                         stamp=(found.st_size, found.st_mtime_ns))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def first_line(exc: Exception) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import codecs
 import mmap
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +17,11 @@ import pyarrow.csv as pacsv
 
 from pipeline import kernels
 from pipeline.errors import InputError, first_line
-from pipeline.io.inputs.files import InputFile, RawTable, Source
-from pipeline.io.read import kept
+from pipeline.io.read.files import InputFile, RawTable, Source
+from pipeline.io.read.starts import read_start
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
 
 _BOM = b"\xef\xbb\xbf"
 _SPAN = 1 << 18  # `_short_lines`' window
@@ -64,11 +64,11 @@ def _bom_length(data: bytes | mmap.mmap) -> int:
     return len(_BOM) if data[:len(_BOM)] == _BOM else 0
 
 
-def _scan_text(path: Source) -> _TextScan:
-    """Check the whole file through a memory map (an object in a store: as kept whole, or
-    streamed), so a large file is never held twice."""
+def _scan_text(path: Source, cache: RunCache | None = None) -> _TextScan:
+    """Check the whole file through a memory map (an object in a store: as the run's `cache`
+    keeps it whole, or streamed), so a large file is never held twice."""
     if isinstance(path, Location):
-        whole = kept.get("object", path)
+        whole = None if cache is None else cache.get("object", path)
         return _scan_stream(path) if whole is None else _scan_bytes(whole)
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
         return _scan_bytes(data)
@@ -129,7 +129,6 @@ def _scan_bytes(data: bytes | mmap.mmap) -> _TextScan:
 
 
 _PART = 1 << 24
-SMALL_OBJECT = 1 << 22  # objects a run fetches whole at once (`_object_start`)
 
 
 def _scan_stream(location: Location) -> _TextScan:
@@ -182,54 +181,32 @@ def _scan_stream(location: Location) -> _TextScan:
                      stray_line, 0, longest, longest_line)
 
 
-def read_start(path: Source, count: int) -> tuple[bytes, int]:
-    """The first `count` bytes of an input file, and its size."""
-    if isinstance(path, Location):
-        return _object_start(path, count)
-    try:
-        with path.open("rb") as fh:
-            return fh.read(count), os.fstat(fh.fileno()).st_size
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-
-
-def _object_start(location: Location, count: int) -> tuple[bytes, int]:
-    """`read_start` of an object in a store. Within a run (`kept`), an object of at most
-    SMALL_OBJECT bytes is fetched whole the first time, if the run has room for it, and kept:
-    its header, emptiness, row estimate, text checks and rows then cost two requests (a HEAD
-    and a GET), not eleven."""
-    whole = kept.get("object", location)
-    if whole is None:
-        whole, size = object_store.read_head(
-            location, count, lambda size: size <= SMALL_OBJECT and kept.has_room("object", size))
-        if len(whole) < size or not kept.put("object", location, whole, size):
-            return whole[:count], size
-    return whole[:count], len(whole)
-
-
-def csv_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
+def csv_batches(file: InputFile, batch_rows: int, *, cache: RunCache | None = None
+                ) -> Iterator[RawTable]:
     """A CSV file in batches of `batch_rows` rows (the last one fewer), parsed as it streams
     (pyarrow's serial reader, every column as text), so memory holds one batch, not the file.
     Each batch carries the lines with the wrong number of fields found since the previous
-    one."""
-    header, terminated, skip, scan = _checked_text(file)
+    one. What the run's `cache` keeps of the file is used, then let go."""
+    header, terminated, skip, scan = _checked_text(file, cache)
     if not terminated:  # the header runs to the end of the file: pyarrow finds no rows
         yield RawTable(file, pl.DataFrame(schema=dict.fromkeys(header, pl.String)),
                        np.zeros(0, np.int64), [])
         return
     bad: list[tuple[int, str, str]] = []
-    reader = _open_reader(file.path, header, skip, scan, bad)
-    kept.drop("object", file.path)  # the reader holds what it needs
+    reader = _open_reader(file.path, header, skip, scan, bad, cache)
+    if cache is not None:
+        cache.drop("object", file.path)  # the reader holds what it needs
     yield from _batches(file, reader, bad, batch_rows)
 
 
-def _checked_text(file: InputFile) -> tuple[list[str], bool, int, _TextScan]:
+def _checked_text(file: InputFile, cache: RunCache | None
+                  ) -> tuple[list[str], bool, int, _TextScan]:
     """The file's header (`_header`) and the scan of its bytes, unless they show it is no
     CSV file: empty, binary or not UTF-8, a quote never closed, a quoted field running over
     lines with text after its closing quote, or a record too long to read."""
     path = file.path
-    header, terminated, skip = _header(path)
-    scan = _scan_text(path)
+    header, terminated, skip = _header(path, cache)
+    scan = _scan_text(path, cache)
     if scan.bad_byte >= 0:
         raise InputError(f"{path}: line {scan.bad_line}: not a CSV file (binary data or invalid "
                          f"UTF-8 at byte {scan.bad_byte})")
@@ -254,7 +231,8 @@ def _unreadable(path: Source, exc: Exception) -> InputError:
 
 
 def _open_reader(path: Source, header: list[str], skip: int, scan: _TextScan,
-                 bad: list[tuple[int, str, str]]) -> pacsv.CSVStreamingReader:
+                 bad: list[tuple[int, str, str]], cache: RunCache | None
+                 ) -> pacsv.CSVStreamingReader:
     """pyarrow's serial streaming reader of `path` from its header (after the first `skip`
     lines), every column as text, in blocks that hold the longest record; a line with the
     wrong number of fields is skipped and appended to `bad` as (row number, reason, text). A
@@ -276,7 +254,7 @@ def _open_reader(path: Source, header: list[str], skip: int, scan: _TextScan,
 
     source: Any = path
     if isinstance(path, Location):
-        whole = kept.get("object", path)
+        whole = None if cache is None else cache.get("object", path)
         source = object_store.open_stream(path) if whole is None else pa.BufferReader(whole)
     try:
         return pacsv.open_csv(
@@ -372,18 +350,18 @@ def _unclosed_quote(path: Path, line: int) -> InputError:
                       "quote)")
 
 
-def read_header(path: Source) -> tuple[list[str], bool]:
+def read_header(path: Source, *, cache: RunCache | None = None) -> tuple[list[str], bool]:
     """(column names, whether a line end follows them) from the file's first record, found
     by the same scan of quotes and line ends (LF, CRLF, CR) as the rows; blank lines before
     it (empty, or only spaces and tabs) are skipped."""
-    names, terminated, _ = _header(path)
+    names, terminated, _ = _header(path, cache)
     return names, terminated
 
 
-def _header(path: Source) -> tuple[list[str], bool, int]:
+def _header(path: Source, cache: RunCache | None = None) -> tuple[list[str], bool, int]:
     """`read_header`, and the physical lines before the header that the reader must be told
     to skip: 0 unless one of them holds spaces or tabs (pyarrow skips only empty lines)."""
-    head, size = read_start(path, _HEADER_LIMIT)
+    head, size = read_start(path, _HEADER_LIMIT, cache=cache)
     if size == 0:
         raise InputError(f"{path}: empty file (expected a CSV header line)")
     if head.startswith(b"PAR1"):
@@ -440,10 +418,11 @@ def header_names(first: bytes, text: str, path: Source) -> list[str]:
     return table.column_names
 
 
-def csv_row_estimate(path: Source, sample: int = 1 << 22) -> int:
+def csv_row_estimate(path: Source, sample: int = 1 << 22, *, cache: RunCache | None = None
+                     ) -> int:
     """Exact for a file of at most `sample` bytes (its records less the header, counted as
     the parser counts them); else those of its first `sample` bytes scaled to its size."""
-    head, size = read_start(path, sample)
+    head, size = read_start(path, sample, cache=cache)
     rows = max(kernels.csv_scan(_csv_bytes(head), _bom_length(head), 0)[0] - 1, 0)
     if len(head) == size:
         return rows

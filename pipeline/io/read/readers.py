@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,18 +17,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, SnimError, cut, first_line, shown
-from pipeline.io.inputs.files import (
-    InputFile,
-    RawTable,
-    Source,
-    describe,
-    format_of,
-    resolve_inputs,
-)
-from pipeline.io.read import footer_stats, kept
+from pipeline.io.inputs.files import resolve_inputs
 from pipeline.io.read.csv_reader import csv_batches, csv_row_estimate, read_header
+from pipeline.io.read.files import InputFile, RawTable, Source
+from pipeline.io.read.footers import parquet_footer, parquet_source
+from pipeline.io.read.formats import describe, format_of
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
 
 
 def _parquet_error(path: Source, exc: BaseException) -> SnimError:
@@ -39,77 +35,6 @@ def _parquet_error(path: Source, exc: BaseException) -> SnimError:
     if isinstance(exc, PermissionError):
         return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})")
     return InputError(f"{path}: not a readable Parquet file ({first_line(exc)})")
-
-
-@dataclass(frozen=True)
-class ParquetFooter:
-    """What the run needs of a Parquet file's footer: the Arrow schema (as `pq.read_schema`
-    gives it), the rows of each row group, and per top-level column whose one leaf has
-    integer statistics in every row group, the largest value (None: not known). Kept instead
-    of pyarrow's parsed footer, a fifth of its memory (about 2 KB against 11 KB for three
-    columns), so that a run of thousands of small files keeps every one."""
-
-    schema: pa.Schema
-    row_groups: tuple[int, ...]
-    largest: dict[str, int | None]
-
-    @property
-    def num_rows(self) -> int:
-        return sum(self.row_groups)
-
-
-def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
-    """The facts kept of a footer. A top-level column whose one leaf is a plain integer gets
-    its largest value from the footer's own bytes (`footer_stats`): pyarrow's statistics are
-    never decoded, as it aborts the process on ones of the wrong length (and a text maximum
-    need not be UTF-8, a timestamp need not fit a datetime)."""
-    leaves: dict[str, list[int]] = {}
-    for i in range(meta.num_columns):
-        leaves.setdefault(meta.schema.column(i).path.split(".")[0], []).append(i)
-    integers: dict[int, tuple[int, bool]] = {}
-    for *others, leaf in leaves.values():
-        column = meta.schema.column(leaf)
-        if (not others and column.physical_type in ("INT32", "INT64")
-                and column.logical_type.type in ("NONE", "INT")):
-            integers[leaf] = (4 if column.physical_type == "INT32" else 8,
-                              not column.converted_type.startswith("UINT"))
-    maxima = footer_stats.integer_maxima(_footer_bytes(meta), integers) if integers else {}
-    largest = {name: maxima.get(found[-1]) for name, found in leaves.items()}
-    return ParquetFooter(schema, tuple(meta.row_group(g).num_rows
-                                       for g in range(meta.num_row_groups)), largest)
-
-
-def _footer_bytes(meta: pq.FileMetaData) -> bytes:
-    """The footer's Thrift bytes as pyarrow holds them (what it pickles: no second read of
-    the file); empty, so not understood, if pyarrow stops offering them."""
-    try:
-        return meta.__reduce__()[1][0].to_pybytes()
-    except (AttributeError, IndexError, TypeError):
-        return b""
-
-
-def _footer_in_memory(footer: ParquetFooter) -> int:
-    """Bytes a kept footer is counted at: measured 1.8 KB for a schema of three columns."""
-    return 1024 + 512 * len(footer.schema) + 64 * (len(footer.row_groups) + len(footer.largest))
-
-
-def parquet_footer(path: Source) -> ParquetFooter:
-    """The footer of a Parquet file (read once a run: `kept`); raises pyarrow's own
-    ArrowException or OSError, for the caller to word."""
-    footer = kept.get("footer", path)
-    if footer is not None:
-        return footer
-    source = parquet_source(path)
-    try:
-        with pq.ParquetFile(source) as file:
-            footer = _footer_facts(file.metadata, file.schema_arrow)
-    except ValueError as exc:  # a column name that is not UTF-8 (UnicodeDecodeError)
-        raise pa.ArrowInvalid(f"unreadable footer: {first_line(exc)}") from None
-    finally:
-        if not isinstance(source, Path):
-            source.close()
-    kept.put("footer", path, footer, _footer_in_memory(footer))
-    return footer
 
 
 def _has_view(kind: pa.DataType) -> bool:
@@ -162,11 +87,11 @@ def _as_list(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _arrow_batches(path: Source, views: list[str], start: int, count: int | None,
-                   batch_rows: int) -> Iterator[pl.DataFrame]:
+                   batch_rows: int, cache: RunCache | None = None) -> Iterator[pl.DataFrame]:
     """Rows start .. start + count (None: to the end) of a Parquet file with list view
     columns (`_views`), read by pyarrow, those columns as lists, in frames of at most
     `batch_rows` rows: what polars' reader gives for other files."""
-    source = parquet_source(path)
+    source = parquet_source(path, cache=cache)
     try:
         with pq.ParquetFile(source) as file:
             groups, first = [], 0
@@ -200,19 +125,20 @@ def _arrow_batches(path: Source, views: list[str], start: int, count: int | None
             source.close()
 
 
-def _parquet_batches(file: InputFile, batch_rows: int) -> Iterator[RawTable]:
+def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
+                     ) -> Iterator[RawTable]:
     """polars' streaming reader (about 2x pyarrow's iter_batches here), after pyarrow has
     checked the footer so that a file that is not Parquet gets a plain message; a file with
     list view columns, which polars cannot read, through pyarrow (`_arrow_batches`)."""
     try:
-        schema = parquet_footer(file.path).schema
+        schema = parquet_footer(file.path, cache=cache).schema
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _parquet_error(file.path, exc) from None
     views = _views(schema, file.path)
     schema = as_read(schema, file.path)
     start = 0
     try:
-        for frame in (_arrow_batches(file.path, views, 0, None, batch_rows) if views else
+        for frame in (_arrow_batches(file.path, views, 0, None, batch_rows, cache) if views else
                       _scan(file.path).collect_batches(chunk_size=batch_rows)):
             rows = np.arange(start, start + frame.height, dtype=np.int64)
             start += frame.height
@@ -251,21 +177,16 @@ def parquet_range(path: Source, start: int, count: int, batch_rows: int = 1 << 2
         raise _parquet_error(path, exc) from None
 
 
-def parquet_source(path: Source) -> Path | pa.NativeFile:
-    """What pyarrow's Parquet reader opens: the local path, or the object's random-access
-    stream (footers are read by range, never the whole object)."""
-    return object_store.open_random(path) if isinstance(path, Location) else path
-
-
-def heap_upper_bound(paths: list[Source], column: str) -> int | None:
+def heap_upper_bound(paths: list[Source], column: str, *, cache: RunCache | None = None
+                     ) -> int | None:
     """Largest value of a Parquet list column's leaves over all files, from the row-group
     statistics alone (no data read); None when any file is CSV or lacks the statistics."""
     bound = -1
     for path in paths:
-        if format_of(path) != "parquet":
+        if format_of(path, cache=cache) != "parquet":
             return None
         try:
-            largest = parquet_footer(path).largest.get(column)
+            largest = parquet_footer(path, cache=cache).largest.get(column)
         except (pa.ArrowException, OSError, SnimError):
             return None
         if largest is None:
@@ -274,40 +195,42 @@ def heap_upper_bound(paths: list[Source], column: str) -> int | None:
     return bound
 
 
-def row_estimate(paths: list[Source]) -> int:
+def row_estimate(paths: list[Source], *, cache: RunCache | None = None) -> int:
     """Rows in the input files: exact for Parquet (from the footers); for CSV, the records of
     its first 4 MiB scaled to its size (it only sizes the long-form parts; ids grow longer
     down a file, so this tends to count high, which keeps parts small)."""
     rows = 0
     for path in paths:
-        if format_of(path) != "parquet":
-            rows += csv_row_estimate(path)
+        if format_of(path, cache=cache) != "parquet":
+            rows += csv_row_estimate(path, cache=cache)
             continue
         try:
-            rows += parquet_footer(path).num_rows
+            rows += parquet_footer(path, cache=cache).num_rows
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
     return rows
 
 
-def iter_batches(path: Source, batch_rows: int = 1 << 20) -> Iterator[RawTable]:
+def iter_batches(path: Source, batch_rows: int = 1 << 20, *, cache: RunCache | None = None
+                 ) -> Iterator[RawTable]:
     """One file in batches of at most `batch_rows` rows (CSV: exactly that many but the last),
     so memory holds one batch, not the file."""
-    file = describe(path)
+    file = describe(path, cache=cache)
     if file.format == "parquet":
-        yield from _parquet_batches(file, batch_rows)
+        yield from _parquet_batches(file, batch_rows, cache)
         return
-    yield from csv_batches(file, batch_rows)
+    yield from csv_batches(file, batch_rows, cache=cache)
 
 
-def small_parquet_footer(path: Source, most_rows: int) -> tuple[pa.Schema, int] | None:
+def small_parquet_footer(path: Source, most_rows: int, *, cache: RunCache | None = None
+                         ) -> tuple[pa.Schema, int] | None:
     """(Arrow schema, rows) of a Parquet file of fewer than `most_rows` rows, from its
     footer alone, for `read_parquet_group`; None for any other file, or one whose footer
     cannot be read (its own read then names what is wrong)."""
-    if format_of(path) != "parquet":
+    if format_of(path, cache=cache) != "parquet":
         return None
     try:
-        footer = parquet_footer(path)
+        footer = parquet_footer(path, cache=cache)
     except (pa.ArrowException, OSError, SnimError):
         return None
     rows = footer.num_rows
@@ -333,14 +256,14 @@ def read_parquet_group(paths: list[Source]) -> pl.DataFrame | None:
         return None
 
 
-def columns_of(path: Source) -> list[str]:
+def columns_of(path: Source, *, cache: RunCache | None = None) -> list[str]:
     """Column names of an input file without reading its rows."""
-    if format_of(path) == "parquet":
+    if format_of(path, cache=cache) == "parquet":
         try:
-            return parquet_footer(path).schema.names
+            return parquet_footer(path, cache=cache).schema.names
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(path, exc) from None
-    return read_header(path)[0]
+    return read_header(path, cache=cache)[0]
 
 
 FETCHES_AT_ONCE = 16  # objects of a store asked for their columns at once
@@ -348,30 +271,32 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def columns_of_each(paths: list[Source]) -> Iterator[list[str]]:
+def columns_of_each(paths: list[Source], *, cache: RunCache | None = None
+                    ) -> Iterator[list[str]]:
     """`columns_of` of every file, in order, each error raised in its turn (`each_input`).
-    Within a run what they fetch is kept (`kept`) for the reads that follow."""
-    return each_input(columns_of, paths)
+    What they fetch is kept in the run's `cache` for the reads that follow."""
+    return each_input(partial(columns_of, cache=cache), paths)
 
 
 def each_input(work: Callable[[T], R], inputs: list[T]) -> Iterator[R]:
     """`work` of every input (a Source, or anything with a Source `path`), in order. Objects
     in a store (not hdfs://, reached through Spark's JVM) are asked FETCHES_AT_ONCE at a
-    time: one by one, each request is a round trip, tens of milliseconds to a cloud store."""
+    time: one by one, each request is a round trip, tens of milliseconds to a cloud store.
+    `work` gets whatever it needs (the run's cache) bound to it: the threads keep no state."""
     paths = [getattr(item, "path", item) for item in inputs]
     if sum(isinstance(p, Location) and p.scheme != "hdfs" for p in paths) < 2:
         yield from map(work, inputs)
         return
     pool = ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="inputs")
     try:
-        yield from pool.map(kept.carried(work), inputs)
+        yield from pool.map(work, inputs)
     finally:
         pool.shutdown(cancel_futures=True)
 
 
-def read_table(path: Source) -> RawTable:
+def read_table(path: Source, *, cache: RunCache | None = None) -> RawTable:
     """Read one input file whole; whole-file problems raise InputError naming the file."""
-    batches = list(iter_batches(path, batch_rows=1 << 62))
+    batches = list(iter_batches(path, batch_rows=1 << 62, cache=cache))
     if len(batches) == 1:
         return batches[0]
     frame = pl.concat([b.frame for b in batches])
@@ -380,13 +305,15 @@ def read_table(path: Source) -> RawTable:
 
 
 def read_tables(spec: str, what: str, exclude: Path | str | None = None,
-                options: dict[str, str] | None = None) -> list[RawTable]:
+                options: dict[str, str] | None = None, *, cache: RunCache | None = None
+                ) -> list[RawTable]:
     """Every file of `spec` read whole, each checksummed as it is read (`exclude` and
-    `options`: as in `resolve_inputs`). Not from hdfs://, which only Spark reads."""
+    `options`: as in `resolve_inputs`; `cache`: the run's). Not from hdfs://, which only
+    Spark reads."""
     location = Location.parse(spec, Path.cwd())
     if location.scheme == "hdfs":
         raise object_store.hdfs_refused(location)
-    tables = [read_table(p) for p in resolve_inputs(spec, what, exclude, options)]
+    tables = [read_table(p, cache=cache) for p in resolve_inputs(spec, what, exclude, options)]
     for table in tables:
         table.file.sha256  # noqa: B018 - computes and caches it
     return tables

@@ -15,46 +15,50 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from pipeline.errors import ReconcileError, SnimError
-from pipeline.io.inputs.files import InputFile
-from pipeline.io.read import kept
 from pipeline.io.read.csv_records import CsvRecords
-from pipeline.io.read.readers import _parquet_error, parquet_footer
+from pipeline.io.read.files import InputFile
+from pipeline.io.read.footers import parquet_footer
+from pipeline.io.read.readers import _parquet_error
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
 
 __all__ = ["counted_at_once", "reconcile", "rows_in_source"]
 
 _PART = 1 << 22
 
 
-def rows_in_source(file: InputFile) -> int | None:
-    """The rows `file` holds, counted from the file itself; None for hdfs://, which only
-    Spark's JVM reaches (Spark's own reader counts those)."""
+def rows_in_source(file: InputFile, *, cache: RunCache | None = None) -> int | None:
+    """The rows `file` holds, counted from the file itself (or from what the run's `cache`
+    keeps of it); None for hdfs://, which only Spark's JVM reaches (Spark's own reader
+    counts those)."""
     if isinstance(file.path, Location) and file.path.scheme == "hdfs":
         return None
     if file.format == "parquet":
         try:
-            return parquet_footer(file.path).num_rows
+            return parquet_footer(file.path, cache=cache).num_rows
         except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(file.path, exc) from None
     if isinstance(file.path, Location):
-        return _object_csv_rows(file.path)
+        return _object_csv_rows(file.path, cache)
     return file.csv_rows
 
 
-def counted_at_once(file: InputFile) -> bool:
+def counted_at_once(file: InputFile, *, cache: RunCache | None = None) -> bool:
     """Whether `rows_in_source(file)` costs no read of the file: an object in a store whose
-    footer (Parquet) or whole bytes (a small CSV object) the run keeps. Others are counted by
-    a pass of their own (a local file's, with its checksum), best run in the background."""
+    footer (Parquet) or whole bytes (a small CSV object) the run keeps in its `cache`.
+    Others are counted by a pass of their own (a local file's, with its checksum), best run
+    in the background."""
     return isinstance(file.path, Location) and (
-        file.format == "parquet" or kept.get("object", file.path) is not None)
+        file.format == "parquet" or cache is not None and cache.get("object", file.path)
+        is not None)
 
 
-def _object_csv_rows(location: Location) -> int:
+def _object_csv_rows(location: Location, cache: RunCache | None) -> int:
     """A CSV object's records: from its bytes as the run fetched them whole, else from a
     stream of its own (not the reader's)."""
     records = CsvRecords()
-    whole = kept.get("object", location)
+    whole = None if cache is None else cache.get("object", location)
     if whole is not None:
         records.feed(whole)
         return records.rows()

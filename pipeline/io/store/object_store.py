@@ -22,8 +22,8 @@ from functools import lru_cache
 from typing import Any
 
 from pipeline.errors import ConfigError, InputError, SnimError, UsageError, cut
-from pipeline.io.read import kept
 from pipeline.io.store.locations import Location, without_secrets
+from pipeline.io.store.run_cache import RunCache
 
 CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "30s", "max_retries": "2",
                    "retry_timeout": "30s"}
@@ -498,17 +498,17 @@ def answered(location: Location, request: Callable[[], Any], doing: str = "readi
     raise value
 
 
-def object_metadata(location: Location, fresh: bool = False) -> dict[str, Any]:
-    """size, and the store's etag and version (None where it has none) of one object (within
-    a run, as the run's first request for the object found them: `kept`; with `fresh`, as
-    the store has them now)."""
-    found = None if fresh else kept.get("metadata", location)
+def object_metadata(location: Location, *, cache: RunCache | None = None) -> dict[str, Any]:
+    """size, and the store's etag and version (None where it has none) of one object: with
+    the run's `cache`, as the run's first request for the object found them; without, as the
+    store has them now."""
+    found = None if cache is None else cache.get("metadata", location)
     if found is not None:
         return found
     try:
         with answered(location, lambda: filesystem(location).open_input_file(
                 location.store_path)) as handle:
-            return _described(location, handle, keep=not fresh)
+            return _described(location, handle, cache)
     except store_failures() as exc:
         raise _read_error(location, exc) from None
 
@@ -532,9 +532,9 @@ def _read_error(location: Location, exc: BaseException) -> SnimError:
     return problem
 
 
-def _described(location: Location, handle: Any, keep: bool = True) -> dict[str, Any]:
+def _described(location: Location, handle: Any, cache: RunCache | None) -> dict[str, Any]:
     """`object_metadata` from an opened object (pyarrow asked the store once, a HEAD), kept
-    for the run unless `keep` is false."""
+    in the run's `cache` if given."""
     meta = {key.lower(): value for key, value in (handle.metadata() or {}).items()}
 
     def text(*names: str) -> str | None:
@@ -547,19 +547,19 @@ def _described(location: Location, handle: Any, keep: bool = True) -> dict[str, 
 
     described = {"size": handle.size(), "etag": text("etag"),
                  "version": text("versionid", "generation")}
-    if keep and kept.get("metadata", location) is None:  # as the run first found it
-        kept.put("metadata", location, described, 256)
+    if cache is not None and cache.get("metadata", location) is None:  # as first found
+        cache.put("metadata", location, described, 256)
     return described
 
 
-def read_head(location: Location, count: int, whole: Callable[[int], bool] | None = None
-              ) -> tuple[bytes, int]:
+def read_head(location: Location, count: int, whole: Callable[[int], bool] | None = None,
+              *, cache: RunCache | None = None) -> tuple[bytes, int]:
     """The first `count` bytes of an object (all of it if `whole` says so of its size), and
-    its size."""
+    its size (its metadata kept in the run's `cache`, if given)."""
     try:
         with answered(location, lambda: filesystem(location).open_input_file(
                 location.store_path)) as handle:
-            size = _described(location, handle)["size"]
+            size = _described(location, handle, cache)["size"]
             return handle.read(size if whole and whole(size) else count), size
     except store_failures() as exc:
         raise _read_error(location, exc) from None
@@ -574,12 +574,13 @@ def open_stream(location: Location) -> Any:
         raise _read_error(location, exc) from None
 
 
-def open_random(location: Location) -> Any:
-    """A random-access pyarrow input file over one object (Parquet footers)."""
+def open_random(location: Location, *, cache: RunCache | None = None) -> Any:
+    """A random-access pyarrow input file over one object (Parquet footers); its metadata
+    kept in the run's `cache`, if given."""
     try:
         handle = answered(location, lambda: filesystem(location).open_input_file(
             location.store_path))
-        _described(location, handle)
+        _described(location, handle, cache)
         return handle
     except store_failures() as exc:
         raise _read_error(location, exc) from None

@@ -1,0 +1,96 @@
+"""What a run needs of a Parquet file's footer (`ParquetFooter`: schema, rows of each row
+group, the largest value of each integer column), read without reading rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import first_line
+from pipeline.io.read import footer_stats
+from pipeline.io.read.files import Source
+from pipeline.io.store import object_store
+from pipeline.io.store.locations import Location
+from pipeline.io.store.run_cache import RunCache
+
+
+@dataclass(frozen=True)
+class ParquetFooter:
+    """What the run needs of a Parquet file's footer: the Arrow schema (as `pq.read_schema`
+    gives it), the rows of each row group, and per top-level column whose one leaf has
+    integer statistics in every row group, the largest value (None: not known). Kept instead
+    of pyarrow's parsed footer, a fifth of its memory (about 2 KB against 11 KB for three
+    columns), so that a run of thousands of small files keeps every one."""
+
+    schema: pa.Schema
+    row_groups: tuple[int, ...]
+    largest: dict[str, int | None]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(self.row_groups)
+
+
+def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
+    """The facts kept of a footer. A top-level column whose one leaf is a plain integer gets
+    its largest value from the footer's own bytes (`footer_stats`): pyarrow's statistics are
+    never decoded, as it aborts the process on ones of the wrong length (and a text maximum
+    need not be UTF-8, a timestamp need not fit a datetime)."""
+    leaves: dict[str, list[int]] = {}
+    for i in range(meta.num_columns):
+        leaves.setdefault(meta.schema.column(i).path.split(".")[0], []).append(i)
+    integers: dict[int, tuple[int, bool]] = {}
+    for *others, leaf in leaves.values():
+        column = meta.schema.column(leaf)
+        if (not others and column.physical_type in ("INT32", "INT64")
+                and column.logical_type.type in ("NONE", "INT")):
+            integers[leaf] = (4 if column.physical_type == "INT32" else 8,
+                              not column.converted_type.startswith("UINT"))
+    maxima = footer_stats.integer_maxima(_footer_bytes(meta), integers) if integers else {}
+    largest = {name: maxima.get(found[-1]) for name, found in leaves.items()}
+    return ParquetFooter(schema, tuple(meta.row_group(g).num_rows
+                                       for g in range(meta.num_row_groups)), largest)
+
+
+def _footer_bytes(meta: pq.FileMetaData) -> bytes:
+    """The footer's Thrift bytes as pyarrow holds them (what it pickles: no second read of
+    the file); empty, so not understood, if pyarrow stops offering them."""
+    try:
+        return meta.__reduce__()[1][0].to_pybytes()
+    except (AttributeError, IndexError, TypeError):
+        return b""
+
+
+def _footer_in_memory(footer: ParquetFooter) -> int:
+    """Bytes a kept footer is counted at: measured 1.8 KB for a schema of three columns."""
+    return 1024 + 512 * len(footer.schema) + 64 * (len(footer.row_groups) + len(footer.largest))
+
+
+def parquet_footer(path: Source, *, cache: RunCache | None = None) -> ParquetFooter:
+    """The footer of a Parquet file (read once a run: kept in the run's `cache`); raises
+    pyarrow's own ArrowException or OSError, for the caller to word."""
+    footer = None if cache is None else cache.get("footer", path)
+    if footer is not None:
+        return footer
+    source = parquet_source(path, cache=cache)
+    try:
+        with pq.ParquetFile(source) as file:
+            footer = _footer_facts(file.metadata, file.schema_arrow)
+    except ValueError as exc:  # a column name that is not UTF-8 (UnicodeDecodeError)
+        raise pa.ArrowInvalid(f"unreadable footer: {first_line(exc)}") from None
+    finally:
+        if not isinstance(source, Path):
+            source.close()
+    if cache is not None:
+        cache.put("footer", path, footer, _footer_in_memory(footer))
+    return footer
+
+
+def parquet_source(path: Source, *, cache: RunCache | None = None) -> Path | pa.NativeFile:
+    """What pyarrow's Parquet reader opens: the local path, or the object's random-access
+    stream (footers are read by range, never the whole object; its metadata kept in the
+    run's `cache`)."""
+    return object_store.open_random(path, cache=cache) if isinstance(path, Location) else path
