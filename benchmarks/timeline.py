@@ -24,7 +24,7 @@ sys.path.insert(0, os.getcwd())
 START = time.perf_counter()  # about 25 ms after the interpreter started
 
 import pipeline.engines.polars_engine as polars_engine  # noqa: E402
-import pipeline.io.inputs.files as inputs  # noqa: E402
+import pipeline.io.inputs.discovery as inputs  # noqa: E402
 import pipeline.kernels.threads as kernel_threads  # noqa: E402
 import pipeline.run as run  # noqa: E402
 import pipeline.tables as tables  # noqa: E402

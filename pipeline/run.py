@@ -32,7 +32,7 @@ from pipeline.errors import (
     cut,
 )
 from pipeline.io.inputs.changes import described_now, ensure_unchanged
-from pipeline.io.inputs.files import resolve_inputs
+from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.outputs import commit
 from pipeline.io.outputs.kinds import output_for
 from pipeline.io.read.files import InputFile, Source

@@ -28,7 +28,7 @@ from conftest import invoke, on_small_disk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pipeline.io.inputs.files as inputs
+import pipeline.io.inputs.discovery as inputs
 from pipeline import kernels
 from pipeline.errors import InputError, OutputError
 from pipeline.io.outputs import commit, failures, manifest, scratch

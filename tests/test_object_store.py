@@ -26,7 +26,7 @@ from pipeline import batches
 from pipeline.config import config_from_dict
 from pipeline.errors import ConfigError
 from pipeline.generate import Spec, generate
-from pipeline.io.inputs.files import resolve_inputs
+from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.read import csv_reader, readers, starts
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.io.inputs.files import resolve_inputs
+from pipeline.io.inputs.discovery import resolve_inputs
 
 CSV = b"rule_set_id,position_id,heaps\n1,0,5\n"
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, SnimError, cut, first_line, shown
-from pipeline.io.inputs.files import resolve_inputs
+from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.read.csv_reader import csv_batches, csv_row_estimate, read_header
 from pipeline.io.read.files import InputFile, RawTable, Source
 from pipeline.io.read.footers import parquet_footer, parquet_source

@@ -6,7 +6,8 @@
 systems (`filesystem`), requests within those bounds, and a store's failures as one line
 (`store_error`, `store_problem`). `without_secrets` is the one function through which a
 location's text reaches a message, a log line or a manifest: URL passwords and query values
-(signed URLs) read `<hidden>`.
+(signed URLs) read `<hidden>`. `RunCache` holds, for one run, what it would otherwise ask a
+store (or a file) for again: footers, objects' metadata, small objects whole.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _EXPORTS = {
     "bound": "object_store", "checked_options": "object_store", "filesystem": "object_store",
     "object_metadata": "object_store", "redacted": "object_store",
     "storage_options": "object_store", "store_error": "object_store",
-    "StoreError": "object_store",
+    "StoreError": "object_store", "RunCache": "run_cache",
 }
 __all__ = sorted(_EXPORTS)
 
