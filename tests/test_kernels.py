@@ -677,19 +677,17 @@ def test_in_key_order_is_lexicographic_order(pairs):
 
 
 def test_small_inputs_run_parallel_kernels_on_one_thread_of_the_caller_only():
-    """Below PARALLEL_ROWS the caller's numba thread count is 1 inside `threads_for`, and
+    """Below PARALLEL_ROWS the caller's kernel thread count is 1 inside `threads_for`, and
     what it was after; at and above, unchanged; another thread's count never moves."""
     import threading
 
-    import numba
-
     from pipeline.kernels.threads import PARALLEL_ROWS
 
-    full = numba.get_num_threads()
+    full = kernels.get_num_threads()
     seen_elsewhere = []
     with kernels.threads_for(PARALLEL_ROWS - 1):
-        assert numba.get_num_threads() == 1
-        other = threading.Thread(target=lambda: seen_elsewhere.append(numba.get_num_threads()))
+        assert kernels.get_num_threads() == 1
+        other = threading.Thread(target=lambda: seen_elsewhere.append(kernels.get_num_threads()))
         other.start()
         other.join()
         assert kernels.nim_sums_wide(np.array([0, 2]), np.array([3, 5]), np.array([0]),
@@ -697,7 +695,7 @@ def test_small_inputs_run_parallel_kernels_on_one_thread_of_the_caller_only():
                                      np.zeros(1, np.int64), np.zeros(1, np.int64),
                                      np.zeros(1, np.int64), np.array([kernels.KIND_NIM])
                                      )[0].tolist() == [3 ^ 5]
-    assert numba.get_num_threads() == full
+    assert kernels.get_num_threads() == full
     assert seen_elsewhere == [full]
     with kernels.threads_for(PARALLEL_ROWS):
-        assert numba.get_num_threads() == full
+        assert kernels.get_num_threads() == full
