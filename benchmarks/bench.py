@@ -623,7 +623,7 @@ def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M,
         f"{mib(r['startup'].maxrss, floor)} MiB peak RSS; every `ours` process pays it, the C "
         "references do not.",
         "",
-        *bench_start(before),
+        *bench_start(before, repeat=repeat),
         *s3_section,
         *(spark_section(r, base, spark_checks, floor) if extra_rows else []),
         "## Checks", "",
@@ -851,7 +851,15 @@ def _cold_warm(name: str, argv: list[str], env: dict[str, str], scratch: Path,
     return cold, warm
 
 
-def bench_start(before: Path | None, positions: int = START_M) -> list[str]:
+def _best_pair(name: str, argv: list[str], env: dict[str, str], scratch: Path,
+               stdin: Path | None, repeat: int) -> tuple[Proc, Proc]:
+    """_cold_warm `repeat` times (a fresh HOME and cache each time): the best of each."""
+    pairs = [_cold_warm(f"{name}_{i}" if repeat > 1 else name, argv, env, scratch, stdin)
+             for i in range(repeat)]
+    return best([c for c, _ in pairs]), best([w for _, w in pairs])
+
+
+def bench_start(before: Path | None, positions: int = START_M, repeat: int = 1) -> list[str]:
     """Rows of issue 36: each shape's first run (cold) against its second (warm), the warm
     sample run against `python -c "import polars, pyarrow"`, and `--help`; with `before`,
     the same for that checkout, each command's two versions back to back."""
@@ -882,17 +890,17 @@ def bench_start(before: Path | None, positions: int = START_M) -> list[str]:
     for key, _, args, stdin in commands:
         for version, code in versions:
             launcher, env = _launcher(code)
-            rows.setdefault(key, {})[version] = _cold_warm(f"start_{key}_{version}",
-                                                           launcher + args, env, scratch, stdin)
+            rows.setdefault(key, {})[version] = _best_pair(
+                f"start_{key}_{version}", launcher + args, env, scratch, stdin, repeat)
     imports, helps = {}, {}
     for version, code in versions:
         launcher, env = _launcher(code)
         python = launcher[0] if code is not None else str(PY)
         imports[version] = best([measure(f"start_imports_{version}_{i}",
                                          [python, "-c", "import polars, pyarrow"], env=env)
-                                 for i in range(3)])
+                                 for i in range(max(3, repeat))])
         helps[version] = best([measure(f"start_help_{version}_{i}", launcher + ["--help"],
-                                       env=env) for i in range(3)])
+                                       env=env) for i in range(max(3, repeat))])
     head = "| command | after: cold (s) | warm (s) | cold/warm |"
     rule = "|---|--:|--:|--:|"
     if before:
@@ -901,8 +909,8 @@ def bench_start(before: Path | None, positions: int = START_M) -> list[str]:
     lines = ["## Start: first run against second (issue 36)", "",
              f"Each command run twice in a row, the first time in a fresh `HOME` with an empty "
              f"numba cache (`NUMBA_CACHE_DIR`, what a fresh container or a read-only install "
-             f"starts with); shapes of {positions:,} positions (seed 5). Goal: cold/warm <= "
-             f"{START_GOAL}x.", "", head, rule]
+             f"starts with); shapes of {positions:,} positions (seed 5); best of {repeat} of each. "
+             f"Goal: cold/warm <= {START_GOAL}x.", "", head, rule]
     for key, label, _, _ in commands:
         cold, warm = rows[key]["after"]
         line = (f"| {label} | {secs(cold.wall_s)} | {secs(warm.wall_s)} | "
@@ -1068,7 +1076,7 @@ def main() -> int:
             s3_only(args.s3_positions)
         elif args.start:
             text = "\n".join(["# snim-batch start", "", *environment(),
-                              *bench_start(args.before, args.start_positions)])
+                              *bench_start(args.before, args.start_positions, args.repeat)])
             RES.mkdir(parents=True, exist_ok=True)
             (RES / "START.md").write_text(text)
             print(text)
