@@ -8,9 +8,21 @@ once (each calling thread has its own thread count)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 from pipeline.kernels._threads import get_num_threads, set_num_threads
+
+
+def _one_thread_after_fork() -> None:
+    """In a child of fork(), the thread that forked keeps the parent's OpenMP state but not
+    its worker threads: its next parallel region would wait for them forever (GNU OpenMP).
+    Its kernels run on one thread instead; threads the child starts get workers of their
+    own."""
+    set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_one_thread_after_fork)
 
 
 def overlap_allowed() -> bool:
