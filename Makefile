@@ -1,51 +1,78 @@
 # `make run` and `make test` set everything up from nothing (a .venv, installed once).
+# `make run` installs the package and what the polars engine needs, nothing more; `make test`
+# adds the dev tools, Spark, Delta and S3 (it upgrades a venv `make run` made, and `make run`
+# then uses it as it is). Installing builds the compiled kernels (gcc; docs/operations-image.md).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+SUM    := $(shell cat pyproject.toml setup.py | cksum | cut -d' ' -f1)
+RUN_STAMP  := $(VENV)/.installed-run-$(SUM)
+TEST_STAMP := $(VENV)/.installed-test-$(SUM)
+KERNELS    := $(VENV)/.kernels
+PYX        := $(wildcard pipeline/*/*.pyx)
+KERNEL_SOURCES := $(PYX) $(wildcard pipeline/kernels/*.pxi pipeline/kernels/*.h)
 
-.PHONY: run test test-fast lint bench clean clean-cache setup
+.PHONY: run test test-fast lint bench clean clean-cache setup setup-run
 
-setup: $(STAMP)
+setup: $(TEST_STAMP) $(KERNELS)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+setup-run: $(RUN_STAMP) $(KERNELS)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# the package and the polars engine's dependencies; pip builds the kernels
+$(RUN_STAMP): pyproject.toml setup.py | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	rm -f $(VENV)/.installed-run-*
+	touch $@ $(KERNELS)
+
+# all of make run's, and the extras the tests need
+$(TEST_STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark,delta,s3]'
 	rm -f $(VENV)/.installed-*
+	touch $@ $(RUN_STAMP) $(KERNELS)
+
+# the kernels again when their sources changed since the install (a pull, an edit)
+$(KERNELS): $(KERNEL_SOURCES) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
-run: $(STAMP)
+run: setup-run
 	$(BIN)/snim-batch run --config config.yaml --overwrite
 
 # two workers (pytest-xdist), each test file on one of them (docs/ARCHITECTURE.md, Tests)
-test: $(STAMP)
+test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # the quick loop: no slow tests, no Spark (make test runs everything)
-test-fast: $(STAMP)
+test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m 'not slow and not spark'
 
-lint: $(STAMP)
+lint: setup
 	$(BIN)/ruff check pipeline tests
 
 clean: clean-cache
 	rm -rf $(VENV) out .pytest_cache
 
-# numba's compiled kernels (docs/ARCHITECTURE.md, "Kernels and numba's cache")
+# the built kernels (Cython's C files, the extension modules, setuptools' build tree): the
+# next make run or make test builds them again
 clean-cache:
-	find pipeline -name '*.nbi' -delete -o -name '*.nbc' -delete
+	rm -rf build
+	rm -f $(PYX:.pyx=.c) $(PYX:.pyx=.html) $(KERNELS)
+	find pipeline -name '*.so' -delete
 
 # Benchmarks (benchmarks/README.md): ratios against references, written to
 # benchmarks/results/RESULTS.md; bench-large runs the 200M-heap job (long) and appends to it;
 # bench-spark runs only the Spark rows (results/SPARK.md).
 .PHONY: bench-large bench-spark
 
-bench: $(STAMP)
+bench: setup
 	$(BIN)/python benchmarks/bench.py
 
-bench-spark: $(STAMP)
+bench-spark: setup
 	$(BIN)/python benchmarks/bench.py --spark
 
-bench-large: $(STAMP)
+bench-large: setup
 	$(BIN)/python benchmarks/bench.py --large

@@ -387,11 +387,11 @@ def best(runs: list[Proc]) -> Proc:
 
 
 def warm_up() -> None:
-    """Run each measured command once on the bundled sample first: numba compiles the kernels
-    into its on-disk cache on first use after an install or a change (seconds, once), which
-    is not what a nightly run pays."""
+    """Run each measured command once on the bundled sample first, so that the measured runs
+    find the installed modules in the page cache (a run compiles nothing; the start rows
+    measure first runs on their own)."""
     sample = ROOT / "data" / "sample"
-    log("warm-up: filling numba's cache on the bundled sample")
+    log("warm-up: the bundled sample")
     checked([str(SNIM), "run", "--rules", str(sample / "rules.parquet"), "--positions",
              str(sample / "positions.parquet"), "--out", str(RES / "warmup"), "--overwrite",
              "--winning-moves", "--quiet"], "warm-up run")
@@ -618,10 +618,12 @@ def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M,
         "tables + answers, after reading stdin.",
         "",
         f"Startup of ours (interpreter + `import pipeline.cli, pipeline.classic, "
-        f"pipeline.grundy`, i.e. numpy and numba): {secs(r['startup'].wall_s)} s wall, "
+        f"pipeline.grundy`, i.e. numpy and the compiled kernels): "
+        f"{secs(r['startup'].wall_s)} s wall, "
         f"{mib(r['startup'].maxrss, floor)} MiB peak RSS; every `ours` process pays it, the C "
         "references do not.",
         "",
+        *bench_start(before, repeat=repeat),
         *s3_section,
         *(spark_section(r, base, spark_checks, floor) if extra_rows else []),
         "## Checks", "",
@@ -789,6 +791,158 @@ def append_results(text: str) -> None:
     log(f"appended to {RESULTS.relative_to(ROOT)}")
 
 
+# --------------------------------------------------------------------------- start (issue 36)
+
+
+START_M = 1_000_000
+START_GOAL, SAMPLE_GOAL, HELP_GOAL = 1.5, 2.0, 0.3
+# (label, dataset, extra run options): every shape a first run used to compile kernels for
+START_SHAPES = [
+    ("wide Parquet, integer ids", Dataset("s_int", START_M, 5, files=1), []),
+    ("wide Parquet, integer ids, winning moves", Dataset("s_int", START_M, 5, files=1),
+     ["--winning-moves"]),
+    ("wide Parquet, Int16/UInt32 ids, UInt16 heaps", Dataset("s_narrow", START_M, 5, files=1),
+     []),
+    ("wide Parquet, text rule ids", Dataset("s_string", START_M, 5, key_type="string",
+                                            files=1), []),
+    ("wide CSV, text ids", Dataset("s_csv", START_M, 5, fmt="csv", key_type="string",
+                                   files=1), []),
+    ("long Parquet, integer ids", Dataset("s_long", START_M, 5, form="long", files=1), []),
+    ("long CSV, UUIDs shuffled, winning moves", Dataset("s_long_uuid", START_M, 5, form="long",
+                                                        fmt="csv", key_type="uuid",
+                                                        shuffle=True, files=1),
+     ["--winning-moves"]),
+]
+ENTRY = ("import sys\ntry:\n    from pipeline.terminal import entry\nexcept ImportError:\n"
+         "    from pipeline.cli import main as entry\nsys.exit(entry())")
+
+
+def ensure_start_dataset(ds: Dataset) -> Path:
+    if ds.name != "s_narrow":
+        return ensure_dataset(ds)
+    target = DATA / ds.name
+    if not target.exists():
+        source = ensure_dataset(Dataset("s_int", ds.positions, ds.seed, files=1))
+        log(f"writing {target.relative_to(ROOT)} (narrow integer types)")
+        helper("narrow", str(source), str(target))
+    return target
+
+
+def _launcher(code: Path | None) -> tuple[list[str], dict[str, str]]:
+    """How to start `snim-batch` with this checkout's pipeline (None: the one installed
+    here), and the environment for it: an older checkout runs in its own .venv when it has
+    one (its dependencies, numba included), else in this one."""
+    if code is None:
+        return [str(SNIM)], {}
+    python = code / ".venv" / "bin" / "python"
+    return [str(python if python.exists() else PY), "-c", ENTRY], {"PYTHONPATH": str(code)}
+
+
+def _cold_warm(name: str, argv: list[str], env: dict[str, str], scratch: Path,
+               stdin: Path | None = None) -> tuple[Proc, Proc]:
+    """The command's first run in a fresh HOME with an empty numba cache (what a fresh
+    container or a read-only install starts with), then its second run with the same."""
+    home = scratch / f"home-{name}"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    fresh = {**env, "HOME": str(home), "NUMBA_CACHE_DIR": str(home / "numba-cache")}
+    cold = measure(f"{name}_cold", argv, env=fresh, stdin=stdin, cwd=scratch)
+    warm = measure(f"{name}_warm", argv, env=fresh, stdin=stdin, cwd=scratch)
+    return cold, warm
+
+
+def _best_pair(name: str, argv: list[str], env: dict[str, str], scratch: Path,
+               stdin: Path | None, repeat: int) -> tuple[Proc, Proc]:
+    """_cold_warm `repeat` times (a fresh HOME and cache each time): the best of each."""
+    pairs = [_cold_warm(f"{name}_{i}" if repeat > 1 else name, argv, env, scratch, stdin)
+             for i in range(repeat)]
+    return best([c for c, _ in pairs]), best([w for _, w in pairs])
+
+
+def bench_start(before: Path | None, positions: int = START_M, repeat: int = 1) -> list[str]:
+    """Rows of issue 36: each shape's first run (cold) against its second (warm), the warm
+    sample run against `python -c "import polars, pyarrow"`, and `--help`; with `before`,
+    the same for that checkout, each command's two versions back to back."""
+    scratch = RES / "start"
+    scratch.mkdir(parents=True, exist_ok=True)
+    shapes = [(label, Dataset(ds.name, positions, ds.seed, ds.form, ds.fmt, ds.key_type,
+                              ds.shuffle, ds.files), extra)
+              for label, ds, extra in START_SHAPES]
+    data = {ds.name: ensure_start_dataset(ds) for _, ds, _ in shapes}
+    versions = [("after", None)] + ([("before", before)] if before else [])
+    sample = ROOT / "data" / "sample"
+    classic = sample / "classic.txt"
+    rows: dict[str, dict[str, tuple[Proc, Proc]]] = {}
+    commands: list[tuple[str, str, list[str], Path | None]] = []
+    for n, (label, ds, extra) in enumerate(shapes):
+        commands.append((f"s{n}", label, ["run", "--rules", str(data[ds.name] /
+                                                                 f"rules.{ds.fmt}"),
+                                          "--positions", str(data[ds.name] / "positions"),
+                                          "--out", str(scratch / f"out{n}"), "--overwrite",
+                                          "--quiet", "--no-winning-moves", *extra], None))
+    commands.append(("solve", "solve (bundled classic sample)", ["solve"], classic))
+    commands.append(("grundy", "grundy --moves '2 5 7' --upto 1000",
+                     ["grundy", "--moves", "2 5 7", "--upto", "1000"], None))
+    commands.append(("sample", "run, bundled sample", [
+        "run", "--rules", str(sample / "rules.parquet"), "--positions",
+        str(sample / "positions.parquet"), "--out", str(scratch / "sample_out"), "--overwrite",
+        "--winning-moves", "--quiet"], None))
+    for key, _, args, stdin in commands:
+        for version, code in versions:
+            launcher, env = _launcher(code)
+            rows.setdefault(key, {})[version] = _best_pair(
+                f"start_{key}_{version}", launcher + args, env, scratch, stdin, repeat)
+    imports, helps = {}, {}
+    for version, code in versions:
+        launcher, env = _launcher(code)
+        python = launcher[0] if code is not None else str(PY)
+        imports[version] = best([measure(f"start_imports_{version}_{i}",
+                                         [python, "-c", "import polars, pyarrow"], env=env)
+                                 for i in range(max(3, repeat))])
+        helps[version] = best([measure(f"start_help_{version}_{i}", launcher + ["--help"],
+                                       env=env) for i in range(max(3, repeat))])
+    head = "| command | after: cold (s) | warm (s) | cold/warm |"
+    rule = "|---|--:|--:|--:|"
+    if before:
+        head += " before: cold (s) | warm (s) | cold/warm | cold after/before |"
+        rule += "--:|--:|--:|--:|"
+    lines = ["## Start: first run against second (issue 36)", "",
+             f"Each command run twice in a row, the first time in a fresh `HOME` with an empty "
+             f"numba cache (`NUMBA_CACHE_DIR`, what a fresh container or a read-only install "
+             f"starts with); shapes of {positions:,} positions (seed 5); best of {repeat} of each. "
+             f"Goal: cold/warm <= {START_GOAL}x.", "", head, rule]
+    for key, label, _, _ in commands:
+        cold, warm = rows[key]["after"]
+        line = (f"| {label} | {secs(cold.wall_s)} | {secs(warm.wall_s)} | "
+                f"{ratio(cold.wall_s, warm.wall_s)} |")
+        if before:
+            bcold, bwarm = rows[key]["before"]
+            line += (f" {secs(bcold.wall_s)} | {secs(bwarm.wall_s)} | "
+                     f"{ratio(bcold.wall_s, bwarm.wall_s)} | {ratio(cold.wall_s, bcold.wall_s)} |")
+        lines.append(line)
+    lines += ["", "| start | after (s) | " + ("before (s) | after/before |" if before else ""),
+              "|---|--:|" + ("--:|--:|" if before else "")]
+
+    def both(label: str, after: float, prior: float | None) -> str:
+        tail = f" {secs(prior)} | {ratio(after, prior)} |" if before else ""
+        return f"| {label} | {secs(after)} |{tail}"
+
+    sample_after = rows["sample"]["after"][1].wall_s
+    sample_before = rows["sample"]["before"][1].wall_s if before else None
+    lines += [
+        both("`python -c \"import polars, pyarrow\"` (best of 3)", imports["after"].wall_s,
+             imports["before"].wall_s if before else None),
+        both("`run` on the bundled sample, warm", sample_after, sample_before),
+        both("`--help` (best of 3)", helps["after"].wall_s,
+             helps["before"].wall_s if before else None),
+        "",
+        f"Warm sample run / imports: after {ratio(sample_after, imports['after'].wall_s)}"
+        + (f", before {ratio(sample_before, imports['before'].wall_s)}" if before else "")
+        + f" (goal <= {SAMPLE_GOAL}x); `--help` goal <= {HELP_GOAL} s. There is no "
+        "`--version` command.", ""]
+    return lines
+
+
 # --------------------------------------------------------------------------- object store
 
 
@@ -900,6 +1054,11 @@ def main() -> int:
                     help="run only the Spark rows (results/SPARK.md)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="measure every program N times (best wall time is reported)")
+    ap.add_argument("--start", action="store_true",
+                    help="only the start rows (issue 36): first run against second per shape, "
+                    "the sample run against the imports, --help (results/START.md)")
+    ap.add_argument("--start-positions", type=int, default=START_M, metavar="N",
+                    help="positions of the start rows' shapes (default 1M)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT",
                     help="also run the matrix with CHECKOUT's pipeline (an older commit), each "
                     "shape back to back with this one, for a before/after table")
@@ -915,6 +1074,12 @@ def main() -> int:
             prepare(args.large)
         elif args.s3:
             s3_only(args.s3_positions)
+        elif args.start:
+            text = "\n".join(["# snim-batch start", "", *environment(),
+                              *bench_start(args.before, args.start_positions, args.repeat)])
+            RES.mkdir(parents=True, exist_ok=True)
+            (RES / "START.md").write_text(text)
+            print(text)
         else:
             if args.large:
                 bench_large()

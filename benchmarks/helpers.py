@@ -75,6 +75,23 @@ def rows(directory: Path) -> None:
     print(scan.select(pl.len()).collect().item())
 
 
+def narrow(source: Path, target: Path) -> None:
+    """A copy of a wide Parquet dataset with narrow and unsigned integers: Int16 rule ids,
+    UInt32 position ids, List(UInt16) heaps (the shapes a first run compiles most for)."""
+    import polars as pl
+
+    tmp = target.with_name(target.name + ".tmp")
+    (tmp / "positions").mkdir(parents=True)
+    rules = pl.read_parquet(source / "rules.parquet")
+    rules.with_columns(pl.col("rule_set_id").cast(pl.Int16)).write_parquet(tmp / "rules.parquet")
+    for part in sorted((source / "positions").glob("*.parquet")):
+        pl.read_parquet(part).with_columns(
+            pl.col("rule_set_id").cast(pl.Int16), pl.col("position_id").cast(pl.UInt32),
+            pl.col("heaps").cast(pl.List(pl.UInt16))).write_parquet(tmp / "positions" / part.name)
+    tmp.rename(target)
+    print(f"wrote {target}")
+
+
 def same_nim_sums(verdicts: Path, plan: Path, floor: Path, n: int) -> None:
     import polars as pl
 
@@ -180,6 +197,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, required=True)
     p = sub.add_parser("rows")
     p.add_argument("dir", type=Path)
+    p = sub.add_parser("narrow")
+    p.add_argument("source", type=Path)
+    p.add_argument("target", type=Path)
     p = sub.add_parser("same-nim-sums")
     p.add_argument("verdicts", type=Path)
     p.add_argument("plan", type=Path)
@@ -205,6 +225,8 @@ def main() -> None:
         write_classic(a.out, a.target_bytes, a.seed)
     elif a.cmd == "rows":
         rows(a.dir)
+    elif a.cmd == "narrow":
+        narrow(a.source, a.target)
     elif a.cmd == "same-nim-sums":
         same_nim_sums(a.verdicts, a.plan, a.floor, a.n)
     elif a.cmd == "same-verdicts":

@@ -23,7 +23,6 @@ import time
 
 sys.path.insert(0, os.getcwd())
 
-import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -97,10 +96,10 @@ def lookups(dataset: str) -> None:
         tables.values[tables.base[t] + at].astype(np.int64))])
     expected = prefix[offsets[1:]] ^ prefix[offsets[:-1]]  # empty lists: 0
     assert np.array_equal(nim, expected), "nim-sums differ from numpy's XOR"
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
+    threads = kernels.get_num_threads()
+    kernels.set_num_threads(1)
     one = best_of_three(lambda: kernels.nim_sums_wide(*args))
-    numba.set_num_threads(threads)
+    kernels.set_num_threads(threads)
     every = best_of_three(lambda: kernels.nim_sums_wide(*args))
     print(f"nim_sums_wide: {frame.height:,} positions, {values.shape[0]:,} heaps, "
           f"{tables.values.nbytes / 2**20:.1f} MiB of tables: {one:.4f} s on one thread, "

@@ -5,8 +5,8 @@
 Calls pipeline.grundy.build_table(rule, need_len=N, cap=N) for every rule set, one at a time
 on one core (period probe off: probe_ops=0), then pipeline.grundy.build_tables on all of them
 at once (all cores: what `run` and `solve` use). Only the building is timed, after imports,
-reading the input, making the Rule objects and warm-up calls (which load the numba kernels from
-their cache). Both must give the same tables. build_table stops early when it proves a period;
+reading the input, making the Rule objects and warm-up calls (which load the compiled
+kernels). Both must give the same tables. build_table stops early when it proves a period;
 the tables are expanded to SG(0..N-1) afterwards (untimed) and written as R*N bytes, like the C
 reference, with the same checksum printed:
     build_s=<seconds> parallel_s=<seconds> threads=<n> checksum=<...> warmup_s=<seconds>
@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 
+from pipeline import kernels
 from pipeline.grundy import build_table, build_tables, canonical_rule
 
 
@@ -67,7 +67,7 @@ def main() -> None:
             checksum = (checksum + part) % 2**64
     periodic = sum(t.period is not None for t in tables)
     print(f"build_s={build_s:.6f} parallel_s={parallel_s:.6f} "
-          f"threads={numba.get_num_threads()} checksum={checksum} warmup_s={warmup:.6f} "
+          f"threads={kernels.get_num_threads()} checksum={checksum} warmup_s={warmup:.6f} "
           f"periodic={periodic}")
 
 

@@ -11,7 +11,6 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-import numba
 import numpy as np
 
 from pipeline import kernels
@@ -193,7 +192,7 @@ def _given(grow: SGTable | None, vals: np.ndarray) -> int:
 def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence[int],
                  grow: Sequence[SGTable | None] | None = None) -> list[SGTable]:
     """`build_table(rules[i], need_lens[i], caps[i], grow=grow[i])` for every i, on all of
-    numba's threads.
+    the kernels' threads.
 
     The result is the same as one call at a time; only the wall time differs.
     """
@@ -210,7 +209,7 @@ def build_tables(rules: Sequence[Rule], need_lens: Sequence[int], caps: Sequence
     vals = np.zeros(int(stop.sum()), dtype=_value_dtype(int(k.max())))
     start = np.array([_given(grow[i] if grow else None, vals[vals_base[q]:][:stop[q]])
                       for q, i in enumerate(subtraction)], dtype=np.int64)
-    worker_start, jobs = balance((stop - start) * (k + PROOF_OPS), numba.get_num_threads())
+    worker_start, jobs = balance((stop - start) * (k + PROOF_OPS), kernels.get_num_threads())
     if len(chosen) == 1:  # no parallel region to start (each start costs ~1 ms, more on a
         # busy machine), as when the period probe grows one table at a time
         n, pre, per = (np.array([v]) for v in kernels.tabulate_subtraction(

@@ -38,7 +38,7 @@ def _escape(match: re.Match[str]) -> str:
 
 @contextmanager
 def heavy_imports() -> Iterator[None]:
-    """A command's imports (polars, pyarrow, numba) with the cyclic garbage collector paused,
+    """A command's imports (polars, pyarrow, the kernels) with the cyclic garbage collector paused,
     then, if they loaded modules, every object so far frozen out of later collections, which
     would walk them all again. Time in collections (benchmarks/gc_time.py): a 10M-position
     `run` 0.16-0.24 s -> 0.04 s, `solve` of 50 MB 0.13-0.15 s -> 0.03 s. The collector is
@@ -62,8 +62,8 @@ def printable(text: str) -> str:
 
 
 def interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C or stop signal behind `exc`: one that arrives while numba loads a kernel
-    surfaces as the SystemError it caused (`returned a result with an exception set`)."""
+    """The Ctrl-C or stop signal behind `exc`: one that arrives inside a call into compiled
+    code can surface as the SystemError it caused (`returned a result with an exception set`)."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
@@ -141,7 +141,7 @@ def stdin_bytes() -> bytes | memoryview:
 
 QUIET_THREAD_POOLS = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 """Thread pools the job has no use for kept from spinning, unless the user set these: numpy's
-OpenBLAS pool (never called) spins about 0.1 CPU-s at start, and numba's OpenMP workers spin
+OpenBLAS pool (never called) spins about 0.1 CPU-s at start, and the kernels' OpenMP workers spin
 between parallel regions on the cores polars reads with. On 10M positions: 0.1-0.4 CPU-s
 less, wall 2-4% less."""
 

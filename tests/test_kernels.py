@@ -677,19 +677,17 @@ def test_in_key_order_is_lexicographic_order(pairs):
 
 
 def test_small_inputs_run_parallel_kernels_on_one_thread_of_the_caller_only():
-    """Below PARALLEL_ROWS the caller's numba thread count is 1 inside `threads_for`, and
+    """Below PARALLEL_ROWS the caller's kernel thread count is 1 inside `threads_for`, and
     what it was after; at and above, unchanged; another thread's count never moves."""
     import threading
 
-    import numba
-
     from pipeline.kernels.threads import PARALLEL_ROWS
 
-    full = numba.get_num_threads()
+    full = kernels.get_num_threads()
     seen_elsewhere = []
     with kernels.threads_for(PARALLEL_ROWS - 1):
-        assert numba.get_num_threads() == 1
-        other = threading.Thread(target=lambda: seen_elsewhere.append(numba.get_num_threads()))
+        assert kernels.get_num_threads() == 1
+        other = threading.Thread(target=lambda: seen_elsewhere.append(kernels.get_num_threads()))
         other.start()
         other.join()
         assert kernels.nim_sums_wide(np.array([0, 2]), np.array([3, 5]), np.array([0]),
@@ -697,7 +695,48 @@ def test_small_inputs_run_parallel_kernels_on_one_thread_of_the_caller_only():
                                      np.zeros(1, np.int64), np.zeros(1, np.int64),
                                      np.zeros(1, np.int64), np.array([kernels.KIND_NIM])
                                      )[0].tolist() == [3 ^ 5]
-    assert numba.get_num_threads() == full
+    assert kernels.get_num_threads() == full
     assert seen_elsewhere == [full]
     with kernels.threads_for(PARALLEL_ROWS):
-        assert numba.get_num_threads() == full
+        assert kernels.get_num_threads() == full
+
+
+FORK_PROBE = """
+import os, sys, threading
+import numpy as np
+from pipeline import kernels
+
+rows = 1 << 20
+offsets = np.arange(rows + 1, dtype=np.int64)
+table = (np.zeros(1, np.uint8), *(np.zeros(1, np.int64) for _ in range(4)),
+         np.array([kernels.KIND_NIM]))
+
+def total():
+    return int(kernels.nim_sums_wide(offsets, offsets[1:], np.zeros(rows, np.int64),
+                                     *table)[0].sum())
+
+parent = total()  # a parallel region: the OpenMP workers exist now
+pid = os.fork()
+if pid == 0:
+    seen = [total()]
+    other = threading.Thread(target=lambda: seen.append(total()))
+    other.start()
+    other.join()
+    os._exit(0 if seen == [parent, parent] else 1)
+_, status = os.waitpid(pid, 0)
+print(parent, os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_runs_parallel_kernels_after_its_parent_did():
+    """A child of fork() whose parent ran parallel kernels runs them too, in the thread that
+    forked and in new threads, with the same results (GNU OpenMP's workers are not
+    inherited: a parallel region in the forking thread used to wait for them forever)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FORK_PROBE], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = 1 << 20
+    assert proc.stdout.split() == [str(rows * (rows + 1) // 2), "0"]

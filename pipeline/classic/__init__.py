@@ -15,23 +15,23 @@ a lone 0 is a valid input without test cases. The
 answer is one line per test case with one character per position: `W` when the player to move
 wins, `L` otherwise.
 
-Everything that touches every byte or token runs in numba: a single-pass parser over
-`np.frombuffer(data, np.uint8)` (tokenizer and structural walk fused) producing flat int64 arrays
-with Arrow-style offsets, and a canonicalise-and-deduplicate pass so that identical S across test
-cases share one table (`grundy.TableBudget.build` up to that S's largest heap). `solve` runs the
-parser without storing heaps, then answers the positions in a second, parallel pass over the
-bytes. Python only loops over the distinct rule sets. Errors name the first problem in input
-order. No printing, no exits, no polars.
+Everything that touches every byte or token is compiled at install time (`_classic.pyx`): a
+single-pass parser over `np.frombuffer(data, np.uint8)` (tokenizer and structural walk fused)
+producing flat int64 arrays with Arrow-style offsets, and a canonicalise-and-deduplicate pass so
+that identical S across test cases share one table (`grundy.TableBudget.build` up to that S's
+largest heap). `solve` runs the parser without storing heaps, then answers the positions in a
+second, parallel pass over the bytes. Python only loops over the distinct rule sets. Errors name
+the first problem in input order. No printing, no exits, no polars.
 
 The modules, each using only those before it:
 
-* `tokens`: the token reader (numba);
+* `tokens`: the token reader's verdicts (the reader is compiled with the parser);
 * `faults`: the parser's error record, its error kinds and their messages;
-* `parser`: the one-pass parser (numba);
+* `parser`: the one-pass parser (compiled);
 * `reading`: a whole input as flat arrays (`read_classic`), test cases (`parse_classic`), and
   the `convert` command's columns (`classic_to_tables`);
 * `solving`: `solve_classic`, with the rule deduplication and the parallel answer pass
-  (numba).
+  (compiled).
 """
 
 from pipeline.classic.reading import (

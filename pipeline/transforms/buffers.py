@@ -1,4 +1,4 @@
-"""Zero-copy numpy views of polars' Arrow buffers, the arrays the numba kernels take."""
+"""Zero-copy numpy views of polars' Arrow buffers, the arrays the kernels take."""
 
 from __future__ import annotations
 
@@ -91,8 +91,7 @@ def row_slices(buffers: HeapChunks) -> list[tuple[slice, np.ndarray, np.ndarray]
 def gathered_rows(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The lists at `rows` (ascending row numbers) as new (offsets, values), copied, and
-    read-only as the views of Arrow buffers are: the kernels then run the machine code
-    already loaded for those (numba compiles, and caches, a kernel per array mutability)."""
+    read-only as the views of Arrow buffers are."""
     lengths = offsets[rows + 1] - offsets[rows]
     out = np.zeros(rows.shape[0] + 1, np.int64)
     np.cumsum(lengths, out=out[1:])

@@ -1,0 +1,420 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled part of `sorting` (see there). Row indices (buckets, destinations) are int32 or
+int64, keys any integer dtype; outputs are allocated by the caller where their dtype follows
+an input's."""
+
+include "_common.pxi"
+include "_argsort.pxi"
+
+from cython.parallel cimport prange
+
+import numpy as np
+
+ctypedef fused idx_t:
+    int32_t
+    int64_t
+
+ctypedef fused dest_t:
+    int32_t
+    int64_t
+
+ctypedef fused word_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+
+
+def counting_sort(const idx_t[::1] bucket, int64_t n_buckets, const any_int[::1] key,
+                  dest_t[::1] dest, any_int[::1] sorted_key, int64_t[::1] counts):
+    cdef Py_ssize_t n = bucket.shape[0]
+    cdef int64_t i, b, j, lo, hi, q, source
+    cdef bint ascending
+    cdef int64_t* fill = <int64_t*>malloc(max(n_buckets, 1) * sizeof(int64_t))
+    cdef int64_t* order = NULL  # the inverse of dest, built once if a bucket needs it
+    cdef int64_t* segment = NULL
+    cdef int64_t* within = NULL
+    cdef int failed = 0
+    if fill == NULL:
+        raise MemoryError()
+    with nogil:
+        for i in range(n):
+            counts[bucket[i]] += 1
+        if n_buckets:
+            fill[0] = 0
+        for b in range(1, n_buckets):
+            fill[b] = fill[b - 1] + counts[b - 1]
+        for i in range(n):
+            b = bucket[i]
+            j = fill[b]
+            dest[i] = <dest_t>j
+            sorted_key[j] = key[i]
+            fill[b] = j + 1
+        lo = 0
+        for b in range(n_buckets):
+            hi = lo + counts[b]
+            ascending = True
+            for j in range(lo + 1, hi):
+                if sorted_key[j] < sorted_key[j - 1]:
+                    ascending = False
+                    break
+            if not ascending:
+                if order == NULL:
+                    order = <int64_t*>malloc(n * sizeof(int64_t))
+                    segment = <int64_t*>malloc(n * sizeof(int64_t))
+                    within = <int64_t*>malloc(n * sizeof(int64_t))
+                    if order == NULL or segment == NULL or within == NULL:
+                        failed = 1
+                        break
+                    for i in range(n):
+                        order[dest[i]] = i
+                for q in range(hi - lo):
+                    segment[q] = order[lo + q]
+                if stable_argsort(&sorted_key[lo], hi - lo, within) < 0:
+                    failed = 1
+                    break
+                for q in range(hi - lo):
+                    source = segment[within[q]]
+                    dest[source] = <dest_t>(lo + q)
+                    sorted_key[lo + q] = key[source]
+            lo = hi
+    free(fill)
+    free(order)
+    free(segment)
+    free(within)
+    if failed:
+        raise MemoryError()
+
+
+def scatter(const word_t[::1] values, const idx_t[::1] dest, word_t[::1] out):
+    cdef Py_ssize_t i
+    for i in prange(values.shape[0], nogil=True, schedule="static"):
+        out[dest[i]] = values[i]
+
+
+def is_identity(const idx_t[::1] order):
+    cdef Py_ssize_t i
+    for i in range(order.shape[0]):
+        if order[i] != i:
+            return False
+    return True
+
+
+cdef inline uint64_t _text_chunk(const int64_t* offsets, const uint8_t* data, int64_t row,
+                                 int64_t depth) noexcept nogil:
+    """Bytes 8 * depth .. 8 * depth + 7 of text `row` as a big-endian integer (zeros past its
+    end), so that integers compare as the bytes do."""
+    cdef int64_t start = offsets[row] + 8 * depth
+    cdef int64_t end = offsets[row + 1]
+    cdef uint64_t key = 0
+    cdef uint64_t byte
+    cdef int k
+    for k in range(8):
+        byte = <uint64_t>data[start + k] if start + k < end else 0
+        key = (key << 8) | byte
+    return key
+
+
+cdef struct Stack:
+    int64_t* items  # (lo, hi, depth) triples
+    int64_t n
+    int64_t cap
+
+
+cdef int _push(Stack* stack, int64_t lo, int64_t hi, int64_t depth) noexcept nogil:
+    cdef int64_t* grown
+    if stack.n + 3 > stack.cap:
+        grown = <int64_t*>realloc(stack.items, max(2 * stack.cap, 48) * sizeof(int64_t))
+        if grown == NULL:
+            return -1
+        stack.items = grown
+        stack.cap = max(2 * stack.cap, 48)
+    stack.items[stack.n] = lo
+    stack.items[stack.n + 1] = hi
+    stack.items[stack.n + 2] = depth
+    stack.n += 3
+    return 0
+
+
+cdef int _reorder(int64_t* order, int64_t a, int64_t b, const int64_t* within) noexcept nogil:
+    """order[a:b] = order[a:b][within]."""
+    cdef int64_t q
+    cdef int64_t* rows = <int64_t*>malloc(max(b - a, 1) * sizeof(int64_t))
+    if rows == NULL:
+        return -1
+    for q in range(b - a):
+        rows[q] = order[a + q]
+    for q in range(b - a):
+        order[a + q] = rows[within[q]]
+    free(rows)
+    return 0
+
+
+cdef int _split_ties(int64_t* order, int64_t a, int64_t b, const uint64_t* keys,
+                     const int64_t* within, const int64_t* offsets, int64_t depth,
+                     Stack* stack) noexcept nogil:
+    """order[a:b], just sorted by `keys` (each text's bytes 8 * depth on; keys[within[q]] is
+    the key of order[a + q]): each run of equal keys is pushed on `stack` to be sorted by
+    the next 8 bytes or, when every text in it ends within these, put shorter first."""
+    cdef int64_t i = a
+    cdef int64_t j, r
+    cdef uint64_t key
+    cdef bint longer
+    cdef int64_t* lengths
+    cdef int64_t* by_length
+    cdef int status
+    while i < b:
+        key = keys[within[i - a]]
+        j = i + 1
+        while j < b and keys[within[j - a]] == key:
+            j += 1
+        if j - i > 1:
+            longer = False
+            for r in range(i, j):
+                if offsets[order[r] + 1] - offsets[order[r]] > 8 * (depth + 1):
+                    longer = True
+                    break
+            if longer:
+                if _push(stack, i, j, depth + 1) < 0:
+                    return -1
+            else:  # texts equal up to the shorter one's end: shorter first
+                lengths = <int64_t*>malloc((j - i) * sizeof(int64_t))
+                by_length = <int64_t*>malloc((j - i) * sizeof(int64_t))
+                if lengths == NULL or by_length == NULL:
+                    free(lengths)
+                    free(by_length)
+                    return -1
+                for r in range(i, j):
+                    lengths[r - i] = offsets[order[r] + 1] - offsets[order[r]]
+                status = stable_argsort(lengths, j - i, by_length)
+                if status == 0:
+                    status = _reorder(order, i, j, by_length)
+                free(lengths)
+                free(by_length)
+                if status < 0:
+                    return -1
+        i = j
+    return 0
+
+
+cdef int _sort_texts(int64_t* order, Stack* stack, const int64_t* offsets,
+                     const uint8_t* data) noexcept nogil:
+    """Sort each (lo, hi, depth) on `stack`, rows order[lo:hi] whose texts are equal before
+    byte 8 * depth, by their bytes, stably: 8 bytes at a time, then only the runs still tied
+    on the next 8; equal texts keep their order."""
+    cdef int64_t a, b, depth, i
+    cdef uint64_t* keys
+    cdef int64_t* within
+    cdef int status
+    while stack.n:
+        stack.n -= 3
+        a = stack.items[stack.n]
+        b = stack.items[stack.n + 1]
+        depth = stack.items[stack.n + 2]
+        keys = <uint64_t*>malloc((b - a) * sizeof(uint64_t))
+        within = <int64_t*>malloc((b - a) * sizeof(int64_t))
+        if keys == NULL or within == NULL:
+            free(keys)
+            free(within)
+            return -1
+        for i in range(a, b):
+            keys[i - a] = _text_chunk(offsets, data, order[i], depth)
+        status = stable_argsort(keys, b - a, within)
+        if status == 0:
+            status = _reorder(order, a, b, within)
+        if status == 0:
+            status = _split_ties(order, a, b, keys, within, offsets, depth, stack)
+        free(keys)
+        free(within)
+        if status < 0:
+            return -1
+    return 0
+
+
+cdef int _sort_bucket(int64_t* order, const uint64_t* keys, int64_t a, int64_t e,
+                      const int64_t* offsets, const uint8_t* data) noexcept nogil:
+    cdef Stack stack
+    cdef int status
+    cdef int64_t* within
+    if e - a <= 1:
+        return 0
+    within = <int64_t*>malloc((e - a) * sizeof(int64_t))
+    if within == NULL:
+        return -1
+    stack.items = NULL
+    stack.n = 0
+    stack.cap = 0
+    status = stable_argsort(&keys[a], e - a, within)
+    if status == 0:
+        status = _reorder(order, a, e, within)
+    if status == 0:
+        status = _split_ties(order, a, e, &keys[a], within, offsets, 0, &stack)
+    if status == 0:
+        status = _sort_texts(order, &stack, offsets, data)
+    free(within)
+    free(stack.items)
+    return status
+
+
+def text_key_order(const idx_t[::1] bucket, int64_t n_buckets, const int64_t[::1] offsets,
+                   const uint8_t[::1] data):
+    cdef Py_ssize_t n = bucket.shape[0]
+    counts_arr = np.zeros(n_buckets, np.int64)
+    order_arr = np.empty(n, np.int64)
+    cdef int64_t[::1] counts = counts_arr
+    cdef int64_t[::1] order = order_arr
+    first_arr = np.zeros(n_buckets + 1, np.int64)
+    cdef int64_t[::1] first = first_arr
+    cdef int64_t[::1] fill = np.zeros(n_buckets + 1, np.int64)
+    keys_arr = np.empty(n, np.uint64)
+    cdef uint64_t[::1] keys = keys_arr
+    cdef int64_t[::1] failed = np.zeros(max(n_buckets, 1), np.int64)
+    cdef int64_t i, at
+    cdef Py_ssize_t b
+    cdef int64_t* op = &order[0]
+    cdef const uint64_t* kp = &keys[0]
+    cdef const int64_t* off = &offsets[0]
+    cdef const uint8_t* dp = &data[0]
+    with nogil:
+        for i in range(n):
+            counts[bucket[i]] += 1
+        for b in range(n_buckets):
+            first[b + 1] = first[b] + counts[b]
+            fill[b] = first[b]
+        for i in range(n):
+            at = fill[bucket[i]]
+            order[at] = i
+            keys[at] = _text_chunk(off, dp, i, 0)
+            fill[bucket[i]] += 1
+    for b in prange(n_buckets, nogil=True, schedule="dynamic"):
+        failed[b] = _sort_bucket(op, kp, first[b], first[b + 1], off, dp)
+    if n_buckets and np.asarray(failed).min() < 0:
+        raise MemoryError("text_key_order: out of memory")
+    return order_arr, counts_arr
+
+
+def key_runs(const int64_t[::1] counts, const any_int[::1] sorted_key, int64_t[::1] starts,
+             int64_t[::1] run_bucket):
+    """Fills starts (n + 1) and run_bucket (n); returns the number of runs."""
+    cdef Py_ssize_t n = sorted_key.shape[0]
+    cdef int64_t runs = 0
+    cdef int64_t lo = 0
+    cdef int64_t hi, i
+    cdef Py_ssize_t b
+    with nogil:
+        for b in range(counts.shape[0]):
+            hi = lo + counts[b]
+            for i in range(lo, hi):
+                if i == lo or sorted_key[i] != sorted_key[i - 1]:
+                    starts[runs] = i
+                    run_bucket[runs] = b
+                    runs += 1
+            lo = hi
+        starts[runs] = n
+    return runs
+
+
+def fill_runs(any_int[::1] out, const any_int[::1] values, const int64_t[::1] counts):
+    cdef int64_t at = 0
+    cdef int64_t k
+    cdef Py_ssize_t b
+    with nogil:
+        for b in range(counts.shape[0]):
+            for k in range(counts[b]):
+                out[at] = values[b]
+                at += 1
+
+
+def run_counts(const any_int[::1] ids, const int64_t[::1] nim):
+    cdef Py_ssize_t n = ids.shape[0]
+    cdef int64_t runs = 1 if n else 0
+    cdef Py_ssize_t i
+    cdef int64_t r = -1
+    with nogil:
+        for i in range(1, n):
+            if ids[i] != ids[i - 1]:
+                runs += 1
+    run_ids_arr = np.empty(runs, np.int64)
+    sizes_arr = np.zeros(runs, np.int64)
+    losing_arr = np.zeros(runs, np.int64)
+    cdef int64_t[::1] run_ids = run_ids_arr
+    cdef int64_t[::1] sizes = sizes_arr
+    cdef int64_t[::1] losing = losing_arr
+    with nogil:
+        for i in range(n):
+            if i == 0 or ids[i] != ids[i - 1]:
+                r += 1
+                run_ids[r] = <int64_t>ids[i]
+            sizes[r] += 1
+            if nim[i] == 0:
+                losing[r] += 1
+    return run_ids_arr, sizes_arr, losing_arr
+
+
+def adjacent_duplicates(const int64_t[::1] a, const int64_t[::1] b):
+    cdef Py_ssize_t n = a.shape[0]
+    out_arr = np.zeros(n, np.bool_)
+    cdef uint8_t[::1] out = out_arr.view(np.uint8)
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(1, n):
+            if a[i] == a[i - 1] and b[i] == b[i - 1]:
+                out[i] = 1
+                out[i - 1] = 1
+    return out_arr
+
+
+def in_key_order(const any_int[::1] first, const any_int[::1] second):
+    cdef Py_ssize_t i
+    cdef bint ok = True
+    with nogil:
+        for i in range(1, first.shape[0]):
+            if first[i] < first[i - 1] or (first[i] == first[i - 1]
+                                           and second[i] < second[i - 1]):
+                ok = False
+                break
+    return ok
+
+
+cdef int64_t _search_left(const int64_t* keys, int64_t n, int64_t value) noexcept nogil:
+    cdef int64_t lo = 0
+    cdef int64_t hi = n
+    cdef int64_t mid
+    while lo < hi:
+        mid = lo + (hi - lo) // 2
+        if keys[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def rank_in(const int64_t[::1] values, const int64_t[::1] keys):
+    cdef Py_ssize_t n = values.shape[0]
+    cdef Py_ssize_t nk = keys.shape[0]
+    out_arr = np.full(n, -1, np.int64)
+    cdef int64_t[::1] out = out_arr
+    cdef int64_t lo, width, span, d, f
+    cdef Py_ssize_t i, j
+    cdef int64_t[::1] table
+    if nk == 0:
+        return out_arr
+    lo = keys[0]
+    width = keys[nk - 1] - lo  # wraps negative when the keys span 2^63 or more
+    if 0 <= width < max(1 << 22, 4 * nk):
+        span = width + 1
+        table = np.full(span, -1, np.int64)
+        with nogil:
+            for i in range(nk):
+                table[keys[i] - lo] = i
+            for j in range(n):
+                d = values[j] - lo  # meaningful only for values >= lo (else it may wrap)
+                if values[j] >= lo and 0 <= d < span:
+                    out[j] = table[d]
+        return out_arr
+    with nogil:
+        for j in range(n):
+            f = _search_left(&keys[0], nk, values[j])
+            if f < nk and keys[f] == values[j]:
+                out[j] = f
+    return out_arr

@@ -1,0 +1,197 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled part of `tabulation` (see there): the period proof's tabulation."""
+
+include "_common.pxi"
+
+from cython.parallel cimport prange
+from libc.stdlib cimport calloc
+
+import numpy as np
+
+cdef uint64_t _BASE = 0x100000001B3
+cdef uint64_t _U32 = 0xFFFFFFFF
+
+ctypedef fused tval:
+    uint8_t
+    uint16_t
+    uint32_t
+    int8_t
+    int16_t
+    int32_t
+    int64_t
+    uint64_t
+
+
+def mix64(h):
+    """splitmix64 finaliser: spreads a polynomial window hash over all 64 bits."""
+    return snim_mix64(<uint64_t>int(h))
+
+
+cdef uint64_t _window_power(int64_t m) noexcept nogil:
+    cdef uint64_t result = 1
+    cdef uint64_t factor = _BASE
+    cdef int64_t e = m - 1
+    while e > 0:
+        if e & 1:
+            result *= factor
+        factor *= factor
+        e >>= 1
+    return result
+
+
+def window_power(int64_t m):
+    """_BASE ** (m - 1) modulo 2**64, the weight of a window's oldest value in its rolling hash,
+    by repeated squaring: O(log m) for windows as long as 2**32 - 1 values."""
+    return _window_power(m)
+
+
+cdef inline bint _windows_equal(const tval* vals, int64_t a, int64_t b, int64_t m) noexcept nogil:
+    cdef int64_t i
+    for i in range(m):
+        if vals[a - m + i] != vals[b - m + i]:
+            return False
+    return True
+
+
+cdef int64_t _probe(const uint64_t* slots, uint64_t n_slots, const tval* vals, int64_t y,
+                    int64_t m, uint64_t mixed) noexcept nogil:
+    """Find window W_y (ending before index y) in the open-addressing table: the earlier end x
+    with W_x == W_y (verified value by value), or the negated free slot index - 1."""
+    cdef uint64_t mask = n_slots - 1
+    cdef uint64_t idx = mixed & mask
+    cdef uint64_t tag = mixed >> 32
+    cdef uint64_t s
+    cdef int64_t x
+    while True:
+        s = slots[idx]
+        if s == 0:
+            return -<int64_t>idx - 1
+        if (s >> 32) == tag:
+            x = <int64_t>(s & _U32)
+            if _windows_equal(vals, x, y, m):
+                return x
+        idx = (idx + 1) & mask
+
+
+cdef uint64_t* _rebuild(const tval* vals, int64_t m, int64_t y_end, int64_t n_slots,
+                        uint64_t bpow) noexcept nogil:
+    """Windows W_m .. W_{y_end - 1} in a fresh table of n_slots slots (NULL: out of memory)."""
+    cdef uint64_t* slots = <uint64_t*>calloc(n_slots, sizeof(uint64_t))
+    cdef uint64_t h = 0
+    cdef uint64_t mixed
+    cdef int64_t i, y, r
+    if slots == NULL:
+        return NULL
+    for i in range(m):
+        h = h * _BASE + <uint64_t>vals[i] + 1
+    for y in range(m, y_end):
+        if y > m:
+            h = (h - (<uint64_t>vals[y - 1 - m] + 1) * bpow) * _BASE
+            h += <uint64_t>vals[y - 1] + 1
+        mixed = snim_mix64(h)
+        r = _probe(slots, n_slots, vals, y, m, mixed)
+        slots[-(r + 1)] = ((mixed >> 32) << 32) | <uint64_t>y
+    return slots
+
+
+cdef void _tabulate(const int64_t* moves, int64_t k, tval* vals, int64_t start,
+                    int64_t stop_len, int64_t* result) noexcept nogil:
+    """tabulate_subtraction into result[0:3]; result[0] = -1 when out of memory."""
+    cdef int64_t m = moves[k - 1]
+    cdef int64_t* marks = <int64_t*>calloc(k + 2, sizeof(int64_t))
+    cdef uint64_t bpow = _window_power(m)
+    cdef uint64_t h = 0
+    cdef uint64_t mixed
+    cdef int64_t i, x, s, g, y, r, stamp
+    cdef int64_t used = max(0, start - m + 1)
+    cdef int64_t n_slots = 1 << 12
+    cdef uint64_t* slots
+    result[0] = -1
+    if marks == NULL:
+        return
+    for i in range(max(0, start - m), start):
+        h = h * _BASE + <uint64_t>vals[i] + 1
+    while used * 10 > n_slots * 7:
+        n_slots *= 2
+    if used:
+        slots = _rebuild(vals, m, start + 1, n_slots, bpow)
+    else:
+        slots = <uint64_t*>calloc(n_slots, sizeof(uint64_t))
+    if slots == NULL:
+        free(marks)
+        return
+    for x in range(start, stop_len):
+        stamp = x + 1
+        for i in range(k):
+            s = moves[i]
+            if s > x:
+                break
+            marks[vals[x - s]] = stamp
+        g = 0
+        while marks[g] == stamp:
+            g += 1
+        vals[x] = <tval>g
+        y = x + 1
+        if y < m:
+            h = h * _BASE + <uint64_t>g + 1
+            continue
+        if y == m:
+            h = h * _BASE + <uint64_t>g + 1
+        else:
+            h = (h - (<uint64_t>vals[x - m] + 1) * bpow) * _BASE
+            h += <uint64_t>g + 1
+        mixed = snim_mix64(h)
+        r = _probe(slots, n_slots, vals, y, m, mixed)
+        if r >= 0:
+            result[0] = y
+            result[1] = r - m
+            result[2] = y - r
+            free(slots)
+            free(marks)
+            return
+        slots[-(r + 1)] = ((mixed >> 32) << 32) | <uint64_t>y
+        used += 1
+        if used * 10 > n_slots * 7:
+            n_slots *= 2
+            free(slots)
+            slots = _rebuild(vals, m, y + 1, n_slots, bpow)
+            if slots == NULL:
+                free(marks)
+                return
+    result[0] = stop_len
+    result[1] = 0
+    result[2] = 0
+    free(slots)
+    free(marks)
+
+
+def tabulate_subtraction(const int64_t[::1] moves, tval[::1] vals, int64_t start,
+                         int64_t stop_len):
+    cdef int64_t result[3]
+    with nogil:
+        _tabulate(&moves[0], moves.shape[0], &vals[0], start, stop_len, result)
+    if result[0] < 0:
+        raise MemoryError("tabulate_subtraction: out of memory")
+    return result[0], result[1], result[2]
+
+
+def tabulate_many(const int64_t[::1] moves, const int64_t[::1] moves_base,
+                  const int64_t[::1] moves_len, tval[::1] vals, const int64_t[::1] vals_base,
+                  const int64_t[::1] start, const int64_t[::1] stop_len,
+                  const int64_t[::1] worker_start, const int64_t[::1] jobs):
+    cdef Py_ssize_t r = moves_base.shape[0]
+    cdef Py_ssize_t workers = worker_start.shape[0] - 1
+    out = np.zeros((r, 3), np.int64)
+    cdef int64_t[:, ::1] res = out
+    cdef Py_ssize_t w
+    cdef int64_t q, j
+    for w in prange(workers, nogil=True, schedule="static", chunksize=1):
+        q = worker_start[w]
+        while q < worker_start[w + 1]:
+            j = jobs[q]
+            _tabulate(&moves[moves_base[j]], moves_len[j], &vals[vals_base[j]], start[j],
+                      stop_len[j], &res[j, 0])
+            q = q + 1
+    if r and out[:, 0].min() < 0:
+        raise MemoryError("tabulate_many: out of memory")
+    return out[:, 0].copy(), out[:, 1].copy(), out[:, 2].copy()
