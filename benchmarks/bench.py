@@ -813,8 +813,9 @@ START_SHAPES = [
                                                         shuffle=True, files=1),
      ["--winning-moves"]),
 ]
-ENTRY = ("import sys\ntry:\n    from pipeline.terminal import entry\nexcept ImportError:\n"
-         "    from pipeline.cli import main as entry\nsys.exit(entry())")
+ENTRY = ("import sys\ntry:\n    from pipeline.executable import entry\nexcept ImportError:\n"
+         "    try:\n        from pipeline.terminal import entry\n    except ImportError:\n"
+         "        from pipeline.cli import main as entry\nsys.exit(entry())")
 
 
 def ensure_start_dataset(ds: Dataset) -> Path:

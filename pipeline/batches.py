@@ -340,7 +340,7 @@ def coalesced(batches: Iterator[tuple[int, pl.DataFrame]]
 
 def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
     """`items`, each produced by a thread while the consumer works on the one before, so that
-    reading and normalising the next batch (polars and numba, both without the GIL) overlaps
+    reading and normalising the next batch (polars and the kernels, both without the GIL) overlaps
     evaluating this one. Errors are raised where the consumer would have met them; leaving
     early stops the thread after the item it is on and closes `items`. Where the kernels
     may not run in two threads at once (`kernels.overlap_allowed`), the items come from this

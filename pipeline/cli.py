@@ -542,8 +542,8 @@ def _read_bytes(path: Path) -> bytes:
 
 def main() -> None:  # pragma: no cover - called by the console entry, `executable.entry`
     """Run the command, then end the process without the interpreter's teardown where that is
-    safe: freeing numba's and polars' module state costs 0.15-0.2 s after every command (18%
-    of `solve` on 50 MB). By then every output is closed; worker threads are joined and the
+    safe: freeing the libraries' module state (polars') costs a noticeable part of a short
+    command (benchmarks/results). By then every output is closed; worker threads are joined and the
     log flushed here, through public calls. A process that loaded Spark exits normally, so
     that pyspark's exit handlers stop the JVM it started."""
     import os

@@ -31,7 +31,7 @@ CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"  # an integer key written as text
 
 
 _ROUND_TRIP_INT = r"^(0|-?[1-9][0-9]*)$"
-_KERNEL_ROWS = 1 << 14  # text key columns this long are parsed by the numba kernels
+_KERNEL_ROWS = 1 << 14  # text key columns this long are parsed by the kernels
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -49,7 +49,7 @@ def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
             return s.cast(pl.String).alias(name)
         return s.cast(pl.Int64).alias(name)
     if s.dtype == pl.String:
-        short = s.len() < _KERNEL_ROWS  # a rules table: no wait for numba's first kernel call
+        short = s.len() < _KERNEL_ROWS  # a rules table: polars is as fast there
         if not short and not s.null_count():
             buffers = text_buffers(s)
             values, exact = kernels.int_text_values(*buffers)

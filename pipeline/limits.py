@@ -1,5 +1,5 @@
 """Numeric limits shared by the configuration and the tables (no imports, so that reading a
-config never loads numba): the largest heap and table, the default work limits, and the
+config never loads the kernels): the largest heap and table, the default work limits, and the
 bounds of `generate`'s options."""
 
 MAX_HEAP = 2**63 - 1

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline import __version__, kernels
+from pipeline import __version__
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
@@ -156,7 +156,6 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
     """Every step of the job and every output but the manifest, written into `staging`
     (under --on-bad-rows fail with rejected rows, nothing is written); every read of an
     input goes through the run's `read_cache`, if given."""
-    kernels.start_numba_meanwhile()
     with phase("rules"):
         rules, rule_files, rule_rows = read_rules(config, cache=read_cache)
         ensure_unchanged(rule_files)  # read whole: a later edit cannot reach this run
@@ -263,7 +262,7 @@ def problem_text(row: dict[str, Any]) -> str:
 
 def _versions() -> dict[str, str]:
     versions = {"snim-batch": __version__, "python": platform.python_version()}
-    for dist in ("polars", "pyarrow", "numpy", "numba", "typer", "pyspark"):
+    for dist in ("polars", "pyarrow", "numpy", "typer", "pyspark"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

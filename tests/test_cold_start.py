@@ -43,7 +43,7 @@ def leave(code):
     real_exit(code)
 os._exit = leave
 sys.argv = ["snim-batch", *sys.argv[2:]]
-from pipeline.terminal import entry
+from pipeline.executable import entry
 try:
     entry()
 finally:

@@ -18,6 +18,7 @@ def import_graph() -> dict[str, set[str]]:
     """module -> the pipeline modules it imports (a `from pkg import name` of a submodule
     counts as importing that submodule)."""
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    compiled = {module_name(p) for p in PACKAGE.rglob("*.pyx")}  # imported, never importing
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -32,7 +33,7 @@ def import_graph() -> dict[str, set[str]]:
                                     + ([base] if base else []))
                 for alias in node.names:
                     sub = f"{base}.{alias.name}"
-                    found.add(sub if sub in modules else base)
+                    found.add(sub if sub in modules or sub in compiled else base)
         graph[name] = {m for m in found if m in modules and m != name}
     return graph
 

@@ -1,4 +1,4 @@
-"""The default engine: positions streamed in batches through polars and the numba kernels.
+"""The default engine: positions streamed in batches through polars and the compiled kernels.
 
 Wide-form Parquet input is read one batch at a time, so memory holds one batch of heaps plus
 the narrow verdict columns; SG tables grow as batches reveal larger heaps. A position's

@@ -35,7 +35,7 @@ SESSION_CONF = {
     # let adaptive execution coalesce the shuffle partitions of cached frames too: each
     # partition is a Python task, and 200 near-empty ones cost seconds on small inputs
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
-    # the Python steps pay a fixed cost per Arrow batch (polars and numba calls): batches of
+    # the Python steps pay a fixed cost per Arrow batch (polars and kernel calls): batches of
     # 128Ki rows instead of Parquet's 4096 and Arrow's 10,000 (a few MB each)
     "spark.sql.parquet.columnarReaderBatchSize": str(1 << 17),
     "spark.sql.execution.arrow.maxRecordsPerBatch": str(1 << 17),

@@ -54,7 +54,6 @@ from pipeline.kernels.threads import (
     get_num_threads,
     overlap_allowed,
     set_num_threads,
-    start_numba_meanwhile,
     threads_for,
 )
 
@@ -65,7 +64,7 @@ __all__ = [
     "fill_runs", "get_num_threads", "half_sg",
     "heap_text_lists", "in_key_order", "int_text_values", "is_identity", "key_runs",
     "max_heap_per_table", "mix64", "nim_sums_wide", "needs_strip", "overlap_allowed", "rank_in",
-    "run_counts", "scatter", "set_num_threads", "sg_of", "sg_per_heap", "start_numba_meanwhile",
+    "run_counts", "scatter", "set_num_threads", "sg_of", "sg_per_heap",
     "tabulate_many", "tabulate_subtraction", "text_key_order", "threads_for", "window_power",
     "winning_move", "winning_moves_wide",
 ]

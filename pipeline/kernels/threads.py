@@ -31,11 +31,6 @@ def overlap_allowed() -> bool:
     return True
 
 
-def start_numba_meanwhile() -> None:
-    """Nothing to start: the kernels are compiled at install time and load with their
-    modules. Kept for callers of the earlier JIT set-up."""
-
-
 PARALLEL_ROWS = 1 << 18  # inputs this large are worth a parallel region
 
 
