@@ -24,7 +24,7 @@ from urllib.parse import unquote
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from pipeline.errors import InputError, SnimError, cut
+from pipeline.errors import InputError, SnimError, SparkFailure, cut
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -54,11 +54,6 @@ logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer
 logger.pyspark.level = error
 """
 _JVM_LOG_TAIL = 1 << 20  # bytes of the JVM's log searched for the cause of a failure
-
-
-class SparkFailure(SnimError):
-    """Spark failed for a reason outside the data (memory, a lost executor, a crashed worker,
-    a dead JVM); the message names the setting to change."""
 
 
 @dataclass

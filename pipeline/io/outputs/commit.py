@@ -20,11 +20,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow.fs as pafs
 
-from pipeline.errors import OutputError, UsageError
+from pipeline.errors import OutputError, UsageError, WriteFailure
 from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
-    WriteFailure,
     failure,
     refuse_long_names,
     write_cause,
@@ -423,7 +422,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
                 if notice:
                     notify(notice)
     except WriteFailure as exc:
-        raise exc.about(shown) from None
+        raise failure(shown, exc.doing, exc.cause, exc.no_space) from None
     finally:
         if not committed:
             shutil.rmtree(staging, ignore_errors=True)

@@ -12,8 +12,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import OutputError, first_line
-from pipeline.io.outputs.failures import WriteFailure, write_cause
+from pipeline.errors import OutputError, WriteFailure, first_line
+from pipeline.io.outputs.failures import write_cause
 
 
 class Spill:
