@@ -114,5 +114,5 @@ def lost_server(url: str) -> Iterator[None]:
         if found is None:
             raise
         raise SparkConnectError(f"the Spark Connect server at {hidden_remote(url)} stopped or "
-                                f"was lost during the run ({found.group()[:160]}); nothing "
-                                "was written: see the server's log") from None
+                                f"was lost during the run ({found.group()[:160]})",
+                                written=False, hint=": see the server's log") from None
