@@ -63,7 +63,7 @@ def storage_failure(name: str, exc: BaseException) -> OutputError | None:
         return None
     cause, no_space = write_cause(exc)
     return WriteFailure(f"{name}: {cause} while writing it", f"writing {name}", cause,
-                         no_space)
+                         no_space, path=name)
 
 
 @contextmanager
@@ -77,7 +77,7 @@ def writing(name: str) -> Iterator[None]:
     except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
         cause, no_space = write_cause(exc)
         raise WriteFailure(f"{name}: {cause} while writing it", f"writing {name}", cause,
-                            no_space) from None
+                            no_space, path=name) from None
 
 
 def _name_limits(path: Path) -> tuple[int, int]:

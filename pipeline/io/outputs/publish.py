@@ -184,7 +184,7 @@ def _page_entries(outputs: list[Any], page: Path) -> list[Any]:
     same = [e for e in outputs if (e.get("name") if isinstance(e, dict) else e) == page.name]
     if page.name == MANIFEST or any(not isinstance(e, dict) or e.get("added_by") != "report"
                                     for e in same):
-        raise OutputError(f"{page}: is one of the run's own outputs; refusing to replace it")
+        raise OutputError(f"{page}: is one of the run's own outputs", path=page, refused=True)
     return same
 
 
