@@ -12,13 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import write_csv
 
 from pipeline import errors
+from pipeline.config import load_config
 from pipeline.errors import (
     BadRowsError,
     CommitOutcomeUnknown,
+    ConfigError,
     InputError,
     OutputChanged,
     OutputError,
@@ -28,6 +31,7 @@ from pipeline.errors import (
     UsageError,
     WriteFailure,
 )
+from pipeline.transforms.schema import check_columns, wrong_type
 
 PIPELINE = Path(errors.__file__).parent
 SCRIPT = Path(sys.executable).with_name("snim-batch")
@@ -218,3 +222,21 @@ def test_cli_lines_that_do_not_say_what_was_written(tmp_path: Path) -> None:
                        out)
     assert (code, lines) == (1, [f"snim-batch: error: {out}: output already exists (pass "
                                  "--overwrite to replace it)"])
+
+
+def test_errors_raised_for_a_place_name_it(tmp_path: Path) -> None:
+    """A config file's bad line, a missing or mistyped column: the error's fields name the
+    file, the line and the column its message names."""
+    config = tmp_path / "c.yaml"
+    config.write_text("engine: polars\nwinning_moves: \x01\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert (info.value.path, info.value.row, info.value.written) == (str(config), 2, None)
+    assert str(info.value).startswith(f"{config}: line 2 is not valid YAML")
+
+    with pytest.raises(InputError) as missing:
+        check_columns(["rule_set_id", "heaps"], ["rule_set_id", "position_id"], ["heaps"],
+                      "p.csv")
+    assert (missing.value.path, missing.value.column) == ("p.csv", "position_id")
+    mistyped = wrong_type("p.csv", "heaps", pl.Float64(), "a list of integers")
+    assert (mistyped.path, mistyped.column, mistyped.row) == ("p.csv", "heaps", None)
