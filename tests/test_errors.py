@@ -240,3 +240,27 @@ def test_errors_raised_for_a_place_name_it(tmp_path: Path) -> None:
     assert (missing.value.path, missing.value.column) == ("p.csv", "position_id")
     mistyped = wrong_type("p.csv", "heaps", pl.Float64(), "a list of integers")
     assert (mistyped.path, mistyped.column, mistyped.row) == ("p.csv", "heaps", None)
+
+
+@pytest.mark.parametrize(("text", "local", "said"), [
+    ("java.lang.OutOfMemoryError: Java heap space", True,
+     "Spark ran out of memory in the driver JVM, which runs every task in local mode "
+     "(java.lang.OutOfMemoryError: Java heap space); nothing was written: raise "
+     "spark.driver.memory (spark.conf in config.yaml, or spark-submit --driver-memory, now "
+     "4g)"),
+    ("ExecutorLostFailure (executor 1 exited)", False,
+     "Spark lost an executor (ExecutorLostFailure (executor 1 exited)); nothing was written: "
+     "raise spark.executor.memory and spark.executor.memoryOverhead, or see the executor's "
+     "log on the cluster"),
+])
+def test_spark_failures_say_nothing_was_written_before_their_advice(
+        text: str, local: bool, said: str) -> None:
+    """Spark's failures outside the data, from the text of the exception it raised (no JVM
+    needed): the advice follows "nothing was written", as a hint."""
+    pytest.importorskip("pyspark")
+    from pipeline.engines.spark_session import Session, failure
+
+    run = Session(spark=None, owned=True, local=local, driver_memory="4g" if local else None)
+    error = failure(RuntimeError(text), run)
+    assert error is not None and str(error) == said
+    assert (error.written, error.hint.startswith(": raise spark.")) == (False, True)
