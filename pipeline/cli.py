@@ -172,12 +172,14 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
         _say_stopped(signum)
         raise typer.Exit(128 + (signum or signal.SIGINT))
     if isinstance(exc, MemoryError):  # staging was removed on the way here
-        _err("error: out of memory; nothing was written (give the process more memory, or "
-             "the job less work at once)")
+        said = SnimError("out of memory", written=False, hint=" (give the process more "
+                         "memory, or the job less work at once)")
+        _err(f"error: {said}")
         raise typer.Exit(EXIT_FAILED)
     if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # one no check foresaw
-        _err(f"error: {shown(exc.filename or '', 120)}: a name in this path is too long for "
-             "the file system; nothing was written")
+        said = SnimError(f"{shown(exc.filename or '', 120)}: a name in this path is too long "
+                         "for the file system", path=exc.filename, written=False)
+        _err(f"error: {said}")
         raise typer.Exit(EXIT_FAILED)
     _err(f"internal error: {type(exc).__name__}: {exc} (nothing was written; rerun with "
          "--verbose for details and report it)")

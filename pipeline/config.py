@@ -385,7 +385,8 @@ def _parse_yaml(text: str, source: str) -> Any:
         line = text.count("\n", 0, max(exc.position, 0)) + 1
         code = exc.character if isinstance(exc.character, int) else ord(exc.character)
         raise ConfigError(f"{source}: line {line} is not valid YAML (the control character "
-                          f"U+{code:04X} is not allowed in a YAML file)") from None
+                          f"U+{code:04X} is not allowed in a YAML file)", path=source,
+                          row=line) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -393,7 +394,8 @@ def _parse_yaml(text: str, source: str) -> Any:
         _refuse_duplicate_keys(node, "", source, set())
         return loader.construct_document(node)
     except _RefusedYaml as exc:
-        raise ConfigError(f"{source}: line {exc.line}: {exc}") from None
+        raise ConfigError(f"{source}: line {exc.line}: {exc}", path=source,
+                          row=exc.line) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" line {mark.line + 1}" if mark else ""

@@ -5,11 +5,25 @@ Exit codes (README "Exit codes"):
   1  run failed, nothing written (bad input file, bad rows under --on-bad-rows fail, I/O)
   2  usage or configuration error (bad flag, bad config key or value, missing extra)
   3  run completed, but some rows were rejected (outputs and rejects.parquet written)
+
+Every error is a message plus fields (`SnimError`): the file, row and column it is about, and
+what became of the output. The message holds only its own content; `str()` renders the rest
+once, here: "; refusing to replace it" when the output in place was refused, "; nothing was
+written" when nothing was, then the error's `hint`. Every subclass is defined in this module.
 """
 
 from __future__ import annotations
 
 import reprlib
+from typing import Any
+
+__all__ = [
+    "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_REJECTS", "NOTHING_WRITTEN", "SHOWN_CHARS",
+    "SnimError", "UsageError", "ConfigError", "InputError", "BadRowsError", "OutputError",
+    "WriteFailure", "OutputChanged", "CommitOutcomeUnknown", "StoreError", "RuleError",
+    "ReconcileError", "SparkFailure", "SparkConnectError", "Stopped",
+    "shown", "cut", "first_line",
+]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -54,10 +68,50 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     return cut((str(exc).strip().splitlines() or [type(exc).__name__])[0], limit)
 
 
+NOTHING_WRITTEN = "nothing was written"
+
+
+def _rebuilt(cls: type[SnimError], args: tuple[Any, ...], state: dict[str, Any]) -> SnimError:
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(state)
+    return error
+
+
 class SnimError(Exception):
-    """Base of every error a user can cause; carries its exit code."""
+    """Base of every error a user can cause; carries its exit code and its fields.
+
+    `message` is the error's own text. Fields, all keyword-only and kept as attributes:
+    `path` the file or location it is about (as the message names it), `row` the row (a CSV
+    line number, as the message counts it), `column` the column; `written` False when the
+    run failed with nothing written (rendered "; nothing was written"), True when part of an
+    output was written (the message says which), None when the message leaves it unsaid (a
+    usage, config or input error, found before anything is written, or a commit whose
+    outcome cannot be told); `refused` True when something in the output's place was not
+    one this run may replace and was left as it was (rendered "; refusing to replace it",
+    joined to "nothing was written" by a comma); `hint` text rendered last, its own
+    punctuation first (" (rerun, with --overwrite to replace it)", ": raise ...")."""
 
     exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, path: object = None, row: int | None = None,
+                 column: str | None = None, written: bool | None = None,
+                 refused: bool = False, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.path = None if path is None else str(path)
+        self.row, self.column = row, column
+        self.written, self.refused, self.hint = written, refused, hint
+
+    def __str__(self) -> str:
+        text = self.message
+        if self.refused:
+            text += "; refusing to replace it"
+        if self.written is False:
+            text += (", " if self.refused else "; ") + NOTHING_WRITTEN
+        return text + self.hint
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled with its fields, whatever its __init__
+        return _rebuilt, (type(self), self.args, self.__dict__)
 
 
 class UsageError(SnimError):
@@ -77,14 +131,38 @@ class InputError(SnimError):
 class BadRowsError(SnimError):
     """Rows failed validation and the policy is `fail`; `problems` lists the first few."""
 
-    def __init__(self, message: str, problems: list[str], total: int):
-        super().__init__(message)
+    def __init__(self, message: str, problems: list[str], total: int, **fields: Any):
+        super().__init__(message, **fields)
         self.problems = problems
         self.total = total
 
 
 class OutputError(SnimError):
     """The output directory cannot be written (exists without --overwrite, permissions)."""
+
+
+class WriteFailure(OutputError):
+    """A file of the output could not be written: `doing` what, `cause` in a few words,
+    `no_space` whether the disk or quota was full. The output's commit turns it into the
+    error that names the output (`io.outputs.failures.failure`)."""
+
+    def __init__(self, message: str, doing: str, cause: str, no_space: bool, **fields: Any):
+        super().__init__(message, **fields)
+        self.doing, self.cause, self.no_space = doing, cause, no_space
+
+
+class OutputChanged(OutputError):
+    """An object-store output's conditional manifest PUT was refused: another run's
+    manifest is in place."""
+
+
+class CommitOutcomeUnknown(OutputError):
+    """Whether an object-store output's manifest PUT took effect cannot be told: this run's
+    uploads are kept."""
+
+
+class StoreError(SnimError):
+    """An object store refused or could not be reached; exit 1."""
 
 
 class Stopped(KeyboardInterrupt):
@@ -106,6 +184,16 @@ class ReconcileError(SnimError):
     and rejected from the rows read (a read cut short, rows lost on the way): the run fails
     before it commits. `path` is the file (None: the counts of all files together)."""
 
-    def __init__(self, message: str, path: str | None, expected: int, found: int):
-        super().__init__(message)
-        self.path, self.expected, self.found = path, expected, found
+    def __init__(self, message: str, path: str | None, expected: int, found: int,
+                 **fields: Any):
+        super().__init__(message, path=path, **fields)
+        self.expected, self.found = expected, found
+
+
+class SparkFailure(SnimError):
+    """Spark failed for a reason outside the data (memory, a lost executor, a crashed worker,
+    a dead JVM); the message names the setting to change."""
+
+
+class SparkConnectError(SparkFailure):
+    """The Spark Connect server cannot be reached, or cannot take what the job sends it."""

@@ -124,8 +124,8 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
             outcome = execute(config, engine, staging, phase, note, read_cache)
             if outcome.rejected and config.on_bad_rows == "fail":
                 raise BadRowsError(f"{outcome.rejected} input rows failed validation "
-                                   "(--on-bad-rows fail); nothing was written",
-                                   outcome.problems, outcome.rejected)
+                                   "(--on-bad-rows fail)", outcome.problems, outcome.rejected,
+                                   written=False)
             exit_code = EXIT_REJECTS if outcome.rejected else EXIT_OK
             manifest = {
                 "run_id": run_id,
@@ -210,8 +210,8 @@ def _every_row_evaluated_or_rejected(rows_read: int, verdicts: int, rejected: in
     if verdicts + rejected != rows_read:
         raise ReconcileError(
             f"positions: the run read {rows_read:,} rows but has {verdicts:,} verdicts and "
-            f"{rejected:,} rejected rows; nothing was written", None, rows_read,
-            verdicts + rejected)
+            f"{rejected:,} rejected rows", None, rows_read, verdicts + rejected,
+            written=False)
 
 
 def _checksums(paths: list[Source], cache: RunCache | None

@@ -18,9 +18,8 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 
 from pipeline.config import hidden_remote
-from pipeline.engines.spark_session import SparkFailure
 from pipeline.engines.spark_tasks import Shipped
-from pipeline.errors import UsageError, first_line
+from pipeline.errors import SparkConnectError, UsageError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +30,6 @@ RETRIES = 3  # the client's own default retries for up to 10 minutes on a lost c
 # spark.connect.grpc.maxInboundMessageSize (128 MiB by default); a long-form plan holds the
 # tables up to three times (per-heap values, rejects, winning moves).
 SHIP_LIMIT = 32 << 20
-
-
-class SparkConnectError(SparkFailure):
-    """The Spark Connect server cannot be reached, or cannot take what the job sends it."""
 
 
 def is_connect(spark: Any) -> bool:
@@ -119,5 +114,5 @@ def lost_server(url: str) -> Iterator[None]:
         if found is None:
             raise
         raise SparkConnectError(f"the Spark Connect server at {hidden_remote(url)} stopped or "
-                                f"was lost during the run ({found.group()[:160]}); nothing "
-                                "was written: see the server's log") from None
+                                f"was lost during the run ({found.group()[:160]})",
+                                written=False, hint=": see the server's log") from None

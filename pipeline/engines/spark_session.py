@@ -24,7 +24,7 @@ from urllib.parse import unquote
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from pipeline.errors import InputError, SnimError, cut
+from pipeline.errors import InputError, SnimError, SparkFailure, cut
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -54,11 +54,6 @@ logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer
 logger.pyspark.level = error
 """
 _JVM_LOG_TAIL = 1 << 20  # bytes of the JVM's log searched for the cause of a failure
-
-
-class SparkFailure(SnimError):
-    """Spark failed for a reason outside the data (memory, a lost executor, a crashed worker,
-    a dead JVM); the message names the setting to change."""
 
 
 @dataclass
@@ -305,27 +300,27 @@ def failure(exc: BaseException, run: Session) -> SparkFailure | None:
     if oom:
         if run.local:
             return SparkFailure(f"Spark ran out of memory in the driver JVM, which runs every "
-                                f"task in local mode ({oom}); nothing was written: {driver}"
-                                f"{where}")
-        return SparkFailure(f"Spark ran out of memory ({oom}); nothing was written: raise "
-                            "spark.executor.memory (executors) or spark.driver.memory (the "
-                            f"driver{memory}){where}")
+                                f"task in local mode ({oom})", written=False,
+                                hint=f": {driver}{where}")
+        return SparkFailure(f"Spark ran out of memory ({oom})", written=False,
+                            hint=": raise spark.executor.memory (executors) or "
+                            f"spark.driver.memory (the driver{memory}){where}")
     crash = _matching_line(_PYTHON_CRASH, text)
     if crash:
-        return SparkFailure(f"a Spark Python worker crashed ({crash}); nothing was written: "
-                            "give the Python workers more memory (spark.executor.memoryOverhead"
-                            ", or spark.executor.pyspark.memory; in local mode, free memory on "
-                            f"this machine){where}")
+        return SparkFailure(f"a Spark Python worker crashed ({crash})", written=False,
+                            hint=": give the Python workers more memory (spark.executor."
+                            "memoryOverhead, or spark.executor.pyspark.memory; in local mode, "
+                            f"free memory on this machine){where}")
     lost = _matching_line(_EXECUTOR_LOST, text)
     if lost:
-        return SparkFailure(f"Spark lost an executor ({lost}); nothing was written: raise "
-                            "spark.executor.memory and spark.executor.memoryOverhead, or see the "
-                            f"executor's log on the cluster{where}")
+        return SparkFailure(f"Spark lost an executor ({lost})", written=False,
+                            hint=": raise spark.executor.memory and spark.executor."
+                            f"memoryOverhead, or see the executor's log on the cluster{where}")
     gone = _matching_line(_JVM_GONE, text)
     if gone:
         cause = _first_error(logged) or "it logged no error"
-        return SparkFailure(f"the Spark driver JVM stopped during the run ({cause}); nothing was "
-                            f"written: if it ran out of memory, {driver}{where}")
+        return SparkFailure(f"the Spark driver JVM stopped during the run ({cause})",
+                            written=False, hint=f": if it ran out of memory, {driver}{where}")
     return None
 
 

@@ -33,7 +33,7 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
     check_columns(raw.columns, [cols.rule_set_id], [cols.kind, cols.moves], source)
     if cols.moves not in raw.columns and cols.kind not in raw.columns:
         raise InputError(f"{source}: missing column {shown(cols.moves)} (columns are "
-                         f"{shown(raw.columns, LISTED_CHARS)})")
+                         f"{shown(raw.columns, LISTED_CHARS)})", path=source, column=cols.moves)
     ids = key_column(raw, cols.rule_set_id, source)
     n = raw.height
     kinds = _text_column(raw, cols.kind, source, n)

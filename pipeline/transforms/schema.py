@@ -43,16 +43,18 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
             hint += (f"; a partition directory {shown(missing[0] + '=...')} in the path is "
                      "not read as a column")
         raise InputError(f"{source}: missing column {shown(missing[0])} (columns are "
-                         f"{shown(list(columns), LISTED_CHARS)}{hint})")
+                         f"{shown(list(columns), LISTED_CHARS)}{hint})", path=source,
+                         column=missing[0])
     if extra:
         expected = list(required) + [c for c in optional]
         raise InputError(f"{source}: unexpected column {shown(extra[0])} (expected "
-                         f"{shown(expected, LISTED_CHARS)})")
+                         f"{shown(expected, LISTED_CHARS)})", path=source, column=extra[0])
 
 
 def wrong_type(source: str, name: str, dtype: pl.DataType, expected: str) -> InputError:
     return InputError(f"{source}: column {shown(name)} has type "
-                      f"{cut(str(dtype), LISTED_CHARS)}, expected {expected}")
+                      f"{cut(str(dtype), LISTED_CHARS)}, expected {expected}", path=source,
+                      column=name)
 
 
 def input_column_names(cols: Columns, form: str) -> dict[str, str]:

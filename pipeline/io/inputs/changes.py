@@ -31,8 +31,9 @@ def ensure_unchanged(files: list[InputFile]) -> None:
     object's etag, version or size; a local file's size or modification time), or is gone."""
     for file, change in zip(files, each_input(change_of, files)):
         if change is not None:
-            raise InputError(f"{file.path}: changed while this run read it ({change}); nothing "
-                             "was written (rerun once it is written whole)")
+            raise InputError(f"{file.path}: changed while this run read it ({change})",
+                             path=file.path, written=False,
+                             hint=" (rerun once it is written whole)")
 
 
 def change_of(file: InputFile) -> str | None:

@@ -20,11 +20,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow.fs as pafs
 
-from pipeline.errors import OutputError, UsageError
+from pipeline.errors import OutputError, UsageError, WriteFailure
 from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
-    WriteFailure,
     failure,
     refuse_long_names,
     write_cause,
@@ -221,28 +220,29 @@ def _target_state(target: Path, overwrite: bool, shown: str) -> str:
     except FileNotFoundError:
         return "missing"
     except OSError as exc:
-        raise OutputError(f"{shown}: cannot inspect it ({exc.strerror}); nothing was written"
-                          ) from None
+        raise OutputError(f"{shown}: cannot inspect it ({exc.strerror})", path=shown,
+                          written=False) from None
     if stat.S_ISLNK(mode):
-        raise OutputError(f"{shown}: a symbolic link that does not resolve (a loop?); "
-                          "nothing was written")
+        raise OutputError(f"{shown}: a symbolic link that does not resolve (a loop?)",
+                          path=shown, written=False)
     if not stat.S_ISDIR(mode):
-        raise OutputError(f"{shown}: exists and is not a directory; refusing to replace it")
+        raise OutputError(f"{shown}: exists and is not a directory", path=shown,
+                          refused=True)
     if _is_mount_point(target):
         raise OutputError(f"{shown}: is a mount point, and the output is put in place by "
                           "renaming a directory over it, which a mount point cannot take; "
-                          "give --out a directory inside it; nothing was written")
+                          "give --out a directory inside it", path=shown, written=False)
     try:
         with os.scandir(target) as entries:
             if next(entries, None) is None:
                 return "empty"
     except OSError as exc:
-        raise OutputError(f"{shown}: cannot list it ({exc.strerror}); nothing was written"
-                          ) from None
+        raise OutputError(f"{shown}: cannot list it ({exc.strerror})", path=shown,
+                          written=False) from None
     problem = ownership_problem(target)
     if problem is not None:
         raise OutputError(f"{shown}: exists and is not provably a snim-batch output "
-                          f"({problem}); refusing to replace it, nothing was written")
+                          f"({problem})", path=shown, refused=True, written=False)
     if not overwrite:
         raise OutputError(f"{shown}: output already exists (pass --overwrite to replace it)")
     return "output"
@@ -348,8 +348,8 @@ def _commit(staging: Path, target: Path, overwrite: bool, shown: str) -> Path | 
         except OSError as exc:
             if exc.errno not in (*_TAKEN, errno.ENOENT) or not staging.is_dir():
                 raise
-    raise OutputError(f"{shown}: kept changing while this run committed its output; nothing "
-                      "was written")
+    raise OutputError(f"{shown}: kept changing while this run committed its output",
+                      path=shown, written=False)
 
 
 HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -423,7 +423,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
                 if notice:
                     notify(notice)
     except WriteFailure as exc:
-        raise exc.about(shown) from None
+        raise failure(shown, exc.doing, exc.cause, exc.no_space) from None
     finally:
         if not committed:
             shutil.rmtree(staging, ignore_errors=True)

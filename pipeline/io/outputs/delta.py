@@ -112,7 +112,7 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
         except OutputError as exc:
             restored = _roll_back(root, previous, run_id)
             _delete_uncommitted(root, uncommitted)  # the tables no commit was tried for
-            raise OutputError(f"{exc}; {restored}") from None
+            raise OutputError(f"{exc}; {restored}", path=exc.path) from None
     log.info("committed run %s as night %s to %s (versions %s)", run_id, run_date, root.uri,
              versions)
     return versions
@@ -125,8 +125,8 @@ def _versions_now(root: TableRoot) -> dict[str, int | None]:
                 for name in (*DATA_TABLES, RUNS)}
     except (DeltaError, OSError) as exc:
         raise OutputError(table_failure(root, root.uri, exc, "reading the Delta tables",
-                                        "cannot read the Delta tables")
-                          + "; nothing was written") from None
+                                        "cannot read the Delta tables"), path=root.uri,
+                          written=False) from None
 
 
 def _refuse_moved(root: TableRoot, runs_version: int | None) -> None:
@@ -140,7 +140,7 @@ def _refuse_moved(root: TableRoot, runs_version: int | None) -> None:
         raise OutputError(f"{root.table(RUNS)}: another run committed to this table root while "
                           f"this run ran (the runs table went from {shown(seen)} to "
                           f"{shown(runs_version)}); two runs of one table root at once are "
-                          "not supported; nothing was written")
+                          "not supported", path=root.table(RUNS), written=False)
 
 
 def _author(commit: dict[str, Any]) -> str | None:
@@ -220,12 +220,13 @@ def _plan(root: TableRoot, name: str, path: Path, expected: int | None) -> _Plan
     """A staged table checked against what the run counted and against the Delta table's
     columns (a column may be added, none may change its type)."""
     if not path.exists():
-        raise OutputError(f"{root.uri}: the run staged no {path.name}; nothing was written")
+        raise OutputError(f"{root.uri}: the run staged no {path.name}", path=root.uri,
+                          written=False)
     staged = ds.dataset(str(path), format="parquet")
     rows = staged.count_rows()
     if expected is not None and rows != expected:
         raise OutputError(f"{root.uri}: the staged {path.name} holds {rows} rows where the "
-                          f"run counted {expected}; nothing was written")
+                          f"run counted {expected}", path=root.uri, written=False)
     return _checked(root, name, staged, staged.schema)
 
 
@@ -251,8 +252,8 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
     if changed:
         raise OutputError(f"{root.table(name)}: this run's columns do not fit the table: "
                           f"{', '.join(changed)}; key columns are integers only when every "
-                          "key of the run is one. Write this run to another table root; "
-                          "nothing was written")
+                          "key of the run is one. Write this run to another table root",
+                          path=root.table(name), written=False)
     added = [f for f in columns if f.name not in old]
     return _Plan(name, staged, pa.schema([*existing, *added]), bool(added))
 
@@ -437,6 +438,6 @@ def _retract_night(root: TableRoot, run_date: date, run_id: str, base: int | Non
     except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
         raise OutputError(table_failure(root, root.table(RUNS), exc,
                                         "taking out the night for the rerun",
-                                        f"cannot take out the night {run_date} for the rerun")
-                          + "; nothing was written") from None
+                                        f"cannot take out the night {run_date} for the rerun"),
+                          path=root.table(RUNS), written=False) from None
     return runs.version()

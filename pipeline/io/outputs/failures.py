@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import OutputError, UsageError, cut, first_line, shown
+from pipeline.errors import OutputError, UsageError, WriteFailure, cut, first_line, shown
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -27,23 +27,14 @@ FILES_DEPTH = 128  # bytes a run's deepest file adds below its output (a Delta p
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
-class WriteFailure(OutputError):
-    """A file of the output could not be written; `staged_output` says which output."""
-
-    def __init__(self, message: str, doing: str, cause: str, no_space: bool):
-        super().__init__(message)
-        self.doing, self.cause, self.no_space = doing, cause, no_space
-
-    def about(self, shown: str) -> OutputError:
-        return failure(shown, self.doing, self.cause, self.no_space)
-
-
 def failure(shown: str, doing: str, cause: str, no_space: bool, option: str = "--out"
             ) -> OutputError:
     """'SHOWN: CAUSE while DOING; nothing was written', with advice for a full disk (free
-    space, or point `option` elsewhere)."""
+    space, or point `option` elsewhere). A `WriteFailure` met within an output's commit is
+    turned into this, naming the output: `failure(shown, e.doing, e.cause, e.no_space)`."""
     advice = f" (free space or choose another {option})" if no_space else ""
-    return OutputError(f"{shown}: {cause} while {doing}; nothing was written{advice}")
+    return OutputError(f"{shown}: {cause} while {doing}", path=shown, written=False,
+                       hint=advice)
 
 
 def write_cause(exc: BaseException) -> tuple[str, bool]:
@@ -72,7 +63,7 @@ def storage_failure(name: str, exc: BaseException) -> OutputError | None:
         return None
     cause, no_space = write_cause(exc)
     return WriteFailure(f"{name}: {cause} while writing it", f"writing {name}", cause,
-                         no_space)
+                         no_space, path=name)
 
 
 @contextmanager
@@ -86,7 +77,7 @@ def writing(name: str) -> Iterator[None]:
     except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
         cause, no_space = write_cause(exc)
         raise WriteFailure(f"{name}: {cause} while writing it", f"writing {name}", cause,
-                            no_space) from None
+                            no_space, path=name) from None
 
 
 def _name_limits(path: Path) -> tuple[int, int]:
@@ -131,4 +122,5 @@ def refuse_long_names(path: Path, option: str, beside: str = "", extra: int = 0,
     `path` that `option` names."""
     problem = name_problem(path.absolute(), beside, extra, depth)
     if problem is not None:
-        raise UsageError(f"{option} {cut(str(path), 120)}: {problem}; nothing was written")
+        raise UsageError(f"{option} {cut(str(path), 120)}: {problem}", path=path,
+                         written=False)

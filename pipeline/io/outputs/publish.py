@@ -114,8 +114,8 @@ def write_page(shown: Path, where: Path, data: bytes) -> None:
     except OSError as exc:
         raise failure(str(shown), "inspecting it", *write_cause(exc), _PAGE_OPTION) from None
     if mode is not None and not stat.S_ISREG(mode):
-        raise OutputError(f"{shown}: exists and is not a regular file; refusing to replace it, "
-                          "nothing was written")
+        raise OutputError(f"{shown}: exists and is not a regular file", path=shown,
+                          refused=True, written=False)
     remove_dead_temporaries(where.parent, [where.name])
     tmp = where.parent / f".{where.name}.tmp-{temp_token()}"
     try:
@@ -184,7 +184,7 @@ def _page_entries(outputs: list[Any], page: Path) -> list[Any]:
     same = [e for e in outputs if (e.get("name") if isinstance(e, dict) else e) == page.name]
     if page.name == MANIFEST or any(not isinstance(e, dict) or e.get("added_by") != "report"
                                     for e in same):
-        raise OutputError(f"{page}: is one of the run's own outputs; refusing to replace it")
+        raise OutputError(f"{page}: is one of the run's own outputs", path=page, refused=True)
     return same
 
 

@@ -109,11 +109,12 @@ def _check_table_directory(directory: Path) -> None:
     except OSError as exc:
         raise failure(str(directory), "inspecting it", *write_cause(exc)) from None
     if not stat.S_ISDIR(mode):
-        raise OutputError(f"{directory}: exists and is not a directory; nothing was written")
+        raise OutputError(f"{directory}: exists and is not a directory", path=directory,
+                          written=False)
     if is_snim_output(directory):
         raise OutputError(f"{directory}: is a snim-batch output, whose manifest would no "
-                          "longer list all it holds; nothing was written (choose another "
-                          "--out)")
+                          "longer list all it holds", path=directory, written=False,
+                          hint=" (choose another --out)")
 
 
 def _check_table_target(target: Path, overwrite: bool) -> None:
@@ -124,14 +125,14 @@ def _check_table_target(target: Path, overwrite: bool) -> None:
     except OSError as exc:
         raise failure(str(target), "inspecting it", *write_cause(exc)) from None
     if not stat.S_ISREG(mode):
-        raise OutputError(f"{target}: exists and is not a regular file; refusing to replace "
-                          "it, nothing was written")
+        raise OutputError(f"{target}: exists and is not a regular file", path=target,
+                          refused=True, written=False)
     if not overwrite:
-        raise OutputError(f"{target}: already exists (pass --overwrite to replace it); "
-                          "nothing was written")
+        raise OutputError(f"{target}: already exists (pass --overwrite to replace it)",
+                          path=target, written=False)
     if not _written_by_us(target):
-        raise OutputError(f"{target}: exists and is not a table snim-batch convert wrote; "
-                          "refusing to replace it, nothing was written")
+        raise OutputError(f"{target}: exists and is not a table snim-batch convert wrote",
+                          path=target, refused=True, written=False)
 
 
 def _make_directories(directory: Path, shown: str) -> list[Path]:

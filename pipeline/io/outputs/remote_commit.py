@@ -35,9 +35,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OutputError, SnimError, first_line
+from pipeline.errors import (
+    CommitOutcomeUnknown,
+    OutputChanged,
+    OutputError,
+    SnimError,
+    WriteFailure,
+    first_line,
+)
 from pipeline.io.outputs.commit import interrupts_held, remove_dead_staging
-from pipeline.io.outputs.failures import WriteFailure
+from pipeline.io.outputs.failures import failure as write_failure
 from pipeline.io.outputs.manifest import MANIFEST, RUN_ID, few_names
 from pipeline.io.outputs.remote_target import (
     RETIRED,
@@ -128,13 +135,10 @@ def _put_manifest(target: Location, data: bytes, previous: str | None) -> None:
         raise object_store.store_error(location, exc, "committing the manifest") from None
 
 
-class _Changed(OutputError):
-    """The conditional manifest PUT was refused: another run's manifest is in place."""
-
-
 def _changed(location: Location) -> OutputError:
-    return _Changed(f"{location}: another run committed to this output while this run was "
-                    "writing; nothing was written (rerun, with --overwrite to replace it)")
+    return OutputChanged(f"{location}: another run committed to this output while this run "
+                         "was writing", path=location, written=False,
+                         hint=" (rerun, with --overwrite to replace it)")
 
 
 def _s3_client(location: Location) -> Any:
@@ -194,7 +198,7 @@ def _commit(out: Location, data: bytes, previous: str | None, run_id: str) -> No
     """PUT the manifest (see `_put_manifest`). When the PUT fails in any way, the manifest
     is read back: one naming this run is in place (a retry after a timeout that found the
     first attempt's, an interrupt after the store took it), so the run is committed; one
-    that cannot be read leaves it unknown (`_Unknown`)."""
+    that cannot be read leaves it unknown (`CommitOutcomeUnknown`)."""
     try:
         _put_manifest(out, data, previous)
     except BaseException as exc:
@@ -209,22 +213,20 @@ def _commit(out: Location, data: bytes, previous: str | None, run_id: str) -> No
             log.info("%s: the %s PUT failed (%s), but the manifest in place is this run's",
                      out, MANIFEST, failure)
             return
-        if isinstance(exc, _Changed) or (found[1] if found else None) != previous:
+        if isinstance(exc, OutputChanged) or (found[1] if found else None) != previous:
             raise  # refused, or the manifest moved on: this run's PUT can no longer land
         raise _unknown(out, run_id, previous, f"the {MANIFEST} PUT failed ({failure}) and "
                        "may still take effect: the store may yet apply it") from None
 
 
-def _unknown(out: Location, run_id: str, previous: str | None, why: str) -> _Unknown:
+def _unknown(out: Location, run_id: str, previous: str | None, why: str
+             ) -> CommitOutcomeUnknown:
     kept = " (the replaced one's files were kept)" if previous else ""
-    return _Unknown(f"{out}: could not tell whether this run committed ({why}); if "
-                    f"{out}/{MANIFEST} names run {run_id}, the new output is in place{kept}; "
-                    f"else its files under {out}/{run_id}/ can be deleted (a later run there "
-                    "removes them once they are a day old)")
-
-
-class _Unknown(OutputError):
-    """Whether the manifest PUT took effect cannot be told: this run's uploads are kept."""
+    return CommitOutcomeUnknown(
+        f"{out}: could not tell whether this run committed ({why}); if {out}/{MANIFEST} "
+        f"names run {run_id}, the new output is in place{kept}; else its files under "
+        f"{out}/{run_id}/ can be deleted (a later run there removes them once they are a day "
+        "old)", path=out)
 
 
 @contextmanager
@@ -251,7 +253,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         with interrupts_held():
             try:
                 _commit(out, data.encode(), previous.etag, run_id)
-            except _Unknown:
+            except CommitOutcomeUnknown:
                 settled = True
                 raise
             settled = True
@@ -260,7 +262,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
             for notice in _retire(out, previous):
                 notify(notice)
     except WriteFailure as exc:
-        raise exc.about(str(out)) from None
+        raise write_failure(str(out), exc.doing, exc.cause, exc.no_space) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if uploads and not settled:

@@ -132,8 +132,8 @@ def target_state(target: Location, overwrite: bool) -> Target:
     is refused."""
     objects = object_store.list_below(target)
     if not objects and not _bucket_may_exist(target):
-        raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist; nothing "
-                          "was written")
+        raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist",
+                          path=target, written=False)
     found = read_manifest(target)
     state, retired, retired_files = Target(), set(), {}
     if found is not None:
@@ -141,8 +141,8 @@ def target_state(target: Location, overwrite: bool) -> Target:
         listed = listed_paths(manifest) if written_by_snim(manifest) else None
         if listed is None:
             raise OutputError(f"{target}: exists and is not provably a snim-batch output (its "
-                              f"{MANIFEST} was not written by snim-batch to an object store); "
-                              "refusing to replace it, nothing was written")
+                              f"{MANIFEST} was not written by snim-batch to an object store)",
+                              path=target, refused=True, written=False)
         state.listed = listed
         retired, retired_files = _retired(manifest)
     owned = {path.split("/", 1)[0] for path in state.listed}
@@ -176,8 +176,7 @@ def target_state(target: Location, overwrite: bool) -> Target:
                         f"{few_names(resized)}")
     if problems:
         raise OutputError(f"{target}: exists and is not provably a snim-batch output "
-                          f"({'; '.join(problems)}); refusing to replace it, nothing was "
-                          "written")
+                          f"({'; '.join(problems)})", path=target, refused=True, written=False)
     if found is not None and not overwrite:
         raise OutputError(f"{target}: output already exists (pass --overwrite to replace it)")
     return state

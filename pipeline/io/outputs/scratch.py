@@ -12,8 +12,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import OutputError, first_line
-from pipeline.io.outputs.failures import WriteFailure, write_cause
+from pipeline.errors import OutputError, WriteFailure, first_line
+from pipeline.io.outputs.failures import write_cause
 
 
 class Spill:
@@ -79,7 +79,7 @@ def _spill_error(path: Path, exc: OSError) -> OutputError:
     cause, no_space = write_cause(exc)
     return WriteFailure(f"{path}: cannot write scratch file ({exc.strerror or first_line(exc)})",
                          f"writing the scratch file {path.parent.name}/{path.name}", cause,
-                         no_space)
+                         no_space, path=path)
 
 
 @contextmanager
@@ -93,7 +93,7 @@ def spill(staging: Path) -> Iterator[Spill]:
         cause, no_space = write_cause(exc)
         raise WriteFailure(f"{directory}: cannot create scratch directory ({exc.strerror})",
                             f"creating the scratch directory {directory.name}", cause,
-                            no_space) from None
+                            no_space, path=directory) from None
     scratch = Spill(directory)
     try:
         yield scratch

@@ -86,7 +86,7 @@ def reconcile(files: Sequence[InputFile], in_source: Sequence[int | None],
         if source is not None and source != got:
             raise ReconcileError(
                 f"{file.path}: the file holds {source:,} {what} rows but the run read "
-                f"{got:,}; nothing was written (a read was cut short: rerun)",
-                str(file.path), source, got)
+                f"{got:,}", str(file.path), source, got, written=False,
+                hint=" (a read was cut short: rerun)")
     return [{"rows_in_source": source, "rows_read": got}
             for source, got in zip(in_source, read)]

@@ -21,7 +21,7 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
-from pipeline.errors import ConfigError, InputError, SnimError, UsageError, cut
+from pipeline.errors import ConfigError, InputError, SnimError, StoreError, UsageError, cut
 from pipeline.io.store.locations import Location, without_secrets
 from pipeline.io.store.run_cache import RunCache
 
@@ -363,10 +363,6 @@ _AZURE_CREDENTIALS = (
     "sas_token (or AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN), a service "
     "principal (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET), or run where a "
     "managed identity or `az login` provides them")
-
-
-class StoreError(SnimError):
-    """An object store refused or could not be reached; exit 1."""
 
 
 def client_url(location: Location) -> str:
