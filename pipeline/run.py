@@ -59,8 +59,7 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     """What the user should know though the run succeeded (an old output kept aside)."""
     rejects: str = ""
-    """Where the rejects are: rejects.parquet (in an object store, below OUT/RUN_ID/), or
-    with --format delta the rejects table."""
+    """Where the rejects are, as the output's kind says (`Output.table`)."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +78,9 @@ class JobOutcome:
 
 def run_job(config: Config, progress: Progress | None = None, run_date: date | None = None,
             warn: Callable[[str], None] | None = None) -> RunResult:
-    """Run the batch job and commit its output whole (`io.outputs.Output`): a directory, an
-    object-store prefix, or with --format delta the night `run_date` (default: today in UTC)
-    of the Delta tables under `config.out`.
+    """Run the batch job and commit its output whole, whatever its kind (`io.outputs.Output`,
+    chosen by `output_for` from the settings; `run_date` is the night a table output
+    replaces, default today in UTC).
 
     Raises SnimError subclasses for user-caused failures; nothing is written then. `warn`
     gets each warning as it arises (an old output kept aside, and where), so that the user
