@@ -4,6 +4,7 @@ one-pass parser, the rule deduplication and the parallel answer pass, over the i
 as a uint8 array."""
 
 include "_common.pxi"
+include "_sg_values.pxi"
 include "_argsort.pxi"
 
 from cython.parallel cimport prange
@@ -503,41 +504,6 @@ cdef inline int64_t _search_right(const int64_t* a, int64_t n, int64_t value) no
         else:
             hi = mid
     return lo
-
-
-ctypedef fused tval:
-    uint8_t
-    uint16_t
-    uint32_t
-    int8_t
-    int16_t
-    int32_t
-    int64_t
-    uint64_t
-
-
-cdef inline int64_t _half_sg(int64_t h) noexcept nogil:
-    while h & 1:
-        h >>= 1
-    return h >> 1
-
-
-cdef inline int64_t _sg_of(int64_t h, int64_t t, const tval* values, const int64_t* base,
-                           const int64_t* length, const int64_t* pre, const int64_t* per,
-                           const int64_t* kind) noexcept nogil:
-    """As lookups.sg_of: -1 when heap h lies beyond table t."""
-    cdef int64_t kd = kind[t]
-    cdef int64_t p
-    if kd == 1:  # KIND_NIM
-        return h
-    if kd == 2:  # KIND_HALF
-        return _half_sg(h)
-    if h < length[t]:
-        return <int64_t>values[base[t] + h]
-    p = per[t]
-    if p > 0:
-        return <int64_t>values[base[t] + pre[t] + (h - pre[t]) % p]
-    return -1
 
 
 cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_t* moves_off,

@@ -3,6 +3,7 @@
 integer dtype."""
 
 include "_common.pxi"
+include "_sg_values.pxi"
 
 from cython.parallel cimport prange
 
@@ -16,43 +17,9 @@ cdef enum:
     AHEAD_ROWS = 16  # as lookups.AHEAD_ROWS
     AHEAD_HEAPS = 32
 
-ctypedef fused tval:
-    uint8_t
-    uint16_t
-    uint32_t
-    int8_t
-    int16_t
-    int32_t
-    int64_t
-    uint64_t
-
-
-cdef inline int64_t _half_sg(int64_t h) noexcept nogil:
-    while h & 1:
-        h >>= 1
-    return h >> 1
-
-
 def half_sg(int64_t h):
     """Take-at-most-half: drop the trailing one-bits of h, then halve."""
     return _half_sg(h)
-
-
-cdef inline int64_t _sg_of(int64_t h, int64_t t, const tval* values, const int64_t* base,
-                           const int64_t* length, const int64_t* pre, const int64_t* per,
-                           const int64_t* kind) noexcept nogil:
-    cdef int64_t kd = kind[t]
-    cdef int64_t p
-    if kd == KIND_NIM:
-        return h
-    if kd == KIND_HALF:
-        return _half_sg(h)
-    if h < length[t]:
-        return <int64_t>values[base[t] + h]
-    p = per[t]
-    if p > 0:
-        return <int64_t>values[base[t] + pre[t] + (h - pre[t]) % p]
-    return BEYOND_TABLE
 
 
 def sg_of(int64_t h, int64_t t, const tval[::1] values, const int64_t[::1] base,

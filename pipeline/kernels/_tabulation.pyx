@@ -2,6 +2,7 @@
 """Compiled part of `tabulation` (see there): the period proof's tabulation."""
 
 include "_common.pxi"
+include "_sg_values.pxi"
 
 from cython.parallel cimport prange
 from libc.stdlib cimport calloc
@@ -10,17 +11,6 @@ import numpy as np
 
 cdef uint64_t _BASE = 0x100000001B3
 cdef uint64_t _U32 = 0xFFFFFFFF
-
-ctypedef fused tval:
-    uint8_t
-    uint16_t
-    uint32_t
-    int8_t
-    int16_t
-    int32_t
-    int64_t
-    uint64_t
-
 
 def mix64(h):
     """splitmix64 finaliser: spreads a polynomial window hash over all 64 bits."""
