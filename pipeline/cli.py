@@ -150,8 +150,8 @@ _INTERRUPT_SAID: list[bool] = []  # the interrupt was reported (see `main`)
 
 def _say_stopped(signum: int | None) -> None:
     """The one line for a run stopped by Ctrl-C (None) or a stop signal."""
-    _INTERRUPT_SAID.append(True)
     _err(stopped_message(signum))
+    _INTERRUPT_SAID.append(True)  # once it is out: a line cut short is said again by `main`
 
 
 def _fail(exc: BaseException, verbose: bool) -> NoReturn:

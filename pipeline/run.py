@@ -116,8 +116,8 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
 
     engine = load_engine(config.engine)
     log.info("run %s: engine %s, output %s", run_id, engine.name, config.out)
-    staging = output.stage(run_id)
     try:
+        staging = output.stage(run_id)
         read_cache = RunCache(whole_objects=engine.keeps_whole_objects)
         with read_cache, engine.open_inputs(config):
             outcome = execute(config, engine, staging, phase, note, read_cache)
@@ -141,8 +141,10 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
                 "reconciled": _reconciled(outcome.counts),
                 "timings_s": timings,
             }
-            with phase("commit"):
-                manifest.update(output.commit(manifest))
+        # the inputs and the engine are let go first: once the output is committed, nothing
+        # is left that could fail the run (and make it say that nothing was written)
+        note("commit")
+        manifest.update(output.commit(manifest))
     except BaseException as error:
         output.roll_back(error)
         raise

@@ -230,12 +230,38 @@ def _stop_pending(alarm: int, frame: FrameType | None) -> None:
 _HANDLERS = (_stop.__code__, _stop_pending.__code__)
 
 
+def _stop_not_lost(unraisable: sys.UnraisableHookArgs) -> None:
+    """`sys.unraisablehook` while the stop handlers are set: a stop raised where Python
+    cannot raise it on (a `__del__`, a weak reference's callback run by the collector) is
+    only printed there and lost, and, `_STOPPING` being set, every later stop signal would
+    be ignored. Such a stop is made pending again instead, for the main thread to raise
+    once that code has returned."""
+    if _STOPPING and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import threading  # not at the top: the module's own imports are kept few
+
+        signum = _STOPPING.pop()
+        if threading.current_thread() is threading.main_thread():  # pending, as in `_stop`
+            _PENDING[:] = [signum]
+            signal.signal(signal.SIGALRM, _stop_pending)
+            signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
+        else:
+            import _thread
+
+            _thread.interrupt_main(signum)
+        return
+    _DEFAULT_UNRAISABLE(unraisable)
+
+
+_DEFAULT_UNRAISABLE = sys.unraisablehook
+
+
 def stop_signals_as_interrupts() -> None:
     """Ctrl-C, SIGTERM (a scheduler's timeout or cancel) and SIGHUP stop a run the same way
     (`_stop`): its staging is removed, the previous output stays, and the exit code is
     128 + the signal. A signal the caller set to be ignored (`nohup`, `&` in a script)
     stays ignored, also after a library's import (`keep_signals_after_imports`)."""
     keep_signals_after_imports()
+    sys.unraisablehook = _stop_not_lost
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(signum, _stop)

@@ -147,3 +147,40 @@ def test_a_stop_while_the_cli_is_imported_says_so(tmp_path: Path, sig: signal.Si
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out, err) == (code, "", f"snim-batch: {said}; nothing was written\n")
+
+
+_STOP_IN_A_DEL = """
+import gc, os, signal, sys, time
+from pipeline.errors import Stopped
+from pipeline.terminal import stop_signals_as_interrupts
+
+stop_signals_as_interrupts()
+
+
+class Dying:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handler runs here, where an exception cannot be raised on
+
+
+try:
+    Dying()
+    gc.collect()
+    for _ in range(100):
+        time.sleep(0.01)
+    print("not stopped")
+except Stopped as stop:
+    print("stopped by", stop.signum)
+"""
+
+
+def test_a_stop_raised_in_a_destructor_is_raised_again_not_lost() -> None:
+    """A stop that lands in a `__del__` (or a weak reference's callback) cannot leave it:
+    Python prints it and goes on. It is raised again in the main line of the program; before,
+    the run went on, and every later stop signal was ignored."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _STOP_IN_A_DEL], capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.strip() == f"stopped by {int(signal.SIGTERM)}", done.stderr
+    assert "Exception ignored" not in done.stderr

@@ -297,8 +297,8 @@ class SparkEvaluation:
     verdicts: DataFrame
     rejects: DataFrame
     rows_per_file: list[int]
-    """Each file's rows: counted by Spark, or from the footers when every file is Parquet
-    (then the verdicts and rejects, which Spark counts, are what reconcile with them)."""
+    """Each file's rows as Spark's tasks read them (hdfs:// files have no count of their
+    own to reconcile them with: Spark's is the only one)."""
     _counts: tuple[pl.DataFrame, pl.DataFrame, int] | None = field(default=None, repr=False)
 
     def _count(self) -> tuple[pl.DataFrame, pl.DataFrame, int]:

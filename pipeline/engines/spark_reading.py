@@ -203,25 +203,19 @@ class SparkWork:
     def tally(self, norm: DataFrame, probed: dict[int, ParquetFile | str]
               ) -> tuple[dict[int, str], list[int]]:
         """The first error of each file that could not be read (the one at its lowest row,
-        as a sequential read meets it), and the rows of every file: from the footers when all
-        are Parquet (one pass over the FATAL rows, no shuffle), else counted by Spark. This
-        job fills the cache of `norm`."""
+        as a sequential read meets it), and the rows Spark's tasks read of every file,
+        counted from the rows themselves (not the footers: the run reconciles these counts
+        with what each file holds). One job, a partial count per task; it fills the cache
+        of `norm`."""
         fatal = F.col("_kind") == FATAL
-        if len(probed) == len(self.paths):
-            found = norm.filter(fatal).select("_file", "_row", "_reason").collect()
-            failed: dict[int, str] = {}
-            for r in sorted(found, key=lambda r: (r["_file"], r["_row"]), reverse=True):
-                failed[r["_file"]] = r["_reason"]
-            rows = [sum(f.row_groups) if isinstance(f := probed[i], ParquetFile) else 0
-                    for i in range(len(self.paths))]
-            return failed, rows
         # min_by hashes (first() would sort every row); DATA rows give it only nulls to skip
         why = F.min_by(F.when(fatal, F.col("_reason")), F.when(fatal, F.col("_row")))
         stats = norm.groupBy("_file", "_kind").agg(F.count(F.lit(1)).alias("n"),
                                                    why.alias("why")).collect()
         rows = [0] * len(self.paths)
         for r in stats:
-            rows[r["_file"]] = r["n"]
+            if r["_kind"] == DATA:
+                rows[r["_file"]] += r["n"]
         return {r["_file"]: r["why"] for r in stats if r["_kind"] == FATAL}, rows
 
     def read_units(self, files: list[ParquetFile], schema: T.StructType,
