@@ -49,9 +49,9 @@ def counted_at_once(file: InputFile, *, cache: RunCache | None = None) -> bool:
     footer (Parquet) or whole bytes (a small CSV object) the run keeps in its `cache`.
     Others are counted by a pass of their own (a local file's, with its checksum), best run
     in the background."""
-    return isinstance(file.path, Location) and (
-        file.format == "parquet" or cache is not None and cache.get("object", file.path)
-        is not None)
+    if not isinstance(file.path, Location) or cache is None:
+        return False
+    return cache.get("footer" if file.format == "parquet" else "object", file.path) is not None
 
 
 def _object_csv_rows(location: Location, cache: RunCache | None) -> int:
