@@ -302,7 +302,9 @@ class _SignalsKept:
         loader = spec.loader
         if loader is None or isinstance(loader, type):  # built-in and frozen modules
             return spec
-        exec_module = loader.exec_module
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None or getattr(exec_module, "keeps_signals", False):
+            return spec  # a loader of the old protocol, or one (shared) wrapped already
 
         def exec_then_keep(module: object) -> None:
             try:
@@ -310,6 +312,7 @@ class _SignalsKept:
             finally:
                 keep_signals()
 
+        exec_then_keep.keeps_signals = True  # type: ignore[attr-defined]
         loader.exec_module = exec_then_keep
         return spec
 
