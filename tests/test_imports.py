@@ -84,3 +84,15 @@ def test_the_graph_sees_lazy_imports_and_finds_a_cycle() -> None:
     assert "pipeline.engines.polars_engine" in graph["pipeline.engines"]  # lazy, in load_engine
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}) == [
         ["a", "b", "c"]]
+
+
+def test_every_role_package_name_in_all_resolves() -> None:
+    """pipeline.io's role packages name their entry points in `__all__`, loaded lazily:
+    each must be found in the module it is said to be in."""
+    import importlib
+
+    for role in ("inputs", "outputs", "read", "store"):
+        package = importlib.import_module(f"pipeline.io.{role}")
+        assert package.__all__, role
+        for name in package.__all__:
+            assert getattr(package, name) is not None, (role, name)

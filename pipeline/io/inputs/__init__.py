@@ -11,17 +11,11 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from pipeline.io._exports import lazy_exports
 
 _EXPORTS = {
     "resolve_inputs": "discovery", "resolve_remote": "remote", "DELTA_TABLE": "remote",
     "described_now": "changes", "ensure_unchanged": "changes", "change_of": "changes",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:  # the modules load when a name is first asked for
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for

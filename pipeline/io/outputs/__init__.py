@@ -14,8 +14,7 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from pipeline.io._exports import lazy_exports
 
 _EXPORTS = {
     "Output": "kinds", "output_for": "kinds", "LocalDirectory": "kinds",
@@ -25,9 +24,4 @@ _EXPORTS = {
     "WriteFailure": "failures",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:  # the modules load when a name is first asked for
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for

@@ -19,8 +19,7 @@ Every function that may read a file twice in a run takes the run's `cache`
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from pipeline.io._exports import lazy_exports
 
 _EXPORTS = {
     "InputFile": "files", "RawTable": "files", "Source": "files",
@@ -31,9 +30,4 @@ _EXPORTS = {
     "reconcile": "source_rows", "rows_in_source": "source_rows",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:  # the modules load when a name is first asked for
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for

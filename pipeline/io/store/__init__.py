@@ -12,8 +12,7 @@ store (or a file) for again: footers, objects' metadata, small objects whole.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from pipeline.io._exports import lazy_exports
 
 _EXPORTS = {
     "Location": "locations", "without_secrets": "locations", "STORES": "locations",
@@ -23,9 +22,4 @@ _EXPORTS = {
     "StoreError": "object_store", "RunCache": "run_cache",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:  # the modules load when a name is first asked for
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for
