@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from pipeline.io._exports import lazy_exports
+from pipeline.io.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "resolve_inputs": "discovery", "resolve_remote": "remote", "DELTA_TABLE": "remote",

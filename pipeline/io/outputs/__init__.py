@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from pipeline.io._exports import lazy_exports
+from pipeline.io.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "Output": "kinds", "output_for": "kinds", "LocalDirectory": "kinds",

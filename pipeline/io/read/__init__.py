@@ -19,7 +19,7 @@ Every function that may read a file twice in a run takes the run's `cache`
 
 from __future__ import annotations
 
-from pipeline.io._exports import lazy_exports
+from pipeline.io.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "InputFile": "files", "RawTable": "files", "Source": "files",

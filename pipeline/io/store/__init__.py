@@ -12,7 +12,7 @@ store (or a file) for again: footers, objects' metadata, small objects whole.
 
 from __future__ import annotations
 
-from pipeline.io._exports import lazy_exports
+from pipeline.io.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "Location": "locations", "without_secrets": "locations", "STORES": "locations",
