@@ -220,13 +220,13 @@ def test_a_failed_run_leaves_every_table_as_it_was(tmp_path: Path) -> None:
     assert versions(root) == before
 
 
-def third_call_fails(real, calls: list[str], message: str):
+def third_call_fails(real, calls: list[str], message: str, **fields):
     """`real` (a delta step taking (root, plan, ...)), whose third call raises OutputError
-    `message`; each call's table name is appended to `calls`."""
+    `message` with `fields`; each call's table name is appended to `calls`."""
     def step(*args, **kwargs):
         calls.append(args[1].name)
         if len(calls) == 3:
-            raise OutputError(message)
+            raise OutputError(message, **fields)
         return real(*args, **kwargs)
 
     return step
@@ -250,10 +250,13 @@ def test_a_run_failing_between_commits_puts_every_table_back(
     rows_before = {t: pl.read_delta(str(root / t)) for t in TABLES}
     calls: list[str] = []
     monkeypatch.setattr(delta, "_commit", third_call_fails(
-        delta._commit, calls, f"{root}/summary: cannot commit the run's rows (refused)"))
+        delta._commit, calls, f"{root}/summary: cannot commit the run's rows (refused)",
+        written=False, hint=" (check the store's permissions)"))
     code, err = rerun(tmp_path, root, "2026-11-01")
     assert code == 1, err
-    assert "every table was put back to its rows before the run" in err
+    # the failed commit's fields survive the roll-back: rendered once, after what it did
+    assert ("cannot commit the run's rows (refused); every table was put back to its rows "
+            "before the run; nothing was written (check the store's permissions)") in err, err
     assert calls == ["verdicts", "rejects", "summary"]
     assert versions(root) == {**before, "verdicts": before["verdicts"] + 2,
                               "rejects": before["rejects"] + 2, "runs": before["runs"] + 2}

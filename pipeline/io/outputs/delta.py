@@ -110,9 +110,11 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
                                      run_date, {**described, "versions": dict(versions)},
                                      runs_base)
         except OutputError as exc:
-            restored = _roll_back(root, previous, run_id)
+            restored, clean = _roll_back(root, previous, run_id)
             _delete_uncommitted(root, uncommitted)  # the tables no commit was tried for
-            raise OutputError(f"{exc}; {restored}", path=exc.path) from None
+            raise OutputError(f"{exc.message}; {restored}", path=exc.path, row=exc.row,
+                              column=exc.column, written=exc.written if clean else True,
+                              refused=exc.refused, hint=exc.hint) from None
     log.info("committed run %s as night %s to %s (versions %s)", run_id, run_date, root.uri,
              versions)
     return versions
@@ -149,11 +151,13 @@ def _author(commit: dict[str, Any]) -> str | None:
     return run.get("run_id") or run.get("by_run_id") if isinstance(run, dict) else None
 
 
-def _roll_back(root: TableRoot, previous: dict[str, int | None], run_id: str) -> str:
+def _roll_back(root: TableRoot, previous: dict[str, int | None],
+               run_id: str) -> tuple[str, bool]:
     """After a failed commit, put each table whose latest commits are the run's own back to
     its rows before them (a restore commit; a table the run created is emptied). A table
     whose latest commit since the run began is another run's is left alone: restoring it
-    would undo that run. Says how that went, for the error message."""
+    would undo that run. Says how that went, for the error message, and whether every table
+    is back to its rows before the run (else part of the run may be in place)."""
     properties = CommitProperties(custom_metadata={METADATA_KEY: {"rolled_back": run_id}})
     failed, kept, restored = [], [], []
     for name, version in previous.items():
@@ -182,10 +186,10 @@ def _roll_back(root: TableRoot, previous: dict[str, int | None], run_id: str) ->
         notes.append("these tables could not be put back and may hold part of the run: "
                      + "; ".join(failed))
     if not notes:
-        return "every table was put back to its rows before the run"
+        return "every table was put back to its rows before the run", True
     if restored:
         notes.insert(0, f"{', '.join(restored)} put back to their rows before the run")
-    return "; ".join(notes)
+    return "; ".join(notes), False
 
 
 def _own_commits(commits: list[dict[str, Any]], run_id: str) -> tuple[int | None, bool]:
