@@ -263,3 +263,20 @@ def test_architecture_is_the_one_module_list():
     assert not unnamed, f"modules docs/ARCHITECTURE.md does not name: {unnamed}"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "pipeline/kernels/" not in readme and "## Layout" not in readme
+
+
+MEASURED = re.compile(
+    r"\d(?:\.\d+)? ?(?:s|ms|GiB|MiB|MB|CPU-s)\b[^\n\"]{0,25}?"
+    r"(?:\bagainst\b|\bnot\b|\bvs\b|->|\bless\b|\bsooner\b)"
+    r"|\b\d+(?:\.\d+)?x (?:slower|faster|as long)|\d(?:\.\d+)?-\d+(?:\.\d+)? ?(?:s|GiB)\b")
+
+
+def test_code_says_why_not_how_fast_it_was():
+    """Measured comparisons (`3.3 s against 3.6 s`, `5x slower`, `1.1-1.3 GiB`) belong in
+    docs/performance.md or benchmarks/results/, not in the code's comments and docstrings."""
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in sorted((ROOT / "pipeline").rglob("*"))
+             if path.suffix in {".py", ".pyx", ".pxi", ".h"}
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if MEASURED.search(line)]
+    assert not found, "move these figures to docs/performance.md:\n" + "\n".join(found)
