@@ -227,6 +227,7 @@ def test_readme_is_a_guide():
     assert len(text.splitlines()) <= 210
     first_block = re.search(r"```[^\n]*\n(.*?)```", text, re.S).group(1).splitlines()
     assert [line.split("#")[0].strip() for line in first_block[:2]] == ["make run", "make test"]
+    assert re.search(r"^## (.+)$", text, re.M).group(1) == "The two commands"
 
 
 def anchors(page: Path) -> set[str]:
