@@ -741,8 +741,9 @@ def bench_spark(repeat: int) -> None:
 
 
 def bench_large() -> None:
-    """The 200M-heap job in every large shape, each with the default options (winning moves
-    on), against the 4 GiB peak RSS goal; every shape's verdicts checked against the first."""
+    """The 200M-heap job in every large shape, each with the code's default options (its
+    working directory has no config.yaml, so winning moves are off), against the 4 GiB peak
+    RSS goal; every shape's verdicts checked against the first."""
     env = environment()
     RES.mkdir(parents=True, exist_ok=True)
     cwd = RES / "cwd"
@@ -772,8 +773,9 @@ def bench_large() -> None:
         *rows,
         "",
         "Command: `snim-batch run --rules DATA/rules.FORMAT --positions DATA/positions --out OUT "
-        "--overwrite --quiet` (winning moves on, the default). Long form holds more than 2^22 "
-        "rows in position order, so it is grouped as it streams (README, \"One machine\").",
+        "--overwrite --quiet` (the code's defaults: winning moves off). Long form holds more "
+        "than 2^22 rows in position order, so it is grouped as it streams "
+        "(docs/performance.md).",
         f"Checks against `{LARGE[0].name}`: " + "; ".join(same) + ".",
         "",
     ]

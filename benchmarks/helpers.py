@@ -1,4 +1,4 @@
-"""Helpers that bench.py runs as subprocesses (so the driver itself stays small; see README).
+"""Helpers that bench.py runs as subprocesses (the driver stays small; benchmarks/README.md).
 
     helpers.py moves OUT --rules R --moves K --max-move M --values N --seed S
         the SG benchmark's input: "R N", then R lines "k s1..sk" (K distinct moves from 1..M)

@@ -215,11 +215,10 @@ def _parsed_ahead(items: Iterator[tuple[list[int], RawTable | None, bool]],
     """`read`'s items, made by a `parse_ahead` thread while the caller normalises the batch
     before, when every file is CSV and the first batch is not small: pyarrow's CSV
     reader runs on one thread (it numbers bad lines), the slowest step of reading large CSV
-    files. Thousands of small files gained nothing from the thread and lost 10% to handing
+    files. Thousands of small files gained nothing from the thread and lost time handing
     their batches over; other input is read by polars and pyarrow on all cores already.
     The thread runs serial kernels only (`csv_scan`), so three threads may run kernels at
-    once without two parallel ones among them. It holds up to two raw batches more (one
-    10M-row CSV file: peak RSS 1.12-1.28 GiB, against 1.01-1.04 GiB without it)."""
+    once without two parallel ones among them. It holds up to two raw batches more."""
     try:
         first = next(items, None) if all(
             format_of(path, cache=cache) == "csv" for path in paths) else None

@@ -1,6 +1,6 @@
 """One exception family; the CLI maps each class to a documented exit code.
 
-Exit codes (README "Exit codes"):
+Exit codes (docs/operations.md, "Exit codes"):
   0  clean run
   1  run failed, nothing written (bad input file, bad rows under --on-bad-rows fail, I/O)
   2  usage or configuration error (bad flag, bad config key or value, missing extra)

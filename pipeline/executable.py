@@ -1,7 +1,7 @@
 """The `snim-batch` executable: the stop handlers first, then the CLI.
 
 Kept apart from `terminal` (which the CLI imports) so that nothing imports the CLI but this
-entry point: the handlers must be in place before typer's imports (0.1-0.3 s), during which
+entry point: the handlers must be in place before typer's imports, during which
 a stop is reported as one during a command is, not by Python's traceback."""
 
 from __future__ import annotations

@@ -40,9 +40,8 @@ def _escape(match: re.Match[str]) -> str:
 def heavy_imports() -> Iterator[None]:
     """A command's imports (polars, pyarrow, the kernels) with the cyclic garbage collector paused,
     then, if they loaded modules, every object so far frozen out of later collections, which
-    would walk them all again. Time in collections (benchmarks/gc_time.py): a 10M-position
-    `run` 0.16-0.24 s -> 0.04 s, `solve` of 50 MB 0.13-0.15 s -> 0.03 s. The collector is
-    left as it was found."""
+    would walk them all again (`benchmarks/gc_time.py` measures the time it saves;
+    docs/performance.md). The collector is left as it was found."""
     was_enabled, modules = gc.isenabled(), len(sys.modules)
     try:
         gc.disable()
@@ -121,8 +120,8 @@ def exit_status(code: object) -> int:
 
 
 def stdin_bytes() -> bytes | memoryview:
-    """All of stdin. A regular file is mapped rather than copied (50 MB of input is 50 MB less
-    fresh memory to touch, 0.03-0.05 s); a pipe or terminal is read. The cost: a file cut
+    """All of stdin. A regular file is mapped rather than copied (no second copy of the input
+    in fresh memory to touch); a pipe or terminal is read. The cost: a file cut
     shorter while it is being solved ends the process with SIGBUS (exit 135), not a message."""
     import mmap
     import stat
@@ -141,9 +140,8 @@ def stdin_bytes() -> bytes | memoryview:
 
 QUIET_THREAD_POOLS = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 """Thread pools the job has no use for kept from spinning, unless the user set these: numpy's
-OpenBLAS pool (never called) spins about 0.1 CPU-s at start, and the kernels' OpenMP workers spin
-between parallel regions on the cores polars reads with. On 10M positions: 0.1-0.4 CPU-s
-less, wall 2-4% less."""
+OpenBLAS pool (never called) spins at start, and the kernels' OpenMP workers spin
+between parallel regions on the cores polars reads with (docs/performance.md)."""
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")

@@ -2,7 +2,7 @@
 
 Every case goes through the real command line (`pipeline.cli.app` in-process through typer's
 CliRunner for speed; a few whole-file cases also through the installed `snim-batch` executable)
-and is checked against what the data contract promises (README: data contract, outputs, exit codes):
+and is checked against what the data contract promises (docs/inputs.md, outputs.md, operations.md):
 
 * reject (default): exit 3; every bad row is in rejects.parquet with its source file, its 0-based
   data row, the key columns as given, the column at fault and a sensible reason; the good rows'
@@ -2126,7 +2126,7 @@ def test_a_list_type_that_cannot_hold_heaps_is_one_line(tmp_path: Path, column: 
 
 
 def test_a_moves_cell_holds_at_most_a_million_values(tmp_path: Path) -> None:
-    """README: at most 1,000,000 values a moves cell, counted as written (a range by each of
+    """docs/inputs.md: at most 1,000,000 values a moves cell, counted as written (a range by each of
     its values). Exactly that many is a rule; one more is a rejected row saying why, in CSV
     (one range, two ranges, a range and a value) and in Parquet alike."""
     million = list(range(1, 1_000_001))
@@ -2168,7 +2168,7 @@ def test_a_moves_cell_holds_at_most_a_million_values(tmp_path: Path) -> None:
 
 def test_a_rule_set_id_given_twice_with_the_same_rule_is_rejected_everywhere(
         tmp_path: Path) -> None:
-    """The key is unique (README): copies of one rule, in one file or in two (CSV and
+    """The key is unique (docs/inputs.md): copies of one rule, in one file or in two (CSV and
     Parquet, written differently: "5,2,2" is {2, 5}), are rejected on every row as copies of
     different rules are, and so are the positions of that rule set; other rule sets are
     evaluated."""

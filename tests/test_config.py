@@ -188,7 +188,7 @@ def test_not_a_mapping_or_not_yaml(tmp_path: Path, text: str) -> None:
 
 def test_work_limits_have_documented_defaults_and_are_configurable(tmp_path: Path) -> None:
     """tables.max_rule_ops and tables.max_run_ops: 2 * 10^9 and 10^10 operations unless set
-    (README), any integer >= 1 when set, and recorded in the manifest's config."""
+    (docs/configuration.md), any integer >= 1 when set, and recorded in the manifest's config."""
     assert (Tables().max_rule_ops, Tables().max_run_ops) == (2_000_000_000, 10_000_000_000)
     cfg = load_config(write(tmp_path / "c.yaml", BASE + (
         "tables:\n  max_rule_ops: 1\n  max_run_ops: 123456789012345\n")))

@@ -136,7 +136,7 @@ def test_two_nights_then_a_rerun_replaces_exactly_its_night(tmp_path: Path) -> N
     assert_frame_equal(verdict_rows(old), expected_verdicts(first))
     old_rejects = night_rows(root, "rejects", NIGHT_1, version=0)
     assert old_rejects.height == 2 and set(old_rejects["column"]) == {"heaps"}
-    # the README's DuckDB query, through deltalake's dataset (duckdb's delta extension is a
+    # docs/delta.md's DuckDB query, through deltalake's dataset (duckdb's delta extension is a
     # download): the same first-version rows
     old_dataset = DeltaTable(str(root / "verdicts"), version=0).to_pyarrow_dataset()
     connection = duckdb.connect()
@@ -988,7 +988,7 @@ def test_history_and_report_after_a_rerun_stopped_between_its_commits(
                                            "--run-date", "2026-11-01"])
     assert status == -signal.SIGKILL
     stopped_id = stopped_run_id(root)
-    assert pl.read_delta(str(root / "runs")).is_empty()  # as the README says
+    assert pl.read_delta(str(root / "runs")).is_empty()  # as docs/delta.md says
     history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
     assert history.select("run_date", "run_id", "version", "state", "live").rows() == [
         ("2026-11-01", first_id, 0, first_state, first_state == "live"),

@@ -1,7 +1,7 @@
 """pipeline.io: finding inputs, CSV row numbering, and the atomic commit of the output directory.
 
 The atomic-commit tests run the real `snim-batch` executable and SIGKILL it at many moments
-(README, Outputs: "a failed or killed run leaves the previous output intact and no partial
+(docs/outputs.md: "a failed or killed run leaves the previous output intact and no partial
 directory that looks complete"; staging directories are hidden `.NAME.partial-PID-RUNID` without a
 manifest.json until the very end).
 """

@@ -1227,9 +1227,9 @@ def test_the_streamed_scan_equals_the_scan_of_the_whole_file(
 
 
 def test_the_readme_polars_recipe_reads_the_committed_output(s3, tmp_path: Path) -> None:
-    """The README's way to read an output from its manifest, run as written (the bucket and
-    prefix replaced), with only the standard AWS environment."""
-    readme = (ROOT / "README.md").read_text()
+    """docs/object-stores.md's way to read an output from its manifest, run as written (the
+    bucket and prefix replaced), with only the standard AWS environment."""
+    readme = (ROOT / "docs" / "object-stores.md").read_text()
     recipe = "# polars" + readme.split("```python\n# polars", 1)[1].split("```", 1)[0]
     recipe = recipe.replace("bucket/verdicts/2026-12-01", "bkt/out")
     sample = ROOT / "data" / "sample"
@@ -1321,11 +1321,12 @@ def test_refused_credentials_exit_1_in_one_line_without_the_secret(
 
 def test_the_readme_duckdb_recipe_reads_the_files_the_manifest_lists(s3_env,
                                                                      tmp_path: Path) -> None:
-    """The README's DuckDB SQL, on a local copy of a committed output (DuckDB's S3 support,
-    httpfs, is an extension downloaded at first use): the same verdicts as the manifest's."""
+    """docs/object-stores.md's DuckDB SQL, on a local copy of a committed output (DuckDB's S3
+    support, httpfs, is an extension downloaded at first use): the same verdicts as the
+    manifest's."""
     import duckdb
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "object-stores.md").read_text()
     sql = readme.split("```sql\n", 1)[1].split("```", 1)[0]
     sample = ROOT / "data" / "sample"
     assert invoke(["run", "--rules", sample / "rules.csv", "--positions",

@@ -181,7 +181,7 @@ def canonical(moves) -> tuple[int, ...]:
 
 def check_move(kind, moves, heaps, move_heap, move_take, sg, small: bool) -> None:
     """A legal move to a losing position (by search for small heaps, else by the SG
-    reference); for small heaps, exactly the one the README fixes among the winning moves
+    reference); for small heaps, exactly the one docs/outputs.md fixes among the winning moves
     search finds: on the first heap whose SG value g has g ^ nim-sum < g (the textbook
     strategy: a move to any smaller value exists), the smallest s in S that wins
     (subtraction), the only one (nim, half)."""
@@ -1166,8 +1166,8 @@ def test_a_table_of_one_value_is_counted_in_the_singular(tmp_path):
 
 
 # ---- work limits: tables.max_rule_ops / tables.max_run_ops ----------------------------------
-# One SG value past SG(0) costs |S| + 200 operations (README); a table stops at a limit and
-# the heaps beyond it are rejected with a reason that names the limit.
+# One SG value past SG(0) costs |S| + 200 operations (docs/configuration.md); a table stops at
+# a limit and the heaps beyond it are rejected with a reason that names the limit.
 
 
 def beyond_reason(heap: int, index: int, label: str, limit: str, tabulated: int) -> str:

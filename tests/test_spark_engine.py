@@ -712,8 +712,8 @@ def test_outputs_inside_the_positions_folder_are_not_read_back(spark, tmp_path):
 
 
 def readme_block(marker: str) -> str:
-    """The README's shell lines from the comment line `marker` to the end of that command."""
-    lines = (ROOT / "README.md").read_text().splitlines()
+    """docs/spark.md's shell lines from the comment line `marker` to the end of that command."""
+    lines = (ROOT / "docs" / "spark.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == marker)
     end = start
     while lines[end].endswith("\\") or lines[end].startswith("#") or "=" in lines[end]:
@@ -724,7 +724,7 @@ def readme_block(marker: str) -> str:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_readme_spark_submit_on_a_standalone_cluster_matches_polars(tmp_path):
-    """A Master and a Worker JVM on 127.0.0.1 run the README's spark-submit command: the
+    """A Master and a Worker JVM on 127.0.0.1 run docs/spark.md's spark-submit command: the
     executors run on the worker, and the four tables equal the polars engine's (with rejects)."""
     from spark_servers import StandaloneCluster, spark_env
 

@@ -394,8 +394,8 @@ def test_an_unreachable_namenode_is_one_line(spark, tmp_path: Path) -> None:
 
 
 def readme_block(marker: str) -> str:
-    """The README's shell lines from the comment line `marker` to the end of that command."""
-    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    """docs/spark.md's shell lines from the comment line `marker` to the end of that command."""
+    lines = (Path(__file__).resolve().parents[1] / "docs" / "spark.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == marker)
     end = start
     while lines[end].endswith("\\") or lines[end].startswith("#"):
@@ -406,7 +406,7 @@ def readme_block(marker: str) -> str:
 @pytest.mark.slow
 def test_readme_hdfs_command_on_a_standalone_cluster(local_as_hdfs: Path, tmp_path: Path
                                                       ) -> None:
-    """The README's HDFS spark-submit command on a real Master and Worker: the driver finds
+    """docs/spark.md's HDFS spark-submit command on a real Master and Worker: the driver finds
     the files through its JVM, the executor reads them (both with the test file system on
     their classpath), and the tables equal the polars engine's."""
     from spark_servers import StandaloneCluster, spark_env

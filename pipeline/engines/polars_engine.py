@@ -33,8 +33,8 @@ from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import TableCache
 from pipeline.transforms import buffers, evaluate, long_form, ordering, outputs, schema
 
-# rows per scratch part: 10M shuffled positions as 50M rows peaked at 1.4 GiB with parts of
-# 2^22 rows, 1.0 GiB with 2^21 (integer keys; UUIDs: 2.8 and 2.3 GiB), in the same time
+# rows per scratch part: smaller parts peak lower, in the same time, than 2^22 rows (the
+# figures are in docs/performance.md)
 LONG_PARTITION_ROWS = 1 << 21
 log = logging.getLogger(__name__)
 
@@ -148,9 +148,8 @@ def _typed_and_attached(batches: Iterator[tuple[int, pl.DataFrame]], index: pl.D
     keys typed and each row's table attached). Done by the thread that evaluates the batches,
     not the one reading them: the reading thread is the busier one (polars' decoding; for
     CSV, the heaps text, after a thread of its own parsed the file), and here the main
-    thread, alternated on the same data, finished 10M positions 0.1-0.3 s sooner (CSV
-    3.30-3.54 s against 3.64-3.88 s, before CSV had its parsing thread; with it, the two
-    places measured the same within noise)."""
+    thread, alternated on the same data, finished sooner (before CSV had its parsing thread;
+    with it, the two places measured the same within noise; docs/performance.md)."""
     for file_index, frame in batches:
         frame = keys.integer_keys(frame)
         same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
@@ -334,8 +333,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     (verdicts in key order, rejects). A key that `text` says any input row made text is text
     in every part, as when all rows are unified at once. Where ranks can stand for the rule
     sets, parts are kept narrow and merged with one sort, as wide batches are (text position
-    ids sorted by the kernel, not polars: 10M shuffled UUID positions took 31.6 s, not
-    36.7)."""
+    ids sorted by the kernel, which is faster than polars at it)."""
     # ranks stand for rule sets when every part's ids have the index's type (text or not):
     # then every part is narrow and the sort never retypes a key that `text` decided
     index_text = index["rule_set_id"].dtype == pl.String

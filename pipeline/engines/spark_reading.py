@@ -223,8 +223,8 @@ class SparkWork:
         """Parquet files the tasks read themselves (`row_groups_task`): a frame of unit
         numbers (`plan_units`, from the footers the driver read), one partition each, then
         coalesced to one partition per core: each task reads its units one after the other,
-        and the stages after the read run a task per core, not one per unit (about 1.5 s
-        less on m_int, local[2])."""
+        and the stages after the read run a task per core, not one per unit (each task has
+        a fixed cost)."""
         units = plan_units(files, self.slots())
         numbers = self.spark.range(0, len(units), 1, max(1, len(units)))
         rows = self.map(numbers, row_groups_task, schema, units=units,

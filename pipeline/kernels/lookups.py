@@ -48,7 +48,7 @@ def nim_sums_wide(offsets, heaps, table_of_row, values, base, length, pre, per, 
 
     Returns (nim_sum, bad_heap): bad_heap is -1 for an evaluated row, else the 0-based index of
     the first heap whose value lies beyond its table (no proven period). The table's parameters
-    are hoisted out of the heap loop: a branchy per-heap lookup was 5x slower. Rows run on
+    are hoisted out of the heap loop: a branchy per-heap lookup was much slower. Rows run on
     all threads. The values of row i + AHEAD_ROWS are prefetched.
     """
     return _lookups.nim_sums_wide(_i64(offsets), _i64(heaps), _i64(table_of_row),

@@ -38,8 +38,8 @@ PARALLEL_ROWS = 1 << 18  # inputs this large are worth a parallel region
 def threads_for(rows: int) -> Iterator[None]:
     """Parallel kernels called within run on one thread when `rows` is small. A parallel
     region waits for all its workers, and on a busy machine (this run's reading threads
-    included) one of them can be a scheduler slice away: a 5,000-row `nim_sums_wide` took
-    11 ms on two threads against 0.12 ms on one, so 400 files of 5,000 rows lost 5 s.
+    included) one of them can be a scheduler slice away, far longer than a small call's
+    work (docs/performance.md).
     The thread count is per calling thread, so other threads keep theirs."""
     if rows >= PARALLEL_ROWS:
         yield

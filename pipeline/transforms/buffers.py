@@ -27,7 +27,7 @@ def joined_text(pieces: list[pl.Series], name: str
                 ) -> tuple[pl.Series, np.ndarray, np.ndarray]:
     """String pieces (no nulls) as one column and its Arrow (offsets, UTF-8 bytes), copied
     into buffers sized up front, each piece let go once copied: concatenating first, then
-    exporting, held the text three times over (10M UUIDs: 0.4 GiB each). Consumes
+    exporting, held the text three times over. Consumes
     `pieces`."""
     rows = sum(p.len() for p in pieces)
     offsets = np.empty(rows + 1, np.int64)
@@ -45,7 +45,7 @@ def joined_text(pieces: list[pl.Series], name: str
 
 
 def arrow_int64(values: np.ndarray) -> pa.Array:
-    """A view of int64 values as Arrow (`pa.array` would import pandas, 0.15 s, to check
+    """A view of int64 values as Arrow (`pa.array` would import pandas, slow to import, to check
     whether they are pandas objects)."""
     return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
 
@@ -63,7 +63,7 @@ def list_chunks(heaps: pl.Series) -> list[tuple[np.ndarray, np.ndarray, int]]:
         child = arr.values
         nulls = child.null_count
         if nulls:
-            import pyarrow.compute as pc  # only here: 50 ms of every run's start otherwise
+            import pyarrow.compute as pc  # only here: else every run's start pays its import
 
             child = pc.fill_null(child, 0)
         values = np.frombuffer(child.buffers()[1], np.int64)[child.offset:

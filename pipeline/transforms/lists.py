@@ -16,8 +16,8 @@ from pipeline.grundy import MAX_HEAP
 from pipeline.transforms.buffers import arrow_int64, text_buffers
 from pipeline.transforms.schema import HEAPS
 
-MAX_RANGE_VALUES = 1_000_000  # values one "FIRST..LAST" range may hold (README, rules)
-MAX_MOVES = 1_000_000  # values one moves cell may hold, ranges counted whole (README, rules)
+MAX_RANGE_VALUES = 1_000_000  # values one "FIRST..LAST" range may hold (docs/inputs.md)
+MAX_MOVES = 1_000_000  # values one moves cell may hold, ranges counted whole (docs/inputs.md)
 
 _INT_TEXT = re.compile(r"^[+-]?[0-9]+$")
 

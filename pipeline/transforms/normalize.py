@@ -97,7 +97,8 @@ def _text_column(raw: pl.DataFrame, name: str, source: str, n: int) -> list[str 
 
 def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
     """A rule_set_id given more than once is rejected on every row, naming the clash: the key
-    is unique (README), so copies of one rule are refused as copies of different ones are."""
+    is unique (docs/inputs.md), so copies of one rule are refused as copies of different ones
+    are."""
     keyed = rules.filter(pl.col("rule_set_id").is_not_null())
     where = pl.format("{} row {}", pl.col("_source"), pl.col("_row"))
     clash = (

@@ -20,7 +20,7 @@ LISTED_CHARS = 200  # a list of column names (or a type) in a message
 
 
 def detect_form(columns: Sequence[str], cols: Columns, source: str) -> str:
-    """'wide' or 'long' from the columns present (README, "Data contract")."""
+    """'wide' or 'long' from the columns present (docs/inputs.md)."""
     has_wide, has_long = cols.heaps in columns, cols.heap in columns
     if has_wide and has_long:
         raise InputError(f"{source}: has both {shown(cols.heaps)} (wide) and "

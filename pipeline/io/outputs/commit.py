@@ -430,8 +430,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
 
 
 # zstd at level 1: on verdict tables as fast as snappy, and no larger than zstd's default
-# level 3 (smaller, with UUID position ids), which takes 1.1x (integer ids) to 1.6x (UUIDs)
-# as long to write
+# level 3 (smaller, with UUID position ids), which is slower to write (docs/performance.md)
 ZSTD_LEVEL = 1
 
 

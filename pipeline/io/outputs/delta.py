@@ -291,7 +291,7 @@ def _batches(plan: _Plan, run_id: str) -> Iterator[pa.RecordBatch]:
 
 def _staged_batches(staged: ds.Dataset) -> Iterator[pa.RecordBatch]:
     """The staged rows one row group at a time: a dataset scanner reads ahead of a consumer
-    slower than it (the Parquet writer) and held 400 MB more at 10M verdicts."""
+    slower than it (the Parquet writer), holding batches it had no use for yet."""
     if not isinstance(staged, ds.FileSystemDataset):
         yield from staged.to_batches()
         return

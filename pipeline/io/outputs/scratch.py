@@ -66,7 +66,7 @@ class Spill:
 
     def read(self, part: int) -> list[pl.DataFrame]:
         """The part's frames back, one contiguous frame per file (grouping a frame of many
-        small chunks peaked higher: 3.1 GiB against 2.7 at 200M long-form rows); each file is
+        small chunks peaked higher); each file is
         removed once read."""
         frames = []
         for path in self.files.pop(part, []):

@@ -127,7 +127,7 @@ def _arrow_batches(path: Source, views: list[str], start: int, count: int | None
 
 def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
                      ) -> Iterator[RawTable]:
-    """polars' streaming reader (about 2x pyarrow's iter_batches here), after pyarrow has
+    """polars' streaming reader (faster than pyarrow's iter_batches here), after pyarrow has
     checked the footer so that a file that is not Parquet gets a plain message; a file with
     list view columns, which polars cannot read, through pyarrow (`_arrow_batches`)."""
     try:
