@@ -172,7 +172,16 @@ class RunPlan:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (`snim-batch explain --json`)."""
-        return {"plan_version": PLAN_VERSION, **dataclasses.asdict(self)}
+        return {"plan_version": PLAN_VERSION, **_plain(dataclasses.asdict(self))}
+
+
+def _plain(value: Any) -> Any:
+    """`value` with its tuples as lists, as JSON gives them back."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
