@@ -446,9 +446,15 @@ def _plan_lines(plan: Any) -> list[str]:
     if p.largest_heap is None:
         lines.append("largest heap: not known before the run (CSV, or Parquet without "
                      "statistics): tables grow as the heaps need, within the limits")
+    elif p.largest_heap_by_rule_set is None:
+        lines.append(f"largest heap: {max(p.largest_heap, 0):,} (the Parquet statistics; the "
+                     "same bound for every rule set)")
     else:
-        lines.append(f"largest heap: {max(p.largest_heap, 0):,} in every rule set at most "
-                     "(the Parquet statistics)")
+        heaps = p.largest_heap_by_rule_set.values()
+        lines.append(f"largest heap: {max(p.largest_heap, 0):,} (the Parquet statistics); per "
+                     "rule set from the row groups' rule_set_id ranges: "
+                     f"{count(sum(h >= 0 for h in heaps), 'rule set')} with heaps, "
+                     f"{sum(h < 0 for h in heaps):,} without")
     subtraction = count(len(t.rules), "subtraction table")
     lines.append(f"SG tables: {subtraction}, at most {count(t.values, 'value')} "
                  f"({size(t.value_bytes)}) and {count(t.ops, 'operation')}"
@@ -464,7 +470,8 @@ def _plan_lines(plan: Any) -> list[str]:
                      "its own; heaps beyond it without a proven period are rejected rows")
     for rule in sorted(t.rules, key=lambda rule: -rule.ops)[:5]:
         stop = f", stopped by {rule.stopped_by}" if rule.stopped_by else ""
-        lines.append(f"  {rule.moves}: {count(rule.rule_sets, 'rule set')}, at most "
+        heap = "" if rule.largest_heap is None else f", heaps <= {max(rule.largest_heap, 0):,}"
+        lines.append(f"  {rule.moves}: {count(rule.rule_sets, 'rule set')}{heap}, at most "
                      f"{count(rule.values, 'value')}, {count(rule.ops, 'operation')}{stop}")
     if len(t.rules) > 5:
         lines.append(f"  ... and {count(len(t.rules) - 5, 'more table')}")

@@ -11,14 +11,15 @@ It never prints: `cli.explain` renders the plan, or prints `RunPlan.as_dict()` a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline import keys
 from pipeline.batches import BATCH_ROWS, positions_form, read_rules
@@ -29,10 +30,9 @@ from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.outputs.commit import target_state
 from pipeline.io.read.csv_reader import csv_row_estimate
 from pipeline.io.read.files import Source
-from pipeline.io.read.footers import parquet_footer, parquet_source
+from pipeline.io.read.footers import parquet_footer, row_group_facts
 from pipeline.io.read.formats import describe
 from pipeline.io.read.readers import as_read, columns_of_each, heap_upper_bound
-from pipeline.io.store.locations import Location
 from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import PRESIZE_LIMIT
 from pipeline.transforms import normalize
@@ -92,7 +92,12 @@ class RulesPlan:
 class PositionsPlan:
     """The positions files, their rows (exact when every file's count is), form and key
     types (INT, TEXT or BY_VALUES), and the largest heap the footers bound (None: a file is
-    CSV, or lacks the statistics)."""
+    CSV, or lacks the statistics). `largest_heap_by_rule_set`: of each valid rule set (by its
+    id as text), the largest heap of the row groups whose rule_set_id range holds it (-1:
+    none does, it has no positions), when every file's row groups bound both (integer keys,
+    Parquet); else None. `row_bytes`: the most a row of any file takes in memory as read (a
+    Parquet file's uncompressed size over its rows, a CSV file's size over its rows,
+    CSV_ROW_COPIES times)."""
 
     files: tuple[FilePlan, ...]
     rows: int
@@ -101,13 +106,16 @@ class PositionsPlan:
     rule_set_id_type: str
     position_id_type: str
     largest_heap: int | None
+    largest_heap_by_rule_set: dict[str, int] | None
+    row_bytes: int
 
 
 @dataclass(frozen=True)
 class RulePlan:
     """One distinct subtraction rule's table, at most: `values` (SG values stored) and `ops`
-    (operations), tabulated for heaps up to `largest_heap` (None: not known, so up to its own
-    limits), `stopped_by` the limit of its own (`tables.max_table_len` or
+    (operations), tabulated for heaps up to `largest_heap` (the largest of its rule sets', or
+    with the tables presized, the input's; None: not known, so up to its own limits),
+    `stopped_by` the limit of its own (`tables.max_table_len` or
     `tables.max_rule_ops`) that would stop it first. A table whose period comes early stops
     sooner; the run-wide limits are `TablesPlan`'s."""
 
@@ -191,8 +199,8 @@ def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
     output = _output_plan(config, run_date)
     with RunCache(whole_objects=config.engine != "spark") as cache:
         rules, distinct, index = _rules_plan(config, cache)
-        positions = _positions_plan(config, cache)
-    tables = _tables_plan(distinct, index, positions.largest_heap, config)
+        positions = _positions_plan(config, cache, index)
+    tables = _tables_plan(distinct, index, positions, config)
     memory = None if config.engine == "spark" else _memory(positions, tables, config)
     return RunPlan(config.engine, config.winning_moves, config.on_bad_rows, rules, positions,
                    tables, output, memory)
@@ -218,14 +226,15 @@ def _rules_plan(config: Config, cache: RunCache) -> tuple[RulesPlan, list[Rule],
     return plan, distinct, index
 
 
-def _positions_plan(config: Config, cache: RunCache) -> PositionsPlan:
+def _positions_plan(config: Config, cache: RunCache, index: pl.DataFrame) -> PositionsPlan:
     """The positions files the run would read (`resolve_inputs`), their form and columns
     checked as the run checks them, their rows and key types from footers and headers."""
     cols = config.columns
     paths = resolve_inputs(config.positions, "positions", config.out, config.storage_options)
     form = positions_form(paths, config, cache=cache)
     heap = cols.heaps if form == "wide" else cols.heap
-    files, id_types, pid_types = [], [], []
+    files, id_types, pid_types, row_bytes = [], [], [], 0
+    groups: list[tuple[int, int, int]] | None = []  # (lowest id, highest id, largest heap)
     for path, columns in zip(paths, columns_of_each(paths, cache=cache)):
         if form == "wide":
             check_columns(columns, [cols.rule_set_id, cols.heaps], [cols.position_id], str(path))
@@ -239,22 +248,87 @@ def _positions_plan(config: Config, cache: RunCache) -> PositionsPlan:
                                   footer.largest.get(heap)))
             types = _parquet_key_types(path, footer.schema, footer.largest,
                                        [cols.rule_set_id, cols.position_id])
+            sizes, ranges = _row_groups(path, [cols.rule_set_id, heap], cache)
+            uncompressed = sum(sizes) if sizes is not None else 4 * file.size
+            groups = _with_groups(groups, footer.row_groups, ranges, cols.rule_set_id, heap)
         else:
             files.append(FilePlan(str(path), "csv", file.size,
                                   csv_row_estimate(path, CSV_SAMPLE, cache=cache),
                                   file.size <= CSV_SAMPLE))
             types = {cols.rule_set_id: BY_VALUES, cols.position_id: BY_VALUES}
+            uncompressed, groups = CSV_ROW_COPIES * file.size, None
+        if files[-1].rows:
+            row_bytes = max(row_bytes, -(-uncompressed // files[-1].rows))
         id_types.append(types[cols.rule_set_id])
         pid_types.append(types[cols.position_id] if cols.position_id in columns else INT)
+    id_type = _run_key_type(id_types)
+    per_rule_set = None
+    if groups is not None and id_type == INT and index["rule_set_id"].dtype == pl.Int64:
+        valid = index.filter(pl.col("table").is_not_null())["rule_set_id"].sort()
+        per_rule_set = dict(zip(map(str, valid.to_list()),
+                                _largest_per_id(valid.to_numpy(), groups).tolist()))
     return PositionsPlan(
         files=tuple(files),
         rows=sum(f.rows for f in files),
         rows_exact=all(f.rows_exact for f in files),
         form=form,
-        rule_set_id_type=_run_key_type(id_types),
+        rule_set_id_type=id_type,
         position_id_type=_run_key_type(pid_types),
         largest_heap=heap_upper_bound(paths, heap, cache=cache),
+        largest_heap_by_rule_set=per_rule_set,
+        row_bytes=row_bytes,
     )
+
+
+def _row_groups(path: Source, names: list[str], cache: RunCache
+                ) -> tuple[list[int] | None, list[dict[str, tuple[int, int] | None]] | None]:
+    """`footers.row_group_facts`, or (None, None) when the footer cannot be read again (the
+    run's reader says what is wrong)."""
+    try:
+        return row_group_facts(path, names, cache=cache)
+    except (pa.ArrowException, OSError, ValueError, SnimError):
+        return None, None
+
+
+def _with_groups(groups: list[tuple[int, int, int]] | None, rows: tuple[int, ...],
+                 ranges: list[dict[str, tuple[int, int] | None]] | None, ids: str, heap: str
+                 ) -> list[tuple[int, int, int]] | None:
+    """`groups` with a file's row groups (lowest and highest rule_set_id, largest heap) added;
+    None once a row group with rows does not bound both."""
+    if groups is None or ranges is None or len(ranges) != len(rows):
+        return None
+    for count, found in zip(rows, ranges):
+        if not count:
+            continue
+        id_range, heap_range = found[ids], found[heap]
+        if id_range is None or heap_range is None:
+            return None
+        groups.append((*id_range, heap_range[1]))
+    return groups
+
+
+def _largest_per_id(ids: np.ndarray, groups: list[tuple[int, int, int]]) -> np.ndarray:
+    """For each of the sorted `ids`, the largest heap of the groups whose id range holds it
+    (-1: none does): the groups largest heap first, each id given its value once (the next
+    id still without one found through `after`, with paths halved), so that wide ranges over
+    many ids cost no more than narrow ones."""
+    largest = np.full(ids.shape[0], -1, np.int64)
+    after = list(range(ids.shape[0] + 1))  # the first id from here on without a value
+
+    def first_open(i: int) -> int:
+        while after[i] != i:
+            after[i] = after[after[i]]
+            i = after[i]
+        return i
+
+    for low, high, heap in sorted(groups, key=lambda group: -group[2]):
+        end = int(np.searchsorted(ids, high, "right"))
+        i = first_open(int(np.searchsorted(ids, low, "left")))
+        while i < end:
+            largest[i] = heap
+            after[i] = i + 1
+            i = first_open(i + 1)
+    return largest
 
 
 def _parquet_key_types(path: Source, schema: pa.Schema, largest: dict[str, int | None],
@@ -298,44 +372,63 @@ def _run_key_type(types: list[str | None]) -> str:
     return BY_VALUES if BY_VALUES in seen else INT
 
 
-def _tables_plan(distinct: list[Rule], index: pl.DataFrame, largest_heap: int | None,
+def _tables_plan(distinct: list[Rule], index: pl.DataFrame, positions: PositionsPlan,
                  config: Config) -> TablesPlan:
     """Each subtraction rule's table at most (`RulePlan`), and their sum against the run-wide
-    limits, counted as `grundy.TableBudget` counts them: a value costs `Rule.value_ops`."""
+    limits, counted as `grundy.TableBudget` counts them: a value costs `Rule.value_ops`.
+    Tables are presized as the run presizes them (`tables.TableCache.presize`): every one for
+    the input's largest heap, when it is small and no limit stops a table on the way; else
+    each grows to its own rule sets' largest heap, where the row groups say it."""
     t = config.tables
-    shared = dict(index.filter(pl.col("table").is_not_null()).group_by("table").len()
-                  .iter_rows())
-    rules = []
-    for number, rule in enumerate(distinct):
-        if rule.kind != "subtraction":
-            continue
-        own = {"max_table_len": t.max_table_len, "max_rule_ops": rule.ops_len(t.max_rule_ops)}
-        name = min(own, key=own.__getitem__)
-        need = own[name] if largest_heap is None else min(largest_heap, MAX_HEAP - 1) + 1
-        values = max(1, min(need, own[name]))
-        rules.append(RulePlan(rule.label, shared.get(number, 0), largest_heap, values,
-                              (values - 1) * rule.value_ops,
-                              f"tables.{name}" if largest_heap is not None and need > own[name]
-                              else None))
-    values = sum(r.values for r in rules)
-    ops = sum(r.ops for r in rules)
-    binds = tuple(f"tables.{name}" for name, total, limit in (
-        ("max_total_values", values, t.max_total_values), ("max_run_ops", ops, t.max_run_ops))
-        if total > limit)
-    stopped = sum(r.stopped_by is not None for r in rules)
-    values, ops = min(values, t.max_total_values), min(ops, t.max_run_ops)
+    valid = index.filter(pl.col("table").is_not_null())
+    shared = dict(valid.group_by("table").len().iter_rows())
+    largest = positions.largest_heap
+    by_rule: dict[int, int] = {}
+    if positions.largest_heap_by_rule_set is not None:
+        for key, table in zip(valid["rule_set_id"].to_list(), valid["table"].to_list()):
+            heap = positions.largest_heap_by_rule_set[str(key)]
+            by_rule[table] = max(by_rule.get(table, -1), heap)
+
+    def planned(bound: Callable[[int], int | None]) -> list[RulePlan]:
+        rules = []
+        for number, rule in enumerate(distinct):
+            if rule.kind != "subtraction":
+                continue
+            heap = bound(number)
+            own = {"max_table_len": t.max_table_len,
+                   "max_rule_ops": rule.ops_len(t.max_rule_ops)}
+            name = min(own, key=own.__getitem__)
+            need = own[name] if heap is None else min(heap, MAX_HEAP - 1) + 1
+            values = max(1, min(need, own[name]))
+            rules.append(RulePlan(rule.label, shared.get(number, 0), heap, values,
+                                  (values - 1) * rule.value_ops,
+                                  f"tables.{name}" if heap is not None and need > own[name]
+                                  else None))
+        return rules
+
+    def run_wide(rules: list[RulePlan]) -> tuple[str, ...]:
+        return tuple(f"tables.{name}" for name, total, limit in (
+            ("max_total_values", sum(r.values for r in rules), t.max_total_values),
+            ("max_run_ops", sum(r.ops for r in rules), t.max_run_ops)) if total > limit)
+
+    rules = planned(lambda number: largest)
+    presized = (largest is not None and 0 <= largest < PRESIZE_LIMIT
+                and not any(r.stopped_by for r in rules) and not run_wide(rules))
+    if not presized and by_rule:
+        rules = planned(lambda number: by_rule.get(number, -1))
+    binds = run_wide(rules)
+    values = min(sum(r.values for r in rules), t.max_total_values)
     most_moves = max((len(rule.moves) for rule in distinct), default=0)
     width = 1 if most_moves < 2**8 - 1 else 2 if most_moves < 2**16 - 1 else 4
     return TablesPlan(
-        largest_heap=largest_heap,
-        presized=(largest_heap is not None and 0 <= largest_heap < PRESIZE_LIMIT
-                  and not stopped and not binds),
+        largest_heap=largest,
+        presized=presized,
         values=values,
-        ops=ops,
+        ops=min(sum(r.ops for r in rules), t.max_run_ops),
         probe_ops=t.period_probe_ops if rules else 0,
         limits=dataclasses.asdict(t),
         binds=binds,
-        stopped_by_own_limit=stopped,
+        stopped_by_own_limit=sum(r.stopped_by is not None for r in rules),
         value_bytes=values * width,
         rules=tuple(rules),
     )
@@ -343,32 +436,12 @@ def _tables_plan(distinct: list[Rule], index: pl.DataFrame, largest_heap: int | 
 
 def _memory(positions: PositionsPlan, tables: TablesPlan, config: Config) -> int:
     """Estimated peak memory of the polars engine's run (see the model's constants)."""
-    row_bytes = max((_row_bytes(f, config) for f in positions.files if f.rows), default=0)
-    batches = BATCHES_IN_FLIGHT * BATCH_COPIES * min(positions.rows, BATCH_ROWS) * row_bytes
+    batches = (BATCHES_IN_FLIGHT * BATCH_COPIES * min(positions.rows, BATCH_ROWS)
+               * positions.row_bytes)
     verdict = (VERDICT_BYTES + (TEXT_ID_BYTES if positions.position_id_type != INT else 0)
                + (WINNING_MOVE_BYTES if config.winning_moves else 0))
     # long form: at most one position per row
     return PROCESS_BYTES + batches + positions.rows * verdict + 2 * tables.value_bytes
-
-
-def _row_bytes(file: FilePlan, config: Config) -> int:
-    """Bytes a row of `file` takes in memory as read: a Parquet file's uncompressed size
-    over its rows (its footer's), a CSV file's size over its rows, CSV_ROW_COPIES times."""
-    if file.format == "csv":
-        return CSV_ROW_COPIES * -(-file.size // file.rows)
-    path: Source = (Location.parse(file.path, Path.cwd()) if "://" in file.path
-                    else Path(file.path))
-    try:
-        source = parquet_source(path)
-        try:
-            meta = pq.read_metadata(source)
-        finally:
-            if not isinstance(source, Path):
-                source.close()
-        total = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
-    except (pa.ArrowException, OSError, ValueError, SnimError):
-        total = 4 * file.size  # compressed about four to one
-    return -(-total // file.rows)
 
 
 def _output_plan(config: Config, run_date: date | None) -> OutputPlan:

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import write_csv, write_parquet
 
@@ -73,6 +75,8 @@ def test_wide_parquet_int_keys_exact_counts_and_nothing_written(wide_parquet: Pa
     assert (positions["rows"], positions["rows_exact"], positions["form"]) == (5, True, "wide")
     assert (positions["rule_set_id_type"], positions["position_id_type"]) == (INT, INT)
     assert positions["largest_heap"] == 300
+    # both files' row groups hold rule sets 1 to 3: each may have heaps up to 300
+    assert positions["largest_heap_by_rule_set"] == {"1": 300, "2": 300, "3": 300}
     tables = plan["tables"]
     assert tables["largest_heap"] == 300 and tables["presized"] is True
     assert tables["rules"] == [{"moves": "{1, 3, 4}", "rule_sets": 2, "largest_heap": 300,
@@ -95,10 +99,12 @@ def test_the_human_plan_says_the_same(wide_parquet: Path) -> None:
     assert lines[3] == "positions: 2 files, 5 rows, wide form; rule_set_id int, position_id int"
     assert lines[4].startswith(f"  {wide_parquet / 'positions' / 'part-0.parquet'}: parquet, ")
     assert lines[4].endswith(", 3 rows, heaps <= 300")
-    assert "largest heap: 300 in every rule set at most (the Parquet statistics)" in lines
+    assert ("largest heap: 300 (the Parquet statistics); per rule set from the row groups' "
+            "rule_set_id ranges: 3 rule sets with heaps, 0 without") in lines
     assert ("SG tables: 1 subtraction table, at most 301 values (301 bytes) and 60,900 "
             "operations; built at once from the footers' bound") in lines
-    assert "  {1, 3, 4}: 2 rule sets, at most 301 values, 60,900 operations" in lines
+    assert ("  {1, 3, 4}: 2 rule sets, heaps <= 300, at most 301 values, 60,900 operations"
+            in lines)
     assert lines[-2] == (f"output: {wide_parquet / 'out'} (parquet): does not exist; it would "
                          "be created")
     assert lines[-1] == "nothing was run or written"
@@ -123,6 +129,7 @@ def test_long_csv_text_keys(tmp_path: Path) -> None:
     assert (positions["rule_set_id_type"], positions["position_id_type"]) == (BY_VALUES,
                                                                              BY_VALUES)
     assert positions["largest_heap"] is None  # CSV has no statistics
+    assert positions["largest_heap_by_rule_set"] is None
     tables = plan["tables"]
     assert tables["presized"] is False
     (rule,) = tables["rules"]
@@ -145,6 +152,38 @@ def test_parquet_text_keys_and_a_uint64_key_beyond_int64(tmp_path: Path) -> None
     small = explained("--rules", "rules.csv", "--positions", "q", "--out", "o", cwd=tmp_path)
     assert small["positions"]["rule_set_id_type"] == INT
     assert small["positions"]["position_id_type"] == BY_VALUES
+    assert not (tmp_path / "o").exists()
+
+
+def test_largest_heap_per_rule_set_from_row_groups(tmp_path: Path) -> None:
+    """Positions sorted by rule set, two rows a row group: each rule set's own largest heap,
+    and each table grown for its own rule sets (the input's bound, 10^6, is too large for the
+    tables to be presized)."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[1, "", "1 2"], [2, "", "2 1"], [3, "", "3"], [4, "nim", ""], [5, "", "7"]])
+    rows = [(1, [100, 4]), (1, [5]), (2, [70_000]), (2, [3]), (3, [500]), (3, []),
+            (4, [10**6]), (4, [0])]
+    table = pa.table({"rule_set_id": [r for r, _ in rows], "position_id": list(range(8)),
+                      "heaps": [h for _, h in rows]})
+    (tmp_path / "p").mkdir()
+    pq.write_table(table, tmp_path / "p" / "sorted.parquet", row_group_size=2)
+    assert pq.read_metadata(tmp_path / "p" / "sorted.parquet").num_row_groups == 4
+    plan = explained("--rules", "rules.csv", "--positions", "p", "--out", "o", cwd=tmp_path)
+    positions, tables = plan["positions"], plan["tables"]
+    assert positions["largest_heap"] == 10**6
+    assert positions["largest_heap_by_rule_set"] == {"1": 100, "2": 70_000, "3": 500,
+                                                     "4": 10**6, "5": -1}
+    assert tables["presized"] is False
+    assert [(r["moves"], r["rule_sets"], r["largest_heap"], r["values"], r["ops"])
+            for r in tables["rules"]] == [
+        ("{1, 2}", 2, 70_000, 70_001, 70_000 * 202), ("{3}", 1, 500, 501, 500 * 201),
+        ("{7}", 1, -1, 1, 0)]
+    assert (tables["values"], tables["ops"]) == (70_001 + 501 + 1, 70_000 * 202 + 500 * 201)
+    human = snim("explain", "--rules", "rules.csv", "--positions", "p", "--out", "o",
+                 cwd=tmp_path).stdout
+    assert ("largest heap: 1,000,000 (the Parquet statistics); per rule set from the row "
+            "groups' rule_set_id ranges: 4 rule sets with heaps, 1 without") in human
+    assert "  {1, 2}: 2 rule sets, heaps <= 70,000, at most 70,001 values" in human
     assert not (tmp_path / "o").exists()
 
 
