@@ -456,15 +456,16 @@ def _plan_lines(plan: Any) -> list[str]:
                      f"{count(sum(h >= 0 for h in heaps), 'rule set')} with heaps, "
                      f"{sum(h < 0 for h in heaps):,} without")
     subtraction = count(len(t.rules), "subtraction table")
+    bounded = "" if t.bounded else " (the heaps not known: at their limits)"
     lines.append(f"SG tables: {subtraction}, at most {count(t.values, 'value')} "
-                 f"({size(t.value_bytes)}) and {count(t.ops, 'operation')}"
+                 f"({size(t.value_bytes)}) and {count(t.ops, 'operation')}{bounded}"
                  + ("; built at once from the footers' bound" if t.presized else ""))
     limits = ", ".join(f"{name} {value:,}" for name, value in t.limits.items())
     lines.append(f"  limits: {limits}")
     if t.binds:
-        lines.append(f"  the tables together pass {' and '.join(t.binds)}: tables stop where "
-                     "it runs out, in the order the data asks for them, and heaps beyond "
-                     "them are rejected rows")
+        lines.append(f"  the tables together {'pass' if t.bounded else 'may pass'} "
+                     f"{' and '.join(t.binds)}: tables stop where it runs out, in the order "
+                     "the data asks for them, and heaps beyond them are rejected rows")
     if t.stopped_by_own_limit:
         lines.append(f"  {count(t.stopped_by_own_limit, 'table')} would stop at a limit of "
                      "its own; heaps beyond it without a proven period are rejected rows")
@@ -478,8 +479,14 @@ def _plan_lines(plan: Any) -> list[str]:
     if t.probe_ops:
         lines.append(f"period probe: up to {count(t.probe_ops, 'operation')} more, proving "
                      "periods for sg_tables")
-    lines.append("memory: the Spark executors' (not estimated)" if plan.memory_bytes is None
-                 else f"memory: about {size(plan.memory_bytes)} at peak (an estimate)")
+    m = plan.memory
+    if m is None:
+        lines.append("memory: the Spark executors' (not estimated)")
+    else:
+        lines.append(f"memory: about {size(m.total)} at peak, an estimate: {size(m.process)} "
+                     f"the process, {size(m.batches)} batches in flight, {size(m.verdicts)} "
+                     f"verdicts, {size(m.tables)} SG tables"
+                     + ("" if t.bounded else " at their limits (the heaps not known)"))
     state = {"create": "does not exist; it would be created",
              "fill": "an empty directory; it would be filled",
              "replace": "a snim-batch output; it would be replaced (--overwrite)",

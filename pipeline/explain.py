@@ -134,9 +134,12 @@ class TablesPlan:
     once from the footers' bound before any row is read (the bound is below 2^16 and no limit
     stops a table). `binds`: the run-wide limits the tables' sum passes, which then decide
     where tables stop (in the order the data asks for them). `probe_ops`: work spent on top,
-    at most, proving periods for sg_tables."""
+    at most, proving periods for sg_tables. `bounded`: False when the heaps are not known
+    before the run, so that the tables are counted at their limits (`binds` then says what
+    the tables could pass, at most)."""
 
     largest_heap: int | None
+    bounded: bool
     presized: bool
     values: int
     ops: int
@@ -146,6 +149,20 @@ class TablesPlan:
     stopped_by_own_limit: int
     value_bytes: int
     rules: tuple[RulePlan, ...]
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Estimated peak memory of the polars engine's process, in bytes, by part (see the
+    model's constants): the process with its libraries, the batches in flight, the verdicts
+    kept until the final sort (long form: one per row, at most), the SG tables (at their
+    limits when the heaps are not known: `TablesPlan.bounded`), and their `total`."""
+
+    process: int
+    batches: int
+    verdicts: int
+    tables: int
+    total: int
 
 
 @dataclass(frozen=True)
@@ -175,8 +192,8 @@ class RunPlan:
     positions: PositionsPlan
     tables: TablesPlan
     output: OutputPlan
-    memory_bytes: int | None
-    """Estimated peak memory of the polars engine's process (None for Spark: its executors')."""
+    memory: MemoryPlan | None
+    """None for the Spark engine, whose memory is its executors'."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (`snim-batch explain --json`)."""
@@ -422,6 +439,7 @@ def _tables_plan(distinct: list[Rule], index: pl.DataFrame, positions: Positions
     width = 1 if most_moves < 2**8 - 1 else 2 if most_moves < 2**16 - 1 else 4
     return TablesPlan(
         largest_heap=largest,
+        bounded=largest is not None,
         presized=presized,
         values=values,
         ops=min(sum(r.ops for r in rules), t.max_run_ops),
@@ -434,14 +452,15 @@ def _tables_plan(distinct: list[Rule], index: pl.DataFrame, positions: Positions
     )
 
 
-def _memory(positions: PositionsPlan, tables: TablesPlan, config: Config) -> int:
+def _memory(positions: PositionsPlan, tables: TablesPlan, config: Config) -> MemoryPlan:
     """Estimated peak memory of the polars engine's run (see the model's constants)."""
     batches = (BATCHES_IN_FLIGHT * BATCH_COPIES * min(positions.rows, BATCH_ROWS)
                * positions.row_bytes)
     verdict = (VERDICT_BYTES + (TEXT_ID_BYTES if positions.position_id_type != INT else 0)
                + (WINNING_MOVE_BYTES if config.winning_moves else 0))
-    # long form: at most one position per row
-    return PROCESS_BYTES + batches + positions.rows * verdict + 2 * tables.value_bytes
+    verdicts, table_bytes = positions.rows * verdict, 2 * tables.value_bytes
+    return MemoryPlan(PROCESS_BYTES, batches, verdicts, table_bytes,
+                      PROCESS_BYTES + batches + verdicts + table_bytes)
 
 
 def _output_plan(config: Config, run_date: date | None) -> OutputPlan:

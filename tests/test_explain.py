@@ -79,13 +79,18 @@ def test_wide_parquet_int_keys_exact_counts_and_nothing_written(wide_parquet: Pa
     assert positions["largest_heap_by_rule_set"] == {"1": 300, "2": 300, "3": 300}
     tables = plan["tables"]
     assert tables["largest_heap"] == 300 and tables["presized"] is True
+    assert tables["bounded"] is True
     assert tables["rules"] == [{"moves": "{1, 3, 4}", "rule_sets": 2, "largest_heap": 300,
                                 "values": 301, "ops": 300 * 203, "stopped_by": None}]
     assert (tables["values"], tables["ops"], tables["binds"]) == (301, 300 * 203, [])
     assert plan["output"] == {"location": str(wide_parquet / "out"), "format": "parquet",
                               "overwrite": False, "exists": False, "action": "create",
                               "problem": None, "run_date": None}
-    assert plan["memory_bytes"] > PROCESS_BYTES
+    memory = plan["memory"]
+    assert memory["process"] == PROCESS_BYTES and memory["verdicts"] == 5 * 16
+    assert memory["tables"] == 2 * 301  # one byte a value, the flat copy beside the tables
+    assert memory["batches"] > 0
+    assert memory["total"] == sum(v for k, v in memory.items() if k != "total")
 
 
 def test_the_human_plan_says_the_same(wide_parquet: Path) -> None:
@@ -108,6 +113,9 @@ def test_the_human_plan_says_the_same(wide_parquet: Path) -> None:
     assert lines[-2] == (f"output: {wide_parquet / 'out'} (parquet): does not exist; it would "
                          "be created")
     assert lines[-1] == "nothing was run or written"
+    (memory,) = [line for line in lines if line.startswith("memory: about ")]
+    assert "at peak, an estimate: 200.0 MiB the process, " in memory
+    assert memory.endswith(", 80 bytes verdicts, 602 bytes SG tables")
     assert not (wide_parquet / "out").exists()
 
 
@@ -131,7 +139,7 @@ def test_long_csv_text_keys(tmp_path: Path) -> None:
     assert positions["largest_heap"] is None  # CSV has no statistics
     assert positions["largest_heap_by_rule_set"] is None
     tables = plan["tables"]
-    assert tables["presized"] is False
+    assert tables["presized"] is False and tables["bounded"] is False
     (rule,) = tables["rules"]
     assert (rule["moves"], rule["rule_sets"], rule["largest_heap"]) == ("{2, 5}", 2, None)
     assert rule["values"] == 2_000_000_000 // 202 + 1  # up to its own limit, max_rule_ops
@@ -281,7 +289,7 @@ def test_limits_against_the_tables(wide_parquet: Path) -> None:
 def test_spark_and_delta_are_planned_without_starting_them(wide_parquet: Path) -> None:
     spark = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "out",
                       "--engine", "spark", cwd=wide_parquet)
-    assert spark["engine"] == "spark" and spark["memory_bytes"] is None
+    assert spark["engine"] == "spark" and spark["memory"] is None
     pytest.importorskip("deltalake")
     delta = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "tables",
                       "--format", "delta", "--run-date", "2026-03-04", cwd=wide_parquet)
