@@ -175,7 +175,7 @@ class OutputPlan:
     location: str
     format: str
     overwrite: bool
-    exists: bool
+    exists: bool | None  # None: an object-store output the run refuses (whatever is there)
     action: str
     problem: str | None = None
     run_date: str | None = None
@@ -474,7 +474,8 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
 
     location, fmt, overwrite = str(config.out), config.output.format, config.overwrite
     night = (run_date or datetime.now(UTC).date()).isoformat() if fmt == "delta" else None
-    exists = isinstance(config.out, Path) and (config.out.exists() or config.out.is_symlink())
+    exists = (config.out.exists() or config.out.is_symlink()) if isinstance(config.out, Path) \
+        else None
     try:
         output = output_for(config.out, fmt, overwrite, config.storage_options,
                             lambda message: None, run_date)

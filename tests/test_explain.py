@@ -311,3 +311,40 @@ def test_explain_takes_runs_options() -> None:
     assert options["explain"].items() <= options["run"].items()
     assert {("--rules",), ("--positions",), ("--out",), ("--config",),
             ("--overwrite",)} <= options["explain"].keys()
+
+
+def test_inputs_and_output_in_an_object_store(s3, wide_parquet: Path) -> None:
+    """Footers read by range from S3, and the output's state read from its manifest: nothing
+    is written to the bucket."""
+    client = s3.client()
+    client.upload_file(str(wide_parquet / "rules.parquet"), "bkt", "in/rules.parquet")
+    for name in ("part-0.parquet", "part-1.parquet"):
+        client.upload_file(str(wide_parquet / "positions" / name), "bkt", f"in/pos/{name}")
+    config = wide_parquet / "config.yaml"
+    config.write_text("rules: s3://bkt/in/rules.parquet\npositions: s3://bkt/in/pos\n"
+                      "out: s3://bkt/out\nstorage_options:\n" + "".join(
+                          f"  {k}: '{v}'\n" for k, v in s3.storage_options().items()))
+
+    def objects() -> dict[str, str]:
+        listed = client.list_objects_v2(Bucket="bkt").get("Contents", [])
+        return {o["Key"]: o["ETag"] for o in listed}
+
+    before = objects()
+    plan = explained("--config", str(config), cwd=wide_parquet)
+    assert objects() == before
+    positions = plan["positions"]
+    assert [(f["path"], f["rows"], f["rows_exact"], f["largest_heap"])
+            for f in positions["files"]] == [("s3://bkt/in/pos/part-0.parquet", 3, True, 300),
+                                             ("s3://bkt/in/pos/part-1.parquet", 2, True, 9)]
+    assert (plan["rules"]["rule_sets"], positions["form"], positions["largest_heap"]) == (
+        3, "wide", 300)
+    assert plan["output"]["action"] == "create" and plan["output"]["exists"] is False
+    ran = snim("run", "--config", str(config), cwd=wide_parquet)
+    assert ran.returncode == 3, ran.stderr
+    before = objects()
+    refused = explained("--config", str(config), cwd=wide_parquet)["output"]
+    assert (refused["action"], refused["exists"], refused["problem"]) == (
+        "refused", None, "s3://bkt/out: output already exists (pass --overwrite to replace it)")
+    replaced = explained("--config", str(config), "--overwrite", cwd=wide_parquet)["output"]
+    assert (replaced["action"], replaced["exists"]) == ("replace", True)
+    assert objects() == before
