@@ -33,6 +33,7 @@ from pipeline.io.read.files import Source
 from pipeline.io.read.footers import parquet_footer, row_group_facts
 from pipeline.io.read.formats import describe
 from pipeline.io.read.readers import as_read, columns_of_each, heap_upper_bound
+from pipeline.io.store.locations import Location
 from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import PRESIZE_LIMIT
 from pipeline.transforms import normalize
@@ -247,6 +248,10 @@ def _positions_plan(config: Config, cache: RunCache, index: pl.DataFrame) -> Pos
     """The positions files the run would read (`resolve_inputs`), their form and columns
     checked as the run checks them, their rows and key types from footers and headers."""
     cols = config.columns
+    if config.engine == "spark" and Location.parse(config.positions, Path.cwd()).scheme == "hdfs":
+        raise UsageError(f"{config.positions}: explain does not plan hdfs:// positions, which "
+                         "only a Spark session reaches (the run starts one; explain starts "
+                         "none)")
     paths = resolve_inputs(config.positions, "positions", config.out, config.storage_options)
     form = positions_form(paths, config, cache=cache)
     heap = cols.heaps if form == "wide" else cols.heap

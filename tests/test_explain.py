@@ -290,6 +290,11 @@ def test_spark_and_delta_are_planned_without_starting_them(wide_parquet: Path) -
     spark = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "out",
                       "--engine", "spark", cwd=wide_parquet)
     assert spark["engine"] == "spark" and spark["memory"] is None
+    hdfs = snim("explain", "--rules", "rules.parquet", "--positions", "hdfs://nn:9000/p",
+                "--out", "out", "--engine", "spark", cwd=wide_parquet)
+    assert (hdfs.returncode, hdfs.stderr) == (2, (
+        "snim-batch: error: hdfs://nn:9000/p: explain does not plan hdfs:// positions, which "
+        "only a Spark session reaches (the run starts one; explain starts none)\n"))
     pytest.importorskip("deltalake")
     delta = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "tables",
                       "--format", "delta", "--run-date", "2026-03-04", cwd=wide_parquet)
