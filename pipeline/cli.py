@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import inspect
 import logging
 import re
 import signal
@@ -226,6 +227,28 @@ def _load(config: Path | None, rules: str | None, positions: str | None, out: st
                      "and --out")
 
 
+def _run_config(config: Path | None, rules: str | None, positions: str | None, out: str | None,
+                engine: Engine | None, winning_moves: bool | None, on_bad_rows: Policy | None,
+                overwrite: bool | None, spark_master: str | None,
+                output_format: OutputFormat | None, spark_remote: str | None):
+    """The settings of a run (`run`, `explain`): the config file's, with the options given."""
+    from pipeline.config import resolve_location, resolve_output
+
+    cfg = _load(config, rules, positions, out)
+    return cfg.override(
+        rules=resolve_location(rules, Path.cwd()) if rules else None,
+        positions=resolve_location(positions, Path.cwd()) if positions else None,
+        out=resolve_output(out, Path.cwd()) if out else None,
+        engine=engine.value if engine else None,
+        winning_moves=winning_moves,
+        on_bad_rows=on_bad_rows.value if on_bad_rows else None,
+        overwrite=overwrite,
+        spark=_spark_options(cfg.spark, spark_master, spark_remote),
+        output=(dataclasses.replace(cfg.output, format=output_format.value)
+                if output_format else None),
+    )
+
+
 @app.command(short_help="Evaluate every position; write verdicts, rejects and a manifest.")
 def run(
     config: Annotated[Path | None, typer.Option(
@@ -283,22 +306,10 @@ def run(
     try:
         with heavy_imports():
             import pipeline.engines.polars_engine  # noqa: F401 - the default engine's modules
-            from pipeline.config import resolve_location, resolve_output
             from pipeline.run import run_job
 
-        cfg = _load(config, rules, positions, out)
-        cfg = cfg.override(
-            rules=resolve_location(rules, Path.cwd()) if rules else None,
-            positions=resolve_location(positions, Path.cwd()) if positions else None,
-            out=resolve_output(out, Path.cwd()) if out else None,
-            engine=engine.value if engine else None,
-            winning_moves=winning_moves,
-            on_bad_rows=on_bad_rows.value if on_bad_rows else None,
-            overwrite=overwrite,
-            spark=_spark_options(cfg.spark, spark_master, spark_remote),
-            output=(dataclasses.replace(cfg.output, format=output_format.value)
-                    if output_format else None),
-        )
+        cfg = _run_config(config, rules, positions, out, engine, winning_moves, on_bad_rows,
+                          overwrite, spark_master, output_format, spark_remote)
         night = _run_date(run_date) if run_date is not None else None
         configure_logging(quiet, verbose)
         _warn_unused_spark(cfg.engine, spark_master, spark_remote)
@@ -335,6 +346,156 @@ def _run_date(text: str):
     from pipeline.errors import shown
 
     raise UsageError(f"--run-date: expected a date YYYY-MM-DD, got {shown(text)}")
+
+
+# `explain` takes `run`'s own options (their definitions, read from `run`'s signature, so
+# that a change to one is a change to both) but for those that only shape a run's output on
+# the terminal, and adds --json.
+_EXPLAIN_OPTIONS = ("config", "rules", "positions", "out", "engine", "winning_moves",
+                    "on_bad_rows", "overwrite", "spark_master", "output_format", "run_date",
+                    "spark_remote", "verbose")
+
+
+def explain(**options: Any) -> None:
+    """Show what `run` would do with the same options, reading only what is cheap: the rules
+    table, Parquet footers, CSV headers (and the first 4 MiB, for an estimate of the rows).
+
+    Prints the input files and their rows (exact from Parquet footers; estimated for large
+    CSV files, and marked so), the positions form and key types, the distinct rules, the
+    largest heap where the footers' statistics bound it, the SG-table work against the
+    tables.* limits, an estimate of peak memory, the output and whether it would be
+    replaced, and the engine. Writes nothing. Exit codes: 0, or those of `run` for an input
+    or setting it refuses (1 an input it cannot read, 2 usage or config error).
+    """
+    verbose, as_json = options.pop("verbose"), options.pop("as_json")
+    run_date = options.pop("run_date")
+    try:
+        with heavy_imports():
+            from pipeline.explain import plan_run
+
+        cfg = _run_config(**options)
+        night = _run_date(run_date) if run_date is not None else None
+        configure_logging(False, verbose)
+        plan = plan_run(cfg, night)
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, verbose)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(plan.as_dict(), indent=2, ensure_ascii=True))
+        return
+    for line in _plan_lines(plan):
+        _say(line)
+
+
+def _explain_signature() -> inspect.Signature:
+    ran = inspect.signature(run, eval_str=True)
+    shared = [p for name, p in ran.parameters.items() if name in _EXPLAIN_OPTIONS]
+    as_json = inspect.Parameter(
+        "as_json", inspect.Parameter.KEYWORD_ONLY, default=False,
+        annotation=Annotated[bool, typer.Option("--json", help="Print the plan as one JSON "
+                                                "object (its plan_version says its form).")])
+    return ran.replace(parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                                   for p in shared] + [as_json], return_annotation=None)
+
+
+explain.__signature__ = _explain_signature()  # type: ignore[attr-defined]
+app.command(short_help="Show what `run` would do, reading only footers, headers and rules.")(
+    explain)
+
+_FILES_SHOWN = 10  # files listed by name in a plan; the rest are counted
+
+
+def _plan_lines(plan: Any) -> list[str]:
+    """The plan (`explain.RunPlan`) as lines for a terminal."""
+    def count(n: int, what: str) -> str:
+        return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+    def size(n: int) -> str:
+        for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+            if n < 1024 or unit == "TiB":
+                return f"{n:,} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+            n /= 1024  # type: ignore[assignment]
+        return ""
+
+    def key(kind: str) -> str:
+        return "integer or text, as the values decide" if kind == "by values" else kind
+
+    def files(listed: Any) -> list[str]:
+        lines = []
+        for f in listed[:_FILES_SHOWN]:
+            rows = (count(f.rows, "row") if f.rows_exact
+                    else f"about {count(f.rows, 'row')} (estimated from its first 4 MiB)")
+            heap = f", heaps <= {f.largest_heap:,}" if (f.largest_heap or -1) >= 0 else ""
+            lines.append(f"  {f.path}: {f.format}, {size(f.size)}, {rows}{heap}")
+        if len(listed) > _FILES_SHOWN:
+            lines.append(f"  ... and {count(len(listed) - _FILES_SHOWN, 'more file')}")
+        return lines
+
+    r, p, t, o = plan.rules, plan.positions, plan.tables, plan.output
+    kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(r.distinct_by_kind.items()))
+    lines = [f"engine: {plan.engine}",
+             f"rules: {count(len(r.files), 'file')}, {count(r.rows, 'row')} "
+             f"({r.rows_rejected:,} rejected): {count(r.rule_sets, 'rule set')} with "
+             f"{count(r.distinct_rules, 'distinct rule')}{f' ({kinds})' if kinds else ''}; "
+             f"keys {key(r.key_type)}", *files(r.files)]
+    rows = count(p.rows, "row") if p.rows_exact else f"about {count(p.rows, 'row')} (estimated)"
+    lines += [f"positions: {count(len(p.files), 'file')}, {rows}, {p.form} form; "
+              f"rule_set_id {key(p.rule_set_id_type)}, position_id {key(p.position_id_type)}",
+              *files(p.files)]
+    if p.largest_heap is None:
+        lines.append("largest heap: not known before the run (CSV, or Parquet without "
+                     "statistics): tables grow as the heaps need, within the limits")
+    elif p.largest_heap_by_rule_set is None:
+        lines.append(f"largest heap: {max(p.largest_heap, 0):,} (the Parquet statistics; the "
+                     "same bound for every rule set)")
+    else:
+        heaps = p.largest_heap_by_rule_set.values()
+        lines.append(f"largest heap: {max(p.largest_heap, 0):,} (the Parquet statistics); per "
+                     "rule set from the row groups' rule_set_id ranges: "
+                     f"{count(sum(h >= 0 for h in heaps), 'rule set')} with heaps, "
+                     f"{sum(h < 0 for h in heaps):,} without")
+    subtraction = count(len(t.rules), "subtraction table")
+    bounded = "" if t.bounded else " (the heaps not known: at their limits)"
+    lines.append(f"SG tables: {subtraction}, at most {count(t.values, 'value')} "
+                 f"({size(t.value_bytes)}) and {count(t.ops, 'operation')}{bounded}"
+                 + ("; built at once from the footers' bound" if t.presized else ""))
+    limits = ", ".join(f"{name} {value:,}" for name, value in t.limits.items())
+    lines.append(f"  limits: {limits}")
+    if t.binds:
+        lines.append(f"  the tables together {'pass' if t.bounded else 'may pass'} "
+                     f"{' and '.join(t.binds)}: tables stop where it runs out, in the order "
+                     "the data asks for them, and heaps beyond them are rejected rows")
+    if t.stopped_by_own_limit:
+        lines.append(f"  {count(t.stopped_by_own_limit, 'table')} would stop at a limit of "
+                     "its own; heaps beyond it without a proven period are rejected rows")
+    for rule in sorted(t.rules, key=lambda rule: -rule.ops)[:5]:
+        stop = f", stopped by {rule.stopped_by}" if rule.stopped_by else ""
+        heap = "" if rule.largest_heap is None else f", heaps <= {max(rule.largest_heap, 0):,}"
+        lines.append(f"  {rule.moves}: {count(rule.rule_sets, 'rule set')}{heap}, at most "
+                     f"{count(rule.values, 'value')}, {count(rule.ops, 'operation')}{stop}")
+    if len(t.rules) > 5:
+        lines.append(f"  ... and {count(len(t.rules) - 5, 'more table')}")
+    if t.probe_ops:
+        lines.append(f"period probe: up to {count(t.probe_ops, 'operation')} more, proving "
+                     "periods for sg_tables")
+    m = plan.memory
+    if m is None:
+        lines.append("memory: the Spark executors' (not estimated)")
+    else:
+        lines.append(f"memory: about {size(m.total)} at peak, an estimate: {size(m.process)} "
+                     f"the process, {size(m.batches)} batches in flight, {size(m.verdicts)} "
+                     f"verdicts, {size(m.tables)} SG tables"
+                     + ("" if t.bounded else " at their limits (the heaps not known)"))
+    state = {"create": "does not exist; it would be created",
+             "fill": "an empty directory; it would be filled",
+             "replace": "a snim-batch output; it would be replaced (--overwrite)",
+             "add night": f"Delta tables; the night {o.run_date} would be added (replacing "
+                          "an earlier run of that night)",
+             "refused": f"the run would stop here: {o.problem}"}[o.action]
+    lines.append(f"output: {o.location} ({o.format}): {state}")
+    lines.append("nothing was run or written")
+    return lines
 
 
 @app.command()

@@ -143,7 +143,7 @@ def test_missing_config_file_exits_2(cli, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-COMMANDS = ("run", "history", "grundy", "solve", "convert", "report", "generate")
+COMMANDS = ("run", "explain", "history", "grundy", "solve", "convert", "report", "generate")
 
 
 def test_the_command_list_shows_each_summary_whole(cli):

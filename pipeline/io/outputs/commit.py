@@ -248,6 +248,18 @@ def _target_state(target: Path, overwrite: bool, shown: str) -> str:
     return "output"
 
 
+def target_state(out: Path, overwrite: bool) -> tuple[str, str]:
+    """What `staged_output` would find at `out` before any work, read only (nothing is made or
+    removed): (where the output goes, as messages show it; "missing", "empty" or "output"),
+    raising the same errors it would for an output it refuses."""
+    target = output_target(out)
+    shown = _output_shown(out, target)
+    if not target.name:
+        raise OutputError(f"{shown}: the root directory cannot be an output")
+    refuse_inside_delta_table(out, shown)
+    return shown, _target_state(target, overwrite, shown)
+
+
 def _dispose(old: Path, target: Path, tag: str, shown: str, what: str) -> str | None:
     """Delete `what` (an output at `old`) if it is still provably a snim-batch output;
     otherwise keep it under a hidden name beside `target`. Returns what to tell the user (None

@@ -142,20 +142,33 @@ def integer_maxima(footer: bytes, leaves: dict[int, tuple[int, bool]]
     row group lacks a minimum and maximum of that width, or the footer is not understood.
     The statistics' exact fields (max_value, min_value) are preferred; the older max and min
     are used for signed columns only, whose sort order they were written in."""
-    found: dict[int, list[int | None]] = {leaf: [] for leaf in leaves}
+    groups = integer_ranges(footer, leaves)
+    if groups is None:
+        return dict.fromkeys(leaves)
+    found: dict[int, list[tuple[int, int] | None]] = {leaf: [g[leaf] for g in groups]
+                                                      for leaf in leaves}
+    return {leaf: None if None in ranges else max([-1, *(r[1] for r in ranges if r)])
+            for leaf, ranges in found.items()}
+
+
+def integer_ranges(footer: bytes, leaves: dict[int, tuple[int, bool]]
+                   ) -> list[dict[int, tuple[int, int] | None]] | None:
+    """Per row group, for each leaf in `leaves` (as in `integer_maxima`), its (minimum,
+    maximum) from the statistics, None where the row group lacks them; None when the footer
+    is not understood."""
+    groups: list[dict[int, tuple[int, int] | None]] = []
     try:
         _struct(footer, 0, 0, _ROW_GROUPS, _LIST, lambda at, _: _each_struct(
-            footer, at, lambda at, _: _row_group_maxima(footer, at, leaves, found)))
+            footer, at, lambda at, _: _row_group_ranges(footer, at, leaves, groups)))
     except (_Malformed, IndexError):
-        return dict.fromkeys(leaves)
-    return {leaf: None if None in values else max([-1, *values])  # type: ignore[list-item]
-            for leaf, values in found.items()}
+        return None
+    return groups
 
 
-def _row_group_maxima(data: bytes, at: int, leaves: dict[int, tuple[int, bool]],
-                      found: dict[int, list[int | None]]) -> int:
-    """Add one row group's maximum of each leaf to `found`; where the row group ends."""
-    maxima: dict[int, int | None] = dict.fromkeys(leaves)
+def _row_group_ranges(data: bytes, at: int, leaves: dict[int, tuple[int, bool]],
+                      groups: list[dict[int, tuple[int, int] | None]]) -> int:
+    """Add one row group's range of each leaf to `groups`; where the row group ends."""
+    ranges: dict[int, tuple[int, int] | None] = dict.fromkeys(leaves)
 
     def column(at: int, leaf: int) -> int:
         stats: dict[int, bytes] = {}
@@ -163,12 +176,11 @@ def _row_group_maxima(data: bytes, at: int, leaves: dict[int, tuple[int, bool]],
             data, at, 0, _STATISTICS, _STRUCT, lambda at, _: _struct(
                 data, at, 0, None, _BINARY, lambda at, field: _binary(data, at, field, stats))))
         if leaf in leaves:
-            maxima[leaf] = _largest(stats, *leaves[leaf])
+            ranges[leaf] = _range(stats, *leaves[leaf])
         return at
 
     at = _struct(data, at, 0, _COLUMNS, _LIST, lambda at, _: _each_struct(data, at, column))
-    for leaf, value in maxima.items():
-        found[leaf].append(value)
+    groups.append(ranges)
     return at
 
 
@@ -190,7 +202,7 @@ def _binary(data: bytes, at: int, field: int, into: dict[int, bytes]) -> int:
     return at + n
 
 
-def _largest(stats: dict[int, bytes], width: int, signed: bool) -> int | None:
+def _range(stats: dict[int, bytes], width: int, signed: bool) -> tuple[int, int] | None:
     if _MAX_VALUE in stats and _MIN_VALUE in stats:
         high, low = stats[_MAX_VALUE], stats[_MIN_VALUE]
     elif signed and _MAX in stats and _MIN in stats:
@@ -199,4 +211,5 @@ def _largest(stats: dict[int, bytes], width: int, signed: bool) -> int | None:
         return None
     if len(high) != width or len(low) != width:
         return None
-    return int.from_bytes(high, "little", signed=signed)
+    return (int.from_bytes(low, "little", signed=signed),
+            int.from_bytes(high, "little", signed=signed))

@@ -39,6 +39,17 @@ def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
     its largest value from the footer's own bytes (`footer_stats`): pyarrow's statistics are
     never decoded, as it aborts the process on ones of the wrong length (and a text maximum
     need not be UTF-8, a timestamp need not fit a datetime)."""
+    leaves, integers = _integer_leaves(meta)
+    maxima = footer_stats.integer_maxima(_footer_bytes(meta), integers) if integers else {}
+    largest = {name: maxima.get(found[-1]) for name, found in leaves.items()}
+    return ParquetFooter(schema, tuple(meta.row_group(g).num_rows
+                                       for g in range(meta.num_row_groups)), largest)
+
+
+def _integer_leaves(meta: pq.FileMetaData
+                    ) -> tuple[dict[str, list[int]], dict[int, tuple[int, bool]]]:
+    """Each top-level column's leaf indices; and the leaf of each top-level column whose one
+    leaf is a plain integer, with its width in bytes and whether it is signed."""
     leaves: dict[str, list[int]] = {}
     for i in range(meta.num_columns):
         leaves.setdefault(meta.schema.column(i).path.split(".")[0], []).append(i)
@@ -49,10 +60,31 @@ def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
                 and column.logical_type.type in ("NONE", "INT")):
             integers[leaf] = (4 if column.physical_type == "INT32" else 8,
                               not column.converted_type.startswith("UINT"))
-    maxima = footer_stats.integer_maxima(_footer_bytes(meta), integers) if integers else {}
-    largest = {name: maxima.get(found[-1]) for name, found in leaves.items()}
-    return ParquetFooter(schema, tuple(meta.row_group(g).num_rows
-                                       for g in range(meta.num_row_groups)), largest)
+    return leaves, integers
+
+
+def row_group_facts(path: Source, names: list[str], *, cache: RunCache | None = None
+                    ) -> tuple[list[int], list[dict[str, tuple[int, int] | None]] | None]:
+    """Of each row group of a Parquet file: its uncompressed size in bytes, and the
+    (minimum, maximum) of each of `names` that is an integer column (a list of integers
+    included), None where its statistics do not say (`footer_stats`); None for all when the
+    footer is not understood. Raises pyarrow's own ArrowException or OSError."""
+    source = parquet_source(path, cache=cache)
+    try:
+        meta = pq.read_metadata(source)
+    finally:
+        if not isinstance(source, Path):
+            source.close()
+    sizes = [meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)]
+    leaves, integers = _integer_leaves(meta)
+    wanted = {name: leaves[name][-1] for name in names
+              if name in leaves and leaves[name][-1] in integers}
+    groups = footer_stats.integer_ranges(_footer_bytes(meta), {
+        leaf: integers[leaf] for leaf in wanted.values()}) if wanted else None
+    if groups is None:
+        return sizes, None if wanted else [dict.fromkeys(names) for _ in sizes]
+    return sizes, [{name: group.get(wanted[name]) if name in wanted else None
+                    for name in names} for group in groups]
 
 
 def _footer_bytes(meta: pq.FileMetaData) -> bytes:

@@ -1,0 +1,355 @@
+"""`snim-batch explain`: what a run would do, from the rules, footers and headers only, through
+the installed script (and `plan_run` for the plan's own fields); nothing is ever written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import write_csv, write_parquet
+
+from pipeline.config import config_from_dict
+from pipeline.explain import BY_VALUES, CSV_SAMPLE, INT, PROCESS_BYTES, TEXT, plan_run
+
+SCRIPT = Path(sys.executable).with_name("snim-batch")
+
+
+def snim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+
+
+def explained(*args: str, cwd: Path) -> dict:
+    done = snim("explain", *args, "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return json.loads(done.stdout)
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every entry below `root`, hidden ones included, with its size and modification time."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def wide_parquet(tmp_path: Path) -> Path:
+    """Integer keys; rule sets 1 and 3 share S = {1, 3, 4}, 2 is nim, 4 is invalid."""
+    write_parquet(tmp_path / "rules.parquet",
+                  {"rule_set_id": [1, 2, 3, 4], "kind": ["subtraction", "nim", "", "half"],
+                   "moves": [[4, 1, 3], [], [1, 3, 4], [2]]},
+                  {"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.List(pl.Int64)})
+    write_parquet(tmp_path / "positions" / "part-0.parquet",
+                  {"rule_set_id": [1, 2, 3], "position_id": [10, 11, 12],
+                   "heaps": [[5, 17], [], [300]]},
+                  {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": pl.List(pl.Int64)})
+    write_parquet(tmp_path / "positions" / "part-1.parquet",
+                  {"rule_set_id": [1, 3], "position_id": [13, 14], "heaps": [[7], [2, 9]]},
+                  {"rule_set_id": pl.Int32, "position_id": pl.Int64, "heaps": pl.List(pl.Int32)})
+    return tmp_path
+
+
+def test_wide_parquet_int_keys_exact_counts_and_nothing_written(wide_parquet: Path) -> None:
+    before = tree(wide_parquet)
+    plan = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "out",
+                     cwd=wide_parquet)
+    assert tree(wide_parquet) == before  # nothing written, not even a hidden staging directory
+    assert not (wide_parquet / "out").exists()
+    assert plan["plan_version"] == 1 and plan["engine"] == "polars"
+    rules = plan["rules"]
+    assert (rules["rows"], rules["rows_rejected"], rules["rule_sets"],
+            rules["distinct_rules"]) == (4, 1, 3, 2)
+    assert rules["distinct_by_kind"] == {"nim": 1, "subtraction": 1}
+    assert rules["key_type"] == INT
+    positions = plan["positions"]
+    assert [(Path(f["path"]).name, f["format"], f["rows"], f["rows_exact"], f["largest_heap"])
+            for f in positions["files"]] == [("part-0.parquet", "parquet", 3, True, 300),
+                                             ("part-1.parquet", "parquet", 2, True, 9)]
+    assert (positions["rows"], positions["rows_exact"], positions["form"]) == (5, True, "wide")
+    assert (positions["rule_set_id_type"], positions["position_id_type"]) == (INT, INT)
+    assert positions["largest_heap"] == 300
+    # both files' row groups hold rule sets 1 to 3: each may have heaps up to 300
+    assert positions["largest_heap_by_rule_set"] == {"1": 300, "2": 300, "3": 300}
+    tables = plan["tables"]
+    assert tables["largest_heap"] == 300 and tables["presized"] is True
+    assert tables["bounded"] is True
+    assert tables["rules"] == [{"moves": "{1, 3, 4}", "rule_sets": 2, "largest_heap": 300,
+                                "values": 301, "ops": 300 * 203, "stopped_by": None}]
+    assert (tables["values"], tables["ops"], tables["binds"]) == (301, 300 * 203, [])
+    assert plan["output"] == {"location": str(wide_parquet / "out"), "format": "parquet",
+                              "overwrite": False, "exists": False, "action": "create",
+                              "problem": None, "run_date": None}
+    memory = plan["memory"]
+    assert memory["process"] == PROCESS_BYTES and memory["verdicts"] == 5 * 16
+    assert memory["tables"] == 2 * 301  # one byte a value, the flat copy beside the tables
+    assert memory["batches"] > 0
+    assert memory["total"] == sum(v for k, v in memory.items() if k != "total")
+
+
+def test_the_human_plan_says_the_same(wide_parquet: Path) -> None:
+    done = snim("explain", "--rules", "rules.parquet", "--positions", "positions", "--out",
+                "out", cwd=wide_parquet)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "engine: polars"
+    assert lines[1] == ("rules: 1 file, 4 rows (1 rejected): 3 rule sets with 2 distinct rules "
+                        "(nim 1, subtraction 1); keys int")
+    assert lines[3] == "positions: 2 files, 5 rows, wide form; rule_set_id int, position_id int"
+    assert lines[4].startswith(f"  {wide_parquet / 'positions' / 'part-0.parquet'}: parquet, ")
+    assert lines[4].endswith(", 3 rows, heaps <= 300")
+    assert ("largest heap: 300 (the Parquet statistics); per rule set from the row groups' "
+            "rule_set_id ranges: 3 rule sets with heaps, 0 without") in lines
+    assert ("SG tables: 1 subtraction table, at most 301 values (301 bytes) and 60,900 "
+            "operations; built at once from the footers' bound") in lines
+    assert ("  {1, 3, 4}: 2 rule sets, heaps <= 300, at most 301 values, 60,900 operations"
+            in lines)
+    assert lines[-2] == (f"output: {wide_parquet / 'out'} (parquet): does not exist; it would "
+                         "be created")
+    assert lines[-1] == "nothing was run or written"
+    (memory,) = [line for line in lines if line.startswith("memory: about ")]
+    assert "at peak, an estimate: 200.0 MiB the process, " in memory
+    assert memory.endswith(", 80 bytes verdicts, 602 bytes SG tables")
+    assert not (wide_parquet / "out").exists()
+
+
+def test_long_csv_text_keys(tmp_path: Path) -> None:
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [["rs-a", "", "2 5"], ["rs-b", "", "5, 2"], ["rs-c", "half", ""]])
+    write_csv(tmp_path / "pos" / "a.csv", ["rule_set_id", "position_id", "heap"],
+              [["rs-a", "p1", 4], ["rs-a", "p1", 6], ["rs-b", "p2", 11]])
+    (tmp_path / "pos" / "b.csv").write_text("rule_set_id,position_id,heap\n\nrs-c,p3,8\n\n")
+    plan = explained("--rules", "rules.csv", "--positions", "pos", "--out", "out", cwd=tmp_path)
+    assert not (tmp_path / "out").exists()
+    rules = plan["rules"]
+    assert (rules["rows"], rules["rule_sets"], rules["distinct_rules"], rules["key_type"]) == (
+        3, 3, 2, TEXT)
+    positions = plan["positions"]
+    assert [(Path(f["path"]).name, f["format"], f["rows"], f["rows_exact"])
+            for f in positions["files"]] == [("a.csv", "csv", 3, True), ("b.csv", "csv", 1, True)]
+    assert (positions["rows"], positions["rows_exact"], positions["form"]) == (4, True, "long")
+    assert (positions["rule_set_id_type"], positions["position_id_type"]) == (BY_VALUES,
+                                                                             BY_VALUES)
+    assert positions["largest_heap"] is None  # CSV has no statistics
+    assert positions["largest_heap_by_rule_set"] is None
+    tables = plan["tables"]
+    assert tables["presized"] is False and tables["bounded"] is False
+    (rule,) = tables["rules"]
+    assert (rule["moves"], rule["rule_sets"], rule["largest_heap"]) == ("{2, 5}", 2, None)
+    assert rule["values"] == 2_000_000_000 // 202 + 1  # up to its own limit, max_rule_ops
+
+
+def test_parquet_text_keys_and_a_uint64_key_beyond_int64(tmp_path: Path) -> None:
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [["1", "1 2"]])
+    write_parquet(tmp_path / "p" / "a.parquet",
+                  {"rule_set_id": [1, 2**64 - 1], "position_id": ["x", "y"], "heaps": [[1], [2]]},
+                  {"rule_set_id": pl.UInt64, "position_id": pl.String, "heaps": pl.List(pl.Int64)})
+    write_parquet(tmp_path / "q" / "a.parquet",
+                  {"rule_set_id": [1, 2], "position_id": ["x", "y"], "heaps": [[1], [2]]},
+                  {"rule_set_id": pl.UInt64, "position_id": pl.Categorical,
+                   "heaps": pl.List(pl.Int64)})
+    text = explained("--rules", "rules.csv", "--positions", "p", "--out", "o", cwd=tmp_path)
+    assert text["positions"]["rule_set_id_type"] == TEXT  # 2^64-1 is text, as in CSV
+    assert text["positions"]["position_id_type"] == BY_VALUES
+    small = explained("--rules", "rules.csv", "--positions", "q", "--out", "o", cwd=tmp_path)
+    assert small["positions"]["rule_set_id_type"] == INT
+    assert small["positions"]["position_id_type"] == BY_VALUES
+    assert not (tmp_path / "o").exists()
+
+
+def test_largest_heap_per_rule_set_from_row_groups(tmp_path: Path) -> None:
+    """Positions sorted by rule set, two rows a row group: each rule set's own largest heap,
+    and each table grown for its own rule sets (the input's bound, 10^6, is too large for the
+    tables to be presized)."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[1, "", "1 2"], [2, "", "2 1"], [3, "", "3"], [4, "nim", ""], [5, "", "7"]])
+    rows = [(1, [100, 4]), (1, [5]), (2, [70_000]), (2, [3]), (3, [500]), (3, []),
+            (4, [10**6]), (4, [0])]
+    table = pa.table({"rule_set_id": [r for r, _ in rows], "position_id": list(range(8)),
+                      "heaps": [h for _, h in rows]})
+    (tmp_path / "p").mkdir()
+    pq.write_table(table, tmp_path / "p" / "sorted.parquet", row_group_size=2)
+    assert pq.read_metadata(tmp_path / "p" / "sorted.parquet").num_row_groups == 4
+    plan = explained("--rules", "rules.csv", "--positions", "p", "--out", "o", cwd=tmp_path)
+    positions, tables = plan["positions"], plan["tables"]
+    assert positions["largest_heap"] == 10**6
+    assert positions["largest_heap_by_rule_set"] == {"1": 100, "2": 70_000, "3": 500,
+                                                     "4": 10**6, "5": -1}
+    assert tables["presized"] is False
+    assert [(r["moves"], r["rule_sets"], r["largest_heap"], r["values"], r["ops"])
+            for r in tables["rules"]] == [
+        ("{1, 2}", 2, 70_000, 70_001, 70_000 * 202), ("{3}", 1, 500, 501, 500 * 201),
+        ("{7}", 1, -1, 1, 0)]
+    assert (tables["values"], tables["ops"]) == (70_001 + 501 + 1, 70_000 * 202 + 500 * 201)
+    human = snim("explain", "--rules", "rules.csv", "--positions", "p", "--out", "o",
+                 cwd=tmp_path).stdout
+    assert ("largest heap: 1,000,000 (the Parquet statistics); per rule set from the row "
+            "groups' rule_set_id ranges: 4 rule sets with heaps, 1 without") in human
+    assert "  {1, 2}: 2 rule sets, heaps <= 70,000, at most 70,001 values" in human
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_large_csv_file_is_estimated_and_marked_so(tmp_path: Path) -> None:
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    rows = CSV_SAMPLE // 20 * 3  # about 20 bytes a row: three times the sample
+    with (tmp_path / "big.csv").open("w") as fh:
+        fh.write("rule_set_id,position_id,heaps\n")
+        fh.writelines(f"1,{i},{i % 1000} {i % 7}\n" for i in range(rows))
+    assert (tmp_path / "big.csv").stat().st_size > CSV_SAMPLE
+    plan = explained("--rules", "rules.csv", "--positions", "big.csv", "--out", "o",
+                     cwd=tmp_path)
+    (file,) = plan["positions"]["files"]
+    assert file["rows_exact"] is False and plan["positions"]["rows_exact"] is False
+    assert abs(file["rows"] - rows) < rows * 0.1
+    done = snim("explain", "--rules", "rules.csv", "--positions", "big.csv", "--out", "o",
+                cwd=tmp_path)
+    assert "big.csv: csv, " in done.stdout
+    assert f"about {file['rows']:,} rows (estimated from its first 4 MiB)" in done.stdout
+    assert f"positions: 1 file, about {file['rows']:,} rows (estimated), wide form" in done.stdout
+
+
+def test_the_replace_flag_and_an_existing_output_untouched(wide_parquet: Path) -> None:
+    args = ["--rules", "rules.parquet", "--positions", "positions", "--out", "out"]
+    ran = snim("run", *args, cwd=wide_parquet)
+    assert ran.returncode == 3, ran.stderr  # rule set 4 is invalid
+    before = tree(wide_parquet)
+    refused = explained(*args, cwd=wide_parquet)["output"]
+    assert refused == {"location": str(wide_parquet / "out"), "format": "parquet",
+                       "overwrite": False, "exists": True, "action": "refused",
+                       "problem": f"{wide_parquet / 'out'}: output already exists (pass "
+                                  "--overwrite to replace it)", "run_date": None}
+    replaced = explained(*args, "--overwrite", cwd=wide_parquet)["output"]
+    assert (replaced["exists"], replaced["overwrite"], replaced["action"],
+            replaced["problem"]) == (True, True, "replace", None)
+    human = snim("explain", *args, "--overwrite", cwd=wide_parquet)
+    assert (f"output: {wide_parquet / 'out'} (parquet): a snim-batch output; it would be "
+            "replaced (--overwrite)") in human.stdout
+    assert tree(wide_parquet) == before
+    (wide_parquet / "empty").mkdir()
+    empty = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "empty",
+                      cwd=wide_parquet)["output"]
+    assert (empty["exists"], empty["action"]) == (True, "fill")
+    assert list((wide_parquet / "empty").iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["--rules", "nope.csv", "--positions", "positions", "--out", "out"],
+    ["--rules", "rules.parquet", "--positions", "nope/*.parquet", "--out", "out"],
+    ["--config", "nope.yaml"],
+    ["--rules", "rules.parquet", "--positions", "positions", "--out", "out", "--engine", "duck"],
+    ["--rules", "rules.parquet", "--positions", "positions", "--out", "out",
+     "--run-date", "2026-01-01"],
+])
+def test_bad_input_gives_what_run_gives(wide_parquet: Path, args: list[str]) -> None:
+    ran = snim("run", *args, cwd=wide_parquet)
+    explain = snim("explain", *args, cwd=wide_parquet)
+    assert ran.returncode in (1, 2)
+    said = ran.stderr.replace("snim-batch run ", "snim-batch explain ")  # typer's usage line
+    assert (explain.returncode, explain.stderr) == (ran.returncode, said)
+    assert explain.stdout == ""
+    assert not (wide_parquet / "out").exists()
+
+
+def test_a_positions_file_missing_a_column_is_the_runs_error(tmp_path: Path) -> None:
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    write_csv(tmp_path / "pos" / "a.csv", ["rule_set_id", "position_id", "heaps"], [[1, 1, 5]])
+    write_csv(tmp_path / "pos" / "b.csv", ["position_id", "heaps"], [[2, 5]])
+    args = ["--rules", "rules.csv", "--positions", "pos", "--out", "out"]
+    ran, explain = snim("run", *args, cwd=tmp_path), snim("explain", *args, cwd=tmp_path)
+    assert ran.returncode == 1 and "missing column 'rule_set_id'" in ran.stderr
+    assert (explain.returncode, explain.stderr) == (ran.returncode, ran.stderr)
+
+
+def test_limits_against_the_tables(wide_parquet: Path) -> None:
+    def plan(tables: dict) -> dict:
+        config = config_from_dict({"rules": "rules.parquet", "positions": "positions",
+                                   "out": "out", "tables": tables}, "test", wide_parquet)
+        return plan_run(config).as_dict()["tables"]
+
+    own = plan({"max_rule_ops": 100 * 203})  # 101 values: heap 300 needs 301
+    assert own["rules"][0]["stopped_by"] == "tables.max_rule_ops"
+    assert (own["rules"][0]["values"], own["stopped_by_own_limit"]) == (101, 1)
+    assert own["presized"] is False and own["binds"] == []
+    short = plan({"max_table_len": 50})
+    assert short["rules"][0]["stopped_by"] == "tables.max_table_len"
+    assert short["rules"][0]["values"] == 50
+    run_wide = plan({"max_total_values": 200, "max_run_ops": 1000})
+    assert run_wide["binds"] == ["tables.max_total_values", "tables.max_run_ops"]
+    assert (run_wide["values"], run_wide["ops"]) == (200, 1000)
+    assert run_wide["rules"][0]["stopped_by"] is None
+    assert run_wide["presized"] is False
+
+
+def test_spark_and_delta_are_planned_without_starting_them(wide_parquet: Path) -> None:
+    spark = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "out",
+                      "--engine", "spark", cwd=wide_parquet)
+    assert spark["engine"] == "spark" and spark["memory"] is None
+    hdfs = snim("explain", "--rules", "rules.parquet", "--positions", "hdfs://nn:9000/p",
+                "--out", "out", "--engine", "spark", cwd=wide_parquet)
+    assert (hdfs.returncode, hdfs.stderr) == (2, (
+        "snim-batch: error: hdfs://nn:9000/p: explain does not plan hdfs:// positions, which "
+        "only a Spark session reaches (the run starts one; explain starts none)\n"))
+    pytest.importorskip("deltalake")
+    delta = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "tables",
+                      "--format", "delta", "--run-date", "2026-03-04", cwd=wide_parquet)
+    assert delta["output"]["action"] == "add night"
+    assert delta["output"]["run_date"] == "2026-03-04"
+    assert not (wide_parquet / "tables").exists()
+
+
+def test_explain_takes_runs_options() -> None:
+    """Every option of `explain` but --json is one of `run`'s, with its help."""
+    from typer.main import get_command
+
+    from pipeline.cli import app
+
+    group = get_command(app)
+    options = {command: {tuple(p.opts): p.help for p in group.commands[command].params}
+               for command in ("run", "explain")}
+    assert options["explain"].pop(("--json",))
+    assert options["explain"].items() <= options["run"].items()
+    assert {("--rules",), ("--positions",), ("--out",), ("--config",),
+            ("--overwrite",)} <= options["explain"].keys()
+
+
+def test_inputs_and_output_in_an_object_store(s3, wide_parquet: Path) -> None:
+    """Footers read by range from S3, and the output's state read from its manifest: nothing
+    is written to the bucket."""
+    client = s3.client()
+    client.upload_file(str(wide_parquet / "rules.parquet"), "bkt", "in/rules.parquet")
+    for name in ("part-0.parquet", "part-1.parquet"):
+        client.upload_file(str(wide_parquet / "positions" / name), "bkt", f"in/pos/{name}")
+    config = wide_parquet / "config.yaml"
+    config.write_text("rules: s3://bkt/in/rules.parquet\npositions: s3://bkt/in/pos\n"
+                      "out: s3://bkt/out\nstorage_options:\n" + "".join(
+                          f"  {k}: '{v}'\n" for k, v in s3.storage_options().items()))
+
+    def objects() -> dict[str, str]:
+        listed = client.list_objects_v2(Bucket="bkt").get("Contents", [])
+        return {o["Key"]: o["ETag"] for o in listed}
+
+    before = objects()
+    plan = explained("--config", str(config), cwd=wide_parquet)
+    assert objects() == before
+    positions = plan["positions"]
+    assert [(f["path"], f["rows"], f["rows_exact"], f["largest_heap"])
+            for f in positions["files"]] == [("s3://bkt/in/pos/part-0.parquet", 3, True, 300),
+                                             ("s3://bkt/in/pos/part-1.parquet", 2, True, 9)]
+    assert (plan["rules"]["rule_sets"], positions["form"], positions["largest_heap"]) == (
+        3, "wide", 300)
+    assert plan["output"]["action"] == "create" and plan["output"]["exists"] is False
+    ran = snim("run", "--config", str(config), cwd=wide_parquet)
+    assert ran.returncode == 3, ran.stderr
+    before = objects()
+    refused = explained("--config", str(config), cwd=wide_parquet)["output"]
+    assert (refused["action"], refused["exists"], refused["problem"]) == (
+        "refused", None, "s3://bkt/out: output already exists (pass --overwrite to replace it)")
+    replaced = explained("--config", str(config), "--overwrite", cwd=wide_parquet)["output"]
+    assert (replaced["action"], replaced["exists"]) == ("replace", True)
+    assert objects() == before
