@@ -327,8 +327,11 @@ def run(
             if value is not None and not value.strip():
                 raise UsageError(f"--{name} is empty: give a path or URL")
         if config is None and not (rules and positions and out):
-            raise UsageError("no config file: pass --config FILE, or --rules, --positions and "
-                             "--out (./config.yaml is read only when neither --rules nor "
+            if rules is None and positions is None:
+                raise UsageError("no ./config.yaml here: pass --config FILE, or --rules, "
+                                 "--positions and --out")
+            raise UsageError("no config file: pass --rules, --positions and --out, or --config "
+                             "FILE (./config.yaml is read only when neither --rules nor "
                              "--positions is given)")
         cfg = settings(config_file=config, rules=rules, positions=positions, out=out,
                        engine=engine.value if engine else None, winning_moves=winning_moves,
