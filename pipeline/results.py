@@ -65,9 +65,10 @@ def result_document(status: str, exit_code: int, *, error: dict[str, Any] | None
 
 
 def result_json(document: dict[str, Any]) -> str:
-    """The document as one line of JSON (non-ASCII kept; a value JSON has no form for, such
-    as a date, as its text)."""
-    return json.dumps(document, ensure_ascii=False, default=str)
+    """The document as one line of ASCII JSON: every other character escaped (\\uXXXX), so
+    that data in it (a path, a message) cannot drive a terminal it is printed on; a value JSON
+    has no form for, such as a date, as its text."""
+    return json.dumps(document, default=str)
 
 
 def write_result_file(path: Path, document: dict[str, Any]) -> None:

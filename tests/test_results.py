@@ -334,3 +334,17 @@ def test_the_package_metadata_names_its_license_and_urls() -> None:
     assert set(project["urls"]) >= {"Homepage", "Source", "Issues"}
     assert "Typing :: Typed" in project["classifiers"]
     assert not [c for c in project["classifiers"] if c.startswith("License ::")]  # PEP 639
+
+
+def test_the_json_on_stdout_is_ascii_whatever_the_data(job: Path) -> None:
+    """A name with an escape and a bidirectional override: the result on stdout is ASCII
+    (every other character escaped by JSON), and parses back to the name."""
+    name = "gone\x1b[31m\u202e.csv"
+    proc = snim(["run", "--rules", "rules.csv", "--positions", name, "--out", "out", "--json"],
+                job)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.isascii() and proc.stdout.count("\n") == 1
+    assert proc.stdout.rstrip("\n").isprintable()
+    document = valid(json.loads(proc.stdout))
+    assert document["error"]["code"] == "input_error"
+    assert name in document["error"]["message"]
