@@ -187,3 +187,19 @@ def test_a_dagster_asset_runs_the_job_in_process(job: Path) -> None:
 
     with pytest.raises(OutputError, match="output already exists"):
         dg.materialize([refused])
+
+
+def test_a_delta_output_names_its_night_and_has_no_manifest_file(job: Path) -> None:
+    from datetime import date
+
+    result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
+                            output_format="delta", run_date=date(2026, 11, 5))
+    assert (result.exit_code, result.manifest["run_date"]) == (0, "2026-11-05")
+    assert result.manifest_path is None and not (job / "root" / "manifest.json").exists()
+    schema = json.loads((ROOT / "docs" / "run-result.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(result.document())
+    runs = pl.read_delta(str(job / "root" / "runs"))
+    assert runs["run_id"].to_list() == [result.manifest["run_id"]]
+    with pytest.raises(UsageError, match="run_date must be a datetime.date, got str"):
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
+                       output_format="delta", run_date="2026-11-05")  # type: ignore[arg-type]
