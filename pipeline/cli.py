@@ -5,7 +5,6 @@ This is the only module that imports typer; it and `pipeline.terminal` alone pri
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import inspect
 import logging
@@ -13,6 +12,7 @@ import re
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -66,8 +66,20 @@ app = typer.Typer(
 DEFAULT_CONFIG = Path("config.yaml")
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from pipeline import __version__
+
+        _say(f"snim-batch {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _every_command() -> None:
+def _every_command(
+    version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, expose_value=False, callback=_version,
+        help="Print the version (snim-batch X.Y.Z) and exit.")] = False,
+) -> None:
     """Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out."""
     configure_logging(quiet=False, verbose=False)
 GRUNDY_SEARCH_OPS = 10**9  # `grundy` tabulates for about a second at most (see --max-ops)
@@ -155,8 +167,13 @@ def _say_stopped(signum: int | None) -> None:
     _INTERRUPT_SAID.append(True)  # once it is out: a line cut short is said again by `main`
 
 
-def _fail(exc: BaseException, verbose: bool) -> NoReturn:
-    """Map an exception to its one-line message and documented exit code."""
+Reported = Callable[[BaseException, str, int], None]
+"""reported(error, message, exit_code): a failed command's error as it was said (`_fail`)."""
+
+
+def _fail(exc: BaseException, verbose: bool, reported: Reported | None = None) -> NoReturn:
+    """Map an exception to its one-line message and documented exit code (and hand both to
+    `reported`, if given, before the exit)."""
     if isinstance(exc, SnimError):
         _err(f"error: {exc}")
         if isinstance(exc, BadRowsError):
@@ -166,35 +183,34 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
                 _err(f"  ... and {exc.total - len(exc.problems)} more")
         if verbose:
             _traceback(exc)
-        raise typer.Exit(exc.exit_code)
+        _exit(exc.exit_code, reported, exc, str(exc))
     exc = interrupt_within(exc) or exc
     if isinstance(exc, KeyboardInterrupt):
         signum = exc.signum if isinstance(exc, Stopped) else None
         _say_stopped(signum)
-        raise typer.Exit(128 + (signum or signal.SIGINT))
+        _exit(128 + (signum or signal.SIGINT), reported, exc, stopped_message(signum))
     if isinstance(exc, MemoryError):  # staging was removed on the way here
         said = SnimError("out of memory", written=False, hint=" (give the process more "
                          "memory, or the job less work at once)")
         _err(f"error: {said}")
-        raise typer.Exit(EXIT_FAILED)
+        _exit(EXIT_FAILED, reported, exc, str(said))
     if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # one no check foresaw
         said = SnimError(f"{shown(exc.filename or '', 120)}: a name in this path is too long "
                          "for the file system", path=exc.filename, written=False)
         _err(f"error: {said}")
-        raise typer.Exit(EXIT_FAILED)
-    _err(f"internal error: {type(exc).__name__}: {exc} (nothing was written; rerun with "
+        _exit(EXIT_FAILED, reported, exc, str(said))
+    message = f"{type(exc).__name__}: {exc}"
+    _err(f"internal error: {message} (nothing was written; rerun with "
          "--verbose for details and report it)")
     if verbose:
         _traceback(exc)
-    raise typer.Exit(EXIT_FAILED)
+    _exit(EXIT_FAILED, reported, exc, message)
 
 
-def _spark_options(spark: Any, master: str | None, remote: str | None) -> Any:
-    """The config's Spark section with the command line's --spark-master/--spark-remote."""
-    if master is None and remote is None:
-        return None
-    changes = {"master": master, "remote": remote}
-    return dataclasses.replace(spark, **{k: v for k, v in changes.items() if v is not None})
+def _exit(code: int, reported: Reported | None, exc: BaseException, message: str) -> NoReturn:
+    if reported is not None:
+        reported(exc, message, code)
+    raise typer.Exit(code)
 
 
 def _warn_unused_spark(engine: str, master: str | None, remote: str | None) -> None:
@@ -209,130 +225,186 @@ def _warn_unused_spark(engine: str, master: str | None, remote: str | None) -> N
              f"{'it' if len(given) == 1 else 'them'}")
 
 
-def _load(config: Path | None, rules: str | None, positions: str | None, out: str | None):
-    from pipeline.config import config_from_dict, load_config
-
-    given = {"rules": rules, "positions": positions, "out": out}
-    for name, value in given.items():
-        if value is not None and not value.strip():
-            raise UsageError(f"--{name} is empty: give a path or URL")
-    if config is not None:
-        return load_config(config, given)
-    if DEFAULT_CONFIG.exists():
-        return load_config(DEFAULT_CONFIG, given)
-    if rules and positions and out:
-        return config_from_dict({"rules": rules, "positions": positions, "out": out},
-                                "command line", Path.cwd())
-    raise UsageError("no ./config.yaml here: pass --config FILE, or --rules, --positions "
-                     "and --out")
-
-
 def _run_config(config: Path | None, rules: str | None, positions: str | None, out: str | None,
                 engine: Engine | None, winning_moves: bool | None, on_bad_rows: Policy | None,
                 overwrite: bool | None, spark_master: str | None,
                 output_format: OutputFormat | None, spark_remote: str | None):
-    """The settings of a run (`run`, `explain`): the config file's, with the options given."""
-    from pipeline.config import resolve_location, resolve_output
+    """The settings of a run (`run`, `explain`): the config file's, with the options given.
+    ./config.yaml is read only when neither --rules nor --positions is given."""
+    from pipeline.api import settings
 
-    cfg = _load(config, rules, positions, out)
-    return cfg.override(
-        rules=resolve_location(rules, Path.cwd()) if rules else None,
-        positions=resolve_location(positions, Path.cwd()) if positions else None,
-        out=resolve_output(out, Path.cwd()) if out else None,
-        engine=engine.value if engine else None,
-        winning_moves=winning_moves,
-        on_bad_rows=on_bad_rows.value if on_bad_rows else None,
-        overwrite=overwrite,
-        spark=_spark_options(cfg.spark, spark_master, spark_remote),
-        output=(dataclasses.replace(cfg.output, format=output_format.value)
-                if output_format else None),
-    )
+    if config is None and rules is None and positions is None and DEFAULT_CONFIG.exists():
+        config = DEFAULT_CONFIG
+    for name, value in (("rules", rules), ("positions", positions), ("out", out)):
+        if value is not None and not value.strip():
+            raise UsageError(f"--{name} is empty: give a path or URL")
+    if config is None and not (rules and positions and out):
+        if rules is None and positions is None:
+            raise UsageError("no ./config.yaml here: pass --config FILE, or --rules, "
+                             "--positions and --out")
+        raise UsageError("no config file: pass --rules, --positions and --out, or --config "
+                         "FILE (./config.yaml is read only when neither --rules nor "
+                         "--positions is given)")
+    return settings(config_file=config, rules=rules, positions=positions, out=out,
+                    engine=engine.value if engine else None, winning_moves=winning_moves,
+                    on_bad_rows=on_bad_rows.value if on_bad_rows else None,
+                    overwrite=overwrite,
+                    output_format=output_format.value if output_format else None,
+                    spark_master=spark_master, spark_remote=spark_remote)
 
 
 @app.command(short_help="Evaluate every position; write verdicts, rejects and a manifest.")
 def run(
     config: Annotated[Path | None, typer.Option(
-        help="Config file (default: ./config.yaml). Relative paths in it are relative to it.")]
-    = None,
+        envvar="SNIM_BATCH_CONFIG",
+        help="Config file; relative paths in it are relative to it. Default: ./config.yaml, "
+             "but only when neither --rules nor --positions is given (else none).")] = None,
     rules: Annotated[str | None, typer.Option(
+        envvar="SNIM_BATCH_RULES",
         help="Rules table: a .parquet/.csv file, a directory of them, a glob, or a URL "
              "of an object store (s3://, gs://, az://). Default: the config's rules.")] = None,
     positions: Annotated[str | None, typer.Option(
+        envvar="SNIM_BATCH_POSITIONS",
         help="Positions table (wide or long form): a file, a directory, a glob, or a URL "
              "of an object store. Default: the config's positions.")] = None,
     out: Annotated[str | None, typer.Option(
+        envvar="SNIM_BATCH_OUT",
         help="Output directory or URL of an object store (replaced atomically; a symbolic link "
              "is followed); with --format delta, the root of the Delta tables. Default: the "
              "config's out.")] = None,
     engine: Annotated[Engine | None, typer.Option(parser=_choice(Engine),
+                                                  envvar="SNIM_BATCH_ENGINE",
                                                   help="Execution engine. Default: the "
                                                   "config's engine, else polars.")] = None,
     winning_moves: Annotated[bool | None, typer.Option(
-        "--winning-moves/--no-winning-moves",
+        "--winning-moves/--no-winning-moves", envvar="SNIM_BATCH_WINNING_MOVES",
         help="Add one winning move (move_heap, move_take) to every W verdict. Default: "
              "the config's winning_moves, else off.")] = None,
     on_bad_rows: Annotated[Policy | None, typer.Option(
-        parser=_choice(Policy),
+        parser=_choice(Policy), envvar="SNIM_BATCH_ON_BAD_ROWS",
         help="reject: bad rows go to rejects.parquet, exit 3; fail: write nothing, exit 1. "
              "Default: the config's on_bad_rows, else reject.")]
     = None,
     overwrite: Annotated[bool | None, typer.Option(
-        "--overwrite/--no-overwrite",
+        "--overwrite/--no-overwrite", envvar="SNIM_BATCH_OVERWRITE",
         help="Replace an existing snim-batch output (one whose manifest lists all it "
              "holds). Default: the config's overwrite, else off.")]
     = None,
-    spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
+    spark_master: Annotated[str | None, typer.Option(
+        envvar="SNIM_BATCH_SPARK_MASTER", help="Spark master URL (--engine spark).")]
     = None,
     output_format: Annotated[OutputFormat | None, typer.Option(
-        "--format", case_sensitive=False,
+        "--format", case_sensitive=False, envvar="SNIM_BATCH_FORMAT",
         help="parquet: one directory per run; delta: --out is a root of Delta tables that "
              "each run adds its night to. Default: the config's output.format, else "
              "parquet.")] = None,
     run_date: Annotated[str | None, typer.Option(
+        envvar="SNIM_BATCH_RUN_DATE",
         help="The night (YYYY-MM-DD) a --format delta run replaces; default: today in UTC.")]
     = None,
     spark_remote: Annotated[str | None, typer.Option(
+        envvar="SNIM_BATCH_SPARK_REMOTE",
         help="Spark Connect server, sc://HOST:PORT (--engine spark; instead of a master).")]
     = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", help="Show details and tracebacks.")]
+    result_file: Annotated[Path | None, typer.Option(
+        envvar="SNIM_BATCH_RESULT_FILE",
+        help="Write the run's result as JSON to this file (docs/run-result.schema.json), "
+             "whether the run succeeds, fails or is stopped; replaced whole.")] = None,
+    json_result: Annotated[bool, typer.Option(
+        "--json", envvar="SNIM_BATCH_JSON",
+        help="Print the run's result as one JSON object on stdout (messages stay on "
+             "stderr).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", envvar="SNIM_BATCH_QUIET",
+                                        help="Print nothing but errors.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", envvar="SNIM_BATCH_VERBOSE",
+                                          help="Show details and tracebacks.")]
     = False,
 ) -> None:
     """Evaluate every position; write verdicts, rejects, sg_tables, summary and a manifest.
 
     Exit codes: 0 clean; 1 run failed (nothing written); 2 usage or config error;
     3 completed, but some rows were rejected (see rejects.parquet).
+
+    Every option can be set by its environment variable (SNIM_BATCH_...): a flag wins over
+    its variable, a variable over the config file's key, the key over the default.
     """
+    known: dict[str, str | None] = {"out": None, "config_file": None}
+
+    def reported(error: BaseException, message: str, code: int) -> None:
+        from pipeline.results import FAILED, STOPPED, error_fields, result_document
+
+        status = STOPPED if isinstance(error, KeyboardInterrupt) else FAILED
+        document = result_document(status, code, error=error_fields(error, message), **known)
+        try:
+            _result(document, result_file, json_result)
+        except OSError as exc:  # the exit code stays the run's
+            _err(f"error: {result_file}: cannot write the run result ({exc.strerror})")
+
+    try:
+        if result_file is not None:
+            _check_result_file(result_file)
+    except UsageError as exc:  # no result: where it would go is the error
+        _fail(exc, verbose)
     try:
         with heavy_imports():
             import pipeline.engines.polars_engine  # noqa: F401 - the default engine's modules
-            from pipeline.run import run_job
+            from pipeline.api import run_settings
 
         cfg = _run_config(config, rules, positions, out, engine, winning_moves, on_bad_rows,
                           overwrite, spark_master, output_format, spark_remote)
+        known.update(out=str(cfg.out),
+                     config_file=None if cfg.config_file is None else str(cfg.config_file))
         night = _run_date(run_date) if run_date is not None else None
         configure_logging(quiet, verbose)
+        if known["config_file"] and not quiet:
+            _err(f"config: {known['config_file']}")
         _warn_unused_spark(cfg.engine, spark_master, spark_remote)
         progress = progress_printer(quiet, verbose)
-        result = run_job(cfg, progress, night, lambda warning: _err(f"warning: {warning}"))
+        result = run_settings(cfg, night, progress, lambda warning: _err(f"warning: {warning}"))
     except (Exception, KeyboardInterrupt) as exc:
-        _fail(exc, verbose)
+        _fail(exc, verbose, reported)
+    say = _err if json_result else _say  # with --json, stdout holds the result alone
     if not quiet:
-        counts = result.manifest["counts"]
+        counts = result.counts
         pos, rul = counts["positions"], counts["rules"]
-        _say(f"wrote {result.out}: {pos['verdicts']} verdicts (W {pos['W']}, "
-             f"L {pos['L']}) from {pos['rows_read']} position rows; rejected "
-             f"{pos['rows_rejected']} position rows and {rul['rows_rejected']} rule rows")
+        say(f"wrote {result.out}: {pos['verdicts']} verdicts (W {pos['W']}, "
+            f"L {pos['L']}) from {pos['rows_read']} position rows; rejected "
+            f"{pos['rows_rejected']} position rows and {rul['rows_rejected']} rule rows")
         if "run_date" in result.manifest:
-            _say(f"committed night {result.manifest['run_date']} as run "
-                 f"{result.manifest['run_id']} (runs table version "
-                 f"{result.manifest['table_versions']['runs']})")
+            say(f"committed night {result.manifest['run_date']} as run "
+                f"{result.manifest['run_id']} (runs table version "
+                f"{result.manifest['table_versions']['runs']})")
         if result.problems:
             _err(f"some rows were rejected (exit 3); first ones, all in "
                  f"{result.rejects}:")
             for problem in result.problems[:5]:
                 _err(f"  {problem}")
+    try:
+        _result(result.document(), result_file, json_result)
+    except OSError as exc:  # the output is committed: the exit says the result is missing
+        _err(f"error: {result_file}: cannot write the run result ({exc.strerror}); the run's "
+             "output is committed")
+        raise typer.Exit(EXIT_FAILED) from None
     raise typer.Exit(result.exit_code)
+
+
+def _check_result_file(path: Path) -> None:
+    """--result-file must be a file in an existing directory: a usage error before any work."""
+    if path.is_dir():
+        raise UsageError(f"--result-file {shown(str(path))}: is a directory")
+    if not path.absolute().parent.is_dir():
+        raise UsageError(f"--result-file {shown(str(path))}: its directory does not exist")
+
+
+def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> None:
+    """The run's result, to the --result-file (whole, or not at all) and with --json on
+    stdout."""
+    from pipeline.results import result_json, write_result_file
+
+    if path is not None:
+        write_result_file(path, document)
+    if on_stdout:
+        typer.echo(result_json(document))
 
 
 def _run_date(text: str):

@@ -84,7 +84,9 @@ class Output:
 @dataclass(frozen=True)
 class Config:
     """A run's settings. `out` is a local Path, or the URL of an object-store output (a
-    str); `storage_options` configures object-store clients (`io.object_store`)."""
+    str); `storage_options` configures object-store clients (`io.object_store`);
+    `config_file` the file they were read from (absolute; None: none was read), which the
+    manifest names beside them (not in `as_dict`)."""
 
     rules: str
     positions: str
@@ -98,6 +100,7 @@ class Config:
     spark: Spark = field(default_factory=Spark)
     output: Output = field(default_factory=Output)
     storage_options: dict[str, str] = field(default_factory=dict)
+    config_file: Path | None = None
 
     def override(self, **changes: Any) -> Config:
         """A copy with the given (non-None) values replaced, validated like the file's."""
@@ -109,6 +112,7 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form, recorded in the run manifest."""
         d = dataclasses.asdict(self)
+        del d["config_file"]
         d["out"] = str(self.out)
         d["storage_options"] = shown_options(self.storage_options)
         d["spark"]["remote"] = hidden_remote(self.spark.remote)  # sc://h/;token=...
@@ -463,7 +467,8 @@ def load_config(path: Path, given: dict[str, str | None] | None = None) -> Confi
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: must be a mapping of keys to values")
-    return config_from_dict(raw, source, path.resolve().parent, given)
+    return dataclasses.replace(config_from_dict(raw, source, path.resolve().parent, given),
+                               config_file=path.resolve())
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = Path("."),

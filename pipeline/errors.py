@@ -91,6 +91,7 @@ class SnimError(Exception):
     joined to "nothing was written" by a comma); `hint` text rendered last, its own
     punctuation first (" (rerun, with --overwrite to replace it)", ": raise ...")."""
 
+    code = "snim_error"  # the class's stable name for machines: a run result's error.code
     exit_code = EXIT_FAILED
 
     def __init__(self, message: str, *, path: object = None, row: int | None = None,
@@ -117,19 +118,26 @@ class SnimError(Exception):
 class UsageError(SnimError):
     """The command line or its arguments are wrong."""
 
+    code = "usage_error"
     exit_code = EXIT_USAGE
 
 
 class ConfigError(UsageError):
     """config.yaml is missing, unreadable, or has a bad key or value."""
 
+    code = "config_error"
+
 
 class InputError(SnimError):
     """An input file is missing, unreadable, corrupt, or has the wrong columns or types."""
 
+    code = "input_error"
+
 
 class BadRowsError(SnimError):
     """Rows failed validation and the policy is `fail`; `problems` lists the first few."""
+
+    code = "bad_rows"
 
     def __init__(self, message: str, problems: list[str], total: int, **fields: Any):
         super().__init__(message, **fields)
@@ -140,11 +148,15 @@ class BadRowsError(SnimError):
 class OutputError(SnimError):
     """The output directory cannot be written (exists without --overwrite, permissions)."""
 
+    code = "output_error"
+
 
 class WriteFailure(OutputError):
     """A file of the output could not be written: `doing` what, `cause` in a few words,
     `no_space` whether the disk or quota was full. The output's commit turns it into the
     error that names the output (`io.outputs.failures.failure`)."""
+
+    code = "write_failure"
 
     def __init__(self, message: str, doing: str, cause: str, no_space: bool, **fields: Any):
         super().__init__(message, **fields)
@@ -155,14 +167,20 @@ class OutputChanged(OutputError):
     """An object-store output's conditional manifest PUT was refused: another run's
     manifest is in place."""
 
+    code = "output_changed"
+
 
 class CommitOutcomeUnknown(OutputError):
     """Whether an object-store output's manifest PUT took effect cannot be told: this run's
     uploads are kept."""
 
+    code = "commit_outcome_unknown"
+
 
 class StoreError(SnimError):
     """An object store refused or could not be reached; exit 1."""
+
+    code = "store_error"
 
 
 class Stopped(KeyboardInterrupt):
@@ -178,11 +196,15 @@ class Stopped(KeyboardInterrupt):
 class RuleError(SnimError):
     """A rule set is invalid (empty S, non-positive move, unknown kind, table cap exceeded)."""
 
+    code = "rule_error"
+
 
 class ReconcileError(SnimError):
     """The rows read from an input file differ from the rows it holds, or the rows evaluated
     and rejected from the rows read (a read cut short, rows lost on the way): the run fails
     before it commits. `path` is the file (None: the counts of all files together)."""
+
+    code = "reconcile_error"
 
     def __init__(self, message: str, path: str | None, expected: int, found: int,
                  **fields: Any):
@@ -194,6 +216,10 @@ class SparkFailure(SnimError):
     """Spark failed for a reason outside the data (memory, a lost executor, a crashed worker,
     a dead JVM); the message names the setting to change."""
 
+    code = "spark_failure"
+
 
 class SparkConnectError(SparkFailure):
     """The Spark Connect server cannot be reached, or cannot take what the job sends it."""
+
+    code = "spark_connect_error"

@@ -35,6 +35,7 @@ from pipeline.io.inputs.changes import described_now, ensure_unchanged
 from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.outputs import commit
 from pipeline.io.outputs.kinds import output_for
+from pipeline.io.outputs.manifest import MANIFEST_SCHEMA_VERSION
 from pipeline.io.read.files import InputFile, Source
 from pipeline.io.read.source_rows import counted_at_once, reconcile, rows_in_source
 from pipeline.io.store.run_cache import RunCache
@@ -127,6 +128,7 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
                                    written=False)
             exit_code = EXIT_REJECTS if outcome.rejected else EXIT_OK
             manifest = {
+                "schema_version": MANIFEST_SCHEMA_VERSION,
                 "run_id": run_id,
                 "started_at": started,
                 "finished_at": _now(),
@@ -136,6 +138,7 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
                 "positions_form": outcome.form,
                 "versions": _versions(),
                 "config": config.as_dict(),
+                "config_file": None if config.config_file is None else str(config.config_file),
                 "inputs": outcome.inputs,
                 "counts": outcome.counts,
                 "reconciled": _reconciled(outcome.counts),

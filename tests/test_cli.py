@@ -309,6 +309,13 @@ CHOICE_ERRORS = [
 ]
 
 
+def option_hint(command: str, option: str) -> str:
+    """How click names an option in a usage error: a `run` option with its variable, as the
+    value may have come from it."""
+    variable = "SNIM_BATCH_" + option.lstrip("-").replace("-", "_").upper()
+    return f"'{option}'" + (f" (env var: '{variable}')" if command == "run" else "")
+
+
 @pytest.mark.parametrize(("args", "option", "message"), CHOICE_ERRORS,
                          ids=[c[1] for c in CHOICE_ERRORS])
 def test_every_fixed_choice_is_checked_by_typer_with_one_error_style(cli, tmp_path, monkeypatch,
@@ -318,7 +325,8 @@ def test_every_fixed_choice_is_checked_by_typer_with_one_error_style(cli, tmp_pa
     no_traceback(result)
     assert result.exit_code == 2, result.output
     flat = " ".join(result.stderr.split())
-    assert f"Invalid value for '{option}': Value error, {message}." in flat, result.stderr
+    assert f"Invalid value for {option_hint(args[0], option)}: Value error, {message}." in \
+        flat, result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -344,8 +352,8 @@ def test_a_long_choice_value_is_echoed_cut(cli, tmp_path, monkeypatch, args, opt
     assert result.exit_code == 2, result.output
     flat = " ".join(result.stderr.split())
     shown = "'" + "x" * 27 + "..." + "x" * 24 + "tail'"
-    assert f"Invalid value for '{option}': Value error, {shown} is not one of {listed}." in \
-        flat, result.stderr
+    assert (f"Invalid value for {option_hint(args[0], option)}: Value error, {shown} is not one "
+            f"of {listed}.") in flat, result.stderr
     assert "x" * 61 not in result.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -763,7 +771,7 @@ def test_spark_flags_of_a_polars_run_are_named_as_ignored(cli, tmp_path, small_j
     (tmp_path / "settings.yaml").write_text("spark:\n  master: local[2]\n")
     quiet = cli(*RUN_FLAGS[:-1], "out2", "--config", "settings.yaml")
     assert quiet.exit_code == 0, quiet.output
-    assert quiet.stderr == ""
+    assert quiet.stderr == f"snim-batch: config: {tmp_path / 'settings.yaml'}\n"
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [

@@ -329,8 +329,9 @@ def test_spark_engine_unavailable_exit_2(tmp_path: Path) -> None:
             "from pipeline.cli import app; app()")
     proc = subprocess.run([sys.executable, "-c", hide, "--", "run", "--config", str(config)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    err = proc.stderr
-    assert proc.returncode == 2, err
+    assert proc.returncode == 2, proc.stderr
+    said, err = proc.stderr.split("\n", 1)  # which config the run read, then the error
+    assert said == f"snim-batch: config: {config}", proc.stderr
     assert "pip install 'snim-batch[spark]'" in err and err.strip().count("\n") == 0, err
     assert not (tmp_path / "results" / "out").exists()
 

@@ -164,7 +164,9 @@ def code_defaults() -> dict[str, object]:
                 else:
                     found[key] = value
     walk(Config, "")
-    return found
+    # a key is what as_dict records; `config_file` says where the settings came from
+    keys = Config(rules="r", positions="p", out="o").as_dict()
+    return {key: value for key, value in found.items() if key.split(".")[0] in keys}
 
 
 def shown(value: object) -> str:

@@ -413,6 +413,7 @@ def test_a_closed_port_exits_1_at_once_with_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - started < 30
     assert result.stderr.strip().splitlines() == [
+        f"snim-batch: config: {config}",
         f"snim-batch: error: s3://bkt/out: cannot connect to the object store at {endpoint} "
         "while listing (connection refused)"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
@@ -450,7 +451,8 @@ def test_an_endpoint_that_never_answers_fails_within_the_configured_timeouts(
     took = time.monotonic() - started
     assert result.returncode == 1, result.stderr
     assert 2 <= took < 20, took
-    lines = result.stderr.strip().splitlines()
+    said, *lines = result.stderr.strip().splitlines()
+    assert said == f"snim-batch: config: {config}", result.stderr
     assert len(lines) == 1 and "did not answer" in lines[0] and black_hole in lines[0], lines
     assert "s3://bkt/x" in lines[0]
     assert SECRET not in result.stderr
@@ -1169,7 +1171,8 @@ def test_gs_and_az_without_reachable_credentials_exit_1_in_one_line(
         timeout=120)
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - started < 60
-    lines = result.stderr.strip().splitlines()
+    said, *lines = result.stderr.strip().splitlines()
+    assert said == f"snim-batch: config: {config}", result.stderr
     assert len(lines) == 1 and lines[0].startswith(f"snim-batch: error: {url}: "), lines
     assert "Traceback" not in result.stderr
 
@@ -1513,6 +1516,7 @@ def test_az_without_credentials_says_how_to_give_them_in_one_line(tmp_path: Path
     assert time.monotonic() - started < 60
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip().splitlines() == [
+        f"snim-batch: config: {config}",
         "snim-batch: error: az://c/rules.csv: no usable Azure credentials were found: give "
         "storage_options account_key or sas_token (or AZURE_STORAGE_ACCOUNT_KEY, "
         "AZURE_STORAGE_SAS_TOKEN), a service principal (AZURE_CLIENT_ID, AZURE_TENANT_ID, "
@@ -1546,7 +1550,8 @@ def test_an_unreachable_gs_store_fails_within_the_retry_bound(
     took = time.monotonic() - started
     assert result.returncode == 1, result.stderr
     assert took < 20, took
-    lines = result.stderr.strip().splitlines()
+    said, *lines = result.stderr.strip().splitlines()
+    assert said == f"snim-batch: config: {config}", result.stderr
     assert len(lines) == 1 and lines[0].startswith(
         "snim-batch: error: gs://bucket/rules.csv: "), lines
     assert ("cannot connect to the object store at http://127.0.0.1:" if anonymous
@@ -1579,5 +1584,6 @@ def test_a_gs_or_az_endpoint_that_never_answers_fails_within_the_bound(
     assert result.returncode == 1, result.stderr
     assert 6 <= took < 20, took
     assert result.stderr.strip().splitlines() == [
+        f"snim-batch: config: {config}",
         f"snim-batch: error: {url}: the object store at {black_hole} did not answer while "
         f"{'looking it up' if target == 'rules' else 'listing'} (timeout 2s, 1 retries)"]

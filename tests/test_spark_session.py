@@ -105,7 +105,8 @@ def run_cli(tmp_path: Path, conf: dict[str, str], *extra: str,
 
 def assert_one_line_failure(result: subprocess.CompletedProcess, out: Path) -> str:
     assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
+    said, *lines = result.stderr.strip().splitlines()
+    assert said.startswith("snim-batch: config: "), result.stderr  # the config the run read
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr and "\tat " not in result.stderr
     assert "internal error" not in result.stderr

@@ -487,6 +487,7 @@ def test_positions_urls_through_spark_connect(s3, tmp_path: Path) -> None:
                 ("s3://bkt/pq/p.parquet", str(sample / "positions.parquet")))
     assert hdfs.returncode == 2, hdfs.stderr[-3000:]
     assert hdfs.stderr.strip().splitlines() == [
+        f"snim-batch: config: {config}",
         "snim-batch: error: hdfs:///in/p.parquet: hdfs:// is read only by the Spark engine, and "
         "only for positions (--engine spark, not Spark Connect); put the other inputs and --out "
         "on a local or shared path or an object store"]

@@ -13,6 +13,9 @@ from pipeline.errors import InputError, first_line
 from pipeline.io.outputs.failures import writing
 
 MANIFEST = "manifest.json"
+MANIFEST_SCHEMA_VERSION = 1
+"""The manifest's `schema_version`: raised when a key changes meaning or goes away (a key
+may be added within a version). Manifests written before it was recorded have none."""
 _NAMES_SHOWN = 5
 
 

@@ -1,0 +1,168 @@
+"""The public Python API: `evaluate_batch(...)` runs the `run` command's job in this process
+and returns a typed `BatchResult`; failures raise the `SnimError` subclasses of
+`pipeline.errors` (docs/python-api.md).
+
+It takes the settings the command line takes, as keyword arguments; a config file is read
+only when `config_file` is given (never ./config.yaml by itself, and never the SNIM_BATCH_*
+environment variables: those are the command line's). Arguments win over the file's keys,
+the file's keys over the defaults. It never prints or exits: `progress` and `warn`, if given,
+hear what the command line would show."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pipeline.errors import UsageError
+from pipeline.results import SUCCEEDED, result_document
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from pipeline.run import Progress
+
+__all__ = ["BatchResult", "evaluate_batch", "settings"]
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What a run that committed its output returns."""
+
+    exit_code: int
+    """0: every row was evaluated; 3: the output is committed, but some rows were rejected
+    (`counts`, `rejects`), as the command's exit codes."""
+    out: str
+    """The output: a local directory, an object-store URL, or a Delta table root."""
+    counts: dict[str, dict[str, int]]
+    """Rows per table: `rules` (rows_read, rows_accepted, rows_rejected) and `positions`
+    (rows_read, rows_evaluated, rows_rejected, verdicts, W, L), as in the manifest."""
+    manifest: dict[str, Any]
+    """The run's manifest, as written (`manifest.json`, or the Delta runs table's row)."""
+    manifest_path: str | None
+    """Where `manifest.json` is (None for `output_format="delta"`, whose record of the run
+    is the `runs` table)."""
+    config_file: str | None
+    """The config file read (absolute), or None."""
+    rejects: str
+    """Where the rejected rows are (a `rejects.parquet` file or the Delta `rejects` table)."""
+    problems: list[str] = field(default_factory=list)
+    """The first rejected rows, one line each (file, row, column, reason)."""
+    warnings: list[str] = field(default_factory=list)
+    """What the caller should know though the run succeeded (an old output kept aside)."""
+
+    @property
+    def status(self) -> Literal["succeeded"]:
+        return SUCCEEDED
+
+    def document(self) -> dict[str, Any]:
+        """The run result as `snim-batch run --json` prints it (docs/run-result.schema.json)."""
+        return result_document(SUCCEEDED, self.exit_code, out=self.out,
+                               config_file=self.config_file, counts=self.counts,
+                               manifest=self.manifest, manifest_path=self.manifest_path)
+
+
+def settings(*, config_file: str | Path | None = None, rules: str | None = None,
+             positions: str | None = None, out: str | Path | None = None,
+             engine: Literal["polars", "spark"] | None = None,
+             winning_moves: bool | None = None,
+             on_bad_rows: Literal["reject", "fail"] | None = None,
+             overwrite: bool | None = None,
+             output_format: Literal["parquet", "delta"] | None = None,
+             spark_master: str | None = None, spark_remote: str | None = None) -> Config:
+    """The run's `Config`: `config_file` if given (its relative paths relative to it), with
+    every argument that is not None over its keys. `rules`, `positions` and `out` (relative
+    to the working directory) are required unless the file has them. Raises `UsageError`
+    (`ConfigError` for the file or a value) when they do not make a run."""
+    from pipeline.config import config_from_dict, load_config, resolve_location, resolve_output
+
+    given = {"rules": rules, "positions": positions, "out": out}
+    for name, value in given.items():
+        if value is not None and not str(value).strip():
+            raise UsageError(f"{name} is empty: give a path or URL")
+    texts = {name: None if value is None else str(value) for name, value in given.items()}
+    cwd = Path.cwd()
+    if config_file is not None:
+        cfg = load_config(Path(config_file), texts)
+    elif rules and positions and out:
+        cfg = config_from_dict({name: text for name, text in texts.items()}, "arguments", cwd)
+    else:
+        missing = ", ".join(name for name, value in given.items() if not value)
+        raise UsageError(f"no config file: give config_file, or rules, positions and out "
+                         f"({missing} missing)")
+    spark = None
+    if spark_master is not None or spark_remote is not None:
+        changes = {"master": spark_master, "remote": spark_remote}
+        spark = dataclasses.replace(cfg.spark, **{k: v for k, v in changes.items()
+                                                  if v is not None})
+    return cfg.override(
+        rules=resolve_location(texts["rules"], cwd) if texts["rules"] else None,
+        positions=resolve_location(texts["positions"], cwd) if texts["positions"] else None,
+        out=resolve_output(texts["out"], cwd) if texts["out"] else None,
+        engine=_lower(engine), winning_moves=winning_moves, on_bad_rows=_lower(on_bad_rows),
+        overwrite=overwrite, spark=spark,
+        output=(dataclasses.replace(cfg.output, format=_lower(output_format))
+                if output_format is not None else None),
+    )
+
+
+def _lower(choice: str | None) -> str | None:
+    """A choice in any case, as the command line takes it."""
+    return None if choice is None else str(choice).strip().lower()
+
+
+def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None = None,
+                   positions: str | None = None, out: str | Path | None = None,
+                   engine: Literal["polars", "spark"] | None = None,
+                   winning_moves: bool | None = None,
+                   on_bad_rows: Literal["reject", "fail"] | None = None,
+                   overwrite: bool | None = None,
+                   output_format: Literal["parquet", "delta"] | None = None,
+                   spark_master: str | None = None, spark_remote: str | None = None,
+                   run_date: date | None = None, progress: Progress | None = None,
+                   warn: Callable[[str], None] | None = None) -> BatchResult:
+    """Evaluate every position and commit the output whole, as `snim-batch run` does with the
+    same settings (`settings` says how they combine; `run_date` is the night a Delta output
+    replaces, default today in UTC).
+
+    Returns a `BatchResult` when the output is committed (`exit_code` 0, or 3 when rows were
+    rejected under `on_bad_rows="reject"`). Raises, with nothing written: `UsageError` or
+    its `ConfigError` (the settings; the command's exit 2), `InputError`, `BadRowsError`
+    (`on_bad_rows="fail"`), `RuleError`, `OutputError`, `StoreError`, `ReconcileError`,
+    `SparkFailure` (exit 1), all `SnimError`s with `.code`, `.exit_code`, `.path`, `.row`,
+    `.column`, `.written`; `KeyboardInterrupt` when stopped (Ctrl-C; a stop signal, if the
+    caller turned it into `pipeline.errors.Stopped`)."""
+    if run_date is not None and not isinstance(run_date, date):
+        raise UsageError(f"run_date must be a datetime.date, got {type(run_date).__name__}")
+    cfg = settings(config_file=config_file, rules=rules, positions=positions, out=out,
+                   engine=engine, winning_moves=winning_moves, on_bad_rows=on_bad_rows,
+                   overwrite=overwrite, output_format=output_format,
+                   spark_master=spark_master, spark_remote=spark_remote)
+    return run_settings(cfg, run_date, progress, warn)
+
+
+def run_settings(cfg: Config, run_date: date | None = None, progress: Progress | None = None,
+                 warn: Callable[[str], None] | None = None) -> BatchResult:
+    """Run the job for settings made by `settings` (the command line's path: it says which
+    config it read before the run starts)."""
+    from pipeline.run import run_job
+
+    result = run_job(cfg, progress, run_date, warn)
+    manifest = result.manifest
+    return BatchResult(
+        exit_code=result.exit_code, out=str(result.out), counts=manifest["counts"],
+        manifest=manifest, manifest_path=manifest_path(result.out, cfg.output.format),
+        config_file=manifest.get("config_file"), rejects=result.rejects,
+        problems=list(result.problems), warnings=list(result.warnings))
+
+
+def manifest_path(out: Path | str, output_format: str) -> str | None:
+    """Where a committed run's `manifest.json` is: OUT/manifest.json (a local directory or an
+    object-store prefix); None for Delta tables."""
+    if output_format == "delta":
+        return None
+    from pipeline.io.outputs.manifest import MANIFEST
+
+    return str(Path(out) / MANIFEST) if isinstance(out, Path) else f"{out}/{MANIFEST}"

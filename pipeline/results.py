@@ -1,0 +1,86 @@
+"""A run's result for machines: one JSON object, whatever the outcome (`snim-batch run
+--result-file PATH` and `--json`, `BatchResult.document()`), described by the JSON Schema
+docs/run-result.schema.json. Its `schema_version` changes only when a field changes meaning
+or goes away; a field may be added within a version.
+
+`status` is `succeeded` when the run committed its output (exit 0, or 3: rows rejected),
+`failed` when it wrote nothing (exit 1 or 2), `stopped` when a signal stopped it (128 + the
+signal). `error` names the failure: `code`, a stable snake_case name per exception class
+(`SnimError.code`), the class, the message as the command prints it, and the error's fields
+(path, row, column, written)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import SnimError
+
+RESULT_SCHEMA_VERSION = 1
+SUCCEEDED, FAILED, STOPPED = "succeeded", "failed", "stopped"
+
+# codes of failures that are not a SnimError (the command words each as one)
+STOPPED_CODE = "stopped"
+OUT_OF_MEMORY = "out_of_memory"
+NAME_TOO_LONG = "name_too_long"
+INTERNAL_ERROR = "internal_error"
+
+
+def error_fields(error: BaseException, message: str) -> dict[str, Any]:
+    """The result's `error` for `error` as the command reported it (`message`): a SnimError
+    with its own code and fields; a stop (`stopped`), memory running out (`out_of_memory`),
+    a name too long for the file system (`name_too_long`) or anything else
+    (`internal_error`), each with nothing written."""
+    if isinstance(error, SnimError):
+        code, path, row, column, written = (error.code, error.path, error.row, error.column,
+                                            error.written)
+    else:
+        path = getattr(error, "filename", None) if isinstance(error, OSError) else None
+        row = column = None
+        written = False
+        if isinstance(error, KeyboardInterrupt):
+            code = STOPPED_CODE
+        elif isinstance(error, MemoryError):
+            code = OUT_OF_MEMORY
+        elif isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:
+            code = NAME_TOO_LONG
+        else:
+            code = INTERNAL_ERROR
+    return {"code": code, "class": type(error).__name__, "message": message,
+            "path": None if path is None else str(path), "row": row, "column": column,
+            "written": written}
+
+
+def result_document(status: str, exit_code: int, *, error: dict[str, Any] | None = None,
+                    out: str | None = None, config_file: str | None = None,
+                    counts: dict[str, Any] | None = None, manifest: dict[str, Any] | None = None,
+                    manifest_path: str | None = None) -> dict[str, Any]:
+    """The result object, every field present (null where unknown or not applicable)."""
+    return {"schema_version": RESULT_SCHEMA_VERSION, "status": status, "exit_code": exit_code,
+            "error": error, "out": out, "config_file": config_file, "counts": counts,
+            "manifest_path": manifest_path, "manifest": manifest}
+
+
+def result_json(document: dict[str, Any]) -> str:
+    """The document as one line of ASCII JSON: every other character escaped (\\uXXXX), so
+    that data in it (a path, a message) cannot drive a terminal it is printed on; a value JSON
+    has no form for, such as a date, as its text."""
+    return json.dumps(document, default=str)
+
+
+def write_result_file(path: Path, document: dict[str, Any]) -> None:
+    """Write the document to `path` whole or not at all: a temporary file beside it, flushed
+    to disk, then renamed over it (a reader sees the old file or the new one, never part)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as fh:
+            fh.write(result_json(document) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

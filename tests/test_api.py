@@ -1,0 +1,205 @@
+"""The public Python API (`pipeline.evaluate_batch`, docs/python-api.md), in process: the
+typed result, the documented error classes, how settings combine, a cheap `import pipeline`,
+and a real Dagster asset that runs the job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import polars as pl
+import pytest
+from conftest import wins, write_csv
+
+import pipeline
+from pipeline import (
+    BadRowsError,
+    BatchResult,
+    ConfigError,
+    OutputError,
+    UsageError,
+    evaluate_batch,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = {1: ("subtraction", (2, 5)), 2: ("nim", ()), 3: ("half", ())}
+POSITIONS = [(1, 10, [3, 5, 7]), (2, 11, [1, 2]), (3, 12, [9, 4]), (1, 13, [8])]
+
+
+@pytest.fixture
+def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """rules.csv and positions.csv in `tmp_path`, the working directory."""
+    monkeypatch.chdir(tmp_path)
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[r, k, " ".join(map(str, m))] for r, (k, m) in RULES.items()])
+    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+              [[r, p, " ".join(map(str, h))] for r, p, h in POSITIONS])
+    return tmp_path
+
+
+def expected() -> dict[tuple[int, int], str]:
+    return {(r, p): "W" if wins(*RULES[r], h) else "L" for r, p, h in POSITIONS}
+
+
+def verdicts(out: Path) -> dict[tuple[int, int], str]:
+    frame = pl.read_parquet(out / "verdicts.parquet")
+    return {(int(r), int(p)): v for r, p, v in
+            frame.select("rule_set_id", "position_id", "verdict").rows()}
+
+
+def test_a_run_returns_its_typed_result(job: Path) -> None:
+    phases: list[tuple[str, bool]] = []
+    result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="out",
+                            winning_moves=True,
+                            progress=lambda message, done: phases.append((message, done)))
+    assert isinstance(result, BatchResult)
+    manifest = json.loads((job / "out" / "manifest.json").read_text())
+    assert (result.exit_code, result.status, result.out) == (0, "succeeded", str(job / "out"))
+    assert result.manifest == manifest and result.counts == manifest["counts"]
+    assert result.counts["positions"] == {"rows_read": 4, "rows_evaluated": 4,
+                                          "rows_rejected": 0, "verdicts": 4,
+                                          "W": list(expected().values()).count("W"),
+                                          "L": list(expected().values()).count("L")}
+    assert result.manifest_path == str(job / "out" / "manifest.json")
+    assert result.config_file is None and manifest["config_file"] is None
+    assert result.rejects == str(job / "out" / "rejects.parquet")
+    assert verdicts(job / "out") == expected()
+    assert "move_take" in pl.read_parquet(job / "out" / "verdicts.parquet").columns
+    assert ("rules", False) in phases and ("positions", False) in phases  # the callback
+    schema = json.loads((ROOT / "docs" / "run-result.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(result.document())
+    assert result.document()["manifest"] == manifest
+
+
+def test_rejected_rows_return_exit_code_3(job: Path) -> None:
+    with (job / "positions.csv").open("a") as fh:
+        fh.write("1,99,4 -2\n")
+    result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="out")
+    assert result.exit_code == 3
+    assert result.counts["positions"]["rows_rejected"] == 1
+    assert result.problems == [f"{job / 'positions.csv'} row 4, column heaps: heap -2 at index 1 "
+                               "is negative"]
+
+
+def test_failures_raise_the_documented_classes(job: Path) -> None:
+    with pytest.raises(UsageError) as missing:
+        evaluate_batch(rules="rules.csv", out="out")
+    assert type(missing.value) is UsageError and missing.value.exit_code == 2
+    assert str(missing.value) == ("no config file: give config_file, or rules, positions and "
+                                  "out (positions missing)")
+    (job / "bad.yaml").write_text("tables:\n  max_table_len: " + "1" * 101 + "\n")
+    with pytest.raises(ConfigError) as bad:
+        evaluate_batch(config_file="bad.yaml")
+    assert (bad.value.code, bad.value.path, bad.value.row) == ("config_error", "bad.yaml", 2)
+    with pytest.raises(ConfigError, match="'engine' must be one of polars, spark"):
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="out",
+                       engine="flink")  # type: ignore[arg-type]
+    evaluate_batch(rules="rules.csv", positions="positions.csv", out="out")
+    with pytest.raises(OutputError) as exists:
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="out")
+    assert exists.value.exit_code == 1 and exists.value.code == "output_error"
+    assert evaluate_batch(rules="rules.csv", positions="positions.csv", out="out",
+                          overwrite=True).exit_code == 0
+    with (job / "positions.csv").open("a") as fh:
+        fh.write("1,99,4 x\n")
+    with pytest.raises(BadRowsError) as rows:
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="out2",
+                       on_bad_rows="fail")
+    assert (rows.value.written, rows.value.total) == (False, 1)
+    assert not (job / "out2").exists()
+
+
+def test_arguments_win_over_the_config_file_and_no_file_is_read_unasked(job: Path) -> None:
+    """A config file is read only when `config_file` names it (./config.yaml is the command
+    line's default, not the API's); an argument wins over its key."""
+    (job / "config.yaml").write_text("rules: rules.csv\npositions: positions.csv\n"
+                                     "out: from-config\nwinning_moves: true\n")
+    with pytest.raises(UsageError, match="no config file"):
+        evaluate_batch()
+    result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="plain")
+    assert result.config_file is None
+    assert "move_take" not in pl.read_parquet(job / "plain" / "verdicts.parquet").columns
+    result = evaluate_batch(config_file="config.yaml", winning_moves=False)
+    assert result.config_file == str(job / "config.yaml")
+    assert result.out == str(job / "from-config")
+    assert result.manifest["config_file"] == str(job / "config.yaml")
+    assert result.manifest["config"]["winning_moves"] is False
+
+
+def test_the_public_names_and_a_cheap_import() -> None:
+    """`pipeline.__all__` names the entry point, its result and the error classes, none of
+    them a submodule's name; `import pipeline` loads none of them (nor polars)."""
+    for name in pipeline.__all__:
+        assert getattr(pipeline, name) is not None, name
+        assert not (ROOT / "pipeline" / f"{name}.py").exists(), name
+        assert not (ROOT / "pipeline" / name).is_dir(), name
+    assert pipeline.evaluate_batch.__module__ == "pipeline.api"
+    assert pipeline.SnimError is __import__("pipeline.errors").errors.SnimError
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        pipeline.nothing  # noqa: B018
+    code = ("import sys, json, pipeline\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pipeline', 'polars', 'pyarrow', 'numpy', 'typer'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["pipeline", "pipeline.io", "pipeline.io.lazy_exports"]
+
+
+def test_the_package_is_typed() -> None:
+    import tomllib
+
+    assert (ROOT / "pipeline" / "py.typed").is_file()
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "py.typed" in setuptools["package-data"]["pipeline"]
+
+
+def test_a_dagster_asset_runs_the_job_in_process(job: Path) -> None:
+    """The docs' asset (docs/python-api.md), materialized by Dagster in this process: its
+    metadata from the BatchResult; a failure is the run's own error class."""
+    import dagster as dg
+
+    @dg.asset
+    def snim_verdicts():  # no annotation: dagster resolves it in the module, not here
+        result = evaluate_batch(rules=str(job / "rules.csv"),
+                                positions=str(job / "positions.csv"), out=str(job / "out"),
+                                overwrite=True)
+        return dg.MaterializeResult(metadata={
+            "exit_code": result.exit_code, "out": result.out,
+            "verdicts": result.counts["positions"]["verdicts"],
+            "rows_rejected": result.counts["positions"]["rows_rejected"]})
+
+    done = dg.materialize([snim_verdicts])
+    assert done.success
+    [materialization] = done.asset_materializations_for_node("snim_verdicts")
+    metadata = {key: value.value for key, value in materialization.metadata.items()}
+    assert metadata == {"exit_code": 0, "out": str(job / "out"), "verdicts": 4,
+                        "rows_rejected": 0}
+    assert verdicts(job / "out") == expected()
+
+    @dg.asset
+    def refused():
+        evaluate_batch(rules=str(job / "rules.csv"), positions=str(job / "positions.csv"),
+                       out=str(job / "out"))  # exists, and no overwrite
+
+    with pytest.raises(OutputError, match="output already exists"):
+        dg.materialize([refused])
+
+
+def test_a_delta_output_names_its_night_and_has_no_manifest_file(job: Path) -> None:
+    from datetime import date
+
+    result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
+                            output_format="delta", run_date=date(2026, 11, 5))
+    assert (result.exit_code, result.manifest["run_date"]) == (0, "2026-11-05")
+    assert result.manifest_path is None and not (job / "root" / "manifest.json").exists()
+    schema = json.loads((ROOT / "docs" / "run-result.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(result.document())
+    runs = pl.read_delta(str(job / "root" / "runs"))
+    assert runs["run_id"].to_list() == [result.manifest["run_id"]]
+    with pytest.raises(UsageError, match="run_date must be a datetime.date, got str"):
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
+                       output_format="delta", run_date="2026-11-05")  # type: ignore[arg-type]
