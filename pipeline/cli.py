@@ -258,6 +258,13 @@ def run(
         help="Replace an existing snim-batch output (one whose manifest lists all it "
              "holds). Default: the config's overwrite, else off.")]
     = None,
+    max_rejected_rows: Annotated[int | None, typer.Option(
+        help="Rejected rows (rules and positions) a run may have and still exit 0; over it "
+             "(or over --max-rejected-rate), exit 3 (--on-bad-rows fail: 1). Default: the "
+             "config's max_rejected_rows, else none: any rejected row is over.")] = None,
+    max_rejected_rate: Annotated[float | None, typer.Option(
+        help="The same as a fraction (0..1) of the input rows read. Default: the config's "
+             "max_rejected_rate.")] = None,
     spark_master: Annotated[str | None, typer.Option(help="Spark master URL (--engine spark).")]
     = None,
     output_format: Annotated[OutputFormat | None, typer.Option(
@@ -277,8 +284,9 @@ def run(
 ) -> None:
     """Evaluate every position; write verdicts, rejects, sg_tables, summary and a manifest.
 
-    Exit codes: 0 clean; 1 run failed (nothing written); 2 usage or config error;
-    3 completed, but some rows were rejected (see rejects.parquet).
+    Exit codes: 0 clean, or rejected rows within --max-rejected-rows/--max-rejected-rate;
+    1 run failed (nothing written); 2 usage or config error; 3 completed, but more rows were
+    rejected than the tolerance allows (see rejects.parquet).
     """
     try:
         with heavy_imports():
@@ -295,6 +303,8 @@ def run(
             winning_moves=winning_moves,
             on_bad_rows=on_bad_rows.value if on_bad_rows else None,
             overwrite=overwrite,
+            max_rejected_rows=max_rejected_rows,
+            max_rejected_rate=max_rejected_rate,
             spark=_spark_options(cfg.spark, spark_master, spark_remote),
             output=(dataclasses.replace(cfg.output, format=output_format.value)
                     if output_format else None),
@@ -316,7 +326,9 @@ def run(
             _say(f"committed night {result.manifest['run_date']} as run "
                  f"{result.manifest['run_id']} (runs table version "
                  f"{result.manifest['table_versions']['runs']})")
-        if result.problems:
+        if result.tolerated:
+            _err(result.tolerated)
+        elif result.problems:
             _err(f"some rows were rejected (exit 3); first ones, all in "
                  f"{result.rejects}:")
             for problem in result.problems[:5]:
