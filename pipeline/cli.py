@@ -259,9 +259,9 @@ def run(
              "holds). Default: the config's overwrite, else off.")]
     = None,
     max_rejected_rows: Annotated[int | None, typer.Option(
-        help="Rejected rows (rules and positions) a run may have and still exit 0; over it "
-             "(or over --max-rejected-rate), exit 3 (--on-bad-rows fail: 1). Default: the "
-             "config's max_rejected_rows, else none: any rejected row is over.")] = None,
+        help="Rejected rows (rules and positions) a run may have and still exit 0; over it, "
+             "or over the rate, exit 3 (with --on-bad-rows fail: 1). Default: the config's "
+             "max_rejected_rows, else none: any rejected row is over.")] = None,
     max_rejected_rate: Annotated[float | None, typer.Option(
         help="The same as a fraction (0..1) of the input rows read. Default: the config's "
              "max_rejected_rate.")] = None,
@@ -284,9 +284,9 @@ def run(
 ) -> None:
     """Evaluate every position; write verdicts, rejects, sg_tables, summary and a manifest.
 
-    Exit codes: 0 clean, or rejected rows within --max-rejected-rows/--max-rejected-rate;
-    1 run failed (nothing written); 2 usage or config error; 3 completed, but more rows were
-    rejected than the tolerance allows (see rejects.parquet).
+    Exit codes: 0 clean, or rows rejected within the tolerance (max_rejected_rows,
+    max_rejected_rate); 1 run failed (nothing written); 2 usage or config error; 3 completed, but
+    more rows were rejected than the tolerance allows (see rejects.parquet).
     """
     try:
         with heavy_imports():
