@@ -4,6 +4,7 @@ join without a cast in polars and DuckDB, in Parquet and in Delta; sg_tables'
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -121,6 +122,16 @@ def test_delta_sg_tables_keep_the_key_type_of_their_first_night(tmp_path):
         where = tmp_path / keys
         where.mkdir()
         job(where, keys, "--format", "delta", "--out", str(root), "--run-date", night)
+    runs = pl.from_arrow(DeltaTable(str(root / "runs")).to_pyarrow_table()).sort("run_date")
+    assert [json.loads(r)["by_reason_code"] for r in runs["rejects"]] == [
+        {"unknown_rule_set": 1}] * 2
+    assert json.loads(runs["rejects"][1])["decision"] == "within_tolerance"
+    code, err = invoke(["report", str(root)], tmp_path)
+    assert code == 0, err
+    page = (root / "report.html").read_text()
+    assert ("1 rows rejected (11.11% of the rows read); tolerance max_rejected_rows 1: within "
+            "the tolerance: the run succeeded.") in page
+    assert "<tr><td class=l>unknown_rule_set</td><td>1</td></tr>" in page
     tables = pl.from_arrow(DeltaTable(str(root / "sg_tables")).to_pyarrow_table())
     assert tables.schema["rule_set_ids"] == pl.List(pl.String)
     assert sorted(tables.filter(pl.col("kind") == "nim")["rule_set_ids"].to_list()) == [
