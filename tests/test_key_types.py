@@ -147,3 +147,23 @@ def test_delta_sg_tables_keep_the_key_type_of_their_first_night(tmp_path):
     assert str(raised.value).startswith(
         f"{int_root}/sg_tables: this run's columns do not fit the table: rule_set_ids (list "
         "of integer in the table, list of text in this run)")
+
+
+
+def test_text_rule_keys_with_integer_verdict_keys_are_the_one_case_that_needs_a_cast(tmp_path):
+    """By design a text id in the rules ("a") does not make the positions' integer keys
+    text (tests/test_run.py: the evaluated rows decide): verdicts keep integer keys, while
+    summary and sg_tables hold the rules' text keys. The README names this case."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [["a", "1 2"], [10, "1"],
+                                                                 [9, "1 2"]])
+    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+              [[9, 0, "4"], [10, 1, "3"], [9, 2, "3"]])
+    code, err = invoke(["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out",
+                        "out"], tmp_path)
+    assert code == 0, err
+    o = read_outputs(tmp_path / "out")
+    assert o["verdicts"].rows() == [(9, 0, 1, "W"), (9, 2, 0, "L"), (10, 1, 1, "W")]
+    assert o["summary"].select("rule_set_id", "positions").rows() == [
+        ("10", 1), ("9", 2), ("a", 0)]
+    assert o["sg_tables"].select("moves", "rule_set_ids").rows() == [
+        ([1], ["10"]), ([1, 2], ["9", "a"])]
