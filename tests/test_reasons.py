@@ -126,6 +126,11 @@ def test_long_form_codes_a_position_whose_other_row_was_rejected(tmp_path):
      "malformed_list"),
     ("move 5000000000 is larger than 4294967295", "out_of_range"),
     ("line has 1 field, expected 3", "wrong_field_count"),
+    ("rule_set_id 4 is defined 2 different ways (r.csv row 1; r.csv row 2)", "duplicate_key"),
+    ("rule_set_id 4 is defined 3 times and not every definition is valid (r.csv row 1; "
+     "r.csv row 2; r.csv row 5)", "duplicate_key"),
+    ("heap 9223372036854775808 is larger than 2^63-1", "out_of_range"),
+    ("heap '1.5' is not an integer", "not_an_integer"),
     ("a reason no code knows", "other"),
 ])
 def test_codes_are_read_off_the_fixed_words(reason, code):
