@@ -32,8 +32,9 @@ class BatchResult:
     """What a run that committed its output returns."""
 
     exit_code: int
-    """0: every row was evaluated; 3: the output is committed, but some rows were rejected
-    (`counts`, `rejects`), as the command's exit codes."""
+    """0: every row was evaluated, or the rows rejected were within the tolerance
+    (`tolerated`); 3: the output is committed, but more rows were rejected (`counts`,
+    `rejects`), as the command's exit codes."""
     out: str
     """The output: a local directory, an object-store URL, or a Delta table root."""
     counts: dict[str, dict[str, int]]
@@ -52,6 +53,8 @@ class BatchResult:
     """The first rejected rows, one line each (file, row, column, reason)."""
     warnings: list[str] = field(default_factory=list)
     """What the caller should know though the run succeeded (an old output kept aside)."""
+    tolerated: str = ""
+    """When rows were rejected within the tolerance (exit 0), the line that says so."""
 
     @property
     def status(self) -> Literal["succeeded"]:
@@ -71,7 +74,9 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
              on_bad_rows: Literal["reject", "fail"] | None = None,
              overwrite: bool | None = None,
              output_format: Literal["parquet", "delta"] | None = None,
-             spark_master: str | None = None, spark_remote: str | None = None) -> Config:
+             spark_master: str | None = None, spark_remote: str | None = None,
+             max_rejected_rows: int | None = None,
+             max_rejected_rate: float | None = None) -> Config:
     """The run's `Config`: `config_file` if given (its relative paths relative to it), with
     every argument that is not None over its keys. `rules`, `positions` and `out` (relative
     to the working directory) are required unless the file has them. Raises `UsageError`
@@ -102,7 +107,8 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
         positions=resolve_location(texts["positions"], cwd) if texts["positions"] else None,
         out=resolve_output(texts["out"], cwd) if texts["out"] else None,
         engine=_lower(engine), winning_moves=winning_moves, on_bad_rows=_lower(on_bad_rows),
-        overwrite=overwrite, spark=spark,
+        overwrite=overwrite, spark=spark, max_rejected_rows=max_rejected_rows,
+        max_rejected_rate=max_rejected_rate,
         output=(dataclasses.replace(cfg.output, format=_lower(output_format))
                 if output_format is not None else None),
     )
@@ -121,14 +127,17 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None =
                    overwrite: bool | None = None,
                    output_format: Literal["parquet", "delta"] | None = None,
                    spark_master: str | None = None, spark_remote: str | None = None,
+                   max_rejected_rows: int | None = None,
+                   max_rejected_rate: float | None = None,
                    run_date: date | None = None, progress: Progress | None = None,
                    warn: Callable[[str], None] | None = None) -> BatchResult:
     """Evaluate every position and commit the output whole, as `snim-batch run` does with the
     same settings (`settings` says how they combine; `run_date` is the night a Delta output
     replaces, default today in UTC).
 
-    Returns a `BatchResult` when the output is committed (`exit_code` 0, or 3 when rows were
-    rejected under `on_bad_rows="reject"`). Raises, with nothing written: `UsageError` or
+    Returns a `BatchResult` when the output is committed (`exit_code` 0, also with rows
+    rejected within `max_rejected_rows`/`max_rejected_rate`; 3 when more were rejected under
+    `on_bad_rows="reject"`). Raises, with nothing written: `UsageError` or
     its `ConfigError` (the settings; the command's exit 2), `InputError`, `BadRowsError`
     (`on_bad_rows="fail"`), `RuleError`, `OutputError`, `StoreError`, `ReconcileError`,
     `SparkFailure` (exit 1), all `SnimError`s with `.code`, `.exit_code`, `.path`, `.row`,
@@ -139,7 +148,8 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None =
     cfg = settings(config_file=config_file, rules=rules, positions=positions, out=out,
                    engine=engine, winning_moves=winning_moves, on_bad_rows=on_bad_rows,
                    overwrite=overwrite, output_format=output_format,
-                   spark_master=spark_master, spark_remote=spark_remote)
+                   spark_master=spark_master, spark_remote=spark_remote,
+                   max_rejected_rows=max_rejected_rows, max_rejected_rate=max_rejected_rate)
     return run_settings(cfg, run_date, progress, warn)
 
 
@@ -155,7 +165,8 @@ def run_settings(cfg: Config, run_date: date | None = None, progress: Progress |
         exit_code=result.exit_code, out=str(result.out), counts=manifest["counts"],
         manifest=manifest, manifest_path=manifest_path(result.out, cfg.output.format),
         config_file=manifest.get("config_file"), rejects=result.rejects,
-        problems=list(result.problems), warnings=list(result.warnings))
+        problems=list(result.problems), warnings=list(result.warnings),
+        tolerated=result.tolerated)
 
 
 def manifest_path(out: Path | str, output_format: str) -> str | None:

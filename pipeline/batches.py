@@ -48,6 +48,8 @@ def read_rules(config: Config, *, cache: RunCache | None = None
     rows = [frame.height for frame in frames]
     frames = keys.unify_key_types(frames, "rule_set_id")
     rules = pl.concat(frames, how="vertical_relaxed")
+    if rules.height:  # the reasons that name a rules row name its file as `source` does
+        rules = rules.with_columns(schema.with_source_text(rules["_source"]).alias("_source"))
     return normalize.reject_duplicate_rules(rules), files, rows
 
 

@@ -228,7 +228,8 @@ def _warn_unused_spark(engine: str, master: str | None, remote: str | None) -> N
 def _run_config(config: Path | None, rules: str | None, positions: str | None, out: str | None,
                 engine: Engine | None, winning_moves: bool | None, on_bad_rows: Policy | None,
                 overwrite: bool | None, spark_master: str | None,
-                output_format: OutputFormat | None, spark_remote: str | None):
+                output_format: OutputFormat | None, spark_remote: str | None,
+                max_rejected_rows: int | None = None, max_rejected_rate: float | None = None):
     """The settings of a run (`run`, `explain`): the config file's, with the options given.
     ./config.yaml is read only when neither --rules nor --positions is given."""
     from pipeline.api import settings
@@ -250,7 +251,8 @@ def _run_config(config: Path | None, rules: str | None, positions: str | None, o
                     on_bad_rows=on_bad_rows.value if on_bad_rows else None,
                     overwrite=overwrite,
                     output_format=output_format.value if output_format else None,
-                    spark_master=spark_master, spark_remote=spark_remote)
+                    spark_master=spark_master, spark_remote=spark_remote,
+                    max_rejected_rows=max_rejected_rows, max_rejected_rate=max_rejected_rate)
 
 
 @app.command(short_help="Evaluate every position; write verdicts, rejects and a manifest.")
@@ -290,6 +292,15 @@ def run(
         help="Replace an existing snim-batch output (one whose manifest lists all it "
              "holds). Default: the config's overwrite, else off.")]
     = None,
+    max_rejected_rows: Annotated[int | None, typer.Option(
+        envvar="SNIM_BATCH_MAX_REJECTED_ROWS",
+        help="Rejected rows (rules and positions) a run may have and still exit 0; over it, "
+             "or over the rate, exit 3 (with --on-bad-rows fail: 1). Default: the config's "
+             "max_rejected_rows, else none: any rejected row is over.")] = None,
+    max_rejected_rate: Annotated[float | None, typer.Option(
+        envvar="SNIM_BATCH_MAX_REJECTED_RATE",
+        help="The same as a fraction (0..1) of the input rows read. Default: the config's "
+             "max_rejected_rate.")] = None,
     spark_master: Annotated[str | None, typer.Option(
         envvar="SNIM_BATCH_SPARK_MASTER", help="Spark master URL (--engine spark).")]
     = None,
@@ -322,8 +333,9 @@ def run(
 ) -> None:
     """Evaluate every position; write verdicts, rejects, sg_tables, summary and a manifest.
 
-    Exit codes: 0 clean; 1 run failed (nothing written); 2 usage or config error;
-    3 completed, but some rows were rejected (see rejects.parquet).
+    Exit codes: 0 clean, or rows rejected within the tolerance (max_rejected_rows,
+    max_rejected_rate); 1 run failed (nothing written); 2 usage or config error; 3 completed, but
+    more rows were rejected than the tolerance allows (see rejects.parquet).
 
     Every option can be set by its environment variable (SNIM_BATCH_...): a flag wins over
     its variable, a variable over the config file's key, the key over the default.
@@ -351,7 +363,8 @@ def run(
             from pipeline.api import run_settings
 
         cfg = _run_config(config, rules, positions, out, engine, winning_moves, on_bad_rows,
-                          overwrite, spark_master, output_format, spark_remote)
+                          overwrite, spark_master, output_format, spark_remote,
+                          max_rejected_rows, max_rejected_rate)
         known.update(out=str(cfg.out),
                      config_file=None if cfg.config_file is None else str(cfg.config_file))
         night = _run_date(run_date) if run_date is not None else None
@@ -374,7 +387,9 @@ def run(
             say(f"committed night {result.manifest['run_date']} as run "
                 f"{result.manifest['run_id']} (runs table version "
                 f"{result.manifest['table_versions']['runs']})")
-        if result.problems:
+        if result.tolerated:
+            _err(result.tolerated)
+        elif result.problems:
             _err(f"some rows were rejected (exit 3); first ones, all in "
                  f"{result.rejects}:")
             for problem in result.problems[:5]:

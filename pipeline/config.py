@@ -94,6 +94,11 @@ class Config:
     engine: str = "polars"
     winning_moves: bool = False
     on_bad_rows: str = "reject"
+    max_rejected_rows: int | None = None
+    """Rejected rows (rules and positions) a run may have and still succeed (exit 0);
+    None: no tolerance unless `max_rejected_rate` gives one (`reject_tolerance`)."""
+    max_rejected_rate: float | None = None
+    """The same as a fraction (0..1) of the input rows read (rules and positions)."""
     overwrite: bool = False
     columns: Columns = field(default_factory=Columns)
     tables: Tables = field(default_factory=Tables)
@@ -261,6 +266,18 @@ def _check_choices(cfg: Config, where: str) -> None:
     if cfg.on_bad_rows not in POLICIES:
         raise ConfigError(f"{where} 'on_bad_rows' must be one of {', '.join(POLICIES)}, "
                           f"got {shown(cfg.on_bad_rows)}")
+    for key, most in (("max_rejected_rows", None), ("max_rejected_rate", 1)):
+        value = getattr(cfg, key)
+        name = f"--{key.replace('_', '-')}" if where == "option" else f"{where} {key!r}"
+        if value is None:
+            continue
+        if (isinstance(value, bool) or not isinstance(value, int if most is None
+                                                      else (int, float))):
+            kind = "an integer" if most is None else "a number"
+            raise ConfigError(f"{name} must be {kind}, got {shown(value)}")
+        if not value >= 0 or (most is not None and not value <= most):  # NaN is neither
+            bounds = ">= 0" if most is None else "between 0 and 1 (a fraction of the input rows)"
+            raise ConfigError(f"{name} must be {bounds}, got {shown(value)}")
     if cfg.output.format not in FORMATS:
         raise ConfigError(f"{where} 'output.format' must be one of {', '.join(FORMATS)}, "
                           f"got {shown(cfg.output.format)}")
@@ -476,11 +493,14 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     sections = {"columns": Columns, "tables": Tables, "spark": Spark, "output": Output}
     scalars = {"rules": str, "positions": str, "out": str, "engine": str,
                "winning_moves": bool, "on_bad_rows": str, "overwrite": bool,
-               "storage_options": dict}
+               "storage_options": dict, "max_rejected_rows": "tolerance",
+               "max_rejected_rate": "tolerance"}
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key in sections:
             values[key] = _section(sections[key], value, key, source)
+        elif scalars.get(key) == "tolerance":  # checked with the choices, null: none
+            values[key] = value
         elif key in scalars:
             values[key] = _typed(value, scalars[key], key, source)
         else:

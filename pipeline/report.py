@@ -199,7 +199,7 @@ def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl
     status = html.escape(str(manifest.get("status")))
     periods = sg_tables.with_columns(
         pl.col("moves").cast(pl.List(pl.String)).list.join(" ").alias("moves"),
-        pl.col("rule_set_ids").list.join(", ").alias("rule_set_ids"))
+        pl.col("rule_set_ids").cast(pl.List(pl.String)).list.join(", ").alias("rule_set_ids"))
     night = (f" for the night <b>{html.escape(str(manifest['run_date']))}</b>"
              if manifest.get("run_date") else "")
     return f"""<!doctype html>
@@ -217,15 +217,71 @@ def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl
 <h2>Rule sets that stand out</h2>{_standouts(summary)}
 <h2>W rate per rule set</h2>{_per_rule_set(summary, where)}
 {_across_nights(nights, summaries)}
-<h2>SG tables (one per distinct rule)</h2>{_table(periods, _SHOWN_ROWS, where.replace(
-        'summary', 'sg_tables'))}
-<h2>Rejected rows</h2>{_table(rejects, 100, where.replace('summary', 'rejects'))
-        if rejects.height else '<p>None.</p>'}
+<h2>SG tables (one per distinct rule)</h2>{_period_statuses(sg_tables)}{_table(
+        periods, _SHOWN_ROWS, where.replace('summary', 'sg_tables'))}
+<h2>Rejected rows</h2>{_reject_policy(manifest)}{_by_reason_code(rejects)}{_table(
+        rejects, 100, where.replace('summary', 'rejects')) if rejects.height else '<p>None.</p>'}
 <h2>Inputs and configuration</h2>
 <pre>{html.escape(json.dumps({k: manifest.get(k) for k in ('inputs', 'config', 'versions',
                                                        'timings_s')}, indent=2))}</pre>
 </body></html>
 """
+
+
+def period_status_counts(sg_tables: pl.DataFrame) -> pl.DataFrame:
+    """(period_status, tables, meaning) for every status, in the order of `PeriodStatus`
+    (an output written before the column existed: empty)."""
+    from pipeline.transforms.outputs import PERIOD_STATUS_MEANING
+
+    if "period_status" not in sg_tables.columns:
+        return pl.DataFrame(schema={"period_status": pl.String, "tables": pl.Int64,
+                                    "meaning": pl.String})
+    found = dict(sg_tables.group_by("period_status").len("tables").iter_rows())
+    return pl.DataFrame({"period_status": [s.value for s in PERIOD_STATUS_MEANING],
+                         "tables": [found.get(s.value, 0) for s in PERIOD_STATUS_MEANING],
+                         "meaning": list(PERIOD_STATUS_MEANING.values())},
+                        schema={"period_status": pl.String, "tables": pl.Int64,
+                                "meaning": pl.String})
+
+
+def _period_statuses(sg_tables: pl.DataFrame) -> str:
+    counts = period_status_counts(sg_tables)
+    if not counts.height:
+        return ""
+    return ("<p>period_status says why period is what it is (null only when it is not "
+            f"proven):</p>{_table(counts)}")
+
+
+def reason_code_counts(rejects: pl.DataFrame) -> pl.DataFrame:
+    """(reason_code, rows) of the rejected rows, most first (then by code); empty for an
+    output written before the column existed."""
+    if "reason_code" not in rejects.columns or not rejects.height:
+        return pl.DataFrame(schema={"reason_code": pl.String, "rows": pl.UInt32})
+    return (rejects.group_by("reason_code").len("rows")
+            .sort(["rows", "reason_code"], descending=[True, False]))
+
+
+def _by_reason_code(rejects: pl.DataFrame) -> str:
+    counts = reason_code_counts(rejects)
+    if not counts.height:
+        return ""
+    return f"<h3>Rejected rows by reason_code</h3>{_table(counts)}<h3>The first rows</h3>"
+
+
+def _reject_policy(manifest: dict[str, Any]) -> str:
+    """The run's tolerance of rejected rows and what it decided (from the manifest)."""
+    rejects = manifest.get("rejects")
+    if not isinstance(rejects, dict) or not rejects.get("rows"):
+        return ""
+    policy = rejects.get("policy", {})
+    limits = [f"{name} {policy[name]}" for name in ("max_rejected_rows", "max_rejected_rate")
+              if policy.get(name) is not None]
+    decided = {"within_tolerance": "within the tolerance: the run succeeded",
+               "over_tolerance": "over the tolerance: the run exited 3"}.get(
+        str(rejects.get("decision")), str(rejects.get("decision")))
+    return (f"<p>{rejects['rows']:,} rows rejected ({rejects.get('rate', 0):.2%} of the rows "
+            f"read); tolerance {html.escape(', '.join(limits) or 'none (any rejected row)')}"
+            f": {html.escape(decided)}.</p>")
 
 
 def write_report(out: str | Path, target: Path | None = None) -> Path:

@@ -20,6 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from pipeline import __version__
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
@@ -61,6 +63,9 @@ class RunResult:
     """What the user should know though the run succeeded (an old output kept aside)."""
     rejects: str = ""
     """Where the rejects are, as the output's kind says (`Output.table`)."""
+    tolerated: str = ""
+    """For a run whose rejects are within the tolerance (exit 0): what the CLI says of them,
+    "N rows rejected (within --max-rejected-rows M); see TABLE"; else empty."""
 
 
 @dataclass(frozen=True)
@@ -72,9 +77,61 @@ class JobOutcome:
     form: str
     problems: list[str]
 
+    by_reason_code: dict[str, int] = field(default_factory=dict)
+
     @property
     def rejected(self) -> int:
         return self.counts["rules"]["rows_rejected"] + self.counts["positions"]["rows_rejected"]
+
+    @property
+    def tolerance(self) -> RejectTolerance:
+        return RejectTolerance.of(self.counts)
+
+
+@dataclass(frozen=True)
+class RejectTolerance:
+    """The rejected rows against `max_rejected_rows` and `max_rejected_rate` (README, Exit
+    codes): a run is over its tolerance when it exceeds either one given; with neither, any
+    rejected row is over it (a tolerance of 0 rows). `rate` is the rejected rows (rules and
+    positions) as a fraction of the input rows read (rules and positions)."""
+
+    rows: int
+    rate: float
+
+    @classmethod
+    def of(cls, counts: dict[str, dict[str, int]]) -> RejectTolerance:
+        rejected = counts["rules"]["rows_rejected"] + counts["positions"]["rows_rejected"]
+        read = counts["rules"]["rows_read"] + counts["positions"]["rows_read"]
+        return cls(rejected, rejected / read if read else 0.0)
+
+    def exceeded(self, config: Config) -> bool:
+        rows, rate = config.max_rejected_rows, config.max_rejected_rate
+        if rows is None and rate is None:
+            return self.rows > 0
+        return ((rows is not None and self.rows > rows)
+                or (rate is not None and self.rate > rate))
+
+    def limits(self, config: Config) -> str:
+        """The tolerance as the options name it ("--max-rejected-rows 5 and ...")."""
+        given = [f"--max-rejected-rows {config.max_rejected_rows}"
+                 if config.max_rejected_rows is not None else "",
+                 f"--max-rejected-rate {config.max_rejected_rate:g}"
+                 if config.max_rejected_rate is not None else ""]
+        return " and ".join(g for g in given if g)
+
+    def decision(self, config: Config) -> str:
+        """"none" (no row rejected), "within_tolerance" (exit 0) or "over_tolerance"."""
+        if not self.rows:
+            return "none"
+        return "over_tolerance" if self.exceeded(config) else "within_tolerance"
+
+    def manifest(self, config: Config, by_code: dict[str, int]) -> dict[str, Any]:
+        """The manifest's `rejects`: counts (per `reason_code`), the policy, the decision."""
+        return {"rows": self.rows, "rate": self.rate, "by_reason_code": by_code,
+                "policy": {"on_bad_rows": config.on_bad_rows,
+                           "max_rejected_rows": config.max_rejected_rows,
+                           "max_rejected_rate": config.max_rejected_rate},
+                "decision": self.decision(config)}
 
 
 def run_job(config: Config, progress: Progress | None = None, run_date: date | None = None,
@@ -122,11 +179,14 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
         read_cache = RunCache(whole_objects=engine.keeps_whole_objects)
         with read_cache, engine.open_inputs(config):
             outcome = execute(config, engine, staging, phase, note, read_cache)
-            if outcome.rejected and config.on_bad_rows == "fail":
+            tolerance = outcome.tolerance
+            over = tolerance.exceeded(config)
+            if over and config.on_bad_rows == "fail":
+                beyond = tolerance.limits(config)
                 raise BadRowsError(f"{outcome.rejected} input rows failed validation "
-                                   "(--on-bad-rows fail)", outcome.problems, outcome.rejected,
-                                   written=False)
-            exit_code = EXIT_REJECTS if outcome.rejected else EXIT_OK
+                                   f"(--on-bad-rows fail{', over ' + beyond if beyond else ''})",
+                                   outcome.problems, outcome.rejected, written=False)
+            exit_code = EXIT_REJECTS if over else EXIT_OK
             manifest = {
                 "schema_version": MANIFEST_SCHEMA_VERSION,
                 "run_id": run_id,
@@ -142,6 +202,7 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
                 "inputs": outcome.inputs,
                 "counts": outcome.counts,
                 "reconciled": _reconciled(outcome.counts),
+                "rejects": tolerance.manifest(config, outcome.by_reason_code),
                 "timings_s": timings,
             }
         # the inputs and the engine are let go first: once the output is committed, nothing
@@ -151,8 +212,11 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
     except BaseException as error:
         output.roll_back(error)
         raise
-    return RunResult(config.out, exit_code, manifest, outcome.problems, warnings,
-                     output.table("rejects", manifest))
+    table = output.table("rejects", manifest)
+    tolerated = (f"{tolerance.rows} rows rejected (within {tolerance.limits(config)}); see "
+                 f"{table}" if tolerance.rows and not over else "")
+    return RunResult(config.out, exit_code, manifest, outcome.problems, warnings, table,
+                     tolerated)
 
 
 def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
@@ -183,7 +247,8 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
                                                           config.columns, form)
             verdict_counts, rejected_by_rule = evaluation.counts()
             summary = outputs.summary_rows(index, verdict_counts, rejected_by_rule)
-            sg_tables = outputs.sg_table_rows(rules, distinct, cache.reported(), index)
+            sg_tables = outputs.sg_table_rows(rules, distinct, cache.reported(), index,
+                                              outputs.run_key_type(index, verdict_counts))
             problems = [problem_text(row) for row in evaluation.first_rejects(
                 rule_rejects, PROBLEMS_SHOWN).iter_rows(named=True)]
             w = int(verdict_counts["W"].sum())
@@ -195,18 +260,31 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
                 _every_row_evaluated_or_rejected(evaluation.rows_read, verdicts,
                                                  evaluation.rows_rejected)
         outcome = JobOutcome({}, counts, form, problems)
-        if outcome.rejected and config.on_bad_rows == "fail":
+        if config.on_bad_rows == "fail" and outcome.tolerance.exceeded(config):
             return outcome  # nothing is written: no manifest, no checksum to wait for
         with phase("write"):
             evaluation.write(rule_rejects, staging)
             commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
             commit.write_parquet(summary, staging / "summary.parquet")
+        outcome = replace(outcome, by_reason_code=counts_by_reason_code(
+            staging / "rejects.parquet") if outcome.rejected else {})
     positions, in_source = zip(*[f.result() for f in described]) if described else ((), ())
     ensure_unchanged(list(positions))  # every row has been read
     position_counts = reconcile(positions, in_source, rows_per_file, "positions")
     return replace(outcome, inputs={
         "rules": [{**f.as_dict(), **n} for f, n in zip(rule_files, rule_counts)],
         "positions": [{**f.as_dict(), **n} for f, n in zip(positions, position_counts)]})
+
+
+def counts_by_reason_code(rejects: Path) -> dict[str, int]:
+    """Rejected rows per `reason_code` (most first, then by code), read back from the staged
+    rejects table: a file, or a directory of part files (the Spark engine's)."""
+    files = sorted(rejects.glob("*.parquet")) if rejects.is_dir() else [rejects]
+    if not files:
+        return {}
+    counts = (pl.scan_parquet(files).group_by("reason_code").len("rows")
+              .sort(["rows", "reason_code"], descending=[True, False]).collect())
+    return {code: rows for code, rows in counts.iter_rows()}
 
 
 def _every_row_evaluated_or_rejected(rows_read: int, verdicts: int, rejected: int) -> None:

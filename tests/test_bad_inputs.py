@@ -835,7 +835,7 @@ def test_duplicate_moves_are_normalised_and_share_a_table(tmp_path: Path) -> Non
     assert_frame_equal(one, seven)
     tables = pl.read_parquet(out / "sg_tables.parquet")
     assert tables.height == 1 and tables["moves"].to_list() == [[2, 5]]
-    assert sorted(tables["rule_set_ids"].item().to_list()) == ["1", "7"]
+    assert sorted(tables["rule_set_ids"].item().to_list()) == [1, 7]
 
 
 # ---- CSV quirks -----------------------------------------------------------------------------

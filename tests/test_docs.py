@@ -173,7 +173,7 @@ def shown(value: object) -> str:
     """A default as the docs' configuration table writes it."""
     if isinstance(value, bool):
         return "false" if value is False else "true"
-    if value == "":
+    if value == "" or value is None:
         return "(none)"
     if value == {}:
         return "{}"

@@ -66,7 +66,7 @@ def reference(batches, sources, retyped=False):
     times = Counter((rid, pid) for rid, pid, *_ in rows)
     clean = sorted((r for r in rows if times[r[:2]] == 1), key=lambda r: r[:2])
     dups = sorted(
-        ("positions", sources[file], row, str(rid), str(pid), "position_id",
+        ("positions", sources[file], row, str(rid), str(pid), "position_id", "duplicate_key",
          f"position_id {pid} appears {times[(rid, pid)]} times for rule_set_id {rid}")
         for rid, pid, nim, file, row in rows if times[(rid, pid)] > 1)
     return [r[:3] for r in clean], dups
@@ -136,7 +136,7 @@ def test_a_rejected_twin_takes_its_verdict_out():
     rule_ids = pl.Series([1], dtype=pl.Int64)
     parts = [ordering.verdict_part(evaluated([(1, 4, 3), (1, 5, 0)], 0, set()), 0, rule_ids,
                                    COLUMNS)]
-    rejected = pl.DataFrame([("positions", "p.csv", 7, "1", "4", "heaps", "bad")],
+    rejected = pl.DataFrame([("positions", "p.csv", 7, "1", "4", "heaps", "other", "bad")],
                             schema=REJECT_SCHEMA, orient="row")
     verdicts, dups = ordering.key_sorted_verdicts(parts, rule_ids, rejected, ["p.csv"])
     assert verdicts.rows() == [(1, 5, 0)]

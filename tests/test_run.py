@@ -246,7 +246,7 @@ def check_outputs(out: Path, rules: list, positions: list, *, rows_read: int,
     expect_tables: dict = {}
     for rid, kind, moves in rules:
         k = (kind, canonical(moves) if kind == "subtraction" else ())
-        expect_tables.setdefault(k, []).append(str(rid))
+        expect_tables.setdefault(k, []).append(rid)  # the rules' key type, as in summary
     tables = o["sg_tables"]
     assert tables.height == len(expect_tables)
     for row in tables.rows(named=True):
@@ -858,7 +858,7 @@ def test_sg_tables_preperiod_and_period_match_naive(tmp_path):
         pre, per, _ = naive_period(s)
         assert (got[s]["preperiod"], got[s]["period"]) == (pre, per), s
         assert got[s]["table_len"] >= pre + per
-    assert sorted(got[sets[0]]["rule_set_ids"]) == ["0", "100"]
+    assert sorted(got[sets[0]]["rule_set_ids"]) == [0, 100]
 
 
 # ---- rejects, policies, overwrite ------------------------------------------------------------
@@ -986,7 +986,7 @@ def test_tables_end_exactly_at_the_largest_heap_however_batches_ask_beyond_them(
         (i, p, reduce(xor, (sg[i][h] for h in heaps), 0)) for i, p, heaps in sorted(good)]
     tables = {t["rule_set_ids"][0]: t for t in o["sg_tables"].rows(named=True)}
     assert {i: (t["table_len"], t["period"], t["stopped_by"]) for i, t in tables.items()} == {
-        "1": (34, None, None), "2": (45, None, "tables.max_table_len"), "3": (7, None, None)}
+        1: (34, None, None), 2: (45, None, "tables.max_table_len"), 3: (7, None, None)}
 
 
 TWO_RULES = [(1, "subtraction", [3, 17, 40]), (2, "subtraction", [2, 29, 41])]
@@ -1194,7 +1194,7 @@ def test_a_million_moves_and_a_2_62_heap_stop_at_the_rule_work_limit(tmp_path):
     assert result.exit_code == 3
     o = read_outputs(tmp_path / "out")
     tables = {tuple(t["rule_set_ids"]): t for t in o["sg_tables"].rows(named=True)}
-    assert (tables[("1",)]["table_len"], tables[("1",)]["period"]) == (2000, None)
+    assert (tables[(1,)]["table_len"], tables[(1,)]["period"]) == (2000, None)
     label = "{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ..., 999999, 1000000} (1000000 moves)"
     assert o["rejects"].select("row", "rule_set_id", "column", "reason").rows() == [
         (0, "1", "heaps", beyond_reason(2**62, 0, label, "max_rule_ops", 2000)),

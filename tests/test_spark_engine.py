@@ -69,6 +69,7 @@ def run_both(tmp_path: Path, **cfg) -> tuple[RunResult, RunResult]:
             raise AssertionError(f"{name}.parquet differs: {exc}") from None
     assert (got.out / "verdicts.parquet").is_dir()
     assert got.manifest["counts"] == expected.manifest["counts"]
+    assert got.manifest["rejects"] == expected.manifest["rejects"]  # by_reason_code too
     assert got.manifest["reconciled"] is True
     assert got.manifest["positions_form"] == expected.manifest["positions_form"]
     assert got.manifest["engine"] == "spark"
@@ -913,3 +914,32 @@ def test_list_view_columns_are_read_as_lists_by_the_tasks(spark, tmp_path, form)
     expected, _ = run_both(tmp_path, rules=str(rules), positions=str(positions))
     assert _verdicts(expected) == {
         (r, p): "W" if wins("subtraction", tuple(moves[r]), h) else "L" for r, p, h in rows}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("keys", ["int", "str"])
+def test_spark_joins_summary_sg_tables_and_verdicts_without_a_cast(spark, tmp_path, keys):
+    """The Spark engine's outputs, read by Spark: rule_set_id has one type in summary and
+    verdicts and sg_tables.rule_set_ids is an array of it, so the joins need no cast."""
+    from pyspark.sql import functions as F
+
+    ids = [1, 2, 3] if keys == "int" else ["a", "b", "c"]
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[ids[0], "", "1 2"], [ids[1], "nim", ""], [ids[2], "", "2 1"]])
+    p = write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+                  [[ids[0], 0, "4 5"], [ids[1], 1, "6"], [ids[2], 2, "3"]])
+    expected, _ = run_both(tmp_path, rules=str(r), positions=str(p))
+    out = tmp_path / "out-spark"
+    summary = spark.read.parquet(str(out / "summary.parquet"))
+    tables = spark.read.parquet(str(out / "sg_tables.parquet"))
+    verdicts = spark.read.parquet(str(out / "verdicts.parquet"))
+    key_type = "bigint" if keys == "int" else "string"
+    assert dict(summary.dtypes)["rule_set_id"] == dict(verdicts.dtypes)["rule_set_id"] == key_type
+    assert dict(tables.dtypes)["rule_set_ids"] == f"array<{key_type}>"
+    joined = (summary.join(tables.select(F.explode("rule_set_ids").alias("rule_set_id"),
+                                         "period_status"), "rule_set_id")
+              .join(verdicts.select("rule_set_id", "nim_sum"), "rule_set_id")
+              .orderBy("rule_set_id").select("rule_set_id", "period_status", "nim_sum")
+              .collect())
+    assert [tuple(row) for row in joined] == [(ids[0], "proven", 3), (ids[1], "closed_form", 6),
+                                              (ids[2], "proven", 0)]

@@ -13,5 +13,6 @@ rejected with that reason, the rest go on.
 | `evaluate` | rule set -> table, nim-sums and winning moves, verdicts |
 | `long_form` | long-form rows -> positions (and the scratch split of large inputs) |
 | `ordering` | evaluated batches -> verdicts in key order, duplicates out |
-| `outputs` | rejects, sg_tables and summary tables |
+| `outputs` | rejects, sg_tables (with `period_status`) and summary tables; the run's key type |
+| `reasons` | `ReasonCode`, the rejects' `reason_code`, read off each reason's fixed words |
 """

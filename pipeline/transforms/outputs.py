@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 
 import numpy as np
 import polars as pl
 
 from pipeline import kernels
-from pipeline.grundy import Rule, TableSet
-from pipeline.keys import unify_key_types
-from pipeline.transforms.schema import HEAPS, REJECT_SCHEMA
+from pipeline.grundy import Rule, SGTable, TableSet
+from pipeline.keys import rejected_key_as
+from pipeline.transforms.reasons import reason_code
+from pipeline.transforms.schema import HEAPS, REJECT_SCHEMA, with_source_text
 
 
 def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
-    """Rows with a reason, in the rejects schema (keys as text, as given)."""
+    """Rows with a reason, in the rejects schema (keys as text, as given; `reason_code` read
+    off the reason, `source` without `.` and `..` segments: `schema.source_text`)."""
     bad = frame.filter(pl.col("_reason").is_not_null())
+    if bad.height:
+        bad = bad.with_columns(with_source_text(bad["_source"]).alias("_source"))
     exprs = {
         "table": pl.lit(table),
         "source": pl.col("_source"),
@@ -24,6 +29,7 @@ def reject_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
         "position_id": (pl.col("position_id").cast(pl.String) if "position_id" in bad.columns
                         else pl.lit(None, pl.String)),
         "column": pl.col("_column"),
+        "reason_code": reason_code(pl.col("_reason")),
         "reason": pl.col("_reason"),
     }
     return bad.select(**exprs).cast(REJECT_SCHEMA)
@@ -33,13 +39,59 @@ def sort_rejects(rejects: pl.DataFrame) -> pl.DataFrame:
     return rejects.sort("table", "source", "row", descending=[True, False, False])
 
 
+class PeriodStatus(str, Enum):
+    """Why `sg_tables.period` is what it is (README, Outputs: sg_tables.parquet)."""
+
+    proven = "proven"
+    """A repeat of max(S) consecutive values was found: preperiod and period are exact."""
+    closed_form = "closed_form"
+    """`nim` or `half`: SG(x) is a formula of x, with no table and no period."""
+    table_stopped_by_limit = "table_stopped_by_limit"
+    """A `tables.*` limit (`stopped_by`) stopped the table before a period was proven."""
+    not_found_within_budget = "not_found_within_budget"
+    """No limit stopped the table, but no period showed within the values the data needed
+    and the `tables.period_probe_ops` spent past them."""
+
+
+PERIOD_STATUS_MEANING = {
+    PeriodStatus.proven: "a repeat of max(S) consecutive values proves the preperiod and "
+                         "period exactly",
+    PeriodStatus.closed_form: "nim or half: SG(x) is a formula of x; no table, no period",
+    PeriodStatus.table_stopped_by_limit: "the tables.* limit in stopped_by stopped the table "
+                                         "before a period showed; heaps past table_len are "
+                                         "rejected",
+    PeriodStatus.not_found_within_budget: "no period showed within the values the data "
+                                          "needed and tables.period_probe_ops spent past "
+                                          "them; every heap of the data was looked up",
+}
+"""What each `PeriodStatus` means, as the report explains it."""
+
+
+def period_status(table: SGTable) -> PeriodStatus:
+    if table.rule.kind != "subtraction":
+        return PeriodStatus.closed_form
+    if table.period is not None:
+        return PeriodStatus.proven
+    if table.stopped_by is not None:
+        return PeriodStatus.table_stopped_by_limit
+    return PeriodStatus.not_found_within_budget
+
+
+def run_key_type(index: pl.DataFrame, verdict_counts: pl.DataFrame) -> pl.DataType:
+    """The rule_set_id type of every output but the rejects: text when the rules' keys
+    (`index`) or the verdicts' are text, else Int64 (`keys.py` decides each)."""
+    types = {index["rule_set_id"].dtype, verdict_counts["rule_set_id"].dtype}
+    return pl.String if pl.String in types else pl.Int64
+
+
 def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSet,
-                  index: pl.DataFrame) -> pl.DataFrame:
-    """One row per distinct rule: kind, canonical moves, the rule_set_ids sharing it, periods,
-    the values tabulated and the limit that stopped the table (the one, with that length,
-    that the rule's rejected rows name)."""
+                  index: pl.DataFrame, key_type: pl.DataType = pl.String) -> pl.DataFrame:
+    """One row per distinct rule: kind, canonical moves, the rule_set_ids sharing it (a list
+    of `key_type`, the type summary and verdicts give rule_set_id), periods and why a
+    period is what it is, the values tabulated and the limit that stopped the table (the
+    one, with that length, that the rule's rejected rows name)."""
     ids = (index.filter(pl.col("table").is_not_null())
-           .group_by("table").agg(pl.col("rule_set_id").sort().cast(pl.String)
+           .group_by("table").agg(pl.col("rule_set_id").cast(key_type).sort()
                                   .alias("rule_set_ids")))
     built = {t.rule: t for t in tables.tables}
     frame = pl.DataFrame({
@@ -50,13 +102,16 @@ def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSe
                                dtype=pl.Int64),
         "period": pl.Series([built[r].period if r in built else None for r in distinct],
                             dtype=pl.Int64),
+        "period_status": pl.Series([period_status(built[r]).value if r in built else None
+                                    for r in distinct], dtype=pl.String),
         "table_len": pl.Series([built[r].table_len if r in built else 0 for r in distinct],
                                dtype=pl.Int64),
         "stopped_by": pl.Series([built[r].stopped_by if r in built else None
                                  for r in distinct], dtype=pl.String),
     })
     return frame.join(ids, on="table", how="left").select(
-        "kind", "moves", "rule_set_ids", "preperiod", "period", "table_len", "stopped_by"
+        "kind", "moves", "rule_set_ids", "preperiod", "period", "period_status", "table_len",
+        "stopped_by"
     ).sort("kind", "moves")
 
 
@@ -98,14 +153,20 @@ def _run_counts(verdicts: pl.DataFrame) -> pl.DataFrame | None:
 def summary_rows(index: pl.DataFrame, counts: pl.DataFrame, rejected: pl.DataFrame
                  ) -> pl.DataFrame:
     """Per rule set: positions evaluated (W + L), W, L, rejected input rows, and W rate, from
-    `summary_counts` (or an engine's own aggregation of the same shape)."""
-    ids = pl.concat([index.select(pl.col("rule_set_id").cast(pl.String)),
+    `summary_counts` (or an engine's own aggregation of the same shape). rule_set_id is of
+    the run's key type (`run_key_type`), as in verdicts and sg_tables: a rejected row whose
+    rule_set_id is no key of that type (text such as "abc" or "07" in a run of integer
+    keys) belongs to no rule set here, as a row without one (rejects.parquet keeps it)."""
+    key_type = run_key_type(index, counts)
+    rejected = rejected.select(rejected_key_as("rule_set_id", key_type), "rejected"
+                               ).drop_nulls("rule_set_id").group_by("rule_set_id").agg(
+        pl.col("rejected").sum())
+    ids = pl.concat([index.select(pl.col("rule_set_id").cast(key_type)),
                      rejected.select("rule_set_id")]).unique()
-    frame = (ids.join(counts.with_columns(pl.col("rule_set_id").cast(pl.String)),
+    frame = (ids.join(counts.with_columns(pl.col("rule_set_id").cast(key_type)),
                       on="rule_set_id", how="left")
              .join(rejected, on="rule_set_id", how="left")
              .with_columns(pl.col("W", "L", "rejected").fill_null(0)))
-    (frame,) = unify_key_types([frame], "rule_set_id")  # "07" stays text: it is not 7
     return frame.select(
         "rule_set_id",
         (pl.col("W") + pl.col("L")).alias("positions"),

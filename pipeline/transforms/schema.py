@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 
 import polars as pl
@@ -11,7 +13,8 @@ from pipeline.errors import SHOWN_CHARS, InputError, cut, shown
 
 REJECT_SCHEMA = {
     "table": pl.String, "source": pl.String, "row": pl.Int64, "rule_set_id": pl.String,
-    "position_id": pl.String, "column": pl.String, "reason": pl.String,
+    "position_id": pl.String, "column": pl.String, "reason_code": pl.String,
+    "reason": pl.String,
 }
 
 
@@ -77,3 +80,24 @@ def shown_text(value: pl.Expr) -> pl.Expr:
     text = value.cast(pl.String)
     return pl.when(text.str.len_chars() <= SHOWN_CHARS).then(text).otherwise(
         pl.concat_str(text.str.slice(0, SHOWN_CHARS - 3), pl.lit("...")))
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_UNTIDY = re.compile(r"(^|/)\.\.?(/|$)|//")  # a `.` or `..` segment, or an empty one
+
+
+def source_text(source: str) -> str:
+    """A file's path for the rejects' `source` (and the reasons that name a file): as the
+    run names it, with `.` and `..` segments and doubled slashes taken out as
+    `os.path.normpath` does (`jobs/../data/r.csv` is `data/r.csv`; no symbolic link is
+    resolved). An object-store URL is as given (its keys have no such segments)."""
+    if not source or _URL.match(source) or not _UNTIDY.search(source.replace(os.sep, "/")):
+        return source
+    return os.path.normpath(source)
+
+
+def with_source_text(sources: pl.Series) -> pl.Series:
+    """`source_text` of each value of a column of file names (few distinct ones)."""
+    distinct = sources.drop_nulls().unique().to_list()
+    changed = {s: source_text(s) for s in distinct if source_text(s) != s}
+    return sources.replace(changed) if changed else sources

@@ -265,11 +265,27 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
 def _as_text(column: str, in_table: str, in_run: str) -> bool:
     """Whether a key column of integers fits a table whose keys are text: written as the
     text of each integer, which is the key as given (a key is an integer only when its text
-    reads back as written), so that a night of integer ids joins a text-key root."""
-    return column in KEYS and (_type_name(in_table), _type_name(in_run)) == ("text", "integer")
+    reads back as written), so that a night of integer ids joins a text-key root. The same
+    for sg_tables' `rule_set_ids`, a list of keys."""
+    if column == KEY_LISTS:
+        in_table, in_run = _element_type(in_table), _element_type(in_run)
+    elif column not in KEYS:
+        return False
+    return (_type_name(in_table), _type_name(in_run)) == ("text", "integer")
+
+
+KEY_LISTS = "rule_set_ids"  # sg_tables' list of the keys sharing a rule
+
+
+def _element_type(delta_type: str) -> str:
+    """The element type of a Delta array type ("" for another type)."""
+    match = re.fullmatch(r"ArrayType\((.*), contains_null=\w+\)", delta_type)
+    return match.group(1) if match else ""
 
 
 def _type_name(delta_type: str) -> str:
+    if element := _element_type(delta_type):
+        return f"list of {_type_name(element)}"
     match = re.search(r'PrimitiveType\("(\w+)"\)', delta_type)
     simple = {"long": "integer", "integer": "integer", "string": "text"}
     return simple.get(match.group(1), match.group(1)) if match and delta_type.startswith(

@@ -249,6 +249,7 @@ def run_row(manifest: dict[str, Any], run_date: date, versions: dict[str, int]) 
         "config": json.dumps(manifest["config"]),
         "versions": json.dumps(manifest["versions"]),
         "timings_s": json.dumps(manifest["timings_s"]),
+        "rejects": json.dumps(manifest["rejects"]) if "rejects" in manifest else None,
     }
     return pa.Table.from_pylist([row], schema=_RUNS_SCHEMA)
 
@@ -263,7 +264,8 @@ _RUNS_SCHEMA = pa.schema(
                                  "positions_rows_rejected", "verdicts", "W", "L")],
      ("w_rate", pa.float64()), ("reconciled", pa.bool_()),
      *[(f"{name}_version", pa.int64()) for name in DATA_TABLES],
-     *[(c, pa.string()) for c in ("input_files", "config", "versions", "timings_s")]])
+     *[(c, pa.string()) for c in ("input_files", "config", "versions", "timings_s",
+                                  "rejects")]])
 
 
 def require_root(root: TableRoot) -> None:
@@ -326,7 +328,8 @@ def latest_night(root: TableRoot) -> dict[str, Any]:
                           "verdicts": run["verdicts"], "W": run["W"], "L": run["L"]}},
         **{key: json.loads(run[field]) for key, field in (
             ("inputs", "input_files"), ("config", "config"), ("versions", "versions"),
-            ("timings_s", "timings_s"))}}
+            ("timings_s", "timings_s"))},
+        **({"rejects": json.loads(run["rejects"])} if run.get("rejects") else {})}
     summaries = scan_table(root, "summary").select(PARTITION, "rule_set_id", "w_rate").collect()
     return {"manifest": manifest, "summary": rows("summary"), "sg_tables": rows("sg_tables"),
             "rejects": rows("rejects"), "runs": runs, "summaries": summaries}

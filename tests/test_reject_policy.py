@@ -1,0 +1,179 @@
+"""The tolerance of rejected rows (--max-rejected-rows, --max-rejected-rate, and their
+config keys): exit codes, the stderr line, the manifest's `rejects`, through the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import invoke, write_csv
+
+SCRIPT = Path(sys.executable).with_name("snim-batch")
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    """2 rules rows and 8 positions rows, 2 of them rejected (an unknown rule set and a
+    negative heap): 10 rows read, 2 rejected, a rate of 0.2."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"], [2, "2 5"]])
+    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+              [[1, 0, "1"], [1, 1, "2 3"], [2, 2, "7"], [9, 3, "4"], [1, 4, "-1"],
+               [2, 5, "5"], [2, 6, ""], [1, 7, "3"]])
+    return tmp_path
+
+
+def run(where: Path, *options: str) -> tuple[int, str]:
+    return invoke(["run", "--rules", "rules.csv", "--positions", "positions.csv",
+                   "--out", "out", *options], where)
+
+
+def manifest(where: Path) -> dict:
+    return json.loads((where / "out" / "manifest.json").read_text())
+
+
+def rejects_entry(rows: int | None, rate: float | None, decision: str,
+                  policy: str = "reject") -> dict:
+    return {"rows": 2, "rate": 0.2,
+            "by_reason_code": {"out_of_range": 1, "unknown_rule_set": 1},
+            "policy": {"on_bad_rows": policy, "max_rejected_rows": rows,
+                       "max_rejected_rate": rate},
+            "decision": decision}
+
+
+def test_without_a_tolerance_any_rejected_row_exits_3(job):
+    code, err = run(job)
+    assert code == 3
+    assert err.splitlines()[0] == ("snim-batch: some rows were rejected (exit 3); first ones, "
+                                   f"all in {job}/out/rejects.parquet:")
+    found = manifest(job)
+    assert (found["status"], found["exit_code"]) == ("completed_with_rejects", 3)
+    assert found["rejects"] == rejects_entry(None, None, "over_tolerance")
+    assert found["config"]["max_rejected_rows"] is None
+
+
+def test_within_max_rejected_rows_exits_0_and_says_so(job):
+    code, err = run(job, "--max-rejected-rows", "2")
+    assert code == 0
+    assert err.splitlines() == [f"snim-batch: 2 rows rejected (within --max-rejected-rows 2); "
+                                f"see {job}/out/rejects.parquet"]
+    found = manifest(job)
+    assert (found["status"], found["exit_code"]) == ("completed_with_rejects", 0)
+    assert found["rejects"] == rejects_entry(2, None, "within_tolerance")
+
+
+def test_over_max_rejected_rows_exits_3(job):
+    code, err = run(job, "--max-rejected-rows", "1")
+    assert code == 3
+    assert "some rows were rejected (exit 3)" in err
+    assert manifest(job)["rejects"] == rejects_entry(1, None, "over_tolerance")
+
+
+@pytest.mark.parametrize(("rate", "code"), [("0.2", 0), ("0.19", 3), ("1", 0), ("0", 3)])
+def test_max_rejected_rate_is_a_fraction_of_the_rows_read(job, rate, code):
+    got, err = run(job, "--max-rejected-rate", rate)
+    assert got == code
+    decision = "within_tolerance" if code == 0 else "over_tolerance"
+    assert manifest(job)["rejects"] == rejects_entry(None, float(rate), decision)
+    if code == 0:
+        assert err.splitlines() == [f"snim-batch: 2 rows rejected (within --max-rejected-rate "
+                                    f"{float(rate):g}); see {job}/out/rejects.parquet"]
+
+
+@pytest.mark.parametrize(("rows", "rate", "code"), [
+    ("5", "0.5", 0),  # within both
+    ("1", "0.5", 3),  # over the rows
+    ("5", "0.1", 3),  # over the rate
+    ("1", "0.1", 3),  # over both
+])
+def test_with_both_a_run_fails_over_either(job, rows, rate, code):
+    got, err = run(job, "--max-rejected-rows", rows, "--max-rejected-rate", rate)
+    assert got == code
+    if code == 0:
+        assert err.splitlines() == [
+            f"snim-batch: 2 rows rejected (within --max-rejected-rows {rows} and "
+            f"--max-rejected-rate {rate}); see {job}/out/rejects.parquet"]
+    assert manifest(job)["rejects"]["decision"] == ("within_tolerance" if code == 0
+                                                    else "over_tolerance")
+
+
+def test_on_bad_rows_fail_writes_within_the_tolerance_and_nothing_over_it(job):
+    code, err = run(job, "--on-bad-rows", "fail", "--max-rejected-rows", "2")
+    assert code == 0
+    assert manifest(job)["rejects"] == rejects_entry(2, None, "within_tolerance", "fail")
+    code, err = run(job, "--on-bad-rows", "fail", "--max-rejected-rows", "1", "--overwrite")
+    assert code == 1
+    assert err.splitlines()[0] == ("snim-batch: error: 2 input rows failed validation "
+                                   "(--on-bad-rows fail, over --max-rejected-rows 1); nothing "
+                                   "was written")
+    assert manifest(job)["rejects"]["policy"]["max_rejected_rows"] == 2  # the first run's
+
+
+def test_a_clean_run_with_a_tolerance_says_nothing_of_rejects(tmp_path):
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+              [[1, 0, "1"]])
+    code, err = run(tmp_path, "--max-rejected-rows", "3")
+    assert (code, err) == (0, "")
+    assert manifest(tmp_path)["rejects"] == {
+        "rows": 0, "rate": 0.0, "by_reason_code": {}, "decision": "none",
+        "policy": {"on_bad_rows": "reject", "max_rejected_rows": 3, "max_rejected_rate": None}}
+
+
+def test_config_keys_set_the_tolerance_and_flags_override_them(job):
+    (job / "config.yaml").write_text("rules: rules.csv\npositions: positions.csv\nout: out\n"
+                                     "max_rejected_rows: 2\nmax_rejected_rate: 0.5\n")
+    code, err = invoke(["run", "--config", "config.yaml"], job)
+    assert code == 0
+    assert manifest(job)["rejects"] == rejects_entry(2, 0.5, "within_tolerance")
+    code, err = invoke(["run", "--config", "config.yaml", "--overwrite",
+                        "--max-rejected-rows", "1"], job)
+    assert code == 3
+    assert manifest(job)["rejects"] == rejects_entry(1, 0.5, "over_tolerance")
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("max_rejected_rows: -1", "key 'max_rejected_rows' must be >= 0, got -1"),
+    ("max_rejected_rows: 1.5", "key 'max_rejected_rows' must be an integer, got 1.5"),
+    ("max_rejected_rows: true", "key 'max_rejected_rows' must be an integer, got True"),
+    ("max_rejected_rows: ten", "key 'max_rejected_rows' must be an integer, got 'ten'"),
+    ("max_rejected_rate: 1.5", "key 'max_rejected_rate' must be between 0 and 1 (a fraction "
+                               "of the input rows), got 1.5"),
+    ("max_rejected_rate: -0.1", "key 'max_rejected_rate' must be between 0 and 1 (a fraction "
+                                "of the input rows), got -0.1"),
+    ("max_rejected_rate: .nan", "key 'max_rejected_rate' must be between 0 and 1 (a fraction "
+                                "of the input rows), got nan"),
+    ("max_rejected_rate: 5%", "key 'max_rejected_rate' must be a number, got '5%'"),
+])
+def test_bad_config_values_are_usage_errors_naming_the_key(job, line, message):
+    (job / "config.yaml").write_text(f"rules: rules.csv\npositions: positions.csv\nout: out\n"
+                                     f"{line}\n")
+    code, err = invoke(["run", "--config", "config.yaml"], job)
+    assert (code, err) == (2, f"snim-batch: error: config.yaml: {message}\n")
+    assert not (job / "out").exists()
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--max-rejected-rows", "-1", "--max-rejected-rows must be >= 0, got -1"),
+    ("--max-rejected-rate", "1.01", "--max-rejected-rate must be between 0 and 1 (a fraction "
+                                    "of the input rows), got 1.01"),
+])
+def test_bad_option_values_are_usage_errors_naming_the_option(job, option, value, message):
+    code, err = run(job, option, value)
+    assert (code, err) == (2, f"snim-batch: error: {message}\n")
+
+
+def test_the_installed_script_exits_0_within_and_3_over(job):
+    def script(*options: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
+                               "positions.csv", "--out", "out", "--overwrite", *options],
+                              cwd=job, capture_output=True, text=True, timeout=120)
+
+    within = script("--max-rejected-rate", "0.25")
+    assert within.returncode == 0, within.stderr
+    assert within.stderr == (f"snim-batch: 2 rows rejected (within --max-rejected-rate 0.25); "
+                             f"see {job}/out/rejects.parquet\n")
+    over = script("--max-rejected-rate", "0.1")
+    assert over.returncode == 3
