@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +11,9 @@ import polars as pl
 
 from pipeline.errors import InputError, UsageError, cut
 from pipeline.io.outputs.failures import PID_WIDTH, name_problem, refuse_long_names
+from pipeline.io.outputs.kinds import page_output_for
 from pipeline.io.outputs.manifest import read_manifest
-from pipeline.io.outputs.publish import TAG_WIDTH, place_page, write_page
+from pipeline.io.outputs.publish import PAGE_FILE, TAG_WIDTH, new_tag, write_file
 from pipeline.io.store.locations import Location
 
 _CSS = """
@@ -232,8 +232,9 @@ def write_report(out: str | Path, target: Path | None = None) -> Path:
     """Render the run in the local directory `out` (or the latest night of a local Delta
     table root) to `target` (default OUT/report.html); returns it. A page directly in a run's
     output is listed in its manifest, so that the directory stays provably a snim-batch
-    output (see `place_page` for what is refused); a Delta table root has no manifest, so its
-    page is written whole like a page elsewhere."""
+    output (see `publish.page_destination` for what is refused); a Delta table root has no
+    manifest, so its page is written whole like a page elsewhere. Either way the page is
+    written through the `Output` protocol (`page_output_for`): whole, or not at all."""
     location = Location.parse(str(out), Path.cwd())
     if location.is_remote or location.path is None:
         raise UsageError(f"{location}: report reads a local output directory; copy the "
@@ -247,10 +248,14 @@ def write_report(out: str | Path, target: Path | None = None) -> Path:
                       len("..tmp--") + PID_WIDTH + TAG_WIDTH)
     table_root = (out_dir / "runs" / "_delta_log").is_dir()
     page = _delta_page(out_dir) if table_root else _run_page(out_dir)
-    if table_root:
-        write_page(target, Path(os.path.realpath(target)), page.encode("utf-8"))
-    else:
-        place_page(out_dir, target, page.encode("utf-8"))
+    output = page_output_for(out_dir, target, in_output=not table_root)
+    staging = output.stage(new_tag())
+    try:
+        write_file(staging / PAGE_FILE, page.encode("utf-8"))
+        output.commit({})
+    except BaseException as error:
+        output.roll_back(error)
+        raise
     return target
 
 
