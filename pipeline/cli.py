@@ -26,7 +26,7 @@ from pipeline.errors import (
     SnimError,
     Stopped,
     UsageError,
-    shown,
+    brief_repr,
 )
 from pipeline.limits import (
     MAX_ALL_HEAPS,
@@ -123,7 +123,7 @@ def _choice(choices: type[Enum]):
             if choice.value.casefold() == text.casefold():
                 return choice
         listed = ", ".join(repr(choice.value) for choice in choices)
-        raise ValueError(f"{shown(text)} is not one of {listed}.")
+        raise ValueError(f"{brief_repr(text)} is not one of {listed}.")
 
     return parse
 
@@ -177,7 +177,7 @@ def _fail(exc: BaseException, verbose: bool) -> NoReturn:
         _err(f"error: {said}")
         raise typer.Exit(EXIT_FAILED)
     if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # one no check foresaw
-        said = SnimError(f"{shown(exc.filename or '', 120)}: a name in this path is too long "
+        said = SnimError(f"{brief_repr(exc.filename or '', 120)}: a name in this path is too long "
                          "for the file system", path=exc.filename, written=False)
         _err(f"error: {said}")
         raise typer.Exit(EXIT_FAILED)
@@ -332,9 +332,9 @@ def _run_date(text: str):
             return date.fromisoformat(text)
     except ValueError:
         pass
-    from pipeline.errors import shown
+    from pipeline.errors import brief_repr
 
-    raise UsageError(f"--run-date: expected a date YYYY-MM-DD, got {shown(text)}")
+    raise UsageError(f"--run-date: expected a date YYYY-MM-DD, got {brief_repr(text)}")
 
 
 @app.command()

@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import OutputError, UsageError, shown
+from pipeline.errors import OutputError, UsageError, brief_repr
 from pipeline.io.outputs.commit import remove_dead_staging
 from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, refuse_long_names
 from pipeline.limits import (
@@ -59,12 +59,12 @@ class Spec:
 
     def check(self) -> None:
         if self.form not in ("wide", "long"):
-            raise UsageError(f"--form must be wide or long, got {shown(self.form)}")
+            raise UsageError(f"--form must be wide or long, got {brief_repr(self.form)}")
         if self.format not in ("parquet", "csv"):
-            raise UsageError(f"--format must be parquet or csv, got {shown(self.format)}")
+            raise UsageError(f"--format must be parquet or csv, got {brief_repr(self.format)}")
         if self.key_type not in KEY_TYPES:
             raise UsageError(f"--key-type must be one of {', '.join(KEY_TYPES)}, "
-                             f"got {shown(self.key_type)}")
+                             f"got {brief_repr(self.key_type)}")
         if min(self.rule_sets, self.moves_per_set, self.max_heap) < 1 or self.positions < 0:
             raise UsageError("--rule-sets, --moves-per-set and --max-heap must be >= 1")
         if min(self.files, self.heaps_per_position, self.max_move) < 0:
@@ -80,7 +80,7 @@ class Spec:
                                   ("--moves-per-set", self.moves_per_set, MAX_MOVES_PER_SET),
                                   ("--files", self.files, MAX_FILES)):
             if value > most:
-                raise UsageError(f"{name} must be at most {most:,}, got {shown(value)}")
+                raise UsageError(f"{name} must be at most {most:,}, got {brief_repr(value)}")
         if self.positions * max(1, self.heaps_per_position) > MAX_ALL_HEAPS:
             raise UsageError(f"--positions x --heaps must be at most {MAX_ALL_HEAPS:,}, got "
                              f"{self.positions:,} x {self.heaps_per_position:,}")

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.errors import InputError, UsageError, cut
+from pipeline.errors import InputError, UsageError, truncated
 from pipeline.io.outputs.failures import PID_WIDTH, name_problem, refuse_long_names
 from pipeline.io.outputs.kinds import page_output_for
 from pipeline.io.outputs.manifest import read_manifest
@@ -242,7 +242,7 @@ def write_report(out: str | Path, target: Path | None = None) -> Path:
     out_dir = location.path if "://" in str(out) else Path(out)  # as given, for messages
     problem = name_problem(out_dir.absolute())
     if problem is not None:
-        raise InputError(f"{cut(str(out_dir), 120)}: cannot read it ({problem})")
+        raise InputError(f"{truncated(str(out_dir), 120)}: cannot read it ({problem})")
     target = target or out_dir / "report.html"
     refuse_long_names(target, "--html", "its temporary file .NAME.tmp-PID-TAG",
                       len("..tmp--") + PID_WIDTH + TAG_WIDTH)
@@ -265,7 +265,8 @@ def _run_page(out_dir: Path) -> str:
         frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")
                   for name in ("summary", "sg_tables", "rejects")}
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise InputError(f"{out_dir}: cannot read run outputs ({cut(str(exc), 200)})") from None
+        raise InputError(f"{out_dir}: cannot read run outputs ({truncated(str(exc), 200)})"
+                         ) from None
     return render_report(manifest, frames["summary"], frames["sg_tables"], frames["rejects"])
 
 
@@ -279,7 +280,7 @@ def _delta_page(root: Path) -> str:
     try:
         night = latest_night(TableRoot(str(root)))
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise InputError(f"{root}: cannot read the Delta tables ({cut(str(exc), 200)})"
+        raise InputError(f"{root}: cannot read the Delta tables ({truncated(str(exc), 200)})"
                          ) from None
     return render_report(night["manifest"], night["summary"], night["sg_tables"],
                          night["rejects"], night["runs"], night["summaries"],

@@ -29,9 +29,9 @@ from pipeline.errors import (
     EXIT_REJECTS,
     BadRowsError,
     ReconcileError,
-    cut,
+    truncated,
 )
-from pipeline.io.inputs.changes import described_now, ensure_unchanged
+from pipeline.io.inputs.changes import describe_before_reading, ensure_unchanged
 from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.outputs import commit
 from pipeline.io.outputs.kinds import output_for
@@ -222,7 +222,7 @@ def _checksums(paths: list[Source], cache: RunCache | None
     engine reads them (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = []
-    for file in described_now(paths, cache=cache):
+    for file in describe_before_reading(paths, cache=cache):
         if counted_at_once(file, cache=cache):  # before the reader lets go of what is kept
             described.append(Future())
             described[-1].set_result((file, rows_in_source(file, cache=cache)))
@@ -257,7 +257,7 @@ def _reconciled(counts: dict[str, dict[str, int]]) -> bool:
 
 def problem_text(row: dict[str, Any]) -> str:
     """One rejects row as a line for the terminal: file, row, column, reason."""
-    column = f", column {cut(row['column'])}" if row["column"] else ""
+    column = f", column {truncated(row['column'])}" if row["column"] else ""
     return f"{row['source']} row {row['row']}{column}: {row['reason']}"
 
 

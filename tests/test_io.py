@@ -2018,7 +2018,7 @@ def store_csv(s3, monkeypatch: pytest.MonkeyPatch):
 
     def put(data: bytes, name: str = "f.csv"):
         s3.client().put_object(Bucket="bkt", Key=name, Body=data)
-        return object_store.bound(Location.parse(f"s3://bkt/{name}", Path("/")))
+        return object_store.with_client_options(Location.parse(f"s3://bkt/{name}", Path("/")))
 
     return put
 

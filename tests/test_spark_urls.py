@@ -223,7 +223,7 @@ def test_each_store_is_read_through_its_hadoop_connector(spark, url: str, hadoop
     from pipeline.engines.spark_urls import read_problem
     from pipeline.io.store import object_store
 
-    location = object_store.bound(Location.parse(url, Path.cwd()),
+    location = object_store.with_client_options(Location.parse(url, Path.cwd()),
                                   {"account_name": "acct"})
     assert mapped(location) == hadoop_url
     with pytest.raises(Exception) as raised:

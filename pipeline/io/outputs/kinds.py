@@ -175,7 +175,7 @@ def output_for(out: Path | str, output_format: str, overwrite: bool,
                          "one run, not a night of a table)")
     if isinstance(out, Path):
         return LocalDirectory(out, overwrite, notify)
-    location = object_store.bound(Location.parse(out, Path.cwd()), storage_options)
+    location = object_store.with_client_options(Location.parse(out, Path.cwd()), storage_options)
     return ObjectStorePrefix(location, overwrite, notify)
 
 
