@@ -42,12 +42,14 @@ from pipeline.terminal import (
     QUIET_THREAD_POOLS,
     STOPPED_BY,
     configure_logging,
+    current_log_format,
     default_stop_signals,
+    error_line,
     exit_status,
     heavy_imports,
     interrupt_within,
     printable,
-    progress_printer,
+    progress_renderer,
     stdin_bytes,
     stop_signals_as_interrupts,
     stopped_message,
@@ -65,10 +67,25 @@ app = typer.Typer(
 DEFAULT_CONFIG = Path("config.yaml")
 
 
+class LogFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+LOG_FORMAT_ENV = "SNIM_BATCH_LOG_FORMAT"
+PROGRESS_EVERY = 10.0  # seconds between plain progress lines when stderr is not a terminal
+
+
 @app.callback()
-def _every_command() -> None:
+def _every_command(
+    log_format: Annotated[LogFormat, typer.Option(
+        "--log-format", envvar=LOG_FORMAT_ENV, case_sensitive=False,
+        help="Log and progress lines on stderr: text (TIMESTAMP snim-batch: LEVEL: "
+             "message) or json (one object per line: ts, level, message, fields).")]
+    = LogFormat.text,
+) -> None:
     """Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out."""
-    configure_logging(quiet=False, verbose=False)
+    configure_logging(quiet=False, verbose=False, log_format=log_format.value)
 GRUNDY_SEARCH_OPS = 10**9  # `grundy` tabulates for about a second at most (see --max-ops)
 GRUNDY_MAX_UPTO = 10**6  # `grundy` prints SG(0..UPTO) on one line: a few megabytes at most
 MAX_CAP = 2**32 - 1  # --cap as tables.max_table_len (limits.MAX_TABLE_LEN, without the kernels)
@@ -134,8 +151,34 @@ def _say(message: str) -> None:
 
 
 def _err(message: str) -> None:
-    """One line on stderr, printable."""
-    typer.echo(f"snim-batch: {printable(message)}", err=True)
+    """One line on stderr, printable (a JSON object with --log-format json)."""
+    typer.echo(error_line(message), err=True)
+
+
+def _told(renderer: Any):
+    """The `pipeline.events` callback of a command: warnings printed as they arise (also with
+    --quiet), everything else to the progress `renderer` (None: nothing)."""
+    from pipeline.events import WARNING
+
+    def on_event(event: Any) -> None:
+        if event.kind == WARNING:
+            _err(f"warning: {event.message}")
+        elif renderer is not None:
+            renderer(event)
+
+    return on_event
+
+
+def _with_progress(call: Any, quiet: bool = False, verbose: bool = False,
+                   every: float = PROGRESS_EVERY) -> Any:
+    """`call(on_event)` with the command's progress shown (`terminal.progress_renderer`),
+    the display closed before anything else is printed, whatever the outcome."""
+    renderer = progress_renderer(quiet, verbose, every)
+    try:
+        return call(_told(renderer))
+    finally:
+        if renderer is not None:
+            renderer.close()
 
 
 def _traceback(exc: BaseException) -> None:
@@ -274,6 +317,15 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show details and tracebacks.")]
     = False,
+    log_format: Annotated[LogFormat | None, typer.Option(
+        "--log-format", envvar=LOG_FORMAT_ENV, case_sensitive=False,
+        help="Log and progress lines on stderr: text or json (one object per line). "
+             "Default: text.")] = None,
+    progress_every: Annotated[float, typer.Option(
+        min=0, help="When stderr is not a terminal: a progress line every this many "
+        "seconds, and at each phase's start and end once the run has taken that long "
+        "(0: every phase and step at once). On a terminal, a live display instead.")]
+    = PROGRESS_EVERY,
 ) -> None:
     """Evaluate every position; write verdicts, rejects, sg_tables, summary and a manifest.
 
@@ -300,10 +352,11 @@ def run(
                     if output_format else None),
         )
         night = _run_date(run_date) if run_date is not None else None
-        configure_logging(quiet, verbose)
+        configure_logging(quiet, verbose,
+                          log_format.value if log_format else current_log_format())
         _warn_unused_spark(cfg.engine, spark_master, spark_remote)
-        progress = progress_printer(quiet, verbose)
-        result = run_job(cfg, progress, night, lambda warning: _err(f"warning: {warning}"))
+        result = _with_progress(lambda on_event: run_job(cfg, on_event, night), quiet,
+                                verbose, progress_every)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose)
     if not quiet:
@@ -462,7 +515,8 @@ def convert(
         from pipeline.convert import convert_classic
 
         data = stdin_bytes() if str(source) == "-" else _read_bytes(source)
-        written = convert_classic(data, out, overwrite)
+        written = _with_progress(lambda on_event: convert_classic(data, out, overwrite,
+                                                                  on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     _say(f"wrote {', '.join(str(p) for p in written)}")
@@ -478,7 +532,7 @@ def report(
     try:
         from pipeline.report import write_report
 
-        target = write_report(out_dir, html_file)
+        target = _with_progress(lambda on_event: write_report(out_dir, html_file, on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     _say(f"wrote {target}")
@@ -527,7 +581,7 @@ def generate(
 
         spec = Spec(positions, rule_sets, max_heap, moves_per_set, max_move, heaps, form.value,
                     format.value, seed, key_type.value, shuffle, files)
-        written = write_dataset(out, spec)
+        written = _with_progress(lambda on_event: write_dataset(out, spec, on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     _say(f"wrote {len(written)} files under {out}")

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import InputError, UsageError, truncated
+from pipeline.events import OnEvent, ignore, phase
 from pipeline.io.outputs.failures import PID_WIDTH, name_problem, refuse_long_names
 from pipeline.io.outputs.kinds import page_output_for
 from pipeline.io.outputs.manifest import read_manifest
@@ -228,13 +229,15 @@ def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl
 """
 
 
-def write_report(out: str | Path, target: Path | None = None) -> Path:
+def write_report(out: str | Path, target: Path | None = None, on_event: OnEvent = ignore
+                 ) -> Path:
     """Render the run in the local directory `out` (or the latest night of a local Delta
     table root) to `target` (default OUT/report.html); returns it. A page directly in a run's
     output is listed in its manifest, so that the directory stays provably a snim-batch
     output (see `publish.page_destination` for what is refused); a Delta table root has no
     manifest, so its page is written whole like a page elsewhere. Either way the page is
-    written through the `Output` protocol (`page_output_for`): whole, or not at all."""
+    written through the `Output` protocol (`page_output_for`): whole, or not at all.
+    `on_event` hears the phases (read, write)."""
     location = Location.parse(str(out), Path.cwd())
     if location.is_remote or location.path is None:
         raise UsageError(f"{location}: report reads a local output directory; copy the "
@@ -247,15 +250,17 @@ def write_report(out: str | Path, target: Path | None = None) -> Path:
     refuse_long_names(target, "--html", "its temporary file .NAME.tmp-PID-TAG",
                       len("..tmp--") + PID_WIDTH + TAG_WIDTH)
     table_root = (out_dir / "runs" / "_delta_log").is_dir()
-    page = _delta_page(out_dir) if table_root else _run_page(out_dir)
-    output = page_output_for(out_dir, target, in_output=not table_root)
-    staging = output.stage(new_tag())
-    try:
-        write_file(staging / PAGE_FILE, page.encode("utf-8"))
-        output.commit({})
-    except BaseException as error:
-        output.roll_back(error)
-        raise
+    with phase(on_event, "read"):
+        page = _delta_page(out_dir) if table_root else _run_page(out_dir)
+    with phase(on_event, "write"):
+        output = page_output_for(out_dir, target, in_output=not table_root)
+        staging = output.stage(new_tag())
+        try:
+            write_file(staging / PAGE_FILE, page.encode("utf-8"))
+            output.commit({})
+        except BaseException as error:
+            output.roll_back(error)
+            raise
     return target
 
 

@@ -504,7 +504,8 @@ def test_an_old_output_that_gains_a_file_at_the_swap_is_kept_not_deleted(
 
     monkeypatch.setattr(commit, "_exchange", exchange_after_a_write)
     notices: list[str] = []
-    with commit.staged_output(out, "20260101T000000Z-abcdef", True, notices.append) as staging:
+    with commit.staged_output(out, "20260101T000000Z-abcdef", True,
+                              lambda event: notices.append(event.message)) as staging:
         _replacement(staging)
     kept = out.parent / ".out.kept-20260101T000000Z-abcdef"
     assert snapshot(kept) == {**before,

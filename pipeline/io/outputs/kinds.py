@@ -23,13 +23,14 @@ output it describes, listed in its manifest) or `PageElsewhere` (replacing a fil
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.errors import UsageError
+from pipeline.events import OnEvent
 from pipeline.io.outputs.commit import refuse_inside_delta_table, staged_output
 from pipeline.io.outputs.manifest import output_listing, write_manifest
 from pipeline.io.outputs.publish import page_destination, staged_page, staged_page_in_output
@@ -40,9 +41,6 @@ from pipeline.io.store.locations import Location
 
 __all__ = ["DeltaTables", "LocalDirectory", "ObjectStorePrefix", "Output", "PageElsewhere",
            "PageInOutput", "TablesDirectory", "output_for", "page_output_for"]
-
-Notify = Callable[[str], None]
-
 
 class Output(Protocol):
     """Where a run's tables go (see the module docstring)."""
@@ -103,12 +101,12 @@ class _Staged:
 class LocalDirectory(_Staged):
     """A directory on a local file system, replaced atomically (`commit.staged_output`)."""
 
-    def __init__(self, out: Path, overwrite: bool, notify: Notify) -> None:
+    def __init__(self, out: Path, overwrite: bool, on_event: OnEvent) -> None:
         super().__init__()
-        self.out, self.overwrite, self.notify = out, overwrite, notify
+        self.out, self.overwrite, self.on_event = out, overwrite, on_event
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
-        return staged_output(self.out, run_id, self.overwrite, self.notify)
+        return staged_output(self.out, run_id, self.overwrite, self.on_event)
 
     def _publish(self, staging: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         manifest["outputs"] = output_listing(staging)
@@ -122,13 +120,13 @@ class LocalDirectory(_Staged):
 class ObjectStorePrefix(LocalDirectory):
     """A prefix in an object store, committed by its manifest (`remote_commit`)."""
 
-    def __init__(self, out: Location, overwrite: bool, notify: Notify) -> None:
+    def __init__(self, out: Location, overwrite: bool, on_event: OnEvent) -> None:
         _Staged.__init__(self)
-        self.location, self.overwrite, self.notify = out, overwrite, notify
+        self.location, self.overwrite, self.on_event = out, overwrite, on_event
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
         refuse_inside_delta_table(self.location, str(self.location))
-        return staged_remote_output(self.location, run_id, self.overwrite, self.notify)
+        return staged_remote_output(self.location, run_id, self.overwrite, self.on_event)
 
     def table(self, name: str, manifest: Mapping[str, Any]) -> str:
         return f"{self.location}/{manifest['run_id']}/{name}.parquet"
@@ -165,7 +163,7 @@ class DeltaTables(_Staged):
 
 
 def output_for(out: Path | str, output_format: str, overwrite: bool,
-               storage_options: Mapping[str, str], notify: Notify,
+               storage_options: Mapping[str, str], on_event: OnEvent,
                run_date: date | None = None) -> Output:
     """The kind of output `--out` and `--format` name."""
     if output_format == "delta":
@@ -174,9 +172,9 @@ def output_for(out: Path | str, output_format: str, overwrite: bool,
         raise UsageError("--run-date applies to --format delta only (a Parquet output is "
                          "one run, not a night of a table)")
     if isinstance(out, Path):
-        return LocalDirectory(out, overwrite, notify)
+        return LocalDirectory(out, overwrite, on_event)
     location = object_store.with_client_options(Location.parse(out, Path.cwd()), storage_options)
-    return ObjectStorePrefix(location, overwrite, notify)
+    return ObjectStorePrefix(location, overwrite, on_event)
 
 
 class _Placed(_Staged):
