@@ -322,7 +322,8 @@ def run(
         help="Log and progress lines on stderr: text or json (one object per line). "
              "Default: text.")] = None,
     progress_every: Annotated[float, typer.Option(
-        min=0, help="When stderr is not a terminal: a progress line every this many "
+        min=0, metavar="SECONDS",
+        help="When stderr is not a terminal: a progress line every this many "
         "seconds, and at each phase's start and end once the run has taken that long "
         "(0: every phase and step at once). On a terminal, a live display instead.")]
     = PROGRESS_EVERY,
