@@ -334,6 +334,8 @@ def run(
     3 completed, but some rows were rejected (see rejects.parquet).
     """
     try:
+        configure_logging(quiet, verbose,
+                          log_format.value if log_format else current_log_format())
         with heavy_imports():
             import pipeline.engines.polars_engine  # noqa: F401 - the default engine's modules
             from pipeline.config import resolve_location, resolve_output
@@ -353,8 +355,6 @@ def run(
                     if output_format else None),
         )
         night = _run_date(run_date) if run_date is not None else None
-        configure_logging(quiet, verbose,
-                          log_format.value if log_format else current_log_format())
         _warn_unused_spark(cfg.engine, spark_master, spark_remote)
         result = _with_progress(lambda on_event: run_job(cfg, on_event, night), quiet,
                                 verbose, progress_every)

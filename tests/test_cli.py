@@ -1007,3 +1007,17 @@ def test_log_format_json_is_one_object_per_line(tmp_path, how):
     assert (error["level"], error["message"]) == (
         "error", f"{tmp_path / 'out'}: output already exists (pass --overwrite to replace "
                  "it)")
+
+
+def test_a_usage_error_with_log_format_json_is_a_json_line(cli, tmp_path, monkeypatch):
+    """The format holds from the start of the command: a config error is one JSON object;
+    the next command without the option prints text again."""
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", "--log-format", "json", "--config", "missing.yaml")
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["message"]) == (
+        "error", "missing.yaml: config file not found")
+    assert cli("run", "--config", "missing.yaml").stderr == (
+        "snim-batch: error: missing.yaml: config file not found\n")
