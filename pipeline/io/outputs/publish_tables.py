@@ -117,7 +117,7 @@ def _write_marked(frame: pl.DataFrame) -> Callable[[Path], None]:
 
 
 def _written_by_us(path: Path) -> bool:
-    """Whether `path` is a Parquet file that `write_tables` wrote (its TABLE_MARK)."""
+    """Whether `path` is a Parquet file that `write_marked_table` wrote (its TABLE_MARK)."""
     try:
         metadata = pq.read_schema(path).metadata or {}
     except (OSError, pa.ArrowException):
