@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import invoke, write_csv
+from conftest import invoke, said_lines, write_csv
 
 from pipeline import batches
 from pipeline.config import config_from_dict
@@ -1171,9 +1171,7 @@ def test_gs_and_az_without_reachable_credentials_exit_1_in_one_line(
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - started < 60
     lines = result.stderr.strip().splitlines()
-    # a wait of more than 10 s outside a terminal has its progress lines (rules: running for)
-    progress = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+Z snim-batch: info: rules: running for \d+s")
-    said = [line for line in lines if not progress.fullmatch(line)]
+    said = said_lines(result.stderr)  # a wait of over 10 s has its progress lines before
     assert len(said) == 1 and said[0].startswith(f"snim-batch: error: {url}: "), lines
     assert said[0] == lines[-1], lines
     assert "Traceback" not in result.stderr
