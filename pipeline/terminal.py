@@ -367,13 +367,14 @@ class TerminalProgress:
 
 def progress_renderer(quiet: bool, verbose: bool, every: float):
     """How a command's progress reaches stderr (`pipeline.events` callbacks): nothing with
-    --quiet; on a terminal a live display (`TerminalProgress`); elsewhere plain log lines
-    (`PlainProgress`, from the start with --verbose), with a thread calling its `tick` so
-    that a long phase without events still gets its line. Call `close()` when the command
-    ends, before printing its result or error."""
+    --quiet; on a terminal a live display (`TerminalProgress`), unless the log is JSON (for
+    a machine, wherever it is); elsewhere plain log lines (`PlainProgress`, from the start
+    with --verbose), with a thread calling its `tick` so that a long phase without events
+    still gets its line. Call `close()` when the command ends, before printing its result
+    or error."""
     if quiet:
         return None
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and _LOG_FORMAT[0] != "json":
         return TerminalProgress()
     return _Ticking(PlainProgress(every, from_start=verbose))
 

@@ -1021,3 +1021,35 @@ def test_a_usage_error_with_log_format_json_is_a_json_line(cli, tmp_path, monkey
         "error", "missing.yaml: config file not found")
     assert cli("run", "--config", "missing.yaml").stderr == (
         "snim-batch: error: missing.yaml: config file not found\n")
+
+
+@needs_script
+def test_log_format_json_on_a_terminal_is_json_lines_not_a_live_display(tmp_path):
+    """JSON is for a machine wherever stderr is: on a terminal too, every line is an object."""
+    import pty
+
+    _parquet_job(tmp_path)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([SCRIPT, "run", "--rules", "rules.csv", "--positions",
+                               "positions.parquet", "--out", "out", "--log-format", "json",
+                               "--progress-every", "0"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=follower, timeout=120)
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: nothing left to read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert proc.returncode == 0
+    records = [json.loads(line) for line in b"".join(chunks).decode().splitlines()]
+    assert [r["phase"] for r in records if r.get("status") == "done"] == PHASES
