@@ -5,13 +5,12 @@ and returns a typed `BatchResult`; failures raise the `SnimError` subclasses of
 It takes the settings the command line takes, as keyword arguments; a config file is read
 only when `config_file` is given (never ./config.yaml by itself, and never the SNIM_BATCH_*
 environment variables: those are the command line's). Arguments win over the file's keys,
-the file's keys over the defaults. It never prints or exits: `progress` and `warn`, if given,
-hear what the command line would show."""
+the file's keys over the defaults. It never prints or exits: `on_event`, if given, hears what
+the command line would show (`pipeline.events.RunEvent`: phases, progress, warnings)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -22,7 +21,7 @@ from pipeline.results import SUCCEEDED, result_document
 
 if TYPE_CHECKING:
     from pipeline.config import Config
-    from pipeline.run import Progress
+    from pipeline.events import OnEvent
 
 __all__ = ["BatchResult", "evaluate_batch", "settings"]
 
@@ -129,8 +128,8 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None =
                    spark_master: str | None = None, spark_remote: str | None = None,
                    max_rejected_rows: int | None = None,
                    max_rejected_rate: float | None = None,
-                   run_date: date | None = None, progress: Progress | None = None,
-                   warn: Callable[[str], None] | None = None) -> BatchResult:
+                   run_date: date | None = None,
+                   on_event: OnEvent | None = None) -> BatchResult:
     """Evaluate every position and commit the output whole, as `snim-batch run` does with the
     same settings (`settings` says how they combine; `run_date` is the night a Delta output
     replaces, default today in UTC).
@@ -150,16 +149,16 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None =
                    overwrite=overwrite, output_format=output_format,
                    spark_master=spark_master, spark_remote=spark_remote,
                    max_rejected_rows=max_rejected_rows, max_rejected_rate=max_rejected_rate)
-    return run_settings(cfg, run_date, progress, warn)
+    return run_settings(cfg, run_date, on_event)
 
 
-def run_settings(cfg: Config, run_date: date | None = None, progress: Progress | None = None,
-                 warn: Callable[[str], None] | None = None) -> BatchResult:
+def run_settings(cfg: Config, run_date: date | None = None,
+                 on_event: OnEvent | None = None) -> BatchResult:
     """Run the job for settings made by `settings` (the command line's path: it says which
     config it read before the run starts)."""
     from pipeline.run import run_job
 
-    result = run_job(cfg, progress, run_date, warn)
+    result = run_job(cfg, on_event, run_date)
     manifest = result.manifest
     return BatchResult(
         exit_code=result.exit_code, out=str(result.out), counts=manifest["counts"],

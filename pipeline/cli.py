@@ -27,7 +27,7 @@ from pipeline.errors import (
     SnimError,
     Stopped,
     UsageError,
-    shown,
+    brief_repr,
 )
 from pipeline.limits import (
     MAX_ALL_HEAPS,
@@ -43,12 +43,14 @@ from pipeline.terminal import (
     QUIET_THREAD_POOLS,
     STOPPED_BY,
     configure_logging,
+    current_log_format,
     default_stop_signals,
+    error_line,
     exit_status,
     heavy_imports,
     interrupt_within,
     printable,
-    progress_printer,
+    progress_renderer,
     stdin_bytes,
     stop_signals_as_interrupts,
     stopped_message,
@@ -74,14 +76,28 @@ def _version(asked: bool) -> None:
         raise typer.Exit(0)
 
 
+class LogFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+LOG_FORMAT_ENV = "SNIM_BATCH_LOG_FORMAT"
+PROGRESS_EVERY = 10.0  # seconds between plain progress lines when stderr is not a terminal
+
+
 @app.callback()
 def _every_command(
     version: Annotated[bool, typer.Option(
         "--version", is_eager=True, expose_value=False, callback=_version,
         help="Print the version (snim-batch X.Y.Z) and exit.")] = False,
+    log_format: Annotated[LogFormat, typer.Option(
+        "--log-format", envvar=LOG_FORMAT_ENV, case_sensitive=False,
+        help="Log and progress lines on stderr: text (TIMESTAMP snim-batch: LEVEL: "
+             "message) or json (one object per line: ts, level, message, fields).")]
+    = LogFormat.text,
 ) -> None:
     """Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out."""
-    configure_logging(quiet=False, verbose=False)
+    configure_logging(quiet=False, verbose=False, log_format=log_format.value)
 GRUNDY_SEARCH_OPS = 10**9  # `grundy` tabulates for about a second at most (see --max-ops)
 GRUNDY_MAX_UPTO = 10**6  # `grundy` prints SG(0..UPTO) on one line: a few megabytes at most
 MAX_CAP = 2**32 - 1  # --cap as tables.max_table_len (limits.MAX_TABLE_LEN, without the kernels)
@@ -136,7 +152,7 @@ def _choice(choices: type[Enum]):
             if choice.value.casefold() == text.casefold():
                 return choice
         listed = ", ".join(repr(choice.value) for choice in choices)
-        raise ValueError(f"{shown(text)} is not one of {listed}.")
+        raise ValueError(f"{brief_repr(text)} is not one of {listed}.")
 
     return parse
 
@@ -147,8 +163,34 @@ def _say(message: str) -> None:
 
 
 def _err(message: str) -> None:
-    """One line on stderr, printable."""
-    typer.echo(f"snim-batch: {printable(message)}", err=True)
+    """One line on stderr, printable (a JSON object with --log-format json)."""
+    typer.echo(error_line(message), err=True)
+
+
+def _told(renderer: Any):
+    """The `pipeline.events` callback of a command: warnings printed as they arise (also with
+    --quiet), everything else to the progress `renderer` (None: nothing)."""
+    from pipeline.events import WARNING
+
+    def on_event(event: Any) -> None:
+        if event.kind == WARNING:
+            _err(f"warning: {event.message}")
+        elif renderer is not None:
+            renderer(event)
+
+    return on_event
+
+
+def _with_progress(call: Any, quiet: bool = False, verbose: bool = False,
+                   every: float = PROGRESS_EVERY) -> Any:
+    """`call(on_event)` with the command's progress shown (`terminal.progress_renderer`),
+    the display closed before anything else is printed, whatever the outcome."""
+    renderer = progress_renderer(quiet, verbose, every)
+    try:
+        return call(_told(renderer))
+    finally:
+        if renderer is not None:
+            renderer.close()
 
 
 def _traceback(exc: BaseException) -> None:
@@ -195,7 +237,7 @@ def _fail(exc: BaseException, verbose: bool, reported: Reported | None = None) -
         _err(f"error: {said}")
         _exit(EXIT_FAILED, reported, exc, str(said))
     if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # one no check foresaw
-        said = SnimError(f"{shown(exc.filename or '', 120)}: a name in this path is too long "
+        said = SnimError(f"{brief_repr(exc.filename or '', 120)}: a name in this path is too long "
                          "for the file system", path=exc.filename, written=False)
         _err(f"error: {said}")
         _exit(EXIT_FAILED, reported, exc, str(said))
@@ -330,6 +372,16 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", envvar="SNIM_BATCH_VERBOSE",
                                           help="Show details and tracebacks.")]
     = False,
+    log_format: Annotated[LogFormat | None, typer.Option(
+        "--log-format", envvar=LOG_FORMAT_ENV, case_sensitive=False,
+        help="Log and progress lines on stderr: text or json (one object per line). "
+             "Default: text.")] = None,
+    progress_every: Annotated[float, typer.Option(
+        min=0, metavar="SECONDS", envvar="SNIM_BATCH_PROGRESS_EVERY",
+        help="When stderr is not a terminal: a progress line every this many "
+        "seconds, and at each phase's start and end once the run has taken that long "
+        "(0: every phase and step at once). On a terminal, a live display instead.")]
+    = PROGRESS_EVERY,
 ) -> None:
     """Evaluate every position; write verdicts, rejects, sg_tables, summary and a manifest.
 
@@ -358,6 +410,8 @@ def run(
     except UsageError as exc:  # no result: where it would go is the error
         _fail(exc, verbose)
     try:
+        configure_logging(quiet, verbose,
+                          log_format.value if log_format else current_log_format())
         with heavy_imports():
             import pipeline.engines.polars_engine  # noqa: F401 - the default engine's modules
             from pipeline.api import run_settings
@@ -368,12 +422,11 @@ def run(
         known.update(out=str(cfg.out),
                      config_file=None if cfg.config_file is None else str(cfg.config_file))
         night = _run_date(run_date) if run_date is not None else None
-        configure_logging(quiet, verbose)
         if known["config_file"] and not quiet:
             _err(f"config: {known['config_file']}")
         _warn_unused_spark(cfg.engine, spark_master, spark_remote)
-        progress = progress_printer(quiet, verbose)
-        result = run_settings(cfg, night, progress, lambda warning: _err(f"warning: {warning}"))
+        result = _with_progress(lambda on_event: run_settings(cfg, night, on_event), quiet,
+                                verbose, progress_every)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose, reported)
     say = _err if json_result else _say  # with --json, stdout holds the result alone
@@ -406,9 +459,9 @@ def run(
 def _check_result_file(path: Path) -> None:
     """--result-file must be a file in an existing directory: a usage error before any work."""
     if path.is_dir():
-        raise UsageError(f"--result-file {shown(str(path))}: is a directory")
+        raise UsageError(f"--result-file {brief_repr(str(path))}: is a directory")
     if not path.absolute().parent.is_dir():
-        raise UsageError(f"--result-file {shown(str(path))}: its directory does not exist")
+        raise UsageError(f"--result-file {brief_repr(str(path))}: its directory does not exist")
 
 
 def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> None:
@@ -430,9 +483,9 @@ def _run_date(text: str):
             return date.fromisoformat(text)
     except ValueError:
         pass
-    from pipeline.errors import shown
+    from pipeline.errors import brief_repr
 
-    raise UsageError(f"--run-date: expected a date YYYY-MM-DD, got {shown(text)}")
+    raise UsageError(f"--run-date: expected a date YYYY-MM-DD, got {brief_repr(text)}")
 
 
 # `explain` takes `run`'s own options (their definitions, read from `run`'s signature, so
@@ -710,7 +763,8 @@ def convert(
         from pipeline.convert import convert_classic
 
         data = stdin_bytes() if str(source) == "-" else _read_bytes(source)
-        written = convert_classic(data, out, overwrite)
+        written = _with_progress(lambda on_event: convert_classic(data, out, overwrite,
+                                                                  on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     _say(f"wrote {', '.join(str(p) for p in written)}")
@@ -726,7 +780,7 @@ def report(
     try:
         from pipeline.report import write_report
 
-        target = write_report(out_dir, html_file)
+        target = _with_progress(lambda on_event: write_report(out_dir, html_file, on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     _say(f"wrote {target}")
@@ -775,7 +829,7 @@ def generate(
 
         spec = Spec(positions, rule_sets, max_heap, moves_per_set, max_move, heaps, form.value,
                     format.value, seed, key_type.value, shuffle, files)
-        written = write_dataset(out, spec)
+        written = _with_progress(lambda on_event: write_dataset(out, spec, on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
     _say(f"wrote {len(written)} files under {out}")

@@ -16,7 +16,7 @@ from urllib.parse import quote, unquote
 
 import yaml
 
-from pipeline.errors import ConfigError, cut, shown
+from pipeline.errors import ConfigError, brief_repr, truncated
 from pipeline.io.store.locations import Location, without_secrets
 from pipeline.io.store.object_store import checked_options, shown_options
 from pipeline.limits import (
@@ -147,7 +147,7 @@ _OTHER_MASTER = re.compile(r"yarn|k8s://\S+|[a-z][a-z0-9+.-]*://\S+")  # and clu
 
 def _port_problem(port: str) -> str | None:
     if not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
-        return f"the port must be a number from 1 to 65535, got {shown(cut(port, 20))}"
+        return f"the port must be a number from 1 to 65535, got {brief_repr(truncated(port, 20))}"
     return None
 
 
@@ -177,7 +177,7 @@ def remote_problem(url: str) -> str | None:
     if not host:
         return "the host is missing"
     if not _HOST.fullmatch(host) or len(host) > 253:
-        return f"the host {shown(cut(host, 40))} is not a host name or an IP address"
+        return f"the host {brief_repr(truncated(host, 40))} is not a host name or an IP address"
     if port is not None and (problem := _port_problem(port)):
         return problem
     if path not in (None, "/"):
@@ -194,10 +194,11 @@ def remote_problem(url: str) -> str | None:
         if not equals:  # not echoed: it may be a token given without its name
             return "a parameter must be given as KEY=VALUE"
         if "=" in value:
-            return f"the parameter {shown(cut(key, 40))} must be given as KEY=VALUE, with one ="
+            return (f"the parameter {brief_repr(truncated(key, 40))} must be given as "
+                    "KEY=VALUE, with one =")
         if not _METADATA_KEY.fullmatch(key):
-            return (f"the parameter name {shown(cut(key, 40))} must be lowercase letters, "
-                    "digits, _, . or -")
+            return (f"the parameter name {brief_repr(truncated(key, 40))} must be lowercase "
+                    "letters, digits, _, . or -")
         if key in seen:
             return f"the parameter {key!r} is given twice"
         seen.add(key)
@@ -256,16 +257,16 @@ def _check_choices(cfg: Config, where: str) -> None:
     if remote and (problem := remote_problem(remote)):
         raise ConfigError(f"{where} 'spark.remote' must be a Spark Connect URL "
                           f"sc://HOST[:PORT][/;KEY=VALUE;...]: {problem}; got "
-                          f"{shown(hidden_remote(remote))}")
+                          f"{brief_repr(hidden_remote(remote))}")
     if problem := master_problem(cfg.spark.master):
         raise ConfigError(f"{where} 'spark.master' is not a Spark master URL: {problem}; got "
-                          f"{shown(cfg.spark.master)}")
+                          f"{brief_repr(cfg.spark.master)}")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"{where} 'engine' must be one of {', '.join(ENGINES)}, "
-                          f"got {shown(cfg.engine)}")
+                          f"got {brief_repr(cfg.engine)}")
     if cfg.on_bad_rows not in POLICIES:
         raise ConfigError(f"{where} 'on_bad_rows' must be one of {', '.join(POLICIES)}, "
-                          f"got {shown(cfg.on_bad_rows)}")
+                          f"got {brief_repr(cfg.on_bad_rows)}")
     for key, most in (("max_rejected_rows", None), ("max_rejected_rate", 1)):
         value = getattr(cfg, key)
         name = f"--{key.replace('_', '-')}" if where == "option" else f"{where} {key!r}"
@@ -274,26 +275,26 @@ def _check_choices(cfg: Config, where: str) -> None:
         if (isinstance(value, bool) or not isinstance(value, int if most is None
                                                       else (int, float))):
             kind = "an integer" if most is None else "a number"
-            raise ConfigError(f"{name} must be {kind}, got {shown(value)}")
+            raise ConfigError(f"{name} must be {kind}, got {brief_repr(value)}")
         if not value >= 0 or (most is not None and not value <= most):  # NaN is neither
             bounds = ">= 0" if most is None else "between 0 and 1 (a fraction of the input rows)"
-            raise ConfigError(f"{name} must be {bounds}, got {shown(value)}")
+            raise ConfigError(f"{name} must be {bounds}, got {brief_repr(value)}")
     if cfg.output.format not in FORMATS:
         raise ConfigError(f"{where} 'output.format' must be one of {', '.join(FORMATS)}, "
-                          f"got {shown(cfg.output.format)}")
+                          f"got {brief_repr(cfg.output.format)}")
 
 
 def _section(cls: type, raw: Any, prefix: str, source: str) -> Any:
     if raw is None:
         return cls()
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: key '{prefix}' must be a mapping, got {shown(raw)}")
+        raise ConfigError(f"{source}: key '{prefix}' must be a mapping, got {brief_repr(raw)}")
     known = {f.name: f for f in dataclasses.fields(cls)}
     values = {}
     for key, value in raw.items():
         name = f"{prefix}.{key}"
         if key not in known:
-            raise ConfigError(f"{source}: unknown key {shown(name)} (known: "
+            raise ConfigError(f"{source}: unknown key {brief_repr(name)} (known: "
                               f"{', '.join(known)})")
         f = known[key]
         kind = dict if f.default_factory is dict else type(f.default)
@@ -307,20 +308,20 @@ def _typed(value: Any, kind: type, name: str, source: str) -> Any:
                 isinstance(k, str) and isinstance(v, (str, int, float, bool))
                 for k, v in value.items()):
             raise ConfigError(f"{source}: key '{name}' must be a mapping of names to values, "
-                              f"got {shown(value)}")
+                              f"got {brief_repr(value)}")
         return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
     if kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: key '{name}' must be true or false, "
-                              f"got {shown(value)}")
+                              f"got {brief_repr(value)}")
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{source}: key '{name}' must be an integer, got {shown(value)}")
+            raise ConfigError(f"{source}: key '{name}' must be an integer, got {brief_repr(value)}")
         return value
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{source}: key '{name}' must be a non-empty string, "
-                          f"got {shown(value)}")
+                          f"got {brief_repr(value)}")
     return value
 
 
@@ -351,8 +352,8 @@ class _ConfigLoader(yaml.SafeLoader):
             if node is not None:  # an undefined alias is left to the composer's own error
                 line = event.start_mark.line + 1
                 if event.anchor in self.open_anchors:
-                    raise _RefusedYaml(line, f"alias {shown(event.anchor)} is inside the value "
-                                             "it names (a recursive value)")
+                    raise _RefusedYaml(line, f"alias {brief_repr(event.anchor)} is inside the "
+                                             "value it names (a recursive value)")
                 self.aliased_values += _expanded_size(node, self.sizes)
                 if self.aliased_values > MAX_ALIASED_VALUES:
                     raise _RefusedYaml(line, "YAML aliases expand to more than "
@@ -420,7 +421,7 @@ def _parse_yaml(text: str, source: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" line {mark.line + 1}" if mark else ""
-        problem = f" ({cut(exc.problem, 120)})" if exc.problem else ""
+        problem = f" ({truncated(exc.problem, 120)})" if exc.problem else ""
         raise ConfigError(f"{source}:{where} is not valid YAML{problem}") from None
     except yaml.YAMLError:
         raise ConfigError(f"{source}: is not valid YAML") from None
@@ -450,7 +451,7 @@ def _refuse_duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[in
         line = key.start_mark.line + 1
         if key.tag != "tag:yaml.org,2002:merge":
             if (key.tag, key.value) in lines:
-                raise ConfigError(f"{source}: key {shown(name)} is given twice (lines "
+                raise ConfigError(f"{source}: key {brief_repr(name)} is given twice (lines "
                                   f"{lines[key.tag, key.value]} and {line})")
             lines[key.tag, key.value] = line
         _refuse_duplicate_keys(value, name, source, seen)
@@ -505,7 +506,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
             values[key] = _typed(value, scalars[key], key, source)
         else:
             known = ", ".join([*scalars, *sections])
-            raise ConfigError(f"{source}: unknown key {shown(key)} (known: {known})")
+            raise ConfigError(f"{source}: unknown key {brief_repr(key)} (known: {known})")
     for required in ("rules", "positions", "out"):
         if required not in values and given and given.get(required):
             values[required] = resolve_location(str(given[required]), Path.cwd())
@@ -531,20 +532,20 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
     for key, name in names.items():
         if name in seen:
             raise ConfigError(f"{source}: key 'columns.{key}' names the same input column "
-                              f"{shown(name)} as 'columns.{seen[name]}'")
+                              f"{brief_repr(name)} as 'columns.{seen[name]}'")
         seen[name] = key
     t = cfg.tables
     if not 1 <= t.max_table_len <= MAX_TABLE_LEN:
         raise ConfigError(f"{source}: key 'tables.max_table_len' must be between 1 and "
-                          f"{MAX_TABLE_LEN}, got {shown(t.max_table_len)}")
+                          f"{MAX_TABLE_LEN}, got {brief_repr(t.max_table_len)}")
     if t.max_total_values < 1:
         raise ConfigError(f"{source}: key 'tables.max_total_values' must be >= 1, "
-                          f"got {shown(t.max_total_values)}")
+                          f"got {brief_repr(t.max_total_values)}")
     for key in ("max_rule_ops", "max_run_ops"):
         if getattr(t, key) < 1:
             raise ConfigError(f"{source}: key 'tables.{key}' must be >= 1, "
-                              f"got {shown(getattr(t, key))}")
+                              f"got {brief_repr(getattr(t, key))}")
     if t.period_probe_ops < 0:
         raise ConfigError(f"{source}: key 'tables.period_probe_ops' must be >= 0, "
-                          f"got {shown(t.period_probe_ops)}")
+                          f"got {brief_repr(t.period_probe_ops)}")
     return cfg

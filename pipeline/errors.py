@@ -22,7 +22,7 @@ __all__ = [
     "SnimError", "UsageError", "ConfigError", "InputError", "BadRowsError", "OutputError",
     "WriteFailure", "OutputChanged", "CommitOutcomeUnknown", "StoreError", "RuleError",
     "ReconcileError", "SparkFailure", "SparkConnectError", "Stopped",
-    "shown", "cut", "first_line",
+    "brief_repr", "truncated", "first_line",
 ]
 
 EXIT_OK = 0
@@ -49,7 +49,7 @@ _BRIEF.maxstring = _BRIEF.maxother = SHOWN_CHARS
 _BRIEF.maxlevel, _BRIEF.maxlist, _BRIEF.maxdict, _BRIEF.maxtuple, _BRIEF.maxset = 2, 6, 6, 6, 6
 
 
-def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+def brief_repr(value: object, limit: int = SHOWN_CHARS) -> str:
     """`repr(value)` for a message, at most `limit` characters (cut with "..."): user data is
     echoed this way so that no message grows with the data (a huge cell, an expanded YAML
     value). The repr is built bounded, never in full."""
@@ -57,7 +57,7 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+def truncated(text: str, limit: int = SHOWN_CHARS) -> str:
     """Text for a message, at most `limit` characters (cut with "...")."""
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -65,7 +65,7 @@ def cut(text: str, limit: int = SHOWN_CHARS) -> str:
 def first_line(exc: BaseException, limit: int = 200) -> str:
     """An exception's first line of text (or its type's name), at most `limit` characters: a
     library's error as the cause in one of ours."""
-    return cut((str(exc).strip().splitlines() or [type(exc).__name__])[0], limit)
+    return truncated((str(exc).strip().splitlines() or [type(exc).__name__])[0], limit)
 
 
 NOTHING_WRITTEN = "nothing was written"

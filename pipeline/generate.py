@@ -20,7 +20,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import OutputError, UsageError, shown
+from pipeline.errors import OutputError, UsageError, brief_repr
+from pipeline.events import OnEvent, RunEvent, ignore, phase
 from pipeline.io.outputs.commit import remove_dead_staging
 from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, refuse_long_names
 from pipeline.limits import (
@@ -59,12 +60,12 @@ class Spec:
 
     def check(self) -> None:
         if self.form not in ("wide", "long"):
-            raise UsageError(f"--form must be wide or long, got {shown(self.form)}")
+            raise UsageError(f"--form must be wide or long, got {brief_repr(self.form)}")
         if self.format not in ("parquet", "csv"):
-            raise UsageError(f"--format must be parquet or csv, got {shown(self.format)}")
+            raise UsageError(f"--format must be parquet or csv, got {brief_repr(self.format)}")
         if self.key_type not in KEY_TYPES:
             raise UsageError(f"--key-type must be one of {', '.join(KEY_TYPES)}, "
-                             f"got {shown(self.key_type)}")
+                             f"got {brief_repr(self.key_type)}")
         if min(self.rule_sets, self.moves_per_set, self.max_heap) < 1 or self.positions < 0:
             raise UsageError("--rule-sets, --moves-per-set and --max-heap must be >= 1")
         if min(self.files, self.heaps_per_position, self.max_move) < 0:
@@ -80,7 +81,7 @@ class Spec:
                                   ("--moves-per-set", self.moves_per_set, MAX_MOVES_PER_SET),
                                   ("--files", self.files, MAX_FILES)):
             if value > most:
-                raise UsageError(f"{name} must be at most {most:,}, got {shown(value)}")
+                raise UsageError(f"{name} must be at most {most:,}, got {brief_repr(value)}")
         if self.positions * max(1, self.heaps_per_position) > MAX_ALL_HEAPS:
             raise UsageError(f"--positions x --heaps must be at most {MAX_ALL_HEAPS:,}, got "
                              f"{self.positions:,} x {self.heaps_per_position:,}")
@@ -236,13 +237,14 @@ def _chunks(spec: Spec, rng: np.random.Generator) -> Iterator[pl.DataFrame]:
         yield rows.slice(start, step)
 
 
-def generate(out: Path, spec: Spec) -> list[Path]:
+def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
     """Write rules.<fmt> and positions/part-NNNNN.<fmt> under `out`, a new or empty directory
     (a dataset is never mixed with another's files); returns the files. They are written in a
     directory beside it (inside it, when it exists), renamed into place once complete, so a
     failed call leaves nothing (a killed one leaves its staging, removed by the next call).
 
-    Positions are split over `spec.file_count()` files of as equal a row count as possible."""
+    Positions are split over `spec.file_count()` files of as equal a row count as possible.
+    `on_event` hears the write phase and the rows written so far."""
     spec.check()
     refuse_long_names(out, "--out")
     if not out.is_dir():
@@ -266,7 +268,8 @@ def generate(out: Path, spec: Spec) -> list[Path]:
     moved: list[Path] = []
     try:
         (staging / "positions").mkdir(parents=True)
-        written = _write_dataset(staging, spec)
+        with phase(on_event, "write"):
+            written = _write_dataset(staging, spec, on_event)
         if not inside:
             staging.rename(out)
         for entry in sorted(staging.iterdir() if inside else []):
@@ -284,7 +287,7 @@ def generate(out: Path, spec: Spec) -> list[Path]:
     return [out / path.relative_to(staging) for path in written]
 
 
-def _write_dataset(out: Path, spec: Spec) -> list[Path]:
+def _write_dataset(out: Path, spec: Spec, on_event: OnEvent) -> list[Path]:
     """The rules, then the positions streamed into their files: a chunk's rows are written
     to the file they fall in (split at the files' bounds), so that no file is held whole."""
     rng = np.random.default_rng(spec.seed)
@@ -313,6 +316,8 @@ def _write_dataset(out: Path, spec: Spec) -> list[Path]:
                 take = min(chunk.height, end - done)
                 current.write(chunk.slice(0, take))
                 chunk, done = chunk.slice(take), done + take
+                on_event(RunEvent.progress("write", done, rows, f"write: {done:,} of {rows:,} "
+                                           "rows"))
         while len(written) - 1 < files:  # no positions left for these files
             current.close(empty)
             current = part(len(written) - 1)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pipeline import kernels
-from pipeline.errors import RuleError, shown
+from pipeline.errors import RuleError, brief_repr
 from pipeline.limits import (
     DEFAULT_RULE_OPS,
     DEFAULT_RUN_OPS,
@@ -68,7 +68,7 @@ def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
     """Validate and canonicalise a rule; RuleError says what is wrong in user terms."""
     kind = "subtraction" if kind is None or kind == "" else kind
     if kind not in KINDS:
-        raise RuleError(f"unknown kind {shown(kind)} (expected one of: {', '.join(KINDS)})")
+        raise RuleError(f"unknown kind {brief_repr(kind)} (expected one of: {', '.join(KINDS)})")
     values = None if moves is None else list(moves)
     if kind != "subtraction":
         if values:
@@ -81,11 +81,11 @@ def canonical_rule(kind: str | None, moves: Iterable[int] | None) -> Rule:
         raise RuleError("moves are empty (a subtraction rule needs a non-empty set S)")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise RuleError(f"move {shown(v)} is not an integer")
+            raise RuleError(f"move {brief_repr(v)} is not an integer")
         if v <= 0:
-            raise RuleError(f"move {shown(v)} is not a positive integer")
+            raise RuleError(f"move {brief_repr(v)} is not a positive integer")
         if v > MAX_TABLE_LEN:
-            raise RuleError(f"move {shown(v)} is larger than {MAX_TABLE_LEN}")
+            raise RuleError(f"move {brief_repr(v)} is larger than {MAX_TABLE_LEN}")
     return Rule(kind, tuple(sorted({int(v) for v in values})))
 
 
@@ -145,7 +145,7 @@ def _value_dtype(n_moves: int) -> type:
 
 def _stop_len(rule: Rule, need_len: int, cap: int, probe_ops: int = 0) -> int:
     if not 1 <= cap <= MAX_TABLE_LEN:
-        raise RuleError(f"table cap {shown(cap)} must be between 1 and {MAX_TABLE_LEN}")
+        raise RuleError(f"table cap {brief_repr(cap)} must be between 1 and {MAX_TABLE_LEN}")
     probe_len = rule.ops_len(probe_ops) if probe_ops > 0 else 0
     return min(cap, max(need_len, probe_len, 1))
 

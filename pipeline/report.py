@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pipeline.errors import InputError, UsageError, cut
+from pipeline.errors import InputError, UsageError, truncated
+from pipeline.events import OnEvent, ignore, phase
 from pipeline.io.outputs.failures import PID_WIDTH, name_problem, refuse_long_names
+from pipeline.io.outputs.kinds import page_output_for
 from pipeline.io.outputs.manifest import read_manifest
-from pipeline.io.outputs.publish import TAG_WIDTH, place_page, write_page
+from pipeline.io.outputs.publish import PAGE_FILE, TAG_WIDTH, new_tag, write_file
 from pipeline.io.store.locations import Location
 
 _CSS = """
@@ -284,12 +285,15 @@ def _reject_policy(manifest: dict[str, Any]) -> str:
             f": {html.escape(decided)}.</p>")
 
 
-def write_report(out: str | Path, target: Path | None = None) -> Path:
+def write_report(out: str | Path, target: Path | None = None, on_event: OnEvent = ignore
+                 ) -> Path:
     """Render the run in the local directory `out` (or the latest night of a local Delta
     table root) to `target` (default OUT/report.html); returns it. A page directly in a run's
     output is listed in its manifest, so that the directory stays provably a snim-batch
-    output (see `place_page` for what is refused); a Delta table root has no manifest, so its
-    page is written whole like a page elsewhere."""
+    output (see `publish.page_destination` for what is refused); a Delta table root has no
+    manifest, so its page is written whole like a page elsewhere. Either way the page is
+    written through the `Output` protocol (`page_output_for`): whole, or not at all.
+    `on_event` hears the phases (read, write)."""
     location = Location.parse(str(out), Path.cwd())
     if location.is_remote or location.path is None:
         raise UsageError(f"{location}: report reads a local output directory; copy the "
@@ -297,16 +301,22 @@ def write_report(out: str | Path, target: Path | None = None) -> Path:
     out_dir = location.path if "://" in str(out) else Path(out)  # as given, for messages
     problem = name_problem(out_dir.absolute())
     if problem is not None:
-        raise InputError(f"{cut(str(out_dir), 120)}: cannot read it ({problem})")
+        raise InputError(f"{truncated(str(out_dir), 120)}: cannot read it ({problem})")
     target = target or out_dir / "report.html"
     refuse_long_names(target, "--html", "its temporary file .NAME.tmp-PID-TAG",
                       len("..tmp--") + PID_WIDTH + TAG_WIDTH)
     table_root = (out_dir / "runs" / "_delta_log").is_dir()
-    page = _delta_page(out_dir) if table_root else _run_page(out_dir)
-    if table_root:
-        write_page(target, Path(os.path.realpath(target)), page.encode("utf-8"))
-    else:
-        place_page(out_dir, target, page.encode("utf-8"))
+    with phase(on_event, "read"):
+        page = _delta_page(out_dir) if table_root else _run_page(out_dir)
+    with phase(on_event, "write"):
+        output = page_output_for(out_dir, target, in_output=not table_root)
+        staging = output.stage(new_tag())
+        try:
+            write_file(staging / PAGE_FILE, page.encode("utf-8"))
+            output.commit({})
+        except BaseException as error:
+            output.roll_back(error)
+            raise
     return target
 
 
@@ -316,7 +326,8 @@ def _run_page(out_dir: Path) -> str:
         frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")
                   for name in ("summary", "sg_tables", "rejects")}
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise InputError(f"{out_dir}: cannot read run outputs ({cut(str(exc), 200)})") from None
+        raise InputError(f"{out_dir}: cannot read run outputs ({truncated(str(exc), 200)})"
+                         ) from None
     return render_report(manifest, frames["summary"], frames["sg_tables"], frames["rejects"])
 
 
@@ -330,7 +341,7 @@ def _delta_page(root: Path) -> str:
     try:
         night = latest_night(TableRoot(str(root)))
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise InputError(f"{root}: cannot read the Delta tables ({cut(str(exc), 200)})"
+        raise InputError(f"{root}: cannot read the Delta tables ({truncated(str(exc), 200)})"
                          ) from None
     return render_report(night["manifest"], night["summary"], night["sg_tables"],
                          night["rejects"], night["runs"], night["summaries"],

@@ -2,7 +2,8 @@
 
 rules -> SG tables -> positions (the engine) -> summary and sg_tables -> outputs -> manifest,
 all inside a staging directory that replaces the output atomically at the end. It never
-prints or exits; `progress` hears about phases, and errors are SnimError subclasses.
+prints or exits; its caller's `on_event` hears about phases, progress and warnings
+(`pipeline.events`), and errors are SnimError subclasses.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from pipeline.errors import (
     EXIT_REJECTS,
     BadRowsError,
     ReconcileError,
-    cut,
+    truncated,
 )
-from pipeline.io.inputs.changes import described_now, ensure_unchanged
+from pipeline.events import WARNING, OnEvent, RunEvent
+from pipeline.io.inputs.changes import describe_before_reading, ensure_unchanged
 from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.outputs import commit
 from pipeline.io.outputs.kinds import output_for
@@ -46,9 +48,6 @@ from pipeline.transforms import normalize, outputs, schema
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str, bool], None]
-"""progress(message, done): a phase starting or finished (done=True), or a status line within
-the current phase (done=False, e.g. rows so far), for a terminal to show."""
 Phase = Callable[[str], AbstractContextManager[None]]
 PROBLEMS_SHOWN = 10  # rejects named in the result (the CLI prints some of them)
 
@@ -134,43 +133,38 @@ class RejectTolerance:
                 "decision": self.decision(config)}
 
 
-def run_job(config: Config, progress: Progress | None = None, run_date: date | None = None,
-            warn: Callable[[str], None] | None = None) -> RunResult:
+def run_job(config: Config, on_event: OnEvent | None = None, run_date: date | None = None
+            ) -> RunResult:
     """Run the batch job and commit its output whole, whatever its kind (`io.outputs.Output`,
     chosen by `output_for` from the settings; `run_date` is the night a table output
     replaces, default today in UTC).
 
-    Raises SnimError subclasses for user-caused failures; nothing is written then. `warn`
-    gets each warning as it arises (an old output kept aside, and where), so that the user
-    learns where their files are even when the run then fails; RunResult.warnings lists
-    them too.
+    Raises SnimError subclasses for user-caused failures; nothing is written then.
+    `on_event` hears each phase start and end, progress within a phase, and each warning as
+    it arises (an old output kept aside, and where), so that the user learns where their
+    files are even when the run then fails; RunResult.warnings lists the warnings too.
     """
     warnings: list[str] = []
 
-    def notify(message: str) -> None:
-        warnings.append(message)
-        if warn:
-            warn(message)
+    def tell(event: RunEvent) -> None:
+        if event.kind == WARNING:
+            warnings.append(event.message)
+        if on_event:
+            on_event(event)
 
     output = output_for(config.out, config.output.format, config.overwrite,
-                        config.storage_options, notify, run_date)
+                        config.storage_options, tell, run_date)
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     started = _now()
     timings: dict[str, float] = {}
 
     @contextmanager
     def phase(name: str) -> Iterator[None]:
-        if progress:
-            progress(name, False)
+        tell(RunEvent.phase_start(name))
         t0 = time.perf_counter()
         yield
         timings[name] = round(time.perf_counter() - t0, 4)
-        if progress:
-            progress(f"{name} done in {timings[name]:.2f}s", True)
-
-    def note(message: str) -> None:
-        if progress:
-            progress(message, False)
+        tell(RunEvent.phase_done(name, timings[name]))
 
     engine = load_engine(config.engine)
     log.info("run %s: engine %s, output %s", run_id, engine.name, config.out)
@@ -178,7 +172,7 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
         staging = output.stage(run_id)
         read_cache = RunCache(whole_objects=engine.keeps_whole_objects)
         with read_cache, engine.open_inputs(config):
-            outcome = execute(config, engine, staging, phase, note, read_cache)
+            outcome = execute(config, engine, staging, phase, tell, read_cache)
             tolerance = outcome.tolerance
             over = tolerance.exceeded(config)
             if over and config.on_bad_rows == "fail":
@@ -207,8 +201,10 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
             }
         # the inputs and the engine are let go first: once the output is committed, nothing
         # is left that could fail the run (and make it say that nothing was written)
-        note("commit")
+        tell(RunEvent.phase_start("commit"))  # not in timings_s: the manifest is written in it
+        t0 = time.perf_counter()
         manifest.update(output.commit(manifest))
+        tell(RunEvent.phase_done("commit", round(time.perf_counter() - t0, 4)))
     except BaseException as error:
         output.roll_back(error)
         raise
@@ -219,8 +215,8 @@ def run_job(config: Config, progress: Progress | None = None, run_date: date | N
                      tolerated)
 
 
-def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
-            note: Callable[[str], None], read_cache: RunCache | None = None) -> JobOutcome:
+def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_event: OnEvent,
+            read_cache: RunCache | None = None) -> JobOutcome:
     """Every step of the job and every output but the manifest, written into `staging`
     (under --on-bad-rows fail with rejected rows, nothing is written); every read of an
     input goes through the run's `read_cache`, if given."""
@@ -238,7 +234,8 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase,
     with phase("tables"):
         cache = table_cache(distinct, config, paths, form, read_cache=read_cache)
     described = _checksums(paths, read_cache)
-    job = PositionsJob(config, paths, form, index, cache, staging, note, read_cache=read_cache)
+    job = PositionsJob(config, paths, form, index, cache, staging, on_event,
+                       read_cache=read_cache)
     with ExitStack() as evaluation_lasts:
         with phase("positions"):
             evaluation = evaluation_lasts.enter_context(engine.evaluate(job))
@@ -303,7 +300,7 @@ def _checksums(paths: list[Source], cache: RunCache | None
     engine reads them (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
     described = []
-    for file in described_now(paths, cache=cache):
+    for file in describe_before_reading(paths, cache=cache):
         if counted_at_once(file, cache=cache):  # before the reader lets go of what is kept
             described.append(Future())
             described[-1].set_result((file, rows_in_source(file, cache=cache)))
@@ -338,7 +335,7 @@ def _reconciled(counts: dict[str, dict[str, int]]) -> bool:
 
 def problem_text(row: dict[str, Any]) -> str:
     """One rejects row as a line for the terminal: file, row, column, reason."""
-    column = f", column {cut(row['column'])}" if row["column"] else ""
+    column = f", column {truncated(row['column'])}" if row["column"] else ""
     return f"{row['source']} row {row['row']}{column}: {row['reason']}"
 
 

@@ -73,42 +73,332 @@ def interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
-def configure_logging(quiet: bool, verbose: bool) -> None:
-    """The core logs through `logging.getLogger(__name__)`; here its records reach stderr as
-    `snim-batch: LEVEL: message`, escaped like every other line we print: warnings by
-    default, errors only with --quiet, everything down to debug with --verbose. Only the
-    `pipeline` loggers are shown (libraries keep their own)."""
+LOG_FORMATS = ("text", "json")
+
+
+def configure_logging(quiet: bool, verbose: bool, log_format: str = "text") -> None:
+    """The core logs through `logging.getLogger(__name__)`; here its records reach stderr,
+    each with its level and a UTC timestamp: as text, `TIMESTAMP snim-batch: LEVEL: message`
+    escaped like every other line we print, or (`log_format` "json") one JSON object per
+    line (`ts`, `level`, `logger`, `message`, and the record's fields). Warnings by default,
+    errors only with --quiet, everything down to debug with --verbose; the progress lines
+    (`PROGRESS_LOG`) at info unless --quiet. Only the `pipeline` loggers are shown
+    (libraries keep their own)."""
     import logging
 
-    class PrintableFormatter(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            return "snim-batch: " + printable(f"{record.levelname.lower()}: "
-                                              f"{super().format(record)}")
-
     logger = logging.getLogger("pipeline")
-    logger.handlers = [logging.StreamHandler(sys.stderr)]
-    logger.handlers[0].setFormatter(PrintableFormatter("%(message)s"))
+    logger.handlers = [_stderr_handler(log_format)]
     logger.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.WARNING)
     logger.propagate = False
+    logging.getLogger(PROGRESS_LOG).setLevel(logging.ERROR if quiet else
+                                             logging.DEBUG if verbose else logging.INFO)
+    _LOG_FORMAT[:] = [log_format]
 
 
-def progress_printer(quiet: bool, verbose: bool):
-    """On a terminal, one status line rewritten in place; with --verbose (not a terminal),
-    one line per phase; otherwise nothing."""
-    tty = sys.stderr.isatty()
-    if quiet or not (tty or verbose):
+PROGRESS_LOG = "pipeline.progress"
+"""The logger of the plain progress lines (`PlainProgress`), below `pipeline` so that they
+share its handler and format."""
+
+_LOG_FORMAT = ["text"]  # the format `configure_logging` set, for `error_line`
+
+
+def current_log_format() -> str:
+    """The format `configure_logging` set last ("text" or "json")."""
+    return _LOG_FORMAT[0]
+
+
+def _utc_timestamp(created: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds"
+                                                            ).replace("+00:00", "Z")
+
+
+def json_line(level: str, message: str, created: float | None = None, **fields: object) -> str:
+    """One JSON object for a line on stderr: `ts` (UTC), `level`, `message`, then `fields`.
+    JSON escapes every control character, so the line is printable as it is."""
+    import json
+
+    line = {"ts": _utc_timestamp(time.time() if created is None else created), "level": level,
+            "message": message, **fields}
+    return json.dumps(line, ensure_ascii=True, default=str)
+
+
+def error_line(text: str) -> str:
+    """A line the CLI prints on stderr (an error, a warning, what follows them): as it has
+    always read, `snim-batch: TEXT` escaped; with --log-format json, a JSON object whose
+    level is the text's own (`error:`, `warning:`), else info."""
+    if _LOG_FORMAT[0] != "json":
+        return f"snim-batch: {printable(text)}"
+    for level, prefix in (("error", "error: "), ("error", "internal error: "),
+                          ("warning", "warning: ")):
+        if text.startswith(prefix):
+            return json_line(level, text.removeprefix(prefix))
+    return json_line("info", text.strip())
+
+
+def _stderr_handler(log_format: str):  # noqa: ANN202 - a logging.Handler
+    """A handler writing each record as one line on `sys.stderr` as it is at that record (a
+    live progress display replaces it, to print the line above itself)."""
+    import logging
+
+    class Lines(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            if log_format == "json":
+                return json_line(record.levelname.lower(), record.getMessage(),
+                                 record.created, logger=record.name,
+                                 **getattr(record, "fields", {}))
+            return (_utc_timestamp(record.created) + " snim-batch: "
+                    + printable(f"{record.levelname.lower()}: {record.getMessage()}"))
+
+    class CurrentStderr(logging.StreamHandler):
+        def emit(self, record: logging.LogRecord) -> None:
+            self.stream = sys.stderr
+            super().emit(record)
+
+    handler = CurrentStderr()
+    handler.setFormatter(Lines())
+    return handler
+
+
+def _count(value: float) -> str:
+    """A count for a progress line: 950, 12.3k, 4.5M, 1.2G."""
+    for above, size, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if value >= above:
+            return f"{value / size:.1f}{suffix}"
+    return f"{value:,.0f}"
+
+
+def _duration(seconds: float) -> str:
+    """A duration for a progress line: 7s, 3m05s, 2h10m."""
+    whole = int(seconds + 0.5)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+class PlainProgress:
+    """The progress of a command where stderr is not a terminal: log lines (`PROGRESS_LOG`,
+    info), never rewritten. Nothing for a command shorter than `every` seconds; from then on
+    (at once with `from_start`, --verbose) a line at each phase's start and end and, while a
+    phase runs, every `every` seconds (`tick`, called by a timer thread) and at a progress
+    event that comes at least `every` seconds after the last line (with `every` 0: at each).
+    A line says the phase, units done of the total, the rate and the time left, as text and
+    as fields (`phase`, `done_units`, `total_units`, `unit`, `rate_per_s`, `eta_s`,
+    `elapsed_s`). `clock` is the time in seconds (`time.monotonic`)."""
+
+    def __init__(self, every: float, from_start: bool = False,
+                 clock=time.monotonic, log=None) -> None:  # noqa: ANN001
+        import threading
+
+        self.every, self.from_start, self.clock = every, from_start, clock
+        import logging
+
+        self.log = log or logging.getLogger(PROGRESS_LOG)
+        self._lock = threading.Lock()
+        self.started = self.last_line = clock()
+        self.phase, self.phase_started = "", self.started
+        self.done: int | None = None
+        self.total: int | None = None
+        self.done_at = self.started
+        self.unit, self.message = "rows", ""
+
+    def _due(self, now: float) -> bool:
+        return self.from_start or now - self.started >= self.every
+
+    def __call__(self, event) -> None:  # noqa: ANN001 - a pipeline.events.RunEvent
+        from pipeline.events import NOTE, PHASE_DONE, PHASE_START, PROGRESS
+
+        now = self.clock()
+        with self._lock:
+            if event.kind == PHASE_START:
+                self.phase, self.phase_started = event.phase, now
+                self.done = self.total = None
+                self.unit, self.message = "rows", ""
+                if self._due(now):
+                    self._line(now, f"{event.phase}: started", status="started")
+            elif event.kind == PHASE_DONE:
+                if self._due(now):
+                    self._line(now, event.message, status="done", seconds=event.seconds)
+                self.phase = ""
+            elif event.kind == PROGRESS:
+                self.done, self.total, self.unit = event.done_units, event.total_units, event.unit
+                self.done_at = now
+                self.message = event.message
+                if self._due(now) and now - self.last_line >= self.every:
+                    self._line(now, self._status(now))
+            elif event.kind == NOTE:
+                self.message = event.message
+                if self._due(now):
+                    self._line(now, event.message)
+
+    def tick(self) -> None:
+        """A line if a phase runs and none was written for `every` seconds (every > 0)."""
+        now = self.clock()
+        with self._lock:
+            if self.every > 0 and self.phase and now - self.last_line >= self.every:
+                self._line(now, self._status(now))
+
+    def _rate(self, now: float) -> float | None:
+        """Units per second in the phase, as of its last progress event."""
+        elapsed = self.done_at - self.phase_started
+        return self.done / elapsed if self.done and elapsed > 0 else None
+
+    def _eta(self, now: float) -> float | None:
+        """Seconds left at that rate, less the time since that event."""
+        rate = self._rate(now)
+        if rate and self.total is not None and self.done is not None:
+            return max((self.total - self.done) / rate - (now - self.done_at), 0.0)
         return None
-    started = time.perf_counter()
 
-    def progress(message: str, done: bool) -> None:
-        line = f"snim-batch: [{time.perf_counter() - started:7.2f}s] {printable(message)}"
-        if tty:
-            sys.stderr.write("\r\033[K" + line + ("\n" if done else ""))
-            sys.stderr.flush()
-        elif done:
-            print(line, file=sys.stderr, flush=True)
+    def _status(self, now: float) -> str:
+        running = _duration(now - self.phase_started)
+        if self.done is None:
+            return f"{self.phase}: running for {running}"
+        text = f"{self.phase}: {self.done:,}"
+        if self.total:
+            text += f" of {self.total:,} {self.unit} ({100 * self.done // self.total}%)"
+        else:
+            text += f" {self.unit}"
+        rate, eta = self._rate(now), self._eta(now)
+        if rate:
+            text += f", {_count(rate)} {self.unit}/s"
+        if eta is not None:
+            text += f", about {_duration(eta)} left"
+        return text + f" (running for {running})"
 
-    return progress
+    def _line(self, now: float, message: str, **extra: object) -> None:
+        self.last_line = now
+        rate, eta = self._rate(now), self._eta(now)
+        fields = {"phase": self.phase, "done_units": self.done, "total_units": self.total,
+                  "unit": self.unit, "rate_per_s": None if rate is None else round(rate, 1),
+                  "eta_s": None if eta is None else round(eta, 1),
+                  "elapsed_s": round(now - self.started, 3), **extra}
+        self.log.info("%s", message, extra={"fields": fields})
+
+
+class TerminalProgress:
+    """The progress of a command on a terminal: a live display (rich, imported here, not
+    before: `snim-batch --help` stays quick) with a line per phase, `snim-batch: [T] PHASE`
+    (T: when it started, in seconds), a bar (pulsing while the total is unknown), units done
+    of the total, the rate and the time left; a finished phase says how long it took. It is
+    redrawn four times a second, so a phase without progress events (finish, write, commit)
+    still shows its time passing: no silent gap after 100%. No colour, and every text
+    escaped (`printable`)."""
+
+    def __init__(self, stream=None, clock=time.monotonic) -> None:  # noqa: ANN001
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, ProgressColumn
+        from rich.table import Column
+        from rich.text import Text
+
+        started = clock()
+
+        class Phase(ProgressColumn):
+            def render(self, task) -> Text:  # noqa: ANN001
+                return Text(f"snim-batch: [{task.fields['at']:7.2f}s] {task.description}",
+                            no_wrap=True)
+
+        class Status(ProgressColumn):
+            max_refresh = 0.5
+
+            def render(self, task) -> Text:  # noqa: ANN001
+                fields = task.fields
+                if fields.get("took") is not None:
+                    return Text(f"done in {fields['took']:.2f}s")
+                running = _duration(task.elapsed or 0)
+                if fields.get("done") is None:
+                    return Text(f"{running}  {fields['note']}".rstrip())
+                unit, text = fields["unit"], _count(fields["done"])
+                if task.total:
+                    text += f"/{_count(task.total)} {unit} {task.percentage:.0f}%"
+                else:
+                    text += f" {unit}"
+                if task.speed:
+                    text += f" {_count(task.speed)}/s"
+                if task.total and task.time_remaining is not None:
+                    text += f" ETA {_duration(task.time_remaining)}"
+                else:
+                    text += f" {running}"
+                return Text(text)
+
+        self.clock, self.started = clock, started
+        self.console = Console(file=stream or sys.stderr, color_system=None, highlight=False,
+                               emoji=False, markup=False, force_terminal=True)
+        self.progress = Progress(Phase(table_column=Column(no_wrap=True)),
+                                 BarColumn(bar_width=12),
+                                 Status(table_column=Column(no_wrap=True, overflow="ellipsis")),
+                                 console=self.console, refresh_per_second=4, get_time=clock,
+                                 redirect_stdout=False)
+        self.task = None
+        self.progress.start()
+
+    def __call__(self, event) -> None:  # noqa: ANN001 - a pipeline.events.RunEvent
+        from pipeline.events import NOTE, PHASE_DONE, PHASE_START, PROGRESS
+
+        progress = self.progress
+        if event.kind == PHASE_START:
+            self.task = progress.add_task(printable(event.phase), total=None,
+                                          at=self.clock() - self.started, done=None,
+                                          unit="rows", took=None, note="")
+            progress.refresh()  # a phase is shown as it starts, however short
+        elif self.task is None:
+            return
+        elif event.kind == PHASE_DONE:
+            total = progress.tasks[-1].total or 1
+            progress.update(self.task, total=total, completed=total, took=event.seconds)
+            progress.stop_task(self.task)
+            progress.refresh()
+        elif event.kind == PROGRESS:
+            progress.update(self.task, completed=event.done_units, total=event.total_units,
+                            done=event.done_units, unit=printable(event.unit))
+        elif event.kind == NOTE:
+            progress.update(self.task, note=printable(event.message))
+
+    def tick(self) -> None:
+        """Nothing: the display redraws itself."""
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def progress_renderer(quiet: bool, verbose: bool, every: float):
+    """How a command's progress reaches stderr (`pipeline.events` callbacks): nothing with
+    --quiet; on a terminal a live display (`TerminalProgress`), unless the log is JSON (for
+    a machine, wherever it is); elsewhere plain log lines (`PlainProgress`, from the start
+    with --verbose), with a thread calling its `tick` so that a long phase without events
+    still gets its line. Call `close()` when the command ends, before printing its result
+    or error."""
+    if quiet:
+        return None
+    if sys.stderr.isatty() and _LOG_FORMAT[0] != "json":
+        return TerminalProgress()
+    return _Ticking(PlainProgress(every, from_start=verbose))
+
+
+class _Ticking:
+    """A `PlainProgress` and the daemon thread that calls its `tick` until `close`."""
+
+    def __init__(self, plain: PlainProgress) -> None:
+        import threading
+
+        self.plain, self._stop = plain, threading.Event()
+        self._thread = None
+        if plain.every > 0:
+            self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(self.plain.every, 1.0)):
+            self.plain.tick()
+
+    def __call__(self, event) -> None:  # noqa: ANN001
+        self.plain(event)
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 def exit_status(code: object) -> int:

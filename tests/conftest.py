@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from functools import cache
@@ -310,6 +311,16 @@ from pipeline.cli import app
 sys.argv = ["snim-batch", *sys.argv[2:]]
 app()
 """
+
+
+PROGRESS_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z snim-batch: info: .*")
+
+
+def said_lines(stderr: str) -> list[str]:
+    """The lines of a command's stderr but its progress log lines: outside a terminal, a
+    command that runs for over 10 s (a JVM's start, a store's timeout) logs its progress
+    (`terminal.PlainProgress`, info lines), whatever else it says."""
+    return [line for line in stderr.strip().splitlines() if not PROGRESS_LINE.fullmatch(line)]
 
 
 def killed_at(limit: int, args: list[str]) -> subprocess.CompletedProcess:

@@ -51,10 +51,10 @@ def verdicts(out: Path) -> dict[tuple[int, int], str]:
 
 
 def test_a_run_returns_its_typed_result(job: Path) -> None:
-    phases: list[tuple[str, bool]] = []
+    phases: list[tuple[str, str]] = []
     result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="out",
                             winning_moves=True,
-                            progress=lambda message, done: phases.append((message, done)))
+                            on_event=lambda event: phases.append((event.kind, event.phase)))
     assert isinstance(result, BatchResult)
     manifest = json.loads((job / "out" / "manifest.json").read_text())
     assert (result.exit_code, result.status, result.out) == (0, "succeeded", str(job / "out"))
@@ -68,7 +68,8 @@ def test_a_run_returns_its_typed_result(job: Path) -> None:
     assert result.rejects == str(job / "out" / "rejects.parquet")
     assert verdicts(job / "out") == expected()
     assert "move_take" in pl.read_parquet(job / "out" / "verdicts.parquet").columns
-    assert ("rules", False) in phases and ("positions", False) in phases  # the callback
+    for name in ("rules", "positions", "write", "commit"):  # the callback heard each phase
+        assert ("phase-start", name) in phases and ("phase-done", name) in phases, phases
     schema = json.loads((ROOT / "docs" / "run-result.schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(result.document())
     assert result.document()["manifest"] == manifest

@@ -475,8 +475,9 @@ def test_bad_row_rejected(case: Case, fmt: str, tmp_path: Path) -> None:
     assert got_rows == b.expected
     full_sources = {str(b.rules), str(b.positions)}
     assert set(rejects["source"].to_list()) <= full_sources
-    if case.exit == 0:
-        assert got.stderr.strip() == ""
+    if case.exit == 0:  # nothing on stderr but the config file the run read
+        config_line = [f"snim-batch: config: {b.config}"] if b.config else []
+        assert got.stderr.strip().splitlines() == config_line, got.stderr
         if case.table == "positions":  # evaluated, not rejected
             hit = result["verdicts"].filter((pl.col("rule_set_id") == case.key[0])
                                             & (pl.col("position_id") == case.key[1]))
@@ -527,7 +528,8 @@ def test_bad_row_fails_run_under_fail_policy(case: Case, fmt: str, tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
     table, name, row = b.bad
     source = b.rules if table == "rules" else b.positions
-    lines = got.stderr.splitlines()
+    said, *lines = got.stderr.splitlines()
+    assert said == f"snim-batch: config: {b.config}", got.stderr  # the config the run read
     assert "fail" in lines[0] and "nothing was written" in lines[0], got.stderr
     assert any(f"{source} row " in line for line in lines[1:]), got.stderr
     first_row = min(r for t, _, r in b.expected if t == table)

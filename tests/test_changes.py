@@ -14,6 +14,7 @@ from conftest import wins
 
 from pipeline.config import config_from_dict
 from pipeline.errors import InputError
+from pipeline.events import PHASE_START, RunEvent
 from pipeline.run import run_job
 
 RULES = "rule_set_id,kind,moves\n1,,2 5\n2,nim,\n"
@@ -22,11 +23,11 @@ REWRITTEN = "rule_set_id,position_id,heaps\n1,0,5 12\n2,1,3 4\n1,2,9\n"  # same 
 
 
 def rewrite_when(phase: str, rewrite):
-    """A progress callback that calls `rewrite()` as `phase` starts."""
-    def progress(message: str, done: bool) -> None:
-        if message == phase and not done:
+    """An event callback that calls `rewrite()` as `phase` starts."""
+    def on_event(event: RunEvent) -> None:
+        if event.kind == PHASE_START and event.phase == phase:
             rewrite()
-    return progress
+    return on_event
 
 
 def local_job(tmp_path: Path) -> dict[str, str]:
@@ -54,7 +55,7 @@ def test_a_local_positions_file_rewritten_during_the_run_fails_it(
         os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
 
     with pytest.raises(InputError) as raised:
-        run_job(config_from_dict(job), progress=rewrite_when(phase, rewrite))
+        run_job(config_from_dict(job), on_event=rewrite_when(phase, rewrite))
     assert str(raised.value) == (f"{target}: changed while this run read it ({said}); nothing "
                                  "was written (rerun once it is written whole)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
@@ -65,7 +66,7 @@ def test_rules_edited_after_they_were_read_do_not_fail_the_run(tmp_path: Path) -
     prepared in place does not fail a long run, and the manifest names what was read."""
     job = local_job(tmp_path)
     rules = tmp_path / "rules.csv"
-    result = run_job(config_from_dict(job), progress=rewrite_when(
+    result = run_job(config_from_dict(job), on_event=rewrite_when(
         "positions", lambda: rules.write_text(RULES + "3,half,\n")))
     assert result.exit_code == 0
     assert result.manifest["inputs"]["rules"][0]["sha256"] == hashlib.sha256(
@@ -74,7 +75,7 @@ def test_rules_edited_after_they_were_read_do_not_fail_the_run(tmp_path: Path) -
 
 def test_inputs_left_alone_pass_the_check(tmp_path: Path) -> None:
     job = local_job(tmp_path)
-    result = run_job(config_from_dict(job), progress=rewrite_when("positions", lambda: None))
+    result = run_job(config_from_dict(job), on_event=rewrite_when("positions", lambda: None))
     assert result.exit_code == 0
     verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
     expected = [(0, wins("subtraction", (2, 5), [5, 12])), (2, wins("subtraction", (2, 5), [7])),
@@ -112,7 +113,7 @@ def test_an_object_replaced_during_the_run_fails_it(s3_env, tmp_path: Path, fmt:
     job = {"rules": "s3://bkt/in/rules.csv", "positions": f"s3://bkt/in/positions.{fmt}",
            "out": str(tmp_path / "out")}
     with pytest.raises(InputError) as raised:
-        run_job(config_from_dict(job), progress=rewrite_when("positions", rewrite))
+        run_job(config_from_dict(job), on_event=rewrite_when("positions", rewrite))
     now = client.head_object(Bucket="bkt", Key=f"in/positions.{fmt}")["ETag"].strip('"')
     assert first != now
     assert str(raised.value) == (f"s3://bkt/in/positions.{fmt}: changed while this run read it "
@@ -129,6 +130,6 @@ def test_an_object_deleted_during_the_run_fails_it(s3_env, tmp_path: Path) -> No
            "out": str(tmp_path / "out")}
     with pytest.raises(InputError, match=re.escape(
             "s3://bkt/in/positions.csv: changed while this run read it (it is gone now)")):
-        run_job(config_from_dict(job), progress=rewrite_when(
+        run_job(config_from_dict(job), on_event=rewrite_when(
             "finish", lambda: client.delete_object(Bucket="bkt", Key="in/positions.csv")))
     assert not (tmp_path / "out").exists()

@@ -4,6 +4,7 @@ expected values from the independent references in conftest."""
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import random
 import re
@@ -679,8 +680,12 @@ def test_script_on_a_terminal_escapes_user_data(tmp_path):
     err = b"".join(chunks).decode()
     assert proc.returncode == 3, err
     assert_printable(proc.stdout.decode())
-    lines = [line.rsplit("\r\x1b[K", 1)[-1] for line in err.replace("\r\n", "\n").split("\n")]
-    assert_printable("\n".join(lines))  # the status line's own "\r ESC [K" aside
+    # the live progress display's own controls aside: hide and show the cursor, erase the
+    # line, up one line, and the returns between its redraws (no colour: it has none)
+    shown = err
+    for own in ("\x1b[?25l", "\x1b[?25h", "\x1b[2K", "\x1b[1A", "\r"):
+        shown = shown.replace(own, "\n" if own == "\r" else "")
+    assert_printable(shown)
     assert (f"pos{HOSTILE_NAME_SHOWN}.csv row 2, column rule_set_id: unknown rule_set_id "
             f"ghost{HOSTILE_SHOWN}") in err
 
@@ -910,3 +915,149 @@ def test_a_path_too_long_for_the_file_system_is_exit_2(cli, tmp_path, small_job)
     assert result.stderr.strip().endswith(
         f": the path is {size} bytes: with the names of the files beside and below it, longer "
         "than the 4096 bytes a path may have; nothing was written")
+
+
+# ---- progress and log lines outside a terminal ---------------------------------------------
+
+TIMESTAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+PHASES = ["rules", "tables", "positions", "finish", "write", "commit"]
+
+
+def _parquet_job(tmp_path: Path) -> None:
+    """rules.csv and a positions.parquet of 5 rows (so the run knows its total)."""
+    import polars as pl
+
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[1, "", "2 5"], [2, "nim", ""]])
+    pl.DataFrame({"rule_set_id": [1, 1, 2, 2, 2], "position_id": [0, 1, 0, 1, 2],
+                  "heaps": [[3], [5, 12], [1, 2], [7], []]},
+                 schema={"rule_set_id": pl.Int64, "position_id": pl.Int64,
+                         "heaps": pl.List(pl.Int64)}).write_parquet(tmp_path / "positions.parquet")
+
+
+def _run_script(tmp_path: Path, *args: str, env: dict | None = None):
+    return subprocess.run([SCRIPT, "run", "--rules", "rules.csv", "--positions",
+                           "positions.parquet", "--out", "out", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+@needs_script
+def test_outside_a_terminal_progress_is_timestamped_log_lines(tmp_path):
+    """stderr not a terminal, --progress-every 0: one log line (UTC timestamp, level) at each
+    phase's start and end, and for each progress step with the rate; nothing else."""
+    _parquet_job(tmp_path)
+    proc = _run_script(tmp_path, "--progress-every", "0")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    for line in lines:
+        assert re.fullmatch(f"{TIMESTAMP} snim-batch: info: .+", line), line
+    messages = [line.split(" snim-batch: info: ", 1)[1] for line in lines]
+    expected = []
+    for phase in PHASES:
+        expected.append(re.escape(f"{phase}: started"))
+        if phase == "positions":
+            expected.append(r"positions: 5 of 5 rows \(100%\), [\d.,]+[kMG]? rows/s, about 0s "
+                            r"left \(running for \d+s\)")
+        expected.append(re.escape(f"{phase} done in ") + r"\d+\.\d\ds")
+    assert len(messages) == len(expected), messages
+    for message, pattern in zip(messages, expected, strict=True):
+        assert re.fullmatch(pattern, message), (message, pattern)
+
+
+@needs_script
+def test_a_short_run_outside_a_terminal_prints_no_progress(tmp_path):
+    """The default interval (10 s): a run that takes less says nothing on stderr."""
+    _parquet_job(tmp_path)
+    proc = _run_script(tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@needs_script
+@pytest.mark.parametrize("how", ["flag", "env", "global flag"])
+def test_log_format_json_is_one_object_per_line(tmp_path, how):
+    """--log-format json (or SNIM_BATCH_LOG_FORMAT=json): every line on stderr is a JSON
+    object with ts (UTC) and level: the core's log (--verbose), the progress with its fields,
+    and an error."""
+    from datetime import datetime
+
+    _parquet_job(tmp_path)
+    flags = {"flag": ["--log-format", "json"], "env": [], "global flag": []}[how]
+    env = {"SNIM_BATCH_LOG_FORMAT": "json"} if how == "env" else {}
+
+    def run(*args: str):
+        if how == "global flag":
+            return subprocess.run([SCRIPT, "--log-format", "JSON", "run", "--rules",
+                                   "rules.csv", "--positions", "positions.parquet", "--out",
+                                   "out", *args], cwd=tmp_path, capture_output=True,
+                                  text=True, timeout=120)
+        return _run_script(tmp_path, *flags, *args, env=env)
+
+    proc = run("--progress-every", "0", "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stderr.splitlines()]
+    for record in records:
+        assert record["ts"].endswith("Z")
+        assert datetime.fromisoformat(record["ts"]).utcoffset().total_seconds() == 0
+        assert record["level"] in ("debug", "info")
+        assert isinstance(record["message"], str)
+    progress = [r for r in records if r["logger"] == "pipeline.progress"]
+    assert [(r["phase"], r.get("status")) for r in progress if "status" in r] == [
+        (phase, status) for phase in PHASES for status in ("started", "done")]
+    steps = [r for r in progress if "status" not in r]
+    assert [(r["phase"], r["done_units"], r["total_units"], r["unit"]) for r in steps] == [
+        ("positions", 5, 5, "rows")]
+    assert steps[0]["rate_per_s"] > 0 and steps[0]["eta_s"] == 0
+    assert any(r["logger"] == "pipeline.run" and r["level"] == "info" for r in records)
+    failed = run()
+    assert failed.returncode == 1
+    error = json.loads(failed.stderr.splitlines()[-1])
+    assert (error["level"], error["message"]) == (
+        "error", f"{tmp_path / 'out'}: output already exists (pass --overwrite to replace "
+                 "it)")
+
+
+def test_a_usage_error_with_log_format_json_is_a_json_line(cli, tmp_path, monkeypatch):
+    """The format holds from the start of the command: a config error is one JSON object;
+    the next command without the option prints text again."""
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", "--log-format", "json", "--config", "missing.yaml")
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["message"]) == (
+        "error", "missing.yaml: config file not found")
+    assert cli("run", "--config", "missing.yaml").stderr == (
+        "snim-batch: error: missing.yaml: config file not found\n")
+
+
+@needs_script
+def test_log_format_json_on_a_terminal_is_json_lines_not_a_live_display(tmp_path):
+    """JSON is for a machine wherever stderr is: on a terminal too, every line is an object."""
+    import pty
+
+    _parquet_job(tmp_path)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([SCRIPT, "run", "--rules", "rules.csv", "--positions",
+                               "positions.parquet", "--out", "out", "--log-format", "json",
+                               "--progress-every", "0"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=follower, timeout=120)
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: nothing left to read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert proc.returncode == 0
+    records = [json.loads(line) for line in b"".join(chunks).decode().splitlines()]
+    assert [r["phase"] for r in records if r.get("status") == "done"] == PHASES

@@ -177,3 +177,55 @@ def test_a_dead_process_journal_finishes_its_renames(tmp_path: Path) -> None:
     assert code == 1, err
     assert sorted(os.listdir(out)) == TABLES
     assert _tables(out) == (SECOND_RULES, SECOND_POSITIONS)
+
+
+def _failing_writer(fails_on: str, error: BaseException):
+    """A table writer that writes each table as convert does, but on `fails_on` leaves half
+    a file in the staging directory and raises `error` (through the same failure wording as
+    convert's own writer, for an OSError)."""
+    from pipeline.io.outputs.failures import writing
+    from pipeline.io.outputs.publish_tables import write_marked_table
+
+    def write(frame: pl.DataFrame, path: Path) -> None:
+        if path.name != fails_on:
+            write_marked_table(frame, path)
+            return
+        with writing(path.name):
+            path.write_bytes(b"PAR1 half a table")
+            raise error
+
+    return write
+
+
+@pytest.mark.parametrize("fails_on", ["rules.parquet", "positions.parquet"])
+@pytest.mark.parametrize("error", ["no space", "unexpected", "interrupt"])
+def test_a_convert_failing_mid_write_leaves_the_tables_as_they_were(
+        tmp_path: Path, monkeypatch, fails_on: str, error: str) -> None:
+    """Convert's tables go through the Output protocol: a writer failing on either table
+    (a full disk, a bug, Ctrl-C) after the other was staged leaves the earlier tables as they
+    were and nothing beside them; a new directory is not left behind."""
+    import errno
+
+    import pipeline.convert
+
+    raised = {"no space": OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+              "unexpected": RuntimeError("boom"), "interrupt": KeyboardInterrupt()}[error]
+    out = tmp_path / "tables"
+    assert _convert(tmp_path, FIRST, out) == (0, "")
+    before = _files(out)
+    monkeypatch.setattr(pipeline.convert, "write_marked_table",
+                        _failing_writer(fails_on, raised))
+    code, err = _convert(tmp_path, SECOND, out, "--overwrite")
+    new = tmp_path / "new" / "tables"
+    code_new, err_new = _convert(tmp_path, SECOND, new)
+    if error == "no space":
+        assert (code, err) == (1, f"snim-batch: error: {out}: no space left on device while "
+                                  f"writing {fails_on}; nothing was written (free space or "
+                                  "choose another --out)\n")
+    elif error == "unexpected":
+        assert code == 1 and err.startswith("snim-batch: internal error: RuntimeError: boom")
+    else:
+        assert (code, err) == (130, "snim-batch: interrupted; nothing was written\n")
+    assert code_new == code
+    assert _files(out) == before
+    assert not (tmp_path / "new").exists(), err_new

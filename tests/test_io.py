@@ -504,7 +504,8 @@ def test_an_old_output_that_gains_a_file_at_the_swap_is_kept_not_deleted(
 
     monkeypatch.setattr(commit, "_exchange", exchange_after_a_write)
     notices: list[str] = []
-    with commit.staged_output(out, "20260101T000000Z-abcdef", True, notices.append) as staging:
+    with commit.staged_output(out, "20260101T000000Z-abcdef", True,
+                              lambda event: notices.append(event.message)) as staging:
         _replacement(staging)
     kept = out.parent / ".out.kept-20260101T000000Z-abcdef"
     assert snapshot(kept) == {**before,
@@ -2018,7 +2019,7 @@ def store_csv(s3, monkeypatch: pytest.MonkeyPatch):
 
     def put(data: bytes, name: str = "f.csv"):
         s3.client().put_object(Bucket="bkt", Key=name, Body=data)
-        return object_store.bound(Location.parse(f"s3://bkt/{name}", Path("/")))
+        return object_store.with_client_options(Location.parse(f"s3://bkt/{name}", Path("/")))
 
     return put
 

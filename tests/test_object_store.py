@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import invoke, write_csv
+from conftest import invoke, said_lines, write_csv
 
 from pipeline import batches
 from pipeline.config import config_from_dict
@@ -299,7 +299,8 @@ def test_small_parquet_objects_read_by_one_scan_keep_ids_rows_and_objects(
 def test_a_small_files_footer_probe_leaves_a_store_error_to_the_files_own_read(s3_env) -> None:
     """The probe of every file's footer before the first batch says None for an object it
     cannot reach, so that files before it keep their own errors first."""
-    missing = object_store.bound(Location.parse("s3://bkt/in/gone.parquet", Path.cwd()), {})
+    missing = object_store.with_client_options(
+        Location.parse("s3://bkt/in/gone.parquet", Path.cwd()), {})
     with RunCache() as cache:
         assert readers.small_parquet_footer(missing, 1 << 20, cache=cache) is None
 
@@ -308,7 +309,7 @@ def test_an_object_is_fetched_whole_only_when_the_run_has_room(
         s3_env, monkeypatch: pytest.MonkeyPatch) -> None:
     whole = b"a,b\n" + b"1,2\n" * 100
     s3_env.client().put_object(Bucket="bkt", Key="in/p.csv", Body=whole)
-    location = object_store.bound(Location.parse("s3://bkt/in/p.csv", Path.cwd()), {})
+    location = object_store.with_client_options(Location.parse("s3://bkt/in/p.csv", Path.cwd()), {})
     fetched: list[int] = []
     read_head = object_store.read_head
 
@@ -1171,9 +1172,11 @@ def test_gs_and_az_without_reachable_credentials_exit_1_in_one_line(
         timeout=120)
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - started < 60
-    said, *lines = result.stderr.strip().splitlines()
-    assert said == f"snim-batch: config: {config}", result.stderr
-    assert len(lines) == 1 and lines[0].startswith(f"snim-batch: error: {url}: "), lines
+    lines = result.stderr.strip().splitlines()
+    said = said_lines(result.stderr)  # a wait of over 10 s has its progress lines before
+    assert said[0] == f"snim-batch: config: {config}", result.stderr
+    assert len(said) == 2 and said[1].startswith(f"snim-batch: error: {url}: "), lines
+    assert said[1] == lines[-1], lines
     assert "Traceback" not in result.stderr
 
 
@@ -1187,11 +1190,12 @@ def test_storage_options_for_each_store() -> None:
     az = Location.parse("abfss://c@acct.dfs.core.windows.net/k", Path("/"))
     assert object_store.storage_options(az)["account_name"] == "acct"
     assert object_store.storage_options(Location.parse("/x", Path("/"))) == {}
-    assert object_store.polars_options(object_store.bound(s3))["max_retries"] == 2
+    assert object_store.polars_options(object_store.with_client_options(s3))["max_retries"] == 2
 
 
 def test_a_bad_duration_is_a_config_error(tmp_path: Path) -> None:
-    location = object_store.bound(Location.parse("s3://b/k", Path("/")), {"timeout": "soon"})
+    location = object_store.with_client_options(Location.parse("s3://b/k", Path("/")),
+                                                {"timeout": "soon"})
     with pytest.raises(ConfigError, match=r"storage_options.timeout: not a duration"):
         object_store.filesystem(location)
 
@@ -1225,7 +1229,7 @@ def test_the_streamed_scan_equals_the_scan_of_the_whole_file(
     (tmp_path / "f.csv").write_bytes(text)
     s3_env.client().put_object(Bucket="bkt", Key="f.csv", Body=text)
     monkeypatch.setattr(csv_reader, "_PART", part)
-    remote = object_store.bound(Location.parse("s3://bkt/f.csv", Path("/")))
+    remote = object_store.with_client_options(Location.parse("s3://bkt/f.csv", Path("/")))
     assert csv_reader._scan_text(remote) == csv_reader._scan_text(tmp_path / "f.csv")
 
 
@@ -1409,7 +1413,7 @@ def test_an_endpoint_with_a_password_is_refused_without_showing_it(
 
 
 def test_a_host_that_resolves_is_not_blamed_on_dns() -> None:
-    location = object_store.bound(Location.parse("s3://bkt/k", Path("/")), {})
+    location = object_store.with_client_options(Location.parse("s3://bkt/k", Path("/")), {})
     resolves = OSError("AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 6, "
                        "Could not resolve hostname; Details: Could not resolve host: localhost")
     said = str(object_store.store_error(location, resolves))

@@ -521,3 +521,55 @@ def test_an_object_store_url_is_a_usage_error_that_writes_nothing(tmp_path: Path
         assert result.exit_code == 2, result.output
         assert message in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def _failing_page_writer(error: BaseException):
+    """A page writer that leaves half the page in the staging directory, then raises
+    `error` (through the page writer's own failure wording, for an OSError)."""
+    from pipeline.io.outputs.failures import writing
+
+    def write(path: Path, data: bytes) -> None:
+        with writing(path.name):
+            path.write_bytes(data[:100])
+            raise error
+
+    return write
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+@pytest.mark.parametrize("error", ["no space", "interrupt"])
+def test_a_report_failing_mid_write_leaves_nothing_half_written(
+        tmp_path: Path, monkeypatch, elsewhere: bool, error: str) -> None:
+    """The page goes through the Output protocol: a write failing half way (a full disk,
+    Ctrl-C) leaves the output (its manifest, an earlier page) and the page's directory as
+    they were, with no staging directory left."""
+    import errno
+
+    import pipeline.report
+
+    out = _run(tmp_path / "job")
+    target = tmp_path / "pages" / "r.html" if elsewhere else out / "report.html"
+    target.parent.mkdir(exist_ok=True)
+    args = ["report", str(out), *(["--html", str(target)] if elsewhere else [])]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    before = _tree(tmp_path)
+    raised = {"no space": OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+              "interrupt": KeyboardInterrupt()}[error]
+    monkeypatch.setattr(pipeline.report, "write_file", _failing_page_writer(raised))
+    result = CliRunner().invoke(app, args)
+    if error == "interrupt":
+        assert (result.exit_code, result.stderr) == (
+            130, "snim-batch: interrupted; nothing was written\n")
+    elif elsewhere:
+        assert (result.exit_code, result.stderr) == (
+            1, f"snim-batch: error: {target}: no space left on device while writing it; "
+               "nothing was written (free space or choose another --html)\n")
+    else:
+        assert result.exit_code == 1
+        assert re.fullmatch(
+            f"snim-batch: error: {re.escape(str(target))}: no space left on device while "
+            f"writing it in {re.escape(str(out.parent))}/\\.out\\.partial-\\d+-report-"
+            r"[0-9a-f]+; nothing was written \(free space or choose another --html\)\n",
+            result.stderr), result.stderr
+    assert _tree(tmp_path) == before
+    assert manifest.ownership_problem(out) is None

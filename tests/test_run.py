@@ -44,6 +44,7 @@ from pipeline import batches
 from pipeline.config import config_from_dict
 from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
+from pipeline.events import PHASE_DONE, PHASE_START, PROGRESS, RunEvent
 from pipeline.io.outputs import scratch
 from pipeline.run import run_job
 from pipeline.transforms import evaluate, ordering
@@ -556,15 +557,22 @@ def test_progress_counts_rows_against_the_total_when_it_is_known(tmp_path, monke
                            "heaps": [[i] for i in ids]},
                           {"rule_set_id": pl.Int64, "position_id": pl.Int64,
                            "heaps": pl.List(pl.Int64)})
-    messages: list[str] = []
-    run_job(config_from_dict(job(tmp_path, r, tmp_path / "positions")),
-            lambda message, done: messages.append(message))
+    events: list[RunEvent] = []
+    run_job(config_from_dict(job(tmp_path, r, tmp_path / "positions")), events.append)
+    messages = [event.message for event in events]
     shown = [m for m in messages if m.startswith("positions: ")]
     assert shown == ({"parquet": ["positions: 2 of 5 rows (40%)", "positions: 3 of 5 rows (60%)",
                                   "positions: 5 of 5 rows (100%)"],
                       "csv": ["positions: 2 rows read (file 1 of 2)",
                               "positions: 3 rows read (file 1 of 2)",
                               "positions: 5 rows read (file 2 of 2)"]}[fmt])
+    steps = [(e.done_units, e.total_units, e.unit) for e in events if e.kind == PROGRESS]
+    assert steps == ({"parquet": [(2, 5, "rows"), (3, 5, "rows"), (5, 5, "rows")],
+                      "csv": [(2, None, "rows"), (3, None, "rows"), (5, None, "rows")]}[fmt])
+    phases = [(e.kind, e.phase) for e in events if e.kind in (PHASE_START, PHASE_DONE)]
+    assert phases == [(kind, phase) for phase in ("rules", "tables", "positions", "finish",
+                                                  "write", "commit")
+                      for kind in (PHASE_START, PHASE_DONE)]
 
 
 @pytest.mark.parametrize("batch_rows", [2, 1 << 20])

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import said_lines
 
 pytest.importorskip("pyspark")
 
@@ -105,7 +106,7 @@ def run_cli(tmp_path: Path, conf: dict[str, str], *extra: str,
 
 def assert_one_line_failure(result: subprocess.CompletedProcess, out: Path) -> str:
     assert result.returncode == 1, result.stderr
-    said, *lines = result.stderr.strip().splitlines()
+    said, *lines = said_lines(result.stderr)  # a JVM's start may take progress lines
     assert said.startswith("snim-batch: config: "), result.stderr  # the config the run read
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr and "\tat " not in result.stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import invoke
+from conftest import invoke, said_lines
 from polars.testing import assert_frame_equal
 
 pytest.importorskip("pyspark")
@@ -223,7 +223,7 @@ def test_each_store_is_read_through_its_hadoop_connector(spark, url: str, hadoop
     from pipeline.engines.spark_urls import read_problem
     from pipeline.io.store import object_store
 
-    location = object_store.bound(Location.parse(url, Path.cwd()),
+    location = object_store.with_client_options(Location.parse(url, Path.cwd()),
                                   {"account_name": "acct"})
     assert mapped(location) == hadoop_url
     with pytest.raises(Exception) as raised:
@@ -313,14 +313,14 @@ def test_csv_and_missing_files_on_hdfs_are_one_line(local_as_hdfs: Path, tmp_pat
     spec = f"hdfs://nn:9000{data / 'positions'}"
     done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.csv", spec, tmp_path / "out")
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
+    assert said_lines(done.stderr) == [
         f"snim-batch: error: positions input {spec}/part-00000.csv: the Spark engine reads "
         "CSV in Python tasks, which cannot reach hdfs:// (only Spark's JVM can); convert it "
         "to Parquet, or put it on a shared path or an object store"]
     missing = f"hdfs://nn:9000{tmp_path / 'nowhere'}"
     done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.csv", missing, tmp_path / "out")
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip().splitlines() == [
+    assert said_lines(done.stderr) == [
         f"snim-batch: error: positions input {missing}: no such object or prefix"]
     assert not (tmp_path / "out").exists()
 
@@ -352,7 +352,7 @@ def test_a_corrupt_page_on_hdfs_is_one_line_naming_the_file(local_as_hdfs: Path,
     done = hdfs_run(local_as_hdfs, tmp_path, rules, f"hdfs://nn:9000{positions}",
                     tmp_path / "out")
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip().splitlines() == [
+    assert said_lines(done.stderr) == [
         f"snim-batch: error: hdfs://nn:9000{bad}: Spark could not read this Parquet file "
         "(can not read class org.apache.parquet.format.PageHeader: don't know what type: 15)"]
     assert not (tmp_path / "out").exists()

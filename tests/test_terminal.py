@@ -7,6 +7,7 @@ checked on its own against hand-written expectations.
 from __future__ import annotations
 
 import gc
+import re
 import signal
 import subprocess
 import sys
@@ -184,3 +185,114 @@ def test_a_stop_raised_in_a_destructor_is_raised_again_not_lost() -> None:
                           text=True, timeout=60)
     assert done.stdout.strip() == f"stopped by {int(signal.SIGTERM)}", done.stderr
     assert "Exception ignored" not in done.stderr
+
+
+class _Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Lines:
+    """A logger stand-in that keeps each progress line's message and fields."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict]] = []
+
+    def info(self, template: str, message: str, extra: dict) -> None:
+        self.lines.append((template % message, extra["fields"]))
+
+
+def test_plain_progress_is_quiet_for_a_short_command_then_a_line_every_interval() -> None:
+    """Outside a terminal: nothing before `every` seconds; then a heartbeat every `every`
+    seconds with the rate and the time left as of the last progress event, each phase's
+    end and start, and a phase without progress events says how long it has run."""
+    from pipeline.events import RunEvent
+    from pipeline.terminal import PlainProgress
+
+    clock, log = _Clock(), _Lines()
+    plain = PlainProgress(10, clock=clock, log=log)
+    plain(RunEvent.phase_start("rules"))
+    clock.now = 1
+    plain(RunEvent.phase_done("rules", 1.0))
+    plain(RunEvent.phase_start("positions"))
+    clock.now = 6
+    plain(RunEvent.progress("positions", 100, 1000, "positions: 100 of 1,000 rows (10%)"))
+    plain.tick()
+    assert log.lines == []  # a command of less than 10 s says nothing
+    clock.now = 12
+    plain.tick()
+    clock.now = 13
+    plain.tick()  # 1 s after the last line: nothing
+    plain(RunEvent.progress("positions", 200, 1000, "positions: 200 of 1,000 rows (20%)"))
+    clock.now = 22
+    plain.tick()
+    plain(RunEvent.phase_done("positions", 21.0))
+    plain(RunEvent.phase_start("finish"))
+    clock.now = 40
+    plain.tick()
+    assert [message for message, _ in log.lines] == [
+        "positions: 100 of 1,000 rows (10%), 20 rows/s, about 39s left (running for 11s)",
+        "positions: 200 of 1,000 rows (20%), 17 rows/s, about 39s left (running for 21s)",
+        "positions done in 21.00s",
+        "finish: started",
+        "finish: running for 18s",
+    ]
+    assert log.lines[0][1] == {"phase": "positions", "done_units": 100, "total_units": 1000,
+                               "unit": "rows", "rate_per_s": 20.0, "eta_s": 39.0,
+                               "elapsed_s": 12}
+    assert log.lines[2][1]["status"] == "done" and log.lines[2][1]["seconds"] == 21.0
+
+
+def test_plain_progress_every_zero_says_each_phase_and_step_at_once() -> None:
+    from pipeline.events import RunEvent
+    from pipeline.terminal import PlainProgress
+
+    clock, log = _Clock(), _Lines()
+    plain = PlainProgress(0, clock=clock, log=log)
+    plain(RunEvent.phase_start("write"))
+    clock.now = 0.5
+    plain(RunEvent.progress("write", 5, None, "write: 5 rows", unit="rows"))
+    plain.tick()  # no heartbeat with 0
+    plain(RunEvent.note("write: a note", "write"))
+    clock.now = 1
+    plain(RunEvent.phase_done("write", 1.0))
+    assert [message for message, _ in log.lines] == [
+        "write: started", "write: 5 rows, 10 rows/s (running for 1s)", "write: a note",
+        "write done in 1.00s"]
+
+
+def test_terminal_progress_shows_rate_eta_and_a_phase_without_steps_running() -> None:
+    """On a terminal: each phase's line as it starts (when it started), units done of the
+    total with the rate and ETA, the time a finished phase took, and a phase without
+    progress events (finish) still showing its time passing: no silent gap after 100%."""
+    import io
+
+    from pipeline.events import RunEvent
+    from pipeline.terminal import TerminalProgress
+
+    stream, clock = io.StringIO(), _Clock()
+    view = TerminalProgress(stream, clock)
+    view(RunEvent.phase_start("positions"))
+    clock.now = 1
+    view(RunEvent.progress("positions", 50_000, 200_000, "positions: 50,000 of 200,000"))
+    clock.now = 2
+    view(RunEvent.progress("positions", 100_000, 200_000, "positions: 100,000 of 200,000"))
+    view.progress.refresh()
+    halfway = stream.getvalue()
+    clock.now = 4
+    view(RunEvent.phase_done("positions", 4.0))
+    view(RunEvent.phase_start("finish"))
+    clock.now = 9
+    view.progress.refresh()
+    view.close()
+    frames = [frame for frame in stream.getvalue().split("\x1b[2K") if frame.strip()]
+    assert re.search(r"snim-batch: \[   0.00s\] positions \S+ +100.0k/200.0k rows 50% "
+                     r"50.0k/s ETA 2s", halfway), halfway
+    assert [line.rstrip() for line in frames[-1].splitlines()[:2]] == [
+        "snim-batch: [   0.00s] positions ━━━━━━━━━━━━ done in 4.00s",
+        "snim-batch: [   4.00s] finish    ━━━━━━━━━━━━ 5s"]

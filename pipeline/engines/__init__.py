@@ -7,10 +7,10 @@ manifest; an engine evaluates the positions and writes the two large tables. `po
 
 from __future__ import annotations
 
-from pipeline.engines.base import Engine, Evaluation, Note, PositionsJob
-from pipeline.errors import UsageError, shown
+from pipeline.engines.base import Engine, Evaluation, PositionsJob
+from pipeline.errors import UsageError, brief_repr
 
-__all__ = ["Engine", "Evaluation", "Note", "PositionsJob", "load_engine"]
+__all__ = ["Engine", "Evaluation", "PositionsJob", "load_engine"]
 
 
 def load_engine(name: str) -> Engine:
@@ -26,4 +26,4 @@ def load_engine(name: str) -> Engine:
             raise UsageError("the Spark engine needs the spark extra: "
                              "pip install 'snim-batch[spark]'") from None
         return SparkEngine()
-    raise UsageError(f"unknown engine {shown(name)} (expected polars or spark)")
+    raise UsageError(f"unknown engine {brief_repr(name)} (expected polars or spark)")

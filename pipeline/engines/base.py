@@ -4,7 +4,6 @@ and by each engine; `pipeline.engines.load_engine` picks the engine."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +12,10 @@ from typing import Protocol
 import polars as pl
 
 from pipeline.config import Config
+from pipeline.events import OnEvent
 from pipeline.io.read.files import Source
 from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import TableCache
-
-Note = Callable[[str], None]
-"""note(message): a status line within the current phase (rows so far), for a terminal."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +28,8 @@ class PositionsJob:
     index: pl.DataFrame  # rule_set_id -> table (or the rule's problem), from normalize.rule_index
     cache: TableCache
     staging: Path  # the output's staging directory (scratch files may go below it)
-    note: Note
+    on_event: OnEvent
+    """The run's caller's callback: positions read so far (`RunEvent.progress`), notes."""
     read_cache: RunCache | None = None
     """What the run keeps of its input files (footers, metadata, small objects), for the
     engine's readers; None: every read is made."""

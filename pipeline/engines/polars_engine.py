@@ -12,7 +12,7 @@ which are then collected one at a time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,7 @@ from pipeline import kernels, keys
 from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines.base import PositionsJob
+from pipeline.events import OnEvent, RunEvent
 from pipeline.grundy import TableSet
 from pipeline.io.outputs.commit import sink_parquet, write_parquet
 from pipeline.io.outputs.scratch import spill
@@ -52,10 +53,10 @@ class PolarsEngine:
     def evaluate(self, job: PositionsJob) -> Iterator[PolarsEvaluation]:
         if job.form == "wide":
             verdicts, rejects, rows = _evaluate_wide(job.paths, job.config, job.index,
-                                                     job.cache, job.note, job.read_cache)
+                                                     job.cache, job.on_event, job.read_cache)
         else:
             verdicts, rejects, rows = _evaluate_long(job.paths, job.config, job.index,
-                                                     job.cache, job.staging, job.note,
+                                                     job.cache, job.staging, job.on_event,
                                                      job.read_cache)
         rejects = schema.with_input_column_names(rejects, job.config.columns, job.form)
         yield PolarsEvaluation(verdicts, rejects, rows.tolist(), rejects.height)
@@ -92,7 +93,7 @@ class PolarsEvaluation:
 
 
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   note: Callable[[str], None], read_cache: RunCache | None = None
+                   on_event: OnEvent, read_cache: RunCache | None = None
                    ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
     parts, rejects, rows_read = [], [], 0
     rows = _RowsPerFile(len(paths))
@@ -117,9 +118,10 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
             parts.append(ordering.verdict_part(evaluated, file_index,
                                                rule_ids if same_type else None, keep))
             del frame, evaluated, chunks
-            note(f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
-                 if total else
-                 f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")
+            on_event(RunEvent.progress("positions", rows_read, total, (
+                f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
+                if total else
+                f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")))
     rejected = pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *rejects])
     cache.report_meanwhile()
     verdicts, duplicates = ordering.key_sorted_verdicts(parts, rule_ids, rejected,
@@ -203,7 +205,7 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
 
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   staging: Path, note: Callable[[str], None],
+                   staging: Path, on_event: OnEvent,
                    read_cache: RunCache | None = None
                    ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
     batches = position_batches(paths, config, "long", cache=read_cache)
@@ -217,9 +219,9 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
             frames.append(frame)
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
         verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
-                                        cache, note)
+                                        cache, on_event)
         return verdicts, rejects, per_file.counts
-    in_order = _evaluate_long_in_order(paths, config, index, cache, note, read_cache)
+    in_order = _evaluate_long_in_order(paths, config, index, cache, on_event, read_cache)
     if in_order is not None:
         return in_order
     log.info("long form: split by key into %d scratch parts of about %s rows", parts,
@@ -235,13 +237,14 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
             scratch_rows = long_form.to_scratch(frame, file_index)
             for part, rows in long_form.by_partition(scratch_rows, parts).items():
                 scratch.write(part, rows)
-            note(f"positions: {rows_read:,} rows split into {parts} parts "
-                 f"(file {file_index + 1} of {len(paths)})")
+            on_event(RunEvent.progress("positions", rows_read, None,
+                                       f"positions: {rows_read:,} rows split into {parts} "
+                                       f"parts (file {file_index + 1} of {len(paths)})"))
         scratch.close()
         sources = [str(p) for p in paths]
         split = ([long_form.from_scratch(f, sources, empty.columns) for f in scratch.read(part)]
                  for part in range(parts))
-        verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, note)
+        verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, on_event)
     return verdicts, rejects, per_file.counts
 
 
@@ -250,7 +253,7 @@ class _OutOfOrder(Exception):
 
 
 def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFrame,
-                            cache: TableCache, note: Callable[[str], None],
+                            cache: TableCache, on_event: OnEvent,
                             read_cache: RunCache | None = None
                             ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray] | None:
     """Long form without scratch files, for input whose integer keys come in one key order
@@ -281,7 +284,7 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
 
     try:
         verdicts, rejects = _merge_long(groups(), None, dict.fromkeys(keys.KEYS, False),
-                                        None, config, index, cache, note)
+                                        None, config, index, cache, on_event)
     except _OutOfOrder as why:
         log.info("long form: %s; splitting the input by key instead", why)
         return None
@@ -328,7 +331,7 @@ def _last_key_start(ids: dict[str, np.ndarray]) -> int:
 
 def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: dict[str, bool],
                 empty: pl.DataFrame, config: Config, index: pl.DataFrame, cache: TableCache,
-                note: Callable[[str], None]) -> tuple[pl.DataFrame, pl.DataFrame]:
+                on_event: OnEvent) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Evaluate long-form parts, each holding every row of its positions, and merge them:
     (verdicts in key order, rejects). A key that `text` says any input row made text is text
     in every part, as when all rows are unified at once. Where ranks can stand for the rule
@@ -346,8 +349,10 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
                         else ordering.with_own_text(ordering.verdict_part(
                             clean, None, rule_ids, _verdict_columns(config))))
         rejects.append(part_rejects)
-        note(f"positions: part {n} of {total} evaluated" if total else
-             f"positions: {n} batches evaluated")
+        on_event(RunEvent.progress("positions", n, total,
+                                   f"positions: part {n} of {total} evaluated" if total else
+                                   f"positions: {n} batches evaluated",
+                                   unit="parts" if total else "batches"))
     cache.report_meanwhile()
     if rule_ids is None:
         return ordering.sorted_from_parts(verdicts), pl.concat(rejects)

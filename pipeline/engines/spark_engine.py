@@ -78,6 +78,7 @@ from pipeline.engines.spark_tasks import (
     taint_task,
     verdict_task,
 )
+from pipeline.events import RunEvent
 from pipeline.io.outputs.commit import ZSTD_LEVEL
 from pipeline.io.outputs.failures import storage_failure, writing
 from pipeline.io.store import object_store
@@ -268,9 +269,12 @@ class SparkEngine:
         failed = True
         try:
             with failures_named(run), lost_server(config.spark.remote):
-                job.note(f"positions: Spark {spark.version} at {_where(spark)}")
+                job.on_event(RunEvent.note(f"positions: Spark {spark.version} at "
+                                           f"{_where(spark)}", "positions"))
                 norm, rows_per_file = work.read()
-                job.note(f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)")
+                job.on_event(RunEvent.progress(
+                    "positions", sum(rows_per_file), sum(rows_per_file),
+                    f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)"))
                 norm = work.number_rows(norm, rows_per_file)
                 verdicts, rejects = work.wide(norm) if job.form == "wide" else work.long(norm)
                 rejects = rejects.withColumn("column", _input_column_names(config, job.form))

@@ -24,7 +24,7 @@ from urllib.parse import unquote
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from pipeline.errors import InputError, SnimError, SparkFailure, cut
+from pipeline.errors import InputError, SnimError, SparkFailure, truncated
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -225,7 +225,7 @@ def _start_failure(exc: BaseException, jvm_log: Path | None) -> BaseException:
     if isinstance(exc, KeyboardInterrupt):
         return exc
     logged = _first_error(_read_tail(jvm_log))
-    cause = logged or cut(str(exc).strip().splitlines()[0] if str(exc).strip()
+    cause = logged or truncated(str(exc).strip().splitlines()[0] if str(exc).strip()
                           else type(exc).__name__, 200)
     where = f" (Spark's log: {jvm_log})" if jvm_log else ""
     if re.search(_TOO_SMALL, cause):
@@ -251,7 +251,7 @@ def _first_error(text: str) -> str:
     the package, and its message), cut short; '' if none."""
     found = re.search(r"^(?:Caused by: )?(?:[\w$]+\.)*([\w$]+(?:Exception|Error)\b.*)$",
                       text, re.M)
-    return cut(found.group(1).strip(), 200) if found else ""
+    return truncated(found.group(1).strip(), 200) if found else ""
 
 
 def _exception_text(exc: BaseException) -> str:
@@ -273,7 +273,7 @@ def _exception_text(exc: BaseException) -> str:
 def _matching_line(pattern: str, text: str) -> str:
     """From the first match of `pattern` in `text` to the end of its line, cut short."""
     found = re.search(rf"(?:{pattern})[^\n]*", text)
-    return cut(found.group().strip(), 160) if found else ""
+    return truncated(found.group().strip(), 160) if found else ""
 
 
 _TOO_SMALL = r"INVALID_DRIVER_MEMORY|Insufficient driver memory|OutOfMemoryError"
@@ -339,7 +339,7 @@ def unreadable_file(exc: BaseException) -> InputError | None:
     if found is None:
         return None
     cause = re.search(_JAVA_CAUSE, text)
-    reason = cut(cause.group(1).strip(), 160) if cause else "no reason given"
+    reason = truncated(cause.group(1).strip(), 160) if cause else "no reason given"
     return InputError(f"{unquote(found.group(1))}: Spark could not read this Parquet file "
                       f"({reason})")
 

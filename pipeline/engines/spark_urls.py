@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, UsageError, cut
+from pipeline.errors import InputError, UsageError, truncated
 from pipeline.io.read.files import Source
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
@@ -108,5 +108,5 @@ def _cause(exc: BaseException) -> str:
     for line in str(exc).splitlines():
         line = line.strip().lstrip(": ").strip()
         if line and not line.startswith("An error occurred while calling"):
-            return cut(line, 200)
+            return truncated(line, 200)
     return type(exc).__name__

@@ -11,7 +11,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline import kernels
-from pipeline.errors import shown
+from pipeline.errors import brief_repr
 from pipeline.grundy import MAX_HEAP
 from pipeline.transforms.buffers import arrow_int64, text_buffers
 from pipeline.transforms.schema import HEAPS
@@ -49,7 +49,7 @@ def parse_int_list(text: str, allow_ranges: bool = False, item: str = "element",
     values (as written: a range counts each of its values, a duplicate again)."""
     body = strip_spaces(text)
     if body.startswith("[") != body.endswith("]") or (body.startswith("[") and len(body) < 2):
-        raise ValueError(f"malformed list {shown(text)} (unbalanced brackets)")
+        raise ValueError(f"malformed list {brief_repr(text)} (unbalanced brackets)")
     if body.startswith("["):
         body = body[1:-1]
     pieces = body.split(",")
@@ -58,7 +58,7 @@ def parse_int_list(text: str, allow_ranges: bool = False, item: str = "element",
         tokens = _SPACES.split(strip_spaces(piece))
         if tokens == [""]:
             if len(pieces) > 1:
-                raise ValueError(f"{item} at index {len(values)} is empty in {shown(text)}")
+                raise ValueError(f"{item} at index {len(values)} is empty in {brief_repr(text)}")
             continue
         for token in tokens:
             if allow_ranges and ".." in token:
@@ -66,17 +66,17 @@ def parse_int_list(text: str, allow_ranges: bool = False, item: str = "element",
             else:
                 values.append(_int_token(token, text, item, len(values)))
             if most is not None and len(values) > most:
-                raise ValueError(f"more than {most:,} {item}s in {shown(text)}")
+                raise ValueError(f"more than {most:,} {item}s in {brief_repr(text)}")
     return values
 
 
 def _int_token(token: str, text: str, item: str, index: int) -> int:
     if not _INT_TEXT.fullmatch(token):
-        raise ValueError(f"{shown(token)} in {shown(text)} is not an integer")
+        raise ValueError(f"{brief_repr(token)} in {brief_repr(text)} is not an integer")
     digits = len(token.lstrip("+-").lstrip("0"))
     if digits > _INT64_DIGITS:  # int() of a long token would cost, or fail
         value = int(token) if digits <= _UINT64_DIGITS and token[0] != "-" else None
-        shown_value = shown(token) if value is None else value  # as an integer column says it
+        shown_value = brief_repr(token) if value is None else value  # as an integer column says it
         raise ValueError(f"{item} {shown_value} at index {index} is larger than 2^63-1")
     return int(token)
 
@@ -84,13 +84,14 @@ def _int_token(token: str, text: str, item: str, index: int) -> int:
 def _int_range(token: str, text: str, item: str, index: int) -> range:
     lo, _, hi = token.partition("..")
     if not (_INT_TEXT.fullmatch(lo) and _INT_TEXT.fullmatch(hi)):
-        raise ValueError(f"malformed range {shown(token)} in {shown(text)} (expected "
+        raise ValueError(f"malformed range {brief_repr(token)} in {brief_repr(text)} (expected "
                          "\"FIRST..LAST\", two integers)")
     first, last = _int_token(lo, text, item, index), _int_token(hi, text, item, index)
     if first > last:
-        raise ValueError(f"range {shown(token)} is empty (its first value is above its last)")
+        raise ValueError(f"range {brief_repr(token)} is empty (its first value is above its last)")
     if last - first >= MAX_RANGE_VALUES:
-        raise ValueError(f"range {shown(token)} is too long (over {MAX_RANGE_VALUES:,} values)")
+        raise ValueError(f"range {brief_repr(token)} is too long (over "
+                         f"{MAX_RANGE_VALUES:,} values)")
     return range(first, last + 1)
 
 
@@ -121,7 +122,7 @@ def explain_heap_text(text: str | None, wide: bool) -> str:
         values = parse_int_list(text, item="heap") if wide else _heap_cell(text)
     except ValueError as exc:
         return str(exc)
-    return explain_heaps(values) or f"cannot read heaps {shown(text)}"
+    return explain_heaps(values) or f"cannot read heaps {brief_repr(text)}"
 
 
 def _heap_cell(text: str) -> list[int]:
@@ -130,7 +131,7 @@ def _heap_cell(text: str) -> list[int]:
     if body == "":
         raise ValueError("heap is empty")
     if not _INT_TEXT.fullmatch(body):
-        raise ValueError(f"heap {shown(text)} is not an integer")
+        raise ValueError(f"heap {brief_repr(text)} is not an integer")
     return [_int_token(body, text, "heap", 0)]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.config import Columns
-from pipeline.errors import InputError, RuleError, shown
+from pipeline.errors import InputError, RuleError, brief_repr
 from pipeline.grundy import KINDS, MAX_HEAP, Rule, canonical_rule
 from pipeline.keys import key_column
 from pipeline.transforms.buffers import list_chunks
@@ -32,8 +32,9 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
     """Rules file -> (_source, _row, rule_set_id, kind, moves, _column, _reason)."""
     check_columns(raw.columns, [cols.rule_set_id], [cols.kind, cols.moves], source)
     if cols.moves not in raw.columns and cols.kind not in raw.columns:
-        raise InputError(f"{source}: missing column {shown(cols.moves)} (columns are "
-                         f"{shown(raw.columns, LISTED_CHARS)})", path=source, column=cols.moves)
+        raise InputError(f"{source}: missing column {brief_repr(cols.moves)} (columns are "
+                         f"{brief_repr(raw.columns, LISTED_CHARS)})", path=source,
+                         column=cols.moves)
     ids = key_column(raw, cols.rule_set_id, source)
     n = raw.height
     kinds = _text_column(raw, cols.kind, source, n)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from pipeline.config import Columns
-from pipeline.errors import SHOWN_CHARS, InputError, cut, shown
+from pipeline.errors import SHOWN_CHARS, InputError, brief_repr, truncated
 
 REJECT_SCHEMA = {
     "table": pl.String, "source": pl.String, "row": pl.Int64, "rule_set_id": pl.String,
@@ -26,12 +26,12 @@ def detect_form(columns: Sequence[str], cols: Columns, source: str) -> str:
     """'wide' or 'long' from the columns present (docs/inputs.md)."""
     has_wide, has_long = cols.heaps in columns, cols.heap in columns
     if has_wide and has_long:
-        raise InputError(f"{source}: has both {shown(cols.heaps)} (wide) and "
-                         f"{shown(cols.heap)} (long) columns; keep one")
+        raise InputError(f"{source}: has both {brief_repr(cols.heaps)} (wide) and "
+                         f"{brief_repr(cols.heap)} (long) columns; keep one")
     if not has_wide and not has_long:
-        raise InputError(f"{source}: no {shown(cols.heaps)} column (wide form) or "
-                         f"{shown(cols.heap)} column (long form); columns are "
-                         f"{shown(list(columns), LISTED_CHARS)}")
+        raise InputError(f"{source}: no {brief_repr(cols.heaps)} column (wide form) or "
+                         f"{brief_repr(cols.heap)} column (long form); columns are "
+                         f"{brief_repr(list(columns), LISTED_CHARS)}")
     return "wide" if has_wide else "long"
 
 
@@ -41,22 +41,22 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
     missing = [c for c in required if c not in columns]
     extra = [c for c in columns if c not in required and c not in optional]
     if missing:
-        hint = f"; unexpected columns {shown(extra, LISTED_CHARS)}" if extra else ""
+        hint = f"; unexpected columns {brief_repr(extra, LISTED_CHARS)}" if extra else ""
         if f"/{missing[0]}=" in source.replace("\\", "/"):
-            hint += (f"; a partition directory {shown(missing[0] + '=...')} in the path is "
+            hint += (f"; a partition directory {brief_repr(missing[0] + '=...')} in the path is "
                      "not read as a column")
-        raise InputError(f"{source}: missing column {shown(missing[0])} (columns are "
-                         f"{shown(list(columns), LISTED_CHARS)}{hint})", path=source,
+        raise InputError(f"{source}: missing column {brief_repr(missing[0])} (columns are "
+                         f"{brief_repr(list(columns), LISTED_CHARS)}{hint})", path=source,
                          column=missing[0])
     if extra:
         expected = list(required) + [c for c in optional]
-        raise InputError(f"{source}: unexpected column {shown(extra[0])} (expected "
-                         f"{shown(expected, LISTED_CHARS)})", path=source, column=extra[0])
+        raise InputError(f"{source}: unexpected column {brief_repr(extra[0])} (expected "
+                         f"{brief_repr(expected, LISTED_CHARS)})", path=source, column=extra[0])
 
 
 def wrong_type(source: str, name: str, dtype: pl.DataType, expected: str) -> InputError:
-    return InputError(f"{source}: column {shown(name)} has type "
-                      f"{cut(str(dtype), LISTED_CHARS)}, expected {expected}", path=source,
+    return InputError(f"{source}: column {brief_repr(name)} has type "
+                      f"{truncated(str(dtype), LISTED_CHARS)}, expected {expected}", path=source,
                       column=name)
 
 
@@ -76,7 +76,7 @@ def with_input_column_names(rejects: pl.DataFrame, cols: Columns, form: str) -> 
 
 
 def shown_text(value: pl.Expr) -> pl.Expr:
-    """A value as text for a reason, cut as `errors.cut` cuts it: ids may be any length."""
+    """A value as text for a reason, cut as `errors.truncated` cuts it: ids may be any length."""
     text = value.cast(pl.String)
     return pl.when(text.str.len_chars() <= SHOWN_CHARS).then(text).otherwise(
         pl.concat_str(text.str.slice(0, SHOWN_CHARS - 3), pl.lit("...")))

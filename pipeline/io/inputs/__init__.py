@@ -6,7 +6,7 @@
   directories and Delta tables are never inputs, and what was skipped is said;
 - `remote`: the objects below a prefix or matching a glob (`resolve_remote`);
 - `changes`: each input described before its rows are read and asked again after
-  (`described_now`, `ensure_unchanged`), so that a file rewritten meanwhile fails the run.
+  (`describe_before_reading`, `ensure_unchanged`), so that a file rewritten meanwhile fails the run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pipeline.io.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "resolve_inputs": "discovery", "resolve_remote": "remote", "DELTA_TABLE": "remote",
-    "described_now": "changes", "ensure_unchanged": "changes", "change_of": "changes",
+    "describe_before_reading": "changes", "ensure_unchanged": "changes", "change_of": "changes",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for

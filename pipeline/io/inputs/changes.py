@@ -19,7 +19,8 @@ from pipeline.io.store.locations import Location
 from pipeline.io.store.run_cache import RunCache
 
 
-def described_now(paths: list[Source], *, cache: RunCache | None = None) -> list[InputFile]:
+def describe_before_reading(paths: list[Source], *, cache: RunCache | None = None
+                            ) -> list[InputFile]:
     """Each input as the run finds it before reading its rows (a local file's size and
     modification time; an object's etag, version and size as the run first asked for them,
     kept in its `cache`), for `ensure_unchanged` to compare with once the rows are read."""

@@ -43,7 +43,8 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
     outside = Location.parse(str(exclude), Path.cwd()) if exclude is not None else None
     if location.is_remote:
 
-        return list(resolve_remote(object_store.bound(location, options), what, outside))
+        return list(resolve_remote(object_store.with_client_options(location, options), what,
+                                   outside))
     local_exclude = outside.path if outside is not None and not outside.is_remote else None
     local = str(location.path) if spec[:5].lower() == "file:" else spec  # file:///path
     return list(_InputFinder(local, what, local_exclude, named=spec).files())

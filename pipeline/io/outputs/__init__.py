@@ -8,7 +8,8 @@
 - `manifest`: the run manifest, and whether a directory is provably a snim-batch output;
 - `failures`: write failures worded once (the output, the file, the cause), names too long;
 - `publish`, `publish_tables`: `report`'s page and `convert`'s tables, placed atomically and
-  replaced only when provably theirs;
+  replaced only when provably theirs (the staging of the kinds `PageInOutput`,
+  `PageElsewhere` and `TablesDirectory`, chosen for a page by `page_output_for`);
 - `scratch`: the run's scratch files (long-form input split by key), removed on every exit.
 """
 
@@ -18,7 +19,8 @@ from pipeline.io.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "Output": "kinds", "output_for": "kinds", "LocalDirectory": "kinds",
-    "ObjectStorePrefix": "kinds", "DeltaTables": "kinds",
+    "ObjectStorePrefix": "kinds", "DeltaTables": "kinds", "TablesDirectory": "kinds",
+    "PageInOutput": "kinds", "PageElsewhere": "kinds", "page_output_for": "kinds",
     "MANIFEST": "manifest", "read_manifest": "manifest", "write_manifest": "manifest",
     "is_snim_output": "manifest", "write_parquet": "commit", "sink_parquet": "commit",
     "WriteFailure": "failures",

@@ -13,7 +13,7 @@ import shutil
 import signal
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow.fs as pafs
 
 from pipeline.errors import OutputError, UsageError, WriteFailure
+from pipeline.events import OnEvent, RunEvent, ignore
 from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
@@ -389,7 +390,7 @@ def interrupts_held() -> Iterator[None]:
 
 @contextmanager
 def staged_output(out: Path, run_id: str, overwrite: bool,
-                  notify: Callable[[str], None] = lambda message: None) -> Iterator[Path]:
+                  on_event: OnEvent = ignore) -> Iterator[Path]:
     """Yield a hidden staging directory beside the output; on normal exit it replaces the
     output atomically.
 
@@ -398,7 +399,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     checked before any work, at the commit, and again right before it is deleted. A failed
     write names the output, the file and the cause (`writing`). The staging directory is
     removed on any exception. A run killed outright leaves only a hidden
-    `.NAME.partial-PID-RUN` directory, cleaned up by the next run. `notify` gets what the
+    `.NAME.partial-PID-RUN` directory, cleaned up by the next run. `on_event` gets what the
     user should know though the run succeeded (an old output kept aside).
     """
     refuse_long_names(out, "--out")
@@ -410,7 +411,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     refuse_long_names(target, "--out", "its staging directory .NAME.partial-PID-RUN",
                       len("..partial--") + PID_WIDTH + len(run_id), FILES_DEPTH)
     for notice in _remove_stale_staging(target):
-        notify(notice)
+        on_event(RunEvent.warning(notice))
     _target_state(target, overwrite, shown)
     staging = _make_staging(target, run_id, shown)
     log.debug("staging the output in %s", staging)
@@ -433,7 +434,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
             if old is not None:
                 notice = _dispose(old, target, run_id, shown, "the replaced output")
                 if notice:
-                    notify(notice)
+                    on_event(RunEvent.warning(notice))
     except WriteFailure as exc:
         raise failure(shown, exc.doing, exc.cause, exc.no_space) from None
     finally:

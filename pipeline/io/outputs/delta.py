@@ -136,12 +136,12 @@ def _refuse_moved(root: TableRoot, runs_version: int | None) -> None:
     run's first check: its commits and this run's would replace each other's rows."""
     seen = root.seen.get(RUNS, runs_version)
     if seen != runs_version:
-        def shown(version: int | None) -> str:
+        def brief_repr(version: int | None) -> str:
             return "no table" if version is None else f"version {version}"
 
         raise OutputError(f"{root.table(RUNS)}: another run committed to this table root while "
-                          f"this run ran (the runs table went from {shown(seen)} to "
-                          f"{shown(runs_version)}); two runs of one table root at once are "
+                          f"this run ran (the runs table went from {brief_repr(seen)} to "
+                          f"{brief_repr(runs_version)}); two runs of one table root at once are "
                           "not supported", path=root.table(RUNS), written=False)
 
 

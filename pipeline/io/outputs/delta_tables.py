@@ -83,7 +83,7 @@ def table_root(out: Path | str, configured: Mapping[str, str] | None = None) -> 
     options (credentials, endpoint, timeouts) every other object-store client of a run gets."""
     if isinstance(out, Path):
         return TableRoot(str(out))
-    location = object_store.bound(Location.parse(out, Path.cwd()), configured)
+    location = object_store.with_client_options(Location.parse(out, Path.cwd()), configured)
     if not location.is_remote:
         return TableRoot(str(location.path))
     if location.scheme == "hdfs":

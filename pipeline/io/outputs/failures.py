@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from pipeline.errors import OutputError, UsageError, WriteFailure, cut, first_line, shown
+from pipeline.errors import OutputError, UsageError, WriteFailure, brief_repr, first_line, truncated
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -101,13 +101,13 @@ def name_problem(path: Path, beside: str = "", extra: int = 0, depth: int = 0) -
     for part in path.parts[1:]:
         size = len(os.fsencode(part))
         if size > name_max:
-            return (f"the name {shown(part)} is {size} bytes, more than the {name_max} a file "
+            return (f"the name {brief_repr(part)} is {size} bytes, more than the {name_max} a file "
                     "name may have")
     size = len(os.fsencode(path.name))
     if beside and size + extra > name_max:
-        return (f"the name {shown(path.name)} is {size} bytes, and {beside} beside it would be "
-                f"{size + extra}, more than the {name_max} a file name may have: give a name "
-                f"of at most {name_max - extra} bytes")
+        return (f"the name {brief_repr(path.name)} is {size} bytes, and {beside} beside it "
+                f"would be {size + extra}, more than the {name_max} a file name may have: give "
+                f"a name of at most {name_max - extra} bytes")
     longest = len(os.fsencode(str(path))) + extra + depth
     if longest >= path_max:
         return (f"the path is {len(os.fsencode(str(path)))} bytes: with the names of the "
@@ -122,5 +122,5 @@ def refuse_long_names(path: Path, option: str, beside: str = "", extra: int = 0,
     `path` that `option` names."""
     problem = name_problem(path.absolute(), beside, extra, depth)
     if problem is not None:
-        raise UsageError(f"{option} {cut(str(path), 120)}: {problem}", path=path,
+        raise UsageError(f"{option} {truncated(str(path), 120)}: {problem}", path=path,
                          written=False)

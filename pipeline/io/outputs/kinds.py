@@ -13,28 +13,34 @@ output stays whole. The orchestrator holds an `Output` and never asks which kind
 - `DeltaTables`, `--format delta`: one Delta commit per table, the runs table last
   (`delta.py`).
 
-`output_for` picks the kind from the run's settings.
+`output_for` picks the kind from the run's settings. `convert` and `report` write through the
+same protocol, with kinds of their own for files placed in an existing directory
+(`publish.py`, `publish_tables.py`): `TablesDirectory` (convert's two tables, both or
+neither), and `report`'s page, chosen by `page_output_for`: `PageInOutput` (added to the run
+output it describes, listed in its manifest) or `PageElsewhere` (replacing a file whole).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.errors import UsageError
+from pipeline.events import OnEvent
 from pipeline.io.outputs.commit import refuse_inside_delta_table, staged_output
 from pipeline.io.outputs.manifest import output_listing, write_manifest
+from pipeline.io.outputs.publish import page_destination, staged_page, staged_page_in_output
+from pipeline.io.outputs.publish_tables import staged_tables
 from pipeline.io.outputs.remote_commit import staged_remote_output
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 
-__all__ = ["DeltaTables", "LocalDirectory", "ObjectStorePrefix", "Output", "output_for"]
-
-Notify = Callable[[str], None]
-
+__all__ = ["DeltaTables", "LocalDirectory", "ObjectStorePrefix", "Output", "PageElsewhere",
+           "PageInOutput", "TablesDirectory", "output_for", "page_output_for"]
 
 class Output(Protocol):
     """Where a run's tables go (see the module docstring)."""
@@ -95,12 +101,12 @@ class _Staged:
 class LocalDirectory(_Staged):
     """A directory on a local file system, replaced atomically (`commit.staged_output`)."""
 
-    def __init__(self, out: Path, overwrite: bool, notify: Notify) -> None:
+    def __init__(self, out: Path, overwrite: bool, on_event: OnEvent) -> None:
         super().__init__()
-        self.out, self.overwrite, self.notify = out, overwrite, notify
+        self.out, self.overwrite, self.on_event = out, overwrite, on_event
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
-        return staged_output(self.out, run_id, self.overwrite, self.notify)
+        return staged_output(self.out, run_id, self.overwrite, self.on_event)
 
     def _publish(self, staging: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         manifest["outputs"] = output_listing(staging)
@@ -114,13 +120,13 @@ class LocalDirectory(_Staged):
 class ObjectStorePrefix(LocalDirectory):
     """A prefix in an object store, committed by its manifest (`remote_commit`)."""
 
-    def __init__(self, out: Location, overwrite: bool, notify: Notify) -> None:
+    def __init__(self, out: Location, overwrite: bool, on_event: OnEvent) -> None:
         _Staged.__init__(self)
-        self.location, self.overwrite, self.notify = out, overwrite, notify
+        self.location, self.overwrite, self.on_event = out, overwrite, on_event
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
         refuse_inside_delta_table(self.location, str(self.location))
-        return staged_remote_output(self.location, run_id, self.overwrite, self.notify)
+        return staged_remote_output(self.location, run_id, self.overwrite, self.on_event)
 
     def table(self, name: str, manifest: Mapping[str, Any]) -> str:
         return f"{self.location}/{manifest['run_id']}/{name}.parquet"
@@ -157,7 +163,7 @@ class DeltaTables(_Staged):
 
 
 def output_for(out: Path | str, output_format: str, overwrite: bool,
-               storage_options: Mapping[str, str], notify: Notify,
+               storage_options: Mapping[str, str], on_event: OnEvent,
                run_date: date | None = None) -> Output:
     """The kind of output `--out` and `--format` name."""
     if output_format == "delta":
@@ -166,6 +172,73 @@ def output_for(out: Path | str, output_format: str, overwrite: bool,
         raise UsageError("--run-date applies to --format delta only (a Parquet output is "
                          "one run, not a night of a table)")
     if isinstance(out, Path):
-        return LocalDirectory(out, overwrite, notify)
-    location = object_store.bound(Location.parse(out, Path.cwd()), storage_options)
-    return ObjectStorePrefix(location, overwrite, notify)
+        return LocalDirectory(out, overwrite, on_event)
+    location = object_store.with_client_options(Location.parse(out, Path.cwd()), storage_options)
+    return ObjectStorePrefix(location, overwrite, on_event)
+
+
+class _Placed(_Staged):
+    """A kind whose files are placed in an existing directory: nothing to add to a
+    manifest (the kind keeps its own, if any)."""
+
+    def _publish(self, staging: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        return {}  # the staging context places the files when it closes
+
+
+class TablesDirectory(_Placed):
+    """`convert`'s tables `names` in a local directory, all or none, each replacing only a
+    table convert wrote, and that only with `overwrite` (`publish_tables.staged_tables`)."""
+
+    def __init__(self, directory: Path, names: list[str], overwrite: bool) -> None:
+        super().__init__()
+        self.directory, self.names, self.overwrite = directory, names, overwrite
+
+    def _open(self, run_id: str) -> AbstractContextManager[Path]:
+        return staged_tables(self.directory, self.names, self.overwrite, run_id)
+
+    def table(self, name: str, manifest: Mapping[str, Any]) -> str:
+        return str(self.directory / name)
+
+
+class PageInOutput(_Placed):
+    """`report`'s page added to the run output it describes, listed in the output's manifest
+    (`publish.staged_page_in_output`)."""
+
+    def __init__(self, output: Path, name: str) -> None:
+        super().__init__()
+        self.output, self.name = output, name
+
+    def _open(self, run_id: str) -> AbstractContextManager[Path]:
+        return staged_page_in_output(self.output, self.name, run_id)
+
+    def table(self, name: str, manifest: Mapping[str, Any]) -> str:
+        return str(self.output / self.name)
+
+
+class PageElsewhere(_Placed):
+    """`report`'s page replacing the file at `where` (`shown` as the user named it) whole
+    (`publish.staged_page`)."""
+
+    def __init__(self, shown: Path, where: Path) -> None:
+        super().__init__()
+        self.shown, self.where = shown, where
+
+    def _open(self, run_id: str) -> AbstractContextManager[Path]:
+        return staged_page(self.shown, self.where, run_id)
+
+    def table(self, name: str, manifest: Mapping[str, Any]) -> str:
+        return str(self.shown)
+
+
+def page_output_for(out_dir: Path, target: Path, in_output: bool) -> Output:
+    """Where `report` writes the page of the run in `out_dir` named `target`: with
+    `in_output` (a run's output directory, which has a manifest), directly in that output it
+    is added to it, elsewhere it replaces `target` (`publish.page_destination` refuses a
+    place inside a snim-batch output); without (a Delta table root), `target` is replaced
+    whole wherever it is."""
+    if not in_output:
+        return PageElsewhere(target, Path(os.path.realpath(target)))
+    output, where = page_destination(out_dir, target)
+    if output is not None:
+        return PageInOutput(output, where.name)
+    return PageElsewhere(target, where)

@@ -1,8 +1,10 @@
 """Finished files placed into a directory that already exists: the page `report` adds to a
 run's output (listed in its manifest), a page written anywhere else, and (in
-`publish_tables`, with the helpers here) `convert`'s tables. Each file is written whole under
-a temporary name, synced, then renamed into place; a failure puts back what was moved and
-removes what was written, so the directory is as it was."""
+`publish_tables`, with the helpers here) `convert`'s tables. Each file is written whole in a
+hidden staging directory, synced, then renamed into place; a failure puts back what was moved
+and removes what was written, so the directory is as it was. The staging is the `Output`
+protocol's (`io.outputs.kinds`: `PageInOutput`, `PageElsewhere`, `TablesDirectory`): the
+command writes its files into the directory `stage` gives, then commits or rolls back."""
 
 from __future__ import annotations
 
@@ -18,14 +20,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OutputError
+from pipeline.errors import OutputError, WriteFailure
 from pipeline.io.outputs.commit import (
     interrupts_held,
     pid_alive,
     remove_dead_staging,
     rename_noreplace,
 )
-from pipeline.io.outputs.failures import failure, write_cause
+from pipeline.io.outputs.failures import failure, write_cause, writing
 from pipeline.io.outputs.manifest import MANIFEST, is_snim_output, lists_its_outputs
 
 _PAGE_OPTION = "--html"
@@ -37,9 +39,10 @@ _ELSEWHERE = f"write the page elsewhere with {_PAGE_OPTION}"
 TAG_WIDTH = 8  # characters of a temporary name's random tag
 
 
-def temp_token() -> str:
-    """A temporary name's unique part: this process and a random tag."""
-    return f"{os.getpid()}-{secrets.token_hex(TAG_WIDTH // 2)}"
+def new_tag() -> str:
+    """A random tag for a temporary name (TAG_WIDTH hex digits): what `report` and `convert`
+    give their output's `stage` (a run gives its run id)."""
+    return secrets.token_hex(TAG_WIDTH // 2)
 
 
 def write_synced(path: Path, fill: Callable[[Path], None]) -> None:
@@ -86,27 +89,42 @@ def _enclosing_output(directory: Path) -> Path | None:
     return None
 
 
-def place_page(out_dir: Path, target: Path, data: bytes) -> None:
-    """Write the page `data` of the run in `out_dir` at `target`: directly in that output it is
-    added to the output (`add_page`); inside any other snim-batch output, or inside this one
-    but not directly, it is refused (the page would make that output unprovable); elsewhere it
-    replaces `target` whole (`write_page`)."""
+PAGE_FILE = "page.html"
+"""The name a page is written under in its staging directory (`staged_page`,
+`staged_page_in_output`), whatever its own name."""
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """The new file `path` holding `data`, synced; a failure is a `WriteFailure` naming it
+    (`failures.writing`), which the staging it is written in words for its output."""
+    with writing(path.name):
+        write_synced(path, write_bytes(data))
+
+
+def page_destination(out_dir: Path, target: Path) -> tuple[Path | None, Path]:
+    """Where the page of the run in `out_dir` written at `target` goes: (the output it is
+    added to, its path there) directly in that output (`staged_page_in_output`); (None, the
+    path it replaces) elsewhere (`staged_page`). Inside any other snim-batch output, or
+    inside this one but not directly, it is refused (the page would make that output
+    unprovable)."""
     output = Path(os.path.realpath(out_dir))
     where = _resolved(target, output)
     if where.parent == output:
-        add_page(output, where.name, data)
-        return
+        return output, where
     inside = _enclosing_output(where.parent)
     if inside is not None:
         raise OutputError(f"{target}: inside the snim-batch output {inside}, whose manifest "
                           "would no longer list all it holds; refusing to write there (a page "
                           "goes directly in the output it describes, or outside any output)")
-    write_page(target, where, data)
+    return None, where
 
 
-def write_page(shown: Path, where: Path, data: bytes) -> None:
-    """Replace the file at `where` (`shown` as the user named it) with `data`, whole: written
-    beside it under a temporary name, synced, then renamed over it."""
+@contextmanager
+def staged_page(shown: Path, where: Path, tag: str) -> Iterator[Path]:
+    """Yield a hidden staging directory beside `where` (`shown` as the user named it) to
+    write the page in (as PAGE_FILE); on normal exit the page replaces the file at `where`,
+    whole, by one rename. On any failure the staging directory is removed and `where` is as
+    it was; a write's failure names the page and the cause."""
     try:
         mode = where.lstat().st_mode
     except FileNotFoundError:
@@ -117,16 +135,18 @@ def write_page(shown: Path, where: Path, data: bytes) -> None:
         raise OutputError(f"{shown}: exists and is not a regular file", path=shown,
                           refused=True, written=False)
     remove_dead_temporaries(where.parent, [where.name])
-    tmp = where.parent / f".{where.name}.tmp-{temp_token()}"
+    tmp = where.parent / f".{where.name}.tmp-{os.getpid()}-{tag}"
     try:
-        write_synced(tmp, write_bytes(data))
-        os.replace(tmp, where)
+        tmp.mkdir()
+        yield tmp
+        os.replace(tmp / PAGE_FILE, where)
+    except WriteFailure as exc:
+        raise failure(str(shown), "writing it", exc.cause, exc.no_space, _PAGE_OPTION
+                      ) from None
     except OSError as exc:
-        discard(tmp)
         raise failure(str(shown), "writing it", *write_cause(exc), _PAGE_OPTION) from None
-    except BaseException:
-        discard(tmp)
-        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager
@@ -143,10 +163,10 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _page_staging(output: Path) -> Path:
+def _page_staging(output: Path, tag: str) -> Path:
     """A new staging directory name for a report page, of the form `_page_staging_name`
     matches (so that a dead run's is found and removed)."""
-    return output.parent / f".{output.name}.partial-{os.getpid()}-report-{secrets.token_hex(4)}"
+    return output.parent / f".{output.name}.partial-{os.getpid()}-report-{tag}"
 
 
 def _page_staging_name(output: Path) -> re.Pattern[str]:
@@ -214,8 +234,10 @@ def _earlier_page(page: Path, listed: list[Any]) -> bool:
     raise OutputError(f"{page}: {why} ({_ELSEWHERE})")
 
 
-def add_page(output: Path, name: str, data: bytes) -> None:
-    """Add page `name` to the run output `output` (a directory with every link resolved),
+@contextmanager
+def staged_page_in_output(output: Path, name: str, tag: str) -> Iterator[Path]:
+    """Yield a directory to write page `name` of the run output `output` (a directory with
+    every link resolved) in (as PAGE_FILE); on normal exit the page is added to the output,
     listed in its manifest as added by report with its size, so that a later --overwrite
     still proves the directory a snim-batch output.
 
@@ -223,33 +245,46 @@ def add_page(output: Path, name: str, data: bytes) -> None:
     The page and the new manifest are written whole in a staging directory beside the
     output (as a run stages), then renamed in: the earlier page out, the manifest, the new
     page. So at every moment the manifest lists all the directory holds and each page it
-    lists is whole (or absent), and a failure can put back what was moved."""
+    lists is whole (or absent), and a failure can put back what was moved. The output is
+    locked throughout (one report at a time adds to it)."""
     page = output / name
     with _locked(output):
         _remove_dead_page_staging(output)
         raw, manifest = _read_output_manifest(output)
         listed = _page_entries(manifest["outputs"], page)
         earlier = _earlier_page(page, listed)
-        entry = {"name": name, "type": "file", "size": len(data), "added_by": "report"}
-        manifest["outputs"] = sorted(
-            [e for e in manifest["outputs"] if e not in listed] + [entry],
-            key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
-        updated = (json.dumps(manifest, indent=2, default=str) + "\n").encode()
-        staging = _page_staging(output)
+        staging = _page_staging(output, tag)
         try:
-            _stage_page(staging, page, data, updated, raw)
+            _make_page_staging(staging, page)
+            yield staging / "page"
+            entry = {"name": name, "type": "file",
+                     "size": (staging / "page" / PAGE_FILE).lstat().st_size,
+                     "added_by": "report"}
+            manifest["outputs"] = sorted(
+                [e for e in manifest["outputs"] if e not in listed] + [entry],
+                key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
+            updated = (json.dumps(manifest, indent=2, default=str) + "\n").encode()
+            _stage_manifests(staging, page, updated, raw)
             with interrupts_held():
                 _swap_page_in(staging, page, earlier)
+        except WriteFailure as exc:
+            raise failure(str(page), f"writing it in {staging}", exc.cause, exc.no_space,
+                          _PAGE_OPTION) from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _stage_page(staging: Path, page: Path, data: bytes, manifest: bytes, previous: bytes
-                ) -> None:
-    steps = ((f"creating the staging directory {staging}", staging.mkdir),
-             (f"writing it in {staging}",
-              lambda: write_synced(staging / "page", write_bytes(data))),
-             (f"writing the updated {MANIFEST} in {staging}",
+def _make_page_staging(staging: Path, page: Path) -> None:
+    try:
+        staging.mkdir()
+        (staging / "page").mkdir()
+    except OSError as exc:
+        raise failure(str(page), f"creating the staging directory {staging}",
+                      *write_cause(exc), _PAGE_OPTION) from None
+
+
+def _stage_manifests(staging: Path, page: Path, manifest: bytes, previous: bytes) -> None:
+    steps = ((f"writing the updated {MANIFEST} in {staging}",
               lambda: write_synced(staging / "manifest.new", write_bytes(manifest))),
              (f"keeping the current {MANIFEST} in {staging}",
               lambda: write_synced(staging / "manifest.old", write_bytes(previous))))
@@ -272,7 +307,7 @@ def _swap_page_in(staging: Path, page: Path, earlier: bool) -> None:
             undo.append(lambda: rename_noreplace(aside, page))
         os.rename(staging / "manifest.new", manifest)
         undo.append(lambda: os.rename(staging / "manifest.old", manifest))
-        rename_noreplace(staging / "page", page)
+        rename_noreplace(staging / "page" / PAGE_FILE, page)
     except OSError as exc:
         for step in reversed(undo):
             with suppress(OSError):
@@ -283,21 +318,23 @@ def _swap_page_in(staging: Path, page: Path, earlier: bool) -> None:
 
 _TEMPORARY = re.compile(r"\.(.+)\.(tmp|old)-(\d+)-[0-9a-f]{8}")
 _JOURNAL = re.compile(r"\.snim-tables-((\d+)-[0-9a-f]{8})\.journal")
+_TABLES_STAGING = re.compile(r"\.snim-tables-(\d+)-[0-9a-f]{8}")
 
 
 def journal_name(token: str) -> str:
-    """The journal `publish_tables.write_tables` keeps while it renames its tables into place
-    (`remove_dead_temporaries` finishes what a killed one began)."""
+    """The journal `publish_tables.staged_tables` keeps while it renames its tables into
+    place (`remove_dead_temporaries` finishes what a killed one began)."""
     return f".snim-tables-{token}.journal"
 
 
 def remove_dead_temporaries(directory: Path, names: list[str]) -> None:
-    """Clean up what a killed `write_page` or `write_tables` left in `directory` for the files
-    `names`; only names of that exact form whose process is gone, so provably ours. A
-    journal left means every table was written whole and the renames had begun: they are
-    finished (each `.NAME.tmp-` of a name it lists renamed into place). Then any
-    `.NAME.tmp-` (an unfinished file) and `.NAME.old-` (a replaced file) of a dead process
-    is removed."""
+    """Clean up what a killed page or tables writer (`staged_page`, `staged_tables`) left in
+    `directory` for the files `names`; only names of that exact form whose process is gone,
+    so provably ours. A journal left means every table was staged whole and the renames had
+    begun: they are finished (each table it lists still in the staging directory
+    `.snim-tables-TOKEN`, or as `.NAME.tmp-TOKEN`, renamed into place). Then any staging
+    directory, `.NAME.tmp-` (an unfinished file or page) and `.NAME.old-` (a replaced file)
+    of a dead process is removed."""
     try:
         entries = sorted(os.listdir(directory))
     except OSError:
@@ -305,14 +342,27 @@ def remove_dead_temporaries(directory: Path, names: list[str]) -> None:
     for entry in entries:
         found = _JOURNAL.fullmatch(entry)
         if found and not pid_alive(int(found.group(2))):
+            token = found.group(1)
             with suppress(OSError, ValueError):
                 for name in json.loads((directory / entry).read_bytes()):
-                    tmp = directory / f".{name}.tmp-{found.group(1)}"
-                    if os.path.lexists(tmp):
-                        os.replace(tmp, directory / name)
+                    for staged in (directory / f".snim-tables-{token}" / name,
+                                   directory / f".{name}.tmp-{token}"):
+                        if os.path.lexists(staged):
+                            os.replace(staged, directory / name)
                 os.unlink(directory / entry)
     for entry in entries:
+        found = _TABLES_STAGING.fullmatch(entry)
+        if found and not pid_alive(int(found.group(1))):
+            shutil.rmtree(directory / entry, ignore_errors=True)
         found = _TEMPORARY.fullmatch(entry)
         if found and found.group(1) in names and not pid_alive(int(found.group(3))):
-            with suppress(OSError):
-                os.unlink(directory / entry)
+            _remove_entry(directory / entry)
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove a file, or a directory with what it holds (a link is never followed)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with suppress(OSError):
+            os.unlink(path)

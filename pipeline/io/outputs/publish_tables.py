@@ -1,30 +1,31 @@
 """`convert`'s tables placed in a directory, all or none, each replacing only a table an
-earlier `convert` wrote (the rules of `publish`: written whole under a temporary name,
-synced, renamed into place; a failure puts back what was moved)."""
+earlier `convert` wrote (the rules of `publish`: written whole in a hidden staging directory
+beside them, synced, renamed into place; a failure puts back what was moved). The `Output`
+kind `io.outputs.kinds.TablesDirectory` holds `staged_tables`."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import shutil
 import stat
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import OutputError
+from pipeline.errors import OutputError, WriteFailure
 from pipeline.io.outputs.commit import interrupts_held, rename_noreplace
-from pipeline.io.outputs.failures import failure, refuse_long_names, write_cause
+from pipeline.io.outputs.failures import failure, refuse_long_names, write_cause, writing
 from pipeline.io.outputs.manifest import is_snim_output
 from pipeline.io.outputs.publish import (
     discard,
     journal_name,
     remove_dead_temporaries,
-    temp_token,
     write_bytes,
     write_synced,
 )
@@ -37,50 +38,73 @@ def _is_taken(exc: OSError) -> bool:
 TEMPORARY_DEPTH = 64  # bytes of a table's temporary name in the directory, and more
 
 TABLE_MARK = {b"written_by": b"snim-batch convert"}
-"""Key-value metadata in each table `write_tables` writes: what proves a file ours to replace."""
+"""Key-value metadata in each table `write_marked_table` writes: what proves a file ours to
+replace."""
 
 
-def write_tables(frames: dict[str, pl.DataFrame], directory: Path, overwrite: bool
-                 ) -> list[Path]:
-    """Write each frame to `directory / NAME` as Parquet, all or none: each is written whole
-    under a temporary name and synced, a journal naming them is synced, then all are renamed
-    into place and the journal removed. A file already there is replaced only with
-    `overwrite`, and only one that `write_tables` wrote (its TABLE_MARK); it is put back if a
-    later rename fails. A directory that was missing is created, and removed again on a
-    failure. What a killed call left is finished or removed by the next one
-    (`remove_dead_temporaries`)."""
+def staging_name(token: str) -> str:
+    """The hidden directory in the tables' directory where `staged_tables` stages them."""
+    return f".snim-tables-{token}"
+
+
+@contextmanager
+def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str
+                  ) -> Iterator[Path]:
+    """Yield a hidden staging directory inside `directory` for the tables `names`; on normal
+    exit they are placed in `directory`, all or none: each staged table is synced (the writer,
+    `write_marked_table`, does so), a journal naming them is synced, then all are renamed into
+    place and the journal removed. A file already there is replaced only with `overwrite`,
+    and only one that `write_marked_table` wrote (its TABLE_MARK); it is put back if a later
+    rename fails. A directory that was missing is created, and removed again on a failure,
+    as is the staging directory. What a killed call left is finished or removed by the next
+    one (`remove_dead_temporaries`)."""
     shown = str(directory)
     refuse_long_names(directory, "--out", depth=TEMPORARY_DEPTH)
     _check_table_directory(directory)
-    remove_dead_temporaries(directory, list(frames))
-    targets = [directory / name for name in frames]
-    for target in targets:
-        _check_table_target(target, overwrite)
+    remove_dead_temporaries(directory, names)
+    for name in names:
+        _check_table_target(directory / name, overwrite)
     created = _make_directories(directory, shown)
-    token = temp_token()
-    temps = {name: directory / f".{name}.tmp-{token}" for name in frames}
+    token = f"{os.getpid()}-{tag}"
+    staging = directory / staging_name(token)
     journal = directory / journal_name(token)
     try:
-        for name, frame in frames.items():
-            try:
-                write_synced(temps[name], _write_marked(frame))
-            except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
-                raise failure(shown, f"writing {name}", *write_cause(exc)) from None
         try:
-            write_synced(journal, write_bytes(json.dumps(list(frames)).encode()))
+            staging.mkdir()
+        except OSError as exc:
+            raise failure(shown, f"creating the staging directory {staging}",
+                          *write_cause(exc)) from None
+        yield staging
+        try:
+            write_synced(journal, write_bytes(json.dumps(names).encode()))
         except OSError as exc:
             raise failure(shown, "writing the journal", *write_cause(exc)) from None
         with interrupts_held():
-            _rename_tables(temps, directory, token, shown)
+            _rename_tables({name: staging / name for name in names}, directory, token, shown)
             journal.unlink(missing_ok=True)
-    except BaseException:
-        for tmp in (*temps.values(), journal):
-            discard(tmp)
-        for made in reversed(created):
             with suppress(OSError):
-                made.rmdir()
+                staging.rmdir()
+    except WriteFailure as exc:
+        _undo(staging, journal, created)
+        raise failure(shown, exc.doing, exc.cause, exc.no_space) from None
+    except BaseException:
+        _undo(staging, journal, created)
         raise
-    return targets
+
+
+def _undo(staging: Path, journal: Path, created: list[Path]) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
+    discard(journal)
+    for made in reversed(created):
+        with suppress(OSError):
+            made.rmdir()
+
+
+def write_marked_table(frame: pl.DataFrame, path: Path) -> None:
+    """`frame` as the Parquet file `path`, marked as convert's (TABLE_MARK) and synced; a
+    failure is a `WriteFailure` naming the file (`failures.writing`)."""
+    with writing(path.name):
+        write_synced(path, _write_marked(frame))
 
 
 def _write_marked(frame: pl.DataFrame) -> Callable[[Path], None]:
@@ -93,7 +117,7 @@ def _write_marked(frame: pl.DataFrame) -> Callable[[Path], None]:
 
 
 def _written_by_us(path: Path) -> bool:
-    """Whether `path` is a Parquet file that `write_tables` wrote (its TABLE_MARK)."""
+    """Whether `path` is a Parquet file that `write_marked_table` wrote (its TABLE_MARK)."""
     try:
         metadata = pq.read_schema(path).metadata or {}
     except (OSError, pa.ArrowException):

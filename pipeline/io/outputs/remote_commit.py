@@ -29,7 +29,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +43,7 @@ from pipeline.errors import (
     WriteFailure,
     first_line,
 )
+from pipeline.events import OnEvent, RunEvent, ignore
 from pipeline.io.outputs.commit import interrupts_held, remove_dead_staging
 from pipeline.io.outputs.failures import failure as write_failure
 from pipeline.io.outputs.manifest import MANIFEST, RUN_ID, few_names
@@ -231,8 +232,7 @@ def _unknown(out: Location, run_id: str, previous: str | None, why: str
 
 @contextmanager
 def staged_remote_output(out: Location, run_id: str, overwrite: bool,
-                         notify: Callable[[str], None] = lambda message: None
-                         ) -> Iterator[Path]:
+                         on_event: OnEvent = ignore) -> Iterator[Path]:
     """Yield a local temporary directory for the run's files; on normal exit, upload them
     under OUT/RUN_ID/ and commit OUT/manifest.json (see the module's docstring). Any failure
     before the commit deletes what was uploaded; the previous output is untouched."""
@@ -260,7 +260,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
             log.info("committed %s%s", out, " (replacing the previous output)"
                      if previous.etag else "")
             for notice in _retire(out, previous):
-                notify(notice)
+                on_event(RunEvent.warning(notice))
     except WriteFailure as exc:
         raise write_failure(str(out), exc.doing, exc.cause, exc.no_space) from None
     finally:

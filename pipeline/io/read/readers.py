@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.errors import InputError, SnimError, cut, first_line, shown
+from pipeline.errors import InputError, SnimError, brief_repr, first_line, truncated
 from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.read.csv_reader import csv_batches, csv_row_estimate, read_header
 from pipeline.io.read.files import InputFile, RawTable, Source
@@ -58,8 +58,8 @@ def _views(schema: pa.Schema, path: Source) -> list[str]:
         kind = field.type
         if not ((pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind))
                 and not _has_view(kind.value_type)):
-            raise InputError(f"{path}: column {shown(field.name)} has the Arrow type "
-                             f"{cut(str(field.type), 80)}, a list view inside another type, "
+            raise InputError(f"{path}: column {brief_repr(field.name)} has the Arrow type "
+                             f"{truncated(str(field.type), 80)}, a list view inside another type, "
                              "which cannot be read; write it with list types")
         views.append(field.name)
     return views

@@ -2,9 +2,9 @@
 
 `Location.parse` reads what a user gave (a path, `file://`, `s3://`, `gs://`, `az://`,
 `abfs(s)://`, `hdfs://`); `object_store` turns a location into a client: its options bound
-(`bound`, `storage_options`, every value checked at load by `checked_options`), pyarrow file
-systems (`filesystem`), requests within those bounds, and a store's failures as one line
-(`store_error`, `store_problem`). `without_secrets` is the one function through which a
+(`with_client_options`, `storage_options`, every value checked at load by `checked_options`),
+pyarrow file systems (`filesystem`), requests within those bounds, and a store's failures as
+one line (`store_error`, `store_problem`). `without_secrets` is the one function through which a
 location's text reaches a message, a log line or a manifest: URL passwords and query values
 (signed URLs) read `<hidden>`. `RunCache` holds, for one run, what it would otherwise ask a
 store (or a file) for again: footers, objects' metadata, small objects whole.
@@ -16,7 +16,8 @@ from pipeline.io.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "Location": "locations", "without_secrets": "locations", "STORES": "locations",
-    "bound": "object_store", "checked_options": "object_store", "filesystem": "object_store",
+    "with_client_options": "object_store", "checked_options": "object_store",
+    "filesystem": "object_store",
     "object_metadata": "object_store", "redacted": "object_store",
     "storage_options": "object_store", "store_error": "object_store",
     "StoreError": "object_store", "RunCache": "run_cache",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
 
-from pipeline.errors import UsageError, shown
+from pipeline.errors import UsageError, brief_repr
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -49,7 +49,7 @@ class Location:
     ("s3", "gs", "az", "hdfs"), `url` the URL as given (slashes at the end dropped),
     `bucket` the bucket or container, `key` the object key or prefix (no leading slash) and
     `account` the Azure storage account named in an abfs URL ("" otherwise). `options` are
-    the store's client options (`object_store.bound`), never shown."""
+    the store's client options (`object_store.with_client_options`), never shown."""
 
     scheme: str
     path: Path | None = None
@@ -70,11 +70,11 @@ class Location:
         if scheme == "file":
             url = urlparse(text)
             if url.netloc not in ("", "localhost"):
-                raise UsageError(f"{shown(without_secrets(text))}: a file:// URL names a "
+                raise UsageError(f"{brief_repr(without_secrets(text))}: a file:// URL names a "
                                  "local path (file:///path), not a host")
             return cls("file", Path(unquote(url.path)))
         if scheme not in STORES:
-            raise UsageError(f"{shown(without_secrets(text))}: {scheme}:// locations are not "
+            raise UsageError(f"{brief_repr(without_secrets(text))}: {scheme}:// locations are not "
                              "supported (local "
                              "paths, file://, s3:// (s3a://), gs://, az:// and abfs[s]:// URLs "
                              "are)")
@@ -91,7 +91,7 @@ class Location:
         store = STORES[scheme.lower()]
         rest = rest.rstrip("/")
         authority, _, key = rest.partition("/")
-        said = shown(without_secrets(text))
+        said = brief_repr(without_secrets(text))
         if _PASSWORD.match(text) or (store != "az" and "@" in authority):
             raise UsageError(f"{said}: an object-store URL holds no user name or password; "
                              "give credentials in storage_options (config.yaml) or the "

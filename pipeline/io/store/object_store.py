@@ -21,7 +21,7 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
-from pipeline.errors import ConfigError, InputError, SnimError, StoreError, UsageError, cut
+from pipeline.errors import ConfigError, InputError, SnimError, StoreError, UsageError, truncated
 from pipeline.io.store.locations import Location, without_secrets
 from pipeline.io.store.run_cache import RunCache
 
@@ -95,7 +95,8 @@ def storage_options(location: Location, configured: Mapping[str, str] | None = N
     return options
 
 
-def bound(location: Location, configured: Mapping[str, str] | None = None) -> Location:
+def with_client_options(location: Location, configured: Mapping[str, str] | None = None
+                        ) -> Location:
     """`location` with its client options (`storage_options`) attached."""
     options = tuple(sorted(storage_options(location, configured).items()))
     return replace(location, options=options)
@@ -142,12 +143,12 @@ def seconds(text: str, name: str) -> float:
     parts = _PART.findall(value)
     if (not parts or _PART.sub("", value).strip()
             or any(unit not in _UNITS for _, unit in parts)):
-        raise ConfigError(f"storage_options.{name}: not a duration ({cut(str(text))}); "
+        raise ConfigError(f"storage_options.{name}: not a duration ({truncated(str(text))}); "
                           "write it as 30s, 500ms or 2m")
     total = sum(float(number) * _UNITS[unit] for number, unit in parts)
     if not 0.001 <= total <= MAX_SECONDS:
         raise ConfigError(f"storage_options.{name}: must be between 1ms and "
-                          f"{MAX_SECONDS // 3600}h, got {cut(str(text))}")
+                          f"{MAX_SECONDS // 3600}h, got {truncated(str(text))}")
     return total
 
 
@@ -156,7 +157,7 @@ def retries(text: str, name: str = "max_retries") -> int:
     value = str(text).strip()
     if not re.fullmatch(r"\d{1,4}", value) or int(value) > MAX_RETRIES:
         raise ConfigError(f"storage_options.{name}: must be an integer from 0 to "
-                          f"{MAX_RETRIES}, got {cut(str(text))}")
+                          f"{MAX_RETRIES}, got {truncated(str(text))}")
     return int(value)
 
 
@@ -165,7 +166,7 @@ def endpoint_problem(url: str, name: str) -> None:
     no user name or password, which the clients would take for a host, and no query)."""
     from urllib.parse import urlsplit
 
-    said = f"{name}: {cut(without_secrets(url))}"
+    said = f"{name}: {truncated(without_secrets(url))}"
     try:
         parts = urlsplit(url.strip())
         port = parts.port
@@ -196,7 +197,7 @@ def checked_options(configured: Mapping[str, str], source: str = "storage_option
         elif low in _FLAGS:
             flag = str(value).strip().lower()
             if flag not in _TRUE + _FALSE:
-                raise ConfigError(f"{name}: must be true or false, got {cut(str(value))}")
+                raise ConfigError(f"{name}: must be true or false, got {truncated(str(value))}")
             value = "true" if flag in _TRUE else "false"
         elif low in _ENDPOINTS:
             endpoint_problem(value, name)
@@ -343,7 +344,7 @@ def _default_azure_credential() -> None:
     could only fail, printing the shell's "az: not found" on our stderr)."""
     chain = os.environ.get("AZURE_TOKEN_CREDENTIALS")
     if chain is not None and chain.strip().lower() not in _AZURE_CHAINS:
-        raise ConfigError(f"AZURE_TOKEN_CREDENTIALS: {cut(chain)} is not one of dev, prod, "
+        raise ConfigError(f"AZURE_TOKEN_CREDENTIALS: {truncated(chain)} is not one of dev, prod, "
                           "EnvironmentCredential, WorkloadIdentityCredential, "
                           "ManagedIdentityCredential, AzureCliCredential")
     if chain is None and shutil.which("az") is None:
@@ -384,7 +385,7 @@ def store_error(location: Location, exc: BaseException, doing: str = "reading") 
     if problem is not None:
         return problem
     text = redacted(" ".join(str(exc).split()), dict(location.options))
-    return StoreError(f"{location}: object store error while {doing} ({cut(text, 200)})")
+    return StoreError(f"{location}: object store error while {doing} ({truncated(text, 200)})")
 
 
 def store_problem(location: Location, exc: BaseException, doing: str = "reading"
@@ -425,7 +426,7 @@ def store_problem(location: Location, exc: BaseException, doing: str = "reading"
         name = host.group(1).strip(".") if host is not None and host.group(1) else ""
         if name and not _unresolvable(name):  # the name resolves here: not a DNS failure
             return StoreError(f"{location}: cannot reach the object store{endpoint} while "
-                              f"{doing} ({cut(text, 200)})")
+                              f"{doing} ({truncated(text, 200)})")
         named = f" {name!r}" if name else ""
         return StoreError(f"{location}: cannot resolve the object store's host{named}"
                           f"{endpoint} while {doing}")
@@ -437,7 +438,7 @@ def store_problem(location: Location, exc: BaseException, doing: str = "reading"
                           "(check the credentials)")
     if "object-store error" in low or "aws error" in low or "google::cloud" in low \
             or "azure error" in low:
-        return StoreError(f"{location}: object store error while {doing} ({cut(text, 200)})")
+        return StoreError(f"{location}: object store error while {doing} ({truncated(text, 200)})")
     return None
 
 
