@@ -136,6 +136,25 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
     return path
 
 
+# A small job of every rule kind: rules.csv and positions.csv (tests of the API and results).
+SMALL_RULES = {1: ("subtraction", (2, 5)), 2: ("nim", ()), 3: ("half", ())}
+SMALL_POSITIONS = [(1, 10, [3, 5, 7]), (2, 11, [1, 2]), (3, 12, [9, 4]), (1, 13, [8])]
+
+
+def write_small_job(where: Path) -> Path:
+    """SMALL_RULES and SMALL_POSITIONS as `where`/rules.csv and positions.csv."""
+    write_csv(where / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[r, k, " ".join(map(str, m))] for r, (k, m) in SMALL_RULES.items()])
+    write_csv(where / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+              [[r, p, " ".join(map(str, h))] for r, p, h in SMALL_POSITIONS])
+    return where
+
+
+def small_job_verdicts() -> dict[tuple[int, int], str]:
+    """The small job's verdicts by (rule_set_id, position_id), from the game-tree search."""
+    return {(r, p): "W" if wins(*SMALL_RULES[r], h) else "L" for r, p, h in SMALL_POSITIONS}
+
+
 def write_parquet(path: Path, columns: dict, schema: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pl.DataFrame(columns, schema=schema, orient="col").write_parquet(path)

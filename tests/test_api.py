@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import polars as pl
 import pytest
-from conftest import wins, write_csv
+from conftest import small_job_verdicts, write_small_job
 
 import pipeline
 from pipeline import (
@@ -25,23 +25,13 @@ from pipeline import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES = {1: ("subtraction", (2, 5)), 2: ("nim", ()), 3: ("half", ())}
-POSITIONS = [(1, 10, [3, 5, 7]), (2, 11, [1, 2]), (3, 12, [9, 4]), (1, 13, [8])]
 
 
 @pytest.fixture
 def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """rules.csv and positions.csv in `tmp_path`, the working directory."""
     monkeypatch.chdir(tmp_path)
-    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
-              [[r, k, " ".join(map(str, m))] for r, (k, m) in RULES.items()])
-    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
-              [[r, p, " ".join(map(str, h))] for r, p, h in POSITIONS])
-    return tmp_path
-
-
-def expected() -> dict[tuple[int, int], str]:
-    return {(r, p): "W" if wins(*RULES[r], h) else "L" for r, p, h in POSITIONS}
+    return write_small_job(tmp_path)
 
 
 def verdicts(out: Path) -> dict[tuple[int, int], str]:
@@ -61,12 +51,12 @@ def test_a_run_returns_its_typed_result(job: Path) -> None:
     assert result.manifest == manifest and result.counts == manifest["counts"]
     assert result.counts["positions"] == {"rows_read": 4, "rows_evaluated": 4,
                                           "rows_rejected": 0, "verdicts": 4,
-                                          "W": list(expected().values()).count("W"),
-                                          "L": list(expected().values()).count("L")}
+                                          "W": list(small_job_verdicts().values()).count("W"),
+                                          "L": list(small_job_verdicts().values()).count("L")}
     assert result.manifest_path == str(job / "out" / "manifest.json")
     assert result.config_file is None and manifest["config_file"] is None
     assert result.rejects == str(job / "out" / "rejects.parquet")
-    assert verdicts(job / "out") == expected()
+    assert verdicts(job / "out") == small_job_verdicts()
     assert "move_take" in pl.read_parquet(job / "out" / "verdicts.parquet").columns
     for name in ("rules", "positions", "write", "commit"):  # the callback heard each phase
         assert ("phase-start", name) in phases and ("phase-done", name) in phases, phases
@@ -179,7 +169,7 @@ def test_a_dagster_asset_runs_the_job_in_process(job: Path) -> None:
     metadata = {key: value.value for key, value in materialization.metadata.items()}
     assert metadata == {"exit_code": 0, "out": str(job / "out"), "verdicts": 4,
                         "rows_rejected": 0}
-    assert verdicts(job / "out") == expected()
+    assert verdicts(job / "out") == small_job_verdicts()
 
     @dg.asset
     def refused():

@@ -651,17 +651,15 @@ def test_script_with_stdout_closed_and_stdin_left_at_its_end(tmp_path):
     assert (both.returncode, both.stdout) == (0, "LWW\nWWL\n"), both.stderr
 
 
-@needs_script
-def test_script_on_a_terminal_escapes_user_data(tmp_path):
-    # stderr is a terminal here (a pty), where nothing strips escape sequences on the way.
+def on_a_terminal(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, str]:
+    """Run `argv` with its stderr on a terminal (a pty), where nothing strips escape
+    sequences on the way; the process and all it wrote there."""
     import pty
 
-    positions = hostile_job(tmp_path)
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.run([SCRIPT, "run", "--rules", "rules.csv", "--positions",
-                               positions.name, "--out", "out"], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=follower, timeout=120)
+        proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=follower,
+                              timeout=120)
         os.close(follower)
         follower = -1
         chunks = []
@@ -677,7 +675,15 @@ def test_script_on_a_terminal_escapes_user_data(tmp_path):
         os.close(leader)
         if follower >= 0:
             os.close(follower)
-    err = b"".join(chunks).decode()
+    return proc, b"".join(chunks).decode()
+
+
+@needs_script
+def test_script_on_a_terminal_escapes_user_data(tmp_path):
+    # stderr is a terminal here (a pty), where nothing strips escape sequences on the way.
+    positions = hostile_job(tmp_path)
+    proc, err = on_a_terminal([SCRIPT, "run", "--rules", "rules.csv", "--positions",
+                               positions.name, "--out", "out"], tmp_path)
     assert proc.returncode == 3, err
     assert_printable(proc.stdout.decode())
     # the live progress display's own controls aside: hide and show the cursor, erase the
@@ -1034,30 +1040,11 @@ def test_a_usage_error_with_log_format_json_is_a_json_line(cli, tmp_path, monkey
 @needs_script
 def test_log_format_json_on_a_terminal_is_json_lines_not_a_live_display(tmp_path):
     """JSON is for a machine wherever stderr is: on a terminal too, every line is an object."""
-    import pty
 
     _parquet_job(tmp_path)
-    leader, follower = pty.openpty()
-    try:
-        proc = subprocess.run([SCRIPT, "run", "--rules", "rules.csv", "--positions",
+    proc, err = on_a_terminal([SCRIPT, "run", "--rules", "rules.csv", "--positions",
                                "positions.parquet", "--out", "out", "--log-format", "json",
-                               "--progress-every", "0"], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=follower, timeout=120)
-        os.close(follower)
-        follower = -1
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: nothing left to read
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(leader)
-        if follower >= 0:
-            os.close(follower)
+                               "--progress-every", "0"], tmp_path)
     assert proc.returncode == 0
-    records = [json.loads(line) for line in b"".join(chunks).decode().splitlines()]
+    records = [json.loads(line) for line in err.splitlines()]
     assert [r["phase"] for r in records if r.get("status") == "done"] == PHASES

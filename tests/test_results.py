@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import polars as pl
 import pytest
-from conftest import wins, write_csv
+from conftest import SMALL_POSITIONS, small_job_verdicts, write_small_job
 
 from pipeline import errors
 
@@ -24,22 +24,12 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "run-result.
                     .read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
-RULES = {1: ("subtraction", (2, 5)), 2: ("nim", ()), 3: ("half", ())}
-POSITIONS = [(1, 10, [3, 5, 7]), (2, 11, [1, 2]), (3, 12, [9, 4]), (1, 13, [8])]
 
 
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
     """rules.csv and positions.csv in `tmp_path`; no config file there."""
-    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
-              [[r, k, " ".join(map(str, m))] for r, (k, m) in RULES.items()])
-    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
-              [[r, p, " ".join(map(str, h))] for r, p, h in POSITIONS])
-    return tmp_path
-
-
-def expected() -> dict[tuple[int, int], str]:
-    return {(r, p): "W" if wins(*RULES[r], h) else "L" for r, p, h in POSITIONS}
+    return write_small_job(tmp_path)
 
 
 def snim(args: list[str], cwd: Path, env: dict[str, str] | None = None,
@@ -93,8 +83,8 @@ def test_a_clean_run_writes_the_result_file_and_prints_the_same_json(job: Path) 
         "out": str(job / "out"), "config_file": None, "counts": manifest["counts"],
         "manifest_path": str(job / "out" / "manifest.json"), "manifest": manifest}
     assert manifest["schema_version"] == 1 and manifest["config_file"] is None
-    assert manifest["counts"]["positions"]["verdicts"] == len(POSITIONS)
-    assert verdicts(job / "out") == expected()
+    assert manifest["counts"]["positions"]["verdicts"] == len(SMALL_POSITIONS)
+    assert verdicts(job / "out") == small_job_verdicts()
     assert sorted(p.name for p in job.iterdir()) == ["out", "positions.csv", "result.json",
                                                      "rules.csv"]  # no temporary file left
 
@@ -236,7 +226,7 @@ def test_variables_run_the_job_and_flags_win_over_them(job: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["out"] == str(job / "from-flag")
     assert "move_take" not in pl.read_parquet(job / "from-flag" / "verdicts.parquet").columns
-    assert verdicts(job / "from-flag") == expected()
+    assert verdicts(job / "from-flag") == small_job_verdicts()
 
 
 def test_a_variable_wins_over_the_config_file_and_the_file_over_the_default(job: Path) -> None:
