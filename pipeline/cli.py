@@ -596,7 +596,8 @@ def _plan_lines(plan: Any) -> list[str]:
                      f"{count(sum(h >= 0 for h in heaps), 'rule set')} with heaps, "
                      f"{sum(h < 0 for h in heaps):,} without")
     subtraction = count(len(t.rules), "subtraction table")
-    bounded = "" if t.bounded else " (the heaps not known: at their limits)"
+    at_limits = not t.bounded and any(rule.period is None for rule in t.rules)
+    bounded = " (the heaps not known: at their limits)" if at_limits else ""
     lines.append(f"SG tables: {subtraction}, at most {count(t.values, 'value')} "
                  f"({size(t.value_bytes)}) and {count(t.ops, 'operation')}{bounded}"
                  + ("; built at once from the footers' bound" if t.presized else ""))
@@ -612,8 +613,11 @@ def _plan_lines(plan: Any) -> list[str]:
     for rule in sorted(t.rules, key=lambda rule: -rule.ops)[:5]:
         stop = f", stopped by {rule.stopped_by}" if rule.stopped_by else ""
         heap = "" if rule.largest_heap is None else f", heaps <= {max(rule.largest_heap, 0):,}"
+        period = ("" if rule.period is None else f", period {rule.period:,} from "
+                  f"{rule.preperiod:,} (proven now)")
         lines.append(f"  {rule.moves}: {count(rule.rule_sets, 'rule set')}{heap}, at most "
-                     f"{count(rule.values, 'value')}, {count(rule.ops, 'operation')}{stop}")
+                     f"{count(rule.values, 'value')}, {count(rule.ops, 'operation')}{stop}"
+                     f"{period}")
     if len(t.rules) > 5:
         lines.append(f"  ... and {count(len(t.rules) - 5, 'more table')}")
     if t.probe_ops:
@@ -626,7 +630,7 @@ def _plan_lines(plan: Any) -> list[str]:
         lines.append(f"memory: about {size(m.total)} at peak, an estimate: {size(m.process)} "
                      f"the process, {size(m.batches)} batches in flight, {size(m.verdicts)} "
                      f"verdicts, {size(m.tables)} SG tables"
-                     + ("" if t.bounded else " at their limits (the heaps not known)"))
+                     + (" at their limits (the heaps not known)" if at_limits else ""))
     state = {"create": "does not exist; it would be created",
              "fill": "an empty directory; it would be filled",
              "replace": "a snim-batch output; it would be replaced (--overwrite)",

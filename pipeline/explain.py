@@ -25,7 +25,7 @@ from pipeline import keys
 from pipeline.batches import BATCH_ROWS, positions_form, read_rules
 from pipeline.config import Config
 from pipeline.errors import OutputError, SnimError, UsageError
-from pipeline.grundy import MAX_HEAP, Rule
+from pipeline.grundy import MAX_HEAP, Rule, build_table
 from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.outputs.commit import target_state
 from pipeline.io.read.csv_reader import csv_row_estimate
@@ -58,6 +58,10 @@ VERDICT_BYTES = 16  # rule set rank, integer position id, nim-sum
 TEXT_ID_BYTES = 24  # a text position id instead: offsets and a short id
 WINNING_MOVE_BYTES = 8  # move_heap and move_take
 CSV_ROW_COPIES = 3  # a CSV row in memory: its text, the parsed columns, the normalised ones
+# Work (operations, as `Rule.value_ops` counts them) explain spends in all proving the rules'
+# periods, cheapest rules first: a table whose period is proven stops there in the run, so
+# its plan is its real size, not its limit's.
+PERIOD_PROBE_OPS = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,8 @@ class RulePlan:
     (operations), tabulated for heaps up to `largest_heap` (the largest of its rule sets', or
     with the tables presized, the input's; None: not known, so up to its own limits),
     `stopped_by` the limit of its own (`tables.max_table_len` or
-    `tables.max_rule_ops`) that would stop it first. A table whose period comes early stops
-    sooner; the run-wide limits are `TablesPlan`'s."""
+    `tables.max_rule_ops`) that would stop it first; with its period proven, the values up to
+    it. The run-wide limits are `TablesPlan`'s."""
 
     moves: str
     rule_sets: int
@@ -126,6 +130,10 @@ class RulePlan:
     values: int
     ops: int
     stopped_by: str | None
+    preperiod: int | None = None
+    period: int | None = None
+    """The rule's preperiod and period when explain proved them (`PERIOD_PROBE_OPS`): the
+    run's table then holds at most preperiod + period values, and no limit stops it."""
 
 
 @dataclass(frozen=True)
@@ -411,6 +419,8 @@ def _tables_plan(distinct: list[Rule], index: pl.DataFrame, positions: Positions
             heap = positions.largest_heap_by_rule_set[str(key)]
             by_rule[table] = max(by_rule.get(table, -1), heap)
 
+    periods = _proven_periods(distinct, t.max_table_len)
+
     def planned(bound: Callable[[int], int | None]) -> list[RulePlan]:
         rules = []
         for number, rule in enumerate(distinct):
@@ -422,10 +432,12 @@ def _tables_plan(distinct: list[Rule], index: pl.DataFrame, positions: Positions
             name = min(own, key=own.__getitem__)
             need = own[name] if heap is None else min(heap, MAX_HEAP - 1) + 1
             values = max(1, min(need, own[name]))
+            stopped_by = f"tables.{name}" if heap is not None and need > own[name] else None
+            pre, per = periods.get(number, (None, None))
+            if per is not None and pre + per <= own[name]:  # the table stops at its period
+                values, stopped_by = min(values, pre + per), None
             rules.append(RulePlan(rule.label, shared.get(number, 0), heap, values,
-                                  (values - 1) * rule.value_ops,
-                                  f"tables.{name}" if heap is not None and need > own[name]
-                                  else None))
+                                  (values - 1) * rule.value_ops, stopped_by, pre, per))
         return rules
 
     def run_wide(rules: list[RulePlan]) -> tuple[str, ...]:
@@ -448,13 +460,31 @@ def _tables_plan(distinct: list[Rule], index: pl.DataFrame, positions: Positions
         presized=presized,
         values=values,
         ops=min(sum(r.ops for r in rules), t.max_run_ops),
-        probe_ops=t.period_probe_ops if rules else 0,
+        probe_ops=t.period_probe_ops if any(r.period is None for r in rules) else 0,
         limits=dataclasses.asdict(t),
         binds=binds,
         stopped_by_own_limit=sum(r.stopped_by is not None for r in rules),
         value_bytes=values * width,
         rules=tuple(rules),
     )
+
+
+def _proven_periods(distinct: list[Rule], cap: int) -> dict[int, tuple[int, int]]:
+    """(preperiod, period) of each subtraction rule (by its number) whose period the kernel
+    proves within an equal share of what is left of `PERIOD_PROBE_OPS`, cheapest rules
+    first; rules it does not prove are left out."""
+    order = sorted((rule.value_ops, number) for number, rule in enumerate(distinct)
+                   if rule.kind == "subtraction")
+    left, found = PERIOD_PROBE_OPS, {}
+    for done, (value_ops, number) in enumerate(order):
+        share = left // (len(order) - done)
+        length = min(cap, distinct[number].ops_len(share))
+        table = build_table(distinct[number], need_len=length, cap=max(length, 1))
+        spent = length if table.period is None else table.table_len + max(distinct[number].moves)
+        left -= (min(length, spent) - 1) * value_ops  # a proof sees its window repeat
+        if table.period is not None:
+            found[number] = (table.preperiod, table.period)
+    return found
 
 
 def _memory(positions: PositionsPlan, tables: TablesPlan, config: Config) -> MemoryPlan:

@@ -13,8 +13,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import write_csv, write_parquet
+from conftest import naive_period, write_csv, write_parquet
 
+from pipeline import explain
 from pipeline.config import config_from_dict
 from pipeline.explain import BY_VALUES, CSV_SAMPLE, INT, PROCESS_BYTES, TEXT, plan_run
 
@@ -80,15 +81,20 @@ def test_wide_parquet_int_keys_exact_counts_and_nothing_written(wide_parquet: Pa
     tables = plan["tables"]
     assert tables["largest_heap"] == 300 and tables["presized"] is True
     assert tables["bounded"] is True
+    # heaps up to 300, but the table stops at its period, proven by explain itself
+    pre, per, _ = naive_period([1, 3, 4])
     assert tables["rules"] == [{"moves": "{1, 3, 4}", "rule_sets": 2, "largest_heap": 300,
-                                "values": 301, "ops": 300 * 203, "stopped_by": None}]
-    assert (tables["values"], tables["ops"], tables["binds"]) == (301, 300 * 203, [])
+                                "values": pre + per, "ops": (pre + per - 1) * 203,
+                                "stopped_by": None, "preperiod": pre, "period": per}]
+    assert (tables["values"], tables["ops"], tables["binds"]) == (
+        pre + per, (pre + per - 1) * 203, [])
+    assert tables["probe_ops"] == 0  # every period is proven: the run needs no probe
     assert plan["output"] == {"location": str(wide_parquet / "out"), "format": "parquet",
                               "overwrite": False, "exists": False, "action": "create",
                               "problem": None, "run_date": None}
     memory = plan["memory"]
     assert memory["process"] == PROCESS_BYTES and memory["verdicts"] == 5 * 16
-    assert memory["tables"] == 2 * 301  # one byte a value, the flat copy beside the tables
+    assert memory["tables"] == 2 * (pre + per)  # a byte a value, and the flat copy beside
     assert memory["batches"] > 0
     assert memory["total"] == sum(v for k, v in memory.items() if k != "total")
 
@@ -106,16 +112,17 @@ def test_the_human_plan_says_the_same(wide_parquet: Path) -> None:
     assert lines[4].endswith(", 3 rows, heaps <= 300")
     assert ("largest heap: 300 (the Parquet statistics); per rule set from the row groups' "
             "rule_set_id ranges: 3 rule sets with heaps, 0 without") in lines
-    assert ("SG tables: 1 subtraction table, at most 301 values (301 bytes) and 60,900 "
+    assert naive_period([1, 3, 4])[:2] == (0, 7)
+    assert ("SG tables: 1 subtraction table, at most 7 values (7 bytes) and 1,218 "
             "operations; built at once from the footers' bound") in lines
-    assert ("  {1, 3, 4}: 2 rule sets, heaps <= 300, at most 301 values, 60,900 operations"
-            in lines)
+    assert ("  {1, 3, 4}: 2 rule sets, heaps <= 300, at most 7 values, 1,218 operations, "
+            "period 7 from 0 (proven now)") in lines
     assert lines[-2] == (f"output: {wide_parquet / 'out'} (parquet): does not exist; it would "
                          "be created")
     assert lines[-1] == "nothing was run or written"
     (memory,) = [line for line in lines if line.startswith("memory: about ")]
     assert "at peak, an estimate: 200.0 MiB the process, " in memory
-    assert memory.endswith(", 80 bytes verdicts, 602 bytes SG tables")
+    assert memory.endswith(", 80 bytes verdicts, 14 bytes SG tables")
     assert not (wide_parquet / "out").exists()
 
 
@@ -142,7 +149,8 @@ def test_long_csv_text_keys(tmp_path: Path) -> None:
     assert tables["presized"] is False and tables["bounded"] is False
     (rule,) = tables["rules"]
     assert (rule["moves"], rule["rule_sets"], rule["largest_heap"]) == ("{2, 5}", 2, None)
-    assert rule["values"] == 2_000_000_000 // 202 + 1  # up to its own limit, max_rule_ops
+    pre, per, _ = naive_period([2, 5])  # the heaps unknown, but the period proven
+    assert (rule["values"], rule["preperiod"], rule["period"]) == (pre + per, pre, per)
 
 
 def test_parquet_text_keys_and_a_uint64_key_beyond_int64(tmp_path: Path) -> None:
@@ -182,16 +190,21 @@ def test_largest_heap_per_rule_set_from_row_groups(tmp_path: Path) -> None:
     assert positions["largest_heap_by_rule_set"] == {"1": 100, "2": 70_000, "3": 500,
                                                      "4": 10**6, "5": -1}
     assert tables["presized"] is False
+    # each table stops at its rule sets' largest heap or at its period, whichever is first
+    (p12, q12, _), (p3, q3, _) = naive_period([1, 2]), naive_period([3])
     assert [(r["moves"], r["rule_sets"], r["largest_heap"], r["values"], r["ops"])
             for r in tables["rules"]] == [
-        ("{1, 2}", 2, 70_000, 70_001, 70_000 * 202), ("{3}", 1, 500, 501, 500 * 201),
-        ("{7}", 1, -1, 1, 0)]
-    assert (tables["values"], tables["ops"]) == (70_001 + 501 + 1, 70_000 * 202 + 500 * 201)
+        ("{1, 2}", 2, 70_000, p12 + q12, (p12 + q12 - 1) * 202),
+        ("{3}", 1, 500, p3 + q3, (p3 + q3 - 1) * 201), ("{7}", 1, -1, 1, 0)]
+    assert (tables["values"], tables["ops"]) == (
+        p12 + q12 + p3 + q3 + 1, (p12 + q12 - 1) * 202 + (p3 + q3 - 1) * 201)
     human = snim("explain", "--rules", "rules.csv", "--positions", "p", "--out", "o",
                  cwd=tmp_path).stdout
     assert ("largest heap: 1,000,000 (the Parquet statistics); per rule set from the row "
             "groups' rule_set_id ranges: 4 rule sets with heaps, 1 without") in human
-    assert "  {1, 2}: 2 rule sets, heaps <= 70,000, at most 70,001 values" in human
+    assert (f"  {{1, 2}}: 2 rule sets, heaps <= 70,000, at most {p12 + q12} values, "
+            f"{(p12 + q12 - 1) * 202} operations, period {q12} from {p12} (proven now)"
+            in human)
     assert not (tmp_path / "o").exists()
 
 
@@ -266,12 +279,20 @@ def test_a_positions_file_missing_a_column_is_the_runs_error(tmp_path: Path) -> 
     assert (explain.returncode, explain.stderr) == (ran.returncode, ran.stderr)
 
 
-def test_limits_against_the_tables(wide_parquet: Path) -> None:
+def test_limits_against_the_tables(wide_parquet: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no period proven (explain's probe given no work), the limits decide; a proven
+    period lifts a rule's own limit."""
     def plan(tables: dict) -> dict:
         config = config_from_dict({"rules": "rules.parquet", "positions": "positions",
                                    "out": "out", "tables": tables}, "test", wide_parquet)
         return plan_run(config).as_dict()["tables"]
 
+    pre, per, _ = naive_period([1, 3, 4])
+    proven = plan({"max_rule_ops": 100 * 203})
+    assert proven["rules"][0]["stopped_by"] is None
+    assert (proven["rules"][0]["values"], proven["stopped_by_own_limit"]) == (pre + per, 0)
+    monkeypatch.setattr(explain, "PERIOD_PROBE_OPS", 0)
     own = plan({"max_rule_ops": 100 * 203})  # 101 values: heap 300 needs 301
     assert own["rules"][0]["stopped_by"] == "tables.max_rule_ops"
     assert (own["rules"][0]["values"], own["stopped_by_own_limit"]) == (101, 1)
