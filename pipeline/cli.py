@@ -271,6 +271,11 @@ def run(
     spark_remote: Annotated[str | None, typer.Option(
         help="Spark Connect server, sc://HOST:PORT (--engine spark; instead of a master).")]
     = None,
+    memory_limit: Annotated[str | None, typer.Option(
+        help="Memory the polars engine aims to stay within, e.g. 4GiB; past a quarter of it "
+             "the verdicts go to scratch as sorted runs. auto: a quarter of the memory "
+             "available, at most 3GiB. Default: the config's memory_limit, else auto.")]
+    = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show details and tracebacks.")]
     = False,
@@ -283,7 +288,7 @@ def run(
     try:
         with heavy_imports():
             import pipeline.engines.polars_engine  # noqa: F401 - the default engine's modules
-            from pipeline.config import resolve_location, resolve_output
+            from pipeline.config import memory_bytes, resolve_location, resolve_output
             from pipeline.run import run_job
 
         cfg = _load(config, rules, positions, out)
@@ -298,6 +303,8 @@ def run(
             spark=_spark_options(cfg.spark, spark_master, spark_remote),
             output=(dataclasses.replace(cfg.output, format=output_format.value)
                     if output_format else None),
+            memory_limit=(memory_bytes(memory_limit, "--memory-limit")
+                          if memory_limit is not None else None),
         )
         night = _run_date(run_date) if run_date is not None else None
         configure_logging(quiet, verbose)

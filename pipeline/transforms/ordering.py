@@ -10,15 +10,16 @@ through polars' sort.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
-from pipeline.transforms.buffers import joined_text
+from pipeline.transforms.buffers import arrow_view, joined_buffers, joined_text
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -355,3 +356,170 @@ def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequ
                   shown_text(pl.col("rule_set_id"))).alias("_reason"),
     )
     return clean, reject_rows(dups, "positions")
+
+
+# Sorted runs: the wide path's verdicts held past the memory setting are sorted into runs that
+# the engine spills to scratch, then merged (`merge_round`) into key order a slice at a time.
+
+def spillable(parts: Sequence[VerdictPart], pid_type: pl.DataType | None) -> bool:
+    """Whether these parts can go into a sorted run: narrow (`_bucket`, see `verdict_part`),
+    with position ids of one type (`pid_type`, the runs' so far, when given) that the kernels
+    sort (Int64 without nulls, or text)."""
+    types = {p.frame["position_id"].dtype for p in parts}
+    return (all("_bucket" in p.frame.columns for p in parts) and len(types) == 1
+            and next(iter(types)) in (pl.Int64, pl.String)
+            and (pid_type is None or types == {pid_type}))
+
+
+@dataclass
+class RunKeys:
+    """What the sorted runs' rows say about their keys' types, gathered as each run is made,
+    for the check `_types_hold` makes over all rows at once: the rule sets used, and whether
+    some position id is text that reads as no integer."""
+
+    used: np.ndarray
+    pid_text: bool = False
+    rows: int = 0
+
+    @classmethod
+    def over(cls, rule_ids: pl.Series) -> RunKeys:
+        return cls(np.zeros(rule_ids.len(), bool))
+
+    def add(self, frame: pl.DataFrame) -> None:
+        if not frame.height:
+            return
+        self.rows += frame.height
+        self.used |= np.bincount(frame["_bucket"].to_numpy(), minlength=self.used.size) > 0
+        pid = frame["position_id"]
+        if pid.dtype == pl.String and not self.pid_text:
+            self.pid_text = (not re.fullmatch(keys.CANONICAL_INT, pid[0])
+                             or keys.needs_text(frame.select("position_id"), "position_id"))
+
+    def hold(self, rule_ids: pl.Series, pid_type: pl.DataType) -> bool:
+        """`_types_hold` over every row of the runs."""
+        if not self.rows:
+            return False
+        if rule_ids.dtype == pl.String and rule_ids.str.contains(keys.CANONICAL_INT).any():
+            ids = rule_ids.gather(np.flatnonzero(self.used))
+            if not keys.needs_text(pl.DataFrame({"k": ids}), "k"):
+                return False
+        return pid_type != pl.String or self.pid_text
+
+
+def sorted_run(parts: list[VerdictPart], n_buckets: int, rows: int) -> Iterator[pa.Table]:
+    """The parts' rows sorted by (`_bucket`, position_id), each with its input location as
+    `_loc` (`VerdictPart.locations`), as Arrow tables of `rows` rows: a run to spill,
+    gathered a slice at a time from the parts' columns joined once (no sorted copy of them
+    all). Consumes `parts`."""
+    frames = []
+    for p in parts:
+        loc = p.locations(np.arange(p.frame.height, dtype=np.int64))
+        frames.append(p.frame.with_columns(pl.Series("_loc", loc)))
+        p.frame = p.frame.clear()
+    parts.clear()
+    return _sorted_slices(frames, n_buckets, rows)
+
+
+def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
+                   ) -> Iterator[pa.Table]:
+    """Narrow frames' rows (`_bucket`, position_id, others without nulls) sorted by
+    (`_bucket`, position_id) with the kernels `_counting_sorted` and `_text_sorted` use, as
+    Arrow tables of `rows` rows. Consumes `frames` as it starts."""
+    names = [c for c in frames[0].columns if c not in ("_bucket", "position_id")]
+    bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
+    pids = [f.drop_in_place("position_id") for f in frames]
+    others = {name: _concat([f.drop_in_place(name) for f in frames]).to_numpy()
+              for name in names}
+    frames.clear()
+    n = bucket.shape[0]
+    if pids[0].dtype == pl.Int64:
+        pid = np.concatenate([p.to_numpy() for p in pids])
+        del pids
+        dest = np.empty(n, np.int32 if n < 2**31 else np.int64)
+        sorted_pid, counts = kernels.counting_sort(bucket, n_buckets, pid, dest)
+        del pid, bucket
+        with kernels.threads_for(n):
+            order = kernels.scatter(np.arange(n, dtype=dest.dtype), dest)
+        del dest
+
+        def position_ids(at: slice, _: pa.Array) -> pa.Array:
+            return arrow_view(sorted_pid[at])
+    else:
+        offsets, data = joined_buffers(pids)
+        with kernels.threads_for(n):
+            order, counts = kernels.text_key_order(bucket, n_buckets, offsets, data)
+        del bucket
+        text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+
+        def position_ids(at: slice, take: pa.Array) -> pa.Array:
+            return text.take(take)
+    runs = np.repeat(np.arange(n_buckets, dtype=np.int32), counts)
+    return _slices(n, rows, order, runs, position_ids, others)
+
+
+def _slices(n: int, rows: int, order: np.ndarray, runs: np.ndarray,
+            position_ids: Callable[[slice, pa.Array], pa.Array],
+            others: dict[str, np.ndarray]) -> Iterator[pa.Table]:
+    for start in range(0, max(n, 1), rows):
+        at = slice(start, min(start + rows, n))
+        take = order[at]
+        columns = {"_bucket": arrow_view(runs[at]),
+                   "position_id": position_ids(at, arrow_view(take))}
+        columns.update((name, arrow_view(values[take])) for name, values in others.items())
+        yield pa.table(columns)
+
+
+def bucket_sorted(frames: list[pl.DataFrame], n_buckets: int) -> pl.DataFrame:
+    """`_sorted_slices` in one frame."""
+    n = sum(f.height for f in frames)
+    (table,) = _sorted_slices(frames, n_buckets, max(n, 1))
+    return pl.from_arrow(table)
+
+
+def key_at(frame: pl.DataFrame, row: int) -> tuple[int, int | str]:
+    """The (`_bucket`, position_id) of a row of a sorted run."""
+    return int(frame["_bucket"][row]), frame["position_id"][row]
+
+
+def rows_below(frame: pl.DataFrame, key: tuple[int, int | str]) -> int:
+    """How many rows of a sorted run come before `key` (`key_at`): binary searches, in the
+    rule set's bucket and then in its position ids (text compared by bytes, as the sort
+    orders it)."""
+    bucket = frame["_bucket"].to_numpy()
+    lo, hi = np.searchsorted(bucket, key[0], "left"), np.searchsorted(bucket, key[0], "right")
+    if lo == hi:
+        return int(lo)
+    pid = frame["position_id"].slice(int(lo), int(hi - lo))
+    return int(lo) + int(pid.search_sorted(key[1], "left"))
+
+
+def merged_slice(takes: list[pl.DataFrame], rule_ids: pl.Series, rejects: pl.DataFrame,
+                 sources: Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Rows taken from sorted runs (every row of each key among them, see `merge_round`)
+    in key order with rule_set_id restored, minus duplicate keys: (verdicts, duplicate
+    rejects), as `key_sorted_verdicts` gives for all rows at once."""
+    takes = [t for t in takes if t.height] or takes[:1]
+    ordered = bucket_sorted(takes, rule_ids.len())
+    ids = rule_ids.gather(ordered["_bucket"].cast(pl.UInt32)).alias("rule_set_id")
+    ordered = ordered.with_columns(ids).select("rule_set_id", pl.exclude("_bucket",
+                                                                         "rule_set_id"))
+    return split_duplicates(ordered, rejects, sources)
+
+
+def merge_round(buffers: list[pl.DataFrame], live: list[bool]
+                ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], set[int]]:
+    """One step of a k-way merge of sorted runs, of which `buffers` hold the next rows read
+    and `live[i]` says whether run i has rows not read yet: every buffered row before the
+    smallest last key of a live run's buffer is safe to emit, as no row still unread comes
+    before it, and with it all copies of its key (a key's rows in later reads are not before
+    that key). Returns (the rows to emit, per run; the rows kept; the runs whose buffers end
+    at that key, which must read more before the next step). With no live run, everything
+    is emitted."""
+    lasts = {i: key_at(b, b.height - 1) for i, b in enumerate(buffers) if live[i] and b.height}
+    if not lasts:
+        return buffers, [b.clear() for b in buffers], set()
+    cutoff = min(lasts.values())
+    below = [rows_below(b, cutoff) for b in buffers]
+    return ([b.slice(0, n) for b, n in zip(buffers, below)],
+            [b.slice(n) for b, n in zip(buffers, below)],
+            {i for i, k in lasts.items() if k == cutoff})

@@ -4,16 +4,18 @@ staging directory and read back one part at a time."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError, WriteFailure, first_line
-from pipeline.io.outputs.failures import write_cause
+from pipeline.io.outputs.commit import ZSTD_LEVEL
+from pipeline.io.outputs.failures import write_cause, writing
 
 
 class Spill:
@@ -24,13 +26,14 @@ class Spill:
 
     MAX_OPEN = 128
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, compression: str = "zstd"):
         self.directory = directory
+        self.compression = compression
         self.files: dict[int, list[Path]] = {}
         self._open: dict[int, tuple[pa.Schema, Any, Any]] = {}  # part -> schema, file, writer
 
-    def write(self, part: int, frame: pl.DataFrame) -> None:
-        table = frame.to_arrow()
+    def write(self, part: int, frame: pl.DataFrame | pa.Table) -> None:
+        table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
         stream = self._open.get(part)
         if stream is None or not stream[0].equals(table.schema):
             self._close(part)
@@ -40,8 +43,10 @@ class Spill:
             self.files.setdefault(part, []).append(path)
             try:
                 fh = path.open("wb")
+                codec = {"zstd": pa.Codec("zstd", compression_level=1),
+                         "uncompressed": None}.get(self.compression, self.compression)
                 writer = pa.ipc.new_stream(fh, table.schema, options=pa.ipc.IpcWriteOptions(
-                    compression=pa.Codec("zstd", compression_level=1)))
+                    compression=codec))
             except OSError as exc:
                 raise _spill_error(path, exc) from None
             stream = self._open[part] = (table.schema, fh, writer)
@@ -75,6 +80,43 @@ class Spill:
         return frames
 
 
+    def stream(self, part: int) -> Iterator[pl.DataFrame]:
+        """The part's frames back as they were written, one at a time (each file removed
+        once read through), for reading a large part a slice at a time."""
+        for path in self.files.pop(part, []):
+            with pa.ipc.open_stream(path) as reader:
+                for batch in reader:
+                    yield pl.from_arrow(batch)
+            path.unlink()
+
+    def path(self, name: str) -> Path:
+        """A file of this name in the scratch directory, removed with it."""
+        return self.directory / name
+
+    @contextmanager
+    def parquet(self, name: str, output: str) -> Iterator[Callable[[pl.DataFrame], None]]:
+        """Write Parquet file `name` in the scratch directory frame by frame (a row group or
+        more each), as the output table `output` is written (zstd, statistics); yields
+        write(frame). A failure names `output` (`writing`)."""
+        path = self.directory / name
+        writer = None
+        with writing(output):
+            try:
+                def write(frame: pl.DataFrame) -> None:
+                    nonlocal writer
+                    table = frame.to_arrow()
+                    if writer is None:
+                        writer = pq.ParquetWriter(path, table.schema, compression="zstd",
+                                                  compression_level=ZSTD_LEVEL,
+                                                  write_statistics=True)
+                    writer.write_table(table, row_group_size=table.num_rows or None)
+
+                yield write
+            finally:
+                if writer is not None:
+                    writer.close()
+
+
 def _spill_error(path: Path, exc: OSError) -> OutputError:
     cause, no_space = write_cause(exc)
     return WriteFailure(f"{path}: cannot write scratch file ({exc.strerror or first_line(exc)})",
@@ -83,10 +125,11 @@ def _spill_error(path: Path, exc: OSError) -> OutputError:
 
 
 @contextmanager
-def spill(staging: Path) -> Iterator[Spill]:
-    """A `Spill` in a scratch directory inside the staging directory, removed on the way out
-    (the staging directory is never published with it)."""
-    directory = staging / ".spill"
+def spill(staging: Path, compression: str = "zstd", name: str = ".spill") -> Iterator[Spill]:
+    """A `Spill` in a scratch directory `name` inside the staging directory, removed on the
+    way out (the staging directory is never published with it); `compression` is the scratch
+    files' codec ("zstd" at level 1, "lz4", "uncompressed")."""
+    directory = staging / name
     try:
         directory.mkdir()
     except OSError as exc:
@@ -94,7 +137,7 @@ def spill(staging: Path) -> Iterator[Spill]:
         raise WriteFailure(f"{directory}: cannot create scratch directory ({exc.strerror})",
                             f"creating the scratch directory {directory.name}", cause,
                             no_space, path=directory) from None
-    scratch = Spill(directory)
+    scratch = Spill(directory, compression)
     try:
         yield scratch
     finally:
