@@ -26,11 +26,12 @@ RULES = [["r1", "subtraction", "1 2"], ["r2", "subtraction", "2 5 7"], ["r3", "n
          ["r4", "subtraction", "1 3 4"], ["r5", "subtraction", "0 3"]]  # r5 is invalid
 
 
-def _inputs(where: Path, keys: str) -> tuple[Path, Path]:
+def _inputs(where: Path, keys: str, clean: bool = False) -> tuple[Path, Path]:
     """rules.csv and three positions files whose keys repeat across files and within one,
     with rows rejected for their own reason (one the copy of a valid key), in random order.
     keys: "text" (text rule ids, 32-character hex position ids), "int" (both integers) or
-    "int-as-text" (text position ids that are all integers but for a rejected row's)."""
+    "int-as-text" (text position ids that are all integers but for a rejected row's).
+    `clean`: no key repeats and no position row is rejected."""
     rng = np.random.default_rng(37)
     text_rules = keys == "text"
     rules = write_csv(where / "rules.csv", ["rule_set_id", "kind", "moves"],
@@ -40,7 +41,8 @@ def _inputs(where: Path, keys: str) -> tuple[Path, Path]:
     files = []
     for _ in range(3):
         n = 300
-        rid = [rule_ids[i] for i in rng.choice(len(rule_ids), n, p=[.24] * 4 + [.02, .02])]
+        rid = [rule_ids[i] for i in rng.choice(len(rule_ids), n, p=[.25] * 4 + [0, 0] if clean
+                                                else [.24] * 4 + [.02, .02])]
         pid = (pl.Series(rng.integers(0, 1 << 62, n)) if keys == "int"
                else pl.Series(np.frombuffer(rng.bytes(16 * n), "S16"), dtype=pl.Binary
                               ).bin.encode("hex") if keys == "text"
@@ -48,12 +50,13 @@ def _inputs(where: Path, keys: str) -> tuple[Path, Path]:
         heaps = [rng.integers(0, 40, rng.integers(1, 6)).tolist() for _ in range(n)]
         files.append([rid, pid.to_list(), heaps])
     a, b, c = files
-    for i in range(3):  # keys of a given again in c; one of them in b too
+    for i in range(3 * (not clean)):  # keys of a given again in c; one of them in b too
         c[0][i], c[1][i] = a[0][10 + i], a[1][10 + i]
-    b[0][5], b[1][5] = a[0][10], a[1][10]
-    b[0][7], b[1][7] = b[0][8], b[1][8]  # twice within b
-    b[0][20], b[1][20], b[2][20] = a[0][30], a[1][30], [4, -1]  # a bad copy of a good key
-    a[2][40] = [3, None]
+    if not clean:
+        b[0][5], b[1][5] = a[0][10], a[1][10]
+        b[0][7], b[1][7] = b[0][8], b[1][8]  # twice within b
+        b[0][20], b[1][20], b[2][20] = a[0][30], a[1][30], [4, -1]  # a bad copy of a good key
+        a[2][40] = [3, None]
     if keys == "int-as-text":  # text in every batch of 64 rows, but rejected (unknown rule set)
         for f in files:
             for row in range(41, 300, 60):
@@ -65,6 +68,20 @@ def _inputs(where: Path, keys: str) -> tuple[Path, Path]:
                       {"rule_set_id": pl.String if text_rules else pl.Int64,
                        "position_id": pid_type, "heaps": pl.List(pl.Int64)})
     return rules, where / "positions"
+
+
+@pytest.mark.parametrize("keys", ["text", "int"])
+def test_spilled_runs_of_clean_rows_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
+    """No repeated key and no rejected position: every merged slice stays in Arrow."""
+    _inputs(tmp_path, keys, clean=True)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err  # the rules' r5
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
+    assert code == 3, err
+    assert "verdicts: run 15 of 44 rows spilled" in err
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    assert pl.read_parquet(tmp_path / "spilled" / "verdicts.parquet").height == 900
 
 
 def _run(where: Path, out: str, *flags: str) -> tuple[int, str]:

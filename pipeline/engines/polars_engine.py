@@ -108,7 +108,7 @@ class PolarsEvaluation:
             sink_parquet(evaluate.with_verdict(self.verdicts.lazy()),
                          staging / "verdicts.parquet")
         else:
-            with writing("verdicts.parquet"):
+            with writing("verdicts.parquet"):  # a rename within the staging directory
                 os.replace(self.merged.path, staging / "verdicts.parquet")
         write_parquet(self._with_rules(rule_rejects), staging / "rejects.parquet")
 
@@ -270,47 +270,73 @@ class _SortedRuns:
     def _in_memory(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
                    sources: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
         log.info("verdicts: %d runs read back to be sorted in memory", self.runs)
-        runs = [pl.concat(list(self.scratch.stream(i))) for i in range(self.runs)]
+        runs = [pl.from_arrow(pa.concat_tables(self.scratch.stream(i)))
+                for i in range(self.runs)]
         if last is not None:
             runs.append(pl.from_arrow(pa.concat_tables(last)))
         parts = [_run_part(r) for r in runs]
         return ordering.key_sorted_verdicts(parts + self.parts, self.rule_ids, rejected,
                                             sources)
 
-    def _merged(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame, sources: list[str],
-                note: Callable[[str], None]) -> tuple[MergedVerdicts, pl.DataFrame]:
+    def _merged(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
+                sources: list[str], note: Callable[[str], None]
+                ) -> tuple[MergedVerdicts, pl.DataFrame]:
         streams = [self.scratch.stream(i) for i in range(self.runs)]
         if last is not None:
-            streams.append(pl.from_arrow(table) for table in last)
+            streams.append(last)
         k = len(streams)
         row_bytes = max(self.run_bytes // max(self.run_rows, 1), 1)
         block = max(RUN_SLICE, min(1 << 20, self.budget // row_bytes // (2 * k)))
-        buffers = [pl.DataFrame() for _ in streams]
+        buffers: list[pa.Table | None] = [None] * k
         live = [True] * k
         need = set(range(k))
-        counts, duplicates, empty, written = [], [], None, 0
+        wins = np.zeros(self.rule_ids.len(), np.int64)
+        losses = wins.copy()
+        duplicates, written, first = [], 0, None
         with self.scratch.parquet("verdicts.parquet", "verdicts.parquet") as write:
             while True:
-                for i in need | {i for i in range(k) if live[i] and not buffers[i].height}:
+                for i in need | {i for i, b in enumerate(buffers)
+                                 if live[i] and (b is None or not b.num_rows)}:
                     buffers[i], live[i] = _read_more(buffers[i], streams[i], block)
                 takes, buffers, need = ordering.merge_round(buffers, live)
-                if any(t.height for t in takes) or (not any(live) and empty is None):
-                    verdicts, dups = ordering.merged_slice(takes, self.rule_ids, rejected,
-                                                           sources)
-                    empty = verdicts.clear() if empty is None else empty
-                    write(evaluate.with_verdict(verdicts))
-                    counts.append(outputs.summary_counts(verdicts, _NO_REJECTS)[0])
-                    duplicates.append(dups)
-                    written += verdicts.height
+                if any(t.num_rows for t in takes) or (not any(live) and first is None):
+                    merged = ordering.merged_slice(takes, self.rule_ids, rejected, sources)
+                    first = merged.verdicts if first is None else first
+                    write(merged.verdicts)
+                    wins += merged.wins
+                    losses += merged.losses
+                    duplicates.append(merged.duplicates)
+                    written += merged.verdicts.num_rows
                     note(f"positions: {written:,} verdicts merged from {k} sorted runs")
                 if not any(live):
                     break
-        counts = pl.concat(counts).group_by("rule_set_id", maintain_order=True).sum()
+        used = np.flatnonzero(wins + losses)
+        counts = pl.DataFrame({"rule_set_id": self.rule_ids.gather(used), "W": wins[used],
+                               "L": losses[used]})
+        empty = pl.from_arrow(first.slice(0, 0))
         return (MergedVerdicts(self.scratch.path("verdicts.parquet"), counts, empty),
                 pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *duplicates]))
 
 
-_NO_REJECTS = pl.DataFrame(schema=schema.REJECT_SCHEMA)
+def _read_more(buffer: pa.Table | None, stream: Iterator[pa.Table], rows: int
+               ) -> tuple[pa.Table, bool]:
+    """`buffer` with at least `rows` more rows of `stream` (fewer at its end), in one chunk
+    per column, and whether the stream has rows left."""
+    more = [] if buffer is None else [buffer]
+    got = 0
+    for table in stream:
+        more.append(table)
+        got += table.num_rows
+        if got >= rows:
+            return pa.concat_tables(more).combine_chunks(), True
+    return pa.concat_tables(more).combine_chunks(), False
+
+
+def _run_part(run: pl.DataFrame) -> ordering.VerdictPart:
+    """A sorted run's rows as a part again, its locations from `_loc`."""
+    loc = run.drop_in_place("_loc").to_numpy()
+    return ordering.VerdictPart(run, 0, 0, loc & ((1 << ordering.LOC_SHIFT) - 1),
+                                loc >> ordering.LOC_SHIFT)
 
 
 def _part_bytes(part: ordering.VerdictPart) -> int:
@@ -319,29 +345,6 @@ def _part_bytes(part: ordering.VerdictPart) -> int:
     views = sum(16 * part.frame.height for dtype in part.frame.dtypes if dtype == pl.String)
     return part.frame.estimated_size() + views + sum(
         a.nbytes for a in (part.rows, part.files) if a is not None)
-
-
-def _read_more(buffer: pl.DataFrame, stream: Iterator[pl.DataFrame], rows: int
-               ) -> tuple[pl.DataFrame, bool]:
-    """`buffer` with at least `rows` more rows of `stream` (fewer at its end), and whether
-    the stream has rows left."""
-    more = []
-    got = 0
-    for frame in stream:
-        more.append(frame)
-        got += frame.height
-        if got >= rows:
-            return pl.concat([buffer, *more] if buffer.width else more, rechunk=True), True
-    if not more:
-        return buffer, False
-    return pl.concat([buffer, *more] if buffer.width else more, rechunk=True), False
-
-
-def _run_part(run: pl.DataFrame) -> ordering.VerdictPart:
-    """A sorted run's rows as a part again, its locations from `_loc`."""
-    loc = run.drop_in_place("_loc").to_numpy()
-    return ordering.VerdictPart(run, 0, 0, loc & ((1 << ordering.LOC_SHIFT) - 1),
-                                loc >> ordering.LOC_SHIFT)
 
 
 class _RowsPerFile:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
@@ -469,55 +470,120 @@ def _slices(n: int, rows: int, order: np.ndarray, runs: np.ndarray,
         yield pa.table(columns)
 
 
-def bucket_sorted(frames: list[pl.DataFrame], n_buckets: int) -> pl.DataFrame:
-    """`_sorted_slices` in one frame."""
-    n = sum(f.height for f in frames)
-    (table,) = _sorted_slices(frames, n_buckets, max(n, 1))
-    return pl.from_arrow(table)
+def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column of one chunk (or an array) without nulls as numpy, without a copy."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column.to_numpy(zero_copy_only=True)
 
 
-def key_at(frame: pl.DataFrame, row: int) -> tuple[int, int | str]:
+def key_at(run: pa.Table, row: int) -> tuple[int, int | str]:
     """The (`_bucket`, position_id) of a row of a sorted run."""
-    return int(frame["_bucket"][row]), frame["position_id"][row]
+    return int(run["_bucket"][row].as_py()), run["position_id"][row].as_py()
 
 
-def rows_below(frame: pl.DataFrame, key: tuple[int, int | str]) -> int:
-    """How many rows of a sorted run come before `key` (`key_at`): binary searches, in the
-    rule set's bucket and then in its position ids (text compared by bytes, as the sort
-    orders it)."""
-    bucket = frame["_bucket"].to_numpy()
-    lo, hi = np.searchsorted(bucket, key[0], "left"), np.searchsorted(bucket, key[0], "right")
+def rows_below(run: pa.Table, key: tuple[int, int | str]) -> int:
+    """How many rows of a sorted run (one chunk per column) come before `key` (`key_at`):
+    binary searches, in the rule set's bucket and then in its position ids (text compared
+    as Python compares str, by code point: UTF-8's byte order, which the sort follows)."""
+    bucket = _numpy(run["_bucket"])
+    lo = int(np.searchsorted(bucket, key[0], "left"))
+    hi = int(np.searchsorted(bucket, key[0], "right"))
+    pid = run["position_id"]
     if lo == hi:
-        return int(lo)
-    pid = frame["position_id"].slice(int(lo), int(hi - lo))
-    return int(lo) + int(pid.search_sorted(key[1], "left"))
+        return lo
+    if pa.types.is_integer(pid.type):
+        return lo + int(np.searchsorted(_numpy(pid)[lo:hi], key[1], "left"))
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pid[mid].as_py() < key[1]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
-def merged_slice(takes: list[pl.DataFrame], rule_ids: pl.Series, rejects: pl.DataFrame,
-                 sources: Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+@dataclass
+class MergedSlice:
+    """Rows taken from sorted runs, merged (`merged_slice`): the verdicts as the output
+    table's Arrow columns (`evaluate.with_verdict`'s), their W and L per rule set rank, and
+    the duplicate rejects."""
+
+    verdicts: pa.Table
+    wins: np.ndarray
+    losses: np.ndarray
+    duplicates: pl.DataFrame
+
+
+def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFrame,
+                 sources: Sequence[str]) -> MergedSlice:
     """Rows taken from sorted runs (every row of each key among them, see `merge_round`)
-    in key order with rule_set_id restored, minus duplicate keys: (verdicts, duplicate
-    rejects), as `key_sorted_verdicts` gives for all rows at once."""
-    takes = [t for t in takes if t.height] or takes[:1]
-    ordered = bucket_sorted(takes, rule_ids.len())
-    ids = rule_ids.gather(ordered["_bucket"].cast(pl.UInt32)).alias("rule_set_id")
-    ordered = ordered.with_columns(ids).select("rule_set_id", pl.exclude("_bucket",
-                                                                         "rule_set_id"))
-    return split_duplicates(ordered, rejects, sources)
+    in key order, rule_set_id restored, minus duplicate keys, as `key_sorted_verdicts` gives
+    for all rows at once. In Arrow: the slice goes through polars (`split_duplicates`) only
+    when it holds a repeated key or a rejected row names a key."""
+    table = pa.concat_tables([t for t in takes if t.num_rows] or takes[:1],
+                             promote_options="permissive").combine_chunks()
+    n_buckets = rule_ids.len()
+    bucket = _numpy(table["_bucket"])
+    pid = table["position_id"]
+    n = table.num_rows
+    if pa.types.is_integer(pid.type):
+        dest = np.empty(n, np.int32 if n < 2**31 else np.int64)
+        kernels.counting_sort(bucket, n_buckets, _numpy(pid), dest)
+        with kernels.threads_for(n):
+            order = kernels.scatter(np.arange(n, dtype=dest.dtype), dest)
+    else:
+        text = pid.chunk(0) if pid.num_chunks else pa.array([], pa.large_string())
+        offsets, data = (np.frombuffer(text.buffers()[1], np.int64)[text.offset:
+                                                                    text.offset + n + 1],
+                         np.frombuffer(text.buffers()[2] or b"", np.uint8))
+        with kernels.threads_for(n):
+            order, _ = kernels.text_key_order(bucket, n_buckets, offsets, data)
+    ordered = table.take(arrow_view(order))
+    bucket = _numpy(ordered["_bucket"])
+    pid = ordered["position_id"]
+    repeated = (bucket[1:] == bucket[:-1]) & pc.equal(pid[1:], pid[:-1]).to_numpy(
+        zero_copy_only=False) if n > 1 else np.zeros(0, bool)
+    ids = rule_ids.to_arrow()
+    if repeated.any() or rejects.filter(pl.col("rule_set_id").is_not_null()
+                                        & pl.col("position_id").is_not_null()).height:
+        frame = pl.from_arrow(ordered)
+        frame = frame.select(pl.Series("rule_set_id", rule_ids.gather(frame["_bucket"])),
+                             pl.exclude("rule_set_id"))
+        clean, duplicates = split_duplicates(frame, rejects, sources)
+        ordered = clean.to_arrow()
+        bucket = _numpy(ordered["_bucket"])
+    else:
+        duplicates = pl.DataFrame(schema=REJECT_SCHEMA)
+    nim = _numpy(ordered["nim_sum"])
+    wins = np.bincount(bucket, weights=nim != 0, minlength=n_buckets).astype(np.int64)
+    total = np.bincount(bucket, minlength=n_buckets).astype(np.int64)
+    names = [c for c in ordered.column_names if c not in ("_bucket", "_loc", "rule_set_id",
+                                                          "position_id", "nim_sum")]
+    won = pc.not_equal(ordered["nim_sum"], 0)
+    columns = {"rule_set_id": ids.take(arrow_view(bucket)),
+               "position_id": ordered["position_id"],
+               "nim_sum": ordered["nim_sum"].cast(pa.int64()),
+               "verdict": pc.if_else(won, "W", "L").cast(pa.large_string())}
+    for name in names:  # the move columns, -1 for none (`with_verdict`: null)
+        values = ordered[name].cast(pa.int64())
+        columns[name] = pc.if_else(pc.greater_equal(values, 0), values,
+                                   pa.scalar(None, pa.int64()))
+    return MergedSlice(pa.table(columns), wins, total - wins, duplicates)
 
 
-def merge_round(buffers: list[pl.DataFrame], live: list[bool]
-                ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], set[int]]:
+def merge_round(buffers: list[pa.Table], live: list[bool]
+                ) -> tuple[list[pa.Table], list[pa.Table], set[int]]:
     """One step of a k-way merge of sorted runs, of which `buffers` hold the next rows read
-    and `live[i]` says whether run i has rows not read yet: every buffered row before the
-    smallest last key of a live run's buffer is safe to emit, as no row still unread comes
-    before it, and with it all copies of its key (a key's rows in later reads are not before
-    that key). Returns (the rows to emit, per run; the rows kept; the runs whose buffers end
-    at that key, which must read more before the next step). With no live run, everything
-    is emitted."""
-    lasts = {i: key_at(b, b.height - 1) for i, b in enumerate(buffers) if live[i] and b.height}
+    (none empty while its run is live) and `live[i]` says whether run i has rows not read
+    yet: every buffered row before the smallest last key of a live run's buffer is safe to
+    emit, as no row still unread comes before it, and with it all copies of its key (a key's
+    rows in later reads are not before that key). Returns (the rows to emit, per run; the
+    rows kept; the runs whose buffers end at that key, which must read more before the next
+    step). With no live run, everything is emitted."""
+    lasts = {i: key_at(b, b.num_rows - 1) for i, b in enumerate(buffers) if live[i]}
     if not lasts:
-        return buffers, [b.clear() for b in buffers], set()
+        return buffers, [b.slice(0, 0) for b in buffers], set()
     cutoff = min(lasts.values())
     below = [rows_below(b, cutoff) for b in buffers]
     return ([b.slice(0, n) for b, n in zip(buffers, below)],

@@ -80,13 +80,14 @@ class Spill:
         return frames
 
 
-    def stream(self, part: int) -> Iterator[pl.DataFrame]:
-        """The part's frames back as they were written, one at a time (each file removed
-        once read through), for reading a large part a slice at a time."""
+    def stream(self, part: int) -> Iterator[pa.Table]:
+        """The part's record batches back as they were written, one at a time as Arrow
+        tables (each file removed once read through), for reading a large part a slice at
+        a time."""
         for path in self.files.pop(part, []):
             with pa.ipc.open_stream(path) as reader:
                 for batch in reader:
-                    yield pl.from_arrow(batch)
+                    yield pa.Table.from_batches([batch])
             path.unlink()
 
     def path(self, name: str) -> Path:
@@ -94,7 +95,8 @@ class Spill:
         return self.directory / name
 
     @contextmanager
-    def parquet(self, name: str, output: str) -> Iterator[Callable[[pl.DataFrame], None]]:
+    def parquet(self, name: str, output: str
+                ) -> Iterator[Callable[[pl.DataFrame | pa.Table], None]]:
         """Write Parquet file `name` in the scratch directory frame by frame (a row group or
         more each), as the output table `output` is written (zstd, statistics); yields
         write(frame). A failure names `output` (`writing`)."""
@@ -102,9 +104,9 @@ class Spill:
         writer = None
         with writing(output):
             try:
-                def write(frame: pl.DataFrame) -> None:
+                def write(frame: pl.DataFrame | pa.Table) -> None:
                     nonlocal writer
-                    table = frame.to_arrow()
+                    table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
                     if writer is None:
                         writer = pq.ParquetWriter(path, table.schema, compression="zstd",
                                                   compression_level=ZSTD_LEVEL,
