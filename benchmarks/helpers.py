@@ -16,6 +16,8 @@
         that the floor wrote as many rows as B
     helpers.py same-bytes A B
         check that two files are byte for byte identical
+    helpers.py rows-of FILE
+        print the number of rows of a Parquet file (metadata only)
     helpers.py hex-positions DIR --positions N --files F --seed S
         issue 37's shape: DIR/rules.parquet (1,000 rule sets rs00000.. of 1..100 moves <= 10^4)
         and F Parquet files of N positions in all, 1..9 heaps <= 10^4 each, 32-character hex
@@ -249,6 +251,8 @@ def main() -> None:
     p = sub.add_parser("same-bytes")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
+    p = sub.add_parser("rows-of")
+    p.add_argument("file", type=Path)
     p = sub.add_parser("hex-positions")
     p.add_argument("dir", type=Path)
     p.add_argument("--positions", type=int, required=True)
@@ -271,6 +275,10 @@ def main() -> None:
         upload(a.dir, a.url)
     elif a.cmd == "fetch-verdicts":
         fetch_verdicts(a.url, a.target)
+    elif a.cmd == "rows-of":
+        import pyarrow.parquet as pq
+
+        print(pq.ParquetFile(a.file).metadata.num_rows)
     elif a.cmd == "hex-positions":
         hex_positions(a.dir, a.positions, a.files, a.seed)
     else:
