@@ -11,6 +11,7 @@ which are then collected one at a time.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -252,6 +253,7 @@ class _SortedRuns:
         self.run_rows += rows
         log.info("verdicts: run %d of %s rows spilled", self.runs + 1, f"{rows:,}")
         self.runs += 1
+        _release_memory()
 
     def finish(self, rejected: pl.DataFrame, sources: list[str], note: Callable[[str], None]
                ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
@@ -301,21 +303,43 @@ class _SortedRuns:
                 takes, buffers, need = ordering.merge_round(buffers, live)
                 if any(t.num_rows for t in takes) or (not any(live) and first is None):
                     merged = ordering.merged_slice(takes, self.rule_ids, rejected, sources)
-                    first = merged.verdicts if first is None else first
+                    first = merged.verdicts.schema if first is None else first
                     write(merged.verdicts)
                     wins += merged.wins
                     losses += merged.losses
                     duplicates.append(merged.duplicates)
                     written += merged.verdicts.num_rows
                     note(f"positions: {written:,} verdicts merged from {k} sorted runs")
+                    _release_memory()
                 if not any(live):
                     break
         used = np.flatnonzero(wins + losses)
         counts = pl.DataFrame({"rule_set_id": self.rule_ids.gather(used), "W": wins[used],
                                "L": losses[used]})
-        empty = pl.from_arrow(first.slice(0, 0))
+        empty = pl.from_arrow(first.empty_table())
         return (MergedVerdicts(self.scratch.path("verdicts.parquet"), counts, empty),
                 pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *duplicates]))
+
+
+def _release_memory() -> None:
+    """Give memory freed since back to the system: glibc keeps what numpy's arrays freed in
+    its heap, and Arrow's pool its own pages, where the next sizes may not fit. Each round
+    of a merge allocates arrays of other sizes, and without this the merge of 10M spilled
+    positions grew from 0.85 to 1.22 GiB (0.77 to 0.94 with it)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+    pa.default_memory_pool().release_unused()
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _glibc()
 
 
 def _read_more(buffer: pa.Table | None, stream: Iterator[pa.Table], rows: int
