@@ -15,6 +15,7 @@ import ctypes
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,9 +60,15 @@ class PolarsEngine:
         with ExitStack() as scratch:
             merged = None
             if job.form == "wide":
+                def open_scratch() -> tuple[Spill, ThreadPoolExecutor]:
+                    # the thread is joined before the directory is removed
+                    # uncompressed: lz4 left 100M runs' rows at 54 bytes, as many as they hold
+                    return (scratch.enter_context(spill(job.staging, "uncompressed",
+                                                        ".verdict-runs")),
+                            scratch.enter_context(ThreadPoolExecutor(1, "verdicts-spill")))
+
                 runs = _SortedRuns(_rule_ids(job.index), memory_limit(job.config),
-                                   lambda: scratch.enter_context(
-                                       spill(job.staging, "lz4", ".verdict-runs")))
+                                   open_scratch)
                 verdicts, rejects, rows = _evaluate_wide(job.paths, job.config, job.index,
                                                          job.cache, job.note, job.read_cache,
                                                          runs)
@@ -215,11 +222,13 @@ class _SortedRuns:
     that are all integers), the runs are read back and sorted in memory."""
 
     def __init__(self, rule_ids: pl.Series, limit: int | None,
-                 open_scratch: Callable[[], Spill] | None):
+                 open_scratch: Callable[[], tuple[Spill, ThreadPoolExecutor]] | None):
         self.rule_ids = rule_ids
         self.budget = None if limit is None else max(limit // HELD_SHARE, 1)
         self.open_scratch = open_scratch
         self.scratch: Spill | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.spilling: Future[int] | None = None
         self.parts: list[ordering.VerdictPart] = []
         self.held = 0
         self.runs = 0
@@ -235,6 +244,10 @@ class _SortedRuns:
             self._spill()
 
     def _spill(self) -> None:
+        """Hand the parts held to the spilling thread (`verdicts-spill`) as the next run,
+        once it is done with the one before: the run is sorted and written while this thread
+        evaluates the next batches (10M shuffled text ids took 5 s a run, the reading
+        stalled meanwhile)."""
         if not ordering.spillable(self.parts, self.pid_type):
             log.info("verdicts: keys of mixed types stay in memory")
             self.stuck = True
@@ -242,24 +255,36 @@ class _SortedRuns:
         self.pid_type = self.parts[0].frame["position_id"].dtype
         for part in self.parts:
             self.keys.add(part.frame)
-        self.run_bytes += self.held
-        self.held = rows = 0
+        self._wait()
         if self.scratch is None:
-            self.scratch = self.open_scratch()
-        for table in ordering.sorted_run(self.parts, self.rule_ids.len(), RUN_SLICE):
-            self.scratch.write(self.runs, table)
+            self.scratch, self.pool = self.open_scratch()
+        self.run_bytes += self.held
+        self.spilling = self.pool.submit(self._write_run, self.parts, self.runs)
+        self.parts, self.held = [], 0
+        self.runs += 1
+
+    def _write_run(self, parts: list[ordering.VerdictPart], run: int) -> int:
+        rows = 0
+        for table in ordering.sorted_run(parts, self.rule_ids.len(), RUN_SLICE):
+            self.scratch.write(run, table)
             rows += table.num_rows
         self.scratch.close()
-        self.run_rows += rows
-        log.info("verdicts: run %d of %s rows spilled", self.runs + 1, f"{rows:,}")
-        self.runs += 1
+        log.info("verdicts: run %d of %s rows spilled", run + 1, f"{rows:,}")
         _release_memory()
+        return rows
+
+    def _wait(self) -> None:
+        """Wait for the run being spilled (its error raised here)."""
+        if self.spilling is not None:
+            self.run_rows += self.spilling.result()
+            self.spilling = None
 
     def finish(self, rejected: pl.DataFrame, sources: list[str], note: Callable[[str], None]
                ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
         """(the verdicts in key order, in memory or merged into a file; duplicate rejects)."""
         if not self.runs:
             return ordering.key_sorted_verdicts(self.parts, self.rule_ids, rejected, sources)
+        self._wait()
         last = None
         if self.parts and ordering.spillable(self.parts, self.pid_type):
             for part in self.parts:
@@ -297,8 +322,11 @@ class _SortedRuns:
         duplicates, written, first = [], 0, None
         with self.scratch.parquet("verdicts.parquet", "verdicts.parquet") as write:
             while True:
+                # the runs that ended the last round at its cut-off, and any other run
+                # down to half a read: rounds of about k reads each, not of whatever the
+                # other runs had left
                 for i in need | {i for i, b in enumerate(buffers)
-                                 if live[i] and (b is None or not b.num_rows)}:
+                                 if live[i] and (b is None or b.num_rows < block // 2)}:
                     buffers[i], live[i] = _read_more(buffers[i], streams[i], block)
                 takes, buffers, need = ordering.merge_round(buffers, live)
                 if any(t.num_rows for t in takes) or (not any(live) and first is None):
