@@ -180,3 +180,18 @@ def test_sigterm_while_spilling_leaves_no_scratch(tmp_path):
     assert proc.returncode == 143, err
     assert err == "snim-batch: stopped by SIGTERM; nothing was written\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
+def test_the_memory_setting_given_or_derived():
+    """A given memory_limit is used as it is; auto (0) is a quarter of the memory available
+    (MemAvailable or a container's limit), within 512 MiB .. 3 GiB."""
+    from pipeline.config import Config, memory_bytes
+    from pipeline.engines.polars_engine import DEFAULT_MEMORY_CAP, MIN_MEMORY, memory_limit
+
+    given = Config("r", "p", Path("o"), memory_limit=memory_bytes("1.5GiB", "x"))
+    assert memory_limit(given) == 3 << 29
+    derived = memory_limit(Config("r", "p", Path("o")))
+    assert MIN_MEMORY <= derived <= DEFAULT_MEMORY_CAP
+    meminfo = {line.split(":")[0]: int(line.split()[1]) * 1024
+               for line in Path("/proc/meminfo").read_text().splitlines()}
+    assert derived <= max(MIN_MEMORY, meminfo["MemTotal"] // 4)

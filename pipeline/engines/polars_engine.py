@@ -178,8 +178,9 @@ RUN_SLICE = 1 << 16  # rows per record batch of a run file: what the merge reads
 
 
 def _available_memory() -> int:
-    """Bytes this process may use now: MemAvailable, or a cgroup's limit less its usage
-    where that is smaller; 8 GiB when neither can be read."""
+    """Bytes this process may use: MemAvailable, or the container's (cgroup's) memory limit
+    where that is smaller (the limit, not what is left under it: the cgroup's usage counts
+    the page cache, which the kernel gives back); 8 GiB when neither can be read."""
     found = []
     try:
         with open("/proc/meminfo") as f:
@@ -188,13 +189,11 @@ def _available_memory() -> int:
                     found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError):
         pass
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
             text = Path(limit).read_text().strip()
             if text != "max" and int(text) < 1 << 60:
-                found.append(int(text) - int(Path(usage).read_text()))
+                found.append(int(text))
         except (OSError, ValueError):
             continue
     return min(found) if found else 8 << 30
