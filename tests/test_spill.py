@@ -30,7 +30,8 @@ def _inputs(where: Path, keys: str, clean: bool = False) -> tuple[Path, Path]:
     """rules.csv and three positions files whose keys repeat across files and within one,
     with rows rejected for their own reason (one the copy of a valid key), in random order.
     keys: "text" (text rule ids, 32-character hex position ids), "int" (both integers) or
-    "int-as-text" (text position ids that are all integers but for a rejected row's).
+    "int-as-text" (text position ids that are all integers but for a rejected row's) or
+    "mixed" (integer position ids in a, hex text in b and c, where a's repeat as text).
     `clean`: no key repeats and no position row is rejected."""
     rng = np.random.default_rng(37)
     text_rules = keys == "text"
@@ -39,30 +40,32 @@ def _inputs(where: Path, keys: str, clean: bool = False) -> tuple[Path, Path]:
     rule_ids = [r[0] if text_rules else int(r[0][1:]) for r in RULES] + (
         ["r99"] if text_rules else [99])
     files = []
-    for _ in range(3):
+    for f in range(3):
         n = 300
+        ints = keys == "int" or (keys == "mixed" and f == 0)
         rid = [rule_ids[i] for i in rng.choice(len(rule_ids), n, p=[.25] * 4 + [0, 0] if clean
                                                 else [.24] * 4 + [.02, .02])]
-        pid = (pl.Series(rng.integers(0, 1 << 62, n)) if keys == "int"
+        pid = (pl.Series(rng.integers(0, 1 << 62, n)) if ints
                else pl.Series(np.frombuffer(rng.bytes(16 * n), "S16"), dtype=pl.Binary
-                              ).bin.encode("hex") if keys == "text"
+                              ).bin.encode("hex") if keys in ("text", "mixed")
                else pl.Series(rng.integers(0, 1 << 40, n)).cast(pl.String))
         heaps = [rng.integers(0, 40, rng.integers(1, 6)).tolist() for _ in range(n)]
         files.append([rid, pid.to_list(), heaps])
     a, b, c = files
     for i in range(3 * (not clean)):  # keys of a given again in c; one of them in b too
-        c[0][i], c[1][i] = a[0][10 + i], a[1][10 + i]
+        c[0][i], c[1][i] = a[0][10 + i], a[1][10 + i] if keys != "mixed" else str(a[1][10 + i])
     if not clean:
-        b[0][5], b[1][5] = a[0][10], a[1][10]
+        b[0][5], b[1][5] = a[0][10], a[1][10] if keys != "mixed" else str(a[1][10])
         b[0][7], b[1][7] = b[0][8], b[1][8]  # twice within b
-        b[0][20], b[1][20], b[2][20] = a[0][30], a[1][30], [4, -1]  # a bad copy of a good key
+        b[0][20], b[1][20], b[2][20] = (a[0][30], a[1][30] if keys != "mixed" else str(a[1][30]),
+                                        [4, -1])  # a bad copy of a good key
         a[2][40] = [3, None]
     if keys == "int-as-text":  # text in every batch of 64 rows, but rejected (unknown rule set)
         for f in files:
             for row in range(41, 300, 60):
                 f[0][row], f[1][row] = rule_ids[-1], f"x{row}"
-    pid_type = pl.Int64 if keys == "int" else pl.String
     for name, (rid, pid, heaps) in zip("abc", files):
+        pid_type = pl.Int64 if keys == "int" or (keys == "mixed" and name == "a") else pl.String
         write_parquet(where / "positions" / f"{name}.parquet",
                       {"rule_set_id": rid, "position_id": pid, "heaps": heaps},
                       {"rule_set_id": pl.String if text_rules else pl.Int64,
@@ -89,13 +92,15 @@ def _run(where: Path, out: str, *flags: str) -> tuple[int, str]:
                    "--winning-moves", "--verbose", *flags], where)
 
 
-@pytest.mark.parametrize("keys", ["text", "int", "int-as-text"])
+@pytest.mark.parametrize("keys", ["text", "int", "int-as-text", "mixed"])
 def test_spilled_runs_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
     """Batches of 64 rows, each spilled as a sorted run (--memory-limit 1: one byte), merged:
     the same verdicts, rejects (duplicates across and within files, a rejected copy's valid
     twin, bad rows), summary and sg_tables as one sort in memory. Text ids that are all
     integers once the rejected row is out are typed as integers over all rows, as in memory:
-    then the runs are read back and sorted in memory instead."""
+    then the runs are read back and sorted in memory instead. Integer ids in one file and
+    text in the others: the batches after a type change stay in memory, and the runs are
+    read back to be sorted with them (all ids text)."""
     _inputs(tmp_path, keys)
     monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
     code, err = _run(tmp_path, "memory")
@@ -103,10 +108,13 @@ def test_spilled_runs_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
     assert "rows spilled" not in err
     code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
     assert code == 3, err
-    # 300 rows a file in batches of 64: 15 batches, each a run (less its rejected rows)
+    # 300 rows a file in batches of 64: 15 batches, each a run (less its rejected rows);
+    # mixed: a's 5, then b's text ids stay in memory
     assert re.findall(r"verdicts: run (\d+) of \d+ rows spilled", err) == [
-        str(i) for i in range(1, 16)]
-    assert ("runs read back to be sorted in memory" in err) == (keys == "int-as-text")
+        str(i) for i in range(1, 6 if keys == "mixed" else 16)]
+    assert ("runs read back to be sorted in memory" in err) == (keys in ("int-as-text",
+                                                                         "mixed"))
+    assert ("keys of mixed types stay in memory" in err) == (keys == "mixed")
     assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
     rejects = pl.read_parquet(tmp_path / "spilled" / "rejects.parquet")
     assert rejects.filter(pl.col("reason").str.contains("appears 3 times")).height == 3
