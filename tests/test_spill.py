@@ -146,6 +146,31 @@ def test_a_failed_merge_write_leaves_no_scratch(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
 
 
+def test_a_failed_run_write_leaves_no_scratch(tmp_path, monkeypatch):
+    """The third sorted run cannot be written (no space), in the spilling thread: the run
+    stops with exit 1 naming the scratch file, and nothing is left."""
+    import pyarrow.ipc
+
+    _inputs(tmp_path, "text")
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    real = pyarrow.ipc.new_stream
+
+    def third_fails(sink, schema, **kwargs):
+        if Path(sink.name).name == "2-0.arrows":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(sink, schema, **kwargs)
+
+    monkeypatch.setattr(pyarrow.ipc, "new_stream", third_fails)
+    code, err = _run(tmp_path, "out", "--memory-limit", "1")
+    assert code == 1, err
+    assert err.splitlines()[-1] == (
+        f"pipeline.errors.OutputError: {tmp_path / 'out'}: no space left on device while "
+        "writing the scratch file .verdict-runs/2-0.arrows; nothing was written (free space "
+        "or choose another --out)")
+    assert "verdicts: run 2 of" in err and "verdicts: run 3 of" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
 @pytest.mark.parametrize("value, problem", [
     ("lots", "--memory-limit must be auto or a size such as 4GiB or 512MiB, got 'lots'"),
     ("0", "--memory-limit must be at least 1 byte, got '0'")])
