@@ -69,8 +69,8 @@ clean-cache:
 
 # Benchmarks (benchmarks/README.md): ratios against references, written to
 # benchmarks/results/RESULTS.md; bench-large runs the 200M-heap job (long) and appends to it;
-# bench-spark runs only the Spark rows (results/SPARK.md).
-.PHONY: bench-large bench-spark
+# bench-spark runs only the Spark rows (results/SPARK.md); bench-memory issue 37's memory rows.
+.PHONY: bench-large bench-spark bench-memory
 
 bench: setup
 	$(BIN)/python benchmarks/bench.py
@@ -80,3 +80,6 @@ bench-spark: setup
 
 bench-large: setup
 	$(BIN)/python benchmarks/bench.py --large
+
+bench-memory: setup
+	$(BIN)/python benchmarks/bench.py --memory

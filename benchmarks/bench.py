@@ -783,6 +783,63 @@ def bench_large() -> None:
     append_results(text)
 
 
+# --------------------------------------------------------------------------- memory (issue 37)
+
+
+MEMORY_SIZES = (10_000_000, 40_000_000, 100_000_000)
+MEMORY_FILES = 8
+
+
+def ensure_hex_dataset(positions: int) -> Path:
+    """Issue 37's shape (helpers.py hex-positions): text rule ids, 32-character hex position
+    ids in random order, 1..9 heaps, 8 Parquet files; reused when complete."""
+    target = DATA / f"i37_{positions // 1_000_000}m"
+    found = sorted((target / "positions").glob("part-*.parquet"))
+    if len(found) == MEMORY_FILES and int(helper("rows", str(target))) == positions:
+        log(f"reusing {target.relative_to(ROOT)}")
+        return target
+    shutil.rmtree(target, ignore_errors=True)
+    log(f"generating {target.relative_to(ROOT)}")
+    helper("hex-positions", str(target), "--positions", str(positions), "--files",
+           str(MEMORY_FILES), "--seed", "37")
+    return target
+
+
+def bench_memory(sizes: list[int], before: Path | None) -> None:
+    """`run` (default options but --no-winning-moves, so the memory setting is auto) against
+    its floor on issue 37's shape at each size, back to back (and with CHECKOUT's pipeline
+    when --before is given): wall, peak RSS, run / floor; the verdicts' rows checked."""
+    env = environment()
+    floor_rss = rss_floor()
+    rows = []
+    for n in sizes:
+        data = ensure_hex_dataset(n)
+        label = f"{n // 1_000_000}M"
+        ds = Dataset(data.name, n, 37, key_type="string")
+        floor = measure(f"floor_{data.name}", floor_argv(ds, data, RES / f"floor_{data.name}"
+                                                         ".parquet"))
+        runs = [("after", None)] + ([("before", before)] if before else [])
+        for which, code in runs:
+            out = RES / f"run_{data.name}_{which}"
+            p = measure(f"run_{data.name}_{which}",
+                        run_argv(ds, data, out, "--no-winning-moves"), code=code)
+            counted = helper("rows-of", str(out / "verdicts.parquet"))
+            rows.append(f"| {label} | {which} | {secs(p.wall_s)} | {secs(floor.wall_s)} | "
+                        f"{ratio(p.wall_s, floor.wall_s)} | {p.maxrss / GIB:.2f} | "
+                        f"{floor.maxrss / GIB:.2f} | {counted} |")
+            shutil.rmtree(out, ignore_errors=True)
+        (RES / f"floor_{data.name}.parquet").unlink(missing_ok=True)
+    text = "\n".join([
+        "", "## Memory: issue 37's shape (`bench.py --memory`)", "", *env,
+        f"- peak RSS floor: {mib(floor_rss)} MiB", "",
+        "| positions | code | run (s) | floor (s) | run / floor | peak RSS run (GiB) | "
+        "peak RSS floor (GiB) | verdicts |",
+        "|---|---|--:|--:|--:|--:|--:|--:|", *rows, "",
+        "Goals: peak RSS <= 4 GiB at 100M and not growing with the input, run <= 1.5x the "
+        "floor at 100M.", ""])
+    append_results(text)
+
+
 def append_results(text: str) -> None:
     """Append a section to RESULTS.md (started when missing) and show it."""
     if not RESULTS.exists():
@@ -1062,6 +1119,11 @@ def main() -> int:
                     "the sample run against the imports, --help (results/START.md)")
     ap.add_argument("--start-positions", type=int, default=START_M, metavar="N",
                     help="positions of the start rows' shapes (default 1M)")
+    ap.add_argument("--memory", action="store_true",
+                    help="only the memory rows (issue 37): run against its floor on text ids "
+                    "in random order at 10M, 40M and 100M positions (--memory-sizes)")
+    ap.add_argument("--memory-sizes", default="10,40,100", metavar="M,M,...",
+                    help="positions of the memory rows, in millions (default 10,40,100)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT",
                     help="also run the matrix with CHECKOUT's pipeline (an older commit), each "
                     "shape back to back with this one, for a before/after table")
@@ -1086,6 +1148,9 @@ def main() -> int:
         else:
             if args.large:
                 bench_large()
+            elif args.memory:
+                bench_memory([int(m) * 1_000_000 for m in args.memory_sizes.split(",")],
+                             args.before)
             elif args.spark:
                 bench_spark(args.repeat)
             else:

@@ -16,6 +16,12 @@
         that the floor wrote as many rows as B
     helpers.py same-bytes A B
         check that two files are byte for byte identical
+    helpers.py rows-of FILE
+        print the number of rows of a Parquet file (metadata only)
+    helpers.py hex-positions DIR --positions N --files F --seed S
+        issue 37's shape: DIR/rules.parquet (1,000 rule sets rs00000.. of 1..100 moves <= 10^4)
+        and F Parquet files of N positions in all, 1..9 heaps <= 10^4 each, 32-character hex
+        position ids (random, so in random order)
 """
 
 from __future__ import annotations
@@ -181,6 +187,33 @@ def same_bytes(a: Path, b: Path) -> None:
     print(f"identical ({len(x)} bytes)")
 
 
+def hex_positions(directory: Path, positions: int, files: int, seed: int) -> None:
+    import polars as pl
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    (directory / "positions").mkdir(parents=True, exist_ok=True)
+    ids = np.array([f"rs{i:05d}" for i in range(1000)])
+    moves = [np.sort(rng.choice(10_000, int(rng.integers(1, 101)), replace=False) + 1).tolist()
+             for _ in range(1000)]
+    pl.DataFrame({"rule_set_id": ids, "kind": ["subtraction"] * 1000, "moves": moves}
+                 ).write_parquet(directory / "rules.parquet")
+    for f in range(files):
+        n = positions // files + (f < positions % files)
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(rng.integers(1, 10, n), out=offsets[1:])
+        heaps = pa.ListArray.from_arrays(pa.array(offsets),
+                                         pa.array(rng.integers(0, 10_001, int(offsets[-1]))))
+        raw = np.frombuffer(rng.bytes(16 * n), dtype="S16")
+        frame = pl.DataFrame({
+            "rule_set_id": ids[rng.integers(0, 1000, n)],
+            "position_id": pl.Series(raw, dtype=pl.Binary).bin.encode("hex"),
+            "heaps": pl.Series(heaps)})
+        tmp = directory / "positions" / f".part-{f:05d}.parquet"
+        frame.write_parquet(tmp, row_group_size=1 << 20)
+        tmp.rename(directory / "positions" / f"part-{f:05d}.parquet")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -218,6 +251,13 @@ def main() -> None:
     p = sub.add_parser("same-bytes")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
+    p = sub.add_parser("rows-of")
+    p.add_argument("file", type=Path)
+    p = sub.add_parser("hex-positions")
+    p.add_argument("dir", type=Path)
+    p.add_argument("--positions", type=int, required=True)
+    p.add_argument("--files", type=int, default=8)
+    p.add_argument("--seed", type=int, default=37)
     a = ap.parse_args()
     if a.cmd == "moves":
         write_moves(a.out, a.rules, a.moves, a.max_move, a.values, a.seed)
@@ -235,6 +275,12 @@ def main() -> None:
         upload(a.dir, a.url)
     elif a.cmd == "fetch-verdicts":
         fetch_verdicts(a.url, a.target)
+    elif a.cmd == "rows-of":
+        import pyarrow.parquet as pq
+
+        print(pq.ParquetFile(a.file).metadata.num_rows)
+    elif a.cmd == "hex-positions":
+        hex_positions(a.dir, a.positions, a.files, a.seed)
     else:
         same_bytes(a.a, a.b)
 

@@ -75,12 +75,19 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
              output_format: Literal["parquet", "delta"] | None = None,
              spark_master: str | None = None, spark_remote: str | None = None,
              max_rejected_rows: int | None = None,
-             max_rejected_rate: float | None = None) -> Config:
+             max_rejected_rate: float | None = None,
+             memory_limit: str | int | None = None) -> Config:
     """The run's `Config`: `config_file` if given (its relative paths relative to it), with
     every argument that is not None over its keys. `rules`, `positions` and `out` (relative
     to the working directory) are required unless the file has them. Raises `UsageError`
     (`ConfigError` for the file or a value) when they do not make a run."""
-    from pipeline.config import config_from_dict, load_config, resolve_location, resolve_output
+    from pipeline.config import (
+        config_from_dict,
+        load_config,
+        memory_bytes,
+        resolve_location,
+        resolve_output,
+    )
 
     given = {"rules": rules, "positions": positions, "out": out}
     for name, value in given.items():
@@ -108,6 +115,8 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
         engine=_lower(engine), winning_moves=winning_moves, on_bad_rows=_lower(on_bad_rows),
         overwrite=overwrite, spark=spark, max_rejected_rows=max_rejected_rows,
         max_rejected_rate=max_rejected_rate,
+        memory_limit=(memory_bytes(memory_limit, "--memory-limit")
+                      if memory_limit is not None else None),
         output=(dataclasses.replace(cfg.output, format=_lower(output_format))
                 if output_format is not None else None),
     )
@@ -128,6 +137,7 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None =
                    spark_master: str | None = None, spark_remote: str | None = None,
                    max_rejected_rows: int | None = None,
                    max_rejected_rate: float | None = None,
+                   memory_limit: str | int | None = None,
                    run_date: date | None = None,
                    on_event: OnEvent | None = None) -> BatchResult:
     """Evaluate every position and commit the output whole, as `snim-batch run` does with the
@@ -148,7 +158,8 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None =
                    engine=engine, winning_moves=winning_moves, on_bad_rows=on_bad_rows,
                    overwrite=overwrite, output_format=output_format,
                    spark_master=spark_master, spark_remote=spark_remote,
-                   max_rejected_rows=max_rejected_rows, max_rejected_rate=max_rejected_rate)
+                   max_rejected_rows=max_rejected_rows, max_rejected_rate=max_rejected_rate,
+                   memory_limit=memory_limit)
     return run_settings(cfg, run_date, on_event)
 
 

@@ -271,7 +271,8 @@ def _run_config(config: Path | None, rules: str | None, positions: str | None, o
                 engine: Engine | None, winning_moves: bool | None, on_bad_rows: Policy | None,
                 overwrite: bool | None, spark_master: str | None,
                 output_format: OutputFormat | None, spark_remote: str | None,
-                max_rejected_rows: int | None = None, max_rejected_rate: float | None = None):
+                max_rejected_rows: int | None = None, max_rejected_rate: float | None = None,
+                memory_limit: str | None = None):
     """The settings of a run (`run`, `explain`): the config file's, with the options given.
     ./config.yaml is read only when neither --rules nor --positions is given."""
     from pipeline.api import settings
@@ -294,7 +295,8 @@ def _run_config(config: Path | None, rules: str | None, positions: str | None, o
                     overwrite=overwrite,
                     output_format=output_format.value if output_format else None,
                     spark_master=spark_master, spark_remote=spark_remote,
-                    max_rejected_rows=max_rejected_rows, max_rejected_rate=max_rejected_rate)
+                    max_rejected_rows=max_rejected_rows, max_rejected_rate=max_rejected_rate,
+                    memory_limit=memory_limit)
 
 
 @app.command(short_help="Evaluate every position; write verdicts, rejects and a manifest.")
@@ -359,6 +361,12 @@ def run(
         envvar="SNIM_BATCH_SPARK_REMOTE",
         help="Spark Connect server, sc://HOST:PORT (--engine spark; instead of a master).")]
     = None,
+    memory_limit: Annotated[str | None, typer.Option(
+        envvar="SNIM_BATCH_MEMORY_LIMIT",
+        help="Memory the polars engine aims to stay within, e.g. 4GiB; past a quarter of it "
+             "the verdicts go to scratch as sorted runs. auto: a quarter of the memory "
+             "available, at most 3GiB. Default: the config's memory_limit, else auto.")]
+    = None,
     result_file: Annotated[Path | None, typer.Option(
         envvar="SNIM_BATCH_RESULT_FILE",
         help="Write the run's result as JSON to this file (docs/run-result.schema.json), "
@@ -418,7 +426,7 @@ def run(
 
         cfg = _run_config(config, rules, positions, out, engine, winning_moves, on_bad_rows,
                           overwrite, spark_master, output_format, spark_remote,
-                          max_rejected_rows, max_rejected_rate)
+                          max_rejected_rows, max_rejected_rate, memory_limit)
         known.update(out=str(cfg.out),
                      config_file=None if cfg.config_file is None else str(cfg.config_file))
         night = _run_date(run_date) if run_date is not None else None

@@ -105,6 +105,9 @@ class Config:
     spark: Spark = field(default_factory=Spark)
     output: Output = field(default_factory=Output)
     storage_options: dict[str, str] = field(default_factory=dict)
+    memory_limit: int = 0
+    """Bytes the polars engine's verdicts may use before sorted runs go to scratch (see
+    `memory_bytes`); 0: derived from the memory available (`polars_engine.memory_limit`)."""
     config_file: Path | None = None
 
     def override(self, **changes: Any) -> Config:
@@ -468,6 +471,25 @@ def resolve_output(text: str, base: Path) -> Path | str:
     return str(location) if location.is_remote else Path(str(location))
 
 
+_MEMORY = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*", re.IGNORECASE)
+def memory_bytes(value: Any, name: str) -> int:
+    """A memory setting -> bytes: an integer of bytes, or text like 4GiB, 512MiB, 2G (powers
+    of 1024), or auto (0: derived from the memory available)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return 0
+    found = (_MEMORY.fullmatch(value) if isinstance(value, str)
+             else None if isinstance(value, bool) or not isinstance(value, int)
+             else _MEMORY.fullmatch(str(value)))
+    if found is None:
+        raise ConfigError(f"{name} must be auto or a size such as 4GiB or 512MiB, "
+                          f"got {brief_repr(value)}")
+    size = int(float(found.group(1)) * 1024 ** "KMGT".find(found.group(2).upper()) * 1024
+               if found.group(2) else float(found.group(1)))
+    if size < 1:
+        raise ConfigError(f"{name} must be at least 1 byte, got {brief_repr(value)}")
+    return size
+
+
 def load_config(path: Path, given: dict[str, str | None] | None = None) -> Config:
     """Read and validate a config file once; `given` (the command line's --rules, --positions,
     --out, relative to the working directory) fills those keys where the file has none."""
@@ -504,8 +526,10 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", base: Path = P
             values[key] = value
         elif key in scalars:
             values[key] = _typed(value, scalars[key], key, source)
+        elif key == "memory_limit":
+            values[key] = memory_bytes(value, f"{source}: key 'memory_limit'")
         else:
-            known = ", ".join([*scalars, *sections])
+            known = ", ".join([*scalars, "memory_limit", *sections])
             raise ConfigError(f"{source}: unknown key {brief_repr(key)} (known: {known})")
     for required in ("rules", "positions", "out"):
         if required not in values and given and given.get(required):

@@ -29,6 +29,15 @@ def joined_text(pieces: list[pl.Series], name: str
     into buffers sized up front, each piece let go once copied: concatenating first, then
     exporting, held the text three times over. Consumes
     `pieces`."""
+    offsets, data = joined_buffers(pieces)
+    column = pa.LargeStringArray.from_buffers(offsets.shape[0] - 1, pa.py_buffer(offsets),
+                                              pa.py_buffer(data))
+    return pl.Series(name, column, dtype=pl.String), offsets, data
+
+
+def joined_buffers(pieces: list[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
+    """`joined_text`'s Arrow (offsets, UTF-8 bytes) alone, without a polars column of them.
+    Consumes `pieces`."""
     rows = sum(p.len() for p in pieces)
     offsets = np.empty(rows + 1, np.int64)
     data = np.empty(sum(int(p.str.len_bytes().sum() or 0) for p in pieces), np.uint8)
@@ -40,14 +49,20 @@ def joined_text(pieces: list[pl.Series], name: str
         data[offsets[row]:offsets[row] + last - first] = piece_data[first:last]
         offsets[row + 1:row + n + 1] = piece_offsets[1:] - first + offsets[row]
         row += n
-    column = pa.LargeStringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(data))
-    return pl.Series(name, column, dtype=pl.String), offsets, data
+    return offsets, data
 
 
 def arrow_int64(values: np.ndarray) -> pa.Array:
     """A view of int64 values as Arrow (`pa.array` would import pandas, slow to import, to check
     whether they are pandas objects)."""
     return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
+
+
+def arrow_view(values: np.ndarray) -> pa.Array:
+    """`arrow_int64` for contiguous values of any integer dtype."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), values.shape[0],
+                                 [None, pa.py_buffer(values)])
 
 
 def list_chunks(heaps: pl.Series) -> list[tuple[np.ndarray, np.ndarray, int]]:

@@ -10,15 +10,17 @@ through polars' sort.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
-from pipeline.transforms.buffers import joined_text
+from pipeline.transforms.buffers import arrow_view, joined_buffers, joined_text
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -355,3 +357,235 @@ def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequ
                   shown_text(pl.col("rule_set_id"))).alias("_reason"),
     )
     return clean, reject_rows(dups, "positions")
+
+
+# Sorted runs: the wide path's verdicts held past the memory setting are sorted into runs that
+# the engine spills to scratch, then merged (`merge_round`) into key order a slice at a time.
+
+def spillable(parts: Sequence[VerdictPart], pid_type: pl.DataType | None) -> bool:
+    """Whether these parts can go into a sorted run: narrow (`_bucket`, see `verdict_part`),
+    with position ids of one type (`pid_type`, the runs' so far, when given) that the kernels
+    sort (Int64 without nulls, or text)."""
+    types = {p.frame["position_id"].dtype for p in parts}
+    return (all("_bucket" in p.frame.columns for p in parts) and len(types) == 1
+            and next(iter(types)) in (pl.Int64, pl.String)
+            and (pid_type is None or types == {pid_type}))
+
+
+@dataclass
+class RunKeys:
+    """What the sorted runs' rows say about their keys' types, gathered as each run is made,
+    for the check `_types_hold` makes over all rows at once: the rule sets used, and whether
+    some position id is text that reads as no integer."""
+
+    used: np.ndarray
+    pid_text: bool = False
+    rows: int = 0
+
+    @classmethod
+    def over(cls, rule_ids: pl.Series) -> RunKeys:
+        return cls(np.zeros(rule_ids.len(), bool))
+
+    def add(self, frame: pl.DataFrame) -> None:
+        if not frame.height:
+            return
+        self.rows += frame.height
+        self.used |= np.bincount(frame["_bucket"].to_numpy(), minlength=self.used.size) > 0
+        pid = frame["position_id"]
+        if pid.dtype == pl.String and not self.pid_text:
+            self.pid_text = (not re.fullmatch(keys.CANONICAL_INT, pid[0])
+                             or keys.needs_text(frame.select("position_id"), "position_id"))
+
+    def hold(self, rule_ids: pl.Series, pid_type: pl.DataType) -> bool:
+        """`_types_hold` over every row of the runs."""
+        if not self.rows:
+            return False
+        if rule_ids.dtype == pl.String and rule_ids.str.contains(keys.CANONICAL_INT).any():
+            ids = rule_ids.gather(np.flatnonzero(self.used))
+            if not keys.needs_text(pl.DataFrame({"k": ids}), "k"):
+                return False
+        return pid_type != pl.String or self.pid_text
+
+
+def sorted_run(parts: list[VerdictPart], n_buckets: int, rows: int) -> Iterator[pa.Table]:
+    """The parts' rows sorted by (`_bucket`, position_id), each with its input location as
+    `_loc` (`VerdictPart.locations`), as Arrow tables of `rows` rows: a run to spill,
+    gathered a slice at a time from the parts' columns joined once (no sorted copy of them
+    all). Consumes `parts`."""
+    frames = []
+    for p in parts:
+        loc = p.locations(np.arange(p.frame.height, dtype=np.int64))
+        frames.append(p.frame.with_columns(pl.Series("_loc", loc)))
+        p.frame = p.frame.clear()
+    parts.clear()
+    return _sorted_slices(frames, n_buckets, rows)
+
+
+def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
+                   ) -> Iterator[pa.Table]:
+    """Narrow frames' rows (`_bucket`, position_id, others without nulls) sorted by
+    (`_bucket`, position_id) with the kernels `_counting_sorted` and `_text_sorted` use, as
+    Arrow tables of `rows` rows. Consumes `frames` as it starts."""
+    names = [c for c in frames[0].columns if c not in ("_bucket", "position_id")]
+    bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
+    pids = [f.drop_in_place("position_id") for f in frames]
+    others = {name: _concat([f.drop_in_place(name) for f in frames]).to_numpy()
+              for name in names}
+    frames.clear()
+    n = bucket.shape[0]
+    if pids[0].dtype == pl.Int64:
+        pid = np.concatenate([p.to_numpy() for p in pids])
+        del pids
+        dest = np.empty(n, np.int32 if n < 2**31 else np.int64)
+        sorted_pid, counts = kernels.counting_sort(bucket, n_buckets, pid, dest)
+        del pid, bucket
+        with kernels.threads_for(n):
+            order = kernels.scatter(np.arange(n, dtype=dest.dtype), dest)
+        del dest
+
+        def position_ids(at: slice, _: pa.Array) -> pa.Array:
+            return arrow_view(sorted_pid[at])
+    else:
+        offsets, data = joined_buffers(pids)
+        with kernels.threads_for(n):
+            order, counts = kernels.text_key_order(bucket, n_buckets, offsets, data)
+        del bucket
+        text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+
+        def position_ids(at: slice, take: pa.Array) -> pa.Array:
+            return text.take(take)
+    runs = np.repeat(np.arange(n_buckets, dtype=np.int32), counts)
+    return _slices(n, rows, order, runs, position_ids, others)
+
+
+def _slices(n: int, rows: int, order: np.ndarray, runs: np.ndarray,
+            position_ids: Callable[[slice, pa.Array], pa.Array],
+            others: dict[str, np.ndarray]) -> Iterator[pa.Table]:
+    for start in range(0, max(n, 1), rows):
+        at = slice(start, min(start + rows, n))
+        take = order[at]
+        columns = {"_bucket": arrow_view(runs[at]),
+                   "position_id": position_ids(at, arrow_view(take))}
+        columns.update((name, arrow_view(values[take])) for name, values in others.items())
+        yield pa.table(columns)
+
+
+def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column of one chunk (or an array) without nulls as numpy, without a copy."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column.to_numpy(zero_copy_only=True)
+
+
+def key_at(run: pa.Table, row: int) -> tuple[int, int | str]:
+    """The (`_bucket`, position_id) of a row of a sorted run."""
+    return int(run["_bucket"][row].as_py()), run["position_id"][row].as_py()
+
+
+def rows_below(run: pa.Table, key: tuple[int, int | str]) -> int:
+    """How many rows of a sorted run (one chunk per column) come before `key` (`key_at`):
+    binary searches, in the rule set's bucket and then in its position ids (text compared
+    as Python compares str, by code point: UTF-8's byte order, which the sort follows)."""
+    bucket = _numpy(run["_bucket"])
+    lo = int(np.searchsorted(bucket, key[0], "left"))
+    hi = int(np.searchsorted(bucket, key[0], "right"))
+    pid = run["position_id"]
+    if lo == hi:
+        return lo
+    if pa.types.is_integer(pid.type):
+        return lo + int(np.searchsorted(_numpy(pid)[lo:hi], key[1], "left"))
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pid[mid].as_py() < key[1]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass
+class MergedSlice:
+    """Rows taken from sorted runs, merged (`merged_slice`): the verdicts as the output
+    table's Arrow columns (`evaluate.with_verdict`'s), their W and L per rule set rank, and
+    the duplicate rejects."""
+
+    verdicts: pa.Table
+    wins: np.ndarray
+    losses: np.ndarray
+    duplicates: pl.DataFrame
+
+
+def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFrame,
+                 sources: Sequence[str]) -> MergedSlice:
+    """Rows taken from sorted runs (every row of each key among them, see `merge_round`)
+    in key order, rule_set_id restored, minus duplicate keys, as `key_sorted_verdicts` gives
+    for all rows at once. In Arrow: the slice goes through polars (`split_duplicates`) only
+    when it holds a repeated key or a rejected row names a key."""
+    table = pa.concat_tables([t for t in takes if t.num_rows] or takes[:1],
+                             promote_options="permissive").combine_chunks()
+    n_buckets = rule_ids.len()
+    bucket = _numpy(table["_bucket"])
+    pid = table["position_id"]
+    n = table.num_rows
+    if pa.types.is_integer(pid.type):
+        dest = np.empty(n, np.int32 if n < 2**31 else np.int64)
+        kernels.counting_sort(bucket, n_buckets, _numpy(pid), dest)
+        with kernels.threads_for(n):
+            order = kernels.scatter(np.arange(n, dtype=dest.dtype), dest)
+    else:
+        text = pid.chunk(0) if pid.num_chunks else pa.array([], pa.large_string())
+        offsets, data = (np.frombuffer(text.buffers()[1], np.int64)[text.offset:
+                                                                    text.offset + n + 1],
+                         np.frombuffer(text.buffers()[2] or b"", np.uint8))
+        with kernels.threads_for(n):
+            order, _ = kernels.text_key_order(bucket, n_buckets, offsets, data)
+    ordered = table.take(arrow_view(order))
+    bucket = _numpy(ordered["_bucket"])
+    pid = ordered["position_id"]
+    repeated = (bucket[1:] == bucket[:-1]) & pc.equal(pid[1:], pid[:-1]).to_numpy(
+        zero_copy_only=False) if n > 1 else np.zeros(0, bool)
+    ids = rule_ids.to_arrow()
+    if repeated.any() or rejects.filter(pl.col("rule_set_id").is_not_null()
+                                        & pl.col("position_id").is_not_null()).height:
+        frame = pl.from_arrow(ordered)
+        frame = frame.select(pl.Series("rule_set_id", rule_ids.gather(frame["_bucket"])),
+                             pl.exclude("rule_set_id"))
+        clean, duplicates = split_duplicates(frame, rejects, sources)
+        ordered = clean.to_arrow()
+        bucket = _numpy(ordered["_bucket"])
+    else:
+        duplicates = pl.DataFrame(schema=REJECT_SCHEMA)
+    nim = _numpy(ordered["nim_sum"])
+    wins = np.bincount(bucket, weights=nim != 0, minlength=n_buckets).astype(np.int64)
+    total = np.bincount(bucket, minlength=n_buckets).astype(np.int64)
+    names = [c for c in ordered.column_names if c not in ("_bucket", "_loc", "rule_set_id",
+                                                          "position_id", "nim_sum")]
+    won = pc.not_equal(ordered["nim_sum"], 0)
+    columns = {"rule_set_id": ids.take(arrow_view(bucket)),
+               "position_id": ordered["position_id"],
+               "nim_sum": ordered["nim_sum"].cast(pa.int64()),
+               "verdict": pc.if_else(won, "W", "L").cast(pa.large_string())}
+    for name in names:  # the move columns, -1 for none (`with_verdict`: null)
+        values = ordered[name].cast(pa.int64())
+        columns[name] = pc.if_else(pc.greater_equal(values, 0), values,
+                                   pa.scalar(None, pa.int64()))
+    return MergedSlice(pa.table(columns), wins, total - wins, duplicates)
+
+
+def merge_round(buffers: list[pa.Table], live: list[bool]
+                ) -> tuple[list[pa.Table], list[pa.Table], set[int]]:
+    """One step of a k-way merge of sorted runs, of which `buffers` hold the next rows read
+    (none empty while its run is live) and `live[i]` says whether run i has rows not read
+    yet: every buffered row before the smallest last key of a live run's buffer is safe to
+    emit, as no row still unread comes before it, and with it all copies of its key (a key's
+    rows in later reads are not before that key). Returns (the rows to emit, per run; the
+    rows kept; the runs whose buffers end at that key, which must read more before the next
+    step). With no live run, everything is emitted."""
+    lasts = {i: key_at(b, b.num_rows - 1) for i, b in enumerate(buffers) if live[i]}
+    if not lasts:
+        return buffers, [b.slice(0, 0) for b in buffers], set()
+    cutoff = min(lasts.values())
+    below = [rows_below(b, cutoff) for b in buffers]
+    return ([b.slice(0, n) for b, n in zip(buffers, below)],
+            [b.slice(n) for b, n in zip(buffers, below)],
+            {i for i, k in lasts.items() if k == cutoff})

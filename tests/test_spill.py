@@ -1,0 +1,230 @@
+"""Wide verdicts past the memory setting: sorted runs in scratch, merged into key order.
+
+The spilled path must give exactly the in-memory path's four tables (a tiny --memory-limit
+forces a run per batch; small batches make many), and its scratch directory must be gone
+after success, a failed write and SIGTERM."""
+
+from __future__ import annotations
+
+import errno
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import assert_same_outputs, invoke, write_csv, write_parquet
+
+SCRIPT = Path(sys.executable).with_name("snim-batch")
+RULES = [["r1", "subtraction", "1 2"], ["r2", "subtraction", "2 5 7"], ["r3", "nim", ""],
+         ["r4", "subtraction", "1 3 4"], ["r5", "subtraction", "0 3"]]  # r5 is invalid
+
+
+def _inputs(where: Path, keys: str, clean: bool = False) -> tuple[Path, Path]:
+    """rules.csv and three positions files whose keys repeat across files and within one,
+    with rows rejected for their own reason (one the copy of a valid key), in random order.
+    keys: "text" (text rule ids, 32-character hex position ids), "int" (both integers) or
+    "int-as-text" (text position ids that are all integers but for a rejected row's) or
+    "mixed" (integer position ids in a, hex text in b and c, where a's repeat as text).
+    `clean`: no key repeats and no position row is rejected."""
+    rng = np.random.default_rng(37)
+    text_rules = keys == "text"
+    rules = write_csv(where / "rules.csv", ["rule_set_id", "kind", "moves"],
+                      [[r[0] if text_rules else r[0][1:], *r[1:]] for r in RULES])
+    rule_ids = [r[0] if text_rules else int(r[0][1:]) for r in RULES] + (
+        ["r99"] if text_rules else [99])
+    files = []
+    for f in range(3):
+        n = 300
+        ints = keys == "int" or (keys == "mixed" and f == 0)
+        rid = [rule_ids[i] for i in rng.choice(len(rule_ids), n, p=[.25] * 4 + [0, 0] if clean
+                                                else [.24] * 4 + [.02, .02])]
+        pid = (pl.Series(rng.integers(0, 1 << 62, n)) if ints
+               else pl.Series(np.frombuffer(rng.bytes(16 * n), "S16"), dtype=pl.Binary
+                              ).bin.encode("hex") if keys in ("text", "mixed")
+               else pl.Series(rng.integers(0, 1 << 40, n)).cast(pl.String))
+        heaps = [rng.integers(0, 40, rng.integers(1, 6)).tolist() for _ in range(n)]
+        files.append([rid, pid.to_list(), heaps])
+    a, b, c = files
+    for i in range(3 * (not clean)):  # keys of a given again in c; one of them in b too
+        c[0][i], c[1][i] = a[0][10 + i], a[1][10 + i] if keys != "mixed" else str(a[1][10 + i])
+    if not clean:
+        b[0][5], b[1][5] = a[0][10], a[1][10] if keys != "mixed" else str(a[1][10])
+        b[0][7], b[1][7] = b[0][8], b[1][8]  # twice within b
+        b[0][20], b[1][20], b[2][20] = (a[0][30], a[1][30] if keys != "mixed" else str(a[1][30]),
+                                        [4, -1])  # a bad copy of a good key
+        a[2][40] = [3, None]
+    if keys == "int-as-text":  # text in every batch of 64 rows, but rejected (unknown rule set)
+        for f in files:
+            for row in range(41, 300, 60):
+                f[0][row], f[1][row] = rule_ids[-1], f"x{row}"
+    for name, (rid, pid, heaps) in zip("abc", files):
+        pid_type = pl.Int64 if keys == "int" or (keys == "mixed" and name == "a") else pl.String
+        write_parquet(where / "positions" / f"{name}.parquet",
+                      {"rule_set_id": rid, "position_id": pid, "heaps": heaps},
+                      {"rule_set_id": pl.String if text_rules else pl.Int64,
+                       "position_id": pid_type, "heaps": pl.List(pl.Int64)})
+    return rules, where / "positions"
+
+
+@pytest.mark.parametrize("keys", ["text", "int"])
+def test_spilled_runs_of_clean_rows_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
+    """No repeated key and no rejected position: every merged slice stays in Arrow."""
+    _inputs(tmp_path, keys, clean=True)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err  # the rules' r5
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
+    assert code == 3, err
+    assert "verdicts: run 15 of 44 rows spilled" in err
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    assert pl.read_parquet(tmp_path / "spilled" / "verdicts.parquet").height == 900
+
+
+def _run(where: Path, out: str, *flags: str) -> tuple[int, str]:
+    return invoke(["run", "--rules", "rules.csv", "--positions", "positions", "--out", out,
+                   "--winning-moves", "--verbose", *flags], where)
+
+
+@pytest.mark.parametrize("keys", ["text", "int", "int-as-text", "mixed"])
+def test_spilled_runs_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
+    """Batches of 64 rows, each spilled as a sorted run (--memory-limit 1: one byte), merged:
+    the same verdicts, rejects (duplicates across and within files, a rejected copy's valid
+    twin, bad rows), summary and sg_tables as one sort in memory. Text ids that are all
+    integers once the rejected row is out are typed as integers over all rows, as in memory:
+    then the runs are read back and sorted in memory instead. Integer ids in one file and
+    text in the others: the batches after a type change stay in memory, and the runs are
+    read back to be sorted with them (all ids text)."""
+    _inputs(tmp_path, keys)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err
+    assert "rows spilled" not in err
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
+    assert code == 3, err
+    # 300 rows a file in batches of 64: 15 batches, each a run (less its rejected rows);
+    # mixed: a's 5, then b's text ids stay in memory
+    assert re.findall(r"verdicts: run (\d+) of \d+ rows spilled", err) == [
+        str(i) for i in range(1, 6 if keys == "mixed" else 16)]
+    assert ("runs read back to be sorted in memory" in err) == (keys in ("int-as-text",
+                                                                         "mixed"))
+    assert ("keys of mixed types stay in memory" in err) == (keys == "mixed")
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    rejects = pl.read_parquet(tmp_path / "spilled" / "rejects.parquet")
+    assert rejects.filter(pl.col("reason").str.contains("appears 3 times")).height == 3
+    # a[11], a[12] and their copies in c, b[7] and b[8], and a[30] (its copy b[20] is bad)
+    assert rejects.filter(pl.col("reason").str.contains("appears 2 times")).height == 7
+    verdicts = pl.read_parquet(tmp_path / "spilled" / "verdicts.parquet")
+    assert verdicts.height + rejects.filter(pl.col("table") == "positions").height == 900
+    assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "memory", "positions", "rules.csv", "spilled"]
+
+
+def test_a_failed_merge_write_leaves_no_scratch(tmp_path, monkeypatch):
+    """The merged verdicts' write fails (no space): exit 1 naming verdicts.parquet, nothing
+    written, and neither the scratch runs nor the staging directory left."""
+    _inputs(tmp_path, "text")
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+
+    def no_space(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", no_space)
+    code, err = _run(tmp_path, "out", "--memory-limit", "1")
+    assert code == 1, err
+    assert err.splitlines()[-1] == (  # --verbose: the error's traceback ends with its line
+        f"pipeline.errors.OutputError: {tmp_path / 'out'}: no space left on device while "
+        "writing verdicts.parquet; nothing was written (free space or choose another --out)")
+    assert "verdicts: run 15 of 43 rows spilled" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
+def test_a_failed_run_write_leaves_no_scratch(tmp_path, monkeypatch):
+    """The third sorted run cannot be written (no space), in the spilling thread: the run
+    stops with exit 1 naming the scratch file, and nothing is left."""
+    import pyarrow.ipc
+
+    _inputs(tmp_path, "text")
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    real = pyarrow.ipc.new_stream
+
+    def third_fails(sink, schema, **kwargs):
+        if Path(sink.name).name == "2-0.arrows":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(sink, schema, **kwargs)
+
+    monkeypatch.setattr(pyarrow.ipc, "new_stream", third_fails)
+    code, err = _run(tmp_path, "out", "--memory-limit", "1")
+    assert code == 1, err
+    assert err.splitlines()[-1] == (
+        f"pipeline.errors.OutputError: {tmp_path / 'out'}: no space left on device while "
+        "writing the scratch file .verdict-runs/2-0.arrows; nothing was written (free space "
+        "or choose another --out)")
+    assert "verdicts: run 2 of" in err and "verdicts: run 3 of" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("lots", "--memory-limit must be auto or a size such as 4GiB or 512MiB, got 'lots'"),
+    ("0", "--memory-limit must be at least 1 byte, got '0'")])
+def test_a_bad_memory_limit_is_a_usage_error(tmp_path, value, problem):
+    _inputs(tmp_path, "int")
+    code, err = _run(tmp_path, "out", "--memory-limit", value)
+    assert code == 2
+    assert problem in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
+@pytest.mark.slow
+def test_sigterm_while_spilling_leaves_no_scratch(tmp_path):
+    """A real run stopped by SIGTERM once its first sorted run is in scratch: exit 143, and
+    neither the scratch directory nor the staging directory is left."""
+    rng = np.random.default_rng(5)
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], RULES[:4])
+    n = 3 << 20
+    offsets = np.arange(n + 1, dtype=np.int64) * 3
+    heaps = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(
+        rng.integers(0, 1000, 3 * n)))
+    (tmp_path / "positions").mkdir()
+    pl.DataFrame({
+        "rule_set_id": np.array([r[0] for r in RULES[:4]])[rng.integers(0, 4, n)],
+        "position_id": pl.Series(np.frombuffer(rng.bytes(16 * n), "S16"),
+                                 dtype=pl.Binary).bin.encode("hex"),
+        "heaps": pl.Series(heaps)}).write_parquet(tmp_path / "positions" / "p.parquet")
+    proc = subprocess.Popen([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
+                             "positions", "--out", "out", "--memory-limit", "1", "--quiet"],
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.rglob(".verdict-runs/0-0.arrows")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
+def test_the_memory_setting_given_or_derived():
+    """A given memory_limit is used as it is; auto (0) is a quarter of the memory available
+    (MemAvailable or a container's limit), within 512 MiB .. 3 GiB."""
+    from pipeline.config import Config, memory_bytes
+    from pipeline.engines.polars_engine import DEFAULT_MEMORY_CAP, MIN_MEMORY, memory_limit
+
+    given = Config("r", "p", Path("o"), memory_limit=memory_bytes("1.5GiB", "x"))
+    assert memory_limit(given) == 3 << 29
+    derived = memory_limit(Config("r", "p", Path("o")))
+    assert MIN_MEMORY <= derived <= DEFAULT_MEMORY_CAP
+    meminfo = {line.split(":")[0]: int(line.split()[1]) * 1024
+               for line in Path("/proc/meminfo").read_text().splitlines()}
+    assert derived <= max(MIN_MEMORY, meminfo["MemTotal"] // 4)
