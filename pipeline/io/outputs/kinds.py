@@ -81,8 +81,13 @@ class _Staged:
 
     def stage(self, run_id: str) -> Path:
         context = self._open(run_id)
-        self._staging = context.__enter__()
-        self._context = context
+        self._context = context  # held before it is entered: a roll-back always finds it
+        try:
+            self._staging = context.__enter__()
+        except BaseException as error:  # a refusal, or a stop landing as it is entered
+            self._context = None
+            context.__exit__(type(error), error, error.__traceback__)  # cleans what it made
+            raise
         return self._staging
 
     def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
