@@ -305,6 +305,13 @@ def test_hdfs_positions_are_found_and_read_through_sparks_jvm(
         for n, rows in zip(("00000", "00001", "99999"), held)]
 
 
+def after_the_config_line(stderr: str) -> list[str]:
+    """What a run with a config file said after naming it (progress lines aside)."""
+    said, *rest = said_lines(stderr)
+    assert said.startswith("snim-batch: config: "), stderr
+    return rest
+
+
 @pytest.mark.slow
 def test_csv_and_missing_files_on_hdfs_are_one_line(local_as_hdfs: Path, tmp_path: Path
                                                      ) -> None:
@@ -313,14 +320,14 @@ def test_csv_and_missing_files_on_hdfs_are_one_line(local_as_hdfs: Path, tmp_pat
     spec = f"hdfs://nn:9000{data / 'positions'}"
     done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.csv", spec, tmp_path / "out")
     assert done.returncode == 2, done.stderr
-    assert said_lines(done.stderr) == [
+    assert after_the_config_line(done.stderr) == [
         f"snim-batch: error: positions input {spec}/part-00000.csv: the Spark engine reads "
         "CSV in Python tasks, which cannot reach hdfs:// (only Spark's JVM can); convert it "
         "to Parquet, or put it on a shared path or an object store"]
     missing = f"hdfs://nn:9000{tmp_path / 'nowhere'}"
     done = hdfs_run(local_as_hdfs, tmp_path, data / "rules.csv", missing, tmp_path / "out")
     assert done.returncode == 1, done.stderr
-    assert said_lines(done.stderr) == [
+    assert after_the_config_line(done.stderr) == [
         f"snim-batch: error: positions input {missing}: no such object or prefix"]
     assert not (tmp_path / "out").exists()
 
@@ -352,7 +359,7 @@ def test_a_corrupt_page_on_hdfs_is_one_line_naming_the_file(local_as_hdfs: Path,
     done = hdfs_run(local_as_hdfs, tmp_path, rules, f"hdfs://nn:9000{positions}",
                     tmp_path / "out")
     assert done.returncode == 1, done.stderr
-    assert said_lines(done.stderr) == [
+    assert after_the_config_line(done.stderr) == [
         f"snim-batch: error: hdfs://nn:9000{bad}: Spark could not read this Parquet file "
         "(can not read class org.apache.parquet.format.PageHeader: don't know what type: 15)"]
     assert not (tmp_path / "out").exists()
