@@ -87,10 +87,11 @@ class Server:
 
 
 class StandaloneCluster:
-    """A standalone Master and one Worker (1 core, 1 GiB) on 127.0.0.1, web UIs on free ports."""
+    """A standalone Master and one Worker (`cores`, `memory`: 1 core, 1 GiB unless told) on
+    127.0.0.1, web UIs on free ports."""
 
-    def __init__(self, where: Path):
-        self.where = where
+    def __init__(self, where: Path, cores: int = 1, memory: str = "1g"):
+        self.where, self.cores, self.memory = where, cores, memory
         self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.work_dir = where / "worker-work"
@@ -107,7 +108,8 @@ class StandaloneCluster:
             wait_until(lambda: _accepts(self.port), self.servers, "Spark master")
             self.servers.append(Server(
                 [spark_bin("spark-class"), f"{cls}.worker.Worker", "--host", "127.0.0.1",
-                 "--cores", "1", "--memory", "1g", "--webui-port", str(self.worker_ui_port),
+                 "--cores", str(self.cores), "--memory", self.memory,
+                 "--webui-port", str(self.worker_ui_port),
                  "--work-dir", str(self.work_dir), self.url],
                 self.where / "worker.log", env))
             wait_until(lambda: bool(self.state().get("aliveworkers")), self.servers,
