@@ -1035,7 +1035,7 @@ def bench_start(before: Path | None, positions: int = START_M, repeat: int = 1) 
             launcher, env = _launcher(code)
             rows.setdefault(key, {})[version] = _best_pair(
                 f"start_{key}_{version}", launcher + args, env, scratch, stdin, repeat)
-    imports, helps = {}, {}
+    imports, helps, versions_shown = {}, {}, {}
     for version, code in versions:
         launcher, env = _launcher(code)
         python = launcher[0] if code is not None else str(PY)
@@ -1044,6 +1044,10 @@ def bench_start(before: Path | None, positions: int = START_M, repeat: int = 1) 
                                  for i in range(max(3, repeat))])
         helps[version] = best([measure(f"start_help_{version}_{i}", launcher + ["--help"],
                                        env=env) for i in range(max(3, repeat))])
+        if version == "after":  # an older checkout may have no --version
+            versions_shown[version] = best([
+                measure(f"start_version_{version}_{i}", launcher + ["--version"], env=env)
+                for i in range(max(3, repeat))])
     head = "| command | after: cold (s) | warm (s) | cold/warm |"
     rule = "|---|--:|--:|--:|"
     if before:
@@ -1078,11 +1082,11 @@ def bench_start(before: Path | None, positions: int = START_M, repeat: int = 1) 
         both("`run` on the bundled sample, warm", sample_after, sample_before),
         both("`--help` (best of 3)", helps["after"].wall_s,
              helps["before"].wall_s if before else None),
+        both("`--version` (best of 3)", versions_shown["after"].wall_s, None),
         "",
         f"Warm sample run / imports: after {ratio(sample_after, imports['after'].wall_s)}"
         + (f", before {ratio(sample_before, imports['before'].wall_s)}" if before else "")
-        + f" (goal <= {SAMPLE_GOAL}x); `--help` goal <= {HELP_GOAL} s. There is no "
-        "`--version` command.", ""]
+        + f" (goal <= {SAMPLE_GOAL}x); `--help` and `--version` goal <= {HELP_GOAL} s.", ""]
     return lines
 
 

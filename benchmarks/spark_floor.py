@@ -4,8 +4,9 @@
 
 Reads the same three columns as `snim-batch run --engine spark` (rule_set_id, position_id,
 heaps), stands in the sum of the heaps (`aggregate`, no Python) for the nim-sum, sorts by the
-keys and writes the same four columns (rule_set_id, position_id, nim_sum, verdict). No game
-logic, no validation, no rejects: the engine's cost above this is its own.
+keys and writes the same four columns (rule_set_id, position_id, nim_sum, verdict) with the
+engine's codec (zstd at the engine's level). No game logic, no validation, no rejects: the
+engine's cost above this is its own.
 
 The session gets the driver heap snim-batch's own default would give it (a quarter of the
 machine), as `spark_plan.py` does. Prints "job_s=<seconds>" (after the session starts).
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.engines.spark_session import default_driver_memory, total_memory
+from pipeline.io.outputs.commit import ZSTD_LEVEL
 
 
 def main() -> None:
@@ -39,7 +41,8 @@ def main() -> None:
          .select("rule_set_id", "position_id", nim_sum.alias("nim_sum"))
          .withColumn("verdict", F.when(F.col("nim_sum") != 0, "W").otherwise("L"))
          .orderBy("rule_set_id", "position_id")
-         .write.mode("overwrite").parquet(out))
+         .write.mode("overwrite").option("compression", "zstd")
+         .option("parquet.compression.codec.zstd.level", str(ZSTD_LEVEL)).parquet(out))
         t1 = time.perf_counter()
     finally:
         spark.stop()
