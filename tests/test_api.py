@@ -75,6 +75,36 @@ def test_rejected_rows_return_exit_code_3(job: Path) -> None:
                                "is negative"]
 
 
+def test_the_reject_tolerance_reason_codes_and_memory_limit_through_the_api(job: Path) -> None:
+    """The same tolerance as the command line: within it exit 0 and the line that says so,
+    over it exit 3 (or BadRowsError under fail); the manifest counts rejects by reason_code.
+    A memory limit small enough to spill gives the same verdicts."""
+    with (job / "positions.csv").open("a") as fh:
+        fh.write("1,99,4 -2\n9,98,1\n")  # a negative heap, an unknown rule set
+    within = evaluate_batch(rules="rules.csv", positions="positions.csv", out="within",
+                            max_rejected_rows=2, memory_limit="1")
+    assert within.exit_code == 0
+    assert within.tolerated == ("2 rows rejected (within --max-rejected-rows 2); see "
+                                f"{job / 'within' / 'rejects.parquet'}")
+    assert within.manifest["rejects"]["by_reason_code"] == {"out_of_range": 1,
+                                                            "unknown_rule_set": 1}
+    assert within.manifest["rejects"]["decision"] == "within_tolerance"
+    assert verdicts(job / "within") == small_job_verdicts()  # spilled: the same verdicts
+    codes = pl.read_parquet(job / "within" / "rejects.parquet")["reason_code"].to_list()
+    assert sorted(codes) == ["out_of_range", "unknown_rule_set"]
+    over = evaluate_batch(rules="rules.csv", positions="positions.csv", out="over",
+                          max_rejected_rate=0.1)  # 2 of 3 rules + 6 positions rows read
+    assert (over.exit_code, over.tolerated) == (3, "")
+    assert over.manifest["rejects"]["decision"] == "over_tolerance"
+    with pytest.raises(BadRowsError, match=r"over --max-rejected-rows 1"):
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="failed",
+                       max_rejected_rows=1, on_bad_rows="fail")
+    assert not (job / "failed").exists()
+    with pytest.raises(ConfigError, match="--max-rejected-rate must be between 0 and 1"):
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="x",
+                       max_rejected_rate=1.5)
+
+
 def test_failures_raise_the_documented_classes(job: Path) -> None:
     with pytest.raises(UsageError) as missing:
         evaluate_batch(rules="rules.csv", out="out")

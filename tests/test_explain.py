@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,6 +21,8 @@ from pipeline.config import config_from_dict
 from pipeline.explain import BY_VALUES, CSV_SAMPLE, INT, PROCESS_BYTES, TEXT, plan_run
 
 SCRIPT = Path(sys.executable).with_name("snim-batch")
+PLAN_SCHEMA = jsonschema.Draft202012Validator(json.loads(
+    (Path(__file__).resolve().parents[1] / "docs" / "explain-plan.schema.json").read_text()))
 
 
 def snim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -28,10 +31,13 @@ def snim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def explained(*args: str, cwd: Path) -> dict:
+    """The plan `explain --json` prints, checked against the schema the docs publish."""
     done = snim("explain", *args, "--json", cwd=cwd)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    return json.loads(done.stdout)
+    plan = json.loads(done.stdout)
+    PLAN_SCHEMA.validate(plan)
+    return plan
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
@@ -374,3 +380,12 @@ def test_inputs_and_output_in_an_object_store(s3, wide_parquet: Path) -> None:
     replaced = explained("--config", str(config), "--overwrite", cwd=wide_parquet)["output"]
     assert (replaced["action"], replaced["exists"]) == ("replace", True)
     assert objects() == before
+
+
+def test_the_published_schema_refuses_a_plan_it_does_not_describe(wide_parquet: Path) -> None:
+    plan = explained("--rules", "rules.parquet", "--positions", "positions", "--out", "out",
+                     cwd=wide_parquet)
+    for broken in ({**plan, "plan_version": 2}, {**plan, "extra": 1},
+                   {**plan, "output": {**plan["output"], "action": "overwrite"}}):
+        with pytest.raises(jsonschema.ValidationError):
+            PLAN_SCHEMA.validate(broken)
