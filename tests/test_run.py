@@ -393,16 +393,20 @@ def test_long_form_split_into_parts_matches_brute_force(tmp_path, monkeypatch, f
     assert sorted(x.name for x in (tmp_path / "out").iterdir()) == OUTPUTS
 
 
-@pytest.mark.parametrize(("order", "fmt"), [("rule", "parquet"), ("position", "csv")])
-def test_long_form_in_key_order_is_grouped_as_it_streams(tmp_path, monkeypatch, order, fmt):
+@pytest.mark.parametrize(("order", "fmt", "rule_keys"), [
+    ("rule", "parquet", "int"), ("position", "csv", "int"),
+    ("rule", "parquet", "str"), ("position", "csv", "str")])
+def test_long_form_in_key_order_is_grouped_as_it_streams(tmp_path, monkeypatch, order, fmt,
+                                                        rule_keys):
     """A large long-form input (several parts' worth) whose rows come in key order, sorted by
     rule set then position or by position then rule set, is grouped batch by batch with no
-    scratch file. Batches of 5 rows cut positions apart: each must still get all its heaps,
-    in input order (winning moves index them). Brute-force references."""
+    scratch file, integer rule set ids or text ones (in their text order). Batches of 5 rows
+    cut positions apart: each must still get all its heaps, in input order (winning moves
+    index them). Brute-force references."""
     written = split_long_form(monkeypatch, 7)
     monkeypatch.setattr(batches, "BATCH_ROWS", 5)
-    rng = random.Random(f"in-order-{order}-{fmt}")
-    rules = random_rules(rng, "int")
+    rng = random.Random(f"in-order-{order}-{fmt}-{rule_keys}")
+    rules = random_rules(rng, rule_keys)
     positions = random_positions(rng, rules, "int", min_heaps=1)
     positions.sort(key=(lambda p: (p[0], p[1])) if order == "rule" else (lambda p: (p[1], p[0])))
     assert any(len(h) > 1 for _, _, h in positions)

@@ -12,6 +12,7 @@ which are then collected one at a time.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -530,23 +531,29 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
                             cache: TableCache, on_event: OnEvent,
                             read_cache: RunCache | None = None
                             ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray] | None:
-    """Long form without scratch files, for input whose integer keys come in one key order
-    throughout (each batch, and across batches and files): every position's rows are then
+    """Long form without scratch files, for input whose keys come in one key order throughout
+    (each batch, and across batches and files; integer position ids, and integer rule set
+    ids or text ones ordered by their rank among the rules' ids): every position's rows are then
     contiguous, so each batch is grouped as it comes, holding back only its last position,
     whose rows may go on in the next batch. None, after a log line, as soon as a batch shows
     otherwise (a text key, a null key, rows out of order): the caller then splits the input
     by key, reading it again (tables already grown stay; they depend only on the heaps)."""
     batches = position_batches(paths, config, "long", cache=read_cache)
-    seen = {"order": None}
+    seen: dict[str, object] = {"order": None, "text": None}
     rows_per_file = _RowsPerFile(len(paths))
+    rule_ids = _rule_ids(index)
 
     def groups() -> Iterator[list[pl.DataFrame]]:
         carry = None
         for file_index, frame in read_ahead(batches):
             rows_per_file.add(file_index, frame)
             (frame,) = _unified_keys([frame])
+            text = frame["rule_set_id"].dtype == pl.String
+            if seen["text"] is not None and text != seen["text"]:
+                raise _OutOfOrder("rule_set_id is text in some batches only")
+            seen["text"] = text
             rows = frame if carry is None else pl.concat([carry, frame], how="vertical_relaxed")
-            ids = _integer_keys(rows)
+            ids = _integer_keys(rows, rule_ids)
             seen["order"] = _key_order(ids, seen["order"], rows)
             tail = _last_key_start(ids)
             carry = rows.slice(tail)
@@ -557,8 +564,11 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
         yield [carry]
 
     try:
-        verdicts, rejects = _merge_long(groups(), None, dict.fromkeys(keys.KEYS, False),
-                                        None, config, index, cache, on_event)
+        parts = groups()
+        first = next(parts)  # the first batch decides whether rule_set_id is text
+        text = {"rule_set_id": bool(seen["text"]), "position_id": False}
+        verdicts, rejects = _merge_long(itertools.chain([first], parts), None, text, None,
+                                        config, index, cache, on_event)
     except _OutOfOrder as why:
         log.info("long form: %s; splitting the input by key instead", why)
         return None
@@ -567,21 +577,32 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
     return verdicts, rejects, rows_per_file.counts
 
 
-def _integer_keys(rows: pl.DataFrame) -> dict[str, np.ndarray]:
-    """Both keys of `rows` as int64 arrays (else the rows are not for this path)."""
-    if any(rows[key].dtype != pl.Int64 or rows[key].null_count() for key in keys.KEYS):
-        raise _OutOfOrder("a key is text or missing")
-    return {key: rows[key].to_numpy() for key in keys.KEYS}
+def _integer_keys(rows: pl.DataFrame, rule_ids: pl.Series) -> dict[str, np.ndarray]:
+    """Both keys of `rows` as int64 arrays, a text rule_set_id as its rank among the rules'
+    ids (`rule_ids`, in key order, so the ranks keep the ids' order); else the rows are not
+    for this path (a text position id, a missing key, a rule set the rules do not have)."""
+    position, rule = rows["position_id"], rows["rule_set_id"]
+    if position.dtype != pl.Int64 or position.null_count():
+        raise _OutOfOrder("a position_id is text or missing")
+    if rule.dtype == pl.Int64 and not rule.null_count():
+        return {"rule_set_id": rule.to_numpy(), "position_id": position.to_numpy()}
+    if rule.dtype != pl.String or rule_ids.dtype != pl.String:
+        raise _OutOfOrder("a rule_set_id is missing")
+    ranks = keys.ranks(rule, rule_ids)
+    if (ranks < 0).any():
+        raise _OutOfOrder("a rule_set_id is missing or not in the rules")
+    return {"rule_set_id": ranks, "position_id": position.to_numpy()}
 
 
 def _key_order(ids: dict[str, np.ndarray], order: list[str] | None, rows: pl.DataFrame
-               ) -> list[str]:
+               ) -> list[str] | None:
     """The key order the rows with keys `ids` follow: `order` when given, else
-    (rule_set_id, position_id) or (position_id, rule_set_id), whichever holds (ties: the
-    first)."""
-    for candidate in [order] if order else [keys.KEYS, keys.KEYS[::-1]]:
-        if kernels.in_key_order(ids[candidate[0]], ids[candidate[1]]):
-            return candidate
+    (rule_set_id, position_id) or (position_id, rule_set_id), whichever holds; None while
+    both do (rows of one rule set and ascending positions, say): a later batch decides."""
+    holding = [candidate for candidate in ([order] if order else [keys.KEYS, keys.KEYS[::-1]])
+               if kernels.in_key_order(ids[candidate[0]], ids[candidate[1]])]
+    if holding:
+        return holding[0] if len(holding) == 1 else None
     raise _OutOfOrder(f"rows are not in key order (file rows before row "
                       f"{rows['_row'][-1]} of {rows['_source'][-1]})")
 
