@@ -8,32 +8,24 @@ keys and writes the same four columns (rule_set_id, position_id, nim_sum, verdic
 engine's codec (zstd at the engine's level). No game logic, no validation, no rejects: the
 engine's cost above this is its own.
 
-The session gets the driver heap snim-batch's own default would give it (a quarter of the
-machine), as `spark_plan.py` does. Prints "job_s=<seconds>" (after the session starts).
+The session is `spark_plan.reference_session`'s (the driver heap snim-batch's own default
+would give it). Prints "job_s=<seconds>" (after the session starts).
 """
 
-import os
 import sys
 import time
 
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from spark_plan import reference_session  # this directory: the script's own
 
-from pipeline.engines.spark_session import default_driver_memory, total_memory
 from pipeline.io.outputs.commit import ZSTD_LEVEL
 
 
 def main() -> None:
     positions, out, master = sys.argv[1], sys.argv[2], sys.argv[3]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(master).appName("spark-floor")
-               .config("spark.driver.memory", default_driver_memory(total_memory()))
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.log.level", "ERROR"))
-    for setting in sys.argv[4:]:  # --conf=KEY=VALUE: the executor cores of a cluster run
-        key, _, value = setting.removeprefix("--conf=").partition("=")
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    settings = dict(setting.removeprefix("--conf=").split("=", 1)  # a cluster run's cores
+                    for setting in sys.argv[4:])
+    spark = reference_session("spark-floor", master, settings)
     try:
         t0 = time.perf_counter()
         nim_sum = F.aggregate("heaps", F.lit(0).cast("long"), lambda acc, x: acc + x)

@@ -25,14 +25,24 @@ from pipeline.engines.spark_session import default_driver_memory, total_memory
 from pipeline.grundy import build_table, canonical_rule
 
 
+def reference_session(app: str, master: str, settings: dict[str, str] | None = None
+                      ) -> SparkSession:
+    """The session of a reference program (this plan, `spark_floor.py`): the driver heap
+    snim-batch's own default would give it, quiet, with `settings` on top."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.master(master).appName(app)
+               .config("spark.driver.memory", default_driver_memory(total_memory()))
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.log.level", "ERROR"))
+    for key, value in (settings or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
 def main() -> None:
     rules_path, positions, out = sys.argv[1], sys.argv[2], sys.argv[3]
     max_heap, master = int(sys.argv[4]), sys.argv[5]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master(master).appName("spark-plan")
-             .config("spark.driver.memory", default_driver_memory(total_memory()))
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.log.level", "ERROR").getOrCreate())
+    spark = reference_session("spark-plan", master)
     try:
         t0 = time.perf_counter()
         rules = spark.read.parquet(rules_path).select("rule_set_id", "moves").toArrow()
