@@ -43,14 +43,13 @@ from pipeline.terminal import (
     QUIET_THREAD_POOLS,
     STOPPED_BY,
     configure_logging,
-    current_log_format,
     default_stop_signals,
-    error_line,
     exit_status,
     heavy_imports,
     interrupt_within,
     printable,
     progress_renderer,
+    say_on_stderr,
     stdin_bytes,
     stop_signals_as_interrupts,
     stopped_message,
@@ -164,7 +163,7 @@ def _say(message: str) -> None:
 
 def _err(message: str) -> None:
     """One line on stderr, printable (a JSON object with --log-format json)."""
-    typer.echo(error_line(message), err=True)
+    say_on_stderr(message)
 
 
 def _told(renderer: Any):
@@ -418,8 +417,7 @@ def run(
     except UsageError as exc:  # no result: where it would go is the error
         _fail(exc, verbose)
     try:
-        configure_logging(quiet, verbose,
-                          log_format.value if log_format else current_log_format())
+        configure_logging(quiet, verbose, log_format.value if log_format else None)
         with heavy_imports():
             import pipeline.engines.polars_engine  # noqa: F401 - the default engine's modules
             from pipeline.api import run_settings

@@ -76,35 +76,64 @@ def interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
 LOG_FORMATS = ("text", "json")
 
 
-def configure_logging(quiet: bool, verbose: bool, log_format: str = "text") -> None:
+def configure_logging(quiet: bool, verbose: bool, log_format: str | None = None) -> None:
     """The core logs through `logging.getLogger(__name__)`; here its records reach stderr,
     each with its level and a UTC timestamp: as text, `TIMESTAMP snim-batch: LEVEL: message`
     escaped like every other line we print, or (`log_format` "json") one JSON object per
-    line (`ts`, `level`, `logger`, `message`, and the record's fields). Warnings by default,
-    errors only with --quiet, everything down to debug with --verbose; the progress lines
-    (`PROGRESS_LOG`) at info unless --quiet. Only the `pipeline` loggers are shown
-    (libraries keep their own)."""
+    line (`ts`, `level`, `logger`, `message`, and the record's fields); None keeps the format
+    set before (text at first). Warnings by default, errors only with --quiet, everything
+    down to debug with --verbose; the progress lines (`PROGRESS_LOG`) at info unless
+    --quiet; the CLI's own lines (`say_on_stderr`) always. Only the `pipeline` loggers are
+    shown (libraries keep their own)."""
     import logging
 
     logger = logging.getLogger("pipeline")
+    if log_format is None:
+        log_format = configured_log_format()
     logger.handlers = [_stderr_handler(log_format)]
     logger.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.WARNING)
     logger.propagate = False
     logging.getLogger(PROGRESS_LOG).setLevel(logging.ERROR if quiet else
                                              logging.DEBUG if verbose else logging.INFO)
-    _LOG_FORMAT[:] = [log_format]
+    logging.getLogger(LINES_LOG).setLevel(logging.DEBUG)
 
 
 PROGRESS_LOG = "pipeline.progress"
 """The logger of the plain progress lines (`PlainProgress`), below `pipeline` so that they
 share its handler and format."""
 
-_LOG_FORMAT = ["text"]  # the format `configure_logging` set, for `error_line`
+LINES_LOG = "pipeline.lines"
+"""The logger of the CLI's own lines on stderr (`say_on_stderr`): errors, warnings and what
+follows them, shown whatever the level, in the handler's format."""
 
 
-def current_log_format() -> str:
-    """The format `configure_logging` set last ("text" or "json")."""
-    return _LOG_FORMAT[0]
+def configured_log_format() -> str:
+    """The format of the handler `configure_logging` installed ("text" before any)."""
+    import logging
+
+    for handler in logging.getLogger("pipeline").handlers:
+        return getattr(handler, "log_format", "text")
+    return "text"
+
+
+def say_on_stderr(text: str) -> None:
+    """One line of the CLI on stderr (an error, a warning, what follows them), through the
+    logging handler, which alone decides its form: as it has always read, `snim-batch: TEXT`
+    escaped; in JSON, an object whose level is the text's own (`error:`, `warning:`), else
+    info."""
+    import logging
+
+    if not logging.getLogger("pipeline").handlers:
+        configure_logging(quiet=False, verbose=False)
+    level = logging.INFO
+    for prefix, at in _LINE_LEVELS:
+        if text.startswith(prefix):
+            level = at
+    logging.getLogger(LINES_LOG).log(level, "%s", text)
+
+
+_LINE_LEVELS = (("error: ", 40), ("internal error: ", 40), ("warning: ", 30))
+"""A CLI line's level by its prefix (logging.ERROR, logging.WARNING)."""
 
 
 def _utc_timestamp(created: float) -> str:
@@ -124,17 +153,14 @@ def json_line(level: str, message: str, created: float | None = None, **fields: 
     return json.dumps(line, ensure_ascii=True, default=str)
 
 
-def error_line(text: str) -> str:
-    """A line the CLI prints on stderr (an error, a warning, what follows them): as it has
-    always read, `snim-batch: TEXT` escaped; with --log-format json, a JSON object whose
-    level is the text's own (`error:`, `warning:`), else info."""
-    if _LOG_FORMAT[0] != "json":
-        return f"snim-batch: {printable(text)}"
-    for level, prefix in (("error", "error: "), ("error", "internal error: "),
-                          ("warning", "warning: ")):
+def _line_json(record) -> str:  # noqa: ANN001 - a logging.LogRecord
+    """A CLI line (`say_on_stderr`) as JSON: its level, the text without its prefix."""
+    text = record.getMessage()
+    for prefix, _ in _LINE_LEVELS:
         if text.startswith(prefix):
-            return json_line(level, text.removeprefix(prefix))
-    return json_line("info", text.strip())
+            return json_line(record.levelname.lower(), text.removeprefix(prefix),
+                             record.created)
+    return json_line("info", text.strip(), record.created)
 
 
 def _stderr_handler(log_format: str):  # noqa: ANN202 - a logging.Handler
@@ -144,6 +170,9 @@ def _stderr_handler(log_format: str):  # noqa: ANN202 - a logging.Handler
 
     class Lines(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
+            if record.name == LINES_LOG:
+                return (_line_json(record) if log_format == "json"
+                        else f"snim-batch: {printable(record.getMessage())}")
             if log_format == "json":
                 return json_line(record.levelname.lower(), record.getMessage(),
                                  record.created, logger=record.name,
@@ -158,6 +187,7 @@ def _stderr_handler(log_format: str):  # noqa: ANN202 - a logging.Handler
 
     handler = CurrentStderr()
     handler.setFormatter(Lines())
+    handler.log_format = log_format  # type: ignore[attr-defined] - `configured_log_format`
     return handler
 
 
@@ -373,7 +403,7 @@ def progress_renderer(quiet: bool, verbose: bool, every: float):
     or error."""
     if quiet:
         return None
-    if sys.stderr.isatty() and _LOG_FORMAT[0] != "json":
+    if sys.stderr.isatty() and configured_log_format() != "json":
         return TerminalProgress()
     return _Ticking(PlainProgress(every, from_start=verbose))
 

@@ -1037,6 +1037,19 @@ def test_a_usage_error_with_log_format_json_is_a_json_line(cli, tmp_path, monkey
         "snim-batch: error: missing.yaml: config file not found\n")
 
 
+@pytest.mark.parametrize("command", ["explain", "run"])
+def test_the_global_log_format_holds_for_every_command(cli, tmp_path, monkeypatch, command):
+    """`snim-batch --log-format json COMMAND`: the command's own logging set-up (explain's,
+    run's without its own --log-format) keeps the format, so its error is a JSON line."""
+    monkeypatch.chdir(tmp_path)
+    result = cli("--log-format", "json", command, "--rules", "missing.csv", "--positions",
+                 "missing.parquet", "--out", "out")
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert json.loads(line)["message"] == (
+        f"rules input {tmp_path / 'missing.csv'}: no such file or directory")
+
+
 @needs_script
 def test_log_format_json_on_a_terminal_is_json_lines_not_a_live_display(tmp_path):
     """JSON is for a machine wherever stderr is: on a terminal too, every line is an object."""
