@@ -11,7 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 import yaml
@@ -105,9 +105,9 @@ class Config:
     spark: Spark = field(default_factory=Spark)
     output: Output = field(default_factory=Output)
     storage_options: dict[str, str] = field(default_factory=dict)
-    memory_limit: int = 0
+    memory_limit: int | Literal["auto"] = "auto"
     """Bytes the polars engine's verdicts may use before sorted runs go to scratch (see
-    `memory_bytes`); 0: derived from the memory available (`polars_engine.memory_limit`)."""
+    `memory_bytes`); "auto": derived from the memory available (`polars_engine.memory_limit`)."""
     config_file: Path | None = None
 
     def override(self, **changes: Any) -> Config:
@@ -472,11 +472,11 @@ def resolve_output(text: str, base: Path) -> Path | str:
 
 
 _MEMORY = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*", re.IGNORECASE)
-def memory_bytes(value: Any, name: str) -> int:
+def memory_bytes(value: Any, name: str) -> int | Literal["auto"]:
     """A memory setting -> bytes: an integer of bytes, or text like 4GiB, 512MiB, 2G (powers
-    of 1024), or auto (0: derived from the memory available)."""
+    of 1024); or "auto" (derived from the memory available)."""
     if isinstance(value, str) and value.strip().lower() == "auto":
-        return 0
+        return "auto"
     found = (_MEMORY.fullmatch(value) if isinstance(value, str)
              else None if isinstance(value, bool) or not isinstance(value, int)
              else _MEMORY.fullmatch(str(value)))

@@ -90,11 +90,13 @@ def test_the_reject_tolerance_reason_codes_and_memory_limit_through_the_api(job:
                                                             "unknown_rule_set": 1}
     assert within.manifest["rejects"]["decision"] == "within_tolerance"
     assert verdicts(job / "within") == small_job_verdicts()  # spilled: the same verdicts
+    assert within.manifest["config"]["memory_limit"] == 1
     codes = pl.read_parquet(job / "within" / "rejects.parquet")["reason_code"].to_list()
     assert sorted(codes) == ["out_of_range", "unknown_rule_set"]
     over = evaluate_batch(rules="rules.csv", positions="positions.csv", out="over",
                           max_rejected_rate=0.1)  # 2 of 3 rules + 6 positions rows read
     assert (over.exit_code, over.tolerated) == (3, "")
+    assert over.manifest["config"]["memory_limit"] == "auto"  # the default, as it is named
     assert over.manifest["rejects"]["decision"] == "over_tolerance"
     with pytest.raises(BadRowsError, match=r"over --max-rejected-rows 1"):
         evaluate_batch(rules="rules.csv", positions="positions.csv", out="failed",

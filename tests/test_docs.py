@@ -169,10 +169,8 @@ def code_defaults() -> dict[str, object]:
     return {key: value for key, value in found.items() if key.split(".")[0] in keys}
 
 
-def shown(value: object, key: str = "") -> str:
-    """A default as the docs' configuration table writes it (`memory_limit` 0 is auto)."""
-    if key == "memory_limit" and value == 0:
-        return "auto"
+def shown(value: object) -> str:
+    """A default as the docs' configuration table writes it."""
     if isinstance(value, bool):
         return "false" if value is False else "true"
     if value == "" or value is None:
@@ -190,8 +188,8 @@ def test_configuration_page_shows_the_code_defaults():
     for key in defaults:
         if key.startswith("columns."):
             assert table.get(key) == f"{defaults[key]}", key
-    wrong = {k: (table.get(k), shown(v, k)) for k, v in defaults.items()
-             if not k.startswith("columns.") and table.get(k) != shown(v, k)}
+    wrong = {k: (table.get(k), shown(v)) for k, v in defaults.items()
+             if not k.startswith("columns.") and table.get(k) != shown(v)}
     assert not wrong, f"docs/configuration.md (shown, code): {wrong}"
 
 
@@ -208,8 +206,7 @@ def test_run_help_states_the_code_defaults():
     assert stated, "run --help states no defaults"
     as_help = {True: "on", False: "off"}
     wrong = {k: (v, defaults[k]) for k, v in stated.items()
-             if v != (shown(defaults[k], k) if k == "memory_limit"
-                      else as_help.get(defaults[k], defaults[k]))}
+             if v != as_help.get(defaults[k], defaults[k])}
     assert not wrong, f"run --help (stated, code): {wrong}"
 
 
@@ -221,7 +218,7 @@ def test_config_yaml_comments_state_no_other_default():
     stated = re.findall(r"default of\s+`([a-z_.]+)`\s+is\s+`([^`]+)`", text)
     assert ("winning_moves", "false") in stated
     for key, value in stated:
-        assert shown(defaults[key], key) == value, key
+        assert shown(defaults[key]) == value, key
 
 
 # --- the pages ------------------------------------------------------------------------------

@@ -216,7 +216,7 @@ def test_sigterm_while_spilling_leaves_no_scratch(tmp_path):
 
 
 def test_the_memory_setting_given_or_derived():
-    """A given memory_limit is used as it is; auto (0) is a quarter of the memory available
+    """A given memory_limit is used as it is; auto is a quarter of the memory available
     (MemAvailable or a container's limit), within 512 MiB .. 3 GiB."""
     from pipeline.config import Config, memory_bytes
     from pipeline.engines.polars_engine import DEFAULT_MEMORY_CAP, MIN_MEMORY, memory_limit

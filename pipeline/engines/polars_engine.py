@@ -166,7 +166,7 @@ def memory_limit(config: Config) -> int:
     """The run's memory setting in bytes: the config's, else a quarter of the memory
     available now (cgroup limit or MemAvailable), at most DEFAULT_MEMORY_CAP and at least
     MIN_MEMORY."""
-    if config.memory_limit:
+    if config.memory_limit != "auto":
         return config.memory_limit
     return max(MIN_MEMORY, min(DEFAULT_MEMORY_CAP, _available_memory() // 4))
 
