@@ -415,6 +415,39 @@ def test_long_form_in_key_order_is_grouped_as_it_streams(tmp_path, monkeypatch, 
     assert written == []
 
 
+@pytest.mark.parametrize(("order", "rule_keys"), [("rule", "int"), ("position", "str")])
+def test_long_form_in_key_order_with_bad_rows_gives_the_collected_runs_outputs(
+        tmp_path, monkeypatch, order, rule_keys):
+    """Rows in key order, some of them to reject (a negative heap, the positions of an invalid
+    rule set, integer ids the rules do not have): the run grouped as it streams, batches of
+    5 rows, writes exactly the outputs of the run that collects the same file whole."""
+    rng = random.Random(f"in-order-bad-{order}-{rule_keys}")
+    rules = random_rules(rng, rule_keys)
+    bad_rule = "rs0" if rule_keys == "str" else 0
+    rules.append((bad_rule, "subtraction", [0]))
+    positions = random_positions(rng, rules, "int", min_heaps=1)
+    positions[3] = (positions[3][0], positions[3][1], positions[3][2] + [-4])
+    if rule_keys == "int":
+        positions += [(100, 5, [1, 2]), (101, 5, [3])]
+    positions.sort(key=(lambda p: (p[0], p[1])) if order == "rule" else (lambda p: (p[1], p[0])))
+    r = write_rules(tmp_path / "rules", rules, "parquet")
+    p = write_positions(tmp_path / "positions", positions, "long", "parquet")
+    outputs = {}
+    for how in ("collected", "streamed"):
+        if how == "streamed":
+            written = split_long_form(monkeypatch, 7)
+            monkeypatch.setattr(batches, "BATCH_ROWS", 5)
+        (tmp_path / how).mkdir()
+        assert run(job(tmp_path / how, r, p, winning_moves=True)).exit_code == 3  # rejects
+        manifest = json.loads((tmp_path / how / "out" / "manifest.json").read_text())
+        assert manifest["counts"]["positions"]["rows_read"] == sum(len(h) for *_, h in positions)
+        outputs[how] = read_outputs(tmp_path / how / "out")
+    assert written == []
+    assert outputs["collected"]["rejects"].height > 5
+    for name, frame in outputs["collected"].items():
+        assert_frame_equal(outputs["streamed"][name], frame)
+
+
 @pytest.mark.parametrize("fault", ["position_cut_apart", "text_key_later"])
 def test_long_form_that_leaves_key_order_late_is_split_after_all(tmp_path, monkeypatch,
                                                                   fault):
