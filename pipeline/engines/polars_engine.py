@@ -473,8 +473,9 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
     made text is text here too (values as given, as when all frames are unified at once)."""
     for key in keys.KEYS:
         if text and text[key]:
-            frames = [f.with_columns(pl.col(key).cast(pl.String)) for f in frames]
-        else:
+            frames = [f if f[key].dtype == pl.String
+                      else f.with_columns(pl.col(key).cast(pl.String)) for f in frames]
+        elif any(f[key].dtype != pl.Int64 for f in frames):  # else nothing to unify
             frames = keys.unify_key_types(frames, key)
     return frames
 
@@ -544,6 +545,7 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
     rule_ids = _rule_ids(index)
 
     def groups() -> Iterator[list[pl.DataFrame]]:
+        # the last key's rows so far, held back: (rows, their keys, their ranks or None)
         carry: tuple[pl.DataFrame, dict[str, np.ndarray], np.ndarray | None] | None = None
         for file_index, frame in read_ahead(batches):
             rows_per_file.add(file_index, frame)
@@ -552,22 +554,30 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
             if seen["text"] is not None and text != seen["text"]:
                 raise _OutOfOrder("rule_set_id is text in some batches only")
             seen["text"] = text
+            if frame.height == 0:
+                continue
             ids, bucket = _integer_keys(frame, rule_ids)  # this batch's rows only, once
-            rows = frame
-            if carry is not None:
-                rows = pl.concat([carry[0], frame], how="vertical_relaxed")
-                ids = {key: np.concatenate([carry[1][key], ids[key]]) for key in ids}
-                bucket = (None if bucket is None or carry[2] is None
-                          else np.concatenate([carry[2], bucket]))
-            seen["order"] = _key_order(ids, seen["order"], frame)
+            bucket = None if bucket is None else bucket.astype(np.int32)
+            seen["order"] = _key_order([ids] if carry is None else [ids, _junction(carry[1], ids)],
+                                       seen["order"], frame)
             tail = _last_key_start(ids)
-            carry = (rows.slice(tail), {key: v[tail:] for key, v in ids.items()},
+            if carry is not None and tail == 0 and _same_key(carry[1], ids):
+                # a key of more rows than a batch: held back whole until it ends
+                bucket = _joined(carry[2], bucket)
+                ids = {key: np.concatenate([carry[1][key], ids[key]]) for key in ids}
+                carry = (pl.concat([carry[0], frame], how="vertical_relaxed"), ids, bucket)
+                continue
+            if carry is not None or tail:
+                done, ranks = frame.slice(0, tail), None if bucket is None else bucket[:tail]
+                if carry is not None:  # its key ends before this batch's first other key
+                    done = pl.concat([carry[0], done], how="vertical_relaxed")
+                    ranks = _joined(carry[2], ranks)
+                yield [_with_ranks(done, ranks)]
+            carry = (frame.slice(tail), {key: v[tail:] for key, v in ids.items()},
                      None if bucket is None else bucket[tail:])
-            if tail:
-                yield [_with_ranks(rows.slice(0, tail), bucket, tail)]
         if carry is None:
             raise _OutOfOrder("no rows")
-        yield [_with_ranks(carry[0], carry[2], carry[0].height)]
+        yield [_with_ranks(carry[0], carry[2])]
 
     try:
         parts = groups()
@@ -599,28 +609,49 @@ def _integer_keys(rows: pl.DataFrame, rule_ids: pl.Series
                 ranks if ranks.size == 0 or ranks.min() >= 0 else None)
     if rule.dtype != pl.String or rule_ids.dtype != pl.String:
         raise _OutOfOrder("a rule_set_id is missing")
-    ranks = keys.ranks(rule, rule_ids)
+    runs = rule.rle()  # rows in key order: a rule set's rows come in runs, each ranked once
+    ranks = np.repeat(keys.ranks(runs.struct.field("value"), rule_ids),
+                      runs.struct.field("len").to_numpy())
     if (ranks < 0).any():
         raise _OutOfOrder("a rule_set_id is missing or not in the rules")
     return {"rule_set_id": ranks, "position_id": position.to_numpy()}, ranks
 
 
-def _with_ranks(rows: pl.DataFrame, ranks: np.ndarray | None, n: int) -> pl.DataFrame:
-    """`rows` with the first `n` of their rule sets' `ranks` as `_bucket` (when known), which
+def _with_ranks(rows: pl.DataFrame, ranks: np.ndarray | None) -> pl.DataFrame:
+    """`rows` with their rule sets' `ranks` (int32) as `_bucket` (when known), which
     `_long_positions` takes instead of ranking the ids again."""
     if ranks is None:
         return rows
-    return rows.with_columns(pl.Series("_bucket", ranks[:n].astype(np.int32)))
+    return rows.with_columns(pl.Series("_bucket", ranks))
 
 
-def _key_order(ids: dict[str, np.ndarray], order: list[str] | None, rows: pl.DataFrame
-               ) -> list[str] | None:
-    """The key order the rows with keys `ids` (the last of them `rows`) follow: `order` when
-    given, else
-    (rule_set_id, position_id) or (position_id, rule_set_id), whichever holds; None while
-    both do (rows of one rule set and ascending positions, say): a later batch decides."""
+def _joined(first: np.ndarray | None, second: np.ndarray | None) -> np.ndarray | None:
+    """The ranks of held-back rows and those of the rows after them (None if either is
+    unknown)."""
+    return None if first is None or second is None else np.concatenate([first, second])
+
+
+def _junction(held: dict[str, np.ndarray], ids: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The keys of the last row held back and of the first row after it: rows in key order
+    on either side of a batch's start are in key order together if these two are."""
+    return {key: np.array([held[key][-1], ids[key][0]]) for key in ids}
+
+
+def _same_key(held: dict[str, np.ndarray], ids: dict[str, np.ndarray]) -> bool:
+    """Whether the first row of `ids` has the key of the rows held back."""
+    return all(held[key][-1] == ids[key][0] for key in ids)
+
+
+def _key_order(pieces: list[dict[str, np.ndarray]], order: list[str] | None,
+               rows: pl.DataFrame) -> list[str] | None:
+    """The key order that holds within each of `pieces` (the keys of a batch, and of the
+    rows on either side of its start, `_junction`; the last row `rows`'s): `order` when
+    given, else (rule_set_id, position_id) or (position_id, rule_set_id), whichever holds;
+    None while both do (rows of one rule set and ascending positions, say): a later batch
+    decides."""
     holding = [candidate for candidate in ([order] if order else [keys.KEYS, keys.KEYS[::-1]])
-               if kernels.in_key_order(ids[candidate[0]], ids[candidate[1]])]
+               if all(kernels.in_key_order(ids[candidate[0]], ids[candidate[1]])
+                      for ids in pieces)]
     if holding:
         return holding[0] if len(holding) == 1 else None
     raise _OutOfOrder(f"rows are not in key order (file rows before row "

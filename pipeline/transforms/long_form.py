@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from pipeline import kernels
 from pipeline.keys import key_hash
-from pipeline.transforms.buffers import arrow_int64
+from pipeline.transforms.buffers import arrow_int64, list_chunks
 from pipeline.transforms.evaluate import valid_ranks
 from pipeline.transforms.schema import HEAPS
 
@@ -134,11 +134,14 @@ def long_to_wide_in_order(rows: pl.DataFrame, bucket: np.ndarray, ids: pl.Series
     run_tables = tables[run_bucket]
     if run_tables.size and run_tables.min() < 0:
         return None
+    heaps = []  # the rows' one-heap lists' values, as they lie in their buffers
+    for row_offsets, values, nulls in list_chunks(rows["heaps"]):
+        if nulls or not (np.diff(row_offsets) == 1).all():  # not rows `normalize` makes
+            return None
+        heaps.append(values[row_offsets[0]:row_offsets[-1]])
     offsets = np.append(starts, p.shape[0]).astype(np.int64)
-    heaps = rows["heaps"].list.first()
-    if heaps.null_count():  # an empty list: not a row `normalize` makes
-        return None
-    lists = pa.LargeListArray.from_arrays(arrow_int64(offsets), arrow_int64(heaps.to_numpy()))
+    flat = heaps[0] if len(heaps) == 1 else np.concatenate(heaps + [np.zeros(0, np.int64)])
+    lists = pa.LargeListArray.from_arrays(arrow_int64(offsets), arrow_int64(flat))
     return pl.DataFrame({
         "rule_set_id": ids.gather(run_bucket), "position_id": p[starts],
         "heaps": pl.Series(lists, dtype=HEAPS), "table": run_tables,
