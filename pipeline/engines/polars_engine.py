@@ -609,12 +609,22 @@ def _integer_keys(rows: pl.DataFrame, rule_ids: pl.Series
                 ranks if ranks.size == 0 or ranks.min() >= 0 else None)
     if rule.dtype != pl.String or rule_ids.dtype != pl.String:
         raise _OutOfOrder("a rule_set_id is missing")
-    runs = rule.rle()  # rows in key order: a rule set's rows come in runs, each ranked once
-    ranks = np.repeat(keys.ranks(runs.struct.field("value"), rule_ids),
-                      runs.struct.field("len").to_numpy())
+    ranks = _run_ranks(rule, rule_ids)
     if (ranks < 0).any():
         raise _OutOfOrder("a rule_set_id is missing or not in the rules")
     return {"rule_set_id": ranks, "position_id": position.to_numpy()}, ranks
+
+
+def _run_ranks(ids: pl.Series, rule_ids: pl.Series) -> np.ndarray:
+    """`keys.ranks` of text ids that, in key order, come in runs of equal ids: each run
+    ranked once (a hash lookup per run, not per row), unless the runs are short (rows out
+    of order, about to leave this path)."""
+    runs = ids.rle_id()
+    if runs.len() == 0 or 2 * (runs[-1] + 1) > runs.len():
+        return keys.ranks(ids, rule_ids)
+    runs = ids.rle()
+    return np.repeat(keys.ranks(runs.struct.field("value"), rule_ids),
+                     runs.struct.field("len").to_numpy())
 
 
 def _with_ranks(rows: pl.DataFrame, ranks: np.ndarray | None) -> pl.DataFrame:
