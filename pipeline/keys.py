@@ -78,6 +78,8 @@ def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFr
     if dtypes <= {pl.Int64, pl.Null}:
         return [f.with_columns(pl.col(name).cast(pl.Int64)) for f in frames]
     as_text = [f.with_columns(pl.col(name).cast(pl.String)) for f in frames]
+    if any(_surely_text(f[name]) for f in as_text):
+        return as_text
     all_int = all(
         f.select(pl.col(name).drop_nulls().str.contains(CANONICAL_INT).all()).item() is not False
         and f.select(pl.col(name).cast(pl.Int64, strict=False).null_count()
@@ -105,6 +107,13 @@ def _all_round_trip(text: pl.Series) -> bool:
     """Whether every non-null value is an integer written as Int64 writes it."""
     return bool(text.drop_nulls().str.contains(_ROUND_TRIP_INT).all()) and (
         text.cast(pl.Int64, strict=False).null_count() == text.null_count())
+
+
+def _surely_text(text: pl.Series) -> bool:
+    """Whether one of the first values already is not an integer (the column is then text
+    whatever the rest holds), so that a batch of names skips the scan of every value."""
+    head = text.head(_PEEK).drop_nulls()
+    return not head.str.contains(CANONICAL_INT).all()
 
 
 def _may_be_integers(text: pl.Series) -> bool:

@@ -401,13 +401,14 @@ def test_long_form_in_key_order_is_grouped_as_it_streams(tmp_path, monkeypatch, 
     """A large long-form input (several parts' worth) whose rows come in key order, sorted by
     rule set then position or by position then rule set, is grouped batch by batch with no
     scratch file, integer rule set ids or text ones (in their text order). Batches of 5 rows
-    cut positions apart: each must still get all its heaps, in input order (winning moves
-    index them). Brute-force references."""
+    cut positions apart, and one position of 13 rows spans three batches: each must still
+    get all its heaps, in input order (winning moves index them). Brute-force references."""
     written = split_long_form(monkeypatch, 7)
     monkeypatch.setattr(batches, "BATCH_ROWS", 5)
     rng = random.Random(f"in-order-{order}-{fmt}-{rule_keys}")
     rules = random_rules(rng, rule_keys)
     positions = random_positions(rng, rules, "int", min_heaps=1)
+    positions.append((rules[0][0], 77, [1, 2, 0, 3, 1, 2, 2, 1, 0, 3, 1, 2, 3]))
     positions.sort(key=(lambda p: (p[0], p[1])) if order == "rule" else (lambda p: (p[1], p[0])))
     assert any(len(h) > 1 for _, _, h in positions)
     manifest = run_checked(tmp_path, rules, positions, "long", fmt, winning_moves=True)
@@ -415,13 +416,49 @@ def test_long_form_in_key_order_is_grouped_as_it_streams(tmp_path, monkeypatch, 
     assert written == []
 
 
-@pytest.mark.parametrize("fault", ["position_cut_apart", "text_key_later"])
+@pytest.mark.parametrize(("order", "rule_keys"), [("rule", "int"), ("position", "str")])
+def test_long_form_in_key_order_with_bad_rows_gives_the_collected_runs_outputs(
+        tmp_path, monkeypatch, order, rule_keys):
+    """Rows in key order, some of them to reject (a negative heap, the positions of an invalid
+    rule set, integer ids the rules do not have): the run grouped as it streams, batches of
+    5 rows, writes exactly the outputs of the run that collects the same file whole."""
+    rng = random.Random(f"in-order-bad-{order}-{rule_keys}")
+    rules = random_rules(rng, rule_keys)
+    bad_rule = "rs0" if rule_keys == "str" else 0
+    rules.append((bad_rule, "subtraction", [0]))
+    positions = random_positions(rng, rules, "int", min_heaps=1)
+    positions[3] = (positions[3][0], positions[3][1], positions[3][2] + [-4])
+    if rule_keys == "int":
+        positions += [(100, 5, [1, 2]), (101, 5, [3])]
+    positions.sort(key=(lambda p: (p[0], p[1])) if order == "rule" else (lambda p: (p[1], p[0])))
+    r = write_rules(tmp_path / "rules", rules, "parquet")
+    p = write_positions(tmp_path / "positions", positions, "long", "parquet")
+    outputs = {}
+    for how in ("collected", "streamed"):
+        if how == "streamed":
+            written = split_long_form(monkeypatch, 7)
+            monkeypatch.setattr(batches, "BATCH_ROWS", 5)
+        (tmp_path / how).mkdir()
+        assert run(job(tmp_path / how, r, p, winning_moves=True)).exit_code == 3  # rejects
+        manifest = json.loads((tmp_path / how / "out" / "manifest.json").read_text())
+        assert manifest["counts"]["positions"]["rows_read"] == sum(len(h) for *_, h in positions)
+        outputs[how] = read_outputs(tmp_path / how / "out")
+    assert written == []
+    assert outputs["collected"]["rejects"].height > 5
+    for name, frame in outputs["collected"].items():
+        assert_frame_equal(outputs["streamed"][name], frame)
+
+
+@pytest.mark.parametrize("fault", ["position_cut_apart", "text_key_later",
+                                   "next_file_starts_lower"])
 def test_long_form_that_leaves_key_order_late_is_split_after_all(tmp_path, monkeypatch,
                                                                   fault):
     """Rows in key order until near the end, where a position's last heaps come again (its
-    rows are not contiguous after all) or a second file has text position ids: the run
-    notices there, splits the whole input by key instead, and its outputs are those of any
-    other order (the position gets all its heaps, once). Brute-force references."""
+    rows are not contiguous after all), a second file has text position ids, or a second
+    file in key order of its own holds the last heaps of positions of the first (the order
+    breaks right where a batch starts): the run notices there, splits the whole input by
+    key instead, and its outputs are those of any other order (the position gets all its
+    heaps, once). Brute-force references."""
     written = split_long_form(monkeypatch, 7)
     monkeypatch.setattr(batches, "BATCH_ROWS", 5)
     rng = random.Random(f"late-{fault}")
@@ -435,6 +472,12 @@ def test_long_form_that_leaves_key_order_late_is_split_after_all(tmp_path, monke
         rid, pid, heaps = positions[at]
         rows = positions[:at] + [(rid, pid, heaps[:1])] + positions[at + 1:]
         write_positions(folder / "a", rows + [(rid, pid, heaps[1:])], "long", "parquet")
+    elif fault == "next_file_starts_lower":
+        split = [p for p in positions if len(p[2]) > 1]
+        assert len(split) > 3
+        write_positions(folder / "a", [(r, p, h[:-1] if len(h) > 1 else h)
+                                       for r, p, h in positions], "long", "parquet")
+        write_positions(folder / "b", [(r, p, h[-1:]) for r, p, h in split], "long", "parquet")
     else:
         half = len(positions) // 2
         positions[half:] = [(rid, f"p{pid}", h) for rid, pid, h in positions[half:]]

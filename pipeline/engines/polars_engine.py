@@ -473,8 +473,9 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
     made text is text here too (values as given, as when all frames are unified at once)."""
     for key in keys.KEYS:
         if text and text[key]:
-            frames = [f.with_columns(pl.col(key).cast(pl.String)) for f in frames]
-        else:
+            frames = [f if f[key].dtype == pl.String
+                      else f.with_columns(pl.col(key).cast(pl.String)) for f in frames]
+        elif any(f[key].dtype != pl.Int64 for f in frames):  # else nothing to unify
             frames = keys.unify_key_types(frames, key)
     return frames
 
@@ -544,7 +545,8 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
     rule_ids = _rule_ids(index)
 
     def groups() -> Iterator[list[pl.DataFrame]]:
-        carry = None
+        # the last key's rows so far, held back: (rows, their keys, their ranks or None)
+        carry: tuple[pl.DataFrame, dict[str, np.ndarray], np.ndarray | None] | None = None
         for file_index, frame in read_ahead(batches):
             rows_per_file.add(file_index, frame)
             (frame,) = _unified_keys([frame])
@@ -552,16 +554,30 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
             if seen["text"] is not None and text != seen["text"]:
                 raise _OutOfOrder("rule_set_id is text in some batches only")
             seen["text"] = text
-            rows = frame if carry is None else pl.concat([carry, frame], how="vertical_relaxed")
-            ids = _integer_keys(rows, rule_ids)
-            seen["order"] = _key_order(ids, seen["order"], rows)
+            if frame.height == 0:
+                continue
+            ids, bucket = _integer_keys(frame, rule_ids)  # this batch's rows only, once
+            bucket = None if bucket is None else bucket.astype(np.int32)
+            seen["order"] = _key_order([ids] if carry is None else [ids, _junction(carry[1], ids)],
+                                       seen["order"], frame)
             tail = _last_key_start(ids)
-            carry = rows.slice(tail)
-            if tail:
-                yield [rows.slice(0, tail)]
+            if carry is not None and tail == 0 and _same_key(carry[1], ids):
+                # a key of more rows than a batch: held back whole until it ends
+                bucket = _joined(carry[2], bucket)
+                ids = {key: np.concatenate([carry[1][key], ids[key]]) for key in ids}
+                carry = (pl.concat([carry[0], frame], how="vertical_relaxed"), ids, bucket)
+                continue
+            if carry is not None or tail:
+                done, ranks = frame.slice(0, tail), None if bucket is None else bucket[:tail]
+                if carry is not None:  # its key ends before this batch's first other key
+                    done = pl.concat([carry[0], done], how="vertical_relaxed")
+                    ranks = _joined(carry[2], ranks)
+                yield [_with_ranks(done, ranks)]
+            carry = (frame.slice(tail), {key: v[tail:] for key, v in ids.items()},
+                     None if bucket is None else bucket[tail:])
         if carry is None:
             raise _OutOfOrder("no rows")
-        yield [carry]
+        yield [_with_ranks(carry[0], carry[2])]
 
     try:
         parts = groups()
@@ -577,30 +593,75 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
     return verdicts, rejects, rows_per_file.counts
 
 
-def _integer_keys(rows: pl.DataFrame, rule_ids: pl.Series) -> dict[str, np.ndarray]:
+def _integer_keys(rows: pl.DataFrame, rule_ids: pl.Series
+                  ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """Both keys of `rows` as int64 arrays, a text rule_set_id as its rank among the rules'
     ids (`rule_ids`, in key order, so the ranks keep the ids' order); else the rows are not
-    for this path (a text position id, a missing key, a rule set the rules do not have)."""
+    for this path (a text position id, a missing key, a rule set the rules do not have).
+    With them, each row's rank among `rule_ids` where every row has one (else None), which
+    stands for its rule set from then on (`_with_ranks`)."""
     position, rule = rows["position_id"], rows["rule_set_id"]
     if position.dtype != pl.Int64 or position.null_count():
         raise _OutOfOrder("a position_id is text or missing")
     if rule.dtype == pl.Int64 and not rule.null_count():
-        return {"rule_set_id": rule.to_numpy(), "position_id": position.to_numpy()}
+        ranks = keys.ranks(rule, rule_ids)
+        return ({"rule_set_id": rule.to_numpy(), "position_id": position.to_numpy()},
+                ranks if ranks.size == 0 or ranks.min() >= 0 else None)
     if rule.dtype != pl.String or rule_ids.dtype != pl.String:
         raise _OutOfOrder("a rule_set_id is missing")
-    ranks = keys.ranks(rule, rule_ids)
+    ranks = _run_ranks(rule, rule_ids)
     if (ranks < 0).any():
         raise _OutOfOrder("a rule_set_id is missing or not in the rules")
-    return {"rule_set_id": ranks, "position_id": position.to_numpy()}
+    return {"rule_set_id": ranks, "position_id": position.to_numpy()}, ranks
 
 
-def _key_order(ids: dict[str, np.ndarray], order: list[str] | None, rows: pl.DataFrame
-               ) -> list[str] | None:
-    """The key order the rows with keys `ids` follow: `order` when given, else
-    (rule_set_id, position_id) or (position_id, rule_set_id), whichever holds; None while
-    both do (rows of one rule set and ascending positions, say): a later batch decides."""
+def _run_ranks(ids: pl.Series, rule_ids: pl.Series) -> np.ndarray:
+    """`keys.ranks` of text ids that, in key order, come in runs of equal ids: each run
+    ranked once (a hash lookup per run, not per row), unless the runs are short (rows out
+    of order, about to leave this path)."""
+    runs = ids.rle_id()
+    if runs.len() == 0 or 2 * (runs[-1] + 1) > runs.len():
+        return keys.ranks(ids, rule_ids)
+    runs = ids.rle()
+    return np.repeat(keys.ranks(runs.struct.field("value"), rule_ids),
+                     runs.struct.field("len").to_numpy())
+
+
+def _with_ranks(rows: pl.DataFrame, ranks: np.ndarray | None) -> pl.DataFrame:
+    """`rows` with their rule sets' `ranks` (int32) as `_bucket` (when known), which
+    `_long_positions` takes instead of ranking the ids again."""
+    if ranks is None:
+        return rows
+    return rows.with_columns(pl.Series("_bucket", ranks))
+
+
+def _joined(first: np.ndarray | None, second: np.ndarray | None) -> np.ndarray | None:
+    """The ranks of held-back rows and those of the rows after them (None if either is
+    unknown)."""
+    return None if first is None or second is None else np.concatenate([first, second])
+
+
+def _junction(held: dict[str, np.ndarray], ids: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The keys of the last row held back and of the first row after it: rows in key order
+    on either side of a batch's start are in key order together if these two are."""
+    return {key: np.array([held[key][-1], ids[key][0]]) for key in ids}
+
+
+def _same_key(held: dict[str, np.ndarray], ids: dict[str, np.ndarray]) -> bool:
+    """Whether the first row of `ids` has the key of the rows held back."""
+    return all(held[key][-1] == ids[key][0] for key in ids)
+
+
+def _key_order(pieces: list[dict[str, np.ndarray]], order: list[str] | None,
+               rows: pl.DataFrame) -> list[str] | None:
+    """The key order that holds within each of `pieces` (the keys of a batch, and of the
+    rows on either side of its start, `_junction`; the last row `rows`'s): `order` when
+    given, else (rule_set_id, position_id) or (position_id, rule_set_id), whichever holds;
+    None while both do (rows of one rule set and ascending positions, say): a later batch
+    decides."""
     holding = [candidate for candidate in ([order] if order else [keys.KEYS, keys.KEYS[::-1]])
-               if kernels.in_key_order(ids[candidate[0]], ids[candidate[1]])]
+               if all(kernels.in_key_order(ids[candidate[0]], ids[candidate[1]])
+                      for ids in pieces)]
     if holding:
         return holding[0] if len(holding) == 1 else None
     raise _OutOfOrder(f"rows are not in key order (file rows before row "
@@ -636,10 +697,11 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     # then every part is narrow and the sort never retypes a key that `text` decided
     index_text = index["rule_set_id"].dtype == pl.String
     rule_ids = _rule_ids(index) if text["rule_set_id"] == index_text else None
+    ranked = None if rule_ids is None else (rule_ids, evaluate.tables_of_ranks(rule_ids, index))
     verdicts, rejects = [], []
     for n, frames in enumerate(parts, 1):
         clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text),
-                                                 config, index, cache)
+                                                 config, index, cache, ranked)
         verdicts.append(ordering.verdict_rows(clean, config.winning_moves) if rule_ids is None
                         else ordering.with_own_text(ordering.verdict_part(
                             clean, None, rule_ids, _verdict_columns(config))))
@@ -658,11 +720,20 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
 
 
 def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFrame,
-                    cache: TableCache) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+                    cache: TableCache, ranked: tuple[pl.Series, np.ndarray] | None = None
+                    ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """Long-form rows holding every row of their positions, with unified key types ->
-    (evaluated positions, none rejected; rejects; rows read)."""
+    (evaluated positions, none rejected; rejects; rows read). Rows in key order carry their
+    rule sets' ranks among `ranked`'s ids (`_with_ranks`; `ranked`: the index's ids in key
+    order and the table of each) and are grouped by their runs of equal keys."""
     rows = pl.concat(frames, how="vertical_relaxed")
-    positions = long_form.long_to_wide_sorted(rows, index)
+    positions = None
+    if "_bucket" in rows.columns:
+        bucket = rows.drop_in_place("_bucket").to_numpy()
+        if ranked is not None:
+            positions = long_form.long_to_wide_in_order(rows, bucket, *ranked)
+    if positions is None:
+        positions = long_form.long_to_wide_sorted(rows, index)
     if positions is not None:  # clean: no row to reject unless a heap is beyond its table
         evaluated = _evaluated(positions, cache, config.winning_moves)
         if evaluated["_reason"].null_count() == evaluated.height:

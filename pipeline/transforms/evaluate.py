@@ -60,14 +60,19 @@ def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFram
     bucket = keys.ranks(rid, ids)
     if bucket.size and bucket.min() < 0:
         return None
-    table_of_rank = pl.DataFrame({"rule_set_id": ids}).join(
-        index.select("rule_set_id", "table"), on="rule_set_id", how="left",
-        maintain_order="left")["table"].fill_null(-1).to_numpy().astype(np.int64)
-    tables = table_of_rank[bucket]
+    tables = tables_of_ranks(ids, index)[bucket]
     if tables.size and tables.min() < 0:
         return None
     return positions.with_columns(pl.Series("table", tables, dtype=pl.Int64),
                                   pl.Series("_bucket", bucket.astype(np.int32)))
+
+
+def tables_of_ranks(ids: pl.Series, index: pl.DataFrame) -> np.ndarray:
+    """The table of each of `ids` (`keys.sorted_ids` of the index's), -1 for none: so a
+    rank among them gives its row's table by one gather."""
+    return pl.DataFrame({"rule_set_id": ids}).join(
+        index.select("rule_set_id", "table"), on="rule_set_id", how="left",
+        maintain_order="left")["table"].fill_null(-1).to_numpy().astype(np.int64)
 
 
 def largest_heaps(positions: pl.DataFrame, n_tables: int,

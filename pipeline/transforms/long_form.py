@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from pipeline import kernels
 from pipeline.keys import key_hash
-from pipeline.transforms.buffers import arrow_int64
+from pipeline.transforms.buffers import arrow_int64, list_chunks
 from pipeline.transforms.evaluate import valid_ranks
 from pipeline.transforms.schema import HEAPS
 
@@ -110,6 +110,45 @@ def long_to_wide_sorted(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame
     }).select(pl.lit("", pl.String).alias("_source"), pl.lit(-1, pl.Int64).alias("_row"),
               "rule_set_id", "position_id", "heaps", pl.lit(None, pl.String).alias("_column"),
               pl.lit(None, pl.String).alias("_reason"), "table")
+
+
+def long_to_wide_in_order(rows: pl.DataFrame, bucket: np.ndarray, ids: pl.Series,
+                          tables: np.ndarray) -> pl.DataFrame | None:
+    """`long_to_wide_sorted` for rows in key order (either one), whose rule set ids' ranks
+    among `ids` (`keys.sorted_ids` of the index's) are `bucket` and whose ranks' tables are
+    `tables` (`evaluate.tables_of_ranks`): every position's rows are then one run, so the
+    runs of equal keys are the positions, in input order, without a sort or a copy of the
+    heaps. Each position keeps its rank as `_bucket`, for `ordering.verdict_part`. None
+    where `long_to_wide_sorted` would be (a row to reject, a rule set without a table)."""
+    pid = rows["position_id"]
+    if (pid.dtype != pl.Int64 or pid.null_count() or rows["heaps"].null_count()
+            or rows["_reason"].null_count() != rows.height):
+        return None
+    p = pid.to_numpy()
+    new_key = np.empty(p.shape[0], np.bool_)
+    new_key[:1] = True
+    np.not_equal(p[1:], p[:-1], out=new_key[1:])
+    new_key[1:] |= bucket[1:] != bucket[:-1]
+    starts = np.flatnonzero(new_key)
+    run_bucket = bucket[starts]
+    run_tables = tables[run_bucket]
+    if run_tables.size and run_tables.min() < 0:
+        return None
+    heaps = []  # the rows' one-heap lists' values, as they lie in their buffers
+    for row_offsets, values, nulls in list_chunks(rows["heaps"]):
+        if nulls or not (np.diff(row_offsets) == 1).all():  # not rows `normalize` makes
+            return None
+        heaps.append(values[row_offsets[0]:row_offsets[-1]])
+    offsets = np.append(starts, p.shape[0]).astype(np.int64)
+    flat = heaps[0] if len(heaps) == 1 else np.concatenate(heaps + [np.zeros(0, np.int64)])
+    lists = pa.LargeListArray.from_arrays(arrow_int64(offsets), arrow_int64(flat))
+    return pl.DataFrame({
+        "rule_set_id": ids.gather(run_bucket), "position_id": p[starts],
+        "heaps": pl.Series(lists, dtype=HEAPS), "table": run_tables,
+        "_bucket": run_bucket.astype(np.int32),
+    }).select(pl.lit("", pl.String).alias("_source"), pl.lit(-1, pl.Int64).alias("_row"),
+              "rule_set_id", "position_id", "heaps", pl.lit(None, pl.String).alias("_column"),
+              pl.lit(None, pl.String).alias("_reason"), "table", "_bucket")
 
 
 def expand_long_rejects(rejected_positions: pl.DataFrame) -> pl.DataFrame:
