@@ -34,14 +34,11 @@ The modules, each using only those before it:
   (compiled).
 """
 
-from pipeline.classic.reading import (
-    ClassicCase,
-    ClassicInput,
-    classic_to_tables,
-    parse_classic,
-    read_classic,
-)
-from pipeline.classic.solving import solve_classic
+from pipeline.io.lazy_exports import lazy_exports
 
-__all__ = ["ClassicCase", "ClassicInput", "classic_to_tables", "parse_classic", "read_classic",
-           "solve_classic"]
+_EXPORTS = {**{name: "reading" for name in (
+    "ClassicCase", "ClassicInput", "classic_to_tables", "parse_classic", "read_classic")},
+    "solve_classic": "solving", "solve_quick": "quick"}
+__all__ = [*_EXPORTS]
+__getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for, so
+# that `quick` runs without numpy

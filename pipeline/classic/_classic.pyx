@@ -6,17 +6,16 @@ as a uint8 array."""
 include "_common.pxi"
 include "_sg_values.pxi"
 include "_argsort.pxi"
+include "_tabulate.pxi"
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cython.parallel cimport prange
+from libc.string cimport memset
 
-import numpy as np
+# numpy is imported by the functions that return arrays, not by the module: `solve_quick`
+# answers a whole input without it (a command's start would pay for its import).
 
-from pipeline.classic.faults import (
-    E_CASE, E_CODE, E_END, E_EXPECTED, E_POSITION, E_POSITIONS, E_READ, E_SLOTS, E_START,
-    E_TOKEN, E_VALUE, EMPTY, EOF_HEAPS, EOF_L, EOF_M, EOF_MOVES, HEAP_NEG, K_NEG, L_NEG, M_NEG,
-    MOVE_BIG, MOVE_NONPOS, NOT_INT, OK, OVERFLOW, TRAILING, UNTERMINATED)
-
-# The error record's slots and kinds as C constants (checked against `faults` below).
+# The error record's slots and kinds as C constants (`parser` checks them against `faults`).
 cdef enum:
     C_CODE = 0
     C_CASE = 1
@@ -45,11 +44,6 @@ cdef enum:
     C_OVERFLOW = 13
     C_UNTERMINATED = 14
     C_EMPTY = 15
-
-assert (E_CODE, E_CASE, E_TOKEN, E_POSITION, E_POSITIONS, E_VALUE, E_EXPECTED, E_READ,
-        E_START, E_END, E_SLOTS) == tuple(range(11))
-assert (OK, EOF_MOVES, EOF_M, EOF_L, EOF_HEAPS, K_NEG, MOVE_NONPOS, MOVE_BIG, M_NEG, L_NEG,
-        HEAP_NEG, TRAILING, NOT_INT, OVERFLOW, UNTERMINATED, EMPTY) == tuple(range(16))
 
 # Token reader verdicts (as tokens.T_*).
 cdef enum:
@@ -327,11 +321,101 @@ cdef void _unterminated(Buf b, int64_t t, int64_t m, int64_t ln, int64_t* err) n
     err[C_READ] = err[C_EXPECTED]
 
 
+cdef struct Parsed:
+    # the parser's arrays (each as long as `_bound` allows; pos_off and heaps only with keep)
+    int64_t* moves
+    int64_t* moves_off
+    int64_t* case_off
+    int64_t* case_max
+    int64_t* anchors
+    int64_t* pos_off
+    int64_t* heaps
+    int64_t* err
+    # how much of them was filled
+    int64_t nmv  # moves
+    int64_t nc  # cases
+    int64_t npos  # rows
+    int64_t nh  # heaps (with keep)
+
+
+cdef inline int64_t _bound(int64_t n) noexcept nogil:
+    """Most tokens (so moves, cases, rows, heaps) n bytes can hold: each takes a byte and a
+    separator."""
+    return n // 2 + 2
+
+
+cdef void _parse(Buf b, int64_t max_move, bint keep, Parsed* out) noexcept nogil:
+    """The one pass of `parse` into out's arrays (see there)."""
+    cdef Parse p
+    cdef Rows rows
+    cdef Token tok
+    cdef int64_t nmv = 0, nc = 0
+    cdef int64_t m = -1  # the last case's m
+    cdef int64_t k
+    cdef int64_t* err = out.err
+    p.i = 0
+    p.t = -1
+    p.err = err
+    rows.nh = 0
+    rows.npos = 0
+    rows.top = -1
+    rows.ln = -1  # the last case's last position's l
+    out.moves_off[0] = 0
+    out.case_off[0] = 0
+    out.pos_off[0] = 0
+    while True:
+        tok = _expect_int(b, &p)
+        k = tok.value
+        if tok.status == T_EOF:
+            if nc:
+                _unterminated(b, p.t, m, rows.ln, p.err)
+            elif p.t < 0:
+                p.err[C_CODE] = C_EMPTY
+            break
+        if tok.status != T_INT:
+            break
+        if k == 0:
+            _trailing(b, &p)
+            break
+        if k < 0:
+            _fault(p.err, C_K_NEG, p.t, k)
+            break
+        nmv = _read_moves(b, &p, k, max_move, out.moves, nmv)
+        if p.err[C_CODE] != C_OK:
+            break
+        tok = _expect_int(b, &p)
+        m = tok.value
+        if tok.status == T_EOF:
+            p.err[C_CODE] = C_EOF_M
+            p.err[C_EXPECTED] = k
+            break
+        if tok.status != T_INT:
+            break
+        if m < 0:
+            _fault(p.err, C_M_NEG, p.t, m)
+            break
+        _read_positions(b, &p, m, out.heaps, out.pos_off, out.anchors, keep, &rows)
+        if p.err[C_CODE] != C_OK:
+            break
+        out.case_max[nc] = rows.top
+        nc += 1
+        out.moves_off[nc] = nmv
+        out.case_off[nc] = rows.npos
+    # the case an error is in: the one being read; for UNTERMINATED the last one read
+    err[C_CASE] = nc if err[C_CODE] == C_UNTERMINATED else nc + 1
+    out.nmv = nmv
+    out.nc = nc
+    out.npos = rows.npos
+    out.nh = rows.nh
+
+
 def parse(const uint8_t[::1] buf, int64_t max_move, bint keep):
     """Parse the bytes of a classic input in one pass into flat arrays plus an error record
     (see `parser.parse`)."""
+    import numpy as np
+
     cdef int64_t n = buf.shape[0]
-    cdef int64_t bound = n // 2 + 2  # every token takes a byte and a separator
+    cdef int64_t bound = _bound(n)
     cdef int64_t kept = bound if keep else 1
     moves_a = np.empty(bound, np.int64)
     moves_off_a = np.empty(bound, np.int64)
@@ -350,76 +434,101 @@ def parse(const uint8_t[::1] buf, int64_t max_move, bint keep):
     cdef int64_t[::1] heaps = heaps_a
     cdef int64_t[::1] err = err_a
     cdef Buf b
-    cdef Parse p
-    cdef Rows rows
-    cdef Token tok
-    cdef int64_t nmv = 0, nc = 0
-    cdef int64_t m = -1  # the last case's m
-    cdef int64_t k
+    cdef Parsed out
     b.data = &buf[0]
     b.n = n
-    p.i = 0
-    p.t = -1
-    p.err = &err[0]
-    rows.nh = 0
-    rows.npos = 0
-    rows.top = -1
-    rows.ln = -1  # the last case's last position's l
-    moves_off[0] = 0
-    case_off[0] = 0
-    pos_off[0] = 0
+    out.moves = &moves[0]
+    out.moves_off = &moves_off[0]
+    out.case_off = &case_off[0]
+    out.case_max = &case_max[0]
+    out.anchors = &anchors[0]
+    out.pos_off = &pos_off[0]
+    out.heaps = &heaps[0]
+    out.err = &err[0]
     with nogil:
-        while True:
-            tok = _expect_int(b, &p)
-            k = tok.value
-            if tok.status == T_EOF:
-                if nc:
-                    _unterminated(b, p.t, m, rows.ln, p.err)
-                elif p.t < 0:
-                    p.err[C_CODE] = C_EMPTY
-                break
-            if tok.status != T_INT:
-                break
-            if k == 0:
-                _trailing(b, &p)
-                break
-            if k < 0:
-                _fault(p.err, C_K_NEG, p.t, k)
-                break
-            nmv = _read_moves(b, &p, k, max_move, &moves[0], nmv)
-            if p.err[C_CODE] != C_OK:
-                break
-            tok = _expect_int(b, &p)
-            m = tok.value
-            if tok.status == T_EOF:
-                p.err[C_CODE] = C_EOF_M
-                p.err[C_EXPECTED] = k
-                break
-            if tok.status != T_INT:
-                break
-            if m < 0:
-                _fault(p.err, C_M_NEG, p.t, m)
-                break
-            _read_positions(b, &p, m, &heaps[0], &pos_off[0], &anchors[0], keep, &rows)
-            if p.err[C_CODE] != C_OK:
-                break
-            case_max[nc] = rows.top
-            nc += 1
-            moves_off[nc] = nmv
-            case_off[nc] = rows.npos
-    # the case an error is in: the one being read; for UNTERMINATED the last one read
-    err[C_CASE] = nc if err[C_CODE] == C_UNTERMINATED else nc + 1
+        _parse(b, max_move, keep, &out)
     # Views: the untouched tails of these over-sized buffers are never paged in.
-    npos = rows.npos
+    nc = out.nc
+    npos = out.npos
     kept_rows = npos + 1 if keep else 0
     n_anchors = (npos + _ANCHOR - 1) // _ANCHOR
-    return (moves_a[:nmv], moves_off_a[: nc + 1], case_off_a[: nc + 1], pos_off_a[:kept_rows],
-            heaps_a[:rows.nh if keep else 0], case_max_a[:nc], anchors_a[:n_anchors], err_a)
+    return (moves_a[:out.nmv], moves_off_a[: nc + 1], case_off_a[: nc + 1],
+            pos_off_a[:kept_rows], heaps_a[:out.nh if keep else 0], case_max_a[:nc],
+            anchors_a[:n_anchors], err_a)
+
+
+cdef int64_t _dedup(const int64_t* moves, const int64_t* moves_off, int64_t nc,
+                    int64_t* canon, int64_t* rule_off, int64_t* case_rule, uint64_t* rule_hash,
+                    int64_t* slots, int64_t n_slots, int64_t* order) noexcept nogil:
+    """The loop of `dedup_rules` (see there): slots (n_slots, a power of two, at least 2 nc)
+    all -1, order as long as moves; the number of rules, or -1 when out of memory."""
+    cdef uint64_t mask = <uint64_t>(n_slots - 1)
+    cdef int64_t nr = 0, top = 0
+    cdef int64_t c, a0, k, j, v, q, ln, r, a
+    cdef uint64_t h, idx
+    cdef bint same
+    rule_off[0] = 0
+    for c in range(nc):
+        a0 = moves_off[c]
+        k = moves_off[c + 1] - a0
+        if k <= 32:  # insertion sort in place in canon (no allocation per case)
+            for j in range(k):
+                v = moves[a0 + j]
+                q = top + j
+                while q > top and canon[q - 1] > v:
+                    canon[q] = canon[q - 1]
+                    q -= 1
+                canon[q] = v
+        else:
+            if stable_argsort(&moves[a0], k, order) < 0:
+                return -1
+            for j in range(k):
+                canon[top + j] = moves[a0 + order[j]]
+        ln = 0
+        h = 0x9E3779B97F4A7C15
+        for j in range(k):
+            v = canon[top + j]
+            if ln == 0 or canon[top + ln - 1] != v:
+                canon[top + ln] = v
+                ln += 1
+                h = snim_mix64(h ^ <uint64_t>v)
+        idx = h & mask
+        while True:
+            r = slots[idx]
+            if r < 0:
+                slots[idx] = nr
+                rule_hash[nr] = h
+                case_rule[c] = nr
+                top += ln
+                nr += 1
+                rule_off[nr] = top
+                break
+            if rule_hash[r] == h and rule_off[r + 1] - rule_off[r] == ln:
+                a = rule_off[r]
+                same = True
+                for j in range(ln):
+                    if canon[a + j] != canon[top + j]:
+                        same = False
+                        break
+                if same:
+                    case_rule[c] = r
+                    break
+            idx = (idx + 1) & mask
+    return nr
+
+
+cdef inline int64_t _dedup_slots(int64_t nc) noexcept nogil:
+    cdef int64_t n_slots = 16
+    while n_slots < 2 * nc:
+        n_slots *= 2
+    return n_slots
 
 
 def dedup_rules(const int64_t[::1] moves, const int64_t[::1] moves_off):
     """Canonical (sorted, distinct) S per case, deduplicated by hashing: (canon, rule_off,
     case_rule), rules numbered in order of first appearance (see `solving`)."""
+    import numpy as np
+
     cdef Py_ssize_t nc = moves_off.shape[0] - 1
     canon_a = np.empty(moves.shape[0], np.int64)
     rule_off_a = np.empty(nc + 1, np.int64)
@@ -428,69 +537,16 @@ def dedup_rules(const int64_t[::1] moves, const int64_t[::1] moves_off):
     cdef int64_t[::1] rule_off = rule_off_a
     cdef int64_t[::1] case_rule = case_rule_a
     cdef uint64_t[::1] rule_hash = np.empty(max(nc, 1), np.uint64)
-    cdef int64_t n_slots = 16
-    while n_slots < 2 * nc:
-        n_slots *= 2
+    cdef int64_t n_slots = _dedup_slots(nc)
     cdef int64_t[::1] slots = np.full(n_slots, -1, np.int64)
     cdef int64_t[::1] order = np.empty(max(moves.shape[0], 1), np.int64)
-    cdef uint64_t mask = <uint64_t>(n_slots - 1)
-    cdef int64_t nr = 0, top = 0
-    cdef int64_t c, a0, k, j, v, q, ln, r, a
-    cdef uint64_t h, idx
-    cdef bint same
-    cdef int failed = 0
-    rule_off[0] = 0
+    cdef int64_t nr
     with nogil:
-        for c in range(nc):
-            a0 = moves_off[c]
-            k = moves_off[c + 1] - a0
-            if k <= 32:  # insertion sort in place in canon (no allocation per case)
-                for j in range(k):
-                    v = moves[a0 + j]
-                    q = top + j
-                    while q > top and canon[q - 1] > v:
-                        canon[q] = canon[q - 1]
-                        q -= 1
-                    canon[q] = v
-            else:
-                if stable_argsort(&moves[a0], k, &order[0]) < 0:
-                    failed = 1
-                    break
-                for j in range(k):
-                    canon[top + j] = moves[a0 + order[j]]
-            ln = 0
-            h = 0x9E3779B97F4A7C15
-            for j in range(k):
-                v = canon[top + j]
-                if ln == 0 or canon[top + ln - 1] != v:
-                    canon[top + ln] = v
-                    ln += 1
-                    h = snim_mix64(h ^ <uint64_t>v)
-            idx = h & mask
-            while True:
-                r = slots[idx]
-                if r < 0:
-                    slots[idx] = nr
-                    rule_hash[nr] = h
-                    case_rule[c] = nr
-                    top += ln
-                    nr += 1
-                    rule_off[nr] = top
-                    break
-                if rule_hash[r] == h and rule_off[r + 1] - rule_off[r] == ln:
-                    a = rule_off[r]
-                    same = True
-                    for j in range(ln):
-                        if canon[a + j] != canon[top + j]:
-                            same = False
-                            break
-                    if same:
-                        case_rule[c] = r
-                        break
-                idx = (idx + 1) & mask
-    if failed:
+        nr = _dedup(&moves[0], &moves_off[0], nc, &canon[0], &rule_off[0], &case_rule[0],
+                    &rule_hash[0], &slots[0], n_slots, &order[0])
+    if nr < 0:
         raise MemoryError("dedup_rules: out of memory")
-    return canon_a[:top].copy(), rule_off_a[: nr + 1].copy(), case_rule_a
+    return canon_a[:rule_off[nr]].copy(), rule_off_a[: nr + 1].copy(), case_rule_a
 
 
 cdef inline int64_t _search_right(const int64_t* a, int64_t n, int64_t value) noexcept nogil:
@@ -551,6 +607,8 @@ def answers(const uint8_t[::1] buf, const int64_t[::1] anchors, const int64_t[::
             const int64_t[::1] per, const int64_t[::1] kind):
     """The answer text of a checked input and the first heap beyond its table per block
     (see `solving._answers`)."""
+    import numpy as np
+
     cdef int64_t nc = case_table.shape[0]
     cdef int64_t n_rows = case_off[nc]
     out_a = np.empty(n_rows + nc, np.uint8)
@@ -580,3 +638,236 @@ def answers(const uint8_t[::1] buf, const int64_t[::1] anchors, const int64_t[::
     for blk in prange(n_blocks, nogil=True, schedule="static"):
         _answer_block(b, blk, an, mo, co, nc, ct, v, bs, ln, pr, pe, kd, op, bp)
     return out_a, bad_a
+
+
+cdef struct Quick:
+    # what `solve_quick` allocates, freed together (NULL: not allocated)
+    int64_t* moves
+    int64_t* moves_off
+    int64_t* case_off
+    int64_t* case_max
+    int64_t* anchors
+    int64_t* canon
+    int64_t* rule_off
+    int64_t* case_rule
+    uint64_t* rule_hash
+    int64_t* slots
+    int64_t* order
+    int64_t* rule_max
+    int64_t* goal
+    int64_t* base
+    int64_t* length
+    int64_t* pre
+    int64_t* per
+    int64_t* kind
+    int64_t* res
+    int64_t* bad
+    void* values
+    uint8_t* out
+
+
+cdef void _free_quick(Quick* q) noexcept nogil:
+    free(q.moves)
+    free(q.moves_off)
+    free(q.case_off)
+    free(q.case_max)
+    free(q.anchors)
+    free(q.canon)
+    free(q.rule_off)
+    free(q.case_rule)
+    free(q.rule_hash)
+    free(q.slots)
+    free(q.order)
+    free(q.rule_max)
+    free(q.goal)
+    free(q.base)
+    free(q.length)
+    free(q.pre)
+    free(q.per)
+    free(q.kind)
+    free(q.res)
+    free(q.bad)
+    free(q.values)
+    free(q.out)
+
+
+cdef inline int64_t _ops_len(int64_t ops, int64_t value_ops) noexcept nogil:
+    """`grundy.Rule.ops_len`: the values `ops` operations tabulate (SG(0) is free)."""
+    return 1 + max(<int64_t>0, ops) // value_ops
+
+
+cdef bint _one_round(Quick* q, int64_t nr, int64_t max_table_len, int64_t max_rule_ops,
+                     int64_t max_total_values, int64_t max_run_ops,
+                     int64_t proof_ops) noexcept nogil:
+    """The goal of each rule's table as `grundy.TableBudget.build` sets it, into q.goal, and
+    whether one round builds them all (no limit of the run cuts one short): the only case
+    `solve_quick` answers. A table its own limit (--cap, --max-rule-ops) cuts short is
+    built as far as that limit, as `build` does; a heap beyond it sends the input back."""
+    cdef int64_t values = 0, ops = 0
+    cdef int64_t r, value_ops, limit, goal, room
+    for r in range(nr):
+        value_ops = q.rule_off[r + 1] - q.rule_off[r] + proof_ops
+        limit = min(max_table_len, _ops_len(max_rule_ops, value_ops))
+        goal = max(<int64_t>1, min(q.rule_max[r] + 1, limit))
+        if values >= max_total_values or max_run_ops - ops <= proof_ops:
+            return False
+        room = min(max_total_values - values, _ops_len(max_run_ops - ops, value_ops))
+        if room < goal:
+            return False
+        values += goal
+        ops += (goal - 1) * value_ops
+        q.goal[r] = goal
+    return True
+
+
+cdef bint _tables_and_answers(tval* values, Buf b, Quick* q, int64_t nc, int64_t nr,
+                              int64_t n_anchors) noexcept nogil:
+    """Tabulate every rule to its goal (on all threads, the costliest first), then answer
+    every position from the bytes (`answers`); False when out of memory or when a heap lies
+    beyond its table."""
+    cdef int64_t r, j, blk, k
+    cdef bint ok = True
+    for r in range(nr):
+        q.res[r] = -(q.goal[r] * (q.rule_off[r + 1] - q.rule_off[r]))  # costliest first
+    if stable_argsort(q.res, nr, q.order) < 0:
+        return False
+    for j in prange(nr, schedule="dynamic"):
+        r = q.order[j]
+        _tabulate(&q.canon[q.rule_off[r]], q.rule_off[r + 1] - q.rule_off[r],
+                  &values[q.base[r]], 0, q.goal[r], &q.res[3 * r])
+    for r in range(nr):
+        if q.res[3 * r] < 0:
+            return False
+        q.pre[r] = q.res[3 * r + 1]
+        q.per[r] = q.res[3 * r + 2]
+        q.length[r] = q.pre[r] + q.per[r] if q.per[r] > 0 else q.res[3 * r]
+        q.kind[r] = 0  # lookups.KIND_SUBTRACTION
+    for blk in range(n_anchors):
+        q.bad[3 * blk] = -1
+    for blk in prange(n_anchors, schedule="static"):
+        _answer_block(b, blk, q.anchors, q.moves_off, q.case_off, nc, q.case_rule, values,
+                      q.base, q.length, q.pre, q.per, q.kind, q.out, q.bad)
+    for blk in range(n_anchors):
+        if q.bad[3 * blk] >= 0:
+            ok = False
+    return ok
+
+
+cdef int64_t* _ints(int64_t n) noexcept nogil:
+    return <int64_t*>malloc(max(n, <int64_t>1) * sizeof(int64_t))
+
+
+def solve_quick(const uint8_t[::1] buf, int64_t max_move, int64_t max_table_len,
+                int64_t max_rule_ops, int64_t max_total_values, int64_t max_run_ops,
+                int64_t proof_ops):
+    """The answer text (bytes) of a classic input whose tables one round of
+    `grundy.TableBudget.build` under these limits builds, found as `solving.solve_classic`
+    finds it, without numpy; None for any other input (an error to word, a limit in the way,
+    no memory), which `solve_classic` then answers or refuses as it always has."""
+    cdef Quick q
+    cdef Parsed p
+    cdef Buf b
+    cdef int64_t err[C_SLOTS]
+    cdef int64_t zero = 0
+    cdef int64_t n = buf.shape[0]
+    cdef int64_t bound = _bound(n)
+    cdef int64_t nc = 0, nr = 0, n_out = 0, n_anchors = 0
+    cdef int64_t r, c, total, kmax, n_slots
+    cdef bint ok = False
+    memset(&q, 0, sizeof(q))
+    if n == 0:
+        return None
+    with nogil:
+        for r in range(C_SLOTS):
+            err[r] = 0
+        b.data = &buf[0]
+        b.n = n
+        q.moves = _ints(bound)
+        q.moves_off = _ints(bound)
+        q.case_off = _ints(bound)
+        q.case_max = _ints(bound)
+        q.anchors = _ints(bound // _ANCHOR + 1)
+        if (q.moves != NULL and q.moves_off != NULL and q.case_off != NULL
+                and q.case_max != NULL and q.anchors != NULL):
+            p.moves = q.moves
+            p.moves_off = q.moves_off
+            p.case_off = q.case_off
+            p.case_max = q.case_max
+            p.anchors = q.anchors
+            p.pos_off = &zero
+            p.heaps = NULL
+            p.err = err
+            _parse(b, max_move, False, &p)
+            ok = err[C_CODE] == C_OK
+    if not ok:
+        _free_quick(&q)
+        return None
+    nc = p.nc
+    if nc == 0:
+        _free_quick(&q)
+        return b""
+    ok = False
+    with nogil:
+        n_slots = _dedup_slots(nc)
+        q.canon = _ints(p.nmv)
+        q.rule_off = _ints(nc + 1)
+        q.case_rule = _ints(nc)
+        q.rule_hash = <uint64_t*>malloc(nc * sizeof(uint64_t))
+        q.slots = _ints(n_slots)
+        q.order = _ints(max(p.nmv, nc))
+        if (q.canon != NULL and q.rule_off != NULL and q.case_rule != NULL
+                and q.rule_hash != NULL and q.slots != NULL and q.order != NULL):
+            memset(q.slots, 0xFF, n_slots * sizeof(int64_t))
+            nr = _dedup(q.moves, q.moves_off, nc, q.canon, q.rule_off, q.case_rule,
+                        q.rule_hash, q.slots, n_slots, q.order)
+            ok = nr >= 0
+        if ok:
+            q.rule_max = _ints(nr)
+            q.goal = _ints(nr)
+            q.base = _ints(nr)
+            q.length = _ints(nr)
+            q.pre = _ints(nr)
+            q.per = _ints(nr)
+            q.kind = _ints(nr)
+            q.res = _ints(3 * nr)
+            n_anchors = (p.npos + _ANCHOR - 1) // _ANCHOR
+            q.bad = _ints(3 * n_anchors)
+            n_out = p.npos + nc
+            q.out = <uint8_t*>malloc(n_out)
+            ok = (q.rule_max != NULL and q.goal != NULL and q.base != NULL
+                  and q.length != NULL and q.pre != NULL and q.per != NULL and q.kind != NULL
+                  and q.res != NULL and q.bad != NULL and q.out != NULL)
+        if ok:
+            for r in range(nr):
+                q.rule_max[r] = -1
+            for c in range(nc):
+                r = q.case_rule[c]
+                q.rule_max[r] = max(q.rule_max[r], q.case_max[c])
+            ok = _one_round(&q, nr, max_table_len, max_rule_ops, max_total_values, max_run_ops,
+                            proof_ops)
+        if ok:
+            total = 0
+            kmax = 0
+            for r in range(nr):
+                q.base[r] = total
+                total += q.goal[r]
+                kmax = max(kmax, q.rule_off[r + 1] - q.rule_off[r])
+            for c in range(nc):
+                q.out[q.case_off[c + 1] + c] = 10
+            # the value type `grundy` gives these tables (`_value_dtype`): values <= |S|
+            if kmax < 255:
+                q.values = malloc(total * sizeof(uint8_t))
+                ok = q.values != NULL and _tables_and_answers(
+                    <uint8_t*>q.values, b, &q, nc, nr, n_anchors)
+            elif kmax < 65535:
+                q.values = malloc(total * sizeof(uint16_t))
+                ok = q.values != NULL and _tables_and_answers(
+                    <uint16_t*>q.values, b, &q, nc, nr, n_anchors)
+            else:
+                q.values = malloc(total * sizeof(uint32_t))
+                ok = q.values != NULL and _tables_and_answers(
+                    <uint32_t*>q.values, b, &q, nc, nr, n_anchors)
+    try:
+        return PyBytes_FromStringAndSize(<char*>q.out, n_out) if ok else None
+    finally:
+        _free_quick(&q)
