@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import CLASSIC_SAMPLE, naive_sg
 
@@ -189,3 +190,42 @@ def test_a_bare_solve_that_cannot_write_its_answer_says_so(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.decode() == ("snim-batch: error: cannot write the answer to stdout: "
                                     "No space left on device\n")
+
+
+@pytest.mark.parametrize("shape", ["large", "mixed", "small", "wide"])
+@pytest.mark.parametrize("start", [0, 1, 64, 200])
+def test_the_tabulation_by_blocks_is_the_textbooks(shape, start):
+    """Tables of S whose moves are all at least 64 (bitsets, a block at once), some below
+    (bitsets and marks, a position at once), none (marks only), or more than 254 moves
+    (16-bit values), also grown from a prefix: the textbook's values, and a proven period
+    holds to the end."""
+    from pipeline import kernels
+
+    rng = random.Random(f"{shape}-{start}")
+    for _ in range(12):
+        if shape == "large":
+            moves = rng.sample(range(64, 700), rng.randint(1, 40))
+        elif shape == "mixed":
+            moves = rng.sample(range(1, 64), rng.randint(1, 3)) + rng.sample(
+                range(64, 700), rng.randint(1, 40))
+        elif shape == "small":
+            moves = rng.sample(range(1, 64), rng.randint(1, 8))
+        else:
+            moves = rng.sample(range(64, 2000), 300)
+        moves = sorted(moves)
+        n = 4000
+        expected = naive_sg(moves, n)
+        dtype = np.uint16 if len(moves) >= 255 else np.uint8
+        vals = np.zeros(n, dtype)
+        end, pre, per = kernels.tabulate_subtraction(np.array(moves, np.int64), vals, 0, n)
+        assert vals[:end].tolist() == expected[:end], moves
+        if per:
+            assert all(expected[h] == expected[pre + (h - pre) % per] for h in range(pre, n))
+        else:
+            assert end == n
+        if start and end > start:  # grown from a prefix without a repeat: the same table
+            grown = np.zeros(n, dtype)
+            grown[:start] = expected[:start]
+            assert kernels.tabulate_subtraction(np.array(moves, np.int64), grown, start,
+                                                n) == (end, pre, per)
+            assert grown[:end].tolist() == expected[:end]

@@ -67,21 +67,143 @@ cdef uint64_t* _rebuild(const tval* vals, int64_t m, int64_t y_end, int64_t n_sl
     return slots
 
 
+cdef extern from *:
+    int __builtin_ctzll(unsigned long long x) nogil
+
+cdef enum:
+    _BLOCK = 64  # values computed together from the bitsets (one machine word)
+cdef int64_t _BITS_BYTES = 1 << 26  # most memory the bitsets of one table may take
+
+
+cdef inline uint64_t _reached(const uint64_t* row, int64_t n, const int64_t* at) noexcept nogil:
+    """The OR of bits at[2i] * 64 + at[2i + 1] .. + 63 of a row, for i < n."""
+    cdef uint64_t w = 0
+    cdef int64_t i
+    for i in range(n):
+        w |= ((row[at[2 * i]] >> at[2 * i + 1])
+              | ((row[at[2 * i] + 1] << 1) << (63 - at[2 * i + 1])))
+    return w
+
+
+cdef void _block_without_small_moves(tval* vals, int64_t x0, int64_t x1, uint64_t* rows,
+                                     int64_t stride, uint64_t* found, int64_t* top, int64_t n,
+                                     const int64_t* at) noexcept nogil:
+    """`_values_by_block` when every move is large: value v goes to the positions not yet
+    given one that reach no v, for v = 0, 1, ... until every position has one (a block lies
+    within one word of the bitsets)."""
+    cdef uint64_t todo = ~(<uint64_t>0) >> (64 - (x1 - x0))
+    cdef uint64_t w, take
+    cdef int64_t v = 0
+    cdef int64_t b
+    cdef int64_t before = top[0]
+    while todo:
+        w = _reached(rows + v * stride + 1, n, at) if v <= before else 0
+        take = todo & ~w
+        if take:
+            rows[v * stride + 1 + (x0 >> 6)] |= take << (x0 & 63)
+            top[0] = max(top[0], v)
+            while take:
+                b = __builtin_ctzll(take)
+                vals[x0 + b] = <tval>v
+                take &= take - 1
+        todo &= w
+        v += 1
+
+
+cdef void _values_by_block(const int64_t* moves, int64_t ks, int64_t hi, tval* vals,
+                           int64_t x0, int64_t x1, int64_t* marks, uint64_t* rows,
+                           int64_t stride, uint64_t* found, int64_t* top,
+                           int64_t* at) noexcept nogil:
+    """SG(x0) .. SG(x1 - 1) (a block within one bitset word) into vals. The moves from ks on
+    are at least _BLOCK, so what they reach lies before x0 and is known: for each value v, the positions
+    of the block that reach a v by one of them are found at once, as the OR of v's bitset
+    (row v of `rows`: bit x set when SG(x) = v; a zero word before each row) shifted by each
+    move, for the values v up to the block's mex only (found[v], computed as the mex search
+    first needs it); moves from hi on reach nothing yet. The moves below ks are marked one
+    position at a time, as the textbook does. `top` is the largest value so far: a larger v
+    has an empty bitset. `at` is room for 2 (hi - ks) numbers: where each move's bits are."""
+    cdef int64_t x, i, s, g, bit, stamp, p
+    cdef int64_t n_found = 0
+    cdef int64_t n = hi - ks
+    cdef uint64_t w
+    cdef const uint64_t* row
+    for i in range(n):  # bits p .. p + 63 of a row, p > -64: word p >> 6 on, from bit p & 63
+        p = x0 - moves[ks + i]
+        at[2 * i] = p >> 6
+        at[2 * i + 1] = p & 63
+    if ks == 0:  # no small move: each position's value is the first v it does not reach
+        _block_without_small_moves(vals, x0, x1, rows, stride, found, top, n, at)
+        return
+    for x in range(x0, x1):
+        stamp = x + 1
+        for i in range(ks):
+            s = moves[i]
+            if s > x:
+                break
+            marks[vals[x - s]] = stamp
+        bit = x - x0
+        g = 0
+        while True:
+            if g == n_found:
+                w = 0
+                if g <= top[0]:
+                    w = _reached(rows + g * stride + 1, n, at)
+                found[g] = w
+                n_found += 1
+            if (found[g] >> bit) & 1 or marks[g] == stamp:
+                g += 1
+            else:
+                break
+        vals[x] = <tval>g
+        rows[g * stride + 1 + (x >> 6)] |= (<uint64_t>1) << (x & 63)
+        if g > top[0]:
+            top[0] = g
+
+
 cdef void _tabulate(const int64_t* moves, int64_t k, tval* vals, int64_t start,
                     int64_t stop_len, int64_t* result) noexcept nogil:
-    """tabulate_subtraction into result[0:3]; result[0] = -1 when out of memory."""
+    """tabulate_subtraction into result[0:3]; result[0] = -1 when out of memory.
+
+    Values come in blocks of _BLOCK from bitsets (`_values_by_block`) when some moves are
+    that large and the bitsets are small enough (else, or without memory for them, one at a
+    time by the textbook's marks); the period proof then hashes them one at a time."""
     cdef int64_t m = moves[k - 1]
     cdef int64_t* marks = <int64_t*>calloc(k + 2, sizeof(int64_t))
     cdef uint64_t bpow = _window_power(m)
     cdef uint64_t h = 0
     cdef uint64_t mixed
-    cdef int64_t i, x, s, g, y, r, stamp
+    cdef int64_t i, x, s, g, y, r, stamp, x0, x1, ks, reach, hi
     cdef int64_t used = max(0, start - m + 1)
     cdef int64_t n_slots = 1 << 12
+    cdef int64_t stride = (stop_len >> 6) + 3  # a zero word, the words, one more
+    cdef int64_t top = -1
     cdef uint64_t* slots
+    cdef uint64_t* rows = NULL
+    cdef uint64_t* found = NULL
+    cdef int64_t* at = NULL
     result[0] = -1
     if marks == NULL:
         return
+    ks = 0  # the moves below _BLOCK, marked one position at a time (narrower blocks of
+    # bitsets, as wide as the smallest move, measured slower than that)
+    while ks < k and moves[ks] < _BLOCK:
+        ks += 1
+    if ks < k and (k + 1) * stride <= _BITS_BYTES // 8:  # values are at most k
+        rows = <uint64_t*>calloc((k + 1) * stride, sizeof(uint64_t))
+        found = <uint64_t*>malloc((k + 2) * sizeof(uint64_t))
+        at = <int64_t*>malloc(2 * k * sizeof(int64_t))
+        if rows == NULL or found == NULL or at == NULL:  # the textbook's way needs no more
+            free(rows)
+            free(found)
+            free(at)
+            rows = NULL
+            found = NULL
+            at = NULL
+        else:
+            for x in range(start):
+                g = vals[x]
+                rows[g * stride + 1 + (x >> 6)] |= (<uint64_t>1) << (x & 63)
+                top = max(top, g)
     for i in range(max(0, start - m), start):
         h = h * _BASE + <uint64_t>vals[i] + 1
     while used * 10 > n_slots * 7:
@@ -92,47 +214,72 @@ cdef void _tabulate(const int64_t* moves, int64_t k, tval* vals, int64_t start,
         slots = <uint64_t*>calloc(n_slots, sizeof(uint64_t))
     if slots == NULL:
         free(marks)
+        free(rows)
+        free(found)
+        free(at)
         return
-    for x in range(start, stop_len):
-        stamp = x + 1
-        for i in range(k):
-            s = moves[i]
-            if s > x:
-                break
-            marks[vals[x - s]] = stamp
-        g = 0
-        while marks[g] == stamp:
-            g += 1
-        vals[x] = <tval>g
-        y = x + 1
-        if y < m:
-            h = h * _BASE + <uint64_t>g + 1
-            continue
-        if y == m:
-            h = h * _BASE + <uint64_t>g + 1
+    reach = 0  # the moves <= x (the textbook's way)
+    hi = ks  # the moves < x0 + _BLOCK (the bitsets' way)
+    x0 = start
+    while x0 < stop_len:
+        x1 = min((x0 | (_BLOCK - 1)) + 1, stop_len)  # blocks end at multiples of _BLOCK
+        if rows != NULL:
+            while hi < k and moves[hi] < x0 + _BLOCK:
+                hi += 1
+            _values_by_block(moves, ks, hi, vals, x0, x1, marks, rows, stride, found, &top,
+                             at)
         else:
-            h = (h - (<uint64_t>vals[x - m] + 1) * bpow) * _BASE
-            h += <uint64_t>g + 1
-        mixed = snim_mix64(h)
-        r = _probe(slots, n_slots, vals, y, m, mixed)
-        if r >= 0:
-            result[0] = y
-            result[1] = r - m
-            result[2] = y - r
-            free(slots)
-            free(marks)
-            return
-        slots[-(r + 1)] = ((mixed >> 32) << 32) | <uint64_t>y
-        used += 1
-        if used * 10 > n_slots * 7:
-            n_slots *= 2
-            free(slots)
-            slots = _rebuild(vals, m, y + 1, n_slots, bpow)
-            if slots == NULL:
+            for x in range(x0, x1):
+                stamp = x + 1
+                while reach < k and moves[reach] <= x:
+                    reach += 1
+                for i in range(reach):
+                    marks[vals[x - moves[i]]] = stamp
+                g = 0
+                while marks[g] == stamp:
+                    g += 1
+                vals[x] = <tval>g
+        for x in range(x0, x1):
+            g = vals[x]
+            y = x + 1
+            if y < m:
+                h = h * _BASE + <uint64_t>g + 1
+                continue
+            if y == m:
+                h = h * _BASE + <uint64_t>g + 1
+            else:
+                h = (h - (<uint64_t>vals[x - m] + 1) * bpow) * _BASE
+                h += <uint64_t>g + 1
+            mixed = snim_mix64(h)
+            r = _probe(slots, n_slots, vals, y, m, mixed)
+            if r >= 0:
+                result[0] = y
+                result[1] = r - m
+                result[2] = y - r
+                free(slots)
                 free(marks)
+                free(rows)
+                free(found)
+                free(at)
                 return
+            slots[-(r + 1)] = ((mixed >> 32) << 32) | <uint64_t>y
+            used += 1
+            if used * 10 > n_slots * 7:
+                n_slots *= 2
+                free(slots)
+                slots = _rebuild(vals, m, y + 1, n_slots, bpow)
+                if slots == NULL:
+                    free(marks)
+                    free(rows)
+                    free(found)
+                    free(at)
+                    return
+        x0 = x1
     result[0] = stop_len
     result[1] = 0
     result[2] = 0
     free(slots)
     free(marks)
+    free(rows)
+    free(found)
+    free(at)
