@@ -9,6 +9,7 @@ include "_argsort.pxi"
 include "_tabulate.pxi"
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+cimport openmp
 from cython.parallel cimport prange
 from libc.string cimport memset
 
@@ -721,17 +722,17 @@ cdef bint _one_round(Quick* q, int64_t nr, int64_t max_table_len, int64_t max_ru
 
 
 cdef bint _tables_and_answers(tval* values, Buf b, Quick* q, int64_t nc, int64_t nr,
-                              int64_t n_anchors) noexcept nogil:
-    """Tabulate every rule to its goal (on all threads, the costliest first), then answer
-    every position from the bytes (`answers`); False when out of memory or when a heap lies
-    beyond its table."""
+                              int64_t n_anchors, int threads) noexcept nogil:
+    """Tabulate every rule to its goal (on `threads` threads, the costliest first), then
+    answer every position from the bytes (`answers`); False when out of memory or when a
+    heap lies beyond its table."""
     cdef int64_t r, j, blk, k
     cdef bint ok = True
     for r in range(nr):
         q.res[r] = -(q.goal[r] * (q.rule_off[r + 1] - q.rule_off[r]))  # costliest first
     if stable_argsort(q.res, nr, q.order) < 0:
         return False
-    for j in prange(nr, schedule="dynamic"):
+    for j in prange(nr, schedule="dynamic", num_threads=threads):
         r = q.order[j]
         _tabulate(&q.canon[q.rule_off[r]], q.rule_off[r + 1] - q.rule_off[r],
                   &values[q.base[r]], 0, q.goal[r], &q.res[3 * r])
@@ -744,7 +745,7 @@ cdef bint _tables_and_answers(tval* values, Buf b, Quick* q, int64_t nc, int64_t
         q.kind[r] = 0  # lookups.KIND_SUBTRACTION
     for blk in range(n_anchors):
         q.bad[3 * blk] = -1
-    for blk in prange(n_anchors, schedule="static"):
+    for blk in prange(n_anchors, schedule="dynamic", num_threads=threads):
         _answer_block(b, blk, q.anchors, q.moves_off, q.case_off, nc, q.case_rule, values,
                       q.base, q.length, q.pre, q.per, q.kind, q.out, q.bad)
     for blk in range(n_anchors):
@@ -757,13 +758,19 @@ cdef int64_t* _ints(int64_t n) noexcept nogil:
     return <int64_t*>malloc(max(n, <int64_t>1) * sizeof(int64_t))
 
 
+def max_threads():
+    """Threads a parallel kernel called from this thread runs on (OpenMP's count)."""
+    return openmp.omp_get_max_threads()
+
+
 def solve_quick(const uint8_t[::1] buf, int64_t max_move, int64_t max_table_len,
                 int64_t max_rule_ops, int64_t max_total_values, int64_t max_run_ops,
-                int64_t proof_ops):
+                int64_t proof_ops, int threads):
     """The answer text (bytes) of a classic input whose tables one round of
     `grundy.TableBudget.build` under these limits builds, found as `solving.solve_classic`
     finds it, without numpy; None for any other input (an error to word, a limit in the way,
-    no memory), which `solve_classic` then answers or refuses as it always has."""
+    no memory), which `solve_classic` then answers or refuses as it always has. The tables
+    and the answers run on `threads` threads."""
     cdef Quick q
     cdef Parsed p
     cdef Buf b
@@ -858,15 +865,15 @@ def solve_quick(const uint8_t[::1] buf, int64_t max_move, int64_t max_table_len,
             if kmax < 255:
                 q.values = malloc(total * sizeof(uint8_t))
                 ok = q.values != NULL and _tables_and_answers(
-                    <uint8_t*>q.values, b, &q, nc, nr, n_anchors)
+                    <uint8_t*>q.values, b, &q, nc, nr, n_anchors, threads)
             elif kmax < 65535:
                 q.values = malloc(total * sizeof(uint16_t))
                 ok = q.values != NULL and _tables_and_answers(
-                    <uint16_t*>q.values, b, &q, nc, nr, n_anchors)
+                    <uint16_t*>q.values, b, &q, nc, nr, n_anchors, threads)
             else:
                 q.values = malloc(total * sizeof(uint32_t))
                 ok = q.values != NULL and _tables_and_answers(
-                    <uint32_t*>q.values, b, &q, nc, nr, n_anchors)
+                    <uint32_t*>q.values, b, &q, nc, nr, n_anchors, threads)
     try:
         return PyBytes_FromStringAndSize(<char*>q.out, n_out) if ok else None
     finally:
