@@ -72,6 +72,7 @@ cdef extern from *:
 
 cdef enum:
     _BLOCK = 64  # values computed together from the bitsets (one machine word)
+    _MIN_PART = 4  # `_block_by_bits` parts are as wide as the smallest move, at least this
 cdef int64_t _BITS_BYTES = 1 << 26  # most memory the bitsets of one table may take
 
 
@@ -85,29 +86,49 @@ cdef inline uint64_t _reached(const uint64_t* row, int64_t n, const int64_t* at)
     return w
 
 
-cdef void _block_without_small_moves(tval* vals, int64_t x0, int64_t x1, uint64_t* rows,
-                                     int64_t stride, uint64_t* found, int64_t* top, int64_t n,
-                                     const int64_t* at) noexcept nogil:
-    """`_values_by_block` when every move is large: value v goes to the positions not yet
-    given one that reach no v, for v = 0, 1, ... until every position has one (a block lies
-    within one word of the bitsets)."""
-    cdef uint64_t todo = ~(<uint64_t>0) >> (64 - (x1 - x0))
-    cdef uint64_t w, take
-    cdef int64_t v = 0
-    cdef int64_t b
-    cdef int64_t before = top[0]
-    while todo:
-        w = _reached(rows + v * stride + 1, n, at) if v <= before else 0
-        take = todo & ~w
-        if take:
-            rows[v * stride + 1 + (x0 >> 6)] |= take << (x0 & 63)
-            top[0] = max(top[0], v)
-            while take:
-                b = __builtin_ctzll(take)
-                vals[x0 + b] = <tval>v
-                take &= take - 1
-        todo &= w
-        v += 1
+cdef void _block_by_bits(const int64_t* moves, int64_t ks, tval* vals, int64_t x0,
+                         int64_t x1, uint64_t* rows, int64_t stride, uint64_t* found,
+                         int64_t* top, int64_t n, const int64_t* at) noexcept nogil:
+    """`_values_by_block` a part at a time, each as wide as the smallest move (so that its
+    positions reach only values before it): in a part, value v goes to the positions not yet
+    given one that reach no v (by a large move: found[v], computed for the whole block as
+    first needed; by one of the ks small moves: v's bitset shifted by it), for v = 0, 1, ...
+    until every position has one."""
+    cdef int64_t width = min(moves[0], <int64_t>_BLOCK)
+    cdef int64_t before = top[0]  # the largest value before the block
+    cdef int64_t n_found = 0
+    cdef int64_t a = x0
+    cdef int64_t a1, v, b, i, p
+    cdef uint64_t todo, f, take
+    cdef const uint64_t* row
+    while a < x1:
+        a1 = min(a + width, x1)
+        todo = ~(<uint64_t>0) >> (64 - (a1 - a))
+        v = 0
+        while todo:
+            if v == n_found:
+                found[v] = _reached(rows + v * stride + 1, n, at) if v <= before else 0
+                n_found += 1
+            f = found[v] >> (a - x0)
+            if v <= top[0]:
+                row = rows + v * stride + 1
+                for i in range(ks):
+                    p = a - moves[i]
+                    if p <= -64:
+                        break
+                    f |= ((row[p >> 6] >> (p & 63))
+                          | ((row[(p >> 6) + 1] << 1) << (63 - (p & 63))))
+            take = todo & ~f
+            if take:
+                rows[v * stride + 1 + (a >> 6)] |= take << (a & 63)
+                top[0] = max(top[0], v)
+                while take:
+                    b = __builtin_ctzll(take)
+                    vals[a + b] = <tval>v
+                    take &= take - 1
+            todo &= f
+            v += 1
+        a = a1
 
 
 cdef void _values_by_block(const int64_t* moves, int64_t ks, int64_t hi, tval* vals,
@@ -131,8 +152,8 @@ cdef void _values_by_block(const int64_t* moves, int64_t ks, int64_t hi, tval* v
         p = x0 - moves[ks + i]
         at[2 * i] = p >> 6
         at[2 * i + 1] = p & 63
-    if ks == 0:  # no small move: each position's value is the first v it does not reach
-        _block_without_small_moves(vals, x0, x1, rows, stride, found, top, n, at)
+    if moves[0] >= _MIN_PART and moves[0] >= 2 * ks:  # parts of the block at once
+        _block_by_bits(moves, ks, vals, x0, x1, rows, stride, found, top, n, at)
         return
     for x in range(x0, x1):
         stamp = x + 1
