@@ -136,13 +136,15 @@ cdef void _values_by_block(const int64_t* moves, int64_t ks, int64_t hi, tval* v
                            int64_t stride, uint64_t* found, int64_t* top,
                            int64_t* at) noexcept nogil:
     """SG(x0) .. SG(x1 - 1) (a block within one bitset word) into vals. The moves from ks on
-    are at least _BLOCK, so what they reach lies before x0 and is known: for each value v, the positions
-    of the block that reach a v by one of them are found at once, as the OR of v's bitset
-    (row v of `rows`: bit x set when SG(x) = v; a zero word before each row) shifted by each
-    move, for the values v up to the block's mex only (found[v], computed as the mex search
-    first needs it); moves from hi on reach nothing yet. The moves below ks are marked one
-    position at a time, as the textbook does. `top` is the largest value so far: a larger v
-    has an empty bitset. `at` is room for 2 (hi - ks) numbers: where each move's bits are."""
+    are at least _BLOCK, so what they reach lies before x0 and is known: for each value v,
+    the positions of the block that reach a v by one of them are found at once, as the OR
+    of v's bitset (row v of `rows`: bit x set when SG(x) = v; a zero word before each row)
+    shifted by each move, for the values v up to the block's mex only (found[v], computed as
+    the mex search first needs it); moves from hi on reach nothing yet. With a smallest move
+    large enough for its number of small moves, `_block_by_bits` takes parts of the block at
+    once; else the moves below ks are marked one position at a time, as the textbook does.
+    `top` is the largest value so far: a larger v has an empty bitset. `at` is room for
+    2 (hi - ks) numbers: where each large move's bits are."""
     cdef int64_t x, i, s, g, bit, stamp, p
     cdef int64_t n_found = 0
     cdef int64_t n = hi - ks
