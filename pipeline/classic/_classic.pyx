@@ -54,7 +54,8 @@ cdef enum:
     T_OVERFLOW = 3
 
 ANCHOR_ROWS = 4096  # `solve` answers positions in blocks of this many rows, on all threads
-cdef int64_t _ANCHOR = 4096
+cdef enum:
+    _ANCHOR = 4096  # ANCHOR_ROWS, a constant to the C compiler (a cheap remainder)
 cdef int64_t _INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
 cdef struct Token:
@@ -573,7 +574,7 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
     cdef int64_t n_rows = case_off[nc]
     cdef int64_t end = min(row + _ANCHOR, n_rows)
     cdef int64_t c = _search_right(case_off, nc + 1, row) - 1
-    cdef int64_t q, t, ln, j, h, g, acc, after
+    cdef int64_t q, t, ln, j, h, g, acc, after, t_len, t_base
     cdef Token tok
     while row < end:
         while case_off[c + 1] <= row:  # skip the next case's `k s1..sk m`
@@ -581,9 +582,15 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
             for q in range(moves_off[c + 1] - moves_off[c] + 2):
                 i = next_token(b, i).end
         t = case_table[c]
-        tok = next_token(b, i)
-        ln = tok.value
-        i = tok.end
+        # a table's own values are looked up here; nim, half and periods by _sg_of
+        t_len = length[t] if kind[t] != 1 and kind[t] != 2 else 0
+        t_base = base[t]
+        if plain_int(b, i, &ln, &after):
+            i = after
+        else:
+            tok = next_token(b, i)
+            ln = tok.value
+            i = tok.end
         acc = 0
         for j in range(ln):
             if plain_int(b, i, &h, &after):
@@ -592,7 +599,10 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
                 tok = next_token(b, i)
                 h = tok.value
                 i = tok.end
-            g = _sg_of(h, t, values, base, length, pre, per, kind)
+            if h < t_len:
+                g = <int64_t>values[t_base + h]
+            else:
+                g = _sg_of(h, t, values, base, length, pre, per, kind)
             if g < 0 and bad[3 * blk] < 0:
                 bad[3 * blk] = row
                 bad[3 * blk + 1] = j
