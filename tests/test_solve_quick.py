@@ -84,6 +84,20 @@ def test_quick_answers_as_the_textbook_table(seed, max_k, max_move, max_heap):
     assert solve_quick(unterminated) == (expected + "W\n").encode()
 
 
+@pytest.mark.parametrize("big", ["heap", "l"])
+def test_quick_answers_rows_that_do_not_fit_16_bits_from_the_bytes(big):
+    """Rows are answered from the parser's 16-bit copy of them, or from the bytes again when
+    a heap or an l does not fit: the same answers."""
+    rng = random.Random(big)
+    cases = random_cases(rng, 6, 20, 300, 3000)
+    if big == "heap":
+        cases.append(([1, 3, 70_000], [[65_535], [65_536], [70_001, 5], [200_000]]))
+    else:
+        cases.append(([2, 5], [[rng.randint(0, 50) for _ in range(70_000)], [3]]))
+    cases += random_cases(rng, 6, 20, 300, 3000)
+    assert solve_quick(render(cases)) == textbook(cases).encode()
+
+
 def test_quick_answers_an_input_without_cases_and_cases_without_positions():
     assert solve_quick("0\n") == b""
     assert solve_quick("2 1 2\n0\n1 4\n0\n0\n") == b"\n\n"

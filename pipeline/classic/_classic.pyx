@@ -212,21 +212,30 @@ cdef struct Rows:
     int64_t npos  # rows read
     int64_t top  # largest heap, or -1
     int64_t ln  # the last position's l
+    # `solve_quick`'s copy of the rows (NULL: none): each row's l then its heaps as 16 bits
+    uint16_t* stream
+    int64_t* stream_at  # where every ANCHOR_ROWS-th row starts in it
+    int64_t ns  # its length
+    bint wide  # an l did not fit in 16 bits (a heap that did not shows in `top`)
 
 
 cdef void _read_positions(Buf b, Parse* p, int64_t m, int64_t* heaps, int64_t* pos_off,
                           int64_t* anchors, bint keep, Rows* r) noexcept nogil:
     """The m positions of a case, `l h1..hl` each; heaps go to heaps[nh:] and row ends to
-    pos_off when `keep`, and every ANCHOR_ROWS-th row's first byte to anchors."""
+    pos_off when `keep`, and every ANCHOR_ROWS-th row's first byte to anchors; each row to
+    r.stream when there is one."""
     cdef int64_t q = 0
     cdef int64_t ln = -1
     cdef int64_t top = -1
-    cdef int64_t j, v, after, nh = r.nh, npos = r.npos
+    cdef int64_t j, v, after, nh = r.nh, npos = r.npos, ns = r.ns
+    cdef uint16_t* stream = r.stream
     cdef Token tok
     cdef bint ok
     while q < m:
         if npos % _ANCHOR == 0:
             anchors[npos // _ANCHOR] = p.i
+            if stream != NULL:
+                r.stream_at[npos // _ANCHOR] = ns
         ok = plain_int(b, p.i, &ln, &after)
         if ok:
             p.i = after
@@ -242,17 +251,24 @@ cdef void _read_positions(Buf b, Parse* p, int64_t m, int64_t* heaps, int64_t* p
             if ln < 0:
                 _fault(p.err, C_L_NEG, p.t, ln)
                 break
+        if stream != NULL:
+            stream[ns] = <uint16_t>ln
+            r.wide = r.wide or ln > 0xFFFF
+            ns += 1
         j = 0  # the fast path for heaps: plain tokens
         while j < ln:
             if not plain_int(b, p.i, &v, &after):
                 break
             if keep:
                 heaps[nh + j] = v
+            if stream != NULL:
+                stream[ns + j] = <uint16_t>v
             if v > top:
                 top = v
             j += 1
             p.i = after
         nh += j
+        ns += j
         p.t += j
         while j < ln:
             tok = _expect_int(b, p)
@@ -266,8 +282,11 @@ cdef void _read_positions(Buf b, Parse* p, int64_t m, int64_t* heaps, int64_t* p
                 break
             if keep:
                 heaps[nh] = tok.value
+            if stream != NULL:
+                stream[ns] = <uint16_t>tok.value
             top = max(top, tok.value)
             nh += 1
+            ns += 1
             j += 1
         if p.err[C_CODE] != C_OK:
             break
@@ -282,6 +301,7 @@ cdef void _read_positions(Buf b, Parse* p, int64_t m, int64_t* heaps, int64_t* p
     r.npos = npos
     r.top = top
     r.ln = ln
+    r.ns = ns
 
 
 cdef void _trailing(Buf b, Parse* p) noexcept nogil:
@@ -333,11 +353,15 @@ cdef struct Parsed:
     int64_t* pos_off
     int64_t* heaps
     int64_t* err
+    uint16_t* stream  # the rows for `solve_quick` (NULL: not kept), see Rows
+    int64_t* stream_at
     # how much of them was filled
     int64_t nmv  # moves
     int64_t nc  # cases
     int64_t npos  # rows
     int64_t nh  # heaps (with keep)
+    int64_t ns  # the stream's length
+    bint wide  # an l too large for the stream
 
 
 cdef inline int64_t _bound(int64_t n) noexcept nogil:
@@ -362,6 +386,10 @@ cdef void _parse(Buf b, int64_t max_move, bint keep, Parsed* out) noexcept nogil
     rows.npos = 0
     rows.top = -1
     rows.ln = -1  # the last case's last position's l
+    rows.stream = out.stream
+    rows.stream_at = out.stream_at
+    rows.ns = 0
+    rows.wide = False
     out.moves_off[0] = 0
     out.case_off[0] = 0
     out.pos_off[0] = 0
@@ -409,6 +437,8 @@ cdef void _parse(Buf b, int64_t max_move, bint keep, Parsed* out) noexcept nogil
     out.nc = nc
     out.npos = rows.npos
     out.nh = rows.nh
+    out.ns = rows.ns
+    out.wide = rows.wide
 
 
 def parse(const uint8_t[::1] buf, int64_t max_move, bint keep):
@@ -447,6 +477,8 @@ def parse(const uint8_t[::1] buf, int64_t max_move, bint keep):
     out.pos_off = &pos_off[0]
     out.heaps = &heaps[0]
     out.err = &err[0]
+    out.stream = NULL
+    out.stream_at = NULL
     with nogil:
         _parse(b, max_move, keep, &out)
     # Views: the untouched tails of these over-sized buffers are never paged in.
@@ -612,6 +644,44 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
         row += 1
 
 
+cdef void _answer_block_stream(const uint16_t* stream, const int64_t* stream_at, int64_t blk,
+                               const int64_t* case_off, int64_t nc, const int64_t* case_table,
+                               const tval* values, const int64_t* base, const int64_t* length,
+                               const int64_t* pre, const int64_t* per, const int64_t* kind,
+                               uint8_t* out, int64_t* bad) noexcept nogil:
+    """`_answer_block` from the parser's stream of the rows (each l, then its heaps) rather
+    than from the bytes."""
+    cdef int64_t i = stream_at[blk]
+    cdef int64_t row = blk * _ANCHOR
+    cdef int64_t n_rows = case_off[nc]
+    cdef int64_t end = min(row + _ANCHOR, n_rows)
+    cdef int64_t c = _search_right(case_off, nc + 1, row) - 1
+    cdef int64_t t, ln, j, h, g, acc, t_len, t_base
+    while row < end:
+        while case_off[c + 1] <= row:
+            c += 1
+        t = case_table[c]
+        t_len = length[t] if kind[t] != 1 and kind[t] != 2 else 0
+        t_base = base[t]
+        ln = stream[i]
+        i += 1
+        acc = 0
+        for j in range(ln):
+            h = stream[i + j]
+            if h < t_len:
+                g = <int64_t>values[t_base + h]
+            else:
+                g = _sg_of(h, t, values, base, length, pre, per, kind)
+            if g < 0 and bad[3 * blk] < 0:
+                bad[3 * blk] = row
+                bad[3 * blk + 1] = j
+                bad[3 * blk + 2] = h
+            acc ^= g
+        i += ln
+        out[row + c] = 87 if acc != 0 else 76
+        row += 1
+
+
 def answers(const uint8_t[::1] buf, const int64_t[::1] anchors, const int64_t[::1] moves_off,
             const int64_t[::1] case_off, const int64_t[::1] case_table, const tval[::1] values,
             const int64_t[::1] base, const int64_t[::1] length, const int64_t[::1] pre,
@@ -675,6 +745,8 @@ cdef struct Quick:
     int64_t* bad
     void* values
     uint8_t* out
+    uint16_t* stream
+    int64_t* stream_at
 
 
 cdef void _free_quick(Quick* q) noexcept nogil:
@@ -700,6 +772,8 @@ cdef void _free_quick(Quick* q) noexcept nogil:
     free(q.bad)
     free(q.values)
     free(q.out)
+    free(q.stream)
+    free(q.stream_at)
 
 
 cdef inline int64_t _ops_len(int64_t ops, int64_t value_ops) noexcept nogil:
@@ -732,10 +806,11 @@ cdef bint _one_round(Quick* q, int64_t nr, int64_t max_table_len, int64_t max_ru
 
 
 cdef bint _tables_and_answers(tval* values, Buf b, Quick* q, int64_t nc, int64_t nr,
-                              int64_t n_anchors, int threads) noexcept nogil:
+                              int64_t n_anchors, int threads, bint narrow) noexcept nogil:
     """Tabulate every rule to its goal (on `threads` threads, the costliest first), then
-    answer every position from the bytes (`answers`); False when out of memory or when a
-    heap lies beyond its table."""
+    answer every position from the parser's stream of the rows when it holds them all
+    (`narrow`: every l and heap fit in 16 bits), else from the bytes (`answers`); False
+    when out of memory or when a heap lies beyond its table."""
     cdef int64_t r, j, blk, k
     cdef bint ok = True
     for r in range(nr):
@@ -756,8 +831,12 @@ cdef bint _tables_and_answers(tval* values, Buf b, Quick* q, int64_t nc, int64_t
     for blk in range(n_anchors):
         q.bad[3 * blk] = -1
     for blk in prange(n_anchors, schedule="dynamic", num_threads=threads):
-        _answer_block(b, blk, q.anchors, q.moves_off, q.case_off, nc, q.case_rule, values,
-                      q.base, q.length, q.pre, q.per, q.kind, q.out, q.bad)
+        if narrow:
+            _answer_block_stream(q.stream, q.stream_at, blk, q.case_off, nc, q.case_rule,
+                                 values, q.base, q.length, q.pre, q.per, q.kind, q.out, q.bad)
+        else:
+            _answer_block(b, blk, q.anchors, q.moves_off, q.case_off, nc, q.case_rule,
+                          values, q.base, q.length, q.pre, q.per, q.kind, q.out, q.bad)
     for blk in range(n_anchors):
         if q.bad[3 * blk] >= 0:
             ok = False
@@ -791,6 +870,7 @@ def solve_quick(const uint8_t[::1] buf, int64_t max_move, int64_t max_table_len,
     cdef int64_t nc = 0, nr = 0, n_out = 0, n_anchors = 0
     cdef int64_t r, c, total, kmax, n_slots
     cdef bint ok = False
+    cdef bint narrow = False
     memset(&q, 0, sizeof(q))
     if n == 0:
         return None
@@ -804,9 +884,14 @@ def solve_quick(const uint8_t[::1] buf, int64_t max_move, int64_t max_table_len,
         q.case_off = _ints(bound)
         q.case_max = _ints(bound)
         q.anchors = _ints(bound // _ANCHOR + 1)
+        q.stream = <uint16_t*>malloc(bound * sizeof(uint16_t))
+        q.stream_at = _ints(bound // _ANCHOR + 1)
         if (q.moves != NULL and q.moves_off != NULL and q.case_off != NULL
-                and q.case_max != NULL and q.anchors != NULL):
+                and q.case_max != NULL and q.anchors != NULL and q.stream != NULL
+                and q.stream_at != NULL):
             p.moves = q.moves
+            p.stream = q.stream
+            p.stream_at = q.stream_at
             p.moves_off = q.moves_off
             p.case_off = q.case_off
             p.case_max = q.case_max
@@ -857,9 +942,11 @@ def solve_quick(const uint8_t[::1] buf, int64_t max_move, int64_t max_table_len,
         if ok:
             for r in range(nr):
                 q.rule_max[r] = -1
+            narrow = not p.wide
             for c in range(nc):
                 r = q.case_rule[c]
                 q.rule_max[r] = max(q.rule_max[r], q.case_max[c])
+                narrow = narrow and q.case_max[c] <= 0xFFFF
             ok = _one_round(&q, nr, max_table_len, max_rule_ops, max_total_values, max_run_ops,
                             proof_ops)
         if ok:
@@ -875,15 +962,15 @@ def solve_quick(const uint8_t[::1] buf, int64_t max_move, int64_t max_table_len,
             if kmax < 255:
                 q.values = malloc(total * sizeof(uint8_t))
                 ok = q.values != NULL and _tables_and_answers(
-                    <uint8_t*>q.values, b, &q, nc, nr, n_anchors, threads)
+                    <uint8_t*>q.values, b, &q, nc, nr, n_anchors, threads, narrow)
             elif kmax < 65535:
                 q.values = malloc(total * sizeof(uint16_t))
                 ok = q.values != NULL and _tables_and_answers(
-                    <uint16_t*>q.values, b, &q, nc, nr, n_anchors, threads)
+                    <uint16_t*>q.values, b, &q, nc, nr, n_anchors, threads, narrow)
             else:
                 q.values = malloc(total * sizeof(uint32_t))
                 ok = q.values != NULL and _tables_and_answers(
-                    <uint32_t*>q.values, b, &q, nc, nr, n_anchors, threads)
+                    <uint32_t*>q.values, b, &q, nc, nr, n_anchors, threads, narrow)
     try:
         return PyBytes_FromStringAndSize(<char*>q.out, n_out) if ok else None
     finally:
