@@ -20,7 +20,9 @@ single-pass parser over `np.frombuffer(data, np.uint8)` (tokenizer and structura
 producing flat int64 arrays with Arrow-style offsets, and a canonicalise-and-deduplicate pass so
 that identical S across test cases share one table (`grundy.TableBudget.build` up to that S's
 largest heap). `solve` runs the parser without storing heaps, then answers the positions in a
-second, parallel pass over the bytes. Python only loops over the distinct rule sets. Errors name
+second, parallel pass over the bytes. Python only loops over the distinct rule sets. An input
+whose tables one round of the budget builds is answered whole in one compiled call instead
+(`quick`: parse, tables, answers from a 16-bit copy of the rows, no numpy). Errors name
 the first problem in input order. No printing, no exits, no polars.
 
 The modules, each using only those before it:
@@ -30,6 +32,7 @@ The modules, each using only those before it:
 * `parser`: the one-pass parser (compiled);
 * `reading`: a whole input as flat arrays (`read_classic`), test cases (`parse_classic`), and
   the `convert` command's columns (`classic_to_tables`);
+* `quick`: `solve_quick`, a whole answer in one compiled call, or None for `solving`;
 * `solving`: `solve_classic`, with the rule deduplication and the parallel answer pass
   (compiled).
 """

@@ -48,4 +48,6 @@ def _threads() -> int:
         busy = int(os.getloadavg()[0])
     except (AttributeError, OSError):  # no load average on this system
         busy = 0
-    return max(1, min(_classic.max_threads(), (os.cpu_count() or 1) - busy))
+    cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1)
+    return max(1, min(_classic.max_threads(), cpus - busy))

@@ -73,7 +73,9 @@ cdef extern from *:
 cdef enum:
     _BLOCK = 64  # values computed together from the bitsets (one machine word)
     _MIN_PART = 4  # `_block_by_bits` parts are as wide as the smallest move, at least this
-cdef int64_t _BITS_BYTES = 1 << 26  # most memory the bitsets of one table may take
+cdef int64_t _BITS_BYTES = 1 << 23  # most memory the bitsets of one table may take (a
+# table of 10**4 values with 100 moves takes 130 kB; longer tables with many moves go the
+# textbook's way, which needs none)
 
 
 cdef inline uint64_t _reached(const uint64_t* row, int64_t n, const int64_t* at) noexcept nogil:
