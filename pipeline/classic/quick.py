@@ -40,14 +40,24 @@ def solve_quick(data: bytes | bytearray | memoryview | str, cap: int = DEFAULT_T
 
 def _threads() -> int:
     """The kernels' threads (OpenMP's count), less one for each core that other processes
-    kept busy over the last minute (the load average), at least one: a parallel region waits
-    for its slowest thread, and where every core is taken a second thread waits for a
-    scheduler slice. (The 50 MB benchmark input at load 8 on 2 cores, median of 10: 0.76 s on
-    one thread, 0.91 s on two.)"""
-    try:
-        busy = int(os.getloadavg()[0])
-    except (AttributeError, OSError):  # no load average on this system
-        busy = 0
+    are running on now, at least one: a parallel region waits for its slowest thread, and
+    where every core is taken a second thread waits for a scheduler slice. (The 50 MB
+    benchmark input at load 8 on 2 cores, median of 10: 0.76 s on one thread, 0.91 s on
+    two.)"""
     cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
             else os.cpu_count() or 1)
-    return max(1, min(_classic.max_threads(), cpus - busy))
+    return max(1, min(_classic.max_threads(), cpus - _busy_cores()))
+
+
+def _busy_cores() -> int:
+    """Tasks running now besides this one (Linux: /proc/loadavg's runnable count); elsewhere
+    the load average of the last minute, rounded down; 0 when neither is known."""
+    try:
+        with open("/proc/loadavg") as fh:
+            return max(0, int(fh.read().split()[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return 0
