@@ -206,13 +206,13 @@ def test_a_bare_solve_that_cannot_write_its_answer_says_so(tmp_path):
                                     "No space left on device\n")
 
 
-@pytest.mark.parametrize("shape", ["large", "mixed", "small", "wide"])
+@pytest.mark.parametrize("shape", ["large", "mixed", "small", "wide", "high"])
 @pytest.mark.parametrize("start", [0, 1, 64, 200])
 def test_the_tabulation_by_blocks_is_the_textbooks(shape, start):
     """Tables of S whose moves are all at least 64 (bitsets, a block at once), some below
     (bitsets and marks, a position at once), none (marks only), or more than 254 moves
-    (16-bit values), also grown from a prefix: the textbook's values, and a proven period
-    holds to the end."""
+    (16-bit values), or values past 32 (the bitsets give way to the marks), also grown from a
+    prefix: the textbook's values, and a proven period holds to the end."""
     from pipeline import kernels
 
     rng = random.Random(f"{shape}-{start}")
@@ -224,15 +224,19 @@ def test_the_tabulation_by_blocks_is_the_textbooks(shape, start):
                 range(64, 700), rng.randint(1, 40))
         elif shape == "small":
             moves = rng.sample(range(1, 64), rng.randint(1, 8))
-        else:
+        elif shape == "wide":
             moves = rng.sample(range(64, 2000), 300)
-        moves = sorted(moves)
+        else:  # SG(x) = (x // 64) mod 61 up to the period 64 * 61: values up to 60
+            moves = [64 * j + rng.randint(0, 3) for j in range(1, 61)]
+        moves = sorted(set(moves))
         n = 4000
         expected = naive_sg(moves, n)
         dtype = np.uint16 if len(moves) >= 255 else np.uint8
         vals = np.zeros(n, dtype)
         end, pre, per = kernels.tabulate_subtraction(np.array(moves, np.int64), vals, 0, n)
         assert vals[:end].tolist() == expected[:end], moves
+        if shape == "high":
+            assert max(expected[:end]) > 32
         if per:
             assert all(expected[h] == expected[pre + (h - pre) % per] for h in range(pre, n))
         else:

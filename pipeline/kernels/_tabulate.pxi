@@ -72,6 +72,10 @@ cdef extern from *:
 
 cdef enum:
     _BLOCK = 64  # values computed together from the bitsets (one machine word)
+    # A block costs the bitsets' way a pass over the moves per value up to its mex, the
+    # textbook's a pass per position: once a value this large has come, the textbook's way
+    # goes on (the mex searches grow long).
+    _BITS_TOP = 32
     _MIN_PART = 4  # `_block_by_bits` parts are as wide as the smallest move, at least this
 cdef int64_t _BITS_BYTES = 1 << 23  # most memory the bitsets of one table may take (a
 # table of 10**4 values with 100 moves takes 130 kB; longer tables with many moves go the
@@ -248,7 +252,7 @@ cdef void _tabulate(const int64_t* moves, int64_t k, tval* vals, int64_t start,
     x0 = start
     while x0 < stop_len:
         x1 = min((x0 | (_BLOCK - 1)) + 1, stop_len)  # blocks end at multiples of _BLOCK
-        if rows != NULL:
+        if rows != NULL and top < _BITS_TOP:
             while hi < k and moves[hi] < x0 + _BLOCK:
                 hi += 1
             _values_by_block(moves, ks, hi, vals, x0, x1, marks, rows, stride, found, &top,
