@@ -40,6 +40,7 @@ from pipeline.limits import (
     MAX_SHUFFLED_ROWS,
 )
 from pipeline.terminal import (
+    LOG_FORMAT_ENV,
     QUIET_THREAD_POOLS,
     STOPPED_BY,
     configure_logging,
@@ -80,7 +81,6 @@ class LogFormat(str, Enum):
     json = "json"
 
 
-LOG_FORMAT_ENV = "SNIM_BATCH_LOG_FORMAT"
 PROGRESS_EVERY = 10.0  # seconds between plain progress lines when stderr is not a terminal
 
 

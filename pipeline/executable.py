@@ -2,7 +2,12 @@
 
 Kept apart from `terminal` (which the CLI imports) so that nothing imports the CLI but this
 entry point: the handlers must be in place before typer's imports, during which
-a stop is reported as one during a command is, not by Python's traceback."""
+a stop is reported as one during a command is, not by Python's traceback.
+
+`snim-batch solve` without options is answered here, before those imports, when the compiled
+quick path answers its input (`classic.quick`): typer's, pydantic's and numpy's imports take
+about as long as solving a large classic input. Any other input goes to the CLI's `solve`,
+which answers it or words its error as it always has."""
 
 from __future__ import annotations
 
@@ -11,13 +16,25 @@ import signal
 import sys
 
 from pipeline.errors import Stopped
-from pipeline.terminal import stop_signals_as_interrupts, stopped_message
+from pipeline.terminal import (
+    LOG_FORMAT_ENV,
+    LOG_FORMATS,
+    QUIET_THREAD_POOLS,
+    configure_logging,
+    error_line,
+    give_back_stdin,
+    stdin_bytes,
+    stop_signals_as_interrupts,
+    stopped_message,
+)
 
 
 def entry() -> None:  # pragma: no cover - console entry point
-    """Set the stop handlers, import the CLI, run the command."""
+    """Set the stop handlers, answer a quick `solve` or import the CLI, run the command."""
     stop_signals_as_interrupts()
     try:
+        if sys.argv[1:] == ["solve"]:
+            _solve_quickly()
         from pipeline.cli import main
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else None
@@ -25,3 +42,32 @@ def entry() -> None:  # pragma: no cover - console entry point
         sys.stderr.flush()
         os._exit(128 + (signum or signal.SIGINT))
     main()
+
+
+def _solve_quickly() -> None:
+    """`snim-batch solve` (the default limits): print the answer and end the process, exit 0,
+    when `classic.quick` answers the input; else give stdin back to the CLI and return. A
+    --log-format value in the environment that the CLI would refuse goes to the CLI too."""
+    log_format = os.environ.get(LOG_FORMAT_ENV, "text").lower()
+    if log_format not in LOG_FORMATS:
+        return
+    for name, value in QUIET_THREAD_POOLS.items():  # before the kernels' OpenMP starts
+        os.environ.setdefault(name, value)
+    from pipeline.classic.quick import solve_quick
+
+    data = stdin_bytes()
+    answer = solve_quick(data)
+    if answer is None:
+        give_back_stdin(data)
+        return
+    try:
+        sys.stdout.buffer.write(answer)
+        sys.stdout.flush()
+    except (AttributeError, OSError, ValueError) as exc:  # no stdout (`>&-`), a full disk
+        configure_logging(quiet=False, verbose=False, log_format=log_format)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
+        sys.stderr.write(error_line(f"error: cannot write the answer to stdout: {reason}")
+                         + "\n")
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)

@@ -22,6 +22,7 @@ from pipeline.limits import (
     DEFAULT_TOTAL_VALUES,
     MAX_HEAP,
     MAX_TABLE_LEN,
+    PROOF_OPS,
 )
 
 KINDS = {"subtraction": kernels.KIND_SUBTRACTION, "nim": kernels.KIND_NIM,
@@ -29,7 +30,7 @@ KINDS = {"subtraction": kernels.KIND_SUBTRACTION, "nim": kernels.KIND_NIM,
 # Work is counted in operations: one SG value of a subtraction rule costs |S| + PROOF_OPS, its
 # moves plus the period proof's window hash, which costs about as much as PROOF_OPS moves (a
 # cache miss in a table as long as the SG table). One operation is about a nanosecond.
-PROOF_OPS = 200
+# PROOF_OPS is in `limits`, with the limits it is counted against.
 REGROW_OPS = 64  # growing a table hashes the windows it has seen again (measured 17-63 ns each)
 LABEL_MOVES = 12  # `Rule.label` shows this many moves at most
 FIRST_ROUND_LEN = 1 << 16  # `TableBudget.build` grows a table to this length, then doubles it

@@ -9,6 +9,7 @@ DEFAULT_TOTAL_VALUES = 2**30
 DEFAULT_RULE_OPS = 2_000_000_000
 DEFAULT_RUN_OPS = 10_000_000_000
 DEFAULT_PROBE_OPS = 200_000_000
+PROOF_OPS = 200  # the period proof's share of one SG value's work, in operations (`grundy`)
 
 # `generate`'s options, so that a typo cannot ask for years of work; its memory does not grow
 # with them (positions are drawn and written a chunk at a time) but for --shuffle, which

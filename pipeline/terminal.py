@@ -74,6 +74,7 @@ def interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
 
 
 LOG_FORMATS = ("text", "json")
+LOG_FORMAT_ENV = "SNIM_BATCH_LOG_FORMAT"  # --log-format's environment variable
 
 
 def configure_logging(quiet: bool, verbose: bool, log_format: str | None = None) -> None:
@@ -439,6 +440,15 @@ def exit_status(code: object) -> int:
     return 1
 
 
+_GIVEN_BACK: list[bytes | memoryview] = []  # stdin as `give_back_stdin` was given it
+
+
+def give_back_stdin(data: bytes | memoryview) -> None:
+    """`data`, all of stdin as `stdin_bytes` returned it, is what the next `stdin_bytes`
+    returns (the executable's quick `solve` read it and leaves the input to the CLI)."""
+    _GIVEN_BACK.append(data)
+
+
 def stdin_bytes() -> bytes | memoryview:
     """All of stdin. A regular file is mapped rather than copied (no second copy of the input
     in fresh memory to touch); a pipe or terminal is read. The cost: a file cut
@@ -446,6 +456,8 @@ def stdin_bytes() -> bytes | memoryview:
     import mmap
     import stat
 
+    if _GIVEN_BACK:
+        return _GIVEN_BACK.pop()
     try:
         fd = sys.stdin.fileno()
         if stat.S_ISREG(os.fstat(fd).st_mode):

@@ -20,7 +20,9 @@ single-pass parser over `np.frombuffer(data, np.uint8)` (tokenizer and structura
 producing flat int64 arrays with Arrow-style offsets, and a canonicalise-and-deduplicate pass so
 that identical S across test cases share one table (`grundy.TableBudget.build` up to that S's
 largest heap). `solve` runs the parser without storing heaps, then answers the positions in a
-second, parallel pass over the bytes. Python only loops over the distinct rule sets. Errors name
+second, parallel pass over the bytes. Python only loops over the distinct rule sets. An input
+whose tables one round of the budget builds is answered whole in one compiled call instead
+(`quick`: parse, tables, answers from a 16-bit copy of the rows, no numpy). Errors name
 the first problem in input order. No printing, no exits, no polars.
 
 The modules, each using only those before it:
@@ -30,18 +32,16 @@ The modules, each using only those before it:
 * `parser`: the one-pass parser (compiled);
 * `reading`: a whole input as flat arrays (`read_classic`), test cases (`parse_classic`), and
   the `convert` command's columns (`classic_to_tables`);
+* `quick`: `solve_quick`, a whole answer in one compiled call, or None for `solving`;
 * `solving`: `solve_classic`, with the rule deduplication and the parallel answer pass
   (compiled).
 """
 
-from pipeline.classic.reading import (
-    ClassicCase,
-    ClassicInput,
-    classic_to_tables,
-    parse_classic,
-    read_classic,
-)
-from pipeline.classic.solving import solve_classic
+from pipeline.io.lazy_exports import lazy_exports
 
-__all__ = ["ClassicCase", "ClassicInput", "classic_to_tables", "parse_classic", "read_classic",
-           "solve_classic"]
+_EXPORTS = {**{name: "reading" for name in (
+    "ClassicCase", "ClassicInput", "classic_to_tables", "parse_classic", "read_classic")},
+    "solve_classic": "solving", "solve_quick": "quick"}
+__all__ = [*_EXPORTS]
+__getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for, so
+# that `quick` runs without numpy

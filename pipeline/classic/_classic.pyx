@@ -6,17 +6,17 @@ as a uint8 array."""
 include "_common.pxi"
 include "_sg_values.pxi"
 include "_argsort.pxi"
+include "_tabulate.pxi"
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
+cimport openmp
 from cython.parallel cimport prange
+from libc.string cimport memset
 
-import numpy as np
+# numpy is imported by the functions that return arrays, not by the module: `solve_quick`
+# answers a whole input without it (a command's start would pay for its import).
 
-from pipeline.classic.faults import (
-    E_CASE, E_CODE, E_END, E_EXPECTED, E_POSITION, E_POSITIONS, E_READ, E_SLOTS, E_START,
-    E_TOKEN, E_VALUE, EMPTY, EOF_HEAPS, EOF_L, EOF_M, EOF_MOVES, HEAP_NEG, K_NEG, L_NEG, M_NEG,
-    MOVE_BIG, MOVE_NONPOS, NOT_INT, OK, OVERFLOW, TRAILING, UNTERMINATED)
-
-# The error record's slots and kinds as C constants (checked against `faults` below).
+# The error record's slots and kinds as C constants (`parser` checks them against `faults`).
 cdef enum:
     C_CODE = 0
     C_CASE = 1
@@ -46,11 +46,6 @@ cdef enum:
     C_UNTERMINATED = 14
     C_EMPTY = 15
 
-assert (E_CODE, E_CASE, E_TOKEN, E_POSITION, E_POSITIONS, E_VALUE, E_EXPECTED, E_READ,
-        E_START, E_END, E_SLOTS) == tuple(range(11))
-assert (OK, EOF_MOVES, EOF_M, EOF_L, EOF_HEAPS, K_NEG, MOVE_NONPOS, MOVE_BIG, M_NEG, L_NEG,
-        HEAP_NEG, TRAILING, NOT_INT, OVERFLOW, UNTERMINATED, EMPTY) == tuple(range(16))
-
 # Token reader verdicts (as tokens.T_*).
 cdef enum:
     T_INT = 0
@@ -59,7 +54,8 @@ cdef enum:
     T_OVERFLOW = 3
 
 ANCHOR_ROWS = 4096  # `solve` answers positions in blocks of this many rows, on all threads
-cdef int64_t _ANCHOR = 4096
+cdef enum:
+    _ANCHOR = 4096  # ANCHOR_ROWS, a constant to the C compiler (a cheap remainder)
 cdef int64_t _INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
 cdef struct Token:
@@ -216,21 +212,30 @@ cdef struct Rows:
     int64_t npos  # rows read
     int64_t top  # largest heap, or -1
     int64_t ln  # the last position's l
+    # `solve_quick`'s copy of the rows (NULL: none): each row's l then its heaps as 16 bits
+    uint16_t* stream
+    int64_t* stream_at  # where every ANCHOR_ROWS-th row starts in it
+    int64_t ns  # its length
+    bint wide  # an l did not fit in 16 bits (a heap that did not shows in `top`)
 
 
 cdef void _read_positions(Buf b, Parse* p, int64_t m, int64_t* heaps, int64_t* pos_off,
                           int64_t* anchors, bint keep, Rows* r) noexcept nogil:
     """The m positions of a case, `l h1..hl` each; heaps go to heaps[nh:] and row ends to
-    pos_off when `keep`, and every ANCHOR_ROWS-th row's first byte to anchors."""
+    pos_off when `keep`, and every ANCHOR_ROWS-th row's first byte to anchors; each row to
+    r.stream when there is one."""
     cdef int64_t q = 0
     cdef int64_t ln = -1
     cdef int64_t top = -1
-    cdef int64_t j, v, after, nh = r.nh, npos = r.npos
+    cdef int64_t j, v, after, nh = r.nh, npos = r.npos, ns = r.ns
+    cdef uint16_t* stream = r.stream
     cdef Token tok
     cdef bint ok
     while q < m:
         if npos % _ANCHOR == 0:
             anchors[npos // _ANCHOR] = p.i
+            if stream != NULL:
+                r.stream_at[npos // _ANCHOR] = ns
         ok = plain_int(b, p.i, &ln, &after)
         if ok:
             p.i = after
@@ -246,17 +251,24 @@ cdef void _read_positions(Buf b, Parse* p, int64_t m, int64_t* heaps, int64_t* p
             if ln < 0:
                 _fault(p.err, C_L_NEG, p.t, ln)
                 break
+        if stream != NULL:
+            stream[ns] = <uint16_t>ln
+            r.wide = r.wide or ln > 0xFFFF
+            ns += 1
         j = 0  # the fast path for heaps: plain tokens
         while j < ln:
             if not plain_int(b, p.i, &v, &after):
                 break
             if keep:
                 heaps[nh + j] = v
+            if stream != NULL:
+                stream[ns + j] = <uint16_t>v
             if v > top:
                 top = v
             j += 1
             p.i = after
         nh += j
+        ns += j
         p.t += j
         while j < ln:
             tok = _expect_int(b, p)
@@ -270,8 +282,11 @@ cdef void _read_positions(Buf b, Parse* p, int64_t m, int64_t* heaps, int64_t* p
                 break
             if keep:
                 heaps[nh] = tok.value
+            if stream != NULL:
+                stream[ns] = <uint16_t>tok.value
             top = max(top, tok.value)
             nh += 1
+            ns += 1
             j += 1
         if p.err[C_CODE] != C_OK:
             break
@@ -286,6 +301,7 @@ cdef void _read_positions(Buf b, Parse* p, int64_t m, int64_t* heaps, int64_t* p
     r.npos = npos
     r.top = top
     r.ln = ln
+    r.ns = ns
 
 
 cdef void _trailing(Buf b, Parse* p) noexcept nogil:
@@ -327,11 +343,111 @@ cdef void _unterminated(Buf b, int64_t t, int64_t m, int64_t ln, int64_t* err) n
     err[C_READ] = err[C_EXPECTED]
 
 
+cdef struct Parsed:
+    # the parser's arrays (each as long as `_bound` allows; pos_off and heaps only with keep)
+    int64_t* moves
+    int64_t* moves_off
+    int64_t* case_off
+    int64_t* case_max
+    int64_t* anchors
+    int64_t* pos_off
+    int64_t* heaps
+    int64_t* err
+    uint16_t* stream  # the rows for `solve_quick` (NULL: not kept), see Rows
+    int64_t* stream_at
+    # how much of them was filled
+    int64_t nmv  # moves
+    int64_t nc  # cases
+    int64_t npos  # rows
+    int64_t nh  # heaps (with keep)
+    int64_t ns  # the stream's length
+    bint wide  # an l too large for the stream
+
+
+cdef inline int64_t _bound(int64_t n) noexcept nogil:
+    """Most tokens (so moves, cases, rows, heaps) n bytes can hold: each takes a byte and a
+    separator."""
+    return n // 2 + 2
+
+
+cdef void _parse(Buf b, int64_t max_move, bint keep, Parsed* out) noexcept nogil:
+    """The one pass of `parse` into out's arrays (see there)."""
+    cdef Parse p
+    cdef Rows rows
+    cdef Token tok
+    cdef int64_t nmv = 0, nc = 0
+    cdef int64_t m = -1  # the last case's m
+    cdef int64_t k
+    cdef int64_t* err = out.err
+    p.i = 0
+    p.t = -1
+    p.err = err
+    rows.nh = 0
+    rows.npos = 0
+    rows.top = -1
+    rows.ln = -1  # the last case's last position's l
+    rows.stream = out.stream
+    rows.stream_at = out.stream_at
+    rows.ns = 0
+    rows.wide = False
+    out.moves_off[0] = 0
+    out.case_off[0] = 0
+    out.pos_off[0] = 0
+    while True:
+        tok = _expect_int(b, &p)
+        k = tok.value
+        if tok.status == T_EOF:
+            if nc:
+                _unterminated(b, p.t, m, rows.ln, p.err)
+            elif p.t < 0:
+                p.err[C_CODE] = C_EMPTY
+            break
+        if tok.status != T_INT:
+            break
+        if k == 0:
+            _trailing(b, &p)
+            break
+        if k < 0:
+            _fault(p.err, C_K_NEG, p.t, k)
+            break
+        nmv = _read_moves(b, &p, k, max_move, out.moves, nmv)
+        if p.err[C_CODE] != C_OK:
+            break
+        tok = _expect_int(b, &p)
+        m = tok.value
+        if tok.status == T_EOF:
+            p.err[C_CODE] = C_EOF_M
+            p.err[C_EXPECTED] = k
+            break
+        if tok.status != T_INT:
+            break
+        if m < 0:
+            _fault(p.err, C_M_NEG, p.t, m)
+            break
+        _read_positions(b, &p, m, out.heaps, out.pos_off, out.anchors, keep, &rows)
+        if p.err[C_CODE] != C_OK:
+            break
+        out.case_max[nc] = rows.top
+        nc += 1
+        out.moves_off[nc] = nmv
+        out.case_off[nc] = rows.npos
+    # the case an error is in: the one being read; for UNTERMINATED the last one read
+    err[C_CASE] = nc if err[C_CODE] == C_UNTERMINATED else nc + 1
+    out.nmv = nmv
+    out.nc = nc
+    out.npos = rows.npos
+    out.nh = rows.nh
+    out.ns = rows.ns
+    out.wide = rows.wide
+
+
 def parse(const uint8_t[::1] buf, int64_t max_move, bint keep):
     """Parse the bytes of a classic input in one pass into flat arrays plus an error record
     (see `parser.parse`)."""
+    import numpy as np
+
     cdef int64_t n = buf.shape[0]
-    cdef int64_t bound = n // 2 + 2  # every token takes a byte and a separator
+    cdef int64_t bound = _bound(n)
     cdef int64_t kept = bound if keep else 1
     moves_a = np.empty(bound, np.int64)
     moves_off_a = np.empty(bound, np.int64)
@@ -350,76 +466,103 @@ def parse(const uint8_t[::1] buf, int64_t max_move, bint keep):
     cdef int64_t[::1] heaps = heaps_a
     cdef int64_t[::1] err = err_a
     cdef Buf b
-    cdef Parse p
-    cdef Rows rows
-    cdef Token tok
-    cdef int64_t nmv = 0, nc = 0
-    cdef int64_t m = -1  # the last case's m
-    cdef int64_t k
+    cdef Parsed out
     b.data = &buf[0]
     b.n = n
-    p.i = 0
-    p.t = -1
-    p.err = &err[0]
-    rows.nh = 0
-    rows.npos = 0
-    rows.top = -1
-    rows.ln = -1  # the last case's last position's l
-    moves_off[0] = 0
-    case_off[0] = 0
-    pos_off[0] = 0
+    out.moves = &moves[0]
+    out.moves_off = &moves_off[0]
+    out.case_off = &case_off[0]
+    out.case_max = &case_max[0]
+    out.anchors = &anchors[0]
+    out.pos_off = &pos_off[0]
+    out.heaps = &heaps[0]
+    out.err = &err[0]
+    out.stream = NULL
+    out.stream_at = NULL
     with nogil:
-        while True:
-            tok = _expect_int(b, &p)
-            k = tok.value
-            if tok.status == T_EOF:
-                if nc:
-                    _unterminated(b, p.t, m, rows.ln, p.err)
-                elif p.t < 0:
-                    p.err[C_CODE] = C_EMPTY
-                break
-            if tok.status != T_INT:
-                break
-            if k == 0:
-                _trailing(b, &p)
-                break
-            if k < 0:
-                _fault(p.err, C_K_NEG, p.t, k)
-                break
-            nmv = _read_moves(b, &p, k, max_move, &moves[0], nmv)
-            if p.err[C_CODE] != C_OK:
-                break
-            tok = _expect_int(b, &p)
-            m = tok.value
-            if tok.status == T_EOF:
-                p.err[C_CODE] = C_EOF_M
-                p.err[C_EXPECTED] = k
-                break
-            if tok.status != T_INT:
-                break
-            if m < 0:
-                _fault(p.err, C_M_NEG, p.t, m)
-                break
-            _read_positions(b, &p, m, &heaps[0], &pos_off[0], &anchors[0], keep, &rows)
-            if p.err[C_CODE] != C_OK:
-                break
-            case_max[nc] = rows.top
-            nc += 1
-            moves_off[nc] = nmv
-            case_off[nc] = rows.npos
-    # the case an error is in: the one being read; for UNTERMINATED the last one read
-    err[C_CASE] = nc if err[C_CODE] == C_UNTERMINATED else nc + 1
+        _parse(b, max_move, keep, &out)
     # Views: the untouched tails of these over-sized buffers are never paged in.
-    npos = rows.npos
+    nc = out.nc
+    npos = out.npos
     kept_rows = npos + 1 if keep else 0
     n_anchors = (npos + _ANCHOR - 1) // _ANCHOR
-    return (moves_a[:nmv], moves_off_a[: nc + 1], case_off_a[: nc + 1], pos_off_a[:kept_rows],
-            heaps_a[:rows.nh if keep else 0], case_max_a[:nc], anchors_a[:n_anchors], err_a)
+    return (moves_a[:out.nmv], moves_off_a[: nc + 1], case_off_a[: nc + 1],
+            pos_off_a[:kept_rows], heaps_a[:out.nh if keep else 0], case_max_a[:nc],
+            anchors_a[:n_anchors], err_a)
+
+
+cdef int64_t _dedup(const int64_t* moves, const int64_t* moves_off, int64_t nc,
+                    int64_t* canon, int64_t* rule_off, int64_t* case_rule, uint64_t* rule_hash,
+                    int64_t* slots, int64_t n_slots, int64_t* order) noexcept nogil:
+    """The loop of `dedup_rules` (see there): slots (n_slots, a power of two, at least 2 nc)
+    all -1, order as long as moves; the number of rules, or -1 when out of memory."""
+    cdef uint64_t mask = <uint64_t>(n_slots - 1)
+    cdef int64_t nr = 0, top = 0
+    cdef int64_t c, a0, k, j, v, q, ln, r, a
+    cdef uint64_t h, idx
+    cdef bint same
+    rule_off[0] = 0
+    for c in range(nc):
+        a0 = moves_off[c]
+        k = moves_off[c + 1] - a0
+        if k <= 32:  # insertion sort in place in canon (no allocation per case)
+            for j in range(k):
+                v = moves[a0 + j]
+                q = top + j
+                while q > top and canon[q - 1] > v:
+                    canon[q] = canon[q - 1]
+                    q -= 1
+                canon[q] = v
+        else:
+            if stable_argsort(&moves[a0], k, order) < 0:
+                return -1
+            for j in range(k):
+                canon[top + j] = moves[a0 + order[j]]
+        ln = 0
+        h = 0x9E3779B97F4A7C15
+        for j in range(k):
+            v = canon[top + j]
+            if ln == 0 or canon[top + ln - 1] != v:
+                canon[top + ln] = v
+                ln += 1
+                h = snim_mix64(h ^ <uint64_t>v)
+        idx = h & mask
+        while True:
+            r = slots[idx]
+            if r < 0:
+                slots[idx] = nr
+                rule_hash[nr] = h
+                case_rule[c] = nr
+                top += ln
+                nr += 1
+                rule_off[nr] = top
+                break
+            if rule_hash[r] == h and rule_off[r + 1] - rule_off[r] == ln:
+                a = rule_off[r]
+                same = True
+                for j in range(ln):
+                    if canon[a + j] != canon[top + j]:
+                        same = False
+                        break
+                if same:
+                    case_rule[c] = r
+                    break
+            idx = (idx + 1) & mask
+    return nr
+
+
+cdef inline int64_t _dedup_slots(int64_t nc) noexcept nogil:
+    cdef int64_t n_slots = 16
+    while n_slots < 2 * nc:
+        n_slots *= 2
+    return n_slots
 
 
 def dedup_rules(const int64_t[::1] moves, const int64_t[::1] moves_off):
     """Canonical (sorted, distinct) S per case, deduplicated by hashing: (canon, rule_off,
     case_rule), rules numbered in order of first appearance (see `solving`)."""
+    import numpy as np
+
     cdef Py_ssize_t nc = moves_off.shape[0] - 1
     canon_a = np.empty(moves.shape[0], np.int64)
     rule_off_a = np.empty(nc + 1, np.int64)
@@ -428,69 +571,16 @@ def dedup_rules(const int64_t[::1] moves, const int64_t[::1] moves_off):
     cdef int64_t[::1] rule_off = rule_off_a
     cdef int64_t[::1] case_rule = case_rule_a
     cdef uint64_t[::1] rule_hash = np.empty(max(nc, 1), np.uint64)
-    cdef int64_t n_slots = 16
-    while n_slots < 2 * nc:
-        n_slots *= 2
+    cdef int64_t n_slots = _dedup_slots(nc)
     cdef int64_t[::1] slots = np.full(n_slots, -1, np.int64)
     cdef int64_t[::1] order = np.empty(max(moves.shape[0], 1), np.int64)
-    cdef uint64_t mask = <uint64_t>(n_slots - 1)
-    cdef int64_t nr = 0, top = 0
-    cdef int64_t c, a0, k, j, v, q, ln, r, a
-    cdef uint64_t h, idx
-    cdef bint same
-    cdef int failed = 0
-    rule_off[0] = 0
+    cdef int64_t nr
     with nogil:
-        for c in range(nc):
-            a0 = moves_off[c]
-            k = moves_off[c + 1] - a0
-            if k <= 32:  # insertion sort in place in canon (no allocation per case)
-                for j in range(k):
-                    v = moves[a0 + j]
-                    q = top + j
-                    while q > top and canon[q - 1] > v:
-                        canon[q] = canon[q - 1]
-                        q -= 1
-                    canon[q] = v
-            else:
-                if stable_argsort(&moves[a0], k, &order[0]) < 0:
-                    failed = 1
-                    break
-                for j in range(k):
-                    canon[top + j] = moves[a0 + order[j]]
-            ln = 0
-            h = 0x9E3779B97F4A7C15
-            for j in range(k):
-                v = canon[top + j]
-                if ln == 0 or canon[top + ln - 1] != v:
-                    canon[top + ln] = v
-                    ln += 1
-                    h = snim_mix64(h ^ <uint64_t>v)
-            idx = h & mask
-            while True:
-                r = slots[idx]
-                if r < 0:
-                    slots[idx] = nr
-                    rule_hash[nr] = h
-                    case_rule[c] = nr
-                    top += ln
-                    nr += 1
-                    rule_off[nr] = top
-                    break
-                if rule_hash[r] == h and rule_off[r + 1] - rule_off[r] == ln:
-                    a = rule_off[r]
-                    same = True
-                    for j in range(ln):
-                        if canon[a + j] != canon[top + j]:
-                            same = False
-                            break
-                    if same:
-                        case_rule[c] = r
-                        break
-                idx = (idx + 1) & mask
-    if failed:
+        nr = _dedup(&moves[0], &moves_off[0], nc, &canon[0], &rule_off[0], &case_rule[0],
+                    &rule_hash[0], &slots[0], n_slots, &order[0])
+    if nr < 0:
         raise MemoryError("dedup_rules: out of memory")
-    return canon_a[:top].copy(), rule_off_a[: nr + 1].copy(), case_rule_a
+    return canon_a[:rule_off[nr]].copy(), rule_off_a[: nr + 1].copy(), case_rule_a
 
 
 cdef inline int64_t _search_right(const int64_t* a, int64_t n, int64_t value) noexcept nogil:
@@ -516,7 +606,7 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
     cdef int64_t n_rows = case_off[nc]
     cdef int64_t end = min(row + _ANCHOR, n_rows)
     cdef int64_t c = _search_right(case_off, nc + 1, row) - 1
-    cdef int64_t q, t, ln, j, h, g, acc, after
+    cdef int64_t q, t, ln, j, h, g, acc, after, t_len, t_base
     cdef Token tok
     while row < end:
         while case_off[c + 1] <= row:  # skip the next case's `k s1..sk m`
@@ -524,9 +614,15 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
             for q in range(moves_off[c + 1] - moves_off[c] + 2):
                 i = next_token(b, i).end
         t = case_table[c]
-        tok = next_token(b, i)
-        ln = tok.value
-        i = tok.end
+        # a table's own values are looked up here; nim, half and periods by _sg_of
+        t_len = length[t] if kind[t] != 1 and kind[t] != 2 else 0
+        t_base = base[t]
+        if plain_int(b, i, &ln, &after):
+            i = after
+        else:
+            tok = next_token(b, i)
+            ln = tok.value
+            i = tok.end
         acc = 0
         for j in range(ln):
             if plain_int(b, i, &h, &after):
@@ -535,12 +631,53 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
                 tok = next_token(b, i)
                 h = tok.value
                 i = tok.end
-            g = _sg_of(h, t, values, base, length, pre, per, kind)
+            if h < t_len:
+                g = <int64_t>values[t_base + h]
+            else:
+                g = _sg_of(h, t, values, base, length, pre, per, kind)
             if g < 0 and bad[3 * blk] < 0:
                 bad[3 * blk] = row
                 bad[3 * blk + 1] = j
                 bad[3 * blk + 2] = h
             acc ^= g
+        out[row + c] = 87 if acc != 0 else 76
+        row += 1
+
+
+cdef void _answer_block_stream(const uint16_t* stream, const int64_t* stream_at, int64_t blk,
+                               const int64_t* case_off, int64_t nc, const int64_t* case_table,
+                               const tval* values, const int64_t* base, const int64_t* length,
+                               const int64_t* pre, const int64_t* per, const int64_t* kind,
+                               uint8_t* out, int64_t* bad) noexcept nogil:
+    """`_answer_block` from the parser's stream of the rows (each l, then its heaps) rather
+    than from the bytes."""
+    cdef int64_t i = stream_at[blk]
+    cdef int64_t row = blk * _ANCHOR
+    cdef int64_t n_rows = case_off[nc]
+    cdef int64_t end = min(row + _ANCHOR, n_rows)
+    cdef int64_t c = _search_right(case_off, nc + 1, row) - 1
+    cdef int64_t t, ln, j, h, g, acc, t_len, t_base
+    while row < end:
+        while case_off[c + 1] <= row:
+            c += 1
+        t = case_table[c]
+        t_len = length[t] if kind[t] != 1 and kind[t] != 2 else 0
+        t_base = base[t]
+        ln = stream[i]
+        i += 1
+        acc = 0
+        for j in range(ln):
+            h = stream[i + j]
+            if h < t_len:
+                g = <int64_t>values[t_base + h]
+            else:
+                g = _sg_of(h, t, values, base, length, pre, per, kind)
+            if g < 0 and bad[3 * blk] < 0:
+                bad[3 * blk] = row
+                bad[3 * blk + 1] = j
+                bad[3 * blk + 2] = h
+            acc ^= g
+        i += ln
         out[row + c] = 87 if acc != 0 else 76
         row += 1
 
@@ -551,6 +688,8 @@ def answers(const uint8_t[::1] buf, const int64_t[::1] anchors, const int64_t[::
             const int64_t[::1] per, const int64_t[::1] kind):
     """The answer text of a checked input and the first heap beyond its table per block
     (see `solving._answers`)."""
+    import numpy as np
+
     cdef int64_t nc = case_table.shape[0]
     cdef int64_t n_rows = case_off[nc]
     out_a = np.empty(n_rows + nc, np.uint8)
@@ -580,3 +719,259 @@ def answers(const uint8_t[::1] buf, const int64_t[::1] anchors, const int64_t[::
     for blk in prange(n_blocks, nogil=True, schedule="static"):
         _answer_block(b, blk, an, mo, co, nc, ct, v, bs, ln, pr, pe, kd, op, bp)
     return out_a, bad_a
+
+
+cdef struct Quick:
+    # what `solve_quick` allocates, freed together (NULL: not allocated)
+    int64_t* moves
+    int64_t* moves_off
+    int64_t* case_off
+    int64_t* case_max
+    int64_t* anchors
+    int64_t* canon
+    int64_t* rule_off
+    int64_t* case_rule
+    uint64_t* rule_hash
+    int64_t* slots
+    int64_t* order
+    int64_t* rule_max
+    int64_t* goal
+    int64_t* base
+    int64_t* length
+    int64_t* pre
+    int64_t* per
+    int64_t* kind
+    int64_t* res
+    int64_t* bad
+    void* values
+    uint8_t* out
+    uint16_t* stream
+    int64_t* stream_at
+
+
+cdef void _free_quick(Quick* q) noexcept nogil:
+    free(q.moves)
+    free(q.moves_off)
+    free(q.case_off)
+    free(q.case_max)
+    free(q.anchors)
+    free(q.canon)
+    free(q.rule_off)
+    free(q.case_rule)
+    free(q.rule_hash)
+    free(q.slots)
+    free(q.order)
+    free(q.rule_max)
+    free(q.goal)
+    free(q.base)
+    free(q.length)
+    free(q.pre)
+    free(q.per)
+    free(q.kind)
+    free(q.res)
+    free(q.bad)
+    free(q.values)
+    free(q.out)
+    free(q.stream)
+    free(q.stream_at)
+
+
+cdef inline int64_t _ops_len(int64_t ops, int64_t value_ops) noexcept nogil:
+    """`grundy.Rule.ops_len`: the values `ops` operations tabulate (SG(0) is free)."""
+    return 1 + max(<int64_t>0, ops) // value_ops
+
+
+cdef bint _one_round(Quick* q, int64_t nr, int64_t max_table_len, int64_t max_rule_ops,
+                     int64_t max_total_values, int64_t max_run_ops,
+                     int64_t proof_ops) noexcept nogil:
+    """The goal of each rule's table as `grundy.TableBudget.build` sets it, into q.goal, and
+    whether one round builds them all (no limit of the run cuts one short): the only case
+    `solve_quick` answers. A table its own limit (--cap, --max-rule-ops) cuts short is
+    built as far as that limit, as `build` does; a heap beyond it sends the input back."""
+    cdef int64_t values = 0, ops = 0
+    cdef int64_t r, value_ops, limit, goal, room
+    for r in range(nr):
+        value_ops = q.rule_off[r + 1] - q.rule_off[r] + proof_ops
+        limit = min(max_table_len, _ops_len(max_rule_ops, value_ops))
+        goal = max(<int64_t>1, min(q.rule_max[r] + 1, limit))
+        if values >= max_total_values or max_run_ops - ops <= proof_ops:
+            return False
+        room = min(max_total_values - values, _ops_len(max_run_ops - ops, value_ops))
+        if room < goal:
+            return False
+        values += goal
+        ops += (goal - 1) * value_ops
+        q.goal[r] = goal
+    return True
+
+
+cdef bint _tables_and_answers(tval* values, Buf b, Quick* q, int64_t nc, int64_t nr,
+                              int64_t n_anchors, int threads, bint narrow) noexcept nogil:
+    """Tabulate every rule to its goal (on `threads` threads, the costliest first), then
+    answer every position from the parser's stream of the rows when it holds them all
+    (`narrow`: every l and heap fit in 16 bits), else from the bytes (`answers`); False
+    when out of memory or when a heap lies beyond its table."""
+    cdef int64_t r, j, blk, k
+    cdef bint ok = True
+    for r in range(nr):
+        q.res[r] = -(q.goal[r] * (q.rule_off[r + 1] - q.rule_off[r]))  # costliest first
+    if stable_argsort(q.res, nr, q.order) < 0:
+        return False
+    for j in prange(nr, schedule="dynamic", num_threads=threads):
+        r = q.order[j]
+        _tabulate(&q.canon[q.rule_off[r]], q.rule_off[r + 1] - q.rule_off[r],
+                  &values[q.base[r]], 0, q.goal[r], &q.res[3 * r])
+    for r in range(nr):
+        if q.res[3 * r] < 0:
+            return False
+        q.pre[r] = q.res[3 * r + 1]
+        q.per[r] = q.res[3 * r + 2]
+        q.length[r] = q.pre[r] + q.per[r] if q.per[r] > 0 else q.res[3 * r]
+        q.kind[r] = 0  # lookups.KIND_SUBTRACTION
+    for blk in range(n_anchors):
+        q.bad[3 * blk] = -1
+    for blk in prange(n_anchors, schedule="dynamic", num_threads=threads):
+        if narrow:
+            _answer_block_stream(q.stream, q.stream_at, blk, q.case_off, nc, q.case_rule,
+                                 values, q.base, q.length, q.pre, q.per, q.kind, q.out, q.bad)
+        else:
+            _answer_block(b, blk, q.anchors, q.moves_off, q.case_off, nc, q.case_rule,
+                          values, q.base, q.length, q.pre, q.per, q.kind, q.out, q.bad)
+    for blk in range(n_anchors):
+        if q.bad[3 * blk] >= 0:
+            ok = False
+    return ok
+
+
+cdef int64_t* _ints(int64_t n) noexcept nogil:
+    return <int64_t*>malloc(max(n, <int64_t>1) * sizeof(int64_t))
+
+
+def max_threads():
+    """Threads a parallel kernel called from this thread runs on (OpenMP's count)."""
+    return openmp.omp_get_max_threads()
+
+
+def solve_quick(const uint8_t[::1] buf, int64_t max_move, int64_t max_table_len,
+                int64_t max_rule_ops, int64_t max_total_values, int64_t max_run_ops,
+                int64_t proof_ops, int threads):
+    """The answer text (bytes) of a classic input whose tables one round of
+    `grundy.TableBudget.build` under these limits builds, found as `solving.solve_classic`
+    finds it, without numpy; None for any other input (an error to word, a limit in the way,
+    no memory), which `solve_classic` then answers or refuses as it always has. The tables
+    and the answers run on `threads` threads."""
+    cdef Quick q
+    cdef Parsed p
+    cdef Buf b
+    cdef int64_t err[C_SLOTS]
+    cdef int64_t zero = 0
+    cdef int64_t n = buf.shape[0]
+    cdef int64_t bound = _bound(n)
+    cdef int64_t nc = 0, nr = 0, n_out = 0, n_anchors = 0
+    cdef int64_t r, c, total, kmax, n_slots
+    cdef bint ok = False
+    cdef bint narrow = False
+    memset(&q, 0, sizeof(q))
+    if n == 0:
+        return None
+    with nogil:
+        for r in range(C_SLOTS):
+            err[r] = 0
+        b.data = &buf[0]
+        b.n = n
+        q.moves = _ints(bound)
+        q.moves_off = _ints(bound)
+        q.case_off = _ints(bound)
+        q.case_max = _ints(bound)
+        q.anchors = _ints(bound // _ANCHOR + 1)
+        q.stream = <uint16_t*>malloc(bound * sizeof(uint16_t))
+        q.stream_at = _ints(bound // _ANCHOR + 1)
+        if (q.moves != NULL and q.moves_off != NULL and q.case_off != NULL
+                and q.case_max != NULL and q.anchors != NULL and q.stream != NULL
+                and q.stream_at != NULL):
+            p.moves = q.moves
+            p.stream = q.stream
+            p.stream_at = q.stream_at
+            p.moves_off = q.moves_off
+            p.case_off = q.case_off
+            p.case_max = q.case_max
+            p.anchors = q.anchors
+            p.pos_off = &zero
+            p.heaps = NULL
+            p.err = err
+            _parse(b, max_move, False, &p)
+            ok = err[C_CODE] == C_OK
+    if not ok:
+        _free_quick(&q)
+        return None
+    nc = p.nc
+    if nc == 0:
+        _free_quick(&q)
+        return b""
+    ok = False
+    with nogil:
+        n_slots = _dedup_slots(nc)
+        q.canon = _ints(p.nmv)
+        q.rule_off = _ints(nc + 1)
+        q.case_rule = _ints(nc)
+        q.rule_hash = <uint64_t*>malloc(nc * sizeof(uint64_t))
+        q.slots = _ints(n_slots)
+        q.order = _ints(max(p.nmv, nc))
+        if (q.canon != NULL and q.rule_off != NULL and q.case_rule != NULL
+                and q.rule_hash != NULL and q.slots != NULL and q.order != NULL):
+            memset(q.slots, 0xFF, n_slots * sizeof(int64_t))
+            nr = _dedup(q.moves, q.moves_off, nc, q.canon, q.rule_off, q.case_rule,
+                        q.rule_hash, q.slots, n_slots, q.order)
+            ok = nr >= 0
+        if ok:
+            q.rule_max = _ints(nr)
+            q.goal = _ints(nr)
+            q.base = _ints(nr)
+            q.length = _ints(nr)
+            q.pre = _ints(nr)
+            q.per = _ints(nr)
+            q.kind = _ints(nr)
+            q.res = _ints(3 * nr)
+            n_anchors = (p.npos + _ANCHOR - 1) // _ANCHOR
+            q.bad = _ints(3 * n_anchors)
+            n_out = p.npos + nc
+            q.out = <uint8_t*>malloc(n_out)
+            ok = (q.rule_max != NULL and q.goal != NULL and q.base != NULL
+                  and q.length != NULL and q.pre != NULL and q.per != NULL and q.kind != NULL
+                  and q.res != NULL and q.bad != NULL and q.out != NULL)
+        if ok:
+            for r in range(nr):
+                q.rule_max[r] = -1
+            narrow = not p.wide
+            for c in range(nc):
+                r = q.case_rule[c]
+                q.rule_max[r] = max(q.rule_max[r], q.case_max[c])
+                narrow = narrow and q.case_max[c] <= 0xFFFF
+            ok = _one_round(&q, nr, max_table_len, max_rule_ops, max_total_values, max_run_ops,
+                            proof_ops)
+        if ok:
+            total = 0
+            kmax = 0
+            for r in range(nr):
+                q.base[r] = total
+                total += q.goal[r]
+                kmax = max(kmax, q.rule_off[r + 1] - q.rule_off[r])
+            for c in range(nc):
+                q.out[q.case_off[c + 1] + c] = 10
+            # the value type `grundy` gives these tables (`_value_dtype`): values <= |S|
+            if kmax < 255:
+                q.values = malloc(total * sizeof(uint8_t))
+                ok = q.values != NULL and _tables_and_answers(
+                    <uint8_t*>q.values, b, &q, nc, nr, n_anchors, threads, narrow)
+            elif kmax < 65535:
+                q.values = malloc(total * sizeof(uint16_t))
+                ok = q.values != NULL and _tables_and_answers(
+                    <uint16_t*>q.values, b, &q, nc, nr, n_anchors, threads, narrow)
+            else:
+                q.values = malloc(total * sizeof(uint32_t))
+                ok = q.values != NULL and _tables_and_answers(
+                    <uint32_t*>q.values, b, &q, nc, nr, n_anchors, threads, narrow)
+    try:
+        return PyBytes_FromStringAndSize(<char*>q.out, n_out) if ok else None
+    finally:
+        _free_quick(&q)

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.classic import _classic
+from pipeline.classic import _classic, faults
+
+# The compiled parser numbers the error record's slots and kinds as `faults` does, in order.
+assert [getattr(faults, name) for name in (
+    "E_CODE", "E_CASE", "E_TOKEN", "E_POSITION", "E_POSITIONS", "E_VALUE", "E_EXPECTED",
+    "E_READ", "E_START", "E_END", "E_SLOTS")] == list(range(11))
+assert [getattr(faults, name) for name in (
+    "OK", "EOF_MOVES", "EOF_M", "EOF_L", "EOF_HEAPS", "K_NEG", "MOVE_NONPOS", "MOVE_BIG",
+    "M_NEG", "L_NEG", "HEAP_NEG", "TRAILING", "NOT_INT", "OVERFLOW", "UNTERMINATED",
+    "EMPTY")] == list(range(16))
 
 ANCHOR_ROWS = _classic.ANCHOR_ROWS  # `solve` answers positions in blocks of this many rows
 

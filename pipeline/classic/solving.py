@@ -1,6 +1,7 @@
 """`solve_classic`: answer a classic input in two passes over its bytes, with one SG table
 per distinct move set; the compiled passes (`_classic.pyx`) deduplicate the move sets and
-answer the positions."""
+answer the positions. An input that `quick` answers in one compiled call is answered there;
+this module's own path answers the others and words every error."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 from pipeline import grundy
 from pipeline.classic import _classic
 from pipeline.classic.faults import WHERE
+from pipeline.classic.quick import solve_quick
 from pipeline.classic.reading import checked
 from pipeline.errors import RuleError
 
@@ -54,6 +56,9 @@ def solve_classic(data: bytes, cap: int = grundy.DEFAULT_TABLE_LEN,
     all. Raises InputError for malformed input and RuleError when a heap's value is not
     determined within them (no proven period), naming the limit.
     """
+    quick = solve_quick(data, cap, max_rule_ops, max_run_ops)
+    if quick is not None:
+        return quick.decode("ascii")
     buf, moves, moves_off, case_off, _, _, case_max, anchors = checked(data, keep=False)
     if case_off.shape[0] == 1:
         return ""
