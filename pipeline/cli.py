@@ -23,6 +23,7 @@ from pipeline.errors import (
     EXIT_FAILED,
     EXIT_REJECTS,
     BadRowsError,
+    OutputError,
     RuleError,
     SnimError,
     Stopped,
@@ -753,8 +754,12 @@ def solve(
         text = solve_classic(stdin_bytes(), cap, max_rule_ops, max_run_ops)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, False)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (AttributeError, OSError, ValueError) as exc:  # no stdout (`>&-`), a full disk
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
+        _fail(OutputError(f"cannot write the answer to stdout: {reason}"), False)
 
 
 @app.command(short_help="Convert the classic S-Nim text format to Parquet tables.")

@@ -21,8 +21,8 @@ from pipeline.terminal import (
     LOG_FORMATS,
     QUIET_THREAD_POOLS,
     configure_logging,
-    error_line,
     give_back_stdin,
+    say_on_stderr,
     stdin_bytes,
     stop_signals_as_interrupts,
     stopped_message,
@@ -66,8 +66,7 @@ def _solve_quickly() -> None:
     except (AttributeError, OSError, ValueError) as exc:  # no stdout (`>&-`), a full disk
         configure_logging(quiet=False, verbose=False, log_format=log_format)
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
-        sys.stderr.write(error_line(f"error: cannot write the answer to stdout: {reason}")
-                         + "\n")
+        say_on_stderr(f"error: cannot write the answer to stdout: {reason}")
         sys.stderr.flush()
         os._exit(1)
     os._exit(0)

@@ -440,13 +440,23 @@ def exit_status(code: object) -> int:
     return 1
 
 
-_GIVEN_BACK: list[bytes | memoryview] = []  # stdin as `give_back_stdin` was given it
-
-
 def give_back_stdin(data: bytes | memoryview) -> None:
-    """`data`, all of stdin as `stdin_bytes` returned it, is what the next `stdin_bytes`
-    returns (the executable's quick `solve` read it and leaves the input to the CLI)."""
-    _GIVEN_BACK.append(data)
+    """Put `data`, all of stdin as `stdin_bytes` returned it, back on stdin, so that the next
+    read of stdin reads it again (the executable's quick `solve` read it and leaves the input
+    to the CLI): a regular file is wound back to where it was read from; a pipe's bytes go to
+    an anonymous temporary file that becomes stdin."""
+    import stat
+    import tempfile
+
+    fd = sys.stdin.fileno()
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        os.lseek(fd, -len(data), os.SEEK_END)  # `stdin_bytes` read it to the end
+        return
+    with tempfile.TemporaryFile() as held:
+        held.write(data)
+        held.flush()
+        held.seek(0)
+        os.dup2(held.fileno(), fd)
 
 
 def stdin_bytes() -> bytes | memoryview:
@@ -456,8 +466,6 @@ def stdin_bytes() -> bytes | memoryview:
     import mmap
     import stat
 
-    if _GIVEN_BACK:
-        return _GIVEN_BACK.pop()
     try:
         fd = sys.stdin.fileno()
         if stat.S_ISREG(os.fstat(fd).st_mode):

@@ -197,9 +197,12 @@ def test_a_bare_solve_says_what_the_commands_solve_says(tmp_path, text, env, std
 
 
 @needs_script
-def test_a_bare_solve_that_cannot_write_its_answer_says_so(tmp_path):
+@pytest.mark.parametrize("options", [[], ["--cap", str(DEFAULT_TABLE_LEN)]])
+def test_a_solve_that_cannot_write_its_answer_says_so(tmp_path, options):
+    """The quick path (no options) and the command's own: one line, exit 1, no traceback."""
     with open("/dev/full", "wb") as full:
-        proc = subprocess.run([SCRIPT, "solve"], input=CLASSIC_SAMPLE.encode(), stdout=full,
+        proc = subprocess.run([SCRIPT, "solve", *options], input=CLASSIC_SAMPLE.encode(),
+                              stdout=full,
                               stderr=subprocess.PIPE, cwd=tmp_path, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.decode() == ("snim-batch: error: cannot write the answer to stdout: "
