@@ -93,6 +93,45 @@ def text_key_order(bucket, n_buckets, offsets, data):
                                    np.ascontiguousarray(data, np.uint8))
 
 
+def merge_text_runs(runs):
+    """Merge k runs sorted by (bucket, text) as `text_key_order` sorts (bytes, then shorter
+    first) into one. Run i is a list of segments (bucket, Arrow offsets, bytes) whose rows,
+    one after another, are its rows (a run read in record batches need not be joined first);
+    offsets are taken as they are (a slice's need not start at 0). A k-way merge (a loser
+    tree of the runs' next rows, which keep their bucket and first 8 bytes at hand): O(n log
+    k) comparisons, most of two integers, and the texts copied once, in order, where a sort
+    of the rows one after another and a gather took as long again. Equal keys come out in
+    run order, as a stable sort of the runs one after another puts them. Returns (bucket,
+    offsets, data, order, repeats): the merged rows, order[j] the index of row j in all
+    segments one after another, and how many rows equal the row before them."""
+    runs = [[(np.ascontiguousarray(b, np.int32), np.ascontiguousarray(o, np.int64),
+              np.ascontiguousarray(d, np.uint8)) for b, o, d in run] or
+            [(np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.uint8))]
+            for run in runs]
+    n = sum(b.shape[0] for run in runs for b, _, _ in run)
+    size = sum(int(o[-1] - o[0]) for run in runs for _, o, _ in run)
+    bucket = np.empty(n, np.int32)
+    offsets = np.empty(n + 1, np.int64)
+    data = np.empty(size, np.uint8)
+    order = np.empty(n, np.int64)
+    repeats = _sorting.merge_text_runs(runs, bucket, offsets, data, order)
+    return bucket, offsets, data, order, repeats
+
+
+def merge_int_runs(runs):
+    """`merge_text_runs` for int64 keys, segments (bucket, key): (bucket, key, order,
+    repeats)."""
+    runs = [[(np.ascontiguousarray(b, np.int32), np.ascontiguousarray(k, np.int64))
+             for b, k in run] or [(np.zeros(0, np.int32), np.zeros(0, np.int64))]
+            for run in runs]
+    n = sum(b.shape[0] for run in runs for b, _ in run)
+    bucket = np.empty(n, np.int32)
+    key = np.empty(n, np.int64)
+    order = np.empty(n, np.int64)
+    repeats = _sorting.merge_int_runs(runs, bucket, key, order)
+    return bucket, key, order, repeats
+
+
 def key_runs(counts, sorted_key):
     """Runs of equal keys in rows sorted by (bucket, key), where bucket b holds counts[b]
     rows: (offsets of the runs, n_runs + 1 of them; each run's bucket)."""
