@@ -449,6 +449,32 @@ def test_text_key_order_is_a_stable_sort_by_bucket_then_bytes(data, bucket_type,
     assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(4)]
 
 
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_text_run_order_moves_the_texts_into_a_stable_sort(data):
+    """Python's stable sort on (bucket, bytes) is the reference, as for `text_key_order`:
+    the texts come back in that order (offsets from 0), with order[j] the row at place j,
+    from pieces cut anywhere (empty ones too) whose offsets need not start at 0."""
+    pool = data.draw(st.lists(chunky_text, min_size=1, max_size=12))
+    rows = data.draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(pool)),
+                              min_size=data.draw(st.sampled_from([0, 200])), max_size=400))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
+    pieces = []
+    for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
+        pad = data.draw(st.integers(0, 3))
+        texts = [t for _, t in rows[lo:hi]]
+        pieces.append((pad + np.concatenate([[0], np.cumsum([len(t) for t in texts])]),
+                       np.frombuffer(b"\xee" * pad + b"".join(texts), np.uint8)))
+    bucket = np.array([b for b, _ in rows], np.int32)
+    lengths = np.array([len(t) for _, t in rows], np.int64)
+    offsets, text, order, counts = kernels.text_run_order(bucket, 4, lengths, iter(pieces))
+    expected = sorted(range(len(rows)), key=lambda i: rows[i])
+    assert order.tolist() == expected
+    assert offsets[0] == 0 and offsets[-1] == text.shape[0]
+    assert [bytes(text[a:b]) for a, b in zip(offsets[:-1], offsets[1:])] == [
+        rows[i][1] for i in expected]
+    assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(4)]
+
 def _segmented(rows, cuts, pad):
     """A run's sorted (bucket, text) rows as segments cut at `cuts`, each segment's texts
     at offset `pad` in its bytes (as in a slice of a larger Arrow array)."""

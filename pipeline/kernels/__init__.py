@@ -49,6 +49,7 @@ from pipeline.kernels.sorting import (
     run_counts,
     scatter,
     text_key_order,
+    text_run_order,
 )
 from pipeline.kernels.tabulation import mix64, tabulate_many, tabulate_subtraction, window_power
 from pipeline.kernels.text import heap_text_lists, int_text_values, needs_strip
@@ -68,6 +69,6 @@ __all__ = [
     "max_heap_per_table", "merge_int_runs", "merge_text_runs", "mix64", "nim_sums_wide",
     "needs_strip", "overlap_allowed", "rank_in",
     "run_counts", "scatter", "set_num_threads", "sg_of", "sg_per_heap",
-    "tabulate_many", "tabulate_subtraction", "text_key_order", "threads_for", "window_power",
-    "winning_move", "winning_moves_wide",
+    "tabulate_many", "tabulate_subtraction", "text_key_order", "text_run_order", "threads_for",
+    "window_power", "winning_move", "winning_moves_wide",
 ]

@@ -762,3 +762,102 @@ def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
         free(heads)
         free(tree)
     return repeats
+
+
+# A run's text keys put in key order where they will stay (`sorting.text_run_order`): each
+# piece's texts copied straight into their bucket's region (a counting sort of the bytes),
+# then each bucket sorted and rearranged within its own region, which fits in cache, where a
+# sort of row numbers and a gather of the texts by them read the whole text at random.
+
+def scatter_text(const int32_t[::1] bucket, const int64_t[::1] offsets, const uint8_t[::1] data,
+                 int64_t[::1] row_fill, int64_t[::1] byte_fill, int64_t[::1] offsets_out,
+                 uint8_t[::1] data_out, int64_t[::1] order, int64_t base):
+    """Copy a piece's texts (rows base.. of the run) to their bucket's next places: row i to
+    row row_fill[b], its bytes at byte_fill[b], both advanced."""
+    cdef Py_ssize_t n = bucket.shape[0]
+    cdef Py_ssize_t i
+    cdef int64_t b, r, at, start, length
+    if offsets.shape[0] != n + 1:
+        raise ValueError("scatter_text: offsets do not match the rows")
+    with nogil:
+        for i in range(n):
+            b = bucket[i]
+            r = row_fill[b]
+            row_fill[b] = r + 1
+            at = byte_fill[b]
+            start = offsets[i]
+            length = offsets[i + 1] - start
+            if length:
+                memcpy(&data_out[at], &data[start], <size_t>length)
+            byte_fill[b] = at + length
+            offsets_out[r] = at
+            order[r] = base + i
+
+
+cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
+                      int64_t* order) noexcept nogil:
+    """Sort rows a..e (texts one after another in data, from offsets[a] to offsets[e]) by
+    their bytes, stably, in place: texts, offsets and order rearranged."""
+    cdef int64_t m = e - a
+    cdef int64_t q, r, start, length, at
+    cdef int64_t lo = offsets[a]
+    cdef int64_t* perm
+    cdef uint64_t* keys
+    cdef int64_t* old_offsets
+    cdef int64_t* old_order
+    cdef uint8_t* old_data
+    cdef int status = 0
+    if m <= 1:
+        return 0
+    perm = <int64_t*>malloc(m * sizeof(int64_t))
+    keys = <uint64_t*>malloc(m * sizeof(uint64_t))
+    old_offsets = <int64_t*>malloc((m + 1) * sizeof(int64_t))
+    old_order = <int64_t*>malloc(m * sizeof(int64_t))
+    old_data = <uint8_t*>malloc(max(offsets[e] - lo, 1))
+    if perm == NULL or keys == NULL or old_offsets == NULL or old_order == NULL or \
+            old_data == NULL:
+        status = -1
+    else:
+        for q in range(m):
+            perm[q] = a + q
+            keys[q] = _text_chunk(offsets, data, a + q, 0)
+        status = _sort_bucket(perm, keys, 0, m, offsets, data)
+    if status == 0:
+        for q in range(m + 1):
+            old_offsets[q] = offsets[a + q]
+        for q in range(m):
+            old_order[q] = order[a + q]
+        memcpy(old_data, &data[lo], <size_t>(offsets[e] - lo))
+        at = lo
+        for q in range(m):
+            r = perm[q] - a
+            start = old_offsets[r]
+            length = old_offsets[r + 1] - start
+            memcpy(&data[at], &old_data[start - lo], <size_t>length)
+            offsets[a + q] = at
+            order[a + q] = old_order[r]
+            at += length
+    free(perm)
+    free(keys)
+    free(old_offsets)
+    free(old_order)
+    free(old_data)
+    return status
+
+
+def sort_text_regions(const int64_t[::1] first, int64_t[::1] offsets, uint8_t[::1] data,
+                      int64_t[::1] order):
+    """Sort each bucket's rows first[b]..first[b + 1] in place (`_sort_region`), buckets in
+    parallel."""
+    cdef Py_ssize_t n_buckets = first.shape[0] - 1
+    cdef Py_ssize_t b
+    cdef int64_t[::1] failed = np.zeros(max(n_buckets, 1), np.int64)
+    cdef int64_t* op = &offsets[0]
+    cdef uint8_t* dp = &data[0] if data.shape[0] else NULL
+    cdef int64_t* rp = &order[0] if order.shape[0] else NULL
+    if dp == NULL or rp == NULL:
+        return
+    for b in prange(n_buckets, nogil=True, schedule="dynamic"):
+        failed[b] = _sort_region(first[b], first[b + 1], op, dp, rp)
+    if n_buckets and np.asarray(failed).min() < 0:
+        raise MemoryError("sort_text_regions: out of memory")

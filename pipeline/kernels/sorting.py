@@ -132,6 +132,42 @@ def merge_int_runs(runs):
     return bucket, key, order, repeats
 
 
+def text_run_order(bucket, n_buckets, lengths, pieces):
+    """Rows sorted by (bucket, text) as `text_key_order` sorts them, the texts themselves
+    moved into that order: each piece's texts (`pieces`: an iterator of the row pieces'
+    Arrow (offsets, bytes), one after another, each let go once copied) go straight to
+    their bucket's region, then every bucket is sorted within its region, buckets in
+    parallel. Reading each text once in row order and sorting within regions that fit in
+    cache, where `text_key_order` and a gather by its order read the whole text at random.
+    `lengths`: each row's bytes, to size the regions up front. Returns (offsets, data,
+    order, rows per bucket): the sorted texts, and order[j] the row at sorted position j."""
+    bucket = np.ascontiguousarray(bucket, np.int32)
+    n = bucket.shape[0]
+    counts = np.bincount(bucket, minlength=int(n_buckets)).astype(np.int64)
+    sizes = np.bincount(bucket, weights=lengths, minlength=int(n_buckets)).astype(np.int64)
+    first = np.zeros(counts.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=first[1:])
+    first_byte = np.zeros(counts.shape[0] + 1, np.int64)
+    np.cumsum(sizes, out=first_byte[1:])
+    offsets = np.empty(n + 1, np.int64)
+    data = np.empty(int(first_byte[-1]), np.uint8)
+    order = np.empty(n, np.int64)
+    row_fill, byte_fill = first[:-1].copy(), first_byte[:-1].copy()
+    base = 0
+    for piece_offsets, piece_data in pieces:
+        rows = piece_offsets.shape[0] - 1
+        _sorting.scatter_text(bucket[base:base + rows],
+                              np.ascontiguousarray(piece_offsets, np.int64),
+                              np.ascontiguousarray(piece_data, np.uint8), row_fill, byte_fill,
+                              offsets, data, order, base)
+        base += rows
+    if base != n or not np.array_equal(byte_fill, first_byte[1:]):
+        raise ValueError("text_run_order: the pieces do not match the rows and lengths")
+    offsets[n] = first_byte[-1]
+    _sorting.sort_text_regions(first, offsets, data, order)
+    return offsets, data, order, counts
+
+
 def key_runs(counts, sorted_key):
     """Runs of equal keys in rows sorted by (bucket, key), where bucket b holds counts[b]
     rows: (offsets of the runs, n_runs + 1 of them; each run's bucket)."""

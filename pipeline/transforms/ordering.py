@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
-from pipeline.transforms.buffers import arrow_view, joined_buffers, joined_text
+from pipeline.transforms.buffers import arrow_view, joined_text, text_buffers
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -424,8 +424,9 @@ def sorted_run(parts: list[VerdictPart], n_buckets: int, rows: int) -> Iterator[
 def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
                    ) -> Iterator[pa.Table]:
     """Narrow frames' rows (`_bucket`, position_id, others without nulls) sorted by
-    (`_bucket`, position_id) with the kernels `_counting_sorted` and `_text_sorted` use, as
-    Arrow tables of `rows` rows. Consumes `frames` as it starts."""
+    (`_bucket`, position_id) (integer ids: the counting sort `_counting_sorted` uses; text:
+    `kernels.text_run_order`, which leaves the texts themselves in key order), as Arrow
+    tables of `rows` rows. Consumes `frames` as it starts."""
     names = [c for c in frames[0].columns if c not in ("_bucket", "position_id")]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
     pids = [f.drop_in_place("position_id") for f in frames]
@@ -445,15 +446,23 @@ def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
 
         def position_ids(at: slice, _: pa.Array) -> pa.Array:
             return arrow_view(sorted_pid[at])
-    else:
-        offsets, data = joined_buffers(pids)
+    else:  # the texts moved into key order by the sort itself: slices of them, no gather
+        lengths = np.concatenate([p.str.len_bytes().to_numpy() for p in pids] or
+                                 [np.zeros(0, np.uint32)])
+
+        def pieces() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            pids.reverse()
+            while pids:
+                yield text_buffers(pids.pop())
+
         with kernels.threads_for(n):
-            order, counts = kernels.text_key_order(bucket, n_buckets, offsets, data)
-        del bucket
+            offsets, data, order, counts = kernels.text_run_order(bucket, n_buckets, lengths,
+                                                                  pieces())
+        del bucket, lengths
         text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
 
         def position_ids(at: slice, take: pa.Array) -> pa.Array:
-            return text.take(take)
+            return text.slice(at.start, at.stop - at.start)
     runs = np.repeat(np.arange(n_buckets, dtype=np.int32), counts)
     return _slices(n, rows, order, runs, position_ids, others)
 
