@@ -771,7 +771,7 @@ def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
 
 def scatter_text(const int32_t[::1] bucket, const int64_t[::1] offsets, const uint8_t[::1] data,
                  int64_t[::1] row_fill, int64_t[::1] byte_fill, int64_t[::1] offsets_out,
-                 uint8_t[::1] data_out, int64_t[::1] order, int64_t base):
+                 uint8_t[::1] data_out, dest_t[::1] order, int64_t base):
     """Copy a piece's texts (rows base.. of the run) to their bucket's next places: row i to
     row row_fill[b], its bytes at byte_fill[b], both advanced."""
     cdef Py_ssize_t n = bucket.shape[0]
@@ -791,11 +791,11 @@ def scatter_text(const int32_t[::1] bucket, const int64_t[::1] offsets, const ui
                 memcpy(&data_out[at], &data[start], <size_t>length)
             byte_fill[b] = at + length
             offsets_out[r] = at
-            order[r] = base + i
+            order[r] = <dest_t>(base + i)
 
 
 cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
-                      int64_t* order) noexcept nogil:
+                      dest_t* order) noexcept nogil:
     """Sort rows a..e (texts one after another in data, from offsets[a] to offsets[e]) by
     their bytes, stably, in place: texts, offsets and order rearranged."""
     cdef int64_t m = e - a
@@ -804,7 +804,7 @@ cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
     cdef int64_t* perm
     cdef uint64_t* keys
     cdef int64_t* old_offsets
-    cdef int64_t* old_order
+    cdef dest_t* old_order
     cdef uint8_t* old_data
     cdef int status = 0
     if m <= 1:
@@ -812,7 +812,7 @@ cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
     perm = <int64_t*>malloc(m * sizeof(int64_t))
     keys = <uint64_t*>malloc(m * sizeof(uint64_t))
     old_offsets = <int64_t*>malloc((m + 1) * sizeof(int64_t))
-    old_order = <int64_t*>malloc(m * sizeof(int64_t))
+    old_order = <dest_t*>malloc(m * sizeof(dest_t))
     old_data = <uint8_t*>malloc(max(offsets[e] - lo, 1))
     if perm == NULL or keys == NULL or old_offsets == NULL or old_order == NULL or \
             old_data == NULL:
@@ -846,7 +846,7 @@ cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
 
 
 def sort_text_regions(const int64_t[::1] first, int64_t[::1] offsets, uint8_t[::1] data,
-                      int64_t[::1] order):
+                      dest_t[::1] order):
     """Sort each bucket's rows first[b]..first[b + 1] in place (`_sort_region`), buckets in
     parallel."""
     cdef Py_ssize_t n_buckets = first.shape[0] - 1
@@ -854,7 +854,7 @@ def sort_text_regions(const int64_t[::1] first, int64_t[::1] offsets, uint8_t[::
     cdef int64_t[::1] failed = np.zeros(max(n_buckets, 1), np.int64)
     cdef int64_t* op = &offsets[0]
     cdef uint8_t* dp = &data[0] if data.shape[0] else NULL
-    cdef int64_t* rp = &order[0] if order.shape[0] else NULL
+    cdef dest_t* rp = &order[0] if order.shape[0] else NULL
     if dp == NULL or rp == NULL:
         return
     for b in prange(n_buckets, nogil=True, schedule="dynamic"):

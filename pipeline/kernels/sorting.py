@@ -140,18 +140,20 @@ def text_run_order(bucket, n_buckets, lengths, pieces):
     parallel. Reading each text once in row order and sorting within regions that fit in
     cache, where `text_key_order` and a gather by its order read the whole text at random.
     `lengths`: each row's bytes, to size the regions up front. Returns (offsets, data,
-    order, rows per bucket): the sorted texts, and order[j] the row at sorted position j."""
+    order, rows per bucket): the sorted texts, and order[j] the row at sorted position j
+    (int32 below 2^31 rows: the order is allocated while the pieces are still held)."""
     bucket = np.ascontiguousarray(bucket, np.int32)
     n = bucket.shape[0]
     counts = np.bincount(bucket, minlength=int(n_buckets)).astype(np.int64)
     sizes = np.bincount(bucket, weights=lengths, minlength=int(n_buckets)).astype(np.int64)
+    del lengths  # the caller's, when passed as an expression: not held beside the texts
     first = np.zeros(counts.shape[0] + 1, np.int64)
     np.cumsum(counts, out=first[1:])
     first_byte = np.zeros(counts.shape[0] + 1, np.int64)
     np.cumsum(sizes, out=first_byte[1:])
     offsets = np.empty(n + 1, np.int64)
     data = np.empty(int(first_byte[-1]), np.uint8)
-    order = np.empty(n, np.int64)
+    order = np.empty(n, np.int32 if n < 2**31 else np.int64)
     row_fill, byte_fill = first[:-1].copy(), first_byte[:-1].copy()
     base = 0
     for piece_offsets, piece_data in pieces:

@@ -447,18 +447,16 @@ def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
         def position_ids(at: slice, _: pa.Array) -> pa.Array:
             return arrow_view(sorted_pid[at])
     else:  # the texts moved into key order by the sort itself: slices of them, no gather
-        lengths = np.concatenate([p.str.len_bytes().to_numpy() for p in pids] or
-                                 [np.zeros(0, np.uint32)])
-
         def pieces() -> Iterator[tuple[np.ndarray, np.ndarray]]:
             pids.reverse()
             while pids:
                 yield text_buffers(pids.pop())
 
         with kernels.threads_for(n):
-            offsets, data, order, counts = kernels.text_run_order(bucket, n_buckets, lengths,
-                                                                  pieces())
-        del bucket, lengths
+            offsets, data, order, counts = kernels.text_run_order(
+                bucket, n_buckets, np.concatenate([p.str.len_bytes().to_numpy() for p in pids]
+                                                  or [np.zeros(0, np.uint32)]), pieces())
+        del bucket
         text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
 
         def position_ids(at: slice, take: pa.Array) -> pa.Array:
