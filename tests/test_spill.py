@@ -87,6 +87,25 @@ def test_spilled_runs_of_clean_rows_give_the_in_memory_tables(tmp_path, monkeypa
     assert pl.read_parquet(tmp_path / "spilled" / "verdicts.parquet").height == 900
 
 
+@pytest.mark.parametrize("keys", ["text", "int"])
+def test_runs_merged_in_record_batches_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
+    """Runs written in record batches of 8 rows and merged 8 rows a read: every merge
+    round's buffers hold several batches (the merge kernel takes them as they are, and a
+    round's cut-off falls inside one), with keys repeated across and within files."""
+    _inputs(tmp_path, keys)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err
+    monkeypatch.setattr("pipeline.engines.polars_engine.RUN_SLICE", 8)
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
+    assert code == 3, err
+    assert "verdicts: run 15 of" in err
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    rejects = pl.read_parquet(tmp_path / "spilled" / "rejects.parquet")
+    assert rejects.filter(pl.col("reason").str.contains("appears")).height == 10
+    assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
+
+
 def _run(where: Path, out: str, *flags: str) -> tuple[int, str]:
     return invoke(["run", "--rules", "rules.csv", "--positions", "positions", "--out", out,
                    "--winning-moves", "--verbose", *flags], where)

@@ -377,16 +377,17 @@ _LIBC = _glibc()
 
 def _read_more(buffer: pa.Table | None, stream: Iterator[pa.Table], rows: int
                ) -> tuple[pa.Table, bool]:
-    """`buffer` with at least `rows` more rows of `stream` (fewer at its end), in one chunk
-    per column, and whether the stream has rows left."""
+    """`buffer` with at least `rows` more rows of `stream` (fewer at its end), as the record
+    batches read (chunks: the merge takes them as they are, without a copy that joins them),
+    and whether the stream has rows left."""
     more = [] if buffer is None else [buffer]
     got = 0
     for table in stream:
         more.append(table)
         got += table.num_rows
         if got >= rows:
-            return pa.concat_tables(more).combine_chunks(), True
-    return pa.concat_tables(more).combine_chunks(), False
+            return pa.concat_tables(more), True
+    return pa.concat_tables(more), False
 
 
 def _run_part(run: pl.DataFrame) -> ordering.VerdictPart:

@@ -43,10 +43,13 @@ from pipeline.kernels.sorting import (
     in_key_order,
     is_identity,
     key_runs,
+    merge_int_runs,
+    merge_text_runs,
     rank_in,
     run_counts,
     scatter,
     text_key_order,
+    text_run_order,
 )
 from pipeline.kernels.tabulation import mix64, tabulate_many, tabulate_subtraction, window_power
 from pipeline.kernels.text import heap_text_lists, int_text_values, needs_strip
@@ -63,8 +66,9 @@ __all__ = [
     "adjacent_duplicates", "counting_sort", "csv_records_part", "csv_scan", "csv_scan_part",
     "fill_runs", "get_num_threads", "half_sg",
     "heap_text_lists", "in_key_order", "int_text_values", "is_identity", "key_runs",
-    "max_heap_per_table", "mix64", "nim_sums_wide", "needs_strip", "overlap_allowed", "rank_in",
+    "max_heap_per_table", "merge_int_runs", "merge_text_runs", "mix64", "nim_sums_wide",
+    "needs_strip", "overlap_allowed", "rank_in",
     "run_counts", "scatter", "set_num_threads", "sg_of", "sg_per_heap",
-    "tabulate_many", "tabulate_subtraction", "text_key_order", "threads_for", "window_power",
-    "winning_move", "winning_moves_wide",
+    "tabulate_many", "tabulate_subtraction", "text_key_order", "text_run_order", "threads_for",
+    "window_power", "winning_move", "winning_moves_wide",
 ]

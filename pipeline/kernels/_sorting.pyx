@@ -7,6 +7,7 @@ include "_common.pxi"
 include "_argsort.pxi"
 
 from cython.parallel cimport prange
+from libc.string cimport memcmp, memcpy
 
 import numpy as np
 
@@ -418,3 +419,445 @@ def rank_in(const int64_t[::1] values, const int64_t[::1] keys):
             if f < nk and keys[f] == values[j]:
                 out[j] = f
     return out_arr
+
+
+# k-way merges of sorted runs (`sorting.merge_text_runs`, `merge_int_runs`): a loser tree
+# of the runs' next rows ordered by (bucket, key, run), so equal keys come out in run order,
+# as a stable sort of the runs one after another orders them. Each run's next row keeps its
+# bucket and its key's first 8 bytes (text) in the run's own slot, so most comparisons are of
+# two integers; an exhausted run's bucket is EXHAUSTED, above every bucket.
+
+cdef int64_t EXHAUSTED = 1 << 62
+
+
+cdef struct Segment:
+    const int32_t* bucket
+    const int64_t* offsets  # text: the segment's n + 1 offsets into data
+    const uint8_t* data
+    const int64_t* key  # integers
+    int64_t rows
+    int64_t base  # the segment's first row in all segments one after another
+
+
+cdef struct TextRun:
+    const Segment* segment  # the run's segments, in order (its rows are theirs, one after
+    int64_t segments        # another)
+    int64_t at
+    int64_t head_bucket
+    uint64_t head_prefix
+
+
+cdef inline void _next_segment(TextRun* run) noexcept nogil:
+    """Past the end of the run's segment: on to the next one with rows, if any."""
+    while run.at == run.segment[0].rows and run.segments > 1:
+        run.segment += 1
+        run.segments -= 1
+        run.at = 0
+
+
+cdef inline void _text_head(TextRun* run) noexcept nogil:
+    _next_segment(run)
+    if run.at < run.segment[0].rows:
+        run.head_bucket = run.segment[0].bucket[run.at]
+        run.head_prefix = _text_chunk(run.segment[0].offsets, run.segment[0].data, run.at, 0)
+    else:
+        run.head_bucket = EXHAUSTED
+        run.head_prefix = 0
+
+
+cdef inline int _text_rest(const uint8_t* a, int64_t la, const uint8_t* b,
+                           int64_t lb) noexcept nogil:
+    """-1, 0, 1 as text a is below, equal to, above text b (bytes, then shorter first)."""
+    cdef int c = memcmp(a, b, <size_t>(la if la < lb else lb))
+    if c:
+        return c
+    return -1 if la < lb else (1 if la > lb else 0)
+
+
+cdef inline bint _text_before(const TextRun* runs, int64_t a, int64_t b) noexcept nogil:
+    cdef const TextRun* x = &runs[a]
+    cdef const TextRun* y = &runs[b]
+    cdef const Segment* sx
+    cdef const Segment* sy
+    cdef int c
+    if x.head_bucket != y.head_bucket:
+        return x.head_bucket < y.head_bucket
+    if x.head_prefix != y.head_prefix:
+        return x.head_prefix < y.head_prefix
+    if x.head_bucket == EXHAUSTED:
+        return a < b
+    sx = x.segment
+    sy = y.segment
+    c = _text_rest(sx.data + sx.offsets[x.at], sx.offsets[x.at + 1] - sx.offsets[x.at],
+                   sy.data + sy.offsets[y.at], sy.offsets[y.at + 1] - sy.offsets[y.at])
+    return c < 0 or (c == 0 and a < b)
+
+
+cdef int64_t _text_tree(const TextRun* runs, int64_t* tree, int64_t k) noexcept nogil:
+    """Fill the loser tree tree[1:k] (leaf i is node k + i; node j's children 2j, 2j + 1);
+    returns the winner, or -1 when out of memory."""
+    cdef int64_t* win = <int64_t*>malloc(2 * k * sizeof(int64_t))
+    cdef int64_t j, a, b, w
+    if win == NULL:
+        return -1
+    for j in range(k):
+        win[k + j] = j
+    for j in range(k - 1, 0, -1):
+        a = win[2 * j]
+        b = win[2 * j + 1]
+        if _text_before(runs, a, b):
+            win[j] = a
+            tree[j] = b
+        else:
+            win[j] = b
+            tree[j] = a
+    w = win[1] if k > 1 else 0
+    free(win)
+    return w
+
+
+cdef inline int64_t _text_replay(const TextRun* runs, int64_t* tree, int64_t k,
+                                 int64_t w) noexcept nogil:
+    """The new winner once run w's next row has changed."""
+    cdef int64_t j = (w + k) >> 1
+    cdef int64_t t
+    while j >= 1:
+        if _text_before(runs, tree[j], w):
+            t = tree[j]
+            tree[j] = w
+            w = t
+        j >>= 1
+    return w
+
+
+cdef Segment* _segments(list runs, bint text, list keep, int64_t* total) except NULL:
+    """Every run's segments (buckets, then offsets and bytes or keys) one after another,
+    their arrays kept alive in `keep`; total: their rows."""
+    cdef int64_t n = sum(len(r) for r in runs)
+    cdef Segment* out = <Segment*>malloc(max(n, 1) * sizeof(Segment))
+    cdef const int32_t[::1] b
+    cdef const int64_t[::1] o
+    cdef const uint8_t[::1] d
+    cdef int64_t i = 0, base = 0
+    if out == NULL:
+        raise MemoryError()
+    try:
+        for run in runs:
+            for segment in run:
+                b = segment[0]
+                o = segment[1]
+                keep.append((b, o))
+                out[i].bucket = &b[0] if b.shape[0] else NULL
+                out[i].rows = b.shape[0]
+                out[i].base = base
+                base += b.shape[0]
+                if text:
+                    d = segment[2]
+                    keep.append(d)
+                    if o.shape[0] != b.shape[0] + 1:
+                        raise ValueError("merge_text_runs: offsets do not match the rows")
+                    out[i].offsets = &o[0]
+                    out[i].data = &d[0] if d.shape[0] else <const uint8_t*>&o[0]
+                    out[i].key = NULL
+                else:
+                    if o.shape[0] != b.shape[0]:
+                        raise ValueError("merge_int_runs: keys do not match the rows")
+                    out[i].key = &o[0] if o.shape[0] else NULL
+                    out[i].offsets = NULL
+                    out[i].data = NULL
+                i += 1
+    except BaseException:
+        free(out)
+        raise
+    total[0] = base
+    return out
+
+
+def merge_text_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] offsets_out,
+                    uint8_t[::1] data_out, int64_t[::1] order):
+    """Merge k runs, each a list of segments (bucket, offsets, bytes) whose rows one after
+    another are sorted by (bucket, text), into bucket_out, (offsets_out, data_out) and order
+    (each row's index in all segments one after another); returns how many rows equal the
+    row before them."""
+    cdef Py_ssize_t k = len(runs)
+    cdef list keep = []
+    cdef int64_t base = 0
+    cdef Segment* segments = _segments(runs, True, keep, &base)
+    cdef TextRun* heads = <TextRun*>malloc(max(k, 1) * sizeof(TextRun))
+    cdef int64_t* tree = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
+    cdef int64_t i, w = 0, row, start, length, at = 0, written = 0, repeats = 0, first = 0
+    cdef int64_t prev_bucket = -1, prev_length = 0
+    cdef uint64_t prev_prefix = 0
+    cdef const uint8_t* prev_text = NULL
+    cdef TextRun* run
+    cdef const Segment* seg
+    cdef bint fits = True
+    if heads == NULL or tree == NULL:
+        free(segments)
+        free(heads)
+        free(tree)
+        raise MemoryError()
+    try:
+        if order.shape[0] != base or bucket_out.shape[0] != base or \
+                offsets_out.shape[0] != base + 1:
+            raise ValueError("merge_text_runs: outputs of the wrong size")
+        offsets_out[0] = 0
+        for i in range(k):
+            if not len(runs[i]):
+                raise ValueError("merge_text_runs: a run without segments")
+            heads[i].segment = &segments[first]
+            heads[i].segments = len(runs[i])
+            heads[i].at = 0
+            first += heads[i].segments
+        if k:
+            with nogil:
+                for i in range(k):
+                    _text_head(&heads[i])
+                w = _text_tree(heads, tree, k)
+                while w >= 0 and at < base:
+                    run = &heads[w]
+                    seg = run.segment
+                    row = run.at
+                    start = seg.offsets[row]
+                    length = seg.offsets[row + 1] - start
+                    if written + length > data_out.shape[0]:
+                        fits = False
+                        break
+                    if (run.head_bucket == prev_bucket and run.head_prefix == prev_prefix
+                            and _text_rest(prev_text, prev_length, seg.data + start,
+                                           length) == 0):
+                        repeats += 1
+                    prev_bucket = run.head_bucket
+                    prev_prefix = run.head_prefix
+                    prev_text = seg.data + start
+                    prev_length = length
+                    bucket_out[at] = <int32_t>run.head_bucket
+                    memcpy(&data_out[written], seg.data + start, <size_t>length)
+                    written += length
+                    order[at] = seg.base + row
+                    at += 1
+                    offsets_out[at] = written
+                    run.at += 1
+                    _text_head(run)
+                    w = _text_replay(heads, tree, k, w)
+            if w < 0:
+                raise MemoryError()
+        if not fits:
+            raise ValueError("merge_text_runs: the text does not fit data_out")
+    finally:
+        free(segments)
+        free(heads)
+        free(tree)
+    return repeats
+
+
+cdef struct IntRun:
+    const Segment* segment
+    int64_t segments
+    int64_t at
+    int64_t head_bucket
+    int64_t head_key
+
+
+cdef inline void _int_head(IntRun* run) noexcept nogil:
+    while run.at == run.segment[0].rows and run.segments > 1:
+        run.segment += 1
+        run.segments -= 1
+        run.at = 0
+    if run.at < run.segment[0].rows:
+        run.head_bucket = run.segment[0].bucket[run.at]
+        run.head_key = run.segment[0].key[run.at]
+    else:
+        run.head_bucket = EXHAUSTED
+        run.head_key = 0
+
+
+cdef inline bint _int_before(const IntRun* runs, int64_t a, int64_t b) noexcept nogil:
+    cdef const IntRun* x = &runs[a]
+    cdef const IntRun* y = &runs[b]
+    if x.head_bucket != y.head_bucket:
+        return x.head_bucket < y.head_bucket
+    if x.head_key != y.head_key:
+        return x.head_key < y.head_key
+    return a < b
+
+
+cdef int64_t _int_tree(const IntRun* runs, int64_t* tree, int64_t k) noexcept nogil:
+    """`_text_tree` for integer keys."""
+    cdef int64_t* win = <int64_t*>malloc(2 * k * sizeof(int64_t))
+    cdef int64_t j, a, b, w
+    if win == NULL:
+        return -1
+    for j in range(k):
+        win[k + j] = j
+    for j in range(k - 1, 0, -1):
+        a = win[2 * j]
+        b = win[2 * j + 1]
+        if _int_before(runs, a, b):
+            win[j] = a
+            tree[j] = b
+        else:
+            win[j] = b
+            tree[j] = a
+    w = win[1] if k > 1 else 0
+    free(win)
+    return w
+
+
+def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
+                   int64_t[::1] order):
+    """`merge_text_runs` for int64 keys: segments (bucket, key)."""
+    cdef Py_ssize_t k = len(runs)
+    cdef list keep = []
+    cdef int64_t base = 0
+    cdef Segment* segments = _segments(runs, False, keep, &base)
+    cdef IntRun* heads = <IntRun*>malloc(max(k, 1) * sizeof(IntRun))
+    cdef int64_t* tree = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
+    cdef int64_t i, j, t, w = 0, at = 0, repeats = 0, first = 0
+    cdef int64_t prev_bucket = -1, prev_key = 0
+    cdef IntRun* run
+    if heads == NULL or tree == NULL:
+        free(segments)
+        free(heads)
+        free(tree)
+        raise MemoryError()
+    try:
+        if order.shape[0] != base or bucket_out.shape[0] != base or key_out.shape[0] != base:
+            raise ValueError("merge_int_runs: outputs of the wrong size")
+        for i in range(k):
+            if not len(runs[i]):
+                raise ValueError("merge_int_runs: a run without segments")
+            heads[i].segment = &segments[first]
+            heads[i].segments = len(runs[i])
+            heads[i].at = 0
+            first += heads[i].segments
+        if k:
+            with nogil:
+                for i in range(k):
+                    _int_head(&heads[i])
+                w = _int_tree(heads, tree, k)
+                while w >= 0 and at < base:
+                    run = &heads[w]
+                    if run.head_bucket == prev_bucket and run.head_key == prev_key:
+                        repeats += 1
+                    prev_bucket = run.head_bucket
+                    prev_key = run.head_key
+                    bucket_out[at] = <int32_t>run.head_bucket
+                    key_out[at] = run.head_key
+                    order[at] = run.segment.base + run.at
+                    at += 1
+                    run.at += 1
+                    _int_head(run)
+                    j = (w + k) >> 1
+                    while j >= 1:
+                        if _int_before(heads, tree[j], w):
+                            t = tree[j]
+                            tree[j] = w
+                            w = t
+                        j >>= 1
+            if w < 0:
+                raise MemoryError()
+    finally:
+        free(segments)
+        free(heads)
+        free(tree)
+    return repeats
+
+
+# A run's text keys put in key order where they will stay (`sorting.text_run_order`): each
+# piece's texts copied straight into their bucket's region (a counting sort of the bytes),
+# then each bucket sorted and rearranged within its own region, which fits in cache, where a
+# sort of row numbers and a gather of the texts by them read the whole text at random.
+
+def scatter_text(const int32_t[::1] bucket, const int64_t[::1] offsets, const uint8_t[::1] data,
+                 int64_t[::1] row_fill, int64_t[::1] byte_fill, int64_t[::1] offsets_out,
+                 uint8_t[::1] data_out, dest_t[::1] order, int64_t base):
+    """Copy a piece's texts (rows base.. of the run) to their bucket's next places: row i to
+    row row_fill[b], its bytes at byte_fill[b], both advanced."""
+    cdef Py_ssize_t n = bucket.shape[0]
+    cdef Py_ssize_t i
+    cdef int64_t b, r, at, start, length
+    if offsets.shape[0] != n + 1:
+        raise ValueError("scatter_text: offsets do not match the rows")
+    with nogil:
+        for i in range(n):
+            b = bucket[i]
+            r = row_fill[b]
+            row_fill[b] = r + 1
+            at = byte_fill[b]
+            start = offsets[i]
+            length = offsets[i + 1] - start
+            if length:
+                memcpy(&data_out[at], &data[start], <size_t>length)
+            byte_fill[b] = at + length
+            offsets_out[r] = at
+            order[r] = <dest_t>(base + i)
+
+
+cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
+                      dest_t* order) noexcept nogil:
+    """Sort rows a..e (texts one after another in data, from offsets[a] to offsets[e]) by
+    their bytes, stably, in place: texts, offsets and order rearranged."""
+    cdef int64_t m = e - a
+    cdef int64_t q, r, start, length, at
+    cdef int64_t lo = offsets[a]
+    cdef int64_t* perm
+    cdef uint64_t* keys
+    cdef int64_t* old_offsets
+    cdef dest_t* old_order
+    cdef uint8_t* old_data
+    cdef int status = 0
+    if m <= 1:
+        return 0
+    perm = <int64_t*>malloc(m * sizeof(int64_t))
+    keys = <uint64_t*>malloc(m * sizeof(uint64_t))
+    old_offsets = <int64_t*>malloc((m + 1) * sizeof(int64_t))
+    old_order = <dest_t*>malloc(m * sizeof(dest_t))
+    old_data = <uint8_t*>malloc(max(offsets[e] - lo, 1))
+    if perm == NULL or keys == NULL or old_offsets == NULL or old_order == NULL or \
+            old_data == NULL:
+        status = -1
+    else:
+        for q in range(m):
+            perm[q] = a + q
+            keys[q] = _text_chunk(offsets, data, a + q, 0)
+        status = _sort_bucket(perm, keys, 0, m, offsets, data)
+    if status == 0:
+        for q in range(m + 1):
+            old_offsets[q] = offsets[a + q]
+        for q in range(m):
+            old_order[q] = order[a + q]
+        memcpy(old_data, &data[lo], <size_t>(offsets[e] - lo))
+        at = lo
+        for q in range(m):
+            r = perm[q] - a
+            start = old_offsets[r]
+            length = old_offsets[r + 1] - start
+            memcpy(&data[at], &old_data[start - lo], <size_t>length)
+            offsets[a + q] = at
+            order[a + q] = old_order[r]
+            at += length
+    free(perm)
+    free(keys)
+    free(old_offsets)
+    free(old_order)
+    free(old_data)
+    return status
+
+
+def sort_text_regions(const int64_t[::1] first, int64_t[::1] offsets, uint8_t[::1] data,
+                      dest_t[::1] order):
+    """Sort each bucket's rows first[b]..first[b + 1] in place (`_sort_region`), buckets in
+    parallel."""
+    cdef Py_ssize_t n_buckets = first.shape[0] - 1
+    cdef Py_ssize_t b
+    cdef int64_t[::1] failed = np.zeros(max(n_buckets, 1), np.int64)
+    cdef int64_t* op = &offsets[0]
+    cdef uint8_t* dp = &data[0] if data.shape[0] else NULL
+    cdef dest_t* rp = &order[0] if order.shape[0] else NULL
+    if dp == NULL or rp == NULL:
+        return
+    for b in prange(n_buckets, nogil=True, schedule="dynamic"):
+        failed[b] = _sort_region(first[b], first[b + 1], op, dp, rp)
+    if n_buckets and np.asarray(failed).min() < 0:
+        raise MemoryError("sort_text_regions: out of memory")

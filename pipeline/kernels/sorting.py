@@ -93,6 +93,83 @@ def text_key_order(bucket, n_buckets, offsets, data):
                                    np.ascontiguousarray(data, np.uint8))
 
 
+def merge_text_runs(runs):
+    """Merge k runs sorted by (bucket, text) as `text_key_order` sorts (bytes, then shorter
+    first) into one. Run i is a list of segments (bucket, Arrow offsets, bytes) whose rows,
+    one after another, are its rows (a run read in record batches need not be joined first);
+    offsets are taken as they are (a slice's need not start at 0). A k-way merge (a loser
+    tree of the runs' next rows, which keep their bucket and first 8 bytes at hand): O(n log
+    k) comparisons, most of two integers, and the texts copied once, in order, where a sort
+    of the rows one after another and a gather took as long again. Equal keys come out in
+    run order, as a stable sort of the runs one after another puts them. Returns (bucket,
+    offsets, data, order, repeats): the merged rows, order[j] the index of row j in all
+    segments one after another, and how many rows equal the row before them."""
+    runs = [[(np.ascontiguousarray(b, np.int32), np.ascontiguousarray(o, np.int64),
+              np.ascontiguousarray(d, np.uint8)) for b, o, d in run] or
+            [(np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.uint8))]
+            for run in runs]
+    n = sum(b.shape[0] for run in runs for b, _, _ in run)
+    size = sum(int(o[-1] - o[0]) for run in runs for _, o, _ in run)
+    bucket = np.empty(n, np.int32)
+    offsets = np.empty(n + 1, np.int64)
+    data = np.empty(size, np.uint8)
+    order = np.empty(n, np.int64)
+    repeats = _sorting.merge_text_runs(runs, bucket, offsets, data, order)
+    return bucket, offsets, data, order, repeats
+
+
+def merge_int_runs(runs):
+    """`merge_text_runs` for int64 keys, segments (bucket, key): (bucket, key, order,
+    repeats)."""
+    runs = [[(np.ascontiguousarray(b, np.int32), np.ascontiguousarray(k, np.int64))
+             for b, k in run] or [(np.zeros(0, np.int32), np.zeros(0, np.int64))]
+            for run in runs]
+    n = sum(b.shape[0] for run in runs for b, _ in run)
+    bucket = np.empty(n, np.int32)
+    key = np.empty(n, np.int64)
+    order = np.empty(n, np.int64)
+    repeats = _sorting.merge_int_runs(runs, bucket, key, order)
+    return bucket, key, order, repeats
+
+
+def text_run_order(bucket, n_buckets, lengths, pieces):
+    """Rows sorted by (bucket, text) as `text_key_order` sorts them, the texts themselves
+    moved into that order: each piece's texts (`pieces`: an iterator of the row pieces'
+    Arrow (offsets, bytes), one after another, each let go once copied) go straight to
+    their bucket's region, then every bucket is sorted within its region, buckets in
+    parallel. Reading each text once in row order and sorting within regions that fit in
+    cache, where `text_key_order` and a gather by its order read the whole text at random.
+    `lengths`: each row's bytes, to size the regions up front. Returns (offsets, data,
+    order, rows per bucket): the sorted texts, and order[j] the row at sorted position j
+    (int32 below 2^31 rows: the order is allocated while the pieces are still held)."""
+    bucket = np.ascontiguousarray(bucket, np.int32)
+    n = bucket.shape[0]
+    counts = np.bincount(bucket, minlength=int(n_buckets)).astype(np.int64)
+    sizes = np.bincount(bucket, weights=lengths, minlength=int(n_buckets)).astype(np.int64)
+    del lengths  # the caller's, when passed as an expression: not held beside the texts
+    first = np.zeros(counts.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=first[1:])
+    first_byte = np.zeros(counts.shape[0] + 1, np.int64)
+    np.cumsum(sizes, out=first_byte[1:])
+    offsets = np.empty(n + 1, np.int64)
+    data = np.empty(int(first_byte[-1]), np.uint8)
+    order = np.empty(n, np.int32 if n < 2**31 else np.int64)
+    row_fill, byte_fill = first[:-1].copy(), first_byte[:-1].copy()
+    base = 0
+    for piece_offsets, piece_data in pieces:
+        rows = piece_offsets.shape[0] - 1
+        _sorting.scatter_text(bucket[base:base + rows],
+                              np.ascontiguousarray(piece_offsets, np.int64),
+                              np.ascontiguousarray(piece_data, np.uint8), row_fill, byte_fill,
+                              offsets, data, order, base)
+        base += rows
+    if base != n or not np.array_equal(byte_fill, first_byte[1:]):
+        raise ValueError("text_run_order: the pieces do not match the rows and lengths")
+    offsets[n] = first_byte[-1]
+    _sorting.sort_text_regions(first, offsets, data, order)
+    return offsets, data, order, counts
+
+
 def key_runs(counts, sorted_key):
     """Runs of equal keys in rows sorted by (bucket, key), where bucket b holds counts[b]
     rows: (offsets of the runs, n_runs + 1 of them; each run's bucket)."""

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
-from pipeline.transforms.buffers import arrow_view, joined_buffers, joined_text
+from pipeline.transforms.buffers import arrow_view, joined_text, text_buffers
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -424,8 +424,9 @@ def sorted_run(parts: list[VerdictPart], n_buckets: int, rows: int) -> Iterator[
 def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
                    ) -> Iterator[pa.Table]:
     """Narrow frames' rows (`_bucket`, position_id, others without nulls) sorted by
-    (`_bucket`, position_id) with the kernels `_counting_sorted` and `_text_sorted` use, as
-    Arrow tables of `rows` rows. Consumes `frames` as it starts."""
+    (`_bucket`, position_id) (integer ids: the counting sort `_counting_sorted` uses; text:
+    `kernels.text_run_order`, which leaves the texts themselves in key order), as Arrow
+    tables of `rows` rows. Consumes `frames` as it starts."""
     names = [c for c in frames[0].columns if c not in ("_bucket", "position_id")]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
     pids = [f.drop_in_place("position_id") for f in frames]
@@ -445,15 +446,21 @@ def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
 
         def position_ids(at: slice, _: pa.Array) -> pa.Array:
             return arrow_view(sorted_pid[at])
-    else:
-        offsets, data = joined_buffers(pids)
+    else:  # the texts moved into key order by the sort itself: slices of them, no gather
+        def pieces() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            pids.reverse()
+            while pids:
+                yield text_buffers(pids.pop())
+
         with kernels.threads_for(n):
-            order, counts = kernels.text_key_order(bucket, n_buckets, offsets, data)
+            offsets, data, order, counts = kernels.text_run_order(
+                bucket, n_buckets, np.concatenate([p.str.len_bytes().to_numpy() for p in pids]
+                                                  or [np.zeros(0, np.uint32)]), pieces())
         del bucket
         text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
 
         def position_ids(at: slice, take: pa.Array) -> pa.Array:
-            return text.take(take)
+            return text.slice(at.start, at.stop - at.start)
     runs = np.repeat(np.arange(n_buckets, dtype=np.int32), counts)
     return _slices(n, rows, order, runs, position_ids, others)
 
@@ -471,9 +478,10 @@ def _slices(n: int, rows: int, order: np.ndarray, runs: np.ndarray,
 
 
 def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A column of one chunk (or an array) without nulls as numpy, without a copy."""
+    """A column without nulls as numpy: a view of its one chunk (or of an array), a copy
+    joining several."""
     if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     return column.to_numpy(zero_copy_only=True)
 
 
@@ -483,17 +491,39 @@ def key_at(run: pa.Table, row: int) -> tuple[int, int | str]:
 
 
 def rows_below(run: pa.Table, key: tuple[int, int | str]) -> int:
-    """How many rows of a sorted run (one chunk per column) come before `key` (`key_at`):
-    binary searches, in the rule set's bucket and then in its position ids (text compared
-    as Python compares str, by code point: UTF-8's byte order, which the sort follows)."""
-    bucket = _numpy(run["_bucket"])
-    lo = int(np.searchsorted(bucket, key[0], "left"))
-    hi = int(np.searchsorted(bucket, key[0], "right"))
-    pid = run["position_id"]
+    """How many rows of a sorted run come before `key` (`key_at`): binary searches in the
+    chunk where the key falls, in the rule set's bucket and then in its position ids (text
+    compared as Python compares str, by code point: UTF-8's byte order, which the sort
+    follows)."""
+    below = 0
+    for bucket, pid in _segments(run):
+        n = len(bucket)
+        if n and (bucket[n - 1].as_py(), pid[n - 1].as_py()) < key:
+            below += n  # the key is past this chunk
+            continue
+        return below + _rows_below(bucket, pid, key)
+    return below
+
+
+def _segments(run: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
+    """A run's (`_bucket`, position_id) chunk by chunk (record batches as read), joined
+    when the two columns are not chunked alike."""
+    buckets, pids = run["_bucket"], run["position_id"]
+    if [len(c) for c in buckets.chunks] != [len(c) for c in pids.chunks]:
+        return [(buckets.combine_chunks(), pids.combine_chunks())]
+    return list(zip(buckets.chunks, pids.chunks))
+
+
+def _rows_below(bucket: pa.Array, pid: pa.Array, key: tuple[int, int | str]) -> int:
+    """`rows_below` within one chunk."""
+    buckets = bucket.to_numpy(zero_copy_only=True)
+    lo = int(np.searchsorted(buckets, key[0], "left"))
+    hi = int(np.searchsorted(buckets, key[0], "right"))
     if lo == hi:
         return lo
     if pa.types.is_integer(pid.type):
-        return lo + int(np.searchsorted(_numpy(pid)[lo:hi], key[1], "left"))
+        return lo + int(np.searchsorted(pid.to_numpy(zero_copy_only=True)[lo:hi], key[1],
+                                        "left"))
     while lo < hi:
         mid = (lo + hi) // 2
         if pid[mid].as_py() < key[1]:
@@ -519,57 +549,82 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
                  sources: Sequence[str]) -> MergedSlice:
     """Rows taken from sorted runs (every row of each key among them, see `merge_round`)
     in key order, rule_set_id restored, minus duplicate keys, as `key_sorted_verdicts` gives
-    for all rows at once. In Arrow: the slice goes through polars (`split_duplicates`) only
-    when it holds a repeated key or a rejected row names a key."""
-    table = pa.concat_tables([t for t in takes if t.num_rows] or takes[:1],
-                             promote_options="permissive").combine_chunks()
+    for all rows at once. The takes, each in key order, are merged by a kernel
+    (`kernels.merge_text_runs`, `merge_int_runs`) that copies the position ids once, in
+    order, and counts repeated keys as it goes; the other columns are gathered by the merged
+    order. In Arrow: the slice goes through polars (`split_duplicates`) only when it holds a
+    repeated key or a rejected row names a key."""
+    runs = [t for t in takes if t.num_rows]
+    names = takes[0].column_names
     n_buckets = rule_ids.len()
-    bucket = _numpy(table["_bucket"])
-    pid = table["position_id"]
-    n = table.num_rows
-    if pa.types.is_integer(pid.type):
-        dest = np.empty(n, np.int32 if n < 2**31 else np.int64)
-        kernels.counting_sort(bucket, n_buckets, _numpy(pid), dest)
-        with kernels.threads_for(n):
-            order = kernels.scatter(np.arange(n, dtype=dest.dtype), dest)
+    if pa.types.is_integer(takes[0].schema.field("position_id").type):
+        bucket, key, order, repeats = kernels.merge_int_runs([
+            [(b.to_numpy(zero_copy_only=True), p.to_numpy(zero_copy_only=True))
+             for b, p in _segments(t)] for t in runs])
+        position_id = arrow_view(key)
     else:
-        text = pid.chunk(0) if pid.num_chunks else pa.array([], pa.large_string())
-        offsets, data = (np.frombuffer(text.buffers()[1], np.int64)[text.offset:
-                                                                    text.offset + n + 1],
-                         np.frombuffer(text.buffers()[2] or b"", np.uint8))
-        with kernels.threads_for(n):
-            order, _ = kernels.text_key_order(bucket, n_buckets, offsets, data)
-    ordered = table.take(arrow_view(order))
-    bucket = _numpy(ordered["_bucket"])
-    pid = ordered["position_id"]
-    repeated = (bucket[1:] == bucket[:-1]) & pc.equal(pid[1:], pid[:-1]).to_numpy(
-        zero_copy_only=False) if n > 1 else np.zeros(0, bool)
+        bucket, offsets, data, order, repeats = kernels.merge_text_runs([
+            [(b.to_numpy(zero_copy_only=True), *_text_buffers(p))
+             for b, p in _segments(t)] for t in runs])
+        position_id = pa.LargeStringArray.from_buffers(
+            bucket.shape[0], pa.py_buffer(offsets), pa.py_buffer(data))
+    n = bucket.shape[0]
+
+    def gathered(name: str) -> np.ndarray:
+        """A column's values in the merged order (its chunks one after another, as the
+        kernel numbers the rows)."""
+        if not runs:
+            return _numpy(takes[0][name])
+        return np.concatenate([c.to_numpy(zero_copy_only=True) for t in runs
+                               for c in t[name].chunks])[order]
+
     ids = rule_ids.to_arrow()
-    if repeated.any() or rejects.filter(pl.col("rule_set_id").is_not_null()
-                                        & pl.col("position_id").is_not_null()).height:
-        frame = pl.from_arrow(ordered)
+    if repeats or rejects.filter(pl.col("rule_set_id").is_not_null()
+                                 & pl.col("position_id").is_not_null()).height:
+        columns = {"_bucket": arrow_view(bucket), "position_id": position_id}
+        columns.update((name, arrow_view(gathered(name))) for name in names
+                       if name not in columns)
+        frame = pl.from_arrow(pa.table(columns))
         frame = frame.select(pl.Series("rule_set_id", rule_ids.gather(frame["_bucket"])),
                              pl.exclude("rule_set_id"))
         clean, duplicates = split_duplicates(frame, rejects, sources)
         ordered = clean.to_arrow()
         bucket = _numpy(ordered["_bucket"])
+        nim = _numpy(ordered["nim_sum"])
+        position_id = ordered["position_id"]
+        moves = {name: ordered[name] for name in names if name in MOVE_COLUMNS}
+        n = ordered.num_rows
     else:
         duplicates = pl.DataFrame(schema=REJECT_SCHEMA)
-    nim = _numpy(ordered["nim_sum"])
-    wins = np.bincount(bucket, weights=nim != 0, minlength=n_buckets).astype(np.int64)
+        nim = gathered("nim_sum")
+        moves = {name: arrow_view(gathered(name)) for name in names if name in MOVE_COLUMNS}
+    won = nim != 0
+    wins = np.bincount(bucket, weights=won, minlength=n_buckets).astype(np.int64)
     total = np.bincount(bucket, minlength=n_buckets).astype(np.int64)
-    names = [c for c in ordered.column_names if c not in ("_bucket", "_loc", "rule_set_id",
-                                                          "position_id", "nim_sum")]
-    won = pc.not_equal(ordered["nim_sum"], 0)
     columns = {"rule_set_id": ids.take(arrow_view(bucket)),
-               "position_id": ordered["position_id"],
-               "nim_sum": ordered["nim_sum"].cast(pa.int64()),
-               "verdict": pc.if_else(won, "W", "L").cast(pa.large_string())}
-    for name in names:  # the move columns, -1 for none (`with_verdict`: null)
-        values = ordered[name].cast(pa.int64())
+               "position_id": position_id,
+               "nim_sum": arrow_view(nim.astype(np.int64)),
+               "verdict": pa.LargeStringArray.from_buffers(
+                   n, pa.py_buffer(np.arange(n + 1, dtype=np.int64)),
+                   pa.py_buffer(np.where(won, np.uint8(ord("W")), np.uint8(ord("L")))))}
+    for name, values in moves.items():  # the move columns, -1 for none (`with_verdict`: null)
+        values = values.cast(pa.int64())
         columns[name] = pc.if_else(pc.greater_equal(values, 0), values,
                                    pa.scalar(None, pa.int64()))
     return MergedSlice(pa.table(columns), wins, total - wins, duplicates)
+
+
+def _text_buffers(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A text array's (Arrow offsets of its rows, into its bytes; the bytes), as views."""
+    if not len(column):
+        return np.zeros(1, np.int64), np.zeros(0, np.uint8)
+    if not pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_string())
+    offsets = np.frombuffer(column.buffers()[1], np.int64)[column.offset:
+                                                           column.offset + len(column) + 1]
+    data = column.buffers()[2]
+    return offsets, (np.frombuffer(data, np.uint8) if data is not None
+                     else np.zeros(0, np.uint8))
 
 
 def merge_round(buffers: list[pa.Table], live: list[bool]
