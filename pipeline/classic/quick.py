@@ -41,9 +41,8 @@ def solve_quick(data: bytes | bytearray | memoryview | str, cap: int = DEFAULT_T
 def _threads() -> int:
     """The kernels' threads (OpenMP's count), less one for each core that other processes
     are running on now, at least one: a parallel region waits for its slowest thread, and
-    where every core is taken a second thread waits for a scheduler slice. (The 50 MB
-    benchmark input at load 8 on 2 cores, median of 10: 0.76 s on one thread, 0.91 s on
-    two.)"""
+    where every core is taken a second thread waits for a scheduler slice (the figures are
+    in benchmarks/results/issue36-start.md)."""
     cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
             else os.cpu_count() or 1)
     return max(1, min(_classic.max_threads(), cpus - _busy_cores()))
