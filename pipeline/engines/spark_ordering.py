@@ -44,23 +44,29 @@ class SparkOrdering(SparkWork):
 
     verdicts_sorted: bool = False  # the verdicts are a cached frame in key order already
 
-    def duplicates(self, verdicts: DataFrame, rejected: DataFrame,
+    def duplicates(self, verdicts: DataFrame, rejected: DataFrame | None,
                    types: dict[str, T.DataType]) -> tuple[DataFrame, DataFrame]:
         """`ordering.split_duplicates`, run on the key groups that can hold duplicates (a
         key twice among the verdicts, or also among the rejected rows): the other verdict
-        rows do not move."""
-        casted = self.map(
-            rejected.filter(F.col("rule_set_id").isNotNull() & F.col("position_id").isNotNull()),
-            cast_keys_task,
-            struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS]),
-            dtypes={k: pl.Int64 if t == LONG else pl.String for k, t in types.items()})
-        casted = casted.filter(F.col("_k_rule_set_id").isNotNull()
-                               & F.col("_k_position_id").isNotNull())
-        also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
-                            .distinct())
+        rows do not move. `rejected` None: no row was rejected (known without a job)."""
+        casted_schema = struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS])
+        if rejected is None:
+            rejected = self.spark.createDataFrame([], REJECT_SCHEMA)
+            casted, also = self.spark.createDataFrame([], casted_schema), None
+        else:
+            casted = self.map(
+                rejected.filter(F.col("rule_set_id").isNotNull()
+                                & F.col("position_id").isNotNull()),
+                cast_keys_task, casted_schema,
+                dtypes={k: pl.Int64 if t == LONG else pl.String for k, t in types.items()})
+            casted = casted.filter(F.col("_k_rule_set_id").isNotNull()
+                                   & F.col("_k_position_id").isNotNull())
+            also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
+                                .distinct())
         key_schema = struct(*[(k, types[k]) for k in KEYS])
         ordered, suspects = self.key_ordered(verdicts.drop("_loc", "verdict"), key_schema)
-        if not also.isEmpty():  # rare: a rejected row's key, which a verdict may also have
+        # rare: a rejected row's key, which a verdict may also have
+        if also is not None and not also.isEmpty():
             suspects = suspects.unionByName(also.join(ordered.select(*KEYS), KEYS, "left_semi"))
         suspects = self.persist(suspects)
         columns = [c for c in verdicts.columns]

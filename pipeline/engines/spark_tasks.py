@@ -30,6 +30,10 @@ KEYS = keys.KEYS
 PATH, ROW = "__snim_path", "__snim_row"
 DATA, FATAL = 0, 1
 SUMMARY = 2  # order_task's row per partition
+# A reading task's tally of what it read of a file (`_row` holds the number): its DATA rows,
+# and those of them rejected. Counted as the rows leave the task, so the driver gets each
+# file's rows without a pass over them (the cached rows' batches of DATA only are skipped).
+READ, REJECTED = 3, 4
 LONG, STRING, INT, BOOL = T.LongType(), T.StringType(), T.IntegerType(), T.BooleanType()
 
 REJECT_SCHEMA = T.StructType([T.StructField(name, LONG if dtype == pl.Int64 else STRING)
@@ -126,6 +130,29 @@ def _fatal(file_index: int, message: str, schema: T.StructType, at: int = 0) -> 
                                      if n not in row.columns), schema)
 
 
+class Tally:
+    """The DATA rows a reading task emits for one file, and how many of them are rejected."""
+
+    def __init__(self) -> None:
+        self.rows = self.rejected = 0
+
+    def counted(self, batches: Batches) -> Batches:
+        for batch in batches:
+            self.rows += batch.num_rows
+            self.rejected += batch.num_rows - batch.column("_reason").null_count
+            yield batch
+
+    def summary(self, file_index: int, schema: T.StructType) -> Batches:
+        """One READ row (even of 0 rows: the file was read), and one REJECTED row if any."""
+        kinds = [READ, *([REJECTED] if self.rejected else [])]
+        counts = [self.rows, *([self.rejected] if self.rejected else [])]
+        rows = pl.DataFrame({"_kind": kinds, "_file": [file_index] * len(kinds),
+                             "_row": counts},
+                            schema={"_kind": pl.Int32, "_file": pl.Int32, "_row": pl.Int64})
+        yield from _out(rows.with_columns(pl.lit(None).alias(n) for n in schema.fieldNames()
+                                          if n not in rows.columns), schema)
+
+
 def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
               sources: dict[int, Source], schema: T.StructType, tables: Any = None,
               winning_moves: bool = False) -> Batches:
@@ -135,13 +162,15 @@ def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
     one FATAL row."""
     for batch in batches:
         for file_index in batch.column("file").to_pylist():
+            tally = Tally()
             try:
                 for _, frame in position_batches([sources[file_index]], config, form,
                                                  parse_ahead=False):  # a task, a core
-                    yield from _step(frame, file_index, form, index, schema, tables,
-                                     winning_moves)
+                    yield from tally.counted(_step(frame, file_index, form, index, schema,
+                                                   tables, winning_moves))
             except SnimError as exc:
                 yield from _fatal(file_index, str(exc), schema)
+            yield from tally.summary(file_index, schema)
 
 
 @dataclass(frozen=True)
@@ -205,10 +234,12 @@ def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config
     """Rows read by Spark, per file: the file's own column types back, then the polars steps
     (with `tables`, through evaluation: `_step`)."""
     by_uri: dict[str, ParquetFile] = {}
+    tallies: dict[int, Tally] = {}
     for batch in batches:
         for part in _frame(batch).partition_by(PATH, maintain_order=True):
             uri = part[PATH][0]
             info = by_uri.setdefault(uri, files[real_path(uri)])
+            tally = tallies.setdefault(info.index, Tally())
             rows = part[ROW].to_numpy().astype(np.int64)
             raw = part.drop(PATH, ROW).cast(info.dtypes)
             if info.default_pid:  # row number in the file; shifted by the earlier files later
@@ -219,7 +250,10 @@ def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config
             except SnimError as exc:
                 yield from _fatal(info.index, str(exc), schema)
                 continue
-            yield from _step(frame, info.index, form, index, schema, tables, winning_moves)
+            yield from tally.counted(_step(frame, info.index, form, index, schema, tables,
+                                           winning_moves))
+    for file_index, tally in tallies.items():
+        yield from tally.summary(file_index, schema)
 
 
 def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Source],
@@ -237,17 +271,19 @@ def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Sour
             unit = units[number]
             info = files[unit.file]
             row = unit.start
+            tally = Tally()
             try:
                 for raw in parquet_range(sources[unit.file], unit.start, unit.rows,
                                          BATCH_ROWS):
                     rows = np.arange(row, row + raw.height, dtype=np.int64)
                     frame = normalize.normalize_positions(raw, rows, info.source,
                                                            config.columns, form, 0)
-                    yield from _step(frame, info.index, form, index, schema, tables,
-                                     winning_moves)
+                    yield from tally.counted(_step(frame, info.index, form, index, schema,
+                                                   tables, winning_moves))
                     row += raw.height
             except SnimError as exc:
                 yield from _fatal(info.index, str(exc), schema, at=row)
+            yield from tally.summary(info.index, schema)
 
 
 def reject_task(batches: Batches, schema: T.StructType) -> Batches:
