@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline.engines.spark_reading import SparkWork, nulls, pairs, struct
+from pipeline.engines.spark_connect import is_connect
+from pipeline.engines.spark_reading import KeyStats, SparkWork, nulls, pairs, struct
 from pipeline.engines.spark_tasks import (
     BOOL,
     DATA,
@@ -36,6 +37,7 @@ from pipeline.engines.spark_tasks import (
 
 log = logging.getLogger(__name__)
 ORDER_PROBE_ROWS = 1 << 16  # first verdict rows that must be in key order for a full check
+MAX_RANGES = 64  # sort partitions placed by a CASE over their bounds; more: Spark's orderBy
 
 
 @dataclass
@@ -142,14 +144,41 @@ class SparkOrdering(SparkWork):
         first value (most rows share a rule set) would be compared row against row."""
         if any(types[k] != LONG for k in KEYS):
             return verdicts.orderBy(*KEYS)
-        lo_r, hi_r, lo_p, hi_p = verdicts.agg(
-            F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
-            F.max("position_id")).collect()[0]
+        stats = self.read_key_stats()
+        if stats is not None:
+            lo_r, hi_r = stats.lo_rule_set_id, stats.hi_rule_set_id
+            lo_p, hi_p = stats.lo_position_id, stats.hi_position_id
+        else:
+            lo_r, hi_r, lo_p, hi_p = verdicts.agg(
+                F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
+                F.max("position_id")).collect()[0]
         if lo_r is None or (hi_r - lo_r + 1) * (hi_p - lo_p + 1) >= 1 << 63:
             return verdicts.orderBy(*KEYS)
-        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(hi_p - lo_p + 1)
+        span = hi_p - lo_p + 1
+        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(span)
                  + (F.col("position_id") - F.lit(lo_p)))
-        return verdicts.orderBy(order)
+        parts = max(1, self.slots())
+        if stats is None or parts > MAX_RANGES or not hasattr(verdicts, "repartitionById"):
+            return verdicts.orderBy(order)
+        # the ranges of the sort's partitions from the tasks' sample, as Spark's range
+        # partitioning would draw them from a sampling pass of its own
+        keys = sorted((r - lo_r) * span + (p - lo_p) for r, p in stats.samples)
+        bounds = sorted({keys[len(keys) * i // parts] for i in range(1, parts)})
+        part = F.lit(len(bounds))
+        for i, bound in reversed(list(enumerate(bounds))):
+            part = F.when(order < F.lit(bound), F.lit(i)).otherwise(part)
+        return (verdicts.repartitionById(len(bounds) + 1, part)
+                .sortWithinPartitions(order))
+
+    def read_key_stats(self) -> KeyStats | None:
+        """The reading tasks' bounds and sample of the valid keys, if they hold for the
+        verdicts (bounds and a sample of more rows, those an evaluation after the read
+        rejects, do too): not with default position ids (shifted after the read), nor on
+        Spark Connect."""
+        if (self.key_stats is None or is_connect(self.spark) or self.schemas is None
+                or any(f.default_pid for f in self.schemas)):
+            return None
+        return self.key_stats
 
 
 def verdict() -> Any:

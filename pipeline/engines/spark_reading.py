@@ -45,13 +45,16 @@ from pipeline.engines.spark_session import Session, failure
 from pipeline.engines.spark_tasks import (
     DATA,
     FATAL,
+    HIGH,
     KEYS,
     LONG,
+    LOW,
     NORM_SCHEMA,
     PATH,
     READ,
     REJECTED,
     ROW,
+    SAMPLE,
     STRING,
     Batches,
     ParquetFile,
@@ -93,6 +96,18 @@ def nulls(schema: T.StructType, drop: tuple[str, ...] = ()) -> list[Any]:
             if f.name not in drop]
 
 
+@dataclass(frozen=True)
+class KeyStats:
+    """The valid integer keys as the reading tasks saw them (before default position ids
+    are shifted by the earlier files' rows): each key's bounds, and a sample of keys."""
+
+    lo_rule_set_id: int
+    hi_rule_set_id: int
+    lo_position_id: int
+    hi_position_id: int
+    samples: list[tuple[int, int]]
+
+
 @dataclass
 class SparkWork:
     """One run's Spark session and inputs, the plumbing its jobs share (tasks mapped over
@@ -111,6 +126,7 @@ class SparkWork:
     broadcasts: list[Any] = field(default_factory=list)
     schemas: list[ParquetFile] | None = None  # every file's, when all are Parquet (read)
     rejected_rows: int | None = None  # input rows rejected as read (known after `read`)
+    key_stats: KeyStats | None = None  # the valid integer keys as read (after `read`)
 
     # -- plumbing --
 
@@ -212,10 +228,11 @@ class SparkWork:
         (`rejected_rows`). One job, which fills the cache of `norm`; it reads back only the
         tasks' few non-DATA rows (the cache skips its batches of DATA rows)."""
         stats = norm.filter(F.col("_kind") > DATA).select(
-            "_kind", "_file", "_row", "_reason").collect()
+            "_kind", "_file", "_row", "_reason", *KEYS).collect()
         rows = [0] * len(self.paths)
         failed: dict[int, tuple[int, str]] = {}
         self.rejected_rows = 0
+        low, high, samples = [], [], []
         for r in stats:
             if r["_kind"] == READ:
                 rows[r["_file"]] += r["_row"]
@@ -224,6 +241,13 @@ class SparkWork:
             elif r["_kind"] == FATAL and (r["_file"] not in failed
                                           or r["_row"] < failed[r["_file"]][0]):
                 failed[r["_file"]] = (r["_row"], r["_reason"])
+            elif r["_kind"] in (LOW, HIGH, SAMPLE):
+                {LOW: low, HIGH: high, SAMPLE: samples}[r["_kind"]].append(
+                    (r["rule_set_id"], r["position_id"]))
+        if low:  # integer keys, some valid
+            self.key_stats = KeyStats(min(r for r, _ in low), max(r for r, _ in high),
+                                      min(p for _, p in low), max(p for _, p in high),
+                                      samples)
         return {file: why for file, (_, why) in failed.items()}, rows
 
     def read_units(self, files: list[ParquetFile], schema: T.StructType,

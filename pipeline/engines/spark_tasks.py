@@ -34,6 +34,11 @@ SUMMARY = 2  # order_task's row per partition
 # and those of them rejected. Counted as the rows leave the task, so the driver gets each
 # file's rows without a pass over them (the cached rows' batches of DATA only are skipped).
 READ, REJECTED = 3, 4
+# With integer keys, also the smallest and the largest valid key of each batch (LOW, HIGH: each
+# key's own bound) and every so many valid keys (SAMPLE, about KEY_SAMPLES per batch): the
+# driver sorts the verdicts on them without Spark's sampling pass (`SparkOrdering.sorted`).
+LOW, HIGH, SAMPLE = 5, 6, 7
+KEY_SAMPLES = 256
 LONG, STRING, INT, BOOL = T.LongType(), T.StringType(), T.IntegerType(), T.BooleanType()
 
 REJECT_SCHEMA = T.StructType([T.StructField(name, LONG if dtype == pl.Int64 else STRING)
@@ -131,26 +136,45 @@ def _fatal(file_index: int, message: str, schema: T.StructType, at: int = 0) -> 
 
 
 class Tally:
-    """The DATA rows a reading task emits for one file, and how many of them are rejected."""
+    """The DATA rows a reading task emits for one file, how many of them are rejected, and
+    with integer keys their bounds and a sample of them (LOW, HIGH, SAMPLE)."""
 
     def __init__(self) -> None:
         self.rows = self.rejected = 0
+        self.keys: list[pl.DataFrame] = []
 
     def counted(self, batches: Batches) -> Batches:
         for batch in batches:
             self.rows += batch.num_rows
             self.rejected += batch.num_rows - batch.column("_reason").null_count
+            if all(batch.schema.field(k).type == pa.int64() for k in KEYS):
+                self.keys.append(_key_summary(batch))
             yield batch
 
     def summary(self, file_index: int, schema: T.StructType) -> Batches:
-        """One READ row (even of 0 rows: the file was read), and one REJECTED row if any."""
+        """One READ row (even of 0 rows: the file was read), one REJECTED row if any, and
+        the keys' rows."""
         kinds = [READ, *([REJECTED] if self.rejected else [])]
         counts = [self.rows, *([self.rejected] if self.rejected else [])]
-        rows = pl.DataFrame({"_kind": kinds, "_file": [file_index] * len(kinds),
-                             "_row": counts},
-                            schema={"_kind": pl.Int32, "_file": pl.Int32, "_row": pl.Int64})
+        rows = pl.DataFrame({"_kind": kinds, "_row": counts},
+                            schema={"_kind": pl.Int32, "_row": pl.Int64})
+        rows = pl.concat([rows, *self.keys], how="diagonal").with_columns(
+            pl.lit(file_index, pl.Int32).alias("_file"))
         yield from _out(rows.with_columns(pl.lit(None).alias(n) for n in schema.fieldNames()
                                           if n not in rows.columns), schema)
+
+
+def _key_summary(batch: pa.RecordBatch) -> pl.DataFrame:
+    """A batch's valid integer keys as LOW, HIGH and SAMPLE rows (`_kind` and the keys)."""
+    frame = _frame(batch.select([*KEYS, "_reason"])).filter(
+        pl.col("_reason").is_null()).drop("_reason")
+    kind = pl.lit(SAMPLE, pl.Int32).alias("_kind")
+    if not frame.height:
+        return frame.select(kind, *KEYS)
+    return pl.concat([
+        frame.select(pl.lit(LOW, pl.Int32).alias("_kind"), pl.col(KEYS).min()),
+        frame.select(pl.lit(HIGH, pl.Int32).alias("_kind"), pl.col(KEYS).max()),
+        frame.gather_every(max(1, frame.height // KEY_SAMPLES)).select(kind, *KEYS)])
 
 
 def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
