@@ -103,14 +103,20 @@ class SparkOrdering(SparkWork):
         sampling job, a shuffle of every row and a cache) is skipped; any other input is
         sorted, and its repeated keys are found next to each other in the sorted frame.
         The first rows (`ORDER_PROBE_ROWS`, on the driver) decide whether that pass is worth
-        making: most input is not in key order, and the pass costs a third of the sort."""
-        head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
-        if head.equals(head.sort(KEYS, maintain_order=True)):
-            in_order = self.in_key_order(verdicts, key_schema)
-            if in_order is not None:
-                return verdicts, in_order
+        making: most input is not in key order, and the pass costs a third of the sort. The
+        read's sample of the keys (`read_key_stats`), a subsequence of the rows in their
+        order, tells it without that look when it is out of order itself."""
+        stats = self.read_key_stats()
+        if stats is not None and stats.samples != sorted(stats.samples):
+            log.info("verdicts: not in key order (the read's sample); sorting them")
         else:
-            log.info("verdicts: not in key order (the first rows); sorting them")
+            head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
+            if head.equals(head.sort(KEYS, maintain_order=True)):
+                in_order = self.in_key_order(verdicts, key_schema)
+                if in_order is not None:
+                    return verdicts, in_order
+            else:
+                log.info("verdicts: not in key order (the first rows); sorting them")
         ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
                                                       for f in key_schema.fields}))
         return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
@@ -164,6 +170,8 @@ class SparkOrdering(SparkWork):
         # partitioning would draw them from a sampling pass of its own
         keys = sorted((r - lo_r) * span + (p - lo_p) for r, p in stats.samples)
         bounds = sorted({keys[len(keys) * i // parts] for i in range(1, parts)})
+        log.info("verdicts: sorted in %d ranges drawn from the read's sample of %d keys",
+                 len(bounds) + 1, len(keys))
         part = F.lit(len(bounds))
         for i, bound in reversed(list(enumerate(bounds))):
             part = F.when(order < F.lit(bound), F.lit(i)).otherwise(part)
