@@ -52,9 +52,9 @@ class SparkOrdering(SparkWork):
         key twice among the verdicts, or also among the rejected rows): the other verdict
         rows do not move. `rejected` None: no row was rejected (known without a job)."""
         casted_schema = struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS])
-        if rejected is None:
-            rejected = self.spark.createDataFrame([], REJECT_SCHEMA)
-            casted, also = self.spark.createDataFrame([], casted_schema), None
+        if rejected is None:  # empty frames of Spark's own (no Python task to make them)
+            rejected = self.spark.range(0).select(*nulls(REJECT_SCHEMA))
+            casted, also = self.spark.range(0).select(*nulls(casted_schema)), None
         else:
             casted = self.map(
                 rejected.filter(F.col("rule_set_id").isNotNull()
