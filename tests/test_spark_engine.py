@@ -511,8 +511,10 @@ def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp
     """Files in key order, read in file order over several tasks (a unit of row groups
     each), are not sorted again; a key that ends one file and starts the next is still a
     duplicate, as is a key repeated inside a file. When the file read first holds the later
-    keys the rows are sorted as before, and rows whose first ones are out of order are
-    sorted without the full check. All: the polars engine's four tables."""
+    keys, or the first rows are out of order, the read's sample of the (integer) keys says
+    so: the rows are sorted without a look at the first rows or the full check, in ranges
+    drawn from that sample (no sampling pass of Spark's). All: the polars engine's four
+    tables."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                   [[1, "", "2 5"], [2, "nim", ""], [3, "", "1 3 4"]])
     d = tmp_path / "positions"
@@ -531,8 +533,11 @@ def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp
         expected, _ = run_both(tmp_path, rules=str(r), positions=str(d))
     skipped = any("in key order as read" in m for m in caplog.messages)
     assert skipped == (order == "in order")
-    probed_out = any("not in key order (the first rows)" in m for m in caplog.messages)
-    assert probed_out == (order == "first rows not")
+    sampled_out = any("not in key order (the read's sample)" in m for m in caplog.messages)
+    assert sampled_out == (order != "in order")
+    assert not any("not in key order (the first rows)" in m for m in caplog.messages)
+    ranged = any("ranges drawn from the read's sample" in m for m in caplog.messages)
+    assert ranged == (order != "in order")
     reasons = outputs(expected)["rejects"]["reason"].to_list()
     assert sorted(x for x in reasons if "appears" in x) == sorted(
         ["position_id 2999 appears 2 times for rule_set_id 2"] * 2

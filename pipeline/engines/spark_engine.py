@@ -135,6 +135,8 @@ class _Job(SparkOrdering):
             *[F.col(k).cast(types[k]) for k in KEYS], "nim_sum", verdict().alias("verdict"),
             *[m for m, _ in moves],
             (F.col("_file").cast(LONG) * (1 << LOC_SHIFT) + F.col("_row")).alias("_loc"))
+        if "nim_sum" in norm.columns and self.rejected_rows == 0:  # the reading tasks' tally
+            return self.duplicates(verdicts, None, types)
         rejected = self.map(evaluated.filter(F.col("_reason").isNotNull()), reject_task,
                             REJECT_SCHEMA)
         return self.duplicates(verdicts, rejected, types)

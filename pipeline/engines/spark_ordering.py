@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline.engines.spark_reading import SparkWork, nulls, pairs, struct
+from pipeline.engines.spark_connect import is_connect
+from pipeline.engines.spark_reading import KeyStats, SparkWork, nulls, pairs, struct
 from pipeline.engines.spark_tasks import (
     BOOL,
     DATA,
@@ -36,6 +37,7 @@ from pipeline.engines.spark_tasks import (
 
 log = logging.getLogger(__name__)
 ORDER_PROBE_ROWS = 1 << 16  # first verdict rows that must be in key order for a full check
+MAX_RANGES = 64  # sort partitions placed by a CASE over their bounds; more: Spark's orderBy
 
 
 @dataclass
@@ -44,23 +46,29 @@ class SparkOrdering(SparkWork):
 
     verdicts_sorted: bool = False  # the verdicts are a cached frame in key order already
 
-    def duplicates(self, verdicts: DataFrame, rejected: DataFrame,
+    def duplicates(self, verdicts: DataFrame, rejected: DataFrame | None,
                    types: dict[str, T.DataType]) -> tuple[DataFrame, DataFrame]:
         """`ordering.split_duplicates`, run on the key groups that can hold duplicates (a
         key twice among the verdicts, or also among the rejected rows): the other verdict
-        rows do not move."""
-        casted = self.map(
-            rejected.filter(F.col("rule_set_id").isNotNull() & F.col("position_id").isNotNull()),
-            cast_keys_task,
-            struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS]),
-            dtypes={k: pl.Int64 if t == LONG else pl.String for k, t in types.items()})
-        casted = casted.filter(F.col("_k_rule_set_id").isNotNull()
-                               & F.col("_k_position_id").isNotNull())
-        also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
-                            .distinct())
+        rows do not move. `rejected` None: no row was rejected (known without a job)."""
+        casted_schema = struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS])
+        if rejected is None:  # empty frames of Spark's own (no Python task to make them)
+            rejected = self.spark.range(0).select(*nulls(REJECT_SCHEMA))
+            casted, also = self.spark.range(0).select(*nulls(casted_schema)), None
+        else:
+            casted = self.map(
+                rejected.filter(F.col("rule_set_id").isNotNull()
+                                & F.col("position_id").isNotNull()),
+                cast_keys_task, casted_schema,
+                dtypes={k: pl.Int64 if t == LONG else pl.String for k, t in types.items()})
+            casted = casted.filter(F.col("_k_rule_set_id").isNotNull()
+                                   & F.col("_k_position_id").isNotNull())
+            also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
+                                .distinct())
         key_schema = struct(*[(k, types[k]) for k in KEYS])
         ordered, suspects = self.key_ordered(verdicts.drop("_loc", "verdict"), key_schema)
-        if not also.isEmpty():  # rare: a rejected row's key, which a verdict may also have
+        # rare: a rejected row's key, which a verdict may also have
+        if also is not None and not also.isEmpty():
             suspects = suspects.unionByName(also.join(ordered.select(*KEYS), KEYS, "left_semi"))
         suspects = self.persist(suspects)
         columns = [c for c in verdicts.columns]
@@ -95,14 +103,20 @@ class SparkOrdering(SparkWork):
         sampling job, a shuffle of every row and a cache) is skipped; any other input is
         sorted, and its repeated keys are found next to each other in the sorted frame.
         The first rows (`ORDER_PROBE_ROWS`, on the driver) decide whether that pass is worth
-        making: most input is not in key order, and the pass costs a third of the sort."""
-        head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
-        if head.equals(head.sort(KEYS, maintain_order=True)):
-            in_order = self.in_key_order(verdicts, key_schema)
-            if in_order is not None:
-                return verdicts, in_order
+        making: most input is not in key order, and the pass costs a third of the sort. The
+        read's sample of the keys (`read_key_stats`), a subsequence of the rows in their
+        order, tells it without that look when it is out of order itself."""
+        stats = self.read_key_stats()
+        if stats is not None and stats.samples != sorted(stats.samples):
+            log.info("verdicts: not in key order (the read's sample); sorting them")
         else:
-            log.info("verdicts: not in key order (the first rows); sorting them")
+            head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
+            if head.equals(head.sort(KEYS, maintain_order=True)):
+                in_order = self.in_key_order(verdicts, key_schema)
+                if in_order is not None:
+                    return verdicts, in_order
+            else:
+                log.info("verdicts: not in key order (the first rows); sorting them")
         ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
                                                       for f in key_schema.fields}))
         return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
@@ -136,14 +150,43 @@ class SparkOrdering(SparkWork):
         first value (most rows share a rule set) would be compared row against row."""
         if any(types[k] != LONG for k in KEYS):
             return verdicts.orderBy(*KEYS)
-        lo_r, hi_r, lo_p, hi_p = verdicts.agg(
-            F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
-            F.max("position_id")).collect()[0]
+        stats = self.read_key_stats()
+        if stats is not None:
+            lo_r, hi_r = stats.lo_rule_set_id, stats.hi_rule_set_id
+            lo_p, hi_p = stats.lo_position_id, stats.hi_position_id
+        else:
+            lo_r, hi_r, lo_p, hi_p = verdicts.agg(
+                F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
+                F.max("position_id")).collect()[0]
         if lo_r is None or (hi_r - lo_r + 1) * (hi_p - lo_p + 1) >= 1 << 63:
             return verdicts.orderBy(*KEYS)
-        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(hi_p - lo_p + 1)
+        span = hi_p - lo_p + 1
+        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(span)
                  + (F.col("position_id") - F.lit(lo_p)))
-        return verdicts.orderBy(order)
+        parts = max(1, self.slots())
+        if stats is None or parts > MAX_RANGES or not hasattr(verdicts, "repartitionById"):
+            return verdicts.orderBy(order)
+        # the ranges of the sort's partitions from the tasks' sample, as Spark's range
+        # partitioning would draw them from a sampling pass of its own
+        keys = sorted((r - lo_r) * span + (p - lo_p) for r, p in stats.samples)
+        bounds = sorted({keys[len(keys) * i // parts] for i in range(1, parts)})
+        log.info("verdicts: sorted in %d ranges drawn from the read's sample of %d keys",
+                 len(bounds) + 1, len(keys))
+        part = F.lit(len(bounds))
+        for i, bound in reversed(list(enumerate(bounds))):
+            part = F.when(order < F.lit(bound), F.lit(i)).otherwise(part)
+        return (verdicts.repartitionById(len(bounds) + 1, part)
+                .sortWithinPartitions(order))
+
+    def read_key_stats(self) -> KeyStats | None:
+        """The reading tasks' bounds and sample of the valid keys, if they hold for the
+        verdicts (bounds and a sample of more rows, those an evaluation after the read
+        rejects, do too): not with default position ids (shifted after the read), nor on
+        Spark Connect."""
+        if (self.key_stats is None or is_connect(self.spark) or self.schemas is None
+                or any(f.default_pid for f in self.schemas)):
+            return None
+        return self.key_stats
 
 
 def verdict() -> Any:

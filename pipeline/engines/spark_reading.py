@@ -45,11 +45,16 @@ from pipeline.engines.spark_session import Session, failure
 from pipeline.engines.spark_tasks import (
     DATA,
     FATAL,
+    HIGH,
     KEYS,
     LONG,
+    LOW,
     NORM_SCHEMA,
     PATH,
+    READ,
+    REJECTED,
     ROW,
+    SAMPLE,
     STRING,
     Batches,
     ParquetFile,
@@ -91,6 +96,18 @@ def nulls(schema: T.StructType, drop: tuple[str, ...] = ()) -> list[Any]:
             if f.name not in drop]
 
 
+@dataclass(frozen=True)
+class KeyStats:
+    """The valid integer keys as the reading tasks saw them (before default position ids
+    are shifted by the earlier files' rows): each key's bounds, and a sample of keys."""
+
+    lo_rule_set_id: int
+    hi_rule_set_id: int
+    lo_position_id: int
+    hi_position_id: int
+    samples: list[tuple[int, int]]
+
+
 @dataclass
 class SparkWork:
     """One run's Spark session and inputs, the plumbing its jobs share (tasks mapped over
@@ -108,6 +125,8 @@ class SparkWork:
     cached: list[DataFrame] = field(default_factory=list)
     broadcasts: list[Any] = field(default_factory=list)
     schemas: list[ParquetFile] | None = None  # every file's, when all are Parquet (read)
+    rejected_rows: int | None = None  # input rows rejected as read (known after `read`)
+    key_stats: KeyStats | None = None  # the valid integer keys as read (after `read`)
 
     # -- plumbing --
 
@@ -204,19 +223,32 @@ class SparkWork:
               ) -> tuple[dict[int, str], list[int]]:
         """The first error of each file that could not be read (the one at its lowest row,
         as a sequential read meets it), and the rows Spark's tasks read of every file,
-        counted from the rows themselves (not the footers: the run reconciles these counts
-        with what each file holds). One job, a partial count per task; it fills the cache
-        of `norm`."""
-        fatal = F.col("_kind") == FATAL
-        # min_by hashes (first() would sort every row); DATA rows give it only nulls to skip
-        why = F.min_by(F.when(fatal, F.col("_reason")), F.when(fatal, F.col("_row")))
-        stats = norm.groupBy("_file", "_kind").agg(F.count(F.lit(1)).alias("n"),
-                                                   why.alias("why")).collect()
+        counted from the rows themselves as they left the tasks (READ rows; not the footers:
+        the run reconciles these counts with what each file holds); also the rows rejected
+        (`rejected_rows`). One job, which fills the cache of `norm`; it reads back only the
+        tasks' few non-DATA rows (the cache skips its batches of DATA rows)."""
+        stats = norm.filter(F.col("_kind") > DATA).select(
+            "_kind", "_file", "_row", "_reason", *KEYS).collect()
         rows = [0] * len(self.paths)
+        failed: dict[int, tuple[int, str]] = {}
+        self.rejected_rows = 0
+        low, high, samples = [], [], []
         for r in stats:
-            if r["_kind"] == DATA:
-                rows[r["_file"]] += r["n"]
-        return {r["_file"]: r["why"] for r in stats if r["_kind"] == FATAL}, rows
+            if r["_kind"] == READ:
+                rows[r["_file"]] += r["_row"]
+            elif r["_kind"] == REJECTED:
+                self.rejected_rows += r["_row"]
+            elif r["_kind"] == FATAL and (r["_file"] not in failed
+                                          or r["_row"] < failed[r["_file"]][0]):
+                failed[r["_file"]] = (r["_row"], r["_reason"])
+            elif r["_kind"] in (LOW, HIGH, SAMPLE):
+                {LOW: low, HIGH: high, SAMPLE: samples}[r["_kind"]].append(
+                    (r["rule_set_id"], r["position_id"]))
+        if low:  # integer keys, some valid
+            self.key_stats = KeyStats(min(r for r, _ in low), max(r for r, _ in high),
+                                      min(p for _, p in low), max(p for _, p in high),
+                                      samples)
+        return {file: why for file, (_, why) in failed.items()}, rows
 
     def read_units(self, files: list[ParquetFile], schema: T.StructType,
                    early: dict[str, Any]) -> DataFrame:

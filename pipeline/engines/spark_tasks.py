@@ -30,6 +30,15 @@ KEYS = keys.KEYS
 PATH, ROW = "__snim_path", "__snim_row"
 DATA, FATAL = 0, 1
 SUMMARY = 2  # order_task's row per partition
+# A reading task's tally of what it read of a file (`_row` holds the number): its DATA rows,
+# and those of them rejected. Counted as the rows leave the task, so the driver gets each
+# file's rows without a pass over them (the cached rows' batches of DATA only are skipped).
+READ, REJECTED = 3, 4
+# With integer keys, also the smallest and the largest valid key of each batch (LOW, HIGH: each
+# key's own bound) and every so many valid keys (SAMPLE, about KEY_SAMPLES per batch): the
+# driver sorts the verdicts on them without Spark's sampling pass (`SparkOrdering.sorted`).
+LOW, HIGH, SAMPLE = 5, 6, 7
+KEY_SAMPLES = 256
 LONG, STRING, INT, BOOL = T.LongType(), T.StringType(), T.IntegerType(), T.BooleanType()
 
 REJECT_SCHEMA = T.StructType([T.StructField(name, LONG if dtype == pl.Int64 else STRING)
@@ -126,6 +135,48 @@ def _fatal(file_index: int, message: str, schema: T.StructType, at: int = 0) -> 
                                      if n not in row.columns), schema)
 
 
+class Tally:
+    """The DATA rows a reading task emits for one file, how many of them are rejected, and
+    with integer keys their bounds and a sample of them (LOW, HIGH, SAMPLE)."""
+
+    def __init__(self) -> None:
+        self.rows = self.rejected = 0
+        self.keys: list[pl.DataFrame] = []
+
+    def counted(self, batches: Batches) -> Batches:
+        for batch in batches:
+            self.rows += batch.num_rows
+            self.rejected += batch.num_rows - batch.column("_reason").null_count
+            if all(batch.schema.field(k).type == pa.int64() for k in KEYS):
+                self.keys.append(_key_summary(batch))
+            yield batch
+
+    def summary(self, file_index: int, schema: T.StructType) -> Batches:
+        """One READ row (even of 0 rows: the file was read), one REJECTED row if any, and
+        the keys' rows."""
+        kinds = [READ, *([REJECTED] if self.rejected else [])]
+        counts = [self.rows, *([self.rejected] if self.rejected else [])]
+        rows = pl.DataFrame({"_kind": kinds, "_row": counts},
+                            schema={"_kind": pl.Int32, "_row": pl.Int64})
+        rows = pl.concat([rows, *self.keys], how="diagonal").with_columns(
+            pl.lit(file_index, pl.Int32).alias("_file"))
+        yield from _out(rows.with_columns(pl.lit(None).alias(n) for n in schema.fieldNames()
+                                          if n not in rows.columns), schema)
+
+
+def _key_summary(batch: pa.RecordBatch) -> pl.DataFrame:
+    """A batch's valid integer keys as LOW, HIGH and SAMPLE rows (`_kind` and the keys)."""
+    frame = _frame(batch.select([*KEYS, "_reason"])).filter(
+        pl.col("_reason").is_null()).drop("_reason")
+    kind = pl.lit(SAMPLE, pl.Int32).alias("_kind")
+    if not frame.height:
+        return frame.select(kind, *KEYS)
+    return pl.concat([
+        frame.select(pl.lit(LOW, pl.Int32).alias("_kind"), pl.col(KEYS).min()),
+        frame.select(pl.lit(HIGH, pl.Int32).alias("_kind"), pl.col(KEYS).max()),
+        frame.gather_every(max(1, frame.height // KEY_SAMPLES)).select(kind, *KEYS)])
+
+
 def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
               sources: dict[int, Source], schema: T.StructType, tables: Any = None,
               winning_moves: bool = False) -> Batches:
@@ -135,13 +186,15 @@ def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
     one FATAL row."""
     for batch in batches:
         for file_index in batch.column("file").to_pylist():
+            tally = Tally()
             try:
                 for _, frame in position_batches([sources[file_index]], config, form,
                                                  parse_ahead=False):  # a task, a core
-                    yield from _step(frame, file_index, form, index, schema, tables,
-                                     winning_moves)
+                    yield from tally.counted(_step(frame, file_index, form, index, schema,
+                                                   tables, winning_moves))
             except SnimError as exc:
                 yield from _fatal(file_index, str(exc), schema)
+            yield from tally.summary(file_index, schema)
 
 
 @dataclass(frozen=True)
@@ -205,10 +258,12 @@ def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config
     """Rows read by Spark, per file: the file's own column types back, then the polars steps
     (with `tables`, through evaluation: `_step`)."""
     by_uri: dict[str, ParquetFile] = {}
+    tallies: dict[int, Tally] = {}
     for batch in batches:
         for part in _frame(batch).partition_by(PATH, maintain_order=True):
             uri = part[PATH][0]
             info = by_uri.setdefault(uri, files[real_path(uri)])
+            tally = tallies.setdefault(info.index, Tally())
             rows = part[ROW].to_numpy().astype(np.int64)
             raw = part.drop(PATH, ROW).cast(info.dtypes)
             if info.default_pid:  # row number in the file; shifted by the earlier files later
@@ -219,7 +274,10 @@ def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config
             except SnimError as exc:
                 yield from _fatal(info.index, str(exc), schema)
                 continue
-            yield from _step(frame, info.index, form, index, schema, tables, winning_moves)
+            yield from tally.counted(_step(frame, info.index, form, index, schema, tables,
+                                           winning_moves))
+    for file_index, tally in tallies.items():
+        yield from tally.summary(file_index, schema)
 
 
 def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Source],
@@ -237,17 +295,19 @@ def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Sour
             unit = units[number]
             info = files[unit.file]
             row = unit.start
+            tally = Tally()
             try:
                 for raw in parquet_range(sources[unit.file], unit.start, unit.rows,
                                          BATCH_ROWS):
                     rows = np.arange(row, row + raw.height, dtype=np.int64)
                     frame = normalize.normalize_positions(raw, rows, info.source,
                                                            config.columns, form, 0)
-                    yield from _step(frame, info.index, form, index, schema, tables,
-                                     winning_moves)
+                    yield from tally.counted(_step(frame, info.index, form, index, schema,
+                                                   tables, winning_moves))
                     row += raw.height
             except SnimError as exc:
                 yield from _fatal(info.index, str(exc), schema, at=row)
+            yield from tally.summary(info.index, schema)
 
 
 def reject_task(batches: Batches, schema: T.StructType) -> Batches:
