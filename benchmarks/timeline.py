@@ -25,7 +25,6 @@ START = time.perf_counter()  # about 25 ms after the interpreter started
 
 import pipeline.engines.polars_engine as polars_engine  # noqa: E402
 import pipeline.io.inputs.discovery as inputs  # noqa: E402
-import pipeline.kernels.threads as kernel_threads  # noqa: E402
 import pipeline.run as run  # noqa: E402
 import pipeline.tables as tables  # noqa: E402
 import pipeline.transforms.evaluate as evaluate  # noqa: E402
