@@ -493,43 +493,6 @@ cdef inline bint _text_before(const TextRun* runs, int64_t a, int64_t b) noexcep
     return c < 0 or (c == 0 and a < b)
 
 
-cdef int64_t _text_tree(const TextRun* runs, int64_t* tree, int64_t k) noexcept nogil:
-    """Fill the loser tree tree[1:k] (leaf i is node k + i; node j's children 2j, 2j + 1);
-    returns the winner, or -1 when out of memory."""
-    cdef int64_t* win = <int64_t*>malloc(2 * k * sizeof(int64_t))
-    cdef int64_t j, a, b, w
-    if win == NULL:
-        return -1
-    for j in range(k):
-        win[k + j] = j
-    for j in range(k - 1, 0, -1):
-        a = win[2 * j]
-        b = win[2 * j + 1]
-        if _text_before(runs, a, b):
-            win[j] = a
-            tree[j] = b
-        else:
-            win[j] = b
-            tree[j] = a
-    w = win[1] if k > 1 else 0
-    free(win)
-    return w
-
-
-cdef inline int64_t _text_replay(const TextRun* runs, int64_t* tree, int64_t k,
-                                 int64_t w) noexcept nogil:
-    """The new winner once run w's next row has changed."""
-    cdef int64_t j = (w + k) >> 1
-    cdef int64_t t
-    while j >= 1:
-        if _text_before(runs, tree[j], w):
-            t = tree[j]
-            tree[j] = w
-            w = t
-        j >>= 1
-    return w
-
-
 cdef Segment* _segments(list runs, bint text, list keep, int64_t* total) except NULL:
     """Every run's segments (buckets, then offsets and bytes or keys) one after another,
     their arrays kept alive in `keep`; total: their rows."""
@@ -613,7 +576,7 @@ def merge_text_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] offsets_out
             with nogil:
                 for i in range(k):
                     _text_head(&heads[i])
-                w = _text_tree(heads, tree, k)
+                w = _loser_tree(heads, tree, k)
                 while w >= 0 and at < base:
                     run = &heads[w]
                     seg = run.segment
@@ -639,7 +602,7 @@ def merge_text_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] offsets_out
                     offsets_out[at] = written
                     run.at += 1
                     _text_head(run)
-                    w = _text_replay(heads, tree, k, w)
+                    w = _replay(heads, tree, k, w)
             if w < 0:
                 raise MemoryError()
         if not fits:
@@ -682,8 +645,22 @@ cdef inline bint _int_before(const IntRun* runs, int64_t a, int64_t b) noexcept 
     return a < b
 
 
-cdef int64_t _int_tree(const IntRun* runs, int64_t* tree, int64_t k) noexcept nogil:
-    """`_text_tree` for integer keys."""
+ctypedef fused run_t:
+    TextRun
+    IntRun
+
+
+cdef inline bint _before(const run_t* runs, int64_t a, int64_t b) noexcept nogil:
+    """Whether run a's head row comes before run b's (equal keys: the earlier run first)."""
+    if run_t is TextRun:
+        return _text_before(runs, a, b)
+    else:
+        return _int_before(runs, a, b)
+
+
+cdef int64_t _loser_tree(const run_t* runs, int64_t* tree, int64_t k) noexcept nogil:
+    """Fill the loser tree tree[1:k] (leaf i is node k + i; node j's children 2j, 2j + 1);
+    returns the winner, or -1 when out of memory."""
     cdef int64_t* win = <int64_t*>malloc(2 * k * sizeof(int64_t))
     cdef int64_t j, a, b, w
     if win == NULL:
@@ -693,7 +670,7 @@ cdef int64_t _int_tree(const IntRun* runs, int64_t* tree, int64_t k) noexcept no
     for j in range(k - 1, 0, -1):
         a = win[2 * j]
         b = win[2 * j + 1]
-        if _int_before(runs, a, b):
+        if _before(runs, a, b):
             win[j] = a
             tree[j] = b
         else:
@@ -701,6 +678,20 @@ cdef int64_t _int_tree(const IntRun* runs, int64_t* tree, int64_t k) noexcept no
             tree[j] = a
     w = win[1] if k > 1 else 0
     free(win)
+    return w
+
+
+cdef inline int64_t _replay(const run_t* runs, int64_t* tree, int64_t k,
+                            int64_t w) noexcept nogil:
+    """The new winner once run w's next row has changed."""
+    cdef int64_t j = (w + k) >> 1
+    cdef int64_t t
+    while j >= 1:
+        if _before(runs, tree[j], w):
+            t = tree[j]
+            tree[j] = w
+            w = t
+        j >>= 1
     return w
 
 
@@ -713,7 +704,7 @@ def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
     cdef Segment* segments = _segments(runs, False, keep, &base)
     cdef IntRun* heads = <IntRun*>malloc(max(k, 1) * sizeof(IntRun))
     cdef int64_t* tree = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
-    cdef int64_t i, j, t, w = 0, at = 0, repeats = 0, first = 0
+    cdef int64_t i, w = 0, at = 0, repeats = 0, first = 0
     cdef int64_t prev_bucket = -1, prev_key = 0
     cdef IntRun* run
     if heads == NULL or tree == NULL:
@@ -735,7 +726,7 @@ def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
             with nogil:
                 for i in range(k):
                     _int_head(&heads[i])
-                w = _int_tree(heads, tree, k)
+                w = _loser_tree(heads, tree, k)
                 while w >= 0 and at < base:
                     run = &heads[w]
                     if run.head_bucket == prev_bucket and run.head_key == prev_key:
@@ -748,13 +739,7 @@ def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
                     at += 1
                     run.at += 1
                     _int_head(run)
-                    j = (w + k) >> 1
-                    while j >= 1:
-                        if _int_before(heads, tree[j], w):
-                            t = tree[j]
-                            tree[j] = w
-                            w = t
-                        j >>= 1
+                    w = _replay(heads, tree, k, w)
             if w < 0:
                 raise MemoryError()
     finally:
