@@ -596,6 +596,25 @@ cdef inline int64_t _search_right(const int64_t* a, int64_t n, int64_t value) no
     return lo
 
 
+cdef inline int64_t _heap_sg(int64_t h, int64_t t, int64_t t_len, int64_t t_base,
+                             const tval* values, const int64_t* base, const int64_t* length,
+                             const int64_t* pre, const int64_t* per, const int64_t* kind,
+                             int64_t* bad, int64_t blk, int64_t row, int64_t j) noexcept nogil:
+    """SG of heap `h` in table t (a table's own values directly, nim, half and periods by
+    `_sg_of`); the first heap of block `blk` without one is recorded in bad[3 blk:3 blk + 3]
+    as (row, index in the row, heap)."""
+    cdef int64_t g
+    if h < t_len:
+        g = <int64_t>values[t_base + h]
+    else:
+        g = _sg_of(h, t, values, base, length, pre, per, kind)
+    if g < 0 and bad[3 * blk] < 0:
+        bad[3 * blk] = row
+        bad[3 * blk + 1] = j
+        bad[3 * blk + 2] = h
+    return g
+
+
 cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_t* moves_off,
                         const int64_t* case_off, int64_t nc, const int64_t* case_table,
                         const tval* values, const int64_t* base, const int64_t* length,
@@ -606,7 +625,7 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
     cdef int64_t n_rows = case_off[nc]
     cdef int64_t end = min(row + _ANCHOR, n_rows)
     cdef int64_t c = _search_right(case_off, nc + 1, row) - 1
-    cdef int64_t q, t, ln, j, h, g, acc, after, t_len, t_base
+    cdef int64_t q, t, ln, j, h, acc, after, t_len, t_base
     cdef Token tok
     while row < end:
         while case_off[c + 1] <= row:  # skip the next case's `k s1..sk m`
@@ -631,15 +650,8 @@ cdef void _answer_block(Buf b, int64_t blk, const int64_t* anchors, const int64_
                 tok = next_token(b, i)
                 h = tok.value
                 i = tok.end
-            if h < t_len:
-                g = <int64_t>values[t_base + h]
-            else:
-                g = _sg_of(h, t, values, base, length, pre, per, kind)
-            if g < 0 and bad[3 * blk] < 0:
-                bad[3 * blk] = row
-                bad[3 * blk + 1] = j
-                bad[3 * blk + 2] = h
-            acc ^= g
+            acc ^= _heap_sg(h, t, t_len, t_base, values, base, length, pre, per, kind, bad,
+                            blk, row, j)
         out[row + c] = 87 if acc != 0 else 76
         row += 1
 
@@ -656,7 +668,7 @@ cdef void _answer_block_stream(const uint16_t* stream, const int64_t* stream_at,
     cdef int64_t n_rows = case_off[nc]
     cdef int64_t end = min(row + _ANCHOR, n_rows)
     cdef int64_t c = _search_right(case_off, nc + 1, row) - 1
-    cdef int64_t t, ln, j, h, g, acc, t_len, t_base
+    cdef int64_t t, ln, j, h, acc, t_len, t_base
     while row < end:
         while case_off[c + 1] <= row:
             c += 1
@@ -668,15 +680,8 @@ cdef void _answer_block_stream(const uint16_t* stream, const int64_t* stream_at,
         acc = 0
         for j in range(ln):
             h = stream[i + j]
-            if h < t_len:
-                g = <int64_t>values[t_base + h]
-            else:
-                g = _sg_of(h, t, values, base, length, pre, per, kind)
-            if g < 0 and bad[3 * blk] < 0:
-                bad[3 * blk] = row
-                bad[3 * blk + 1] = j
-                bad[3 * blk + 2] = h
-            acc ^= g
+            acc ^= _heap_sg(h, t, t_len, t_base, values, base, length, pre, per, kind, bad,
+                            blk, row, j)
         i += ln
         out[row + c] = 87 if acc != 0 else 76
         row += 1
