@@ -548,7 +548,7 @@ def merge_text_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] offsets_out
     cdef Segment* segments = _segments(runs, True, keep, &base)
     cdef TextRun* heads = <TextRun*>malloc(max(k, 1) * sizeof(TextRun))
     cdef int64_t* tree = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
-    cdef int64_t i, w = 0, row, start, length, at = 0, written = 0, repeats = 0, first = 0
+    cdef int64_t i, w = 0, row, start, length, at = 0, written = 0, repeats = 0
     cdef int64_t prev_bucket = -1, prev_length = 0
     cdef uint64_t prev_prefix = 0
     cdef const uint8_t* prev_text = NULL
@@ -565,13 +565,7 @@ def merge_text_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] offsets_out
                 offsets_out.shape[0] != base + 1:
             raise ValueError("merge_text_runs: outputs of the wrong size")
         offsets_out[0] = 0
-        for i in range(k):
-            if not len(runs[i]):
-                raise ValueError("merge_text_runs: a run without segments")
-            heads[i].segment = &segments[first]
-            heads[i].segments = len(runs[i])
-            heads[i].at = 0
-            first += heads[i].segments
+        _place_runs(heads, segments, runs, "merge_text_runs")
         if k:
             with nogil:
                 for i in range(k):
@@ -695,6 +689,20 @@ cdef inline int64_t _replay(const run_t* runs, int64_t* tree, int64_t k,
     return w
 
 
+cdef int _place_runs(run_t* heads, Segment* segments, list runs, str caller) except -1:
+    """Each run's reading place at its first row, its segments `segments`' next ones."""
+    cdef Py_ssize_t i
+    cdef int64_t first = 0
+    for i in range(len(runs)):
+        if not len(runs[i]):
+            raise ValueError(f"{caller}: a run without segments")
+        heads[i].segment = &segments[first]
+        heads[i].segments = len(runs[i])
+        heads[i].at = 0
+        first += heads[i].segments
+    return 0
+
+
 def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
                    int64_t[::1] order):
     """`merge_text_runs` for int64 keys: segments (bucket, key)."""
@@ -704,7 +712,7 @@ def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
     cdef Segment* segments = _segments(runs, False, keep, &base)
     cdef IntRun* heads = <IntRun*>malloc(max(k, 1) * sizeof(IntRun))
     cdef int64_t* tree = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
-    cdef int64_t i, w = 0, at = 0, repeats = 0, first = 0
+    cdef int64_t i, w = 0, at = 0, repeats = 0
     cdef int64_t prev_bucket = -1, prev_key = 0
     cdef IntRun* run
     if heads == NULL or tree == NULL:
@@ -715,13 +723,7 @@ def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
     try:
         if order.shape[0] != base or bucket_out.shape[0] != base or key_out.shape[0] != base:
             raise ValueError("merge_int_runs: outputs of the wrong size")
-        for i in range(k):
-            if not len(runs[i]):
-                raise ValueError("merge_int_runs: a run without segments")
-            heads[i].segment = &segments[first]
-            heads[i].segments = len(runs[i])
-            heads[i].at = 0
-            first += heads[i].segments
+        _place_runs(heads, segments, runs, "merge_int_runs")
         if k:
             with nogil:
                 for i in range(k):
