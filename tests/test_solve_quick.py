@@ -250,3 +250,31 @@ def test_the_tabulation_by_blocks_is_the_textbooks(shape, start):
             assert kernels.tabulate_subtraction(np.array(moves, np.int64), grown, start,
                                                 n) == (end, pre, per)
             assert grown[:end].tolist() == expected[:end]
+
+
+@needs_script
+@pytest.mark.parametrize("options", [[], ["--cap", str(DEFAULT_TABLE_LEN)]])
+def test_a_solve_stopped_while_it_reads_says_so_and_prints_no_answer(tmp_path, options):
+    """SIGTERM while `solve` waits for the rest of its input (a pipe left open), on the quick
+    path and the command's own: exit 143, the one stop line, nothing on stdout."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([SCRIPT, "solve", *options], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdin is not None
+    proc.stdin.write(CLASSIC_SAMPLE.encode()[:20])  # the input is not over: it waits
+    proc.stdin.flush()
+    status = Path(f"/proc/{proc.pid}/status")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # its stop handlers are set (SigCgt has SIGTERM)
+        caught = next(line.split()[1] for line in status.read_text().splitlines()
+                      if line.startswith("SigCgt:"))
+        if int(caught, 16) >> (signal.SIGTERM - 1) & 1:
+            break
+        time.sleep(0.01)
+    time.sleep(0.3 if options else 0.1)  # into the read of stdin
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err.decode()) == (
+        143, b"", "snim-batch: stopped by SIGTERM; nothing was written\n")
