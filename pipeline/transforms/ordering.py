@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
@@ -607,6 +606,8 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
                "verdict": pa.LargeStringArray.from_buffers(
                    n, pa.py_buffer(np.arange(n + 1, dtype=np.int64)),
                    pa.py_buffer(np.where(won, np.uint8(ord("W")), np.uint8(ord("L")))))}
+    if moves:
+        import pyarrow.compute as pc  # only here: else every run's start pays its import
     for name, values in moves.items():  # the move columns, -1 for none (`with_verdict`: null)
         values = values.cast(pa.int64())
         columns[name] = pc.if_else(pc.greater_equal(values, 0), values,

@@ -13,7 +13,6 @@ from typing import TypeVar
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError, SnimError, brief_repr, first_line, truncated
@@ -76,6 +75,8 @@ def as_read(schema: pa.Schema, path: Source) -> pa.Schema:
 def _as_list(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A list view column as the large list of the same values (pyarrow's own cast gets
     null entries wrong)."""
+    import pyarrow.compute as pc  # only here: else every run's start pays its import
+
     chunks = []
     for view in column.chunks:
         sizes = pc.fill_null(pc.list_value_length(view), 0).to_numpy(zero_copy_only=False)
