@@ -447,7 +447,20 @@ cdef struct TextRun:
     uint64_t head_prefix
 
 
-cdef inline void _next_segment(TextRun* run) noexcept nogil:
+cdef struct IntRun:
+    const Segment* segment
+    int64_t segments
+    int64_t at
+    int64_t head_bucket
+    int64_t head_key
+
+
+ctypedef fused run_t:
+    TextRun
+    IntRun
+
+
+cdef inline void _next_segment(run_t* run) noexcept nogil:
     """Past the end of the run's segment: on to the next one with rows, if any."""
     while run.at == run.segment[0].rows and run.segments > 1:
         run.segment += 1
@@ -608,19 +621,8 @@ def merge_text_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] offsets_out
     return repeats
 
 
-cdef struct IntRun:
-    const Segment* segment
-    int64_t segments
-    int64_t at
-    int64_t head_bucket
-    int64_t head_key
-
-
 cdef inline void _int_head(IntRun* run) noexcept nogil:
-    while run.at == run.segment[0].rows and run.segments > 1:
-        run.segment += 1
-        run.segments -= 1
-        run.at = 0
+    _next_segment(run)
     if run.at < run.segment[0].rows:
         run.head_bucket = run.segment[0].bucket[run.at]
         run.head_key = run.segment[0].key[run.at]
@@ -637,11 +639,6 @@ cdef inline bint _int_before(const IntRun* runs, int64_t a, int64_t b) noexcept 
     if x.head_key != y.head_key:
         return x.head_key < y.head_key
     return a < b
-
-
-ctypedef fused run_t:
-    TextRun
-    IntRun
 
 
 cdef inline bint _before(const run_t* runs, int64_t a, int64_t b) noexcept nogil:
