@@ -11,12 +11,14 @@ TEST_STAMP := $(VENV)/.installed-test-$(SUM)
 KERNELS    := $(VENV)/.kernels
 PYX        := $(wildcard pipeline/*/*.pyx)
 KERNEL_SOURCES := $(PYX) $(wildcard pipeline/kernels/*.pxi pipeline/kernels/*.h)
+BYTECODE   := $(VENV)/.bytecode
+PY_SOURCES := $(shell find pipeline -name '*.py')
 
 .PHONY: run test test-fast lint docs bench clean clean-cache setup setup-run
 
-setup: $(TEST_STAMP) $(KERNELS)
+setup: $(TEST_STAMP) $(KERNELS) $(BYTECODE)
 
-setup-run: $(RUN_STAMP) $(KERNELS)
+setup-run: $(RUN_STAMP) $(KERNELS) $(BYTECODE)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +39,13 @@ $(TEST_STAMP): pyproject.toml setup.py | $(BIN)/python
 # the kernels again when their sources changed since the install (a pull, an edit)
 $(KERNELS): $(KERNEL_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+# the package's bytecode, written once here: an editable install leaves it to the first import,
+# which writes nothing under PYTHONDONTWRITEBYTECODE (common in images and CI), so every run
+# would compile the package's modules again (about 0.1 s of a short run)
+$(BYTECODE): $(PY_SOURCES) | $(BIN)/python
+	$(BIN)/python -m compileall -q pipeline
 	touch $@
 
 run: setup-run
