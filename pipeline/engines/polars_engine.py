@@ -12,6 +12,7 @@ which are then collected one at a time.
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import logging
 import os
@@ -61,25 +62,29 @@ class PolarsEngine:
         # every way out (the staging directory that holds it too)
         with ExitStack() as scratch:
             merged = None
-            if job.form == "wide":
-                def open_scratch() -> tuple[Spill, ThreadPoolExecutor]:
-                    # the thread is joined before the directory is removed
-                    # uncompressed: lz4 left 100M runs' rows at 54 bytes, as many as they hold
-                    return (scratch.enter_context(spill(job.staging, "uncompressed",
-                                                        ".verdict-runs")),
-                            scratch.enter_context(ThreadPoolExecutor(1, "verdicts-spill")))
 
-                runs = _SortedRuns(_rule_ids(job.index), memory_limit(job.config),
-                                   open_scratch)
+            @functools.cache  # one directory and thread for every `_SortedRuns` of the run
+            def open_scratch() -> tuple[Spill, ThreadPoolExecutor]:
+                # the thread is joined before the directory is removed
+                # uncompressed: lz4 left 100M runs' rows at 54 bytes, as many as they hold
+                return (scratch.enter_context(spill(job.staging, "uncompressed",
+                                                    ".verdict-runs")),
+                        scratch.enter_context(ThreadPoolExecutor(1, "verdicts-spill")))
+
+            def new_runs(typed_by_rows: bool) -> _SortedRuns:
+                return _SortedRuns(_rule_ids(job.index), memory_limit(job.config),
+                                   open_scratch, typed_by_rows)
+
+            if job.form == "wide":
                 verdicts, rejects, rows = _evaluate_wide(job.paths, job.config, job.index,
                                                          job.cache, job.on_event, job.read_cache,
-                                                         runs)
-                if isinstance(verdicts, MergedVerdicts):
-                    verdicts, merged = verdicts.empty, verdicts
+                                                         new_runs(True))
             else:
                 verdicts, rejects, rows = _evaluate_long(job.paths, job.config, job.index,
                                                          job.cache, job.staging, job.on_event,
-                                                         job.read_cache)
+                                                         job.read_cache, new_runs)
+            if isinstance(verdicts, MergedVerdicts):
+                verdicts, merged = verdicts.empty, verdicts
             rejects = schema.with_input_column_names(rejects, job.config.columns, job.form)
             yield PolarsEvaluation(verdicts, rejects, rows.tolist(), rejects.height,
                                    merged=merged)
@@ -221,11 +226,15 @@ class _SortedRuns:
     one sort of all verdicts does (`ordering.key_sorted_verdicts`, which runs without runs).
     Parts that cannot go into runs (`ordering.spillable`: keys of mixed types) stay in
     memory; when a run's position ids turn out not to keep their type over all rows (text ids
-    that are all integers), the runs are read back and sorted in memory."""
+    that are all integers), the runs are read back and sorted in memory. `typed_by_rows`
+    False: the parts' key types are decided already (long form), as in
+    `ordering.key_sorted_verdicts`."""
 
     def __init__(self, rule_ids: pl.Series, limit: int | None,
-                 open_scratch: Callable[[], tuple[Spill, ThreadPoolExecutor]] | None):
+                 open_scratch: Callable[[], tuple[Spill, ThreadPoolExecutor]] | None,
+                 typed_by_rows: bool = True):
         self.rule_ids = rule_ids
+        self.typed_by_rows = typed_by_rows
         self.budget = None if limit is None else max(limit // HELD_SHARE, 1)
         self.open_scratch = open_scratch
         self.scratch: Spill | None = None
@@ -281,18 +290,28 @@ class _SortedRuns:
             self.run_rows += self.spilling.result()
             self.spilling = None
 
+    def discard(self) -> None:
+        """Remove the runs spilled so far from scratch: the caller evaluates the input again
+        another way, into new runs."""
+        self._wait()
+        for run in range(self.runs):
+            self.scratch.drop(run)
+        self.parts, self.runs = [], 0
+
     def finish(self, rejected: pl.DataFrame, sources: list[str], on_event: OnEvent
                ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
         """(the verdicts in key order, in memory or merged into a file; duplicate rejects)."""
         if not self.runs:
-            return ordering.key_sorted_verdicts(self.parts, self.rule_ids, rejected, sources)
+            return ordering.key_sorted_verdicts(self.parts, self.rule_ids, rejected, sources,
+                                                self.typed_by_rows)
         self._wait()
         last = None
         if self.parts and ordering.spillable(self.parts, self.pid_type):
             for part in self.parts:
                 self.keys.add(part.frame)
             last = ordering.sorted_run(self.parts, self.rule_ids.len(), RUN_SLICE)
-        if self.parts or not self.keys.hold(self.rule_ids, self.pid_type):
+        if self.parts or (self.typed_by_rows
+                          and not self.keys.hold(self.rule_ids, self.pid_type)):
             return self._in_memory(last, rejected, sources)
         return self._merged(last, rejected, sources, on_event)
 
@@ -305,7 +324,7 @@ class _SortedRuns:
             runs.append(pl.from_arrow(pa.concat_tables(last)))
         parts = [_run_part(r) for r in runs]
         return ordering.key_sorted_verdicts(parts + self.parts, self.rule_ids, rejected,
-                                            sources)
+                                            sources, self.typed_by_rows)
 
     def _merged(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
                 sources: list[str], on_event: OnEvent
@@ -482,9 +501,15 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
 
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   staging: Path, on_event: OnEvent,
-                   read_cache: RunCache | None = None
-                   ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
+                   staging: Path, on_event: OnEvent, read_cache: RunCache | None = None,
+                   new_runs: Callable[[bool], _SortedRuns] | None = None
+                   ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame, np.ndarray]:
+    """(verdicts, in memory or merged from sorted runs; rejects; rows read per file). The
+    verdicts go through `_SortedRuns` (`new_runs`; None: held in memory) as wide ones do, so
+    that memory does not grow with the input."""
+    if new_runs is None:
+        def new_runs(typed_by_rows: bool) -> _SortedRuns:
+            return _SortedRuns(_rule_ids(index), None, None, typed_by_rows)
     batches = position_batches(paths, config, "long", cache=read_cache)
     parts = -(-row_estimate(paths, cache=read_cache) // LONG_PARTITION_ROWS)
     per_file = _RowsPerFile(len(paths))
@@ -496,9 +521,10 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
             frames.append(frame)
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
         verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
-                                        cache, on_event)
+                                        cache, on_event, new_runs(False))
         return verdicts, rejects, per_file.counts
-    in_order = _evaluate_long_in_order(paths, config, index, cache, on_event, read_cache)
+    in_order = _evaluate_long_in_order(paths, config, index, cache, on_event, read_cache,
+                                       new_runs(False))
     if in_order is not None:
         return in_order
     log.info("long form: split by key into %d scratch parts of about %s rows", parts,
@@ -521,7 +547,8 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
         sources = [str(p) for p in paths]
         split = ([long_form.from_scratch(f, sources, empty.columns) for f in scratch.read(part)]
                  for part in range(parts))
-        verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, on_event)
+        verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, on_event,
+                                        new_runs(False))
     return verdicts, rejects, per_file.counts
 
 
@@ -530,16 +557,18 @@ class _OutOfOrder(Exception):
 
 
 def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFrame,
-                            cache: TableCache, on_event: OnEvent,
-                            read_cache: RunCache | None = None
-                            ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray] | None:
+                            cache: TableCache, on_event: OnEvent, read_cache: RunCache | None,
+                            runs: _SortedRuns
+                            ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame,
+                                       np.ndarray] | None:
     """Long form without scratch files, for input whose keys come in one key order throughout
     (each batch, and across batches and files; integer position ids, and integer rule set
     ids or text ones ordered by their rank among the rules' ids): every position's rows are then
     contiguous, so each batch is grouped as it comes, holding back only its last position,
     whose rows may go on in the next batch. None, after a log line, as soon as a batch shows
     otherwise (a text key, a null key, rows out of order): the caller then splits the input
-    by key, reading it again (tables already grown stay; they depend only on the heaps)."""
+    by key, reading it again (tables already grown stay; they depend only on the heaps; the
+    runs spilled so far are removed)."""
     batches = position_batches(paths, config, "long", cache=read_cache)
     seen: dict[str, object] = {"order": None, "text": None}
     rows_per_file = _RowsPerFile(len(paths))
@@ -585,9 +614,10 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
         first = next(parts)  # the first batch decides whether rule_set_id is text
         text = {"rule_set_id": bool(seen["text"]), "position_id": False}
         verdicts, rejects = _merge_long(itertools.chain([first], parts), None, text, None,
-                                        config, index, cache, on_event)
+                                        config, index, cache, on_event, runs)
     except _OutOfOrder as why:
         log.info("long form: %s; splitting the input by key instead", why)
+        runs.discard()
         return None
     finally:
         batches.close()
@@ -688,12 +718,14 @@ def _last_key_start(ids: dict[str, np.ndarray]) -> int:
 
 def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: dict[str, bool],
                 empty: pl.DataFrame, config: Config, index: pl.DataFrame, cache: TableCache,
-                on_event: OnEvent) -> tuple[pl.DataFrame, pl.DataFrame]:
+                on_event: OnEvent, runs: _SortedRuns
+                ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
     """Evaluate long-form parts, each holding every row of its positions, and merge them:
     (verdicts in key order, rejects). A key that `text` says any input row made text is text
     in every part, as when all rows are unified at once. Where ranks can stand for the rule
-    sets, parts are kept narrow and merged with one sort, as wide batches are (text position
-    ids sorted by the kernel, which is faster than polars at it)."""
+    sets, parts are kept narrow and go through `runs` as wide batches do: one sort in memory,
+    or sorted runs in scratch merged when they pass the memory setting (text position ids
+    sorted by the kernel, which is faster than polars at it)."""
     # ranks stand for rule sets when every part's ids have the index's type (text or not):
     # then every part is narrow and the sort never retypes a key that `text` decided
     index_text = index["rule_set_id"].dtype == pl.String
@@ -703,9 +735,11 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     for n, frames in enumerate(parts, 1):
         clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text),
                                                  config, index, cache, ranked)
-        verdicts.append(ordering.verdict_rows(clean, config.winning_moves) if rule_ids is None
-                        else ordering.with_own_text(ordering.verdict_part(
-                            clean, None, rule_ids, _verdict_columns(config))))
+        if rule_ids is None:
+            verdicts.append(ordering.verdict_rows(clean, config.winning_moves))
+        else:
+            runs.add(ordering.with_own_text(ordering.verdict_part(
+                clean, None, rule_ids, _verdict_columns(config))))
         rejects.append(part_rejects)
         on_event(RunEvent.progress("positions", n, total,
                                    f"positions: part {n} of {total} evaluated" if total else
@@ -715,8 +749,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     if rule_ids is None:
         return ordering.sorted_from_parts(verdicts), pl.concat(rejects)
     no_rejects = pl.DataFrame(schema=schema.REJECT_SCHEMA)  # a long-form key cannot repeat
-    verdicts, _ = ordering.key_sorted_verdicts(verdicts, rule_ids, no_rejects, [],
-                                               typed_by_rows=False)
+    verdicts, _ = runs.finish(no_rejects, [], on_event)
     return verdicts, pl.concat(rejects)
 
 

@@ -93,6 +93,12 @@ class Spill:
                     yield pa.Table.from_batches([batch])
             path.unlink()
 
+    def drop(self, part: int) -> None:
+        """Remove the part's files unread."""
+        self._close(part)
+        for path in self.files.pop(part, []):
+            path.unlink(missing_ok=True)
+
     def path(self, name: str) -> Path:
         """A file of this name in the scratch directory, removed with it."""
         return self.directory / name
