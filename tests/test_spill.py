@@ -1,4 +1,4 @@
-"""Wide verdicts past the memory setting: sorted runs in scratch, merged into key order.
+"""Verdicts past the memory setting: sorted runs in scratch, merged into key order.
 
 The spilled path must give exactly the in-memory path's four tables (a tiny --memory-limit
 forces a run per batch; small batches make many), and its scratch directory must be gone

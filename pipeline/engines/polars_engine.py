@@ -6,7 +6,8 @@ long-form rows may be anywhere in the input, so long form is collected whole whe
 a large input whose rows come in key order (sorted by rule set then position, or by position
 then rule set, as exports often are) is grouped batch by batch as it streams; any other is
 first split by a hash of the key into scratch files of about LONG_PARTITION_ROWS rows each,
-which are then collected one at a time.
+which are then collected one at a time. The verdicts of either form are held narrow until a
+quarter of the memory setting, then sorted into runs in scratch and merged (`_SortedRuns`).
 """
 
 from __future__ import annotations
