@@ -328,6 +328,7 @@ class _SortedRuns:
         wins = np.zeros(self.rule_ids.len(), np.int64)
         losses = wins.copy()
         duplicates, written, first = [], 0, None
+        reuse = ordering.SliceBuffers()
         with self.scratch.parquet("verdicts.parquet", "verdicts.parquet") as write:
             while True:
                 # the runs that ended the last round at its cut-off, and any other run
@@ -338,7 +339,8 @@ class _SortedRuns:
                     buffers[i], live[i] = _read_more(buffers[i], streams[i], block)
                 takes, buffers, need = ordering.merge_round(buffers, live)
                 if any(t.num_rows for t in takes) or (not any(live) and first is None):
-                    merged = ordering.merged_slice(takes, self.rule_ids, rejected, sources)
+                    merged = ordering.merged_slice(takes, self.rule_ids, rejected, sources,
+                                                   reuse)
                     first = merged.verdicts.schema if first is None else first
                     write(merged.verdicts)
                     wins += merged.wins
@@ -405,14 +407,8 @@ class _RunFormat:
         either); tables must come back in the order they were packed."""
         if self.ends is None:
             self.ends = np.cumsum(self.counts)
-        n = table.num_rows
-        first = int(np.searchsorted(self.ends, self.read, "right"))
-        last = int(np.searchsorted(self.ends, self.read + n - 1, "right")) if n else first
-        here = np.minimum(self.ends[first:last + 1], self.read + n) - np.maximum(
-            np.concatenate([[self.read], self.ends[first:last]]), self.read)
-        bucket = np.repeat(np.arange(first, last + 1, dtype=np.int32), here) if n else (
-            np.zeros(0, np.int32))
-        self.read += n
+        bucket = ordering.bucket_rows(self.ends, self.read, self.read + table.num_rows)
+        self.read += table.num_rows
         table = table.add_column(0, "_bucket", buffers.arrow_view(bucket))
         if self.shift is not None:
             loc = ordering._numpy(table["_loc"]).astype(np.int64)
