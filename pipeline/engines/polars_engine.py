@@ -67,7 +67,7 @@ class PolarsEngine:
                     # uncompressed: lz4 left 100M runs' rows at 54 bytes, as many as they hold
                     return (scratch.enter_context(spill(job.staging, "uncompressed",
                                                         ".verdict-runs")),
-                            scratch.enter_context(ThreadPoolExecutor(1, "verdicts-spill")))
+                            scratch.enter_context(ThreadPoolExecutor(2, "verdicts-spill")))
 
                 runs = _SortedRuns(_rule_ids(job.index), memory_limit(job.config),
                                    open_scratch)
@@ -178,6 +178,7 @@ HELD_SHARE = 4
 the memory setting (sorting them takes as much again, and batches, tables and polars the
 rest)."""
 RUN_SLICE = 1 << 16  # rows per record batch of a run file: what the merge reads at a time
+SEGMENT_SLICES = 16  # record batches per file of a run: the files are written two at a time
 
 
 def _available_memory() -> int:
@@ -239,6 +240,8 @@ class _SortedRuns:
         self.keys = ordering.RunKeys.over(rule_ids)
         self.stuck = False
         self.formats: dict[int, _RunFormat] = {}
+        self.segments: dict[int, list[int]] = {}
+        self.extra_parts = itertools.count(1)
 
     def add(self, part: ordering.VerdictPart) -> None:
         self.parts.append(part)
@@ -267,11 +270,36 @@ class _SortedRuns:
         self.runs += 1
 
     def _write_run(self, parts: list[ordering.VerdictPart], run: int) -> int:
+        """Sort and write run `run`: its tables in segments of SEGMENT_SLICES, a file each,
+        written in turn by this thread and the pool's other one (the copy into the page
+        cache was most of a run's time, and the main thread waited on it)."""
         rows = 0
         form = self.formats[run] = _RunFormat.for_parts(parts, self.rule_ids.len())
-        for table in ordering.sorted_run(parts, self.rule_ids.len(), RUN_SLICE):
-            self.scratch.write(run, form.packed(table))
+        segments = self.segments[run] = []
+        other: Future[None] | None = None
+        held: list[pa.Table] = []
+
+        def written(tables: list[pa.Table], part: int) -> None:
+            for table in tables:
+                self.scratch.write(part, table)
+
+        tables = ordering.sorted_run(parts, self.rule_ids.len(), RUN_SLICE)
+        for end, table in _with_end(tables):
+            held.append(form.packed(table))
             rows += table.num_rows
+            if len(held) < SEGMENT_SLICES and not end:
+                continue
+            # the first segment is part `run`; the others negative numbers, one each
+            segments.append(-next(self.extra_parts) if segments else run)
+            if len(segments) % 2:
+                written(held, segments[-1])
+            else:
+                if other is not None:
+                    other.result()
+                other = self.pool.submit(written, held, segments[-1])
+            held = []
+        if other is not None:
+            other.result()
         self.scratch.close()
         log.info("verdicts: run %d of %s rows spilled", run + 1, f"{rows:,}")
         _release_memory()
@@ -311,7 +339,8 @@ class _SortedRuns:
     def _stream(self, run: int) -> Iterator[pa.Table]:
         """Run `run`'s tables back from scratch as `ordering.sorted_run` made them."""
         form = self.formats[run]
-        return (form.unpacked(table) for table in self.scratch.stream(run))
+        return (form.unpacked(table) for part in self.segments[run]
+                for table in self.scratch.stream(part))
 
     def _merged(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
                 sources: list[str], on_event: OnEvent
@@ -416,6 +445,16 @@ class _RunFormat:
             table = table.set_column(table.schema.get_field_index("_loc"), "_loc",
                                      buffers.arrow_view(loc))
         return table
+
+
+def _with_end(items: Iterator[pa.Table]) -> Iterator[tuple[bool, pa.Table]]:
+    """(whether it is the last, item) for each item."""
+    items = iter(items)
+    held = next(items, None)
+    while held is not None:
+        after = next(items, None)
+        yield after is None, held
+        held = after
 
 
 def _release_memory() -> None:
