@@ -159,6 +159,9 @@ def text_run_order(bucket, n_buckets, lengths, pieces):
     their bucket's region, then every bucket is sorted within its region, buckets in
     parallel. Reading each text once in row order and sorting within regions that fit in
     cache, where `text_key_order` and a gather by its order read the whole text at random.
+    A piece may also be ("views", views, buffers): Arrow's string view layout (views an
+    (n, 4) int32 array, buffers the data buffers they point into), polars' own, read where
+    it lies.
     `lengths`: each row's bytes, to size the regions up front. Returns (offsets, data,
     order, rows per bucket): the sorted texts, and order[j] the row at sorted position j
     (int32 below 2^31 rows: the order is allocated while the pieces are still held)."""
@@ -176,7 +179,16 @@ def text_run_order(bucket, n_buckets, lengths, pieces):
     order = np.empty(n, np.int32 if n < 2**31 else np.int64)
     row_fill, byte_fill = first[:-1].copy(), first_byte[:-1].copy()
     base = 0
-    for piece_offsets, piece_data in pieces:
+    for piece in pieces:
+        if len(piece) == 3:  # ("views", views, buffers): Arrow's string view layout
+            views = np.ascontiguousarray(piece[1], np.int32)
+            rows = views.shape[0]
+            _sorting.scatter_text_views(bucket[base:base + rows], views,
+                                        [np.ascontiguousarray(b, np.uint8) for b in piece[2]],
+                                        row_fill, byte_fill, offsets, data, order, base)
+            base += rows
+            continue
+        piece_offsets, piece_data = piece
         rows = piece_offsets.shape[0] - 1
         _sorting.scatter_text(bucket[base:base + rows],
                               np.ascontiguousarray(piece_offsets, np.int64),

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
-from pipeline.transforms.buffers import arrow_view, joined_text, text_buffers
+from pipeline.transforms.buffers import arrow_view, joined_text, text_buffers, text_views
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -446,10 +446,11 @@ def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
         def position_ids(at: slice, _: pa.Array) -> pa.Array:
             return arrow_view(sorted_pid[at])
     else:  # the texts moved into key order by the sort itself: slices of them, no gather
-        def pieces() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        def pieces() -> Iterator[tuple]:
             pids.reverse()
             while pids:
-                yield text_buffers(pids.pop())
+                pid = pids.pop()
+                yield text_views(pid) or text_buffers(pid)
 
         with kernels.threads_for(n):
             offsets, data, order, counts = kernels.text_run_order(
