@@ -283,7 +283,7 @@ class _SortedRuns:
             for table in tables:
                 self.scratch.write(part, table)
 
-        tables = ordering.sorted_run(parts, self.rule_ids.len(), RUN_SLICE)
+        tables = ordering.sorted_run(parts, self.rule_ids.len(), RUN_SLICE, form.shift)
         for end, table in _with_end(tables):
             held.append(form.packed(table))
             rows += table.num_rows
@@ -397,7 +397,8 @@ class _RunFormat:
     of scratch is a byte through the page cache): no `_bucket` column (the run is sorted by
     it: the rows per bucket, counted as written, give it back in order), text position ids
     with 32-bit offsets (a table's are small), and `_loc` in 32 bits where the run's files and
-    rows fit (`file << shift | row`). 53 bytes a row of 32-character ids become 41."""
+    rows fit (`file << shift | row`, made so by `sorted_run`). 53 bytes a row of
+    32-character ids become 41."""
 
     def __init__(self, n_buckets: int, shift: int | None):
         self.counts = np.zeros(n_buckets, np.int64)
@@ -423,13 +424,7 @@ class _RunFormat:
         at = table.schema.get_field_index("position_id")
         if pa.types.is_large_string(table.schema.field(at).type):
             table = table.set_column(at, "position_id", table["position_id"].cast(pa.string()))
-        if self.shift is not None:
-            loc = ordering._numpy(table["_loc"])
-            packed = ((loc >> ordering.LOC_SHIFT) << self.shift) | (
-                loc & ((1 << ordering.LOC_SHIFT) - 1))
-            table = table.set_column(table.schema.get_field_index("_loc"), "_loc",
-                                     buffers.arrow_view(packed.astype(np.uint32)))
-        return table
+        return table  # `_loc` came packed (`sorted_run`'s loc_shift)
 
     def unpacked(self, table: pa.Table) -> pa.Table:
         """A table `packed` gave, back as it was (text ids stay 32-bit: the merge takes

@@ -406,14 +406,20 @@ class RunKeys:
         return pid_type != pl.String or self.pid_text
 
 
-def sorted_run(parts: list[VerdictPart], n_buckets: int, rows: int) -> Iterator[pa.Table]:
+def sorted_run(parts: list[VerdictPart], n_buckets: int, rows: int,
+               loc_shift: int | None = None) -> Iterator[pa.Table]:
     """The parts' rows sorted by (`_bucket`, position_id), each with its input location as
     `_loc` (`VerdictPart.locations`), as Arrow tables of `rows` rows: a run to spill,
     gathered a slice at a time from the parts' columns joined once (no sorted copy of them
-    all). Consumes `parts`."""
+    all). `loc_shift`: `_loc` as uint32 `file << loc_shift | row` instead (the caller
+    knows that they fit), half the bytes to hold and to gather at random. Consumes
+    `parts`."""
     frames = []
     for p in parts:
         loc = p.locations(np.arange(p.frame.height, dtype=np.int64))
+        if loc_shift is not None:
+            loc = ((loc >> LOC_SHIFT) << loc_shift | (loc & ((1 << LOC_SHIFT) - 1))
+                   ).astype(np.uint32)
         frames.append(p.frame.with_columns(pl.Series("_loc", loc)))
         p.frame = p.frame.clear()
     parts.clear()
