@@ -178,7 +178,7 @@ HELD_SHARE = 4
 the memory setting (sorting them takes as much again, and batches, tables and polars the
 rest)."""
 RUN_SLICE = 1 << 16  # rows per record batch of a run file: what the merge reads at a time
-SEGMENT_SLICES = 16  # record batches per file of a run: the files are written two at a time
+SEGMENT_SLICES = 8  # record batches per file of a run: written two at a time, read mapped
 
 
 def _available_memory() -> int:
@@ -272,7 +272,8 @@ class _SortedRuns:
     def _write_run(self, parts: list[ordering.VerdictPart], run: int) -> int:
         """Sort and write run `run`: its tables in segments of SEGMENT_SLICES, a file each,
         written in turn by this thread and the pool's other one (the copy into the page
-        cache was most of a run's time, and the main thread waited on it)."""
+        cache was most of a run's time, and the main thread waited on it). The merge reads
+        them mapped (`_stream`): a file's pages stay resident until it is merged past."""
         rows = 0
         form = self.formats[run] = _RunFormat.for_parts(parts, self.rule_ids.len())
         segments = self.segments[run] = []
@@ -340,7 +341,7 @@ class _SortedRuns:
         """Run `run`'s tables back from scratch as `ordering.sorted_run` made them."""
         form = self.formats[run]
         return (form.unpacked(table) for part in self.segments[run]
-                for table in self.scratch.stream(part))
+                for table in self.scratch.stream(part, mapped=True))
 
     def _merged(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
                 sources: list[str], on_event: OnEvent
