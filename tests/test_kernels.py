@@ -475,6 +475,37 @@ def test_text_run_order_moves_the_texts_into_a_stable_sort(data):
         rows[i][1] for i in expected]
     assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(4)]
 
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_text_run_order_reads_polars_string_views_where_they_lie(data):
+    """Pieces in polars' own layout (`buffers.text_views`: Arrow string views, texts of at
+    most 12 bytes inline, longer ones in data buffers, a piece a slice of a column joined
+    from several) give what the same texts as offsets and bytes give: Python's stable sort on
+    (bucket, UTF-8 bytes)."""
+    import polars as pl
+
+    from pipeline.transforms.buffers import text_views
+
+    words = st.text(alphabet=st.sampled_from("ab\u00e9\u4e2dz0"), max_size=20)
+    texts = data.draw(st.lists(words, max_size=300))
+    bucket = np.array(data.draw(st.lists(st.integers(0, 3), min_size=len(texts),
+                                         max_size=len(texts))), np.int32)
+    half = len(texts) // 2
+    column = pl.concat([pl.Series(["x" * 30] + texts[:half]), pl.Series(texts[half:])],
+                       rechunk=False)[1:]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(texts)), max_size=3)))
+    pieces = [text_views(column[lo:hi]) for lo, hi in zip([0, *cuts], [*cuts, len(texts)])]
+    assert all(p is not None and p[0] == "views" for p in pieces)
+    lengths = np.array([len(t.encode()) for t in texts], np.int64)
+    offsets, text, order, counts = kernels.text_run_order(bucket, 4, lengths, iter(pieces))
+    rows = [(int(b), t.encode()) for b, t in zip(bucket, texts)]
+    expected = sorted(range(len(rows)), key=lambda i: rows[i])
+    assert order.tolist() == expected
+    assert [bytes(text[a:b]) for a, b in zip(offsets[:-1], offsets[1:])] == [
+        rows[i][1] for i in expected]
+    assert counts.tolist() == [int((bucket == c).sum()) for c in range(4)]
+
+
 def _segmented(rows, cuts, pad):
     """A run's sorted (bucket, text) rows as segments cut at `cuts`, each segment's texts
     at offset `pad` in its bytes (as in a slice of a larger Arrow array)."""

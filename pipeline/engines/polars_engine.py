@@ -70,7 +70,7 @@ class PolarsEngine:
                 # uncompressed: lz4 left 100M runs' rows at 54 bytes, as many as they hold
                 return (scratch.enter_context(spill(job.staging, "uncompressed",
                                                     ".verdict-runs")),
-                        scratch.enter_context(ThreadPoolExecutor(1, "verdicts-spill")))
+                        scratch.enter_context(ThreadPoolExecutor(2, "verdicts-spill")))
 
             def new_runs(typed_by_rows: bool) -> _SortedRuns:
                 return _SortedRuns(_rule_ids(job.index), memory_limit(job.config),
@@ -184,6 +184,7 @@ HELD_SHARE = 4
 the memory setting (sorting them takes as much again, and batches, tables and polars the
 rest)."""
 RUN_SLICE = 1 << 16  # rows per record batch of a run file: what the merge reads at a time
+SEGMENT_SLICES = 8  # record batches per file of a run: written two at a time, read mapped
 
 
 def _available_memory() -> int:
@@ -248,6 +249,9 @@ class _SortedRuns:
         self.pid_type: pl.DataType | None = None
         self.keys = ordering.RunKeys.over(rule_ids)
         self.stuck = False
+        self.formats: dict[int, _RunFormat] = {}
+        self.segments: dict[int, list[int]] = {}
+        self.extra_parts = itertools.count(1)
 
     def add(self, part: ordering.VerdictPart) -> None:
         self.parts.append(part)
@@ -276,10 +280,37 @@ class _SortedRuns:
         self.runs += 1
 
     def _write_run(self, parts: list[ordering.VerdictPart], run: int) -> int:
+        """Sort and write run `run`: its tables in segments of SEGMENT_SLICES, a file each,
+        written in turn by this thread and the pool's other one (the copy into the page
+        cache was most of a run's time, and the main thread waited on it). The merge reads
+        them mapped (`_stream`): a file's pages stay resident until it is merged past."""
         rows = 0
-        for table in ordering.sorted_run(parts, self.rule_ids.len(), RUN_SLICE):
-            self.scratch.write(run, table)
+        form = self.formats[run] = _RunFormat.for_parts(parts, self.rule_ids.len())
+        segments = self.segments[run] = []
+        other: Future[None] | None = None
+        held: list[pa.Table] = []
+
+        def written(tables: list[pa.Table], part: int) -> None:
+            for table in tables:
+                self.scratch.write(part, table)
+
+        tables = ordering.sorted_run(parts, self.rule_ids.len(), RUN_SLICE, form.shift)
+        for end, table in _with_end(tables):
+            held.append(form.packed(table))
             rows += table.num_rows
+            if len(held) < SEGMENT_SLICES and not end:
+                continue
+            # the first segment is part `run`; the others negative numbers, one each
+            segments.append(-next(self.extra_parts) if segments else run)
+            if len(segments) % 2:
+                written(held, segments[-1])
+            else:
+                if other is not None:
+                    other.result()
+                other = self.pool.submit(written, held, segments[-1])
+            held = []
+        if other is not None:
+            other.result()
         self.scratch.close()
         log.info("verdicts: run %d of %s rows spilled", run + 1, f"{rows:,}")
         _release_memory()
@@ -296,7 +327,8 @@ class _SortedRuns:
         another way, into new runs."""
         self._wait()
         for run in range(self.runs):
-            self.scratch.drop(run)
+            for part in self.segments.pop(run):
+                self.scratch.drop(part)
         self.parts, self.runs = [], 0
 
     def finish(self, rejected: pl.DataFrame, sources: list[str], on_event: OnEvent
@@ -319,18 +351,23 @@ class _SortedRuns:
     def _in_memory(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
                    sources: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
         log.info("verdicts: %d runs read back to be sorted in memory", self.runs)
-        runs = [pl.from_arrow(pa.concat_tables(self.scratch.stream(i)))
-                for i in range(self.runs)]
+        runs = [pl.from_arrow(pa.concat_tables(self._stream(i))) for i in range(self.runs)]
         if last is not None:
             runs.append(pl.from_arrow(pa.concat_tables(last)))
         parts = [_run_part(r) for r in runs]
         return ordering.key_sorted_verdicts(parts + self.parts, self.rule_ids, rejected,
                                             sources, self.typed_by_rows)
 
+    def _stream(self, run: int) -> Iterator[pa.Table]:
+        """Run `run`'s tables back from scratch as `ordering.sorted_run` made them."""
+        form = self.formats[run]
+        return (form.unpacked(table) for part in self.segments[run]
+                for table in self.scratch.stream(part, mapped=True))
+
     def _merged(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
                 sources: list[str], on_event: OnEvent
                 ) -> tuple[MergedVerdicts, pl.DataFrame]:
-        streams = [self.scratch.stream(i) for i in range(self.runs)]
+        streams = [self._stream(i) for i in range(self.runs)]
         if last is not None:
             streams.append(last)
         k = len(streams)
@@ -342,6 +379,7 @@ class _SortedRuns:
         wins = np.zeros(self.rule_ids.len(), np.int64)
         losses = wins.copy()
         duplicates, written, first = [], 0, None
+        reuse = ordering.SliceBuffers()
         with self.scratch.parquet("verdicts.parquet", "verdicts.parquet") as write:
             while True:
                 # the runs that ended the last round at its cut-off, and any other run
@@ -352,7 +390,8 @@ class _SortedRuns:
                     buffers[i], live[i] = _read_more(buffers[i], streams[i], block)
                 takes, buffers, need = ordering.merge_round(buffers, live)
                 if any(t.num_rows for t in takes) or (not any(live) and first is None):
-                    merged = ordering.merged_slice(takes, self.rule_ids, rejected, sources)
+                    merged = ordering.merged_slice(takes, self.rule_ids, rejected, sources,
+                                                   reuse)
                     first = merged.verdicts.schema if first is None else first
                     write(merged.verdicts)
                     wins += merged.wins
@@ -372,6 +411,67 @@ class _SortedRuns:
         empty = pl.from_arrow(first.empty_table())
         return (MergedVerdicts(self.scratch.path("verdicts.parquet"), counts, empty),
                 pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *duplicates]))
+
+
+class _RunFormat:
+    """How a sorted run's tables are written to scratch, in fewer bytes than
+    `ordering.sorted_run` makes them (its rows are written once and read once, and every byte
+    of scratch is a byte through the page cache): no `_bucket` column (the run is sorted by
+    it: the rows per bucket, counted as written, give it back in order), text position ids
+    with 32-bit offsets (a table's are small), and `_loc` in 32 bits where the run's files and
+    rows fit (`file << shift | row`, made so by `sorted_run`). 53 bytes a row of
+    32-character ids become 41."""
+
+    def __init__(self, n_buckets: int, shift: int | None):
+        self.counts = np.zeros(n_buckets, np.int64)
+        self.shift = shift
+        self.ends: np.ndarray | None = None
+        self.read = 0
+
+    @classmethod
+    def for_parts(cls, parts: list[ordering.VerdictPart], n_buckets: int) -> _RunFormat:
+        files = rows = 0
+        for p in parts:
+            files = max(files, p.file, int(p.files.max()) if p.files is not None
+                        and p.files.shape[0] else 0)
+            rows = max(rows, int(p.rows.max()) if p.rows is not None and p.rows.shape[0]
+                       else p.first_row + p.frame.height)
+        shift = int(rows).bit_length()
+        return cls(n_buckets, shift if (files + 1) << shift <= 1 << 32 else None)
+
+    def packed(self, table: pa.Table) -> pa.Table:
+        bucket = ordering._numpy(table["_bucket"])
+        self.counts += np.bincount(bucket, minlength=self.counts.shape[0])
+        table = table.drop_columns(["_bucket"])
+        at = table.schema.get_field_index("position_id")
+        if pa.types.is_large_string(table.schema.field(at).type):
+            table = table.set_column(at, "position_id", table["position_id"].cast(pa.string()))
+        return table  # `_loc` came packed (`sorted_run`'s loc_shift)
+
+    def unpacked(self, table: pa.Table) -> pa.Table:
+        """A table `packed` gave, back as it was (text ids stay 32-bit: the merge takes
+        either); tables must come back in the order they were packed."""
+        if self.ends is None:
+            self.ends = np.cumsum(self.counts)
+        bucket = ordering.bucket_rows(self.ends, self.read, self.read + table.num_rows)
+        self.read += table.num_rows
+        table = table.add_column(0, "_bucket", buffers.arrow_view(bucket))
+        if self.shift is not None:
+            loc = ordering._numpy(table["_loc"]).astype(np.int64)
+            loc = ((loc >> self.shift) << ordering.LOC_SHIFT) | (loc & ((1 << self.shift) - 1))
+            table = table.set_column(table.schema.get_field_index("_loc"), "_loc",
+                                     buffers.arrow_view(loc))
+        return table
+
+
+def _with_end(items: Iterator[pa.Table]) -> Iterator[tuple[bool, pa.Table]]:
+    """(whether it is the last, item) for each item."""
+    items = iter(items)
+    held = next(items, None)
+    while held is not None:
+        after = next(items, None)
+        yield after is None, held
+        held = after
 
 
 def _release_memory() -> None:

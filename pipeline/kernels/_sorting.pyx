@@ -778,6 +778,59 @@ def scatter_text(const int32_t[::1] bucket, const int64_t[::1] offsets, const ui
             order[r] = <dest_t>(base + i)
 
 
+def scatter_text_views(const int32_t[::1] bucket, const int32_t[:, ::1] views, list buffers,
+                       int64_t[::1] row_fill, int64_t[::1] byte_fill, int64_t[::1] offsets_out,
+                       uint8_t[::1] data_out, dest_t[::1] order, int64_t base):
+    """`scatter_text` for a piece in Arrow's string view layout (polars' own, read without
+    the copy into offsets and bytes that exporting it as a large string makes): row i's view
+    is views[i] (length; then its bytes inline when at most 12, else a prefix, the index of
+    its data buffer in `buffers` and its start there)."""
+    cdef Py_ssize_t n = bucket.shape[0]
+    cdef Py_ssize_t i, k = len(buffers)
+    cdef int64_t b, r, at, length, start, where
+    cdef const uint8_t[::1] buf
+    cdef const uint8_t** data = NULL
+    cdef int64_t* sizes = NULL
+    if views.shape[0] != n or views.shape[1] != 4:
+        raise ValueError("scatter_text_views: views do not match the rows")
+    data = <const uint8_t**>malloc(max(k, 1) * sizeof(uint8_t*))
+    sizes = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
+    if data == NULL or sizes == NULL:
+        free(data)
+        free(sizes)
+        raise MemoryError()
+    try:
+        for i in range(k):
+            buf = buffers[i]
+            sizes[i] = buf.shape[0]
+            data[i] = &buf[0] if buf.shape[0] else NULL
+        for i in range(n):  # checked first: the copy below trusts every view
+            length = views[i, 0]
+            if length > 12:
+                where = views[i, 2]
+                start = <uint32_t>views[i, 3]
+                if length < 0 or where < 0 or where >= k or start + length > sizes[where]:
+                    raise ValueError("scatter_text_views: a view is out of its buffers")
+        with nogil:
+            for i in range(n):
+                b = bucket[i]
+                r = row_fill[b]
+                row_fill[b] = r + 1
+                at = byte_fill[b]
+                length = views[i, 0]
+                if length > 12:
+                    memcpy(&data_out[at], data[views[i, 2]] + <uint32_t>views[i, 3],
+                           <size_t>length)
+                elif length:
+                    memcpy(&data_out[at], (<const uint8_t*>&views[i, 0]) + 4, <size_t>length)
+                byte_fill[b] = at + length
+                offsets_out[r] = at
+                order[r] = <dest_t>(base + i)
+    finally:
+        free(data)
+        free(sizes)
+
+
 cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
                       dest_t* order) noexcept nogil:
     """Sort rows a..e (texts one after another in data, from offsets[a] to offsets[e]) by

@@ -93,7 +93,7 @@ def text_key_order(bucket, n_buckets, offsets, data):
                                    np.ascontiguousarray(data, np.uint8))
 
 
-def merge_text_runs(runs):
+def merge_text_runs(runs, empty=None):
     """Merge k runs sorted by (bucket, text) as `text_key_order` sorts (bytes, then shorter
     first) into one. Run i is a list of segments (bucket, Arrow offsets, bytes) whose rows,
     one after another, are its rows (a run read in record batches need not be joined first);
@@ -103,33 +103,53 @@ def merge_text_runs(runs):
     of the rows one after another and a gather took as long again. Equal keys come out in
     run order, as a stable sort of the runs one after another puts them. Returns (bucket,
     offsets, data, order, repeats): the merged rows, order[j] the index of row j in all
-    segments one after another, and how many rows equal the row before them."""
+    segments one after another, and how many rows equal the row before them. `empty(name, n,
+    dtype)`, when given, supplies the returned arrays (a merge of slice after slice reuses its
+    pages instead of faulting in fresh ones each time)."""
+    empty = empty or _fresh
     runs = [[(np.ascontiguousarray(b, np.int32), np.ascontiguousarray(o, np.int64),
               np.ascontiguousarray(d, np.uint8)) for b, o, d in run] or
             [(np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.uint8))]
             for run in runs]
     n = sum(b.shape[0] for run in runs for b, _, _ in run)
     size = sum(int(o[-1] - o[0]) for run in runs for _, o, _ in run)
-    bucket = np.empty(n, np.int32)
-    offsets = np.empty(n + 1, np.int64)
-    data = np.empty(size, np.uint8)
-    order = np.empty(n, np.int64)
+    bucket = empty("bucket", n, np.int32)
+    offsets = empty("offsets", n + 1, np.int64)
+    data = empty("data", size, np.uint8)
+    order = empty("order", n, np.int64)
     repeats = _sorting.merge_text_runs(runs, bucket, offsets, data, order)
     return bucket, offsets, data, order, repeats
 
 
-def merge_int_runs(runs):
+def merge_int_runs(runs, empty=None):
     """`merge_text_runs` for int64 keys, segments (bucket, key): (bucket, key, order,
     repeats)."""
+    empty = empty or _fresh
     runs = [[(np.ascontiguousarray(b, np.int32), np.ascontiguousarray(k, np.int64))
              for b, k in run] or [(np.zeros(0, np.int32), np.zeros(0, np.int64))]
             for run in runs]
     n = sum(b.shape[0] for run in runs for b, _ in run)
-    bucket = np.empty(n, np.int32)
-    key = np.empty(n, np.int64)
-    order = np.empty(n, np.int64)
+    bucket = empty("bucket", n, np.int32)
+    key = empty("key", n, np.int64)
+    order = empty("order", n, np.int64)
     repeats = _sorting.merge_int_runs(runs, bucket, key, order)
     return bucket, key, order, repeats
+
+
+def _fresh(name, n, dtype):
+    return np.empty(n, dtype)
+
+
+def _bucket_sums(bucket, n_buckets, weights=None, chunk=1 << 20):
+    """`np.bincount(bucket, weights, minlength=n_buckets)` as int64, a chunk of rows at a time:
+    bincount casts the whole of its input to intp (and weights to float64) first, arrays as
+    large as the run's, of fresh pages each time."""
+    out = np.zeros(int(n_buckets), np.int64)
+    for start in range(0, bucket.shape[0], chunk):
+        at = slice(start, start + chunk)
+        out += np.bincount(bucket[at], None if weights is None else weights[at],
+                           minlength=int(n_buckets)).astype(np.int64)
+    return out
 
 
 def text_run_order(bucket, n_buckets, lengths, pieces):
@@ -139,13 +159,16 @@ def text_run_order(bucket, n_buckets, lengths, pieces):
     their bucket's region, then every bucket is sorted within its region, buckets in
     parallel. Reading each text once in row order and sorting within regions that fit in
     cache, where `text_key_order` and a gather by its order read the whole text at random.
+    A piece may also be ("views", views, buffers): Arrow's string view layout (views an
+    (n, 4) int32 array, buffers the data buffers they point into), polars' own, read where
+    it lies.
     `lengths`: each row's bytes, to size the regions up front. Returns (offsets, data,
     order, rows per bucket): the sorted texts, and order[j] the row at sorted position j
     (int32 below 2^31 rows: the order is allocated while the pieces are still held)."""
     bucket = np.ascontiguousarray(bucket, np.int32)
     n = bucket.shape[0]
-    counts = np.bincount(bucket, minlength=int(n_buckets)).astype(np.int64)
-    sizes = np.bincount(bucket, weights=lengths, minlength=int(n_buckets)).astype(np.int64)
+    counts = _bucket_sums(bucket, n_buckets)
+    sizes = _bucket_sums(bucket, n_buckets, lengths)
     del lengths  # the caller's, when passed as an expression: not held beside the texts
     first = np.zeros(counts.shape[0] + 1, np.int64)
     np.cumsum(counts, out=first[1:])
@@ -156,7 +179,16 @@ def text_run_order(bucket, n_buckets, lengths, pieces):
     order = np.empty(n, np.int32 if n < 2**31 else np.int64)
     row_fill, byte_fill = first[:-1].copy(), first_byte[:-1].copy()
     base = 0
-    for piece_offsets, piece_data in pieces:
+    for piece in pieces:
+        if len(piece) == 3:  # ("views", views, buffers): Arrow's string view layout
+            views = np.ascontiguousarray(piece[1], np.int32)
+            rows = views.shape[0]
+            _sorting.scatter_text_views(bucket[base:base + rows], views,
+                                        [np.ascontiguousarray(b, np.uint8) for b in piece[2]],
+                                        row_fill, byte_fill, offsets, data, order, base)
+            base += rows
+            continue
+        piece_offsets, piece_data = piece
         rows = piece_offsets.shape[0] - 1
         _sorting.scatter_text(bucket[base:base + rows],
                               np.ascontiguousarray(piece_offsets, np.int64),

@@ -23,6 +23,25 @@ def text_buffers(s: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     return offsets, data
 
 
+def text_views(s: pl.Series) -> tuple[str, np.ndarray, list[np.ndarray]] | None:
+    """A String column (no nulls) in polars' own layout, Arrow's string views, as numpy views:
+    ("views", the (n, 4) int32 views, the data buffers), for `kernels.text_run_order`
+    (`text_buffers` copies every text into one buffer first); None when it is not in that
+    layout."""
+    arr = s.to_arrow(compat_level=pl.CompatLevel.newest())
+    if isinstance(arr, pa.ChunkedArray):
+        if arr.num_chunks != 1:
+            return None
+        arr = arr.chunk(0)
+    if arr.type != pa.string_view() or arr.null_count:
+        return None
+    buffers = arr.buffers()
+    views = np.frombuffer(buffers[1], np.int32)[4 * arr.offset:4 * (arr.offset + len(arr))]
+    return ("views", views.reshape(-1, 4),
+            [np.frombuffer(b, np.uint8) if b is not None else np.zeros(0, np.uint8)
+             for b in buffers[2:]])
+
+
 def joined_text(pieces: list[pl.Series], name: str
                 ) -> tuple[pl.Series, np.ndarray, np.ndarray]:
     """String pieces (no nulls) as one column and its Arrow (offsets, UTF-8 bytes), copied

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
-from pipeline.transforms.buffers import arrow_view, joined_text, text_buffers
+from pipeline.transforms.buffers import arrow_view, joined_text, text_buffers, text_views
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -406,14 +406,20 @@ class RunKeys:
         return pid_type != pl.String or self.pid_text
 
 
-def sorted_run(parts: list[VerdictPart], n_buckets: int, rows: int) -> Iterator[pa.Table]:
+def sorted_run(parts: list[VerdictPart], n_buckets: int, rows: int,
+               loc_shift: int | None = None) -> Iterator[pa.Table]:
     """The parts' rows sorted by (`_bucket`, position_id), each with its input location as
     `_loc` (`VerdictPart.locations`), as Arrow tables of `rows` rows: a run to spill,
     gathered a slice at a time from the parts' columns joined once (no sorted copy of them
-    all). Consumes `parts`."""
+    all). `loc_shift`: `_loc` as uint32 `file << loc_shift | row` instead (the caller
+    knows that they fit), half the bytes to hold and to gather at random. Consumes
+    `parts`."""
     frames = []
     for p in parts:
         loc = p.locations(np.arange(p.frame.height, dtype=np.int64))
+        if loc_shift is not None:
+            loc = ((loc >> LOC_SHIFT) << loc_shift | (loc & ((1 << LOC_SHIFT) - 1))
+                   ).astype(np.uint32)
         frames.append(p.frame.with_columns(pl.Series("_loc", loc)))
         p.frame = p.frame.clear()
     parts.clear()
@@ -446,10 +452,11 @@ def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
         def position_ids(at: slice, _: pa.Array) -> pa.Array:
             return arrow_view(sorted_pid[at])
     else:  # the texts moved into key order by the sort itself: slices of them, no gather
-        def pieces() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        def pieces() -> Iterator[tuple]:
             pids.reverse()
             while pids:
-                yield text_buffers(pids.pop())
+                pid = pids.pop()
+                yield text_views(pid) or text_buffers(pid)
 
         with kernels.threads_for(n):
             offsets, data, order, counts = kernels.text_run_order(
@@ -460,20 +467,32 @@ def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
 
         def position_ids(at: slice, take: pa.Array) -> pa.Array:
             return text.slice(at.start, at.stop - at.start)
-    runs = np.repeat(np.arange(n_buckets, dtype=np.int32), counts)
-    return _slices(n, rows, order, runs, position_ids, others)
+    return _slices(n, rows, order, np.cumsum(counts), position_ids, others)
 
 
-def _slices(n: int, rows: int, order: np.ndarray, runs: np.ndarray,
+def _slices(n: int, rows: int, order: np.ndarray, ends: np.ndarray,
             position_ids: Callable[[slice, pa.Array], pa.Array],
             others: dict[str, np.ndarray]) -> Iterator[pa.Table]:
     for start in range(0, max(n, 1), rows):
         at = slice(start, min(start + rows, n))
         take = order[at]
-        columns = {"_bucket": arrow_view(runs[at]),
+        columns = {"_bucket": arrow_view(bucket_rows(ends, at.start, at.stop)),
                    "position_id": position_ids(at, arrow_view(take))}
         columns.update((name, arrow_view(values[take])) for name, values in others.items())
         yield pa.table(columns)
+
+
+def bucket_rows(ends: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """The buckets (int32) of rows start..stop of rows sorted by bucket, bucket b ending
+    before row ends[b] (the cumulative rows per bucket): a slice's own, without the whole
+    run's column."""
+    if stop <= start:
+        return np.zeros(0, np.int32)
+    first = int(np.searchsorted(ends, start, "right"))
+    last = int(np.searchsorted(ends, stop - 1, "right"))
+    begins = np.concatenate([[start], ends[first:last]])
+    here = np.minimum(ends[first:last + 1], stop) - np.maximum(begins, start)
+    return np.repeat(np.arange(first, last + 1, dtype=np.int32), here)
 
 
 def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -544,27 +563,62 @@ class MergedSlice:
     duplicates: pl.DataFrame
 
 
+class SliceBuffers:
+    """The arrays a merge fills slice after slice (`merged_slice`), kept from one slice to
+    the next: an array as large as a slice, freed and allocated again, is fresh pages each
+    time, which the kernel zeroes on first touch (a third of a 100M merge's CPU was that).
+    Two sets, used in turn (`turn`): the slice before is still being encoded from its set
+    while the next is merged into the other (`scratch.Spill.parquet` waits for the encode
+    of the slice before the one it is given, so the set it used is free again)."""
+
+    def __init__(self) -> None:
+        self._sets: list[dict[str, np.ndarray]] = [{}, {}]
+        self._at = 0
+        self._counting = np.zeros(0, np.int64)
+
+    def turn(self) -> None:
+        self._at ^= 1
+
+    def empty(self, name: str, n: int, dtype: np.dtype) -> np.ndarray:
+        """n values of this set's array `name` (contents undefined)."""
+        held = self._sets[self._at].get(name)
+        if held is None or held.shape[0] < n or held.dtype != dtype:
+            held = self._sets[self._at][name] = np.empty(n + n // 4, dtype)
+        return held[:n]
+
+    def counting(self, n: int) -> np.ndarray:
+        """0, 1, ..., n as int64 (read only, shared by both sets)."""
+        if self._counting.shape[0] < n + 1:
+            self._counting = np.arange(n + n // 4 + 1, dtype=np.int64)
+        return self._counting[:n + 1]
+
+
 def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFrame,
-                 sources: Sequence[str]) -> MergedSlice:
+                 sources: Sequence[str], reuse: SliceBuffers | None = None) -> MergedSlice:
     """Rows taken from sorted runs (every row of each key among them, see `merge_round`)
     in key order, rule_set_id restored, minus duplicate keys, as `key_sorted_verdicts` gives
     for all rows at once. The takes, each in key order, are merged by a kernel
     (`kernels.merge_text_runs`, `merge_int_runs`) that copies the position ids once, in
     order, and counts repeated keys as it goes; the other columns are gathered by the merged
     order. In Arrow: the slice goes through polars (`split_duplicates`) only when it holds a
-    repeated key or a rejected row names a key."""
+    repeated key or a rejected row names a key. `reuse`: arrays kept from slice to slice
+    (its next set is taken here; the verdicts' columns are views of it until the slice after
+    next)."""
     runs = [t for t in takes if t.num_rows]
     names = takes[0].column_names
     n_buckets = rule_ids.len()
+    if reuse is None:
+        reuse = SliceBuffers()
+    reuse.turn()
     if pa.types.is_integer(takes[0].schema.field("position_id").type):
         bucket, key, order, repeats = kernels.merge_int_runs([
             [(b.to_numpy(zero_copy_only=True), p.to_numpy(zero_copy_only=True))
-             for b, p in _segments(t)] for t in runs])
+             for b, p in _segments(t)] for t in runs], reuse.empty)
         position_id = arrow_view(key)
     else:
         bucket, offsets, data, order, repeats = kernels.merge_text_runs([
             [(b.to_numpy(zero_copy_only=True), *_text_buffers(p))
-             for b, p in _segments(t)] for t in runs])
+             for b, p in _segments(t)] for t in runs], reuse.empty)
         position_id = pa.LargeStringArray.from_buffers(
             bucket.shape[0], pa.py_buffer(offsets), pa.py_buffer(data))
     n = bucket.shape[0]
@@ -574,14 +628,18 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
         kernel numbers the rows)."""
         if not runs:
             return _numpy(takes[0][name])
-        return np.concatenate([c.to_numpy(zero_copy_only=True) for t in runs
-                               for c in t[name].chunks])[order]
+        chunks = [c.to_numpy(zero_copy_only=True) for t in runs for c in t[name].chunks]
+        joined = reuse.empty("joined_" + name, n, np.result_type(*chunks))
+        np.concatenate(chunks, out=joined)
+        return np.take(joined, order, out=reuse.empty("gathered_" + name, n, joined.dtype))
 
     ids = rule_ids.to_arrow()
     if repeats or rejects.filter(pl.col("rule_set_id").is_not_null()
                                  & pl.col("position_id").is_not_null()).height:
-        columns = {"_bucket": arrow_view(bucket), "position_id": position_id}
-        columns.update((name, arrow_view(gathered(name))) for name in names
+        # copies: polars keeps views of the arrays it is given, and the duplicates outlive
+        # `reuse`'s arrays (rare: keys repeated, or rejects that name keys)
+        columns = {"_bucket": arrow_view(bucket.copy()), "position_id": _copied(position_id)}
+        columns.update((name, arrow_view(gathered(name).copy())) for name in names
                        if name not in columns)
         frame = pl.from_arrow(pa.table(columns))
         frame = frame.select(pl.Series("rule_set_id", rule_ids.gather(frame["_bucket"])),
@@ -597,15 +655,25 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
         duplicates = pl.DataFrame(schema=REJECT_SCHEMA)
         nim = gathered("nim_sum")
         moves = {name: arrow_view(gathered(name)) for name in names if name in MOVE_COLUMNS}
-    won = nim != 0
-    wins = np.bincount(bucket, weights=won, minlength=n_buckets).astype(np.int64)
-    total = np.bincount(bucket, minlength=n_buckets).astype(np.int64)
+    won = np.not_equal(nim, 0, out=reuse.empty("won", n, np.bool_))
+    # the rows are in bucket order: each bucket's rows are a range (np.bincount would cast
+    # the whole slice to intp and float64 first)
+    bounds = np.searchsorted(bucket, np.arange(n_buckets + 1, dtype=bucket.dtype))
+    total = np.diff(bounds)
+    wins = np.zeros(n_buckets, np.int64)
+    used = np.flatnonzero(total)
+    if used.shape[0]:
+        wins[used] = np.add.reduceat(won, bounds[used], dtype=np.int64)
+    nim_sum = reuse.empty("nim_sum", n, np.int64)
+    nim_sum[:] = nim
+    verdict = reuse.empty("verdict", n, np.uint8)
+    verdict[:] = ord("L")
+    np.copyto(verdict, np.uint8(ord("W")), where=won)
     columns = {"rule_set_id": ids.take(arrow_view(bucket)),
                "position_id": position_id,
-               "nim_sum": arrow_view(nim.astype(np.int64)),
+               "nim_sum": arrow_view(nim_sum),
                "verdict": pa.LargeStringArray.from_buffers(
-                   n, pa.py_buffer(np.arange(n + 1, dtype=np.int64)),
-                   pa.py_buffer(np.where(won, np.uint8(ord("W")), np.uint8(ord("L")))))}
+                   n, pa.py_buffer(reuse.counting(n)), pa.py_buffer(verdict))}
     if moves:
         import pyarrow.compute as pc  # only here: else every run's start pays its import
     for name, values in moves.items():  # the move columns, -1 for none (`with_verdict`: null)
@@ -613,6 +681,15 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
         columns[name] = pc.if_else(pc.greater_equal(values, 0), values,
                                    pa.scalar(None, pa.int64()))
     return MergedSlice(pa.table(columns), wins, total - wins, duplicates)
+
+
+def _copied(column: pa.Array) -> pa.Array:
+    """A merged position id column in buffers of its own."""
+    if pa.types.is_integer(column.type):
+        return arrow_view(_numpy(column).copy())
+    offsets, data = _text_buffers(column)
+    return pa.LargeStringArray.from_buffers(len(column), pa.py_buffer(offsets.copy()),
+                                            pa.py_buffer(data.copy()))
 
 
 def _text_buffers(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
