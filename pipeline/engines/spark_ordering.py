@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -247,29 +246,25 @@ def verdict() -> Any:
 
 
 def read_back(table: Path, dtypes: dict[str, pl.DataType]) -> tuple[pl.DataFrame, bool]:
-    """A Parquet directory of key-sorted verdicts (part files in partition order), read a
-    batch at a time: W and L per rule set, and whether some key follows itself."""
+    """A Parquet directory of key-sorted verdicts (part files in partition order): W and L
+    per rule set, and whether some key follows itself (its keys read a batch at a time)."""
     files = sorted(table.glob("part-*.parquet"), key=lambda f: int(f.name.split("-")[1]))
-    counts = [pl.DataFrame(schema={"rule_set_id": dtypes["rule_set_id"], "W": pl.Int64,
-                                   "L": pl.Int64})]
+    if not files:
+        return pl.DataFrame(schema={"rule_set_id": dtypes["rule_set_id"], "W": pl.Int64,
+                                    "L": pl.Int64}), False
+    scan = pl.scan_parquet(files, hive_partitioning=False)
     last: pl.DataFrame | None = None
-    for f in files:
-        for batch in pq.ParquetFile(f, read_dictionary=["verdict"]).iter_batches(
-                1 << 20, columns=[*KEYS, "verdict"]):
-            frame = pl.from_arrow(batch)
-            assert isinstance(frame, pl.DataFrame)
-            if not frame.height:
-                continue
-            keyed = frame.select(KEYS)
-            before = keyed.shift(1) if last is None else pl.concat([last, keyed.head(-1)])
-            if ((keyed["rule_set_id"] == before["rule_set_id"])
-                    & (keyed["position_id"] == before["position_id"])).any():
-                return counts[0], True
-            last = keyed.tail(1)
-            counts.append(frame.group_by("rule_set_id").agg(
-                (pl.col("verdict") == "W").sum().cast(pl.Int64).alias("W"),
-                (pl.col("verdict") == "L").sum().cast(pl.Int64).alias("L")))
-    return pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum()), False
+    for keyed in scan.select(KEYS).collect_batches(chunk_size=1 << 20):
+        if not keyed.height:
+            continue
+        before = keyed.shift(1) if last is None else pl.concat([last, keyed.head(-1)])
+        if ((keyed["rule_set_id"] == before["rule_set_id"])
+                & (keyed["position_id"] == before["position_id"])).any():
+            return pl.DataFrame(), True
+        last = keyed.tail(1)
+    return scan.group_by("rule_set_id").agg(
+        (pl.col("verdict") == v).sum().cast(pl.Int64).alias(v) for v in ("W", "L")
+    ).collect(), False
 
 
 def polars_frame(df: DataFrame) -> pl.DataFrame:
