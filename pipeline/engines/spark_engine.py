@@ -276,8 +276,9 @@ class SparkEngine:
 
 @dataclass
 class SparkEvaluation:
-    """Verdicts and the positions' rejects as cached Spark frames; counts come back to the
-    driver as one row per rule set."""
+    """Verdicts and the positions' rejects as Spark frames (cached, or the verdicts written
+    already: `SparkOrdering.written_once`); counts come back to the driver as one row per
+    rule set."""
 
     work: _Job
     verdicts: DataFrame
@@ -294,8 +295,12 @@ class SparkEvaluation:
                 verdicts = polars_frame(self.verdicts.groupBy("rule_set_id").agg(
                     F.count_if(F.col("verdict") == "W").alias("W"),
                     F.count_if(F.col("verdict") == "L").alias("L")))
-            rejected = polars_frame(self.rejects.groupBy("rule_set_id").agg(
-                F.count(F.lit(1)).alias("rejected")))
+            if self.work.written is not None:  # no row rejected, no key twice: no job
+                rejected = pl.DataFrame(schema={"rule_set_id": pl.String,
+                                                "rejected": pl.Int64})
+            else:
+                rejected = polars_frame(self.rejects.groupBy("rule_set_id").agg(
+                    F.count(F.lit(1)).alias("rejected")))
             self._counts = (verdicts.cast({"W": pl.Int64, "L": pl.Int64}),
                             rejected.filter(pl.col("rule_set_id").is_not_null())
                             .cast({"rejected": pl.Int64}),

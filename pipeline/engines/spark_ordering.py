@@ -3,8 +3,10 @@
 
 Rows read in key order already (sorted exports) are checked in one pass and keep their
 partitions; any other input is sorted, and the keys it holds twice are found next to each
-other in the sorted frame, so finding duplicates costs no shuffle of its own. Only the key
-groups that can hold duplicates go through polars (`split_task`).
+other in the sorted frame, so finding duplicates costs no shuffle of its own. With no row
+rejected, the sorted verdicts are written as they are sorted and the driver reads their keys
+back (`written_once`): the usual run sorts once, writes once and caches no sorted row. Only
+the key groups that can hold duplicates go through polars (`split_task`).
 """
 
 from __future__ import annotations
