@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,7 +251,7 @@ def verdict() -> Any:
 def read_back(table: Path, dtypes: dict[str, pl.DataType]) -> tuple[pl.DataFrame, bool]:
     """A Parquet directory of key-sorted verdicts (part files in partition order): W and L
     per rule set, and whether some key follows itself (its keys read a batch at a time)."""
-    files = sorted(table.glob("part-*.parquet"), key=lambda f: int(f.name.split("-")[1]))
+    files = sorted(table.glob("part-*.parquet"), key=_part_order)
     if not files:
         return pl.DataFrame(schema={"rule_set_id": dtypes["rule_set_id"], "W": pl.Int64,
                                     "L": pl.Int64}), False
@@ -267,6 +268,15 @@ def read_back(table: Path, dtypes: dict[str, pl.DataType]) -> tuple[pl.DataFrame
     return scan.group_by("rule_set_id").agg(
         (pl.col("verdict") == v).sum().cast(pl.Int64).alias(v) for v in ("W", "L")
     ).collect(), False
+
+
+def _part_order(path: Path) -> tuple[int, int]:
+    """A Spark part file's place: its partition, then its file within the partition
+    (`part-00003-<uuid>-c001...`: more than one with `spark.sql.files.maxRecordsPerFile`)."""
+    found = re.fullmatch(r"part-(\d+)-.*-c(\d+)(\..*)?", path.name)
+    if found is None:
+        raise RuntimeError(f"spark engine: {path.name} is not a part file Spark names")
+    return int(found[1]), int(found[2])
 
 
 def polars_frame(df: DataFrame) -> pl.DataFrame:
