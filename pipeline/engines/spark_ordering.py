@@ -250,24 +250,27 @@ def verdict() -> Any:
 
 def read_back(table: Path, dtypes: dict[str, pl.DataType]) -> tuple[pl.DataFrame, bool]:
     """A Parquet directory of key-sorted verdicts (part files in partition order): W and L
-    per rule set, and whether some key follows itself (its keys read a batch at a time)."""
+    per rule set, and whether some key follows itself. One part file at a time (polars'
+    streaming scan: its keys in batches, then a group-by), so the driver holds about one
+    file's row group, whatever the number of files."""
     files = sorted(table.glob("part-*.parquet"), key=_part_order)
-    if not files:
-        return pl.DataFrame(schema={"rule_set_id": dtypes["rule_set_id"], "W": pl.Int64,
-                                    "L": pl.Int64}), False
-    scan = pl.scan_parquet(files, hive_partitioning=False)
+    counts = [pl.DataFrame(schema={"rule_set_id": dtypes["rule_set_id"], "W": pl.Int64,
+                                   "L": pl.Int64})]
     last: pl.DataFrame | None = None
-    for keyed in scan.select(KEYS).collect_batches(chunk_size=1 << 20):
-        if not keyed.height:
-            continue
-        before = keyed.shift(1) if last is None else pl.concat([last, keyed.head(-1)])
-        if ((keyed["rule_set_id"] == before["rule_set_id"])
-                & (keyed["position_id"] == before["position_id"])).any():
-            return pl.DataFrame(), True
-        last = keyed.tail(1)
-    return scan.group_by("rule_set_id").agg(
-        (pl.col("verdict") == v).sum().cast(pl.Int64).alias(v) for v in ("W", "L")
-    ).collect(), False
+    for f in files:
+        scan = pl.scan_parquet(f, hive_partitioning=False)
+        for keyed in scan.select(KEYS).collect_batches(chunk_size=1 << 20):
+            if not keyed.height:
+                continue
+            before = keyed.shift(1) if last is None else pl.concat([last, keyed.head(-1)])
+            if ((keyed["rule_set_id"] == before["rule_set_id"])
+                    & (keyed["position_id"] == before["position_id"])).any():
+                return counts[0], True
+            last = keyed.tail(1)
+        counts.append(scan.group_by("rule_set_id").agg(
+            (pl.col("verdict") == v).sum().cast(pl.Int64).alias(v) for v in ("W", "L")
+        ).collect())
+    return pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum()), False
 
 
 def _part_order(path: Path) -> tuple[int, int]:
