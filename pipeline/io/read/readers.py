@@ -132,14 +132,16 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
     checked the footer so that a file that is not Parquet gets a plain message; a file with
     list view columns, which polars cannot read, through pyarrow (`_arrow_batches`)."""
     try:
-        schema = parquet_footer(file.path, cache=cache).schema
+        footer = parquet_footer(file.path, cache=cache)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _parquet_error(file.path, exc) from None
-    views = _views(schema, file.path)
-    schema = as_read(schema, file.path)
+    views = _views(footer.schema, file.path)
+    schema = as_read(footer.schema, file.path)
     start = 0
     try:
         for frame in (_arrow_batches(file.path, views, 0, None, batch_rows, cache) if views else
+                      _slices(file.path, footer.num_rows, batch_rows)
+                      if isinstance(file.path, Path) else
                       _scan(file.path).collect_batches(chunk_size=batch_rows)):
             rows = np.arange(start, start + frame.height, dtype=np.int64)
             start += frame.height
@@ -152,6 +154,17 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
         empty = pl.from_arrow(schema.empty_table())
         assert isinstance(empty, pl.DataFrame)
         yield RawTable(file, empty, np.zeros(0, np.int64), [])
+
+
+def _slices(path: Path, rows: int, batch_rows: int) -> Iterator[pl.DataFrame]:
+    """A local file's rows `batch_rows` at a time, each slice read by a query of its own: the
+    caller's read-ahead thread decodes one batch ahead, no more. `collect_batches` streams,
+    but its engine decoded as fast as it could, far ahead of a consumer that evaluates each
+    batch, and all that memory was fresh pages (benchmarks/results)."""
+    scan = _scan(path)
+    step = max(1, min(batch_rows, rows))
+    for start in range(0, rows, step):
+        yield scan.slice(start, step).collect()
 
 
 def _scan(path: Source) -> pl.LazyFrame:
