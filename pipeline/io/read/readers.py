@@ -141,7 +141,8 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
     try:
         for frame in (_arrow_batches(file.path, views, 0, None, batch_rows, cache) if views else
                       _slices(file.path, footer.num_rows, batch_rows)
-                      if isinstance(file.path, Path) else
+                      if isinstance(file.path, Path)
+                      and max(footer.row_groups, default=0) <= batch_rows else
                       _scan(file.path).collect_batches(chunk_size=batch_rows)):
             rows = np.arange(start, start + frame.height, dtype=np.int64)
             start += frame.height
@@ -160,7 +161,8 @@ def _slices(path: Path, rows: int, batch_rows: int) -> Iterator[pl.DataFrame]:
     """A local file's rows `batch_rows` at a time, each slice read by a query of its own: the
     caller's read-ahead thread decodes one batch ahead, no more. `collect_batches` streams,
     but its engine decoded as fast as it could, far ahead of a consumer that evaluates each
-    batch, and all that memory was fresh pages (benchmarks/results)."""
+    batch, and all that memory was fresh pages (benchmarks/results). For files whose row
+    groups are at most a batch: a slice of a larger group decodes more of it than it keeps."""
     scan = _scan(path)
     step = max(1, min(batch_rows, rows))
     for start in range(0, rows, step):
