@@ -68,7 +68,6 @@ def run_both(tmp_path: Path, **cfg) -> tuple[RunResult, RunResult]:
         except AssertionError as exc:
             raise AssertionError(f"{name}.parquet differs: {exc}") from None
     assert (got.out / "verdicts.parquet").is_dir()
-    assert not (got.out / ".spark").exists()  # the verdicts' scratch, written before the write
     assert got.manifest["counts"] == expected.manifest["counts"]
     assert got.manifest["rejects"] == expected.manifest["rejects"]  # by_reason_code too
     assert got.manifest["reconciled"] is True
@@ -344,69 +343,6 @@ def test_parquet_only_duplicates_match_polars(spark, tmp_path, keys):
     assert outputs(got)["verdicts"].height > 5
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("keys", ["int", "str", "int, 150 rows a file"])
-def test_sorted_verdicts_without_duplicates_are_written_once(spark, tmp_path, caplog, keys):
-    """Parquet input out of key order, no key twice and no row rejected: the verdicts are
-    written as they are sorted (no cache of the sorted rows), their keys read back to find
-    none repeated, and the counts come from that read; the four tables, the counts and the
-    manifest are the polars engine's (three rule sets). With files of at most 150 rows
-    (`spark.sql.files.maxRecordsPerFile`) each partition is several files, read back in
-    order."""
-    dtype = pl.String if keys == "str" else pl.Int64
-    rng = random.Random("spark-written-once")
-    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
-                  [[1, "", "2 5"], [2, "nim", ""], [3, "half", ""]])
-    pairs = [(rid, pid) for rid in (1, 2, 3) for pid in range(700)]
-    rng.shuffle(pairs)
-    p = write_parquet(tmp_path / "positions.parquet",
-                      {"rule_set_id": [str(a) if keys == "str" else a for a, _ in pairs],
-                       "position_id": [str(b) if keys == "str" else b for _, b in pairs],
-                       "heaps": [[rng.randint(0, 30) for _ in range(3)] for _ in pairs]},
-                      {"rule_set_id": dtype, "position_id": dtype, "heaps": HEAPS})
-    small = "150" in keys
-    if small:  # on the module's session, which the runs share
-        spark.conf.set("spark.sql.files.maxRecordsPerFile", "150")
-    try:
-        with caplog.at_level(logging.INFO, logger="pipeline.engines.spark_ordering"):
-            expected, got = run_both(tmp_path, rules=str(r), positions=str(p))
-    finally:
-        spark.conf.unset("spark.sql.files.maxRecordsPerFile")
-    assert any("written as sorted, no key given twice" in m for m in caplog.messages)
-    assert not any("sorting them again" in m for m in caplog.messages)
-    assert outputs(got)["verdicts"].height == len(pairs)
-    files = len(list((got.out / "verdicts.parquet").glob("part-*")))
-    if keys != "str":  # sorted in ranges drawn from the read's sample: a part file each
-        assert files >= (len(pairs) // 150 if small else 2)
-
-
-def test_written_verdicts_are_read_back_in_spark_part_order(tmp_path):
-    """The driver reads the written verdicts' part files back in Spark's order, partition
-    then file number (c999 before c1000, which a sort by name would swap): a key that ends
-    one file and starts the next is found given twice; with none, W and L per rule set."""
-    from pipeline.engines.spark_ordering import read_back
-
-    def part(name, keys, verdicts):
-        table.mkdir(exist_ok=True)
-        pl.DataFrame({"rule_set_id": [r for r, _ in keys], "position_id": [q for _, q in keys],
-                      "nim_sum": [0 if v == "L" else 1 for v in verdicts],
-                      "verdict": verdicts}).write_parquet(table / name)
-
-    dtypes = {"rule_set_id": pl.Int64, "position_id": pl.Int64}
-    table = tmp_path / "repeated"
-    part("part-00000-u-c999.zstd.parquet", [(1, 1), (1, 2)], ["W", "L"])
-    part("part-00000-u-c1000.zstd.parquet", [(1, 2), (2, 3)], ["W", "W"])
-    part("part-00001-u-c000.zstd.parquet", [(2, 4)], ["L"])
-    assert read_back(table, dtypes)[1] is True
-    table = tmp_path / "clean"
-    part("part-00000-u-c999.zstd.parquet", [(1, 1), (1, 2)], ["W", "L"])
-    part("part-00000-u-c1000.zstd.parquet", [(1, 3), (2, 3)], ["W", "W"])
-    part("part-00001-u-c000.zstd.parquet", [(2, 4)], ["L"])
-    counts, repeated = read_back(table, dtypes)
-    assert repeated is False
-    assert counts.sort("rule_set_id").rows() == [(1, 2, 1), (2, 1, 1)]
-
-
 # ---- renamed input columns ------------------------------------------------------------------
 
 
@@ -602,9 +538,6 @@ def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp
     assert not any("not in key order (the first rows)" in m for m in caplog.messages)
     ranged = any("ranges drawn from the read's sample" in m for m in caplog.messages)
     assert ranged == (order != "in order")
-    # sorted: written as they are sorted, read back, found to repeat keys, sorted again
-    again = any("some key given twice; sorting them again" in m for m in caplog.messages)
-    assert again == (order != "in order")
     reasons = outputs(expected)["rejects"]["reason"].to_list()
     assert sorted(x for x in reasons if "appears" in x) == sorted(
         ["position_id 2999 appears 2 times for rule_set_id 2"] * 2

@@ -79,7 +79,8 @@ from pipeline.engines.spark_tasks import (
     verdict_task,
 )
 from pipeline.events import RunEvent
-from pipeline.io.outputs.failures import writing
+from pipeline.io.outputs.commit import ZSTD_LEVEL
+from pipeline.io.outputs.failures import storage_failure, writing
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 from pipeline.transforms.ordering import LOC_SHIFT
@@ -186,6 +187,25 @@ class _Job(SparkOrdering):
                                         ("verdict", STRING)))
         return verdicts, functools.reduce(DataFrame.unionByName, rejects)
 
+    # -- output --
+
+    @staticmethod
+    def write(df: DataFrame, target: Path) -> None:
+        """A Parquet directory that polars reads as one table: part files only (Spark's
+        _SUCCESS marker and .crc checksums would break a directory scan)."""
+        try:
+            df.write.option("compression", "zstd").option(
+                "parquet.compression.codec.zstd.level", str(ZSTD_LEVEL)).parquet(str(target))
+        except Exception as exc:  # the write runs the job: only storage errors are ours here
+            failure = storage_failure(target.name, exc)
+            if failure is None:
+                raise
+            raise failure from None
+        with writing(target.name):
+            for name in os.listdir(target):
+                if not name.startswith("part-"):
+                    os.remove(target / name)
+
 
 def _where(spark: SparkSession) -> str:
     """The master a session runs on, or the Spark Connect server it talks to."""
@@ -247,7 +267,7 @@ class SparkEngine:
                           quiet_jvm=not log.isEnabledFor(logging.DEBUG))
         spark = run.spark
         work = _Job(spark, config, job.paths, job.form, job.index, job.cache, run,
-                    read_cache=job.read_cache, scratch=job.staging / ".spark")
+                    read_cache=job.read_cache)
         failed = True
         try:
             with failures_named(run), lost_server(config.spark.remote):
@@ -276,9 +296,8 @@ class SparkEngine:
 
 @dataclass
 class SparkEvaluation:
-    """Verdicts and the positions' rejects as Spark frames (cached, or the verdicts written
-    already: `SparkOrdering.written_once`); counts come back to the driver as one row per
-    rule set."""
+    """Verdicts and the positions' rejects as cached Spark frames; counts come back to the
+    driver as one row per rule set."""
 
     work: _Job
     verdicts: DataFrame
@@ -290,17 +309,11 @@ class SparkEvaluation:
 
     def _count(self) -> tuple[pl.DataFrame, pl.DataFrame, int]:
         if self._counts is None:
-            verdicts = self.work.written_counts
-            if verdicts is None:
-                verdicts = polars_frame(self.verdicts.groupBy("rule_set_id").agg(
-                    F.count_if(F.col("verdict") == "W").alias("W"),
-                    F.count_if(F.col("verdict") == "L").alias("L")))
-            if self.work.written is not None:  # no row rejected, no key twice: no job
-                rejected = pl.DataFrame(schema={"rule_set_id": pl.String,
-                                                "rejected": pl.Int64})
-            else:
-                rejected = polars_frame(self.rejects.groupBy("rule_set_id").agg(
-                    F.count(F.lit(1)).alias("rejected")))
+            verdicts = polars_frame(self.verdicts.groupBy("rule_set_id").agg(
+                F.count_if(F.col("verdict") == "W").alias("W"),
+                F.count_if(F.col("verdict") == "L").alias("L")))
+            rejected = polars_frame(self.rejects.groupBy("rule_set_id").agg(
+                F.count(F.lit(1)).alias("rejected")))
             self._counts = (verdicts.cast({"W": pl.Int64, "L": pl.Int64}),
                             rejected.filter(pl.col("rule_set_id").is_not_null())
                             .cast({"rejected": pl.Int64}),
@@ -330,12 +343,6 @@ class SparkEvaluation:
         return polars_frame(self._with_rules(rule_rejects).limit(n))
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
-        if self.work.written is not None:  # written as it was sorted (`written_once`)
-            with writing("verdicts.parquet"):
-                os.rename(self.work.written, staging / "verdicts.parquet")
-                os.rmdir(self.work.written.parent)
-        else:
-            ordered = (self.verdicts if self.work.verdicts_sorted
-                       else self.verdicts.orderBy(*KEYS))
-            self.work.write(ordered, staging / "verdicts.parquet")
+        ordered = self.verdicts if self.work.verdicts_sorted else self.verdicts.orderBy(*KEYS)
+        self.work.write(ordered, staging / "verdicts.parquet")
         self.work.write(self._with_rules(rule_rejects), staging / "rejects.parquet")

@@ -3,20 +3,14 @@
 
 Rows read in key order already (sorted exports) are checked in one pass and keep their
 partitions; any other input is sorted, and the keys it holds twice are found next to each
-other in the sorted frame, so finding duplicates costs no shuffle of its own. With no row
-rejected, the sorted verdicts are written as they are sorted and the driver reads their keys
-back (`written_once`): the usual run sorts once, writes once and caches no sorted row. Only
-the key groups that can hold duplicates go through polars (`split_task`).
+other in the sorted frame, so finding duplicates costs no shuffle of its own. Only the key
+groups that can hold duplicates go through polars (`split_task`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -40,8 +34,6 @@ from pipeline.engines.spark_tasks import (
     repeated_task,
     split_task,
 )
-from pipeline.io.outputs.commit import ZSTD_LEVEL
-from pipeline.io.outputs.failures import storage_failure, writing
 
 log = logging.getLogger(__name__)
 ORDER_PROBE_ROWS = 1 << 16  # first verdict rows that must be in key order for a full check
@@ -52,10 +44,7 @@ MAX_RANGES = 64  # sort partitions placed by a CASE over their bounds; more: Spa
 class SparkOrdering(SparkWork):
     """Key order and duplicate keys of a run's verdicts on Spark."""
 
-    verdicts_sorted: bool = False  # the verdicts are in key order already (cached or written)
-    scratch: Path | None = None  # where sorted verdicts may be written before the output's write
-    written: Path | None = None  # the verdicts, written in key order already (`written_once`)
-    written_counts: pl.DataFrame | None = None  # and their W and L per rule set
+    verdicts_sorted: bool = False  # the verdicts are a cached frame in key order already
 
     def duplicates(self, verdicts: DataFrame, rejected: DataFrame | None,
                    types: dict[str, T.DataType]) -> tuple[DataFrame, DataFrame]:
@@ -77,19 +66,7 @@ class SparkOrdering(SparkWork):
             also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
                                 .distinct())
         key_schema = struct(*[(k, types[k]) for k in KEYS])
-        keyed = verdicts.drop("_loc", "verdict")
-        suspects = self.repeats_in_order(keyed, key_schema)
-        ordered = keyed
-        if suspects is None:  # not in key order as read: sorted
-            ordered = self.sorted(keyed, {f.name: f.dataType for f in key_schema.fields})
-            if also is None and self.scratch is not None:
-                out = ordered.select(*[verdict().alias(c) if c == "verdict" else c
-                                       for c in verdicts.columns if c != "_loc"])
-                if self.written_once(out, types):  # the usual case: no key twice
-                    self.verdicts_sorted = True
-                    return out, rejected
-            ordered = self.persist(ordered)
-            suspects = self.map(ordered.select(*KEYS), repeated_task, key_schema)
+        ordered, suspects = self.key_ordered(verdicts.drop("_loc", "verdict"), key_schema)
         # rare: a rejected row's key, which a verdict may also have
         if also is not None and not also.isEmpty():
             suspects = suspects.unionByName(also.join(ordered.select(*KEYS), KEYS, "left_semi"))
@@ -118,62 +95,31 @@ class SparkOrdering(SparkWork):
         kept = verdicts.join(suspects, KEYS, "left_anti").drop("_loc")
         return kept.unionByName(clean), rejected.unionByName(dups)
 
-    def repeats_in_order(self, verdicts: DataFrame, key_schema: T.StructType
-                         ) -> DataFrame | None:
-        """Every key `verdicts` hold more than once, if they come in key order already
-        (sorted exports, read in file order: they then keep their partitions and need no
-        sort); None if they do not (then they are sorted, and their repeated keys are found
-        next to each other). One pass over the cached keys tells (`in_key_order`); the first
-        rows (`ORDER_PROBE_ROWS`, on the driver) decide whether that pass is worth making:
-        most input is not in key order, and the pass costs a third of the sort. The read's
-        sample of the keys (`read_key_stats`), a subsequence of the rows in their order,
-        tells it without that look when it is out of order itself."""
+    def key_ordered(self, verdicts: DataFrame, key_schema: T.StructType
+                    ) -> tuple[DataFrame, DataFrame]:
+        """(`verdicts` in key order, every key they hold more than once). Rows that come in
+        key order already (sorted exports, read in file order) keep their partitions: one
+        pass over the cached keys tells, and finds the repeated keys, so the sort (a
+        sampling job, a shuffle of every row and a cache) is skipped; any other input is
+        sorted, and its repeated keys are found next to each other in the sorted frame.
+        The first rows (`ORDER_PROBE_ROWS`, on the driver) decide whether that pass is worth
+        making: most input is not in key order, and the pass costs a third of the sort. The
+        read's sample of the keys (`read_key_stats`), a subsequence of the rows in their
+        order, tells it without that look when it is out of order itself."""
         stats = self.read_key_stats()
         if stats is not None and stats.samples != sorted(stats.samples):
             log.info("verdicts: not in key order (the read's sample); sorting them")
-            return None
-        head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
-        if head.equals(head.sort(KEYS, maintain_order=True)):
-            return self.in_key_order(verdicts, key_schema)
-        log.info("verdicts: not in key order (the first rows); sorting them")
-        return None
-
-    def written_once(self, verdicts: DataFrame, types: dict[str, T.DataType]) -> bool:
-        """Sorted verdicts written as they are sorted, with no cache of the sorted rows
-        (into `scratch`, which `written` then names), if they hold no key twice: the driver
-        reads the written keys back, in order, to tell, and counts the verdicts of each rule
-        set as it goes (`written_counts`). With a key twice the written table is removed
-        (False): the verdicts are sorted again, and cached, to take the duplicates out."""
-        assert self.scratch is not None
-        target = self.scratch / "verdicts.parquet"
-        self.write(verdicts, target)
-        with writing(target.name):
-            counts, repeated = read_back(target, {k: pl.Int64 if t == LONG else pl.String
-                                                  for k, t in types.items()})
-        if repeated:
-            log.info("verdicts: some key given twice; sorting them again to take it out")
-            shutil.rmtree(self.scratch)  # this table only
-            return False
-        log.info("verdicts: written as sorted, no key given twice")
-        self.written, self.written_counts = target, counts
-        return True
-
-    @staticmethod
-    def write(df: DataFrame, target: Path) -> None:
-        """A Parquet directory that polars reads as one table: part files only (Spark's
-        _SUCCESS marker and .crc checksums would break a directory scan)."""
-        try:
-            df.write.option("compression", "zstd").option(
-                "parquet.compression.codec.zstd.level", str(ZSTD_LEVEL)).parquet(str(target))
-        except Exception as exc:  # the write runs the job: only storage errors are ours here
-            failure = storage_failure(target.name, exc)
-            if failure is None:
-                raise
-            raise failure from None
-        with writing(target.name):
-            for name in os.listdir(target):
-                if not name.startswith("part-"):
-                    os.remove(target / name)
+        else:
+            head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
+            if head.equals(head.sort(KEYS, maintain_order=True)):
+                in_order = self.in_key_order(verdicts, key_schema)
+                if in_order is not None:
+                    return verdicts, in_order
+            else:
+                log.info("verdicts: not in key order (the first rows); sorting them")
+        ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
+                                                      for f in key_schema.fields}))
+        return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
 
     def in_key_order(self, verdicts: DataFrame, key_schema: T.StructType
                      ) -> DataFrame | None:
@@ -246,40 +192,6 @@ class SparkOrdering(SparkWork):
 def verdict() -> Any:
     """`evaluate.with_verdict`'s verdict: W iff the nim-sum is not 0."""
     return F.when(F.col("nim_sum") != 0, "W").when(F.col("nim_sum") == 0, "L")
-
-
-def read_back(table: Path, dtypes: dict[str, pl.DataType]) -> tuple[pl.DataFrame, bool]:
-    """A Parquet directory of key-sorted verdicts (part files in partition order): W and L
-    per rule set, and whether some key follows itself. One part file at a time (polars'
-    streaming scan: its keys in batches, then a group-by), so the driver holds about one
-    file's row group, whatever the number of files."""
-    files = sorted(table.glob("part-*.parquet"), key=_part_order)
-    counts = [pl.DataFrame(schema={"rule_set_id": dtypes["rule_set_id"], "W": pl.Int64,
-                                   "L": pl.Int64})]
-    last: pl.DataFrame | None = None
-    for f in files:
-        scan = pl.scan_parquet(f, hive_partitioning=False)
-        for keyed in scan.select(KEYS).collect_batches(chunk_size=1 << 20):
-            if not keyed.height:
-                continue
-            before = keyed.shift(1) if last is None else pl.concat([last, keyed.head(-1)])
-            if ((keyed["rule_set_id"] == before["rule_set_id"])
-                    & (keyed["position_id"] == before["position_id"])).any():
-                return counts[0], True
-            last = keyed.tail(1)
-        counts.append(scan.group_by("rule_set_id").agg(
-            (pl.col("verdict") == v).sum().cast(pl.Int64).alias(v) for v in ("W", "L")
-        ).collect())
-    return pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum()), False
-
-
-def _part_order(path: Path) -> tuple[int, int]:
-    """A Spark part file's place: its partition, then its file within the partition
-    (`part-00003-<uuid>-c001...`: more than one with `spark.sql.files.maxRecordsPerFile`)."""
-    found = re.fullmatch(r"part-(\d+)-.*-c(\d+)(\..*)?", path.name)
-    if found is None:
-        raise RuntimeError(f"spark engine: {path.name} is not a part file Spark names")
-    return int(found[1]), int(found[2])
 
 
 def polars_frame(df: DataFrame) -> pl.DataFrame:
