@@ -363,7 +363,7 @@ def run(
     = None,
     memory_limit: Annotated[str | None, typer.Option(
         envvar="SNIM_BATCH_MEMORY_LIMIT",
-        help="Memory the polars engine aims to stay within, e.g. 4GiB; past a quarter of it "
+        help="Memory the polars engine aims to stay within, e.g. 4GiB; past an eighth of it "
              "the verdicts go to scratch as sorted runs. auto: a quarter of the memory "
              "available, at most 3GiB. Default: the config's memory_limit, else auto.")]
     = None,

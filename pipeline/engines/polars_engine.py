@@ -7,7 +7,7 @@ a large input whose rows come in key order (sorted by rule set then position, or
 then rule set, as exports often are) is grouped batch by batch as it streams; any other is
 first split by a hash of the key into scratch files of about LONG_PARTITION_ROWS rows each,
 which are then collected one at a time. The verdicts of either form are held narrow until a
-quarter of the memory setting, then sorted into runs in scratch and merged (`_SortedRuns`).
+eighth of the memory setting, then sorted into runs in scratch and merged (`_SortedRuns`).
 """
 
 from __future__ import annotations
@@ -179,10 +179,10 @@ def memory_limit(config: Config) -> int:
 
 DEFAULT_MEMORY_CAP = 3 << 30
 MIN_MEMORY = 512 << 20
-HELD_SHARE = 4
+HELD_SHARE = 8
 """The verdicts held in memory before they are spilled as a sorted run: a 1/HELD_SHARE of
-the memory setting (sorting them takes as much again, and batches, tables and polars the
-rest)."""
+the memory setting (sorting them takes several times as much while the next batches are
+evaluated; smaller runs also took less time at 100M positions: benchmarks/results)."""
 RUN_SLICE = 1 << 16  # rows per record batch of a run file: what the merge reads at a time
 SEGMENT_SLICES = 8  # record batches per file of a run: written two at a time, read mapped
 
