@@ -753,6 +753,22 @@ def merge_int_runs(list runs, int32_t[::1] bucket_out, int64_t[::1] key_out,
 # then each bucket sorted and rearranged within its own region, which fits in cache, where a
 # sort of row numbers and a gather of the texts by them read the whole text at random.
 
+cdef inline void _place_text(const uint8_t* text, int64_t length, int64_t b, int64_t row,
+                             int64_t[::1] row_fill, int64_t[::1] byte_fill,
+                             int64_t[::1] offsets_out, uint8_t[::1] data_out,
+                             dest_t[::1] order) noexcept nogil:
+    """One text to bucket b's next place: row row_fill[b], bytes at byte_fill[b], both
+    advanced; `row` (its row in the run) recorded as that place's source."""
+    cdef int64_t r = row_fill[b]
+    cdef int64_t at = byte_fill[b]
+    row_fill[b] = r + 1
+    if length:
+        memcpy(&data_out[at], text, <size_t>length)
+    byte_fill[b] = at + length
+    offsets_out[r] = at
+    order[r] = <dest_t>row
+
+
 def scatter_text(const int32_t[::1] bucket, const int64_t[::1] offsets, const uint8_t[::1] data,
                  int64_t[::1] row_fill, int64_t[::1] byte_fill, int64_t[::1] offsets_out,
                  uint8_t[::1] data_out, dest_t[::1] order, int64_t base):
@@ -760,22 +776,12 @@ def scatter_text(const int32_t[::1] bucket, const int64_t[::1] offsets, const ui
     row row_fill[b], its bytes at byte_fill[b], both advanced."""
     cdef Py_ssize_t n = bucket.shape[0]
     cdef Py_ssize_t i
-    cdef int64_t b, r, at, start, length
     if offsets.shape[0] != n + 1:
         raise ValueError("scatter_text: offsets do not match the rows")
     with nogil:
         for i in range(n):
-            b = bucket[i]
-            r = row_fill[b]
-            row_fill[b] = r + 1
-            at = byte_fill[b]
-            start = offsets[i]
-            length = offsets[i + 1] - start
-            if length:
-                memcpy(&data_out[at], &data[start], <size_t>length)
-            byte_fill[b] = at + length
-            offsets_out[r] = at
-            order[r] = <dest_t>(base + i)
+            _place_text(&data[0] + offsets[i], offsets[i + 1] - offsets[i], bucket[i],
+                        base + i, row_fill, byte_fill, offsets_out, data_out, order)
 
 
 def scatter_text_views(const int32_t[::1] bucket, const int32_t[:, ::1] views, list buffers,
@@ -787,7 +793,7 @@ def scatter_text_views(const int32_t[::1] bucket, const int32_t[:, ::1] views, l
     its data buffer in `buffers` and its start there)."""
     cdef Py_ssize_t n = bucket.shape[0]
     cdef Py_ssize_t i, k = len(buffers)
-    cdef int64_t b, r, at, length, start, where
+    cdef int64_t length, start, where
     cdef const uint8_t[::1] buf
     cdef const uint8_t** data = NULL
     cdef int64_t* sizes = NULL
@@ -813,19 +819,10 @@ def scatter_text_views(const int32_t[::1] bucket, const int32_t[:, ::1] views, l
                     raise ValueError("scatter_text_views: a view is out of its buffers")
         with nogil:
             for i in range(n):
-                b = bucket[i]
-                r = row_fill[b]
-                row_fill[b] = r + 1
-                at = byte_fill[b]
                 length = views[i, 0]
-                if length > 12:
-                    memcpy(&data_out[at], data[views[i, 2]] + <uint32_t>views[i, 3],
-                           <size_t>length)
-                elif length:
-                    memcpy(&data_out[at], (<const uint8_t*>&views[i, 0]) + 4, <size_t>length)
-                byte_fill[b] = at + length
-                offsets_out[r] = at
-                order[r] = <dest_t>(base + i)
+                _place_text(data[views[i, 2]] + <uint32_t>views[i, 3] if length > 12
+                            else (<const uint8_t*>&views[i, 0]) + 4, length, bucket[i],
+                            base + i, row_fill, byte_fill, offsets_out, data_out, order)
     finally:
         free(data)
         free(sizes)
