@@ -312,3 +312,34 @@ def test_spilled_long_form_gives_the_in_memory_tables(tmp_path, monkeypatch, key
     verdicts = pl.read_parquet(tmp_path / "spilled" / "verdicts.parquet")
     assert verdicts.height == 598
     assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
+
+
+@pytest.mark.slow
+def test_sigterm_while_long_form_spills_leaves_no_scratch(tmp_path):
+    """The same for long form: 3M long rows in key order (grouped as they stream), every
+    batch's verdicts a run (--memory-limit 1 byte), SIGTERM once the first run is in scratch:
+    exit 143, and neither scratch directory nor the staging directory is left."""
+    rng = np.random.default_rng(7)
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[r[0][1:], *r[1:]] for r in RULES[:4]])
+    n = 3 << 20
+    (tmp_path / "positions").mkdir()
+    pl.DataFrame({"rule_set_id": np.repeat(np.arange(1, 5), n // 4),
+                  "position_id": np.arange(n) // 3,
+                  "heap": rng.integers(0, 1000, n)}
+                 ).write_parquet(tmp_path / "positions" / "p.parquet")
+    proc = subprocess.Popen([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
+                             "positions", "--out", "out", "--memory-limit", "1", "--quiet"],
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.rglob(".verdict-runs/0-0.arrows")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
