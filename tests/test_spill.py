@@ -217,21 +217,7 @@ def test_sigterm_while_spilling_leaves_no_scratch(tmp_path):
         "position_id": pl.Series(np.frombuffer(rng.bytes(16 * n), "S16"),
                                  dtype=pl.Binary).bin.encode("hex"),
         "heaps": pl.Series(heaps)}).write_parquet(tmp_path / "positions" / "p.parquet")
-    proc = subprocess.Popen([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
-                             "positions", "--out", "out", "--memory-limit", "1", "--quiet"],
-                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.rglob(".verdict-runs/0-0.arrows")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, err
-    assert err == "snim-batch: stopped by SIGTERM; nothing was written\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+    _stopped_once_a_run_is_spilled(tmp_path)
 
 
 def test_the_memory_setting_given_or_derived():
@@ -328,12 +314,19 @@ def test_sigterm_while_long_form_spills_leaves_no_scratch(tmp_path):
                   "position_id": np.arange(n) // 3,
                   "heap": rng.integers(0, 1000, n)}
                  ).write_parquet(tmp_path / "positions" / "p.parquet")
+    _stopped_once_a_run_is_spilled(tmp_path)
+
+
+def _stopped_once_a_run_is_spilled(where: Path) -> None:
+    """Run the real CLI on `where`'s rules.csv and positions with every batch a run
+    (--memory-limit 1), SIGTERM it once the first run file exists: exit 143, the one stop
+    line, and neither the scratch nor the staging directory left."""
     proc = subprocess.Popen([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
                              "positions", "--out", "out", "--memory-limit", "1", "--quiet"],
-                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+                            cwd=where, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not list(tmp_path.rglob(".verdict-runs/0-0.arrows")):
+        while not list(where.rglob(".verdict-runs/0-0.arrows")):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.01)
         proc.send_signal(signal.SIGTERM)
@@ -342,4 +335,4 @@ def test_sigterm_while_long_form_spills_leaves_no_scratch(tmp_path):
         proc.kill()
     assert proc.returncode == 143, err
     assert err == "snim-batch: stopped by SIGTERM; nothing was written\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+    assert sorted(p.name for p in where.iterdir()) == ["positions", "rules.csv"]
