@@ -650,12 +650,18 @@ def bench(repeat: int, before: Path | None = None, s3_positions: int = TEN_M,
 # --------------------------------------------------------------------------- Spark rows
 
 
-def spark_runs(one, ds: Dataset, data: Path) -> None:
+def spark_runs(one, ds: Dataset, data: Path, before: Path | None = None) -> None:
     """The Spark engine (no Spark settings: the session's defaults) and the hand-rolled Spark
-    SQL plan on `ds`, in the same round as the polars engine's run of the same data."""
+    SQL plan on `ds`, in the same round as the polars engine's run of the same data; with
+    `before`, also that checkout's Spark engine."""
     out = RES / f"spark_{ds.name}"
     one("spark_engine", run_argv(ds, data, out, "--no-winning-moves", "--engine", "spark",
                                  "--spark-master", SPARK_MASTER), out=out, cwd=RES / "cwd")
+    if before is not None:
+        old = RES / f"spark_before_{ds.name}"
+        one("spark_before", run_argv(ds, data, old, "--no-winning-moves", "--engine", "spark",
+                                     "--spark-master", SPARK_MASTER),
+            out=old, cwd=RES / "cwd", code=before)
     one("spark_start", [str(PY), str(BENCH / "spark_start.py"), SPARK_MASTER], cwd=RES / "cwd")
     one("spark_floor", [str(PY), str(BENCH / "spark_floor.py"),
                         str(data / "positions" / "*.parquet"), str(RES / "spark_floor_out"),
@@ -711,7 +717,21 @@ def spark_section(r: dict[str, Proc], ds: Dataset, checks: dict[str, str],
         f"{checks['engine']}; plan {checks['plan']}.", ""]
 
 
-def bench_spark(repeat: int) -> None:
+def spark_before(r: dict[str, Proc], before: Path | None) -> list[str]:
+    """The before checkout's Spark engine against this one's, and both against the floor."""
+    if before is None:
+        return []
+    old, new, floor_run = r["spark_before"], r["spark_engine"], r["spark_floor"]
+    return [f"### Before and after: `--before {before}` (commit "
+            f"{_git('rev-parse', '--short', 'HEAD', cwd=before)})", "",
+            "| Spark engine | wall (s) | phases (s) | / floor |", "|---|--:|---|--:|",
+            *[f"| {label} | {secs(p.wall_s)} | {p.values.get('phases', '—')} | "
+              f"{ratio(p.wall_s, floor_run.wall_s)} |"
+              for label, p in (("before", old), ("after", new))], "",
+            f"After / before: **{ratio(new.wall_s, old.wall_s)}**.", ""]
+
+
+def bench_spark(repeat: int, before: Path | None = None) -> None:
     """`bench.py --spark`: only the Spark rows (and the polars run they compare with)."""
     env = environment()
     ds = MATRIX[0][1]
@@ -734,11 +754,11 @@ def bench_spark(repeat: int) -> None:
         out = RES / f"run_{ds.name}"
         one(f"run_{ds.name}", run_argv(ds, data, out, "--no-winning-moves"), out=out,
             cwd=RES / "cwd")
-        spark_runs(one, ds, data)
+        spark_runs(one, ds, data, before)
     checks = spark_verified(ds, RES / f"run_{ds.name}" / "verdicts.parquet")
     r = {k: best(v) for k, v in runs.items()}
     text = "\n".join(["# snim-batch benchmarks: Spark rows", "", *env, "",
-                      *spark_section(r, ds, checks, floor)])
+                      *spark_section(r, ds, checks, floor), *spark_before(r, before)])
     (RES / "SPARK.md").write_text(text)
     print(text)
     log(f"wrote {(RES / 'SPARK.md').relative_to(ROOT)}")
@@ -1242,7 +1262,7 @@ def main() -> int:
                 bench_memory([int(m) * 1_000_000 for m in args.memory_sizes.split(",")],
                              args.before)
             elif args.spark:
-                bench_spark(args.repeat)
+                bench_spark(args.repeat, args.before)
             elif args.spark_scaling:
                 bench_spark_scaling(args.repeat)
             else:

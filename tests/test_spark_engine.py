@@ -13,6 +13,7 @@ import logging
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -542,6 +543,80 @@ def test_input_in_key_order_skips_the_sort_and_still_finds_duplicates(spark, tmp
     assert sorted(x for x in reasons if "appears" in x) == sorted(
         ["position_id 2999 appears 2 times for rule_set_id 2"] * 2
         + [f"position_id {early[9]} appears 2 times for rule_set_id 1"] * 2)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("keys", ["int", "str"])
+@pytest.mark.parametrize("twice", [False, True])
+def test_sorted_verdicts_are_tallied_as_written(spark, tmp_path, caplog, keys, twice):
+    """Verdicts out of key order, no rejected row, are sorted as they are written, and
+    their repeated keys and counts tallied on the way (no cache, no job of their own).
+    A key given twice (across files) is found by that tally: the written verdicts are
+    dropped and the duplicates split off by the cached path. Both: the polars engine's
+    four tables, and each position's verdict is the game-tree search's."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "1 3 4"], [2, "nim", ""], [3, "half", ""]])
+    rng = random.Random(f"tally-{keys}-{twice}")
+    rows = [(rng.choice([1, 2, 3]), pid, [rng.randint(0, 12) for _ in range(rng.randint(1, 3))])
+            for pid in rng.sample(range(10_000), 2000)]
+
+    def part(path: Path, chunk: list) -> None:
+        write_parquet(path, {"rule_set_id": [x[0] for x in chunk],
+                             "position_id": [pid(x[1]) for x in chunk],
+                             "heaps": [x[2] for x in chunk]},
+                      {"rule_set_id": pl.Int64,
+                       "position_id": pl.String if keys == "str" else pl.Int64, "heaps": HEAPS})
+
+    def pid(value: int) -> int | str:
+        return f"p{value}" if keys == "str" else value
+
+    d = tmp_path / "positions"
+    part(d / "a.parquet", rows[:1000])
+    part(d / "b.parquet", rows[1000:] + ([rows[17]] if twice else []))
+    with caplog.at_level(logging.INFO, logger="pipeline.engines"):
+        expected, got = run_both(tmp_path, rules=str(r), positions=str(d))
+    assert any("tallied on the way" in m for m in caplog.messages)
+    assert any("splitting the duplicates off" in m for m in caplog.messages) == twice
+    kinds = {1: ("", (1, 3, 4)), 2: ("nim", ()), 3: ("half", ())}
+    verdicts = outputs(got)["verdicts"]
+    assert verdicts.height == 2000 - (1 if twice else 0)
+    want = {(rid, pid(p)): "W" if wins(*kinds[rid], tuple(heaps)) else "L"
+            for rid, p, heaps in rows if not (twice and (rid, p) == rows[17][:2])}
+    assert dict(zip(zip(verdicts["rule_set_id"], verdicts["position_id"]),
+                    verdicts["verdict"])) == want
+    summary = outputs(got)["summary"]  # the tally's counts
+    assert {(rid, w, lose) for rid, w, lose in summary.select("rule_set_id", "W", "L").rows()} == {
+        (rid, sum(v == "W" for (r, _), v in want.items() if r == rid),
+         sum(v == "L" for (r, _), v in want.items() if r == rid)) for rid in (1, 2, 3)}
+    reasons = outputs(expected)["rejects"]["reason"].to_list()
+    assert sum("appears" in x for x in reasons) == (2 if twice else 0)
+
+
+def test_tallies_of_partitions_add_up_and_find_a_key_across_them():
+    """`tallied_counts` over partitions given in any order: W/L of a rule set that spans two
+    partitions add up; a key repeated inside a partition, or ending one partition and
+    starting the next, means the verdicts hold it twice (None)."""
+    from pyspark.sql import types as T
+
+    from pipeline.engines.spark_ordering import tallied_counts
+    from pipeline.engines.spark_tasks import PartitionTally
+
+    def part(first, last, repeated, counts):
+        return PartitionTally(first, last, repeated, pl.DataFrame(
+            counts, schema={"rule_set_id": pl.Int64, "W": pl.UInt32, "L": pl.UInt32},
+            orient="row"))
+
+    types = {"rule_set_id": T.LongType(), "position_id": T.LongType()}
+    b = part((2, 0), (3, 9), 0, [(2, 1, 1), (3, 4, 0)])
+    a = part((1, 5), (2, -1), 0, [(1, 2, 3), (2, 5, 0)])
+    counts = tallied_counts({b.first: b, a.first: a}, types)
+    assert counts is not None
+    assert sorted(counts.rows()) == [(1, 2, 3), (2, 6, 1), (3, 4, 0)]
+    assert counts.schema["W"] == pl.Int64
+    assert tallied_counts({a.first: a, b.first: replace(b, repeated=1)}, types) is None
+    across = replace(b, first=(2, -1))
+    assert tallied_counts({a.first: a, across.first: across}, types) is None
+    assert tallied_counts({}, types).height == 0
 
 
 @pytest.mark.spark

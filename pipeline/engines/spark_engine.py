@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -55,7 +56,12 @@ from pipeline.config import Config
 from pipeline.engines.base import PositionsJob
 from pipeline.engines.spark_connect import connect_session, is_connect, lost_server
 from pipeline.engines.spark_hadoop import hadoop_filesystems
-from pipeline.engines.spark_ordering import SparkOrdering, polars_frame, verdict
+from pipeline.engines.spark_ordering import (
+    SparkOrdering,
+    polars_frame,
+    tallied_counts,
+    verdict,
+)
 from pipeline.engines.spark_reading import pairs, struct
 from pipeline.engines.spark_session import (
     SESSION_CONF,
@@ -189,6 +195,17 @@ class _Job(SparkOrdering):
 
     # -- output --
 
+    def write_tallied(self, verdicts: DataFrame, target: Path) -> pl.DataFrame | None:
+        """Write verdicts that `tally_task` tallies on their way (`duplicates`): their W/L
+        per rule set, or None, with nothing left at `target`, if they hold a key twice."""
+        self.write(verdicts, target)
+        counts = tallied_counts(self.write_tally.value, {k: verdicts.schema[k].dataType
+                                                   for k in KEYS})
+        if counts is None:
+            log.info("verdicts: a key is given more than once; splitting the duplicates off")
+            shutil.rmtree(target)
+        return counts
+
     @staticmethod
     def write(df: DataFrame, target: Path) -> None:
         """A Parquet directory that polars reads as one table: part files only (Spark's
@@ -279,10 +296,16 @@ class SparkEngine:
                     f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)"))
                 norm = work.number_rows(norm, rows_per_file)
                 verdicts, rejects = work.wide(norm) if job.form == "wide" else work.long(norm)
+                written = None
+                if work.write_tally is not None:
+                    written = work.write_tallied(verdicts, job.staging / "verdicts.parquet")
+                    if written is None:
+                        verdicts, rejects = work.untallied()
                 rejects = rejects.withColumn("column", _input_column_names(config, job.form))
                 if not work.verdicts_sorted:
                     verdicts = work.persist(verdicts)
-                yield SparkEvaluation(work, verdicts, work.persist(rejects), rows_per_file)
+                yield SparkEvaluation(work, verdicts, work.persist(rejects), rows_per_file,
+                                      written)
                 work.close()
             failed = False
         finally:
@@ -305,13 +328,17 @@ class SparkEvaluation:
     rows_per_file: list[int]
     """Each file's rows as Spark's tasks read them (hdfs:// files have no count of their
     own to reconcile them with: Spark's is the only one)."""
+    written: pl.DataFrame | None = None
+    """W and L per rule set of verdicts already written to the staging directory (as they
+    were tallied: `write_tallied`); None: `write` writes them."""
     _counts: tuple[pl.DataFrame, pl.DataFrame, int] | None = field(default=None, repr=False)
 
     def _count(self) -> tuple[pl.DataFrame, pl.DataFrame, int]:
         if self._counts is None:
-            verdicts = polars_frame(self.verdicts.groupBy("rule_set_id").agg(
-                F.count_if(F.col("verdict") == "W").alias("W"),
-                F.count_if(F.col("verdict") == "L").alias("L")))
+            verdicts = self.written if self.written is not None else polars_frame(
+                self.verdicts.groupBy("rule_set_id").agg(
+                    F.count_if(F.col("verdict") == "W").alias("W"),
+                    F.count_if(F.col("verdict") == "L").alias("L")))
             rejected = polars_frame(self.rejects.groupBy("rule_set_id").agg(
                 F.count(F.lit(1)).alias("rejected")))
             self._counts = (verdicts.cast({"W": pl.Int64, "L": pl.Int64}),
@@ -343,6 +370,8 @@ class SparkEvaluation:
         return polars_frame(self._with_rules(rule_rejects).limit(n))
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
-        ordered = self.verdicts if self.work.verdicts_sorted else self.verdicts.orderBy(*KEYS)
-        self.work.write(ordered, staging / "verdicts.parquet")
+        if self.written is None:
+            ordered = (self.verdicts if self.work.verdicts_sorted
+                       else self.verdicts.orderBy(*KEYS))
+            self.work.write(ordered, staging / "verdicts.parquet")
         self.work.write(self._with_rules(rule_rejects), staging / "rejects.parquet")

@@ -5,6 +5,12 @@ Rows read in key order already (sorted exports) are checked in one pass and keep
 partitions; any other input is sorted, and the keys it holds twice are found next to each
 other in the sorted frame, so finding duplicates costs no shuffle of its own. Only the key
 groups that can hold duplicates go through polars (`split_task`).
+
+Sorted rows are usually checked as they are written: a pass-through task on the way to the
+write (`tally_task`) tallies each partition's repeated keys and W/L counts into an
+accumulator; only if that finds a key twice is the written output dropped and the rows
+sorted again, cached and split (`untallied`). Where no accumulator exists (Spark Connect),
+or a rejected row shares a verdict's key, the cached path runs from the start.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from pipeline.engines.spark_tasks import (
     REJECT_SCHEMA,
     STRING,
     SUMMARY,
+    PartitionTally,
     cast_keys_task,
     order_task,
     repeated_task,
     split_task,
+    tally_task,
 )
 
 log = logging.getLogger(__name__)
@@ -44,13 +52,22 @@ MAX_RANGES = 64  # sort partitions placed by a CASE over their bounds; more: Spa
 class SparkOrdering(SparkWork):
     """Key order and duplicate keys of a run's verdicts on Spark."""
 
-    verdicts_sorted: bool = False  # the verdicts are a cached frame in key order already
+    verdicts_sorted: bool = False  # the verdicts are in key order (cached, or tallied)
+    write_tally: Any = None  # the accumulator of the write's `tally_task`, when it tallies them
+    deferred: tuple[DataFrame, DataFrame, dict[str, T.DataType]] | None = None
+    """What `duplicates` was given when it deferred the check to the write (`untallied`)."""
 
     def duplicates(self, verdicts: DataFrame, rejected: DataFrame | None,
-                   types: dict[str, T.DataType]) -> tuple[DataFrame, DataFrame]:
+                   types: dict[str, T.DataType], *, tally: bool = True
+                   ) -> tuple[DataFrame, DataFrame]:
         """`ordering.split_duplicates`, run on the key groups that can hold duplicates (a
         key twice among the verdicts, or also among the rejected rows): the other verdict
-        rows do not move. `rejected` None: no row was rejected (known without a job)."""
+        rows do not move. `rejected` None: no row was rejected (known without a job).
+
+        Verdicts that must be sorted, and whose keys no rejected row has, are sorted as they
+        are written and tallied on their way (`tally_task`): no cache of the sorted rows, no
+        job of their own for the repeated keys and the counts. `tally` False, or on Spark
+        Connect (no accumulators): the sorted rows are cached and checked first."""
         casted_schema = struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS])
         if rejected is None:  # empty frames of Spark's own (no Python task to make them)
             rejected = self.spark.range(0).select(*nulls(REJECT_SCHEMA))
@@ -65,17 +82,33 @@ class SparkOrdering(SparkWork):
                                    & F.col("_k_position_id").isNotNull())
             also = self.persist(casted.select(*[F.col(f"_k_{k}").alias(k) for k in KEYS])
                                 .distinct())
+            if also.isEmpty():  # the usual case: no rejected row has a verdict's key
+                also = None
         key_schema = struct(*[(k, types[k]) for k in KEYS])
-        ordered, suspects = self.key_ordered(verdicts.drop("_loc", "verdict"), key_schema)
+        keyed = verdicts.drop("_loc", "verdict")
+        columns = [c for c in verdicts.columns if c != "_loc"]
+        repeated = self.in_order_repeats(keyed, key_schema)
+        if repeated is None and tally and also is None and not is_connect(self.spark):
+            self.write_tally = self.spark.sparkContext.accumulator({}, _Tallies())
+            self.deferred = (verdicts, rejected, types)
+            self.verdicts_sorted = True
+            log.info("verdicts: sorted as they are written, their keys tallied on the way")
+            sorted_keyed = self.sorted(keyed, types)
+            return _with_verdict(self.map(sorted_keyed, tally_task, sorted_keyed.schema,
+                                          tally=self.write_tally), columns), rejected
+        ordered = keyed
+        if repeated is None:
+            ordered = self.persist(self.sorted(keyed, types))
+            repeated = self.map(ordered.select(*KEYS), repeated_task, key_schema)
         # rare: a rejected row's key, which a verdict may also have
-        if also is not None and not also.isEmpty():
+        suspects = repeated
+        if also is not None:
             suspects = suspects.unionByName(also.join(ordered.select(*KEYS), KEYS, "left_semi"))
         suspects = self.persist(suspects)
-        columns = [c for c in verdicts.columns]
         if suspects.isEmpty():  # the usual case: the verdicts are sorted already
             self.verdicts_sorted = True
-            return ordered.select(*[verdict().alias(c) if c == "verdict" else c
-                                    for c in columns if c != "_loc"]), rejected
+            return _with_verdict(ordered, columns), rejected
+        columns = verdicts.columns
         verdict_side = verdicts.join(suspects, KEYS, "left_semi").select(
             F.lit(0).alias("_side"), *columns,
             *nulls(REJECT_SCHEMA, drop=tuple(KEYS)),
@@ -95,31 +128,33 @@ class SparkOrdering(SparkWork):
         kept = verdicts.join(suspects, KEYS, "left_anti").drop("_loc")
         return kept.unionByName(clean), rejected.unionByName(dups)
 
-    def key_ordered(self, verdicts: DataFrame, key_schema: T.StructType
-                    ) -> tuple[DataFrame, DataFrame]:
-        """(`verdicts` in key order, every key they hold more than once). Rows that come in
-        key order already (sorted exports, read in file order) keep their partitions: one
-        pass over the cached keys tells, and finds the repeated keys, so the sort (a
-        sampling job, a shuffle of every row and a cache) is skipped; any other input is
-        sorted, and its repeated keys are found next to each other in the sorted frame.
-        The first rows (`ORDER_PROBE_ROWS`, on the driver) decide whether that pass is worth
-        making: most input is not in key order, and the pass costs a third of the sort. The
-        read's sample of the keys (`read_key_stats`), a subsequence of the rows in their
-        order, tells it without that look when it is out of order itself."""
+    def untallied(self) -> tuple[DataFrame, DataFrame]:
+        """The verdicts and rejects again, by the path that caches the sorted rows and
+        splits the duplicates off first: for a write whose tally found a key twice."""
+        assert self.deferred is not None
+        verdicts, rejected, types = self.deferred
+        self.write_tally, self.deferred, self.verdicts_sorted = None, None, False
+        return self.duplicates(verdicts, rejected, types, tally=False)
+
+    def in_order_repeats(self, verdicts: DataFrame, key_schema: T.StructType
+                         ) -> DataFrame | None:
+        """The keys `verdicts` hold more than once if their rows come in key order already
+        (sorted exports, read in file order), found in one pass over the cached keys that
+        keeps their partitions (no sort: a sampling job, a shuffle of every row); None if
+        they must be sorted. The first rows (`ORDER_PROBE_ROWS`, on the driver) decide
+        whether that pass is worth making: most input is not in key order, and the pass
+        costs a third of the sort. The read's sample of the keys (`read_key_stats`), a
+        subsequence of the rows in their order, tells it without that look when it is out
+        of order itself."""
         stats = self.read_key_stats()
         if stats is not None and stats.samples != sorted(stats.samples):
             log.info("verdicts: not in key order (the read's sample); sorting them")
-        else:
-            head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
-            if head.equals(head.sort(KEYS, maintain_order=True)):
-                in_order = self.in_key_order(verdicts, key_schema)
-                if in_order is not None:
-                    return verdicts, in_order
-            else:
-                log.info("verdicts: not in key order (the first rows); sorting them")
-        ordered = self.persist(self.sorted(verdicts, {f.name: f.dataType
-                                                      for f in key_schema.fields}))
-        return ordered, self.map(ordered.select(*KEYS), repeated_task, key_schema)
+            return None
+        head = polars_frame(verdicts.select(*KEYS).limit(ORDER_PROBE_ROWS))
+        if head.equals(head.sort(KEYS, maintain_order=True)):
+            return self.in_key_order(verdicts, key_schema)
+        log.info("verdicts: not in key order (the first rows); sorting them")
+        return None
 
     def in_key_order(self, verdicts: DataFrame, key_schema: T.StructType
                      ) -> DataFrame | None:
@@ -187,6 +222,37 @@ class SparkOrdering(SparkWork):
                 or any(f.default_pid for f in self.schemas)):
             return None
         return self.key_stats
+
+
+class _Tallies:
+    """The accumulator of `tally_task`'s partitions (an AccumulatorParam): one entry per
+    partition, keyed by its first key."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, tallies: dict, more: dict) -> dict:  # noqa: N802 - Spark's name
+        tallies.update(more)
+        return tallies
+
+
+def tallied_counts(tallies: dict[Any, PartitionTally], types: dict[str, T.DataType]
+                   ) -> pl.DataFrame | None:
+    """W and L per rule set of verdicts written with `tally_task`, or None if they hold a
+    key twice (within a partition, or ending one and starting the next)."""
+    parts = [tallies[first] for first in sorted(tallies)]
+    if any(p.repeated for p in parts) or any(
+            a.last == b.first for a, b in zip(parts, parts[1:])):
+        return None
+    empty = pl.DataFrame(schema={"rule_set_id": pl.Int64 if types["rule_set_id"] == LONG
+                                 else pl.String, "W": pl.Int64, "L": pl.Int64})
+    return (pl.concat([empty, *[p.counts.cast(empty.schema) for p in parts]])
+            .group_by("rule_set_id").agg(pl.col("W", "L").sum()))
+
+
+def _with_verdict(ordered: DataFrame, columns: list[str]) -> DataFrame:
+    """The output's columns (`columns`), the verdict made from the nim-sum."""
+    return ordered.select(*[verdict().alias(c) if c == "verdict" else c for c in columns])
 
 
 def verdict() -> Any:

@@ -1,6 +1,7 @@
 """The Spark engine's per-partition steps: each runs inside a Python worker on an executor, on
 the Arrow batches `mapInArrow` hands it, and calls the same transforms as the polars engine
-(so every row-level rule is the polars engine's). Nothing here talks to Spark itself."""
+(so every row-level rule is the polars engine's). Nothing here talks to Spark itself (a
+tally is handed an accumulator and only adds to it)."""
 
 from __future__ import annotations
 
@@ -330,6 +331,16 @@ def cast_keys_task(batches: Batches, dtypes: dict[str, pl.DataType],
             keys.rejected_key_as(k, dtypes[k]).alias(f"_k_{k}") for k in KEYS), schema)
 
 
+def _before(keyed: pl.DataFrame, last: pl.DataFrame | None) -> pl.DataFrame:
+    """The key before each key (`last`: the previous batch's last key; none for the first)."""
+    return keyed.shift(1) if last is None else pl.concat([last, keyed.head(-1)])
+
+
+def _same_as_before(keyed: pl.DataFrame, before: pl.DataFrame) -> pl.Series:
+    return ((keyed["rule_set_id"] == before["rule_set_id"])
+            & (keyed["position_id"] == before["position_id"])).fill_null(False)
+
+
 def repeated_task(batches: Batches, schema: T.StructType) -> Batches:
     """The keys equal to the key before them, in a partition sorted by key (a range
     partitioning keeps equal keys in one partition): every key given more than once."""
@@ -338,11 +349,46 @@ def repeated_task(batches: Batches, schema: T.StructType) -> Batches:
         frame = _frame(batch).select(KEYS)
         if not frame.height:
             continue
-        before = frame.shift(1) if last is None else pl.concat([last, frame.head(-1)])
-        same = (frame["rule_set_id"] == before["rule_set_id"]) & (
-            frame["position_id"] == before["position_id"])
+        same = _same_as_before(frame, _before(frame, last))
         last = frame.tail(1)
-        yield from _out(frame.filter(same.fill_null(False)), schema)
+        yield from _out(frame.filter(same), schema)
+
+
+@dataclass(frozen=True)
+class PartitionTally:
+    """One partition of key-sorted verdicts as `tally_task` saw it pass to the write."""
+
+    first: tuple[Any, Any]
+    last: tuple[Any, Any]
+    repeated: int  # keys equal to the key before them
+    counts: pl.DataFrame  # rule_set_id, W, L
+
+
+def tally_task(batches: Batches, tally: Any, schema: T.StructType) -> Batches:
+    """Verdict rows of a partition sorted by key, passed on unchanged to the write and
+    tallied as they pass: the first and last key, the keys equal to the key before them
+    (every key given twice: a range partitioning keeps equal keys in one partition) and W/L
+    per rule set. The tally is added to `tally` (an accumulator) under the partition's first
+    key, so a task that Spark runs again adds the same entry, not a second one."""
+    first: pl.DataFrame | None = None
+    last: pl.DataFrame | None = None
+    repeated = 0
+    counts = []
+    for batch in batches:
+        if batch.num_rows:
+            frame = _frame(batch)
+            keyed = frame.select(KEYS)
+            repeated += int(_same_as_before(keyed, _before(keyed, last)).sum())
+            first = keyed.head(1) if first is None else first
+            last = keyed.tail(1)
+            counts.append(frame.group_by("rule_set_id").agg(
+                (pl.col("nim_sum") != 0).sum().alias("W"),
+                (pl.col("nim_sum") == 0).sum().alias("L")))
+        yield batch
+    if first is not None and last is not None:
+        per_rule_set = pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum())
+        tally.add({first.row(0): PartitionTally(first.row(0), last.row(0), repeated,
+                                                per_rule_set)})
 
 
 def order_task(batches: Batches, schema: T.StructType) -> Batches:
@@ -362,10 +408,10 @@ def order_task(batches: Batches, schema: T.StructType) -> Batches:
         keyed = frame.select(KEYS)
         if first is None:
             first = frame.head(1)
-        before = keyed.shift(1) if last is None else pl.concat([last, keyed.head(-1)])
+        before = _before(keyed, last)
+        same = _same_as_before(keyed, before)
         r, p = keyed["rule_set_id"], keyed["position_id"]
         r0, p0 = before["rule_set_id"], before["position_id"]
-        same = ((r == r0) & (p == p0)).fill_null(False)
         in_order = in_order and bool(((r0 < r) | ((r0 == r) & (p0 <= p))).fill_null(True).all())
         last = keyed.tail(1)
         repeated = keyed.filter(same)
