@@ -130,12 +130,9 @@ class PolarsEvaluation:
 
 
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   on_event: OnEvent, read_cache: RunCache | None = None,
-                   runs: _SortedRuns | None = None
+                   on_event: OnEvent, read_cache: RunCache | None, runs: _SortedRuns
                    ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame, np.ndarray]:
     rejects, rows_read = [], 0
-    if runs is None:
-        runs = _SortedRuns(_rule_ids(index), None, None)
     rows = _RowsPerFile(len(paths))
     keep = _verdict_columns(config)
     rule_ids = runs.rule_ids
@@ -233,7 +230,7 @@ class _SortedRuns:
     `ordering.key_sorted_verdicts`."""
 
     def __init__(self, rule_ids: pl.Series, limit: int | None,
-                 open_scratch: Callable[[], tuple[Spill, ThreadPoolExecutor]] | None,
+                 open_scratch: Callable[[], tuple[Spill, ThreadPoolExecutor]],
                  typed_by_rows: bool = True):
         self.rule_ids = rule_ids
         self.typed_by_rows = typed_by_rows
@@ -602,15 +599,12 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
 
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   staging: Path, on_event: OnEvent, read_cache: RunCache | None = None,
-                   new_runs: Callable[[bool], _SortedRuns] | None = None
+                   staging: Path, on_event: OnEvent, read_cache: RunCache | None,
+                   new_runs: Callable[[bool], _SortedRuns]
                    ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame, np.ndarray]:
     """(verdicts, in memory or merged from sorted runs; rejects; rows read per file). The
-    verdicts go through `_SortedRuns` (`new_runs`; None: held in memory) as wide ones do, so
-    that memory does not grow with the input."""
-    if new_runs is None:
-        def new_runs(typed_by_rows: bool) -> _SortedRuns:
-            return _SortedRuns(_rule_ids(index), None, None, typed_by_rows)
+    verdicts go through `_SortedRuns` (made by `new_runs`) as wide ones do, so that memory
+    does not grow with the input."""
     batches = position_batches(paths, config, "long", cache=read_cache)
     parts = -(-row_estimate(paths, cache=read_cache) // LONG_PARTITION_ROWS)
     per_file = _RowsPerFile(len(paths))
