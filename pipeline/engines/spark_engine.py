@@ -319,8 +319,8 @@ class SparkEngine:
 
 @dataclass
 class SparkEvaluation:
-    """Verdicts and the positions' rejects as cached Spark frames; counts come back to the
-    driver as one row per rule set."""
+    """Verdicts (or, once written, their counts) and the positions' rejects as Spark frames;
+    counts come back to the driver as one row per rule set."""
 
     work: _Job
     verdicts: DataFrame
