@@ -553,9 +553,11 @@ def test_sorted_verdicts_are_tallied_as_written(spark, tmp_path, caplog, keys, t
     their repeated keys and counts tallied on the way (no cache, no job of their own).
     A key given twice (across files) is found by that tally: the written verdicts are
     dropped and the duplicates split off by the cached path. Both: the polars engine's
-    four tables, and each position's verdict is the game-tree search's."""
+    four tables, and each position's verdict is the game-tree search's. With integer ids a
+    rule row is rejected too: the problems shown list it though no position row is."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
-                  [[1, "", "1 3 4"], [2, "nim", ""], [3, "half", ""]])
+                  [[1, "", "1 3 4"], [2, "", "2 5"], [3, "", "1 2"],
+                   *([[4, "", "0 2"]] if keys == "int" else [])])
     rng = random.Random(f"tally-{keys}-{twice}")
     rows = [(rng.choice([1, 2, 3]), pid, [rng.randint(0, 12) for _ in range(rng.randint(1, 3))])
             for pid in rng.sample(range(10_000), 2000)]
@@ -577,7 +579,7 @@ def test_sorted_verdicts_are_tallied_as_written(spark, tmp_path, caplog, keys, t
         expected, got = run_both(tmp_path, rules=str(r), positions=str(d))
     assert any("tallied on the way" in m for m in caplog.messages)
     assert any("splitting the duplicates off" in m for m in caplog.messages) == twice
-    kinds = {1: ("", (1, 3, 4)), 2: ("nim", ()), 3: ("half", ())}
+    kinds = {1: ("", (1, 3, 4)), 2: ("", (2, 5)), 3: ("", (1, 2))}
     verdicts = outputs(got)["verdicts"]
     assert verdicts.height == 2000 - (1 if twice else 0)
     want = {(rid, pid(p)): "W" if wins(*kinds[rid], tuple(heaps)) else "L"
@@ -587,9 +589,11 @@ def test_sorted_verdicts_are_tallied_as_written(spark, tmp_path, caplog, keys, t
     summary = outputs(got)["summary"]  # the tally's counts
     assert {(rid, w, lose) for rid, w, lose in summary.select("rule_set_id", "W", "L").rows()} == {
         (rid, sum(v == "W" for (r, _), v in want.items() if r == rid),
-         sum(v == "L" for (r, _), v in want.items() if r == rid)) for rid in (1, 2, 3)}
+         sum(v == "L" for (r, _), v in want.items() if r == rid)) for rid in (1, 2, 3)} | (
+        {(4, 0, 0)} if keys == "int" else set())  # the rejected rule's row
     reasons = outputs(expected)["rejects"]["reason"].to_list()
     assert sum("appears" in x for x in reasons) == (2 if twice else 0)
+    assert len(got.problems) == len(reasons) == (2 if twice else 0) + (keys == "int")
 
 
 def test_tallies_of_partitions_add_up_and_find_a_key_across_them():

@@ -333,7 +333,17 @@ class SparkEvaluation:
     were tallied: `write_tallied`); None: `write` writes them."""
     _counts: tuple[pl.DataFrame, pl.DataFrame, int] | None = field(default=None, repr=False)
 
+    @property
+    def _none_rejected(self) -> bool:
+        """No position row is rejected, known without a job: none was as read, and the
+        verdicts were written tallied, with no key given twice."""
+        return self.written is not None and self.work.none_rejected
+
     def _count(self) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+        if self._counts is None and self._none_rejected:
+            assert self.written is not None
+            no_rows = pl.DataFrame(schema={"rule_set_id": pl.String, "rejected": pl.Int64})
+            self._counts = (self.written.cast({"W": pl.Int64, "L": pl.Int64}), no_rows, 0)
         if self._counts is None:
             verdicts = self.written if self.written is not None else polars_frame(
                 self.verdicts.groupBy("rule_set_id").agg(
@@ -367,6 +377,8 @@ class SparkEvaluation:
                 .orderBy(F.col("table").desc(), F.col("source"), F.col("row")))
 
     def first_rejects(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
+        if self._none_rejected and rule_rejects.is_empty():
+            return rule_rejects
         return polars_frame(self._with_rules(rule_rejects).limit(n))
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:

@@ -56,6 +56,7 @@ class SparkOrdering(SparkWork):
     write_tally: Any = None  # the accumulator of the write's `tally_task`, when it tallies them
     deferred: tuple[DataFrame, DataFrame, dict[str, T.DataType]] | None = None
     """What `duplicates` was given when it deferred the check to the write (`untallied`)."""
+    none_rejected: bool = False  # with the tally: no position row is rejected (known as read)
 
     def duplicates(self, verdicts: DataFrame, rejected: DataFrame | None,
                    types: dict[str, T.DataType], *, tally: bool = True
@@ -69,6 +70,7 @@ class SparkOrdering(SparkWork):
         job of their own for the repeated keys and the counts. `tally` False, or on Spark
         Connect (no accumulators): the sorted rows are cached and checked first."""
         casted_schema = struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS])
+        none_rejected = rejected is None
         if rejected is None:  # empty frames of Spark's own (no Python task to make them)
             rejected = self.spark.range(0).select(*nulls(REJECT_SCHEMA))
             casted, also = self.spark.range(0).select(*nulls(casted_schema)), None
@@ -91,6 +93,7 @@ class SparkOrdering(SparkWork):
         if repeated is None and tally and also is None and not is_connect(self.spark):
             self.write_tally = self.spark.sparkContext.accumulator({}, _Tallies())
             self.deferred = (verdicts, rejected, types)
+            self.none_rejected = none_rejected
             self.verdicts_sorted = True
             log.info("verdicts: sorted as they are written, their keys tallied on the way")
             sorted_keyed = self.sorted(keyed, types)
@@ -134,6 +137,7 @@ class SparkOrdering(SparkWork):
         assert self.deferred is not None
         verdicts, rejected, types = self.deferred
         self.write_tally, self.deferred, self.verdicts_sorted = None, None, False
+        self.none_rejected = False
         return self.duplicates(verdicts, rejected, types, tally=False)
 
     def in_order_repeats(self, verdicts: DataFrame, key_schema: T.StructType
