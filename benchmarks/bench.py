@@ -728,7 +728,7 @@ def spark_before(r: dict[str, Proc], before: Path | None) -> list[str]:
             *[f"| {label} | {secs(p.wall_s)} | {p.values.get('phases', '—')} | "
               f"{ratio(p.wall_s, floor_run.wall_s)} |"
               for label, p in (("before", old), ("after", new))], "",
-            f"After / before: **{ratio(new.wall_s, old.wall_s)}**.", ""]
+            f"After / before: {ratio(new.wall_s, old.wall_s)}.", ""]
 
 
 def bench_spark(repeat: int, before: Path | None = None) -> None:
