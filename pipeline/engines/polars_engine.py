@@ -67,9 +67,9 @@ class PolarsEngine:
             @functools.cache  # one directory and thread for every `_SortedRuns` of the run
             def open_scratch() -> tuple[Spill, ThreadPoolExecutor]:
                 # the thread is joined before the directory is removed
-                # uncompressed: lz4 left 100M runs' rows at 54 bytes, as many as they hold
-                return (scratch.enter_context(spill(job.staging, "uncompressed",
-                                                    ".verdict-runs")),
+                # zstd level 1: 100M positions of 32-character ids peaked at 2.2 GB of
+                # scratch instead of 3.9 GB uncompressed, in the same time (lz4 saved nothing)
+                return (scratch.enter_context(spill(job.staging, "zstd", ".verdict-runs")),
                         scratch.enter_context(ThreadPoolExecutor(2, "verdicts-spill")))
 
             def new_runs(typed_by_rows: bool) -> _SortedRuns:
