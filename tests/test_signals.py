@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -69,6 +70,7 @@ def in_terminal(args: list[str], moment: str, delay: float, stop: str | int,
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
+            _output_kept_on_interrupt(0)
             os.execvp(command[0], command)
         finally:
             os._exit(127)
@@ -106,6 +108,16 @@ def in_terminal(args: list[str], moment: str, delay: float, stop: str | int,
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     return os.waitstatus_to_exitcode(status), shown.decode(errors="replace")
+
+
+def _output_kept_on_interrupt(fd: int) -> None:
+    """NOFLSH on the terminal `fd`: a ^C typed no longer discards the output the process wrote
+    that the terminal has not yet taken in. Without it, a second ^C 0.05 s after the first
+    dropped the first one's stop line, written meanwhile, when the kernel was slow to pass
+    it on (a busy machine): the test would judge the terminal, not the run."""
+    attributes = termios.tcgetattr(fd)
+    attributes[3] |= termios.NOFLSH
+    termios.tcsetattr(fd, termios.TCSANOW, attributes)
 
 
 def _started(pid: int) -> bool:
@@ -247,6 +259,7 @@ def test_repeated_ctrl_c_during_the_first_batches_never_crashes(
 
 _KERNEL_LOOP = """
 import sys
+import termios
 from pipeline import terminal
 terminal.stop_signals_as_interrupts()
 import numpy as np
