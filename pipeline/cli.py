@@ -364,7 +364,8 @@ def run(
     memory_limit: Annotated[str | None, typer.Option(
         envvar="SNIM_BATCH_MEMORY_LIMIT",
         help="Memory the polars engine aims to stay within, e.g. 4GiB; past an eighth of it "
-             "the verdicts go to scratch as sorted runs. auto: a quarter of the memory "
+             "the verdicts go to scratch as sorted runs (not when all of them are expected "
+             "within a quarter: Parquet, whose rows are known). auto: a quarter of the memory "
              "available, at most 3GiB. Default: the config's memory_limit, else auto.")]
     = None,
     result_file: Annotated[Path | None, typer.Option(

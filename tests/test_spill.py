@@ -106,6 +106,25 @@ def test_runs_merged_in_record_batches_give_the_in_memory_tables(tmp_path, monke
     assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
 
 
+@pytest.mark.parametrize(("limit", "runs"), [("400KiB", 0), ("100KiB", 15)])
+def test_verdicts_expected_to_fit_are_sorted_whole(tmp_path, monkeypatch, limit, runs):
+    """Wide Parquet input, whose rows the footers give: its 900 verdicts (about 45 KB
+    held) pass an eighth of the setting within the first batches, but when all of them are
+    expected within a quarter of it, none is spilled and they are sorted once at the end;
+    expected past it, each batch is a run, as before. Either way the tables are the
+    in-memory run's. (The eighth made a 64th here: a batch of 64 rows passes it.)"""
+    _inputs(tmp_path, "text")
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err
+    monkeypatch.setattr("pipeline.engines.polars_engine.HELD_SHARE", 64)
+    code, err = _run(tmp_path, "limited", "--memory-limit", limit)
+    assert code == 3, err
+    assert len(re.findall(r"verdicts: run \d+ of \d+ rows spilled", err)) == runs, err
+    assert_same_outputs(tmp_path / "limited", tmp_path / "memory")
+    assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
+
+
 def _run(where: Path, out: str, *flags: str) -> tuple[int, str]:
     return invoke(["run", "--rules", "rules.csv", "--positions", "positions", "--out", out,
                    "--winning-moves", "--verbose", *flags], where)

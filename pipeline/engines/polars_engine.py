@@ -6,8 +6,9 @@ long-form rows may be anywhere in the input, so long form is collected whole whe
 a large input whose rows come in key order (sorted by rule set then position, or by position
 then rule set, as exports often are) is grouped batch by batch as it streams; any other is
 first split by a hash of the key into scratch files of about LONG_PARTITION_ROWS rows each,
-which are then collected one at a time. The verdicts of either form are held narrow until a
-eighth of the memory setting, then sorted into runs in scratch and merged (`_SortedRuns`).
+which are then collected one at a time. The verdicts of either form are held narrow until an
+eighth of the memory setting, then sorted into runs in scratch and merged (`_SortedRuns`);
+wide Parquet input whose verdicts are all expected within a quarter of it is sorted whole.
 """
 
 from __future__ import annotations
@@ -72,14 +73,16 @@ class PolarsEngine:
                 return (scratch.enter_context(spill(job.staging, "zstd", ".verdict-runs")),
                         scratch.enter_context(ThreadPoolExecutor(2, "verdicts-spill")))
 
-            def new_runs(typed_by_rows: bool) -> _SortedRuns:
+            def new_runs(typed_by_rows: bool, expected_rows: int | None = None
+                         ) -> _SortedRuns:
                 return _SortedRuns(_rule_ids(job.index), memory_limit(job.config),
-                                   open_scratch, typed_by_rows)
+                                   open_scratch, typed_by_rows, expected_rows)
 
             if job.form == "wide":
+                total = _wide_rows(job.paths, job.read_cache)
                 verdicts, rejects, rows = _evaluate_wide(job.paths, job.config, job.index,
-                                                         job.cache, job.on_event, job.read_cache,
-                                                         new_runs(True))
+                                                         job.cache, job.on_event, total,
+                                                         job.read_cache, new_runs(True, total))
             else:
                 verdicts, rejects, rows = _evaluate_long(job.paths, job.config, job.index,
                                                          job.cache, job.staging, job.on_event,
@@ -129,16 +132,23 @@ class PolarsEvaluation:
         write_parquet(self._with_rules(rule_rejects), staging / "rejects.parquet")
 
 
+def _wide_rows(paths: list[Path], read_cache: RunCache | None) -> int | None:
+    """The positions of wide input, exact from Parquet footers; None if any file is CSV,
+    whose rows are known once it is read."""
+    if all(format_of(p, cache=read_cache) == "parquet" for p in paths):
+        return row_estimate(paths, cache=read_cache)
+    return None
+
+
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
-                   on_event: OnEvent, read_cache: RunCache | None, runs: _SortedRuns
+                   on_event: OnEvent, total: int | None, read_cache: RunCache | None,
+                   runs: _SortedRuns
                    ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame, np.ndarray]:
+    """The wide input's verdicts, rejects and rows per file; `total`: its rows if known."""
     rejects, rows_read = [], 0
     rows = _RowsPerFile(len(paths))
     keep = _verdict_columns(config)
     rule_ids = runs.rule_ids
-    total = (row_estimate(paths, cache=read_cache)
-             if all(format_of(p, cache=read_cache) == "parquet" for p in paths)
-             else None)  # exact from the footers; a CSV's rows are known once it is read
     batches = position_batches(paths, config, "wide", read_together=True, cache=read_cache)
     # closed on the way out, an error included: a traceback holding the generators would
     # otherwise keep the reading thread at work and its files open
@@ -180,6 +190,10 @@ HELD_SHARE = 8
 """The verdicts held in memory before they are spilled as a sorted run: a 1/HELD_SHARE of
 the memory setting (sorting them takes several times as much while the next batches are
 evaluated; smaller runs also took less time at 100M positions: benchmarks/results)."""
+WHOLE_SHARE = 4
+"""All verdicts held, and sorted once at the end, when the input's rows are known and their
+verdicts are expected to take at most a 1/WHOLE_SHARE of the memory setting: one sort of
+them all with no scratch took less time than a run spilled and merged back."""
 RUN_SLICE = 1 << 16  # rows per record batch of a run file: what the merge reads at a time
 SEGMENT_SLICES = 8  # record batches per file of a run: written two at a time, read mapped
 
@@ -220,7 +234,7 @@ class MergedVerdicts:
 class _SortedRuns:
     """The wide path's verdict parts, held until they pass a 1/HELD_SHARE of the memory
     setting (`limit`; None: never), then sorted into a run in scratch (`open_scratch`, called
-    once, at the first run); at the end (`finish`) the runs and the parts still held are
+    once, at the first run), unless all `expected_rows` are expected to fit (WHOLE_SHARE); at the end (`finish`) the runs and the parts still held are
     merged into key order a slice at a time, with duplicate keys found in every slice, as
     one sort of all verdicts does (`ordering.key_sorted_verdicts`, which runs without runs).
     Parts that cannot go into runs (`ordering.spillable`: keys of mixed types) stay in
@@ -231,10 +245,13 @@ class _SortedRuns:
 
     def __init__(self, rule_ids: pl.Series, limit: int | None,
                  open_scratch: Callable[[], tuple[Spill, ThreadPoolExecutor]],
-                 typed_by_rows: bool = True):
+                 typed_by_rows: bool = True, expected_rows: int | None = None):
         self.rule_ids = rule_ids
         self.typed_by_rows = typed_by_rows
         self.budget = None if limit is None else max(limit // HELD_SHARE, 1)
+        self.whole = None if limit is None or expected_rows is None else limit // WHOLE_SHARE
+        self.expected_rows = expected_rows
+        self.held_rows = 0
         self.open_scratch = open_scratch
         self.scratch: Spill | None = None
         self.pool: ThreadPoolExecutor | None = None
@@ -253,8 +270,18 @@ class _SortedRuns:
     def add(self, part: ordering.VerdictPart) -> None:
         self.parts.append(part)
         self.held += _part_bytes(part)
-        if self.budget is not None and self.held > self.budget and not self.stuck:
+        self.held_rows += part.frame.height
+        if (self.budget is not None and self.held > self.budget and not self.stuck
+                and not self._all_fit()):
             self._spill()
+
+    def _all_fit(self) -> bool:
+        """Whether every verdict of the input, at the bytes a row of those held so far, is
+        expected within `whole` (before any run is spilled; a guess that turns out wrong
+        spills a larger first run)."""
+        if self.whole is None or self.runs or self.held > self.whole:
+            return False
+        return self.held * self.expected_rows <= self.whole * max(self.held_rows, 1)
 
     def _spill(self) -> None:
         """Hand the parts held to the spilling thread (`verdicts-spill`) as the next run,
@@ -273,7 +300,7 @@ class _SortedRuns:
             self.scratch, self.pool = self.open_scratch()
         self.run_bytes += self.held
         self.spilling = self.pool.submit(self._write_run, self.parts, self.runs)
-        self.parts, self.held = [], 0
+        self.parts, self.held, self.held_rows = [], 0, 0
         self.runs += 1
 
     def _write_run(self, parts: list[ordering.VerdictPart], run: int) -> int:
@@ -326,7 +353,7 @@ class _SortedRuns:
         for run in range(self.runs):
             for part in self.segments.pop(run):
                 self.scratch.drop(part)
-        self.parts, self.runs = [], 0
+        self.parts, self.runs, self.held, self.held_rows = [], 0, 0, 0
 
     def finish(self, rejected: pl.DataFrame, sources: list[str], on_event: OnEvent
                ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
