@@ -620,10 +620,21 @@ def keep_signals() -> None:
                 return
 
 
+def _hold_stop_signals() -> set[signal.Signals] | None:
+    """Block the stop signals in this thread (and the threads it starts meanwhile); the mask
+    before, to set back, or None where that cannot be done."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
 class _SignalsKept:
     """A finder on `sys.meta_path` that finds no module itself: it hands a top-level module's
     import to the finders after it, then calls `keep_signals` once the module has run, so
-    that no library's import leaves its own signal action in place (`import polars` does)."""
+    that no library's import leaves its own signal action in place (`import polars` does).
+    The stop signals are blocked while the module runs: one that comes meanwhile waits,
+    and then goes to the handler `keep_signals` set back, not to the library's own action
+    (polars' swallowed a Ctrl-C typed during its import, and the run went on)."""
 
     @classmethod
     def find_spec(cls, name: str, path: object = None, target: object = None) -> object:
@@ -645,10 +656,13 @@ class _SignalsKept:
             return spec  # a loader of the old protocol, or one (shared) wrapped already
 
         def exec_then_keep(module: object) -> None:
+            held = _hold_stop_signals()
             try:
                 exec_module(module)
             finally:
                 keep_signals()
+                if held is not None:  # a stop that came meanwhile is delivered now, to ours
+                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
         exec_then_keep.keeps_signals = True  # type: ignore[attr-defined]
         loader.exec_module = exec_then_keep

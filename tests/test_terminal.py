@@ -187,6 +187,46 @@ def test_a_stop_raised_in_a_destructor_is_raised_again_not_lost() -> None:
     assert "Exception ignored" not in done.stderr
 
 
+_LIBRARY_WITH_ITS_OWN_SIGINT = """
+import ctypes, os, signal, time
+libc = ctypes.CDLL(None)
+libc.signal.restype = ctypes.c_void_p
+libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.signal(int(signal.SIGINT), 1)  # SIG_IGN, set behind Python's back, as a native library does
+os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the library is imported
+time.sleep(0.2)
+print("the library's import ran to its end")
+"""
+
+_IMPORT_IT = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from pipeline import terminal
+terminal.stop_signals_as_interrupts()
+try:
+    import library_with_its_own_sigint
+    for _ in range(100):
+        time.sleep(0.01)
+    print("not stopped")
+except KeyboardInterrupt:
+    print("stopped")
+"""
+
+
+def test_a_ctrl_c_during_a_library_import_that_sets_its_own_action_is_not_lost(
+        tmp_path: Path) -> None:
+    """A library whose import sets its own SIGINT action (polars' native one swallowed a
+    Ctrl-C typed during `import polars`, and the run went on): a Ctrl-C that comes during
+    that import stops the program once the library's code has run (the import then fails
+    with KeyboardInterrupt, as a Ctrl-C at its last line would). Without the stop signals
+    held during the import, "not stopped"."""
+    (tmp_path / "library_with_its_own_sigint.py").write_text(_LIBRARY_WITH_ITS_OWN_SIGINT)
+    done = subprocess.run([sys.executable, "-c", _IMPORT_IT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines() == ["the library's import ran to its end", "stopped"], (
+        done.stdout, done.stderr)
+
+
 class _Clock:
     """A clock the test moves by hand."""
 
