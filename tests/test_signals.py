@@ -300,3 +300,99 @@ def test_an_interrupt_never_lands_inside_a_kernel_call() -> None:
         if proc.poll() is None:
             proc.kill()
     assert (proc.returncode, out, err) == (0, "done\n", "")
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes started by `pid`, and theirs (the Spark JVM, its Python workers)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode().rsplit(
+            "/", 1)[-1]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("written", "delay"), [
+    ("java", 0.5), ("_temporary", 0.3), ("_SUCCESS", 0.0),
+], ids=["while-the-jvm-starts", "during-the-verdicts-write", "after-the-verdicts-write"])
+def test_sigterm_during_the_spark_engines_run(tmp_path: Path, written: str,
+                                             delay: float) -> None:
+    """The Spark engine (local[2]) writes its sorted verdicts during the positions phase,
+    tallying them on the way: SIGTERM while its JVM starts, while Spark's tasks write the
+    verdicts, or once they are written and the rejects are next. The run exits 143 with
+    its one line and no traceback (py4j's own report of the interrupt was printed), no
+    staging directory is left, the previous output stands, and the JVM it started is
+    gone."""
+    gen = tmp_path / "gen"
+    made = subprocess.run([str(CLI_EXE), "generate", "--out", str(gen), "--positions",
+                           "400000", "--rule-sets", "200", "--key-type", "string", "--seed",
+                           "3", "--files", "4"], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "job" / "out"
+    args = ["run", "--rules", str(gen / "rules.parquet"), "--positions",
+            str(gen / "positions"), "--out", str(out), "--overwrite"]
+    first = subprocess.run([str(CLI_EXE), *args, "--quiet"], capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = _manifest(out)
+    said = tmp_path / "stderr.txt"  # a file, not a pipe: the JVM's ending is not waited for
+    with open(said, "w") as stderr:
+        proc = subprocess.Popen([str(CLI_EXE), *args, "--engine", "spark", "--spark-master",
+                                 "local[2]"], stdout=subprocess.DEVNULL, stderr=stderr)
+    deadline, started, jvms = time.monotonic() + 240, set(), set()
+    while proc.poll() is None and time.monotonic() < deadline:
+        started |= _descendants(proc.pid)
+        jvms |= {pid for pid in started if _command(pid) == "java"}
+        if written == "java" and jvms:
+            break
+        if list(out.parent.glob(f".out.partial-*/verdicts.parquet/{written}")):
+            break
+        time.sleep(0.005)
+    else:
+        proc.kill()
+        pytest.fail(f"the run ended or took too long before {written}: {said.read_text()}")
+    time.sleep(delay)
+    started |= _descendants(proc.pid)
+    jvms |= {pid for pid in started if _command(pid) == "java"}
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    jvms_left = [pid for pid in jvms if _alive(pid)]
+    err = said.read_text()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == STOPPED_LINE[signal.SIGTERM], err
+    assert "Traceback" not in err, err
+    assert jvms, "no JVM was seen"
+    # in local mode the JVM runs the tasks: it is gone when the run says nothing was written
+    assert not jvms_left, "the JVM outlived the run"
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in started if _alive(pid)], "the JVM's workers outlived the run"
+    # none of its tasks wrote into the staging directory once it was removed
+    assert _leftovers(out.parent) == []
+    assert _manifest(out) == before
+    assert _verdict_rows(out) == 400_000

@@ -13,8 +13,11 @@ import logging
 import os
 import re
 import shlex
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,14 +79,39 @@ class Session:
                     self.spark.stop()
                 except Exception as exc:  # noqa: BLE001 - the JVM may be gone
                     log.debug("stopping Spark: %s", exc)
+            if failed and self.local:
+                _end_jvm()
         if self.jvm_log is not None and not failed:
             self.jvm_log.unlink(missing_ok=True)
 
 
+def _end_jvm(grace: float = 10.0) -> None:
+    """End the JVM this process started for Spark (local mode: it runs every task), and wait
+    for it: a task killed by the session's stop can still finish writing its file, and did,
+    into the staging directory the failed or stopped run removes next. A later session in
+    this process starts a JVM of its own."""
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    with contextlib.suppress(OSError):
+        proc.stdin.close()  # the JVM's gateway exits at the end of its stdin
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 @contextlib.contextmanager
 def _root_logging_held() -> Iterator[None]:
-    """py4j reports a dead JVM with `logging.exception` on the root logger, which, with no
-    handler there, installs one that prints to stderr; a null handler keeps it from that."""
+    """py4j reports a dead JVM, or an interrupt while it waits on the JVM, with
+    `logging.exception` on the root logger, which, with no handler there, installs one that
+    prints to stderr; a null handler keeps it from that."""
     root = logging.getLogger()
     guard = None if root.handlers else logging.NullHandler()
     if guard is not None:
@@ -207,10 +235,13 @@ def session(master: str, conf: dict[str, str] | None = None,
         handle, name = tempfile.mkstemp(prefix="snim-batch-spark-", suffix=".log")
         os.close(handle)
         jvm_log = Path(name)
+    before = _children(os.getpid())
     try:
         with _stderr_to(jvm_log):
             spark = builder.getOrCreate()
     except BaseException as exc:
+        # a stop while the JVM started: pyspark forgets it, and it outlived the run
+        _end_processes(_children(os.getpid()) - before)
         raise _start_failure(exc, jvm_log) from exc
     _silence_accumulator_errors(spark)
     sc = spark.sparkContext
@@ -218,6 +249,57 @@ def session(master: str, conf: dict[str, str] | None = None,
     log.info("Spark %s at %s, driver memory %s%s", spark.version, sc.master, memory,
              f", JVM log {jvm_log}" if jvm_log else "")
     return Session(spark, True, sc.master.startswith("local"), memory, jvm_log)
+
+
+def _children(pid: int) -> set[int]:
+    """The processes `pid` started, and theirs, as /proc lists them (none without it)."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        parents.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _end_processes(pids: set[int], grace: float = 5.0) -> None:
+    """SIGTERM to each of `pids` (a JVM runs its shutdown hooks), SIGKILL to any still
+    running after `grace` seconds; those that are this process's children are waited for."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if _running(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):  # this process's own child: waited for
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not waited for, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _start_failure(exc: BaseException, jvm_log: Path | None) -> BaseException:
@@ -347,13 +429,16 @@ def unreadable_file(exc: BaseException) -> InputError | None:
 @contextlib.contextmanager
 def failures_named(run: Session) -> Iterator[None]:
     """Spark's failures outside the data re-raised as `SparkFailure`, and a file its reader
-    failed on as `InputError`; the rest unchanged."""
-    try:
-        yield
-    except BaseException as exc:
-        with _root_logging_held():  # the str() of a dead JVM's error calls the JVM
-            mapped = unreadable_file(exc) or failure(exc, run)
-        if mapped is None:
-            raise
-        raise mapped from exc
+    failed on as `InputError`; the rest unchanged. py4j's own reports on the root logger
+    are kept from stderr meanwhile (`_root_logging_held`): a stop signal landing while it
+    waited on the JVM printed "KeyboardInterrupt while sending command" and a traceback
+    above the run's one line."""
+    with _root_logging_held():
+        try:
+            yield
+        except BaseException as exc:
+            mapped = unreadable_file(exc) or failure(exc, run)  # str() calls a dead JVM
+            if mapped is None:
+                raise
+            raise mapped from exc
 
