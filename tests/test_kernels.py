@@ -823,6 +823,27 @@ def test_in_key_order_is_lexicographic_order(pairs):
     assert kernels.in_key_order(first, second) == (pairs == sorted(pairs))
 
 
+@given(rows=st.lists(st.tuples(st.integers(-2, 4), st.integers(0, 3)), max_size=60),
+       nim_type=st.sampled_from([np.uint8, np.uint16, np.uint32, np.int64, np.int32]),
+       id_type=st.sampled_from([np.int64, np.uint16]))
+def test_run_counts_are_the_rows_and_zero_nim_sums_of_each_id(rows, nim_type, id_type):
+    """Per id of sorted ids: (id, rows, rows with nim sum 0), the nim sums in any of the
+    types the verdicts hold them in (narrow ones taken as they are), against a count by
+    hand."""
+    rows = sorted(rows)
+    if id_type == np.uint16:
+        rows = [(a + 2, b) for a, b in rows]
+    ids = np.array([a for a, _ in rows], id_type)
+    nim = np.array([b for _, b in rows], nim_type)
+    got_ids, sizes, losing = kernels.run_counts(ids, nim)
+    expected = {}
+    for a, b in rows:
+        size, zero = expected.get(a, (0, 0))
+        expected[a] = (size + 1, zero + (b == 0))
+    assert got_ids.tolist() == list(expected)
+    assert list(zip(sizes.tolist(), losing.tolist())) == list(expected.values())
+
+
 def test_small_inputs_run_parallel_kernels_on_one_thread_of_the_caller_only():
     """Below PARALLEL_ROWS the caller's kernel thread count is 1 inside `threads_for`, and
     what it was after; at and above, unchanged; another thread's count never moves."""

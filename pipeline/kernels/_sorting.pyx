@@ -326,7 +326,14 @@ def fill_runs(any_int[::1] out, const any_int[::1] values, const int64_t[::1] co
                 at += 1
 
 
-def run_counts(const any_int[::1] ids, const int64_t[::1] nim):
+ctypedef fused nim_int:  # nim sums as the verdicts hold them (narrow), or int64
+    uint8_t
+    uint16_t
+    uint32_t
+    int64_t
+
+
+def run_counts(const any_int[::1] ids, const nim_int[::1] nim):
     cdef Py_ssize_t n = ids.shape[0]
     cdef int64_t runs = 1 if n else 0
     cdef Py_ssize_t i

@@ -222,7 +222,13 @@ def fill_runs(out, values, counts):
 
 def run_counts(ids, nim):
     """Per run of equal `ids` (sorted ids: one run per id): (id, rows, rows with nim 0)."""
-    return _sorting.run_counts(_key(ids), np.ascontiguousarray(nim, np.int64))
+    nim = np.ascontiguousarray(nim)
+    if nim.dtype not in _NIM_TYPES:  # the narrow types as they are: no 8-byte copy
+        nim = nim.astype(np.int64)
+    return _sorting.run_counts(_key(ids), nim)
+
+
+_NIM_TYPES = (np.uint8, np.uint16, np.uint32, np.int64)
 
 
 def adjacent_duplicates(a, b):
