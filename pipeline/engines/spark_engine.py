@@ -40,7 +40,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,7 @@ from pipeline.engines.spark_session import (
     SESSION_CONF,
     Session,
     failures_named,
+    jobs_ended_on_failure,
     session,
 )
 from pipeline.engines.spark_tasks import (
@@ -287,7 +288,8 @@ class SparkEngine:
                     read_cache=job.read_cache)
         failed = True
         try:
-            with failures_named(run), lost_server(config.spark.remote):
+            with failures_named(run), lost_server(config.spark.remote), (
+                    nullcontext() if config.spark.remote else jobs_ended_on_failure(spark)):
                 job.on_event(RunEvent.note(f"positions: Spark {spark.version} at "
                                            f"{_where(spark)}", "positions"))
                 norm, rows_per_file = work.read()

@@ -85,6 +85,50 @@ class Session:
             self.jvm_log.unlink(missing_ok=True)
 
 
+TASKS_END_TIMEOUT_S = 30.0  # the longest a failed or stopped run waits for its tasks to end
+_JOB_GROUP_KEYS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+@contextlib.contextmanager
+def jobs_ended_on_failure(spark: SparkSession) -> Iterator[None]:
+    """The run's jobs in a job group of their own (the thread's group before is set back
+    after). On the way out with an error or a stop, the group's jobs are cancelled and their
+    running tasks waited for, up to TASKS_END_TIMEOUT_S, before the caller goes on to remove
+    the staging directory: on a standalone cluster an executor's task, still running when
+    the driver stopped, wrote its file into that directory a second after it was removed."""
+    sc = spark.sparkContext
+    saved = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_KEYS}
+    group = f"snim-batch-{os.getpid()}-{time.time_ns()}"
+    sc.setJobGroup(group, "snim-batch run", interruptOnCancel=True)
+    try:
+        yield
+    except BaseException:
+        _cancel_and_wait(sc, group, TASKS_END_TIMEOUT_S)
+        raise
+    finally:
+        with contextlib.suppress(Exception):  # the JVM may be gone
+            for key, value in saved.items():
+                sc.setLocalProperty(key, value)
+
+
+def _cancel_and_wait(sc: SparkContext, group: str, timeout: float) -> None:
+    """Cancel the job group's jobs, then wait until no executor runs a task (the status
+    tracker counts a killed task as running until its thread has ended), at most `timeout`
+    seconds; nothing if the JVM is gone."""
+    try:
+        sc.cancelJobGroup(group)
+        tracker = sc._jsc.sc().statusTracker()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(info.numRunningTasks() for info in tracker.getExecutorInfos()) == 0:
+                return
+            time.sleep(0.05)
+        log.debug("Spark tasks still running %.0f s after the run's jobs were cancelled",
+                  timeout)
+    except Exception as exc:  # noqa: BLE001 - a dead JVM: no task of it runs
+        log.debug("cancelling the run's Spark jobs: %s", exc)
+
+
 def _end_jvm(grace: float = 10.0) -> None:
     """End the JVM this process started for Spark (local mode: it runs every task), and wait
     for it: a task killed by the session's stop can still finish writing its file, and did,

@@ -1,0 +1,167 @@
+"""Stop signals against the Spark engine, end to end: the real executable on local[2] and on
+a standalone cluster (Master and Worker started here, on 127.0.0.1), sent SIGTERM while the
+JVM starts, while the sorted verdicts are written and after. Each run stops cleanly, as
+test_signals.py checks for the polars engine, and leaves no process and no file behind.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import CLI_EXE
+from test_signals import STOPPED_LINE, _leftovers, _manifest, _verdict_rows
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes started by `pid`, and theirs (the Spark JVM, its Python workers)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode().rsplit(
+            "/", 1)[-1]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@dataclass
+class _SparkStop:
+    """A Spark run stopped by SIGTERM (`_spark_run_stopped`): its exit status, stderr, the
+    JVMs it started and whether they had ended when it did, and its output folder."""
+
+    status: int
+    err: str
+    jvms: set[int]
+    jvms_left: list[int]
+    started: set[int]
+    out: Path
+    before: dict
+
+
+def _spark_run_stopped(tmp_path: Path, master: str, written: str, delay: float
+                       ) -> _SparkStop:
+    """400,000 generated positions with text ids in 4 files, a complete output of them made
+    first (polars engine), then the Spark engine's run on `master` over it, sent SIGTERM
+    `delay` s after `written` appears in its staging directory's verdicts (or, for "java",
+    once its JVM runs)."""
+    gen = tmp_path / "gen"
+    made = subprocess.run([str(CLI_EXE), "generate", "--out", str(gen), "--positions",
+                           "400000", "--rule-sets", "200", "--key-type", "string", "--seed",
+                           "3", "--files", "4"], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "job" / "out"
+    args = ["run", "--rules", str(gen / "rules.parquet"), "--positions",
+            str(gen / "positions"), "--out", str(out), "--overwrite"]
+    first = subprocess.run([str(CLI_EXE), *args, "--quiet"], capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = _manifest(out)
+    said = tmp_path / "stderr.txt"  # a file, not a pipe: the JVM's ending is not waited for
+    with open(said, "w") as stderr:
+        proc = subprocess.Popen([str(CLI_EXE), *args, "--engine", "spark", "--spark-master",
+                                 master], stdout=subprocess.DEVNULL, stderr=stderr)
+    deadline, started, jvms = time.monotonic() + 240, set(), set()
+    while proc.poll() is None and time.monotonic() < deadline:
+        started |= _descendants(proc.pid)
+        jvms |= {pid for pid in started if _command(pid) == "java"}
+        if written == "java" and jvms:
+            break
+        if list(out.parent.glob(f".out.partial-*/verdicts.parquet/{written}")):
+            break
+        time.sleep(0.005)
+    else:
+        proc.kill()
+        pytest.fail(f"the run ended or took too long before {written}: {said.read_text()}")
+    time.sleep(delay)
+    started |= _descendants(proc.pid)
+    jvms |= {pid for pid in started if _command(pid) == "java"}
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    jvms_left = [pid for pid in jvms if _alive(pid)]
+    return _SparkStop(proc.returncode, said.read_text(), jvms, jvms_left, started, out, before)
+
+
+def _assert_stopped_cleanly(stop: _SparkStop) -> None:
+    """Exit 143, the one line and no traceback; no staging directory left, the previous
+    output as it was."""
+    assert stop.status == 143, stop.err
+    assert stop.err.strip().splitlines()[-1] == STOPPED_LINE[signal.SIGTERM], stop.err
+    assert "Traceback" not in stop.err, stop.err
+    assert _leftovers(stop.out.parent) == []
+    assert _manifest(stop.out) == stop.before
+    assert _verdict_rows(stop.out) == 400_000
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("written", "delay"), [
+    ("java", 0.5), ("_temporary", 0.3), ("_SUCCESS", 0.0),
+], ids=["while-the-jvm-starts", "during-the-verdicts-write", "after-the-verdicts-write"])
+def test_sigterm_during_the_spark_engines_run(tmp_path: Path, written: str,
+                                             delay: float) -> None:
+    """The Spark engine (local[2]) writes its sorted verdicts during the positions phase,
+    tallying them on the way: SIGTERM while its JVM starts, while Spark's tasks write the
+    verdicts, or once they are written and the rejects are next. The run stops cleanly
+    (py4j's own report of the interrupt was printed above its line, with a traceback), and
+    the JVM it started is gone when it exits (one started then ran on; one whose tasks were
+    ending wrote into the staging directory after it was removed)."""
+    stop = _spark_run_stopped(tmp_path, "local[2]", written, delay)
+    assert stop.jvms, "no JVM was seen"
+    assert not stop.jvms_left, "the JVM outlived the run"
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in stop.started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in stop.started if _alive(pid)], "its workers outlived the run"
+    _assert_stopped_cleanly(stop)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_sigterm_during_the_verdicts_write_on_a_standalone_cluster(tmp_path: Path) -> None:
+    """The same stop while the verdicts are written by the executors of a standalone cluster
+    (a Master and a Worker of 2 cores, on 127.0.0.1), twice: once the master has the
+    application as completed (its executors gone), no staging directory is left. Before the
+    run cancelled its jobs and waited for their tasks, an executor's task wrote its file
+    into the staging directory a second after the run had removed it (1 stop in 6)."""
+    from spark_servers import StandaloneCluster
+
+    cluster = StandaloneCluster(tmp_path / "cluster", cores=2, memory="2g")
+    (tmp_path / "cluster").mkdir()
+    cluster.start()
+    try:
+        for attempt, delay in enumerate((0.3, 0.7)):
+            stop = _spark_run_stopped(tmp_path / f"stop{attempt}", cluster.url, "_temporary",
+                                      delay)
+            deadline = time.monotonic() + 60
+            while cluster.state().get("activeapps") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not cluster.state().get("activeapps"), "the application did not end"
+            time.sleep(1)  # a task ending late wrote its file a second after the run's exit
+            _assert_stopped_cleanly(stop)
+    finally:
+        cluster.stop()
