@@ -634,7 +634,7 @@ class _SignalsKept:
     that no library's import leaves its own signal action in place (`import polars` does).
     The stop signals are blocked while the module runs: one that comes meanwhile waits,
     and then goes to the handler `keep_signals` set back, not to the library's own action
-    (polars' swallowed a Ctrl-C typed during its import, and the run went on)."""
+    (polars' swallows SIGINT: a Ctrl-C typed during its import would be lost)."""
 
     @classmethod
     def find_spec(cls, name: str, path: object = None, target: object = None) -> object:
