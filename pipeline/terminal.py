@@ -620,12 +620,11 @@ def keep_signals() -> None:
                 return
 
 
-def _hold_stop_signals() -> set[signal.Signals] | None:
-    """Block the stop signals in this thread (and the threads it starts meanwhile); the mask
-    before, to set back, or None where that cannot be done."""
+def _signal_mask() -> set[signal.Signals] | None:
+    """This thread's blocked signals, or None where they cannot be set."""
     if not hasattr(signal, "pthread_sigmask"):
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    return signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 class _SignalsKept:
@@ -634,7 +633,8 @@ class _SignalsKept:
     that no library's import leaves its own signal action in place (`import polars` does).
     The stop signals are blocked while the module runs: one that comes meanwhile waits,
     and then goes to the handler `keep_signals` set back, not to the library's own action
-    (polars' swallows SIGINT: a Ctrl-C typed during its import would be lost)."""
+    (polars' swallows SIGINT: a Ctrl-C typed during its import would be lost). The mask is
+    set back whatever happens, a stop raised in `keep_signals` included."""
 
     @classmethod
     def find_spec(cls, name: str, path: object = None, target: object = None) -> object:
@@ -656,13 +656,17 @@ class _SignalsKept:
             return spec  # a loader of the old protocol, or one (shared) wrapped already
 
         def exec_then_keep(module: object) -> None:
-            held = _hold_stop_signals()
+            mask = _signal_mask()
             try:
-                exec_module(module)
+                if mask is not None:  # threads started meanwhile keep them blocked
+                    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+                try:
+                    exec_module(module)
+                finally:
+                    keep_signals()
             finally:
-                keep_signals()
-                if held is not None:  # a stop that came meanwhile is delivered now, to ours
-                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                if mask is not None:  # a stop that came meanwhile is delivered now, to ours
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
         exec_then_keep.keeps_signals = True  # type: ignore[attr-defined]
         loader.exec_module = exec_then_keep

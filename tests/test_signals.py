@@ -248,11 +248,13 @@ def test_repeated_ctrl_c_during_the_first_batches_never_crashes(
         previous: tuple[list[str], Path]) -> None:
     """Ctrl-C at twelve moments of the positions' read, and twice in a row at some: each run
     stops cleanly (a second Ctrl-C does not cut the first one's clean-up short). The moments
-    stay within the read (0.3-0.4 s here): a Ctrl-C 0.55 s in came after the run had ended."""
+    stay within the read, as long as the complete run's took (0.3-0.4 s here): a Ctrl-C 0.55 s
+    in came after the run had ended."""
     args, out = previous
     before = _manifest(out)
+    read_s = before["timings_s"]["positions"]
     for i in range(12):
-        delay = 0.025 * i
+        delay = 0.8 * read_s * i / 12
         status, shown = in_terminal(args, "positions", delay, "^C", repeat=1 + i % 2)
         assert assert_clean_stop_or_complete(status, shown, out, before, signal.SIGINT,
                                              f"Ctrl-C at positions+{delay:.2f}s")

@@ -17,38 +17,46 @@ import pytest
 from conftest import CLI_EXE
 from test_signals import STOPPED_LINE, _leftovers, _manifest, _verdict_rows
 
+Process = tuple[int, int]
+"""(pid, start time in clock ticks since boot): a pid the system gives again later is
+another process."""
 
-def _descendants(pid: int) -> set[int]:
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def _descendants(pid: int) -> set[Process]:
     """The processes started by `pid`, and theirs (the Spark JVM, its Python workers)."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    parents: dict[int, list[Process]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(int(entry.name))
+        if fields is not None:
+            parents.setdefault(int(fields[1]), []).append((int(entry.name), int(fields[19])))
     found, todo = set(), [pid]
     while todo:
         for child in parents.get(todo.pop(), []):
             if child not in found:
                 found.add(child)
-                todo.append(child)
+                todo.append(child[0])
     return found
 
 
-def _command(pid: int) -> str:
+def _command(process: Process) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode().rsplit(
-            "/", 1)[-1]
+        return Path(f"/proc/{process[0]}/cmdline").read_bytes().split(b"\0")[0].decode(
+            ).rsplit("/", 1)[-1]
     except (FileNotFoundError, ProcessLookupError):
         return ""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
+def _alive(process: Process) -> bool:
+    fields = _stat(process[0])
+    return fields is not None and int(fields[19]) == process[1] and fields[0] != "Z"
 
 
 @dataclass
@@ -58,9 +66,9 @@ class _SparkStop:
 
     status: int
     err: str
-    jvms: set[int]
-    jvms_left: list[int]
-    started: set[int]
+    jvms: set[Process]
+    jvms_left: list[Process]
+    started: set[Process]
     out: Path
     before: dict
 
@@ -86,10 +94,12 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path
 
 
 def _spark_run_stopped(tmp_path: Path, generated: tuple[list[str], Path], master: str,
-                       written: str, delay: float) -> _SparkStop:
+                       written: str, delay: float, sig: int = signal.SIGTERM,
+                       sigint_ignored: bool = False) -> _SparkStop:
     """The Spark engine's run on `master` over a copy of the complete output (`generated`),
-    sent SIGTERM `delay` s after `written` appears in its staging directory's verdicts (or,
-    for "java", once its JVM runs)."""
+    sent `sig` `delay` s after `written` appears in its staging directory's verdicts (or,
+    for "java", once its JVM runs); with `sigint_ignored`, started with SIGINT ignored
+    (`cmd &` in a script)."""
     inputs, complete = generated
     out = tmp_path / "job" / "out"
     shutil.copytree(complete, out)
@@ -97,12 +107,14 @@ def _spark_run_stopped(tmp_path: Path, generated: tuple[list[str], Path], master
     before = _manifest(out)
     said = tmp_path / "stderr.txt"  # a file, not a pipe: the JVM's ending is not waited for
     with open(said, "w") as stderr:
-        proc = subprocess.Popen([str(CLI_EXE), *args, "--engine", "spark", "--spark-master",
-                                 master], stdout=subprocess.DEVNULL, stderr=stderr)
+        command = [str(CLI_EXE), *args, "--engine", "spark", "--spark-master", master]
+        if sigint_ignored:
+            command = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', *command]
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline, started, jvms = time.monotonic() + 240, set(), set()
     while proc.poll() is None and time.monotonic() < deadline:
         started |= _descendants(proc.pid)
-        jvms |= {pid for pid in started if _command(pid) == "java"}
+        jvms |= {p for p in started if _command(p) == "java"}
         if written == "java" and jvms:
             break
         if list(out.parent.glob(f".out.partial-*/verdicts.parquet/{written}")):
@@ -113,10 +125,10 @@ def _spark_run_stopped(tmp_path: Path, generated: tuple[list[str], Path], master
         pytest.fail(f"the run ended or took too long before {written}: {said.read_text()}")
     time.sleep(delay)
     started |= _descendants(proc.pid)
-    jvms |= {pid for pid in started if _command(pid) == "java"}
-    proc.send_signal(signal.SIGTERM)
+    jvms |= {p for p in started if _command(p) == "java"}
+    proc.send_signal(sig)
     proc.wait(timeout=120)
-    jvms_left = [pid for pid in jvms if _alive(pid)]
+    jvms_left = [p for p in jvms if _alive(p)]
     return _SparkStop(proc.returncode, said.read_text(), jvms, jvms_left, started, out, before)
 
 
@@ -147,10 +159,26 @@ def test_sigterm_during_the_spark_engines_run(tmp_path: Path, generated, written
     assert stop.jvms, "no JVM was seen"
     assert not stop.jvms_left, "the JVM outlived the run"
     deadline = time.monotonic() + 30
-    while any(_alive(pid) for pid in stop.started) and time.monotonic() < deadline:
+    while any(_alive(p) for p in stop.started) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in stop.started if _alive(pid)], "its workers outlived the run"
+    assert not [p for p in stop.started if _alive(p)], "its workers outlived the run"
     _assert_stopped_cleanly(stop)
+
+
+@pytest.mark.spark
+def test_an_ignored_sigint_stays_ignored_by_the_spark_engine(tmp_path: Path,
+                                                            generated) -> None:
+    """Started with SIGINT ignored, the Spark engine's run ignores SIGINT during the
+    verdicts' write too, and completes: a new SparkContext sets pyspark's own SIGINT
+    action (cancel every job, raise), which stopped that run (exit 130) until the job set
+    its own back after the session's start."""
+    stop = _spark_run_stopped(tmp_path, generated, "local[2]", "_temporary", 0.3,
+                              signal.SIGINT, sigint_ignored=True)
+    assert stop.status == 0, stop.err
+    assert _manifest(stop.out)["run_id"] != stop.before["run_id"]
+    assert _manifest(stop.out)["counts"]["positions"]["rows_read"] == ROWS
+    assert _verdict_rows(stop.out) == ROWS
+    assert _leftovers(stop.out.parent) == []
 
 
 @pytest.mark.spark

@@ -232,16 +232,16 @@ class MergedVerdicts:
 
 
 class _SortedRuns:
-    """The wide path's verdict parts, held until they pass a 1/HELD_SHARE of the memory
-    setting (`limit`; None: never), then sorted into a run in scratch (`open_scratch`, called
-    once, at the first run), unless all `expected_rows` are expected to fit (WHOLE_SHARE); at the end (`finish`) the runs and the parts still held are
-    merged into key order a slice at a time, with duplicate keys found in every slice, as
-    one sort of all verdicts does (`ordering.key_sorted_verdicts`, which runs without runs).
-    Parts that cannot go into runs (`ordering.spillable`: keys of mixed types) stay in
-    memory; when a run's position ids turn out not to keep their type over all rows (text ids
-    that are all integers), the runs are read back and sorted in memory. `typed_by_rows`
-    False: the parts' key types are decided already (long form), as in
-    `ordering.key_sorted_verdicts`."""
+    """The wide path's verdict parts, held until they pass a 1/HELD_SHARE of the memory setting
+    (`limit`; None: never), then sorted into a run in scratch (`open_scratch`, called once, at
+    the first run), unless all `expected_rows` are expected to fit (WHOLE_SHARE); at the end
+    (`finish`) the runs and the parts still held are merged into key order a slice at a time,
+    with duplicate keys found in every slice, as one sort of all verdicts does
+    (`ordering.key_sorted_verdicts`, which runs without runs). Parts that cannot go into runs
+    (`ordering.spillable`: keys of mixed types) stay in memory; when a run's position ids turn
+    out not to keep their type over all rows (text ids that are all integers), the runs are read
+    back and sorted in memory. `typed_by_rows` False: the parts' key types are decided already
+    (long form), as in `ordering.key_sorted_verdicts`."""
 
     def __init__(self, rule_ids: pl.Series, limit: int | None,
                  open_scratch: Callable[[], tuple[Spill, ThreadPoolExecutor]],

@@ -260,16 +260,19 @@ class SparkEngine:
             raise object_store.hdfs_refused(location)
         run = session(config.spark.master, dict(config.spark.conf),
                       quiet_jvm=not log.isEnabledFor(logging.DEBUG))
-        failed = True
+        failed, stopped = True, False
         try:
             with failures_named(run), object_store.through_hadoop(
                     hadoop_filesystems(run.spark)):
                 self._early = run
                 yield
             failed = False
+        except KeyboardInterrupt:  # Ctrl-C or a stop signal (`Stopped`)
+            stopped = True
+            raise
         finally:
             self._early = None
-            run.stop(failed)
+            run.stop(failed, stopped)
 
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
@@ -286,7 +289,7 @@ class SparkEngine:
         spark = run.spark
         work = _Job(spark, config, job.paths, job.form, job.index, job.cache, run,
                     read_cache=job.read_cache)
-        failed = True
+        failed, stopped = True, False
         try:
             with failures_named(run), lost_server(config.spark.remote), (
                     nullcontext() if config.spark.remote else jobs_ended_on_failure(spark)):
@@ -310,13 +313,16 @@ class SparkEngine:
                                       written)
                 work.close()
             failed = False
+        except KeyboardInterrupt:  # Ctrl-C or a stop signal (`Stopped`)
+            stopped = True
+            raise
         finally:
             if failed and not run.owned:  # a session that lives on: free what it cached
                 try:
                     work.close()
                 except Exception as exc:  # noqa: BLE001 - the run's own error is raised
                     log.debug("freeing Spark's cached frames: %s", exc)
-            run.stop(failed)
+            run.stop(failed, stopped)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -69,9 +70,11 @@ class Session:
     driver_memory: str | None  # the heap of a driver JVM started here, as configured
     jvm_log: Path | None = None  # where the JVM's stderr goes (None: the terminal)
 
-    def stop(self, failed: bool) -> None:
-        """Stop a session started here; the JVM log is removed unless the run failed.
-        A JVM that already died is not an error here (the run's failure says why)."""
+    def stop(self, failed: bool, stopped: bool = False) -> None:
+        """Stop a session started here; the JVM log is removed unless the run failed (a run
+        `stopped` by a signal is not a failure to look into). A JVM that already died is not
+        an error here (the run's failure says why). A stopped run in local mode ends its
+        JVM too (`_end_jvm`)."""
         if self.owned:
             with warnings.catch_warnings(), _root_logging_held():
                 warnings.simplefilter("ignore")
@@ -79,9 +82,9 @@ class Session:
                     self.spark.stop()
                 except Exception as exc:  # noqa: BLE001 - the JVM may be gone
                     log.debug("stopping Spark: %s", exc)
-            if failed and self.local:
+            if stopped and self.local:
                 _end_jvm()
-        if self.jvm_log is not None and not failed:
+        if self.jvm_log is not None and (stopped or not failed):
             self.jvm_log.unlink(missing_ok=True)
 
 
@@ -112,15 +115,17 @@ def jobs_ended_on_failure(spark: SparkSession) -> Iterator[None]:
 
 
 def _cancel_and_wait(sc: SparkContext, group: str, timeout: float) -> None:
-    """Cancel the job group's jobs, then wait until no executor runs a task (the status
-    tracker counts a killed task as running until its thread has ended), at most `timeout`
-    seconds; nothing if the JVM is gone."""
+    """Cancel the job group's jobs, then wait until none of them runs and their stages have
+    no task running, at most `timeout` seconds; nothing if the JVM is gone. A job ends in the
+    status tracker after the starts of the tasks it launched, and a killed task counts as
+    running until its thread has ended."""
     try:
         sc.cancelJobGroup(group)
-        tracker = sc._jsc.sc().statusTracker()
+        tracker = sc.statusTracker()
+        jobs = tracker.getJobIdsForGroup(group)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if sum(info.numRunningTasks() for info in tracker.getExecutorInfos()) == 0:
+            if not any(_job_running(tracker, job) for job in jobs):
                 return
             time.sleep(0.05)
         log.debug("Spark tasks still running %.0f s after the run's jobs were cancelled",
@@ -129,15 +134,28 @@ def _cancel_and_wait(sc: SparkContext, group: str, timeout: float) -> None:
         log.debug("cancelling the run's Spark jobs: %s", exc)
 
 
+def _job_running(tracker: object, job: int) -> bool:
+    """Whether the job runs, or a stage of it has a task running."""
+    info = tracker.getJobInfo(job)
+    if info is None:
+        return False
+    if info.status == "RUNNING":
+        return True
+    stages = (tracker.getStageInfo(stage) for stage in info.stageIds)
+    return any(stage is not None and stage.numActiveTasks > 0 for stage in stages)
+
+
 def _end_jvm(grace: float = 10.0) -> None:
     """End the JVM this process started for Spark (local mode: it runs every task), and wait
-    for it: a task killed by the session's stop can still finish writing its file, and did,
-    into the staging directory the failed or stopped run removes next. A later session in
-    this process starts a JVM of its own."""
+    for it, so that none of its tasks writes after the stopped run has removed its staging
+    directory (one did, before the run waited for its tasks). A later session in this
+    process starts a JVM of its own."""
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
     if proc is None:
         return
+    SparkContext._gateway = None  # first: a later session must not reuse it, whatever follows
+    SparkContext._jvm = None
     with contextlib.suppress(Exception):
         gateway.shutdown()
     with contextlib.suppress(OSError):
@@ -147,8 +165,15 @@ def _end_jvm(grace: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    SparkContext._gateway = None
-    SparkContext._jvm = None
+
+
+def _forget_dead_gateway() -> None:
+    """pyspark keeps the gateway of a JVM whose start failed or was stopped, and a later
+    session would reuse it: forgotten once its process has ended."""
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None and proc.poll() is not None:
+        SparkContext._gateway = None
+        SparkContext._jvm = None
 
 
 @contextlib.contextmanager
@@ -280,19 +305,39 @@ def session(master: str, conf: dict[str, str] | None = None,
         os.close(handle)
         jvm_log = Path(name)
     before = _children(os.getpid())
+    sigint = _sigint_action()
     try:
-        with _stderr_to(jvm_log):
+        with _stderr_to(jvm_log), _root_logging_held():
             spark = builder.getOrCreate()
     except BaseException as exc:
         # a stop while the JVM started: pyspark forgets it, and it outlived the run
         _end_processes(_children(os.getpid()) - before)
+        _forget_dead_gateway()
+        if isinstance(exc, KeyboardInterrupt) and jvm_log is not None:
+            jvm_log.unlink(missing_ok=True)  # not a failure to look into
         raise _start_failure(exc, jvm_log) from exc
+    finally:
+        _set_sigint_action(sigint)
     _silence_accumulator_errors(spark)
     sc = spark.sparkContext
     memory = sc.getConf().get("spark.driver.memory", "1g")
     log.info("Spark %s at %s, driver memory %s%s", spark.version, sc.master, memory,
              f", JVM log {jvm_log}" if jvm_log else "")
     return Session(spark, True, sc.master.startswith("local"), memory, jvm_log)
+
+
+def _sigint_action() -> object:
+    """SIGINT's action in this process (None outside the main thread, where it cannot be set):
+    a new SparkContext sets its own, which raises wherever it lands, cancels every job
+    and, unlike the CLI's, runs even where SIGINT was ignored; it is set back after."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGINT)
+
+
+def _set_sigint_action(action: object) -> None:
+    if action is not None:
+        signal.signal(signal.SIGINT, action)
 
 
 def _children(pid: int) -> set[int]:
@@ -334,7 +379,7 @@ def _end_processes(pids: set[int], grace: float = 5.0) -> None:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):  # this process's own child: waited for
-            os.waitpid(pid, os.WNOHANG)
+            os.waitpid(pid, 0)
 
 
 def _running(pid: int) -> bool:
