@@ -132,3 +132,29 @@ def test_a_crashed_python_worker_is_one_line_naming_its_memory_setting(tmp_path)
     line = assert_one_line_failure(result, out)
     assert "a Spark Python worker crashed" in line
     assert "spark.executor.pyspark.memory" in line
+
+
+_START_FAILS_THEN_AGAIN = """
+from pipeline.engines.spark_session import session
+from pipeline.errors import SparkFailure
+
+try:
+    session("local[1]", {"spark.driver.memory": "100m"})
+except SparkFailure as exc:
+    print("failed:", "raise spark.driver.memory" in str(exc))
+run = session("local[1]")
+print("then:", run.spark.range(3).count())
+run.stop(failed=False)
+"""
+
+
+@pytest.mark.spark
+def test_a_session_that_could_not_start_leaves_the_process_able_to_start_another():
+    """A session whose JVM started and then could not make its context (a heap too small):
+    that JVM is ended and forgotten, and a session started after it in the same process, with
+    the default heap, works (pyspark kept the JVM's gateway and handed it to the next
+    session: the same heap, or, once the JVM was ended, a dead one)."""
+    done = subprocess.run([sys.executable, "-c", _START_FAILS_THEN_AGAIN], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["failed: True", "then: 3"], done.stdout
