@@ -246,18 +246,24 @@ def test_a_stop_is_clean_at_any_moment(previous: tuple[list[str], Path], stop: s
 @pytest.mark.slow
 def test_repeated_ctrl_c_during_the_first_batches_never_crashes(
         previous: tuple[list[str], Path]) -> None:
-    """Ctrl-C at twelve moments of the positions' read, and twice in a row at some: each run
-    stops cleanly (a second Ctrl-C does not cut the first one's clean-up short). The moments
-    stay within the read, as long as the complete run's took (0.3-0.4 s here): a Ctrl-C 0.55 s
-    in came after the run had ended."""
+    """Ctrl-C at twelve moments of the positions' read (0.3-0.4 s here), and twice in a row at
+    some: each run stops cleanly (a second Ctrl-C does not cut the first one's clean-up
+    short). A run may complete only if the terminal echoed every ^C after its last line
+    (on a busy machine a late moment came after the run had ended); at least half stop."""
     args, out = previous
     before = _manifest(out)
-    read_s = before["timings_s"]["positions"]
+    stopped = 0
     for i in range(12):
-        delay = 0.8 * read_s * i / 12
+        delay = 0.025 * i
         status, shown = in_terminal(args, "positions", delay, "^C", repeat=1 + i % 2)
-        assert assert_clean_stop_or_complete(status, shown, out, before, signal.SIGINT,
-                                             f"Ctrl-C at positions+{delay:.2f}s")
+        where = f"Ctrl-C at positions+{delay:.3f}s"
+        if assert_clean_stop_or_complete(status, shown, out, before, signal.SIGINT, where):
+            stopped += 1
+        else:
+            assert "wrote " in shown and shown.index("wrote ") < shown.index("^C"), (
+                where, shown)
+            before = _manifest(out)  # the new output is the one the next run must keep
+    assert stopped >= 6, stopped
 
 
 _KERNEL_LOOP = """
