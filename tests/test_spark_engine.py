@@ -8,6 +8,7 @@ session serves the whole module.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -621,6 +622,62 @@ def test_tallies_of_partitions_add_up_and_find_a_key_across_them():
     across = replace(b, first=(2, -1))
     assert tallied_counts({a.first: a, across.first: across}, types) is None
     assert tallied_counts({}, types).height == 0
+
+
+@pytest.mark.spark
+def test_a_write_task_that_fails_midway_leaves_no_file(spark, tmp_path):
+    """`write_task` in real Spark tasks: a partition whose rows stop coming after the first
+    batch (the task fails) leaves nothing in the directory, not a part file cut short; the
+    partitions written whole are `part-<partition>.parquet`, in key order across files."""
+    from pipeline.engines.spark_tasks import TALLY_SCHEMA, write_task
+
+    columns = ["rule_set_id", "position_id", "nim_sum", "verdict"]
+    rows = spark.range(6000).selectExpr("id DIV 2000 AS rule_set_id", "id AS position_id",
+                                        "id % 3 AS nim_sum").repartitionByRange(3, "id")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    for target in (whole, cut):
+        target.mkdir()
+
+    def failing(batches, **kwargs):
+        def first_only():
+            yield next(batches)
+            raise RuntimeError("the rows stopped coming")
+        return write_task(first_only(), **kwargs)
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    try:
+        found = rows.mapInArrow(functools.partial(
+            write_task, target=str(whole), columns=columns, schema=TALLY_SCHEMA),
+            TALLY_SCHEMA).collect()
+        with pytest.raises(Exception, match="the rows stopped coming"):
+            rows.mapInArrow(functools.partial(
+                failing, target=str(cut), columns=columns, schema=TALLY_SCHEMA),
+                TALLY_SCHEMA).collect()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert len(found) == 3
+    assert sorted(p.name for p in whole.iterdir()) == [
+        "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    written = pl.read_parquet(whole)
+    assert written.columns == columns
+    assert written["position_id"].to_list() == list(range(6000))
+    assert written["verdict"].to_list() == ["L" if i % 3 == 0 else "W" for i in range(6000)]
+    assert list(cut.iterdir()) == []
+
+
+@pytest.mark.spark
+def test_no_verdict_at_all_is_a_directory_of_the_columns(spark, tmp_path):
+    """Every position rejected: the sorted, tallied write has no row to write, and the
+    verdicts are still a directory polars reads as the polars engine's empty table."""
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "1 2"], [2, "", "1 3"]])
+    p = write_parquet(tmp_path / "positions.parquet",
+                      {"rule_set_id": [2, 1, 2], "position_id": [5, 3, 1],
+                       "heaps": [[-1], [2, -3], [-4]]},
+                      {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS})
+    _, got = run_both(tmp_path, rules=str(r), positions=str(p), max_rejected_rate=1.0)
+    assert outputs(got)["verdicts"].height == 0
+    assert outputs(got)["rejects"].height == 3
 
 
 @pytest.mark.spark

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pickle
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -47,6 +48,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -76,6 +78,7 @@ from pipeline.engines.spark_tasks import (
     LONG,
     REJECT_SCHEMA,
     STRING,
+    TALLY_SCHEMA,
     attach_task,
     beyond_task,
     evaluate_task,
@@ -83,7 +86,9 @@ from pipeline.engines.spark_tasks import (
     reject_task,
     sg_task,
     taint_task,
+    verdict_table,
     verdict_task,
+    write_task,
 )
 from pipeline.events import RunEvent
 from pipeline.io.outputs.commit import ZSTD_LEVEL
@@ -196,12 +201,25 @@ class _Job(SparkOrdering):
 
     # -- output --
 
-    def write_tallied(self, verdicts: DataFrame, target: Path) -> pl.DataFrame | None:
-        """Write verdicts that `tally_task` tallies on their way (`duplicates`): their W/L
-        per rule set, or None, with nothing left at `target`, if they hold a key twice."""
-        self.write(verdicts, target)
-        counts = tallied_counts(self.write_tally.value, {k: verdicts.schema[k].dataType
-                                                   for k in KEYS})
+    def write_tallied(self, target: Path) -> pl.DataFrame | None:
+        """Write the verdicts `duplicates` left to be tallied (`write_task`): their W/L per
+        rule set, or None, with nothing left at `target`, if they hold a key twice."""
+        assert self.tallied is not None
+        ordered, columns = self.tallied
+        target.mkdir()  # the tasks write into it (and never make it: see `write_task`)
+        with _storage_failures(target):
+            found = self.map(ordered, write_task, TALLY_SCHEMA, target=str(target),
+                             columns=columns).collect()
+        tallies = {t.first: t for t in (pickle.loads(row["tally"]) for row in found)}
+        with writing(target.name):
+            for name in os.listdir(target):  # a failed task attempt's hidden file
+                if not name.startswith("part-"):
+                    os.remove(target / name)
+            if not tallies:  # no verdict: one file of none, so the directory has the columns
+                none = pl.from_arrow(to_arrow_schema(ordered.schema).empty_table())
+                assert isinstance(none, pl.DataFrame)
+                pq.write_table(verdict_table(none, columns), target / "part-00000.parquet")
+        counts = tallied_counts(tallies, {k: ordered.schema[k].dataType for k in KEYS})
         if counts is None:
             log.info("verdicts: a key is given more than once; splitting the duplicates off")
             shutil.rmtree(target)
@@ -211,18 +229,26 @@ class _Job(SparkOrdering):
     def write(df: DataFrame, target: Path) -> None:
         """A Parquet directory that polars reads as one table: part files only (Spark's
         _SUCCESS marker and .crc checksums would break a directory scan)."""
-        try:
+        with _storage_failures(target):
             df.write.option("compression", "zstd").option(
                 "parquet.compression.codec.zstd.level", str(ZSTD_LEVEL)).parquet(str(target))
-        except Exception as exc:  # the write runs the job: only storage errors are ours here
-            failure = storage_failure(target.name, exc)
-            if failure is None:
-                raise
-            raise failure from None
         with writing(target.name):
             for name in os.listdir(target):
                 if not name.startswith("part-"):
                     os.remove(target / name)
+
+
+@contextmanager
+def _storage_failures(target: Path) -> Iterator[None]:
+    """A write's storage errors (disk full, read-only) as ours; the write runs the job, so
+    its other failures keep their own."""
+    try:
+        yield
+    except Exception as exc:
+        failure = storage_failure(target.name, exc)
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def _where(spark: SparkSession) -> str:
@@ -302,8 +328,8 @@ class SparkEngine:
                 norm = work.number_rows(norm, rows_per_file)
                 verdicts, rejects = work.wide(norm) if job.form == "wide" else work.long(norm)
                 written = None
-                if work.write_tally is not None:
-                    written = work.write_tallied(verdicts, job.staging / "verdicts.parquet")
+                if work.tallied is not None:
+                    written = work.write_tallied(job.staging / "verdicts.parquet")
                     if written is None:
                         verdicts, rejects = work.untallied()
                 rejects = rejects.withColumn("column", _input_column_names(config, job.form))

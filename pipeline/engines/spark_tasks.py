@@ -1,11 +1,12 @@
 """The Spark engine's per-partition steps: each runs inside a Python worker on an executor, on
 the Arrow batches `mapInArrow` hands it, and calls the same transforms as the polars engine
-(so every row-level rule is the polars engine's). Nothing here talks to Spark itself (a
-tally is handed an accumulator and only adds to it)."""
+(so every row-level rule is the polars engine's). Nothing here talks to Spark itself (the
+verdicts' writer only asks its task context which partition it writes)."""
 
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,8 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import TaskContext
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -21,6 +24,7 @@ from pipeline import kernels, keys
 from pipeline.batches import BATCH_ROWS, position_batches
 from pipeline.config import Config
 from pipeline.errors import SnimError
+from pipeline.io.outputs.commit import ZSTD_LEVEL
 from pipeline.io.read.files import Source
 from pipeline.io.read.readers import parquet_range
 from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
@@ -356,7 +360,7 @@ def repeated_task(batches: Batches, schema: T.StructType) -> Batches:
 
 @dataclass(frozen=True)
 class PartitionTally:
-    """One partition of key-sorted verdicts as `tally_task` saw it pass to the write."""
+    """One partition of key-sorted verdicts as `write_task` saw it pass to its file."""
 
     first: tuple[Any, Any]
     last: tuple[Any, Any]
@@ -364,18 +368,33 @@ class PartitionTally:
     counts: pl.DataFrame  # rule_set_id, W, L
 
 
-def tally_task(batches: Batches, tally: Any, schema: T.StructType) -> Batches:
-    """Verdict rows of a partition sorted by key, passed on unchanged to the write and
-    tallied as they pass: the first and last key, the keys equal to the key before them
-    (every key given twice: a range partitioning keeps equal keys in one partition) and W/L
-    per rule set. The tally is added to `tally` (an accumulator) under the partition's first
-    key, so a task that Spark runs again adds the same entry, not a second one."""
+TALLY_SCHEMA = T.StructType([T.StructField("tally", T.BinaryType())])
+
+
+def write_task(batches: Batches, target: str, columns: list[str],
+               schema: T.StructType) -> Batches:
+    """Verdict rows of a partition sorted by key, written by the task itself to one Parquet
+    file in `target` and tallied as they pass: the first and last key, the keys equal to the
+    key before them (every key given twice: a range partitioning keeps equal keys in one
+    partition) and W/L per rule set. Yields the tally, pickled (`PartitionTally`), as one
+    row; an empty partition writes and yields nothing.
+
+    The file is `part-<partition>.parquet`, whole or not at all (written under a hidden name,
+    then renamed), so a task Spark runs again replaces it. Written here, the rows need not go
+    back from Python to the JVM for Spark's own writer: that trip and that writer cost about
+    as much as the rest of the write."""
+    context = TaskContext.get()
+    name = f"part-{context.partitionId():05d}.parquet"
+    hidden = os.path.join(target, f".{name}.{context.taskAttemptId()}")
+    writer: pq.ParquetWriter | None = None
     first: pl.DataFrame | None = None
     last: pl.DataFrame | None = None
     repeated = 0
     counts = []
-    for batch in batches:
-        if batch.num_rows:
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
             frame = _frame(batch)
             keyed = frame.select(KEYS)
             repeated += int(_same_as_before(keyed, _before(keyed, last)).sum())
@@ -384,11 +403,30 @@ def tally_task(batches: Batches, tally: Any, schema: T.StructType) -> Batches:
             counts.append(frame.group_by("rule_set_id").agg(
                 (pl.col("nim_sum") != 0).sum().alias("W"),
                 (pl.col("nim_sum") == 0).sum().alias("L")))
-        yield batch
+            table = verdict_table(frame, columns)
+            if writer is None:
+                writer = pq.ParquetWriter(hidden, table.schema, compression="zstd",
+                                          compression_level=ZSTD_LEVEL)
+            writer.write_table(table)
+        if writer is not None:
+            writer.close()
+            writer = None
+            os.replace(hidden, os.path.join(target, name))
+    finally:
+        if writer is not None:  # the task failed or was stopped: no half-written file
+            writer.close()
+            os.remove(hidden)
     if first is not None and last is not None:
         per_rule_set = pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum())
-        tally.add({first.row(0): PartitionTally(first.row(0), last.row(0), repeated,
-                                                per_rule_set)})
+        tally = PartitionTally(first.row(0), last.row(0), repeated, per_rule_set)
+        yield pa.RecordBatch.from_pydict({"tally": [pickle.dumps(tally)]},
+                                         schema=to_arrow_schema(schema))
+
+
+def verdict_table(frame: pl.DataFrame, columns: list[str]) -> pa.Table:
+    """Sorted verdict rows as the output holds them: `columns`, the verdict made from the
+    nim-sum (`evaluate.with_verdict`)."""
+    return evaluate.with_verdict(frame).select(columns).to_arrow()
 
 
 def order_task(batches: Batches, schema: T.StructType) -> Batches:
