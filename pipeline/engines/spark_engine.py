@@ -41,7 +41,7 @@ import os
 import pickle
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -286,19 +286,14 @@ class SparkEngine:
             raise object_store.hdfs_refused(location)
         run = session(config.spark.master, dict(config.spark.conf),
                       quiet_jvm=not log.isEnabledFor(logging.DEBUG))
-        failed, stopped = True, False
-        try:
-            with failures_named(run), object_store.through_hadoop(
-                    hadoop_filesystems(run.spark)):
-                self._early = run
-                yield
-            failed = False
-        except KeyboardInterrupt:  # Ctrl-C or a stop signal (`Stopped`)
-            stopped = True
-            raise
-        finally:
-            self._early = None
-            run.stop(failed, stopped)
+        with run.held():
+            try:
+                with failures_named(run), object_store.through_hadoop(
+                        hadoop_filesystems(run.spark)):
+                    self._early = run
+                    yield
+            finally:
+                self._early = None
 
     @contextmanager
     def evaluate(self, job: PositionsJob) -> Iterator[SparkEvaluation]:
@@ -315,40 +310,39 @@ class SparkEngine:
         spark = run.spark
         work = _Job(spark, config, job.paths, job.form, job.index, job.cache, run,
                     read_cache=job.read_cache)
-        failed, stopped = True, False
-        try:
-            with failures_named(run), lost_server(config.spark.remote), (
-                    nullcontext() if config.spark.remote else jobs_ended_on_failure(spark)):
-                job.on_event(RunEvent.note(f"positions: Spark {spark.version} at "
-                                           f"{_where(spark)}", "positions"))
-                norm, rows_per_file = work.read()
-                job.on_event(RunEvent.progress(
-                    "positions", sum(rows_per_file), sum(rows_per_file),
-                    f"positions: {sum(rows_per_file):,} rows read ({len(job.paths)} files)"))
-                norm = work.number_rows(norm, rows_per_file)
-                verdicts, rejects = work.wide(norm) if job.form == "wide" else work.long(norm)
-                written = None
-                if work.tallied is not None:
-                    written = work.write_tallied(job.staging / "verdicts.parquet")
-                    if written is None:
-                        verdicts, rejects = work.untallied()
-                rejects = rejects.withColumn("column", _input_column_names(config, job.form))
-                if not work.verdicts_sorted:
-                    verdicts = work.persist(verdicts)
-                yield SparkEvaluation(work, verdicts, work.persist(rejects), rows_per_file,
-                                      written)
-                work.close()
-            failed = False
-        except KeyboardInterrupt:  # Ctrl-C or a stop signal (`Stopped`)
-            stopped = True
-            raise
-        finally:
-            if failed and not run.owned:  # a session that lives on: free what it cached
-                try:
+        with run.held():
+            try:
+                with failures_named(run), lost_server(config.spark.remote), \
+                        jobs_ended_on_failure(spark):
+                    job.on_event(RunEvent.note(f"positions: Spark {spark.version} at "
+                                               f"{_where(spark)}", "positions"))
+                    norm, rows_per_file = work.read()
+                    job.on_event(RunEvent.progress(
+                        "positions", sum(rows_per_file), sum(rows_per_file),
+                        f"positions: {sum(rows_per_file):,} rows read "
+                        f"({len(job.paths)} files)"))
+                    norm = work.number_rows(norm, rows_per_file)
+                    verdicts, rejects = (work.wide(norm) if job.form == "wide"
+                                         else work.long(norm))
+                    written = None
+                    if work.tallied is not None:
+                        written = work.write_tallied(job.staging / "verdicts.parquet")
+                        if written is None:
+                            verdicts, rejects = work.untallied()
+                    rejects = rejects.withColumn("column",
+                                                 _input_column_names(config, job.form))
+                    if not work.verdicts_sorted:
+                        verdicts = work.persist(verdicts)
+                    yield SparkEvaluation(work, verdicts, work.persist(rejects),
+                                          rows_per_file, written)
                     work.close()
-                except Exception as exc:  # noqa: BLE001 - the run's own error is raised
-                    log.debug("freeing Spark's cached frames: %s", exc)
-            run.stop(failed, stopped)
+            except BaseException:
+                if not run.owned:  # a session that lives on: free what it cached
+                    try:
+                        work.close()
+                    except Exception as exc:  # noqa: BLE001 - the run's own error is raised
+                        log.debug("freeing Spark's cached frames: %s", exc)
+                raise
 
 
 @dataclass

@@ -28,6 +28,7 @@ from urllib.parse import unquote
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from pipeline.engines.spark_connect import is_connect
 from pipeline.errors import InputError, SnimError, SparkFailure, truncated
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,20 @@ class Session:
         if self.jvm_log is not None and (stopped or not failed):
             self.jvm_log.unlink(missing_ok=True)
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The session for a block, stopped after it (`stop`): failed if the block raised,
+        stopped if a Ctrl-C or stop signal (`Stopped`, a KeyboardInterrupt) ended it."""
+        failed, stopped = True, False
+        try:
+            yield
+            failed = False
+        except KeyboardInterrupt:
+            stopped = True
+            raise
+        finally:
+            self.stop(failed, stopped)
+
 
 TASKS_END_TIMEOUT_S = 30.0  # the longest a failed or stopped run waits for its tasks to end
 _JOB_GROUP_KEYS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
@@ -98,7 +113,12 @@ def jobs_ended_on_failure(spark: SparkSession) -> Iterator[None]:
     after). On the way out with an error or a stop, the group's jobs are cancelled and their
     running tasks waited for, up to TASKS_END_TIMEOUT_S, before the caller goes on to remove
     the staging directory: on a standalone cluster an executor's task, still running when
-    the driver stopped, wrote its file into that directory a second after it was removed."""
+    the driver stopped, wrote its file into that directory a second after it was removed.
+    On Spark Connect (no SparkContext, no status tracker) nothing is done here: the
+    session's release (`Session.stop`) ends its operations on the server."""
+    if is_connect(spark):
+        yield
+        return
     sc = spark.sparkContext
     saved = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_KEYS}
     group = f"snim-batch-{os.getpid()}-{time.time_ns()}"
