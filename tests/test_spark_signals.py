@@ -74,7 +74,7 @@ class _SparkStop:
 
 
 ROWS = 400_000
-WRITING = "verdicts.parquet/.part-*"  # a task's verdicts file before it is whole
+WRITING = ".verdicts.parquet.attempts/part-*"  # a task's verdicts file before it is whole
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def test_sigterm_during_the_spark_engines_run(tmp_path: Path, generated, written
                                              delay: float) -> None:
     """The Spark engine (local[2]) writes its sorted verdicts during the positions phase,
     tallying them on the way: SIGTERM while its JVM starts, while its tasks write the
-    verdicts (a part file under its hidden name), or once they are written and Spark
+    verdicts (a part file in the attempts' directory), or once they are written and Spark
     writes the rejects. The run stops cleanly
     (py4j's own report of the interrupt was printed above its line, with a traceback), and
     the JVM it started is gone when it exits (one started then ran on; one whose tasks were

@@ -26,9 +26,10 @@ the read. Key types that the files' schemas decide (integer Parquet columns) nee
 Reading, and row numbers (`row` in rejects; the default `position_id`): `spark_reading`.
 The verdicts' key order and duplicate keys: `spark_ordering`.
 
-Outputs: `verdicts.parquet` and `rejects.parquet` are directories of Parquet part files written
-by Spark, sorted across parts (read the directory with `pl.read_parquet` / `pl.scan_parquet`);
-`sg_tables.parquet` and `summary.parquet` are single files written on the driver. Input paths
+Outputs: `verdicts.parquet` and `rejects.parquet` are directories of Parquet part files (the
+verdicts written by the engine's own tasks, `write_task`; the rejects by Spark), sorted across
+parts (read the directory with `pl.read_parquet` / `pl.scan_parquet`); `sg_tables.parquet`
+and `summary.parquet` are single files written on the driver. Input paths
 must be readable by the driver and every executor (local mode, or a shared file system); URLs
 are found by the driver and read by the tasks (`hdfs://`: by Spark, `spark_hadoop`).
 """
@@ -38,7 +39,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import pickle
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,14 +78,15 @@ from pipeline.engines.spark_tasks import (
     LONG,
     REJECT_SCHEMA,
     STRING,
-    TALLY_SCHEMA,
     attach_task,
     beyond_task,
     evaluate_task,
     moves_task,
+    partition_tallies,
     reject_task,
     sg_task,
     taint_task,
+    tally_schema,
     verdict_table,
     verdict_task,
     write_task,
@@ -206,19 +207,24 @@ class _Job(SparkOrdering):
         rule set, or None, with nothing left at `target`, if they hold a key twice."""
         assert self.tallied is not None
         ordered, columns = self.tallied
-        target.mkdir()  # the tasks write into it (and never make it: see `write_task`)
-        with _storage_failures(target):
-            found = self.map(ordered, write_task, TALLY_SCHEMA, target=str(target),
-                             columns=columns).collect()
-        tallies = {t.first: t for t in (pickle.loads(row["tally"]) for row in found)}
-        with writing(target.name):
-            for name in os.listdir(target):  # a failed task attempt's hidden file
-                if not name.startswith("part-"):
-                    os.remove(target / name)
-            if not tallies:  # no verdict: one file of none, so the directory has the columns
-                none = pl.from_arrow(to_arrow_schema(ordered.schema).empty_table())
-                assert isinstance(none, pl.DataFrame)
-                pq.write_table(verdict_table(none, columns), target / "part-00000.parquet")
+        attempts = target.parent / f".{target.name}.attempts"
+        with writing(target.name):  # the tasks write into them, and never make them
+            target.mkdir()
+            attempts.mkdir()
+        try:
+            with _storage_failures(target):
+                found = polars_frame(self.map(
+                    ordered, write_task, tally_schema(ordered.select(*KEYS).schema),
+                    target=str(target), attempts=str(attempts), columns=columns))
+        finally:
+            shutil.rmtree(attempts, ignore_errors=True)
+        tallies = partition_tallies(found)
+        if not tallies:  # no verdict: one file of none, so that the directory has the columns
+            none = pl.from_arrow(to_arrow_schema(ordered.schema).empty_table())
+            assert isinstance(none, pl.DataFrame)
+            with writing(target.name):
+                pq.write_table(verdict_table(none, columns), target / "part-00000.parquet",
+                               compression="zstd", compression_level=ZSTD_LEVEL)
         counts = tallied_counts(tallies, {k: ordered.schema[k].dataType for k in KEYS})
         if counts is None:
             log.info("verdicts: a key is given more than once; splitting the duplicates off")

@@ -5,8 +5,8 @@ verdicts' writer only asks its task context which partition it writes)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -368,24 +368,46 @@ class PartitionTally:
     counts: pl.DataFrame  # rule_set_id, W, L
 
 
-TALLY_SCHEMA = T.StructType([T.StructField("tally", T.BinaryType())])
+def tally_schema(key_schema: T.StructType) -> T.StructType:
+    """`write_task`'s rows: W and L per rule set of a partition, each beside the partition's
+    number, its first and last key and its count of keys equal to the key before them."""
+    keyed = [T.StructField(f"_{end}_{f.name}", f.dataType)
+             for end in ("first", "last") for f in key_schema.fields]
+    return T.StructType([T.StructField("_part", INT), T.StructField("_repeated", LONG), *keyed,
+                         key_schema["rule_set_id"], T.StructField("W", LONG),
+                         T.StructField("L", LONG)])
 
 
-def write_task(batches: Batches, target: str, columns: list[str],
+def partition_tallies(rows: pl.DataFrame) -> dict[Any, PartitionTally]:
+    """`write_task`'s rows (`tally_schema`) as one `PartitionTally` per partition, keyed by
+    its first key (a partition Spark wrote twice, a task run again, counts once)."""
+    tallies = {}
+    for _, part in rows.group_by("_part"):
+        top = part.row(0, named=True)
+        first = (top["_first_rule_set_id"], top["_first_position_id"])
+        tallies[first] = PartitionTally(
+            first, (top["_last_rule_set_id"], top["_last_position_id"]), top["_repeated"],
+            part.select("rule_set_id", "W", "L"))
+    return tallies
+
+
+def write_task(batches: Batches, target: str, attempts: str, columns: list[str],
                schema: T.StructType) -> Batches:
     """Verdict rows of a partition sorted by key, written by the task itself to one Parquet
     file in `target` and tallied as they pass: the first and last key, the keys equal to the
     key before them (every key given twice: a range partitioning keeps equal keys in one
-    partition) and W/L per rule set. Yields the tally, pickled (`PartitionTally`), as one
-    row; an empty partition writes and yields nothing.
+    partition) and W/L per rule set (rows of `tally_schema`). An empty partition writes and
+    yields nothing.
 
-    The file is `part-<partition>.parquet`, whole or not at all (written under a hidden name,
-    then renamed), so a task Spark runs again replaces it. Written here, the rows need not go
-    back from Python to the JVM for Spark's own writer: that trip and that writer cost about
-    as much as the rest of the write."""
+    The file is `part-<partition>.parquet`, whole or not at all: written in `attempts` (a
+    directory the driver makes and removes once the write is over), then renamed into
+    `target`, so a task Spark runs again replaces it, and an attempt still running after the
+    write can leave nothing in the output. Written here, the rows need not go back from
+    Python to the JVM for Spark's own writer: that trip and that writer cost about as much
+    as the rest of the write."""
     context = TaskContext.get()
     name = f"part-{context.partitionId():05d}.parquet"
-    hidden = os.path.join(target, f".{name}.{context.taskAttemptId()}")
+    hidden = os.path.join(attempts, f"{name}.{context.taskAttemptId()}")
     writer: pq.ParquetWriter | None = None
     first: pl.DataFrame | None = None
     last: pl.DataFrame | None = None
@@ -413,14 +435,19 @@ def write_task(batches: Batches, target: str, columns: list[str],
             writer = None
             os.replace(hidden, os.path.join(target, name))
     finally:
-        if writer is not None:  # the task failed or was stopped: no half-written file
-            writer.close()
-            os.remove(hidden)
-    if first is not None and last is not None:
-        per_rule_set = pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum())
-        tally = PartitionTally(first.row(0), last.row(0), repeated, per_rule_set)
-        yield pa.RecordBatch.from_pydict({"tally": [pickle.dumps(tally)]},
-                                         schema=to_arrow_schema(schema))
+        try:
+            if writer is not None:  # the task failed or was stopped mid-write
+                writer.close()
+        finally:
+            with contextlib.suppress(OSError):  # renamed, or never made
+                os.remove(hidden)
+    if first is None or last is None:
+        return
+    tally = pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum())
+    yield from _out(tally.with_columns(
+        pl.lit(context.partitionId()).alias("_part"), pl.lit(repeated).alias("_repeated"),
+        *[pl.lit(first[k].item(), first.schema[k]).alias(f"_first_{k}") for k in KEYS],
+        *[pl.lit(last[k].item(), last.schema[k]).alias(f"_last_{k}") for k in KEYS]), schema)
 
 
 def verdict_table(frame: pl.DataFrame, columns: list[str]) -> pa.Table:
