@@ -8,7 +8,6 @@ session serves the whole module.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import random
@@ -622,62 +621,6 @@ def test_tallies_of_partitions_add_up_and_find_a_key_across_them():
     across = replace(b, first=(2, -1))
     assert tallied_counts({a.first: a, across.first: across}, types) is None
     assert tallied_counts({}, types).height == 0
-
-
-@pytest.mark.spark
-def test_a_write_task_that_fails_midway_leaves_no_file(spark, tmp_path):
-    """`write_task` in real Spark tasks: a partition whose rows stop coming after the first
-    batch (the task fails) leaves nothing in the output directory, nor in the attempts'
-    directory, not a part file cut short; the partitions written whole are
-    `part-<partition>.parquet`, in key order across files, and each one's tally row says
-    its first and last key and its W/L per rule set."""
-    from pipeline.engines.spark_tasks import partition_tallies, tally_schema, write_task
-
-    columns = ["rule_set_id", "position_id", "nim_sum", "verdict"]
-    rows = spark.range(6000).selectExpr("id DIV 2500 AS rule_set_id", "id AS position_id",
-                                        "id % 3 AS nim_sum").repartitionByRange(3, "id")
-    schema = tally_schema(rows.select("rule_set_id", "position_id").schema)
-    dirs = {name: tmp_path / name for name in ("whole", "whole-attempts", "cut", "cut-attempts")}
-    for d in dirs.values():
-        d.mkdir()
-
-    def failing(batches, **kwargs):
-        def first_only():
-            yield next(batches)
-            raise RuntimeError("the rows stopped coming")
-        return write_task(first_only(), **kwargs)
-
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
-    try:
-        found = pl.from_arrow(rows.mapInArrow(functools.partial(
-            write_task, target=str(dirs["whole"]), attempts=str(dirs["whole-attempts"]),
-            columns=columns, schema=schema), schema).toArrow())
-        with pytest.raises(Exception, match="the rows stopped coming"):
-            rows.mapInArrow(functools.partial(
-                failing, target=str(dirs["cut"]), attempts=str(dirs["cut-attempts"]),
-                columns=columns, schema=schema), schema).collect()
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    assert sorted(p.name for p in dirs["whole"].iterdir()) == [
-        "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
-    written = pl.read_parquet(dirs["whole"])
-    assert written.columns == columns
-    assert written["position_id"].to_list() == list(range(6000))
-    assert written["verdict"].to_list() == ["L" if i % 3 == 0 else "W" for i in range(6000)]
-    tallies = partition_tallies(found)
-    files = [pl.read_parquet(f) for f in sorted(dirs["whole"].iterdir())]
-    keys = ["rule_set_id", "position_id"]
-    assert sorted((t.first, t.last, t.repeated) for t in tallies.values()) == [
-        (f.select(keys).row(0), f.select(keys).row(-1), 0) for f in files]
-    wins = {rid: sum(1 for i in range(6000) if i // 2500 == rid and i % 3) for rid in (0, 1, 2)}
-    counted = pl.concat([t.counts for t in tallies.values()]).group_by("rule_set_id").agg(
-        pl.col("W", "L").sum())
-    assert sorted(counted.rows()) == [
-        (rid, wins[rid], sum(1 for i in range(6000) if i // 2500 == rid) - wins[rid])
-        for rid in (0, 1, 2)]
-    assert list(dirs["whole-attempts"].iterdir()) == []
-    assert list(dirs["cut"].iterdir()) == []
-    assert list(dirs["cut-attempts"].iterdir()) == []
 
 
 @pytest.mark.spark

@@ -74,7 +74,6 @@ class _SparkStop:
 
 
 ROWS = 400_000
-WRITING = ".verdicts.parquet.attempts/part-*"  # a task's verdicts file before it is whole
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +97,8 @@ def _spark_run_stopped(tmp_path: Path, generated: tuple[list[str], Path], master
                        written: str, delay: float, sig: int = signal.SIGTERM,
                        sigint_ignored: bool = False) -> _SparkStop | None:
     """The Spark engine's run on `master` over a copy of the complete output (`generated`),
-    sent `sig` `delay` s after `written` (a glob) appears in its staging directory (or, for
-    "java", once its JVM runs); with `sigint_ignored`, started with SIGINT ignored
+    sent `sig` `delay` s after `written` appears in its staging directory's verdicts (or,
+    for "java", once its JVM runs); with `sigint_ignored`, started with SIGINT ignored
     (`cmd &` in a script). None if the run ended before that moment was seen (a busy
     machine can keep this process from looking for 0.3 s)."""
     inputs, complete = generated
@@ -121,7 +120,7 @@ def _spark_run_stopped(tmp_path: Path, generated: tuple[list[str], Path], master
             looked = time.monotonic()
         if written == "java" and jvms:
             break
-        if list(out.parent.glob(f".out.partial-*/{written}")):
+        if list(out.parent.glob(f".out.partial-*/verdicts.parquet/{written}")):
             break
         time.sleep(0.005)
     else:
@@ -163,14 +162,13 @@ def _assert_stopped_cleanly(stop: _SparkStop) -> None:
 
 @pytest.mark.spark
 @pytest.mark.parametrize(("written", "delay"), [
-    ("java", 0.5), (WRITING, 0.3), ("rejects.parquet/_temporary", 0.0),
+    ("java", 0.5), ("_temporary", 0.3), ("_SUCCESS", 0.0),
 ], ids=["while-the-jvm-starts", "during-the-verdicts-write", "after-the-verdicts-write"])
 def test_sigterm_during_the_spark_engines_run(tmp_path: Path, generated, written: str,
                                              delay: float) -> None:
     """The Spark engine (local[2]) writes its sorted verdicts during the positions phase,
-    tallying them on the way: SIGTERM while its JVM starts, while its tasks write the
-    verdicts (a part file in the attempts' directory), or once they are written and Spark
-    writes the rejects. The run stops cleanly
+    tallying them on the way: SIGTERM while its JVM starts, while Spark's tasks write the
+    verdicts, or once they are written and the rejects are next. The run stops cleanly
     (py4j's own report of the interrupt was printed above its line, with a traceback), and
     the JVM it started is gone when it exits (one started then ran on; one whose tasks were
     ending wrote into the staging directory after it was removed)."""
@@ -191,7 +189,7 @@ def test_an_ignored_sigint_stays_ignored_by_the_spark_engine(tmp_path: Path,
     verdicts' write too, and completes: a new SparkContext sets pyspark's own SIGINT
     action (cancel every job, raise), which stopped that run (exit 130) until the job set
     its own back after the session's start."""
-    stop = _stopped(tmp_path, generated, "local[2]", WRITING, 0.3, sig=signal.SIGINT,
+    stop = _stopped(tmp_path, generated, "local[2]", "_temporary", 0.3, sig=signal.SIGINT,
                     sigint_ignored=True)
     assert stop.status == 0, stop.err
     assert _manifest(stop.out)["run_id"] != stop.before["run_id"]
@@ -215,7 +213,7 @@ def test_sigterm_during_the_verdicts_write_on_a_standalone_cluster(tmp_path: Pat
     (tmp_path / "cluster").mkdir()
     cluster = StandaloneCluster(tmp_path / "cluster", cores=2, memory="2g").start()
     try:
-        stop = _stopped(tmp_path, generated, cluster.url, WRITING, 0.5)
+        stop = _stopped(tmp_path, generated, cluster.url, "_temporary", 0.5)
         deadline = time.monotonic() + 60
         while cluster.state().get("activeapps") and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -26,10 +26,9 @@ the read. Key types that the files' schemas decide (integer Parquet columns) nee
 Reading, and row numbers (`row` in rejects; the default `position_id`): `spark_reading`.
 The verdicts' key order and duplicate keys: `spark_ordering`.
 
-Outputs: `verdicts.parquet` and `rejects.parquet` are directories of Parquet part files (the
-verdicts written by the engine's own tasks, `write_task`; the rejects by Spark), sorted across
-parts (read the directory with `pl.read_parquet` / `pl.scan_parquet`); `sg_tables.parquet`
-and `summary.parquet` are single files written on the driver. Input paths
+Outputs: `verdicts.parquet` and `rejects.parquet` are directories of Parquet part files written
+by Spark, sorted across parts (read the directory with `pl.read_parquet` / `pl.scan_parquet`);
+`sg_tables.parquet` and `summary.parquet` are single files written on the driver. Input paths
 must be readable by the driver and every executor (local mode, or a shared file system); URLs
 are found by the driver and read by the tasks (`hdfs://`: by Spark, `spark_hadoop`).
 """
@@ -48,7 +47,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -82,14 +80,10 @@ from pipeline.engines.spark_tasks import (
     beyond_task,
     evaluate_task,
     moves_task,
-    partition_tallies,
     reject_task,
     sg_task,
     taint_task,
-    tally_schema,
-    verdict_table,
     verdict_task,
-    write_task,
 )
 from pipeline.events import RunEvent
 from pipeline.io.outputs.commit import ZSTD_LEVEL
@@ -202,30 +196,12 @@ class _Job(SparkOrdering):
 
     # -- output --
 
-    def write_tallied(self, target: Path) -> pl.DataFrame | None:
-        """Write the verdicts `duplicates` left to be tallied (`write_task`): their W/L per
-        rule set, or None, with nothing left at `target`, if they hold a key twice."""
-        assert self.tallied is not None
-        ordered, columns = self.tallied
-        attempts = target.parent / f".{target.name}.attempts"
-        with writing(target.name):  # the tasks write into them, and never make them
-            target.mkdir()
-            attempts.mkdir()
-        try:
-            with _storage_failures(target):
-                found = polars_frame(self.map(
-                    ordered, write_task, tally_schema(ordered.select(*KEYS).schema),
-                    target=str(target), attempts=str(attempts), columns=columns))
-        finally:
-            shutil.rmtree(attempts, ignore_errors=True)
-        tallies = partition_tallies(found)
-        if not tallies:  # no verdict: one file of none, so that the directory has the columns
-            none = pl.from_arrow(to_arrow_schema(ordered.schema).empty_table())
-            assert isinstance(none, pl.DataFrame)
-            with writing(target.name):
-                pq.write_table(verdict_table(none, columns), target / "part-00000.parquet",
-                               compression="zstd", compression_level=ZSTD_LEVEL)
-        counts = tallied_counts(tallies, {k: ordered.schema[k].dataType for k in KEYS})
+    def write_tallied(self, verdicts: DataFrame, target: Path) -> pl.DataFrame | None:
+        """Write verdicts that `tally_task` tallies on their way (`duplicates`): their W/L
+        per rule set, or None, with nothing left at `target`, if they hold a key twice."""
+        self.write(verdicts, target)
+        counts = tallied_counts(self.write_tally.value, {k: verdicts.schema[k].dataType
+                                                   for k in KEYS})
         if counts is None:
             log.info("verdicts: a key is given more than once; splitting the duplicates off")
             shutil.rmtree(target)
@@ -235,26 +211,18 @@ class _Job(SparkOrdering):
     def write(df: DataFrame, target: Path) -> None:
         """A Parquet directory that polars reads as one table: part files only (Spark's
         _SUCCESS marker and .crc checksums would break a directory scan)."""
-        with _storage_failures(target):
+        try:
             df.write.option("compression", "zstd").option(
                 "parquet.compression.codec.zstd.level", str(ZSTD_LEVEL)).parquet(str(target))
+        except Exception as exc:  # the write runs the job: only storage errors are ours here
+            failure = storage_failure(target.name, exc)
+            if failure is None:
+                raise
+            raise failure from None
         with writing(target.name):
             for name in os.listdir(target):
                 if not name.startswith("part-"):
                     os.remove(target / name)
-
-
-@contextmanager
-def _storage_failures(target: Path) -> Iterator[None]:
-    """A write's storage errors (disk full, read-only) as ours; the write runs the job, so
-    its other failures keep their own."""
-    try:
-        yield
-    except Exception as exc:
-        failure = storage_failure(target.name, exc)
-        if failure is None:
-            raise
-        raise failure from None
 
 
 def _where(spark: SparkSession) -> str:
@@ -331,8 +299,9 @@ class SparkEngine:
                     verdicts, rejects = (work.wide(norm) if job.form == "wide"
                                          else work.long(norm))
                     written = None
-                    if work.tallied is not None:
-                        written = work.write_tallied(job.staging / "verdicts.parquet")
+                    if work.write_tally is not None:
+                        written = work.write_tallied(verdicts,
+                                                     job.staging / "verdicts.parquet")
                         if written is None:
                             verdicts, rejects = work.untallied()
                     rejects = rejects.withColumn("column",

@@ -6,11 +6,11 @@ partitions; any other input is sorted, and the keys it holds twice are found nex
 other in the sorted frame, so finding duplicates costs no shuffle of its own. Only the key
 groups that can hold duplicates go through polars (`split_task`).
 
-Sorted rows are usually checked as they are written: the tasks that write them
-(`write_task`, not Spark's writer) tally each partition's repeated keys and W/L counts; only
-if that finds a key twice is the written output dropped and the rows sorted again, cached and
-split (`untallied`). Where a rejected row shares a verdict's key, the cached path runs from
-the start.
+Sorted rows are usually checked as they are written: a pass-through task on the way to the
+write (`tally_task`) tallies each partition's repeated keys and W/L counts into an
+accumulator; only if that finds a key twice is the written output dropped and the rows
+sorted again, cached and split (`untallied`). Where no accumulator exists (Spark Connect),
+or a rejected row shares a verdict's key, the cached path runs from the start.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pipeline.engines.spark_tasks import (
     order_task,
     repeated_task,
     split_task,
+    tally_task,
 )
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,7 @@ class SparkOrdering(SparkWork):
     """Key order and duplicate keys of a run's verdicts on Spark."""
 
     verdicts_sorted: bool = False  # the verdicts are in key order (cached, or tallied)
-    tallied: tuple[DataFrame, list[str]] | None = None
-    """Sorted verdicts that `write_task` writes and tallies, and the output's columns."""
+    write_tally: Any = None  # the accumulator of the write's `tally_task`, when it tallies them
     deferred: tuple[DataFrame, DataFrame, dict[str, T.DataType]] | None = None
     """What `duplicates` was given when it deferred the check to the write (`untallied`)."""
     none_rejected: bool = False  # with the tally: no position row is rejected (known as read)
@@ -66,9 +66,9 @@ class SparkOrdering(SparkWork):
         rows do not move. `rejected` None: no row was rejected (known without a job).
 
         Verdicts that must be sorted, and whose keys no rejected row has, are sorted as they
-        are written and tallied on their way (`tallied`, written by `write_tallied`): no
-        cache of the sorted rows, no job of their own for the repeated keys and the counts.
-        `tally` False: the sorted rows are cached and checked first."""
+        are written and tallied on their way (`tally_task`): no cache of the sorted rows, no
+        job of their own for the repeated keys and the counts. `tally` False, or on Spark
+        Connect (no accumulators): the sorted rows are cached and checked first."""
         casted_schema = struct(*pairs(REJECT_SCHEMA), *[(f"_k_{k}", types[k]) for k in KEYS])
         none_rejected = rejected is None
         if rejected is None:  # empty frames of Spark's own (no Python task to make them)
@@ -90,14 +90,15 @@ class SparkOrdering(SparkWork):
         keyed = verdicts.drop("_loc", "verdict")
         columns = [c for c in verdicts.columns if c != "_loc"]
         repeated = self.in_order_repeats(keyed, key_schema)
-        if repeated is None and tally and also is None:
+        if repeated is None and tally and also is None and not is_connect(self.spark):
+            self.write_tally = self.spark.sparkContext.accumulator({}, _Tallies())
             self.deferred = (verdicts, rejected, types)
             self.none_rejected = none_rejected
             self.verdicts_sorted = True
             log.info("verdicts: sorted as they are written, their keys tallied on the way")
             sorted_keyed = self.sorted(keyed, types)
-            self.tallied = (sorted_keyed, columns)
-            return _with_verdict(sorted_keyed, columns), rejected
+            return _with_verdict(self.map(sorted_keyed, tally_task, sorted_keyed.schema,
+                                          tally=self.write_tally), columns), rejected
         ordered = keyed
         if repeated is None:
             ordered = self.persist(self.sorted(keyed, types))
@@ -135,7 +136,7 @@ class SparkOrdering(SparkWork):
         splits the duplicates off first: for a write whose tally found a key twice."""
         assert self.deferred is not None
         verdicts, rejected, types = self.deferred
-        self.tallied, self.deferred, self.verdicts_sorted = None, None, False
+        self.write_tally, self.deferred, self.verdicts_sorted = None, None, False
         self.none_rejected = False
         return self.duplicates(verdicts, rejected, types, tally=False)
 
@@ -227,9 +228,21 @@ class SparkOrdering(SparkWork):
         return self.key_stats
 
 
+class _Tallies:
+    """The accumulator of `tally_task`'s partitions (an AccumulatorParam): one entry per
+    partition, keyed by its first key."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, tallies: dict, more: dict) -> dict:  # noqa: N802 - Spark's name
+        tallies.update(more)
+        return tallies
+
+
 def tallied_counts(tallies: dict[Any, PartitionTally], types: dict[str, T.DataType]
                    ) -> pl.DataFrame | None:
-    """W and L per rule set of verdicts written with `write_task`, or None if they hold a
+    """W and L per rule set of verdicts written with `tally_task`, or None if they hold a
     key twice (within a partition, or ending one and starting the next)."""
     parts = [tallies[first] for first in sorted(tallies)]
     if any(p.repeated for p in parts) or any(

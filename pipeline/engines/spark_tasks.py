@@ -1,11 +1,10 @@
 """The Spark engine's per-partition steps: each runs inside a Python worker on an executor, on
 the Arrow batches `mapInArrow` hands it, and calls the same transforms as the polars engine
-(so every row-level rule is the polars engine's). Nothing here talks to Spark itself (the
-verdicts' writer only asks its task context which partition it writes)."""
+(so every row-level rule is the polars engine's). Nothing here talks to Spark itself (a
+tally is handed an accumulator and only adds to it)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,8 +14,6 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
-from pyspark import TaskContext
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -24,7 +21,6 @@ from pipeline import kernels, keys
 from pipeline.batches import BATCH_ROWS, position_batches
 from pipeline.config import Config
 from pipeline.errors import SnimError
-from pipeline.io.outputs.commit import ZSTD_LEVEL
 from pipeline.io.read.files import Source
 from pipeline.io.read.readers import parquet_range
 from pipeline.transforms import evaluate, long_form, normalize, ordering, outputs
@@ -360,7 +356,7 @@ def repeated_task(batches: Batches, schema: T.StructType) -> Batches:
 
 @dataclass(frozen=True)
 class PartitionTally:
-    """One partition of key-sorted verdicts as `write_task` saw it pass to its file."""
+    """One partition of key-sorted verdicts as `tally_task` saw it pass to the write."""
 
     first: tuple[Any, Any]
     last: tuple[Any, Any]
@@ -368,55 +364,18 @@ class PartitionTally:
     counts: pl.DataFrame  # rule_set_id, W, L
 
 
-def tally_schema(key_schema: T.StructType) -> T.StructType:
-    """`write_task`'s rows: W and L per rule set of a partition, each beside the partition's
-    number, its first and last key and its count of keys equal to the key before them."""
-    keyed = [T.StructField(f"_{end}_{f.name}", f.dataType)
-             for end in ("first", "last") for f in key_schema.fields]
-    return T.StructType([T.StructField("_part", INT), T.StructField("_repeated", LONG), *keyed,
-                         key_schema["rule_set_id"], T.StructField("W", LONG),
-                         T.StructField("L", LONG)])
-
-
-def partition_tallies(rows: pl.DataFrame) -> dict[Any, PartitionTally]:
-    """`write_task`'s rows (`tally_schema`) as one `PartitionTally` per partition, keyed by
-    its first key (a partition Spark wrote twice, a task run again, counts once)."""
-    tallies = {}
-    for _, part in rows.group_by("_part"):
-        top = part.row(0, named=True)
-        first = (top["_first_rule_set_id"], top["_first_position_id"])
-        tallies[first] = PartitionTally(
-            first, (top["_last_rule_set_id"], top["_last_position_id"]), top["_repeated"],
-            part.select("rule_set_id", "W", "L"))
-    return tallies
-
-
-def write_task(batches: Batches, target: str, attempts: str, columns: list[str],
-               schema: T.StructType) -> Batches:
-    """Verdict rows of a partition sorted by key, written by the task itself to one Parquet
-    file in `target` and tallied as they pass: the first and last key, the keys equal to the
-    key before them (every key given twice: a range partitioning keeps equal keys in one
-    partition) and W/L per rule set (rows of `tally_schema`). An empty partition writes and
-    yields nothing.
-
-    The file is `part-<partition>.parquet`, whole or not at all: written in `attempts` (a
-    directory the driver makes and removes once the write is over), then renamed into
-    `target`, so a task Spark runs again replaces it, and an attempt still running after the
-    write can leave nothing in the output. Written here, the rows need not go back from
-    Python to the JVM for Spark's own writer: that trip and that writer cost about as much
-    as the rest of the write."""
-    context = TaskContext.get()
-    name = f"part-{context.partitionId():05d}.parquet"
-    hidden = os.path.join(attempts, f"{name}.{context.taskAttemptId()}")
-    writer: pq.ParquetWriter | None = None
+def tally_task(batches: Batches, tally: Any, schema: T.StructType) -> Batches:
+    """Verdict rows of a partition sorted by key, passed on unchanged to the write and
+    tallied as they pass: the first and last key, the keys equal to the key before them
+    (every key given twice: a range partitioning keeps equal keys in one partition) and W/L
+    per rule set. The tally is added to `tally` (an accumulator) under the partition's first
+    key, so a task that Spark runs again adds the same entry, not a second one."""
     first: pl.DataFrame | None = None
     last: pl.DataFrame | None = None
     repeated = 0
     counts = []
-    try:
-        for batch in batches:
-            if not batch.num_rows:
-                continue
+    for batch in batches:
+        if batch.num_rows:
             frame = _frame(batch)
             keyed = frame.select(KEYS)
             repeated += int(_same_as_before(keyed, _before(keyed, last)).sum())
@@ -425,35 +384,11 @@ def write_task(batches: Batches, target: str, attempts: str, columns: list[str],
             counts.append(frame.group_by("rule_set_id").agg(
                 (pl.col("nim_sum") != 0).sum().alias("W"),
                 (pl.col("nim_sum") == 0).sum().alias("L")))
-            table = verdict_table(frame, columns)
-            if writer is None:
-                writer = pq.ParquetWriter(hidden, table.schema, compression="zstd",
-                                          compression_level=ZSTD_LEVEL)
-            writer.write_table(table)
-        if writer is not None:
-            writer.close()
-            writer = None
-            os.replace(hidden, os.path.join(target, name))
-    finally:
-        try:
-            if writer is not None:  # the task failed or was stopped mid-write
-                writer.close()
-        finally:
-            with contextlib.suppress(OSError):  # renamed, or never made
-                os.remove(hidden)
-    if first is None or last is None:
-        return
-    tally = pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum())
-    yield from _out(tally.with_columns(
-        pl.lit(context.partitionId()).alias("_part"), pl.lit(repeated).alias("_repeated"),
-        *[pl.lit(first[k].item(), first.schema[k]).alias(f"_first_{k}") for k in KEYS],
-        *[pl.lit(last[k].item(), last.schema[k]).alias(f"_last_{k}") for k in KEYS]), schema)
-
-
-def verdict_table(frame: pl.DataFrame, columns: list[str]) -> pa.Table:
-    """Sorted verdict rows as the output holds them: `columns`, the verdict made from the
-    nim-sum (`evaluate.with_verdict`)."""
-    return evaluate.with_verdict(frame).select(columns).to_arrow()
+        yield batch
+    if first is not None and last is not None:
+        per_rule_set = pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum())
+        tally.add({first.row(0): PartitionTally(first.row(0), last.row(0), repeated,
+                                                per_rule_set)})
 
 
 def order_task(batches: Batches, schema: T.StructType) -> Batches:
