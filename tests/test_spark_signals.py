@@ -1,6 +1,7 @@
-"""Stop signals against the Spark engine, end to end: the real executable on local[2] and on
-a standalone cluster (Master and Worker started here, on 127.0.0.1), sent SIGTERM while the
-JVM starts, while the sorted verdicts are written and after. Each run stops cleanly, as
+"""Stop signals against the Spark engine, end to end: the real executable on local[2], on
+a standalone cluster (Master and Worker started here, on 127.0.0.1) and through a Spark
+Connect server (started here too), sent SIGTERM while the JVM starts, while the sorted
+verdicts are written and after. Each run stops cleanly, as
 test_signals.py checks for the polars engine, and leaves no process and no file behind.
 """
 
@@ -96,7 +97,8 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path
 def _spark_run_stopped(tmp_path: Path, generated: tuple[list[str], Path], master: str,
                        written: str, delay: float, sig: int = signal.SIGTERM,
                        sigint_ignored: bool = False) -> _SparkStop | None:
-    """The Spark engine's run on `master` over a copy of the complete output (`generated`),
+    """The Spark engine's run on `master` (an sc:// URL: through that Spark Connect server)
+    over a copy of the complete output (`generated`),
     sent `sig` `delay` s after `written` appears in its staging directory's verdicts (or,
     for "java", once its JVM runs); with `sigint_ignored`, started with SIGINT ignored
     (`cmd &` in a script). None if the run ended before that moment was seen (a busy
@@ -108,7 +110,8 @@ def _spark_run_stopped(tmp_path: Path, generated: tuple[list[str], Path], master
     before = _manifest(out)
     said = tmp_path / "stderr.txt"  # a file, not a pipe: the JVM's ending is not waited for
     with open(said, "w") as stderr:
-        command = [str(CLI_EXE), *args, "--engine", "spark", "--spark-master", master]
+        where = "--spark-remote" if master.startswith("sc://") else "--spark-master"
+        command = [str(CLI_EXE), *args, "--engine", "spark", where, master]
         if sigint_ignored:
             command = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', *command]
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -222,3 +225,24 @@ def test_sigterm_during_the_verdicts_write_on_a_standalone_cluster(tmp_path: Pat
         _assert_stopped_cleanly(stop)
     finally:
         cluster.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_sigterm_during_the_verdicts_write_through_spark_connect(tmp_path: Path,
+                                                                 generated) -> None:
+    """The same stop through Spark Connect (a server of local[2] on 127.0.0.1, whose own
+    tasks write the verdicts): the client exits 143 with the one line, and, once the
+    server's tasks have had time to end, no staging directory is left and the previous
+    output is as it was. The run only releases its session there (no job group, no status
+    tracker to wait on)."""
+    from spark_servers import ConnectServer
+
+    (tmp_path / "connect").mkdir()
+    server = ConnectServer(tmp_path / "connect").start()
+    try:
+        stop = _stopped(tmp_path, generated, server.url, "_temporary", 0.3)
+        time.sleep(3)  # a task the release did not end would write within this
+        _assert_stopped_cleanly(stop)
+    finally:
+        server.stop()
