@@ -625,13 +625,14 @@ def test_tallies_of_partitions_add_up_and_find_a_key_across_them():
 
 @pytest.mark.spark
 def test_no_verdict_at_all_is_a_directory_of_the_columns(spark, tmp_path):
-    """Every position rejected: the sorted, tallied write has no row to write, and the
-    verdicts are still a directory polars reads as the polars engine's empty table."""
+    """Every position rejected (no position id): Spark's write has no verdict row to write,
+    and the verdicts are still a directory polars reads as the polars engine's empty
+    table."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
                   [[1, "", "1 2"], [2, "", "1 3"]])
     p = write_parquet(tmp_path / "positions.parquet",
-                      {"rule_set_id": [2, 1, 2], "position_id": [5, 3, 1],
-                       "heaps": [[-1], [2, -3], [-4]]},
+                      {"rule_set_id": [2, 1, 2], "position_id": [None, None, None],
+                       "heaps": [[1], [2, 3], [4]]},
                       {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS})
     _, got = run_both(tmp_path, rules=str(r), positions=str(p), max_rejected_rate=1.0)
     assert outputs(got)["verdicts"].height == 0

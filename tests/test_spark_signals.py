@@ -232,17 +232,18 @@ def test_sigterm_during_the_verdicts_write_on_a_standalone_cluster(tmp_path: Pat
 def test_sigterm_during_the_verdicts_write_through_spark_connect(tmp_path: Path,
                                                                  generated) -> None:
     """The same stop through Spark Connect (a server of local[2] on 127.0.0.1, whose own
-    tasks write the verdicts): the client exits 143 with the one line, and, once the
-    server's tasks have had time to end, no staging directory is left and the previous
-    output is as it was. The run only releases its session there (no job group, no status
-    tracker to wait on)."""
+    tasks write the verdicts): the client exits 143 with the one line, and 3 s later no
+    staging directory is left and the previous output is as it was. The client cancels the
+    running operation (pyspark's own, on the interrupt) and releases the session; nothing
+    here sees the server's tasks end, so this checks the stop end to end, not that wait."""
+    pytest.importorskip("grpc")
     from spark_servers import ConnectServer
 
     (tmp_path / "connect").mkdir()
     server = ConnectServer(tmp_path / "connect").start()
     try:
         stop = _stopped(tmp_path, generated, server.url, "_temporary", 0.3)
-        time.sleep(3)  # a task the release did not end would write within this
+        time.sleep(3)  # a late task of the server's would most likely write within this
         _assert_stopped_cleanly(stop)
     finally:
         server.stop()

@@ -114,8 +114,9 @@ def jobs_ended_on_failure(spark: SparkSession) -> Iterator[None]:
     running tasks waited for, up to TASKS_END_TIMEOUT_S, before the caller goes on to remove
     the staging directory: on a standalone cluster an executor's task, still running when
     the driver stopped, wrote its file into that directory a second after it was removed.
-    On Spark Connect (no SparkContext, no status tracker) nothing is done here: the
-    session's release (`Session.stop`) ends its operations on the server."""
+    On Spark Connect (no SparkContext, no status tracker) nothing is done here: on a stop
+    pyspark's client cancels the running operation, and the session is released
+    (`Session.stop`), without a wait for the server's tasks."""
     if is_connect(spark):
         yield
         return
