@@ -596,6 +596,81 @@ def test_sorted_verdicts_are_tallied_as_written(spark, tmp_path, caplog, keys, t
     assert len(got.problems) == len(reasons) == (2 if twice else 0) + (keys == "int")
 
 
+STRAIGHT_CASES = ["clean", "rejects", "reject with a verdict's key", "key twice",
+                  "many rejects"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", STRAIGHT_CASES)
+def test_rows_out_of_key_order_go_straight_to_the_sort(spark, tmp_path, caplog, case):
+    """Parquet whose footers show the rows out of key order (row groups whose key ranges
+    overlap) is read straight into the sort: no cache of the read, the reading tasks tally
+    into an accumulator. Rejected rows that the tasks carry keep that path; a key given twice
+    (across files), a rejected row with a verdict's key, or more rejected rows in one unit
+    than a task carries have the rows read again, cached. Every case: the polars engine's
+    four tables, and each verdict is the game-tree search's."""
+    from pipeline.engines.spark_tasks import CARRIED_REJECTS
+
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "1 3 4"], [2, "", "2 5"], [3, "", "1 2"]])
+    rng = random.Random(f"straight-{case}")
+    n = CARRIED_REJECTS + 500 if case == "many rejects" else 3000
+    rows = [(rng.choice([1, 2, 3]), pid, [rng.randint(0, 12) for _ in range(rng.randint(1, 3))])
+            for pid in rng.sample(range(10 * n), n)]
+    bad = {"rejects": set(rng.sample(range(n), 40)),
+           "many rejects": set(range(CARRIED_REJECTS + 1))}.get(case, set())
+    rows = [(rid, pid, [-1] if i in bad else heaps) for i, (rid, pid, heaps) in enumerate(rows)]
+    first = CARRIED_REJECTS + 100 if case == "many rejects" else n // 2
+    extra = {"reject with a verdict's key": [(rows[5][0], rows[5][1], [-1])],
+             "key twice": [rows[first + 17]]}.get(case, [])
+
+    def part(path: Path, chunk: list, group_rows: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame({"rule_set_id": [x[0] for x in chunk], "position_id": [x[1] for x in chunk],
+                      "heaps": [x[2] for x in chunk]},
+                     schema={"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS}
+                     ).write_parquet(path, row_group_size=group_rows)
+
+    d = tmp_path / "positions"
+    part(d / "a.parquet", rows[:first], first if case == "many rejects" else 500)
+    part(d / "b.parquet", rows[first:] + extra, 500)
+    with caplog.at_level(logging.INFO, logger="pipeline.engines"):
+        expected, got = run_both(tmp_path, rules=str(r), positions=str(d))
+    assert any("read straight into the sort" in m for m in caplog.messages)
+    again = case in ("reject with a verdict's key", "key twice", "many rejects")
+    assert any("reading them again, cached" in m for m in caplog.messages) == again
+    kinds = {1: ("", (1, 3, 4)), 2: ("", (2, 5)), 3: ("", (1, 2))}
+    twice = {(x[0], x[1]) for x in extra}
+    want = {(rid, pid): "W" if wins(*kinds[rid], tuple(heaps)) else "L"
+            for i, (rid, pid, heaps) in enumerate(rows) if i not in bad
+            and (rid, pid) not in twice}
+    verdicts = outputs(got)["verdicts"]
+    assert dict(zip(zip(verdicts["rule_set_id"], verdicts["position_id"]),
+                    verdicts["verdict"])) == want
+    assert outputs(got)["rejects"].height == len(bad) + 2 * len(extra)
+
+
+def test_footer_key_stats_only_for_row_groups_out_of_key_order():
+    """The sort's bounds and sample from row groups' statistics: None when the groups follow
+    each other in key order (the read may be sorted, which it checks instead); else the
+    keys' exact bounds, and a sample within each group's ranges."""
+    from pipeline.engines.spark_reading import footer_key_stats
+
+    sorted_groups = [(10, (1, 1), (0, 9)), (10, (1, 2), (0, 2999)), (5, (2, 2), (5, 8))]
+    assert footer_key_stats(sorted_groups) is None  # may be sorted: (2, 4) may end the 2nd
+    assert footer_key_stats([(5, (3, 3), (0, 10)), (5, (3, 3), (50, 60))]) is None
+    backwards = footer_key_stats([(5, (3, 3), (50, 60)), (5, (3, 3), (0, 10))])
+    assert backwards is not None and len(backwards.samples) == 2 * 2048
+    overlapping = [(10, (1, 3), (0, 99)), (30, (2, 5), (-4, 50))]
+    stats = footer_key_stats(overlapping)
+    assert stats is not None
+    assert (stats.lo_rule_set_id, stats.hi_rule_set_id) == (1, 5)
+    assert (stats.lo_position_id, stats.hi_position_id) == (-4, 99)
+    assert all(1 <= r <= 5 and -4 <= p <= 99 for r, p in stats.samples)
+    assert len(stats.samples) == 4096 // 4 + 3 * 4096 // 4
+    assert any(r > 3 for r, _ in stats.samples) and any(p < 0 for _, p in stats.samples)
+
+
 def test_tallies_of_partitions_add_up_and_find_a_key_across_them():
     """`tallied_counts` over partitions given in any order: W/L of a rule set that spans two
     partitions add up; a key repeated inside a partition, or ending one partition and

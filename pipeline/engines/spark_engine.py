@@ -39,7 +39,7 @@ import functools
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,7 +51,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pipeline import kernels
+from pipeline import kernels, keys
 from pipeline.config import Config
 from pipeline.engines.base import PositionsJob
 from pipeline.engines.spark_connect import connect_session, is_connect, lost_server
@@ -90,6 +90,7 @@ from pipeline.io.outputs.commit import ZSTD_LEVEL
 from pipeline.io.outputs.failures import storage_failure, writing
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
+from pipeline.transforms import outputs
 from pipeline.transforms.ordering import LOC_SHIFT
 from pipeline.transforms.schema import input_column_names
 
@@ -142,7 +143,8 @@ class _Job(SparkOrdering):
             *[F.col(k).cast(types[k]) for k in KEYS], "nim_sum", verdict().alias("verdict"),
             *[m for m, _ in moves],
             (F.col("_file").cast(LONG) * (1 << LOC_SHIFT) + F.col("_row")).alias("_loc"))
-        if "nim_sum" in norm.columns and self.rejected_rows == 0:  # the reading tasks' tally
+        if "nim_sum" in norm.columns and (self.rejected_rows == 0 or self.reads is not None):
+            # none rejected by the reading tasks' tally, or not known yet (`straight`)
             return self.duplicates(verdicts, None, types)
         rejected = self.map(evaluated.filter(F.col("_reason").isNotNull()), reject_task,
                             REJECT_SCHEMA)
@@ -193,6 +195,72 @@ class _Job(SparkOrdering):
                                 struct(*[(k, types[k]) for k in KEYS], ("nim_sum", LONG),
                                         ("verdict", STRING)))
         return verdicts, functools.reduce(DataFrame.unionByName, rejects)
+
+    # -- the whole evaluation --
+
+    def evaluated(self, target: Path, on_read: Callable[[list[int]], None]
+                  ) -> tuple[DataFrame, DataFrame, list[int], pl.DataFrame | None]:
+        """Verdicts and rejects of the positions, the rows of each file (given to `on_read`
+        once known), and the W/L per rule set of verdicts already written to `target` (None:
+        not yet written). Rows read straight to the sort (`read`) are written as they are
+        sorted; if they need the cached path after all (`straight`), they are read again."""
+        norm, rows = self.read()
+        if rows is None:
+            done = self.straight(norm, target)
+            if done is not None:
+                on_read(done[2])
+                return done
+            norm, rows = self.read(straight=False)
+        on_read(rows)
+        norm = self.number_rows(norm, rows)
+        verdicts, rejects = self.wide(norm) if self.form == "wide" else self.long(norm)
+        written = None
+        if self.write_tally is not None:
+            written = self.write_tallied(verdicts, target)
+            if written is None:
+                verdicts, rejects = self.untallied()
+        return verdicts, rejects, rows, written
+
+    def straight(self, norm: DataFrame, target: Path
+                 ) -> tuple[DataFrame, DataFrame, list[int], pl.DataFrame] | None:
+        """Rows read straight to the sort, evaluated, sorted, tallied and written to `target`
+        in one job. None, with nothing left at `target` and the read's state reset, if they
+        need the cached path: a key given twice, more rejected rows than the reading tasks
+        carry, or a rejected row with a verdict's key (`split_duplicates` takes both)."""
+        verdicts, rejects = self.wide(norm)
+        written = self.write_tallied(verdicts, target)
+        read = self.straight_read()
+        if written is not None and read.rejected_rows is not None:
+            if not read.rejected:
+                return verdicts, rejects, read.rows, written
+            rejected = outputs.reject_rows(read.rejected_rows, "positions")
+            if not self.has_verdict_keys(rejected, target):
+                self.rejected_rows, self.none_rejected = read.rejected, False
+                arrow = (rejected.select(REJECT_SCHEMA.fieldNames()).to_arrow()
+                         .cast(to_arrow_schema(REJECT_SCHEMA)))
+                return (verdicts, self.spark.createDataFrame(arrow, REJECT_SCHEMA), read.rows,
+                        written)
+        log.info("positions: %s; reading them again, cached",
+                 "a key given twice" if written is None
+                 else "more rejected rows than the tasks carry" if read.rejected_rows is None
+                 else "a rejected row has a verdict's key")
+        if target.exists():
+            shutil.rmtree(target)
+        self.reads = self.key_stats = self.write_tally = self.deferred = None
+        self.verdicts_sorted = self.none_rejected = False
+        return None
+
+    def has_verdict_keys(self, rejected: pl.DataFrame, target: Path) -> bool:
+        """Does a rejected row (rejects schema) have the key of a verdict written to
+        `target`? Its key is cast as `split_duplicates` casts it (integer keys)."""
+        casted = rejected.select(keys.rejected_key_as(k, pl.Int64).alias(k)
+                                 for k in KEYS).drop_nulls().unique()
+        if casted.is_empty():
+            return False
+        wanted = self.spark.createDataFrame(casted.to_arrow(),
+                                            struct(*[(k, LONG) for k in KEYS]))
+        written = self.spark.read.parquet(str(target)).select(*KEYS)
+        return not written.join(wanted, KEYS, "left_semi").isEmpty()
 
     # -- output --
 
@@ -290,20 +358,13 @@ class SparkEngine:
                         jobs_ended_on_failure(spark):
                     job.on_event(RunEvent.note(f"positions: Spark {spark.version} at "
                                                f"{_where(spark)}", "positions"))
-                    norm, rows_per_file = work.read()
-                    job.on_event(RunEvent.progress(
-                        "positions", sum(rows_per_file), sum(rows_per_file),
-                        f"positions: {sum(rows_per_file):,} rows read "
-                        f"({len(job.paths)} files)"))
-                    norm = work.number_rows(norm, rows_per_file)
-                    verdicts, rejects = (work.wide(norm) if job.form == "wide"
-                                         else work.long(norm))
-                    written = None
-                    if work.write_tally is not None:
-                        written = work.write_tallied(verdicts,
-                                                     job.staging / "verdicts.parquet")
-                        if written is None:
-                            verdicts, rejects = work.untallied()
+                    def on_read(rows: list[int]) -> None:
+                        job.on_event(RunEvent.progress(
+                            "positions", sum(rows), sum(rows),
+                            f"positions: {sum(rows):,} rows read ({len(job.paths)} files)"))
+
+                    verdicts, rejects, rows_per_file, written = work.evaluated(
+                        job.staging / "verdicts.parquet", on_read)
                     rejects = rejects.withColumn("column",
                                                  _input_column_names(config, job.form))
                     if not work.verdicts_sorted:

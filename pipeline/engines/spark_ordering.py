@@ -25,7 +25,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pipeline.engines.spark_connect import is_connect
-from pipeline.engines.spark_reading import KeyStats, SparkWork, nulls, pairs, struct
+from pipeline.engines.spark_reading import (
+    KeyedTallies,
+    KeyStats,
+    SparkWork,
+    nulls,
+    pairs,
+    struct,
+)
 from pipeline.engines.spark_tasks import (
     BOOL,
     DATA,
@@ -89,9 +96,10 @@ class SparkOrdering(SparkWork):
         key_schema = struct(*[(k, types[k]) for k in KEYS])
         keyed = verdicts.drop("_loc", "verdict")
         columns = [c for c in verdicts.columns if c != "_loc"]
-        repeated = self.in_order_repeats(keyed, key_schema)
+        # read straight to the sort: the footers showed the rows out of key order
+        repeated = None if self.reads is not None else self.in_order_repeats(keyed, key_schema)
         if repeated is None and tally and also is None and not is_connect(self.spark):
-            self.write_tally = self.spark.sparkContext.accumulator({}, _Tallies())
+            self.write_tally = self.spark.sparkContext.accumulator({}, KeyedTallies())
             self.deferred = (verdicts, rejected, types)
             self.none_rejected = none_rejected
             self.verdicts_sorted = True
@@ -226,18 +234,6 @@ class SparkOrdering(SparkWork):
                 or any(f.default_pid for f in self.schemas)):
             return None
         return self.key_stats
-
-
-class _Tallies:
-    """The accumulator of `tally_task`'s partitions (an AccumulatorParam): one entry per
-    partition, keyed by its first key."""
-
-    def zero(self, value: dict) -> dict:
-        return {}
-
-    def addInPlace(self, tallies: dict, more: dict) -> dict:  # noqa: N802 - Spark's name
-        tallies.update(more)
-        return tallies
 
 
 def tallied_counts(tallies: dict[Any, PartitionTally], types: dict[str, T.DataType]

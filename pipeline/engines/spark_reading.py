@@ -24,6 +24,7 @@ Row numbers (`row` in rejects; the default `position_id` of wide files without o
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,13 +68,15 @@ from pipeline.engines.spark_tasks import (
 from pipeline.engines.spark_urls import hadoop_url, read_problem
 from pipeline.errors import InputError, SnimError, UsageError, first_line
 from pipeline.io.read.files import Source
-from pipeline.io.read.footers import parquet_footer
+from pipeline.io.read.footers import parquet_footer, row_group_facts
 from pipeline.io.read.formats import format_of
 from pipeline.io.read.readers import as_read, columns_of
 from pipeline.io.store.locations import Location
 from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import TableCache
 from pipeline.transforms import normalize
+
+log = logging.getLogger(__name__)
 
 
 def _hadoop_literal(path: str) -> str:
@@ -108,6 +111,60 @@ class KeyStats:
     samples: list[tuple[int, int]]
 
 
+class KeyedTallies:
+    """An accumulator's param (AccumulatorParam) for tallies keyed by what they tally (a
+    unit, a partition): a task Spark runs again replaces its entry instead of adding twice."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, tallies: dict, more: dict) -> dict:  # noqa: N802 - Spark's name
+        tallies.update(more)
+        return tallies
+
+
+FOOTER_SAMPLES = 4096  # keys drawn from the footers' statistics for the sort's ranges
+
+
+def footer_key_stats(groups: list[tuple[int, tuple[int, int], tuple[int, int]]]
+                     ) -> KeyStats | None:
+    """Key bounds and a sample for the sort's ranges from the row groups' statistics (rows,
+    (min, max) of rule_set_id, of position_id; files in order), if they prove the rows out
+    of key order; None if the rows may be in key order, which the read checks instead of
+    sorting (`in_order_repeats`). The sample takes each row group's keys as spread evenly
+    over its ranges (seeded: a run is repeatable)."""
+    if not any(_after(a, b) for a, b in zip(groups, groups[1:])):
+        return None
+    rng = np.random.default_rng(0)
+    total = sum(n for n, _, _ in groups)
+    samples: list[tuple[int, int]] = []
+    for n, (r_lo, r_hi), (p_lo, p_hi) in groups:
+        k = max(1, FOOTER_SAMPLES * n // total)
+        samples += zip(rng.integers(r_lo, r_hi, k, endpoint=True).tolist(),
+                       rng.integers(p_lo, p_hi, k, endpoint=True).tolist())
+    return KeyStats(min(r[0] for _, r, _ in groups), max(r[1] for _, r, _ in groups),
+                    min(p[0] for _, _, p in groups), max(p[1] for _, _, p in groups), samples)
+
+
+def _after(first: tuple[int, tuple[int, int], tuple[int, int]],
+           then: tuple[int, tuple[int, int], tuple[int, int]]) -> bool:
+    """Does a key of row group `first` provably come after a key of the next one, `then`?
+    Each holds a key with its largest (smallest) rule set; with the same rule set, every
+    position id of `first` after every one of `then` tells it too."""
+    _, (_, first_r_hi), (first_p_lo, _) = first
+    _, (then_r_lo, _), (_, then_p_hi) = then
+    return first_r_hi > then_r_lo or (first_r_hi == then_r_lo and first_p_lo > then_p_hi)
+
+
+@dataclass(frozen=True)
+class StraightRead:
+    """What the reading tasks tallied of a read straight to the sort (`SparkWork.read`)."""
+
+    rows: list[int]  # of each file
+    rejected: int
+    rejected_rows: pl.DataFrame | None  # None: more than the tasks carry (CARRIED_REJECTS)
+
+
 @dataclass
 class SparkWork:
     """One run's Spark session and inputs, the plumbing its jobs share (tasks mapped over
@@ -127,6 +184,7 @@ class SparkWork:
     schemas: list[ParquetFile] | None = None  # every file's, when all are Parquet (read)
     rejected_rows: int | None = None  # input rows rejected as read (known after `read`)
     key_stats: KeyStats | None = None  # the valid integer keys as read (after `read`)
+    reads: Any = None  # the reading tasks' accumulator, when the read goes straight to the sort
 
     # -- plumbing --
 
@@ -159,10 +217,15 @@ class SparkWork:
 
     # -- reading --
 
-    def read(self) -> tuple[DataFrame, list[int]]:
+    def read(self, straight: bool = True) -> tuple[DataFrame, list[int] | None]:
         """Normalised rows of every positions file (NORM_SCHEMA) and the rows of each file.
 
-        Raises the InputError the polars engine would raise first (files in order)."""
+        Raises the InputError the polars engine would raise first (files in order).
+
+        `straight`, and the rows can go straight from the reading tasks to the sort
+        (`straight_key_stats`): the valid rows only, not cached, and None for the rows of
+        each file: the tasks tally them, their rejected rows and errors into `reads`, known
+        once a job has read them (`straight_read`)."""
         formats = [format_of(p, cache=self.read_cache) for p in self.paths]
         csv = [i for i, f in enumerate(formats) if f == "csv"]
         probed = {i: self._probe(i) for i, f in enumerate(formats) if f == "parquet"}
@@ -188,6 +251,14 @@ class SparkWork:
                                   **early))
         mine = [f for f in probed.values()
                 if isinstance(f, ParquetFile) and _python_reads(self.paths[f.index])]
+        stats = (self.straight_key_stats(mine) if straight and self.schemas is not None
+                 and len(mine) == len(self.paths) and "tables" in early else None)
+        if stats is not None:
+            log.info("positions: out of key order (the footers); read straight into the sort")
+            self.key_stats = stats
+            self.reads = self.spark.sparkContext.accumulator({}, KeyedTallies())
+            rows = self.read_units(mine, schema, {**early, "reads": self.reads})
+            return rows.drop("_kind"), None
         if mine:
             parts.append(self.read_units(mine, schema, early))
         groups: dict[tuple, list[ParquetFile]] = {}
@@ -218,6 +289,54 @@ class SparkWork:
         if problems:
             raise InputError(problems[min(problems)])
         return norm.filter(F.col("_kind") == DATA).drop("_kind"), rows
+
+    def straight_key_stats(self, files: list[ParquetFile]) -> KeyStats | None:
+        """The keys' bounds and a sample from the footers, when the read can go straight to
+        the sort: wide rows evaluated as read, integer keys of the files' own (no default
+        position ids) with statistics in every row group, out of key order by those
+        (`footer_key_stats`), and accumulators (not on Spark Connect); else None."""
+        if (is_connect(self.spark) or self.form != "wide" or self.static_key_types() is None
+                or any(f.default_pid for f in files)):
+            return None
+        names = [self.config.columns.rule_set_id, self.config.columns.position_id]
+        groups = []
+        for f in files:
+            try:
+                _, ranges = row_group_facts(self.paths[f.index], names, cache=self.read_cache)
+            except (pa.ArrowException, OSError):
+                return None
+            if ranges is None:
+                return None
+            for n, found in zip(f.row_groups, ranges):
+                rid, pid = found[names[0]], found[names[1]]
+                if n and (rid is None or pid is None):
+                    return None
+                if n:
+                    groups.append((n, rid, pid))
+        return footer_key_stats(groups) if groups else None
+
+    def straight_read(self) -> StraightRead:
+        """The reading tasks' tally of a read straight to the sort, once a job ran it:
+        raises the InputError the polars engine would raise first (files in order)."""
+        rows = [0] * len(self.paths)
+        failed: dict[int, tuple[int, str]] = {}
+        rejected, frames, carried = 0, [], True
+        units = self.reads.value
+        for number in sorted(units):
+            unit = units[number]
+            rows[unit.file] += unit.rows
+            rejected += unit.rejected
+            if unit.rejected_rows is None:
+                carried = False
+            elif unit.rejected:
+                frames.append(unit.rejected_rows)
+            if unit.fatal is not None and (unit.file not in failed
+                                           or unit.fatal[0] < failed[unit.file][0]):
+                failed[unit.file] = unit.fatal
+        if failed:
+            raise InputError(failed[min(failed)][1])
+        kept = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+        return StraightRead(rows, rejected, kept if carried else None)
 
     def tally(self, norm: DataFrame, probed: dict[int, ParquetFile | str]
               ) -> tuple[dict[int, str], list[int]]:

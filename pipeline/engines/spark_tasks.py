@@ -165,6 +165,63 @@ class Tally:
                                           if n not in rows.columns), schema)
 
 
+    def failed(self, file_index: int, message: str, schema: T.StructType, at: int) -> Batches:
+        return _fatal(file_index, message, schema, at)
+
+
+# Rejected rows a reading task carries to the driver in its accumulator (`StraightTally`), per
+# unit; a unit with more rejects has the run read again, cached (`SparkWork.straight_read`).
+CARRIED_REJECTS = 10_000
+
+
+@dataclass(frozen=True)
+class UnitRead:
+    """What a reading task read of one unit when its rows go straight to the sort (no cache
+    of the read, no job that tallies it): added to an accumulator under the unit's number,
+    so that a task Spark runs again adds the same entry, not a second one."""
+
+    file: int
+    rows: int  # DATA rows read, the rejected ones among them
+    rejected: int
+    rejected_rows: pl.DataFrame | None  # those rows themselves; None: more than CARRIED_REJECTS
+    fatal: tuple[int, str] | None  # the row from which the unit could not be read, and why
+
+
+class StraightTally:
+    """`Tally` for rows that go straight to the sort: only valid rows leave the task; the
+    counts, the rejected rows and a unit's error go to the accumulator `reads` instead."""
+
+    def __init__(self, reads: Any, number: int) -> None:
+        self.reads, self.number = reads, number
+        self.rows = self.rejected = 0
+        self.kept: list[pl.DataFrame] | None = []
+        self.fatal: tuple[int, str] | None = None
+
+    def counted(self, batches: Batches) -> Batches:
+        for batch in batches:
+            self.rows += batch.num_rows
+            reasons = batch.column("_reason")
+            if reasons.null_count < batch.num_rows:
+                self.rejected += batch.num_rows - reasons.null_count
+                if self.kept is not None and self.rejected <= CARRIED_REJECTS:
+                    self.kept.append(_frame(batch.filter(reasons.is_valid())))
+                else:
+                    self.kept = None
+                batch = batch.filter(reasons.is_null())
+            yield batch
+
+    def failed(self, file_index: int, message: str, schema: T.StructType, at: int) -> Batches:
+        self.fatal = (at, message)
+        yield from ()
+
+    def summary(self, file_index: int, schema: T.StructType) -> Batches:
+        kept = None if self.kept is None else (
+            pl.concat(self.kept) if self.kept else pl.DataFrame())
+        self.reads.add({self.number: UnitRead(file_index, self.rows, self.rejected, kept,
+                                              self.fatal)})
+        yield from ()
+
+
 def _key_summary(batch: pa.RecordBatch) -> pl.DataFrame:
     """A batch's valid integer keys as LOW, HIGH and SAMPLE rows (`_kind` and the keys)."""
     frame = _frame(batch.select([*KEYS, "_reason"])).filter(
@@ -284,19 +341,21 @@ def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config
 def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Source],
                     files: dict[int, ParquetFile], config: Config, form: str,
                     index: pl.DataFrame, schema: T.StructType, tables: Any = None,
-                    winning_moves: bool = False) -> Batches:
+                    winning_moves: bool = False, reads: Any = None) -> Batches:
     """Parquet rows read by the task itself, not by Spark: each input row is the number of a
     `Unit`, whose rows are read by the polars engine's reader (`parquet_range`: a local path,
     or an object with the run's storage options) and go through the polars steps (`_step`).
     Spark never handles the `heaps` column, only the narrow rows that leave. Row numbers are
     the unit's start plus the row's place in it; a unit that cannot be read is a FATAL row
-    at its start."""
+    at its start. With `reads` (an accumulator), only valid rows leave: the tally goes there
+    (`StraightTally`)."""
     for batch in batches:
         for number in batch.column(0).to_pylist():
             unit = units[number]
             info = files[unit.file]
             row = unit.start
-            tally = Tally()
+            tally: Tally | StraightTally = (Tally() if reads is None
+                                            else StraightTally(reads, number))
             try:
                 for raw in parquet_range(sources[unit.file], unit.start, unit.rows,
                                          BATCH_ROWS):
@@ -307,7 +366,7 @@ def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Sour
                                                    tables, winning_moves))
                     row += raw.height
             except SnimError as exc:
-                yield from _fatal(info.index, str(exc), schema, at=row)
+                yield from tally.failed(info.index, str(exc), schema, at=row)
             yield from tally.summary(info.index, schema)
 
 
