@@ -49,12 +49,15 @@ from pipeline.terminal import (
     exit_status,
     heavy_imports,
     interrupt_within,
+    late_stops_note,
     printable,
     progress_renderer,
     say_on_stderr,
     stdin_bytes,
+    stdout_lost,
     stop_signals_as_interrupts,
     stopped_message,
+    stops_after_the_commit_begins,
 )
 
 app = typer.Typer(
@@ -170,9 +173,11 @@ def _err(message: str) -> None:
 def _told(renderer: Any):
     """The `pipeline.events` callback of a command: warnings printed as they arise (also with
     --quiet), everything else to the progress `renderer` (None: nothing)."""
-    from pipeline.events import WARNING
+    from pipeline.events import PHASE_START, WARNING
 
     def on_event(event: Any) -> None:
+        if event.kind == PHASE_START and event.phase == "commit":
+            stops_after_the_commit_begins()
         if event.kind == WARNING:
             _err(f"warning: {event.message}")
         elif renderer is not None:
@@ -437,6 +442,24 @@ def run(
                                 verbose, progress_every)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose, reported)
+    try:
+        _said_run(result, quiet, json_result)
+    except OSError as exc:  # stdout is gone; the output is committed: the exit says the run
+        _err(stdout_lost(exc))
+    late = late_stops_note()
+    if late is not None:
+        _err(late)
+    try:
+        _result(result.document(), result_file, json_result)
+    except OSError as exc:  # the output is committed: the exit says the result is missing
+        _err(f"error: {result_file}: cannot write the run result ({exc.strerror}); the run's "
+             "output is committed")
+        raise typer.Exit(EXIT_FAILED) from None
+    raise typer.Exit(result.exit_code)
+
+
+def _said_run(result: Any, quiet: bool, json_result: bool) -> None:
+    """A committed run's summary lines (on stderr with --json, whose stdout is the result)."""
     say = _err if json_result else _say  # with --json, stdout holds the result alone
     if not quiet:
         counts = result.counts
@@ -455,13 +478,6 @@ def run(
                  f"{result.rejects}:")
             for problem in result.problems[:5]:
                 _err(f"  {problem}")
-    try:
-        _result(result.document(), result_file, json_result)
-    except OSError as exc:  # the output is committed: the exit says the result is missing
-        _err(f"error: {result_file}: cannot write the run result ({exc.strerror}); the run's "
-             "output is committed")
-        raise typer.Exit(EXIT_FAILED) from None
-    raise typer.Exit(result.exit_code)
 
 
 def _check_result_file(path: Path) -> None:

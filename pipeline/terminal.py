@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import FrameType
 
 from pipeline.errors import Stopped
@@ -404,6 +404,8 @@ def progress_renderer(quiet: bool, verbose: bool, every: float):
     or error."""
     if quiet:
         return None
+    if sys.stderr is None:  # closed by the shell (`2>&-`): nowhere to show it
+        return None
     if sys.stderr.isatty() and configured_log_format() != "json":
         return TerminalProgress()
     return _Ticking(PlainProgress(every, from_start=verbose))
@@ -490,6 +492,16 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 STOPPED_BY: list[int] = []  # the stop signals received, for an exit code typer made 130
 _STOPPING: list[int] = []  # the stop under way (raised): later ones are ignored
+LATE_STOPS: list[int] = []  # stop signals that came once the commit had begun (not raised)
+_COMMIT_BEGUN: list[bool] = []  # see `stops_after_the_commit_begins`
+
+
+def stops_after_the_commit_begins() -> None:
+    """From the start of the command's commit to the end of the process, a stop signal no
+    longer stops it: it is noted in LATE_STOPS. The commit (an upload to an object store
+    included) completes or fails on its own, and the command ends as it would have, so that
+    it never says that nothing was written once its output may be in place."""
+    _COMMIT_BEGUN.append(True)
 
 # Where a frame's code comes from, to tell when raising the stop is safe (`_safe_to_raise`).
 _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -534,7 +546,11 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     (in numba's code) the stop is pending: a timer (SIGALRM) brings it back every
     PENDING_CHECK_S, until the main thread is out of the library's code. A stop once
     raised is the only one: its clean-up (the staging directory removed) is not cut short
-    by a second Ctrl-C or a scheduler's SIGTERM after it."""
+    by a second Ctrl-C or a scheduler's SIGTERM after it. Once the commit has begun
+    (`stops_after_the_commit_begins`), a stop is only noted."""
+    if _COMMIT_BEGUN:
+        LATE_STOPS.append(signum)
+        return
     if _STOPPING:
         return
     while frame is not None and frame.f_code in _HANDLERS:  # a handler run within one
@@ -600,6 +616,8 @@ def stop_signals_as_interrupts() -> None:
     stays ignored, also after a library's import (`keep_signals_after_imports`)."""
     keep_signals_after_imports()
     sys.unraisablehook = _stop_not_lost
+    _COMMIT_BEGUN.clear()
+    LATE_STOPS.clear()
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(signum, _stop)
@@ -679,6 +697,24 @@ def keep_signals_after_imports() -> None:
         sys.meta_path.insert(0, _SignalsKept)
 
 
+def stdout_lost(exc: OSError) -> str:
+    """After stdout failed (a reader that closed the pipe, a full disk): the rest of what
+    goes there is dropped, so that the exit's flush does not fail again. The line to say."""
+    with suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    return f"warning: stdout: cannot print the result ({exc.strerror or exc})"
+
+
+def late_stops_note() -> str | None:
+    """The line for stop signals that came once the commit had begun, if any."""
+    if not LATE_STOPS:
+        return None
+    names = ", ".join(dict.fromkeys(signal.Signals(s).name for s in LATE_STOPS))
+    return f"{names} came once the commit had begun; the run finished it"
+
+
 def stopped_message(signum: int | None) -> str:
     """The one line for a run stopped by Ctrl-C (None) or a stop signal."""
     return (f"stopped by {signal.Signals(signum).name}; nothing was written" if signum
@@ -687,9 +723,9 @@ def stopped_message(signum: int | None) -> str:
 
 def default_stop_signals() -> None:
     """The command is over: a later stop signal ends the process as it would have, unless
-    the command was stopped: then its exit is not cut short."""
+    the command was stopped or has committed: then its exit is not cut short."""
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is _stop:
-            signal.signal(signum, signal.SIG_IGN if _STOPPING else
+            signal.signal(signum, signal.SIG_IGN if _STOPPING or _COMMIT_BEGUN else
                           signal.default_int_handler if signum == signal.SIGINT
                           else signal.SIG_DFL)

@@ -651,6 +651,41 @@ def test_script_with_stdout_closed_and_stdin_left_at_its_end(tmp_path):
     assert (both.returncode, both.stdout) == (0, "LWW\nWWL\n"), both.stderr
 
 
+@needs_script
+@pytest.mark.parametrize("where", ["full disk", "closed pipe", "no stderr"])
+def test_a_committed_run_with_stdout_or_stderr_gone_exits_with_its_own_code(tmp_path, where):
+    """Once the output is committed, a summary that cannot be printed (stdout on a full disk,
+    a reader that closed the pipe) or no stderr at all (`2>&-`) does not turn the run into
+    a failure: the run's exit code, and the result file says it succeeded. Before, exit 1
+    (and a traceback for the full disk), or with no stderr every run failed."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    argv = [str(SCRIPT), "run", "--rules", str(sample / "rules.csv"), "--positions",
+            str(sample / "positions.csv"), "--out", str(tmp_path / "out"), "--result-file",
+            str(tmp_path / "result.json")]
+    if where == "full disk":
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=120)
+        assert "cannot print the result (No space left on device)" in proc.stderr
+    elif where == "closed pipe":
+        reader, writer = os.pipe()
+        os.close(reader)
+        try:
+            proc = subprocess.run(argv, stdout=writer, stderr=subprocess.PIPE, text=True,
+                                  timeout=120)
+        finally:
+            os.close(writer)
+        assert "cannot print the result (Broken pipe)" in proc.stderr
+    else:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, timeout=120,
+                              preexec_fn=lambda: os.close(2))
+    assert proc.returncode == 0
+    assert "Traceback" not in (proc.stderr or "")
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert (result["status"], result["exit_code"]) == ("succeeded", 0)
+    assert (tmp_path / "out" / "manifest.json").is_file()
+
+
 def on_a_terminal(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, str]:
     """Run `argv` with its stderr on a terminal (a pty), where nothing strips escape
     sequences on the way; the process and all it wrote there."""

@@ -757,6 +757,24 @@ def test_next_run_removes_stale_staging_dirs(tmp_path: Path) -> None:
     assert not stale.exists(), "stale staging directory of a dead run was not removed"
 
 
+def test_a_process_started_after_the_staging_did_not_make_it(tmp_path: Path) -> None:
+    """A pid that is alive names the staging's maker only if that process started before the
+    staging was last changed: in a container every run is pid 1, and a run killed there must
+    not leave its staging for ever. Our own pid and our own new directory: ours."""
+    entry = tmp_path / ".out.partial-1-20260101T000000Z-abcdef"
+    entry.mkdir()
+    assert commit.made_by_live_process(entry, os.getpid())
+    time.sleep(commit.START_SLACK_S + 1.5)
+    later = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not commit.made_by_live_process(entry, later.pid)
+        assert commit.made_by_live_process(entry, os.getpid())
+    finally:
+        later.kill()
+        later.wait()
+    assert not commit.made_by_live_process(entry, later.pid)  # gone
+
+
 def test_stale_staging_of_an_output_named_like_a_glob_is_removed(tmp_path: Path) -> None:
     rules, positions = small_inputs(tmp_path / "in")
     parent = tmp_path / "job"

@@ -243,6 +243,38 @@ def test_a_stop_is_clean_at_any_moment(previous: tuple[list[str], Path], stop: s
     assert stopped or moment == "write", (status, shown)
 
 
+@pytest.mark.parametrize(("line", "delay"), [
+    ("commit: started", 0.0), ("commit done", 0.0), ("commit done", 0.001),
+    ("commit done", 0.003)])
+def test_a_stop_once_the_commit_has_begun_leaves_a_committed_run(
+        previous: tuple[list[str], Path], tmp_path: Path, line: str, delay: float) -> None:
+    """SIGTERM as the commit starts, or just after it is done: the run completes and says
+    so (exit 0, the new output whole, the result file "succeeded"), never "nothing was
+    written" about an output in place. Before, a stop right after the commit exited 143 with
+    that line, the new output committed (6 times in 11)."""
+    args, out = previous
+    before = _manifest(out)
+    result = tmp_path / "result.json"
+    proc = subprocess.Popen([str(CLI_EXE), *args, "--progress-every", "0", "--result-file",
+                             str(result)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stderr is not None and proc.stdout is not None
+    shown = []
+    for said in proc.stderr:
+        shown.append(said)
+        if line in said:
+            time.sleep(delay)
+            proc.send_signal(signal.SIGTERM)
+            break
+    shown.append(proc.stderr.read())
+    proc.stdout.read()
+    status = proc.wait(timeout=120)
+    text = "".join(shown)
+    assert "nothing was written" not in text, text
+    assert not assert_clean_stop_or_complete(status, text, out, before, signal.SIGTERM, line)
+    assert json.loads(result.read_text())["status"] == "succeeded"
+
+
 @pytest.mark.slow
 def test_repeated_ctrl_c_during_the_first_batches_never_crashes(
         previous: tuple[list[str], Path]) -> None:

@@ -118,6 +118,39 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+START_SLACK_S = 2.0  # /proc gives the boot time in whole seconds
+
+
+def made_by_live_process(entry: Path, pid: int) -> bool:
+    """Whether `entry` (a staging directory, a file a run renamed) may belong to a process
+    still at work: process `pid` exists (`pid_alive`) and, where /proc tells, started no later
+    than the entry was last changed. A process started after that only reuses the number:
+    every container's first process is pid 1, and a run's own staging must not keep the next
+    run's clean-up away for ever."""
+    if not pid_alive(pid):
+        return False
+    started = _process_start(pid)
+    if started is None:
+        return True
+    try:
+        changed = os.lstat(entry).st_ctime  # a rename changes it too (a moved-aside output)
+    except OSError:
+        return True
+    return started <= changed + START_SLACK_S
+
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started, in seconds since the epoch (Linux's /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            ticks = int(stat.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/stat", "rb") as system:
+            boot = next(int(line.split()[1]) for line in system if line.startswith(b"btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def remove_dead_staging(directory: Path, pattern: re.Pattern[str]) -> None:
     """Remove the entries of `directory` that `pattern` names (its first group: the pid of the
     process that made them) whose process is gone: what a killed writer left, provably ours."""
@@ -127,7 +160,7 @@ def remove_dead_staging(directory: Path, pattern: re.Pattern[str]) -> None:
         return
     for name in names:
         found = pattern.fullmatch(name)
-        if found and not pid_alive(int(found.group(1))):
+        if found and not made_by_live_process(directory / name, int(found.group(1))):
             shutil.rmtree(directory / name, ignore_errors=True)
 
 
@@ -294,7 +327,7 @@ def _remove_stale_staging(out: Path) -> list[str]:
         return []
     for name in names:
         match = pattern.fullmatch(name)
-        if not match or pid_alive(int(match.group(2))):
+        if not match or made_by_live_process(out.parent / name, int(match.group(2))):
             continue
         stale = out.parent / name
         if match.group(1) == "retired":

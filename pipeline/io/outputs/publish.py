@@ -23,7 +23,7 @@ from typing import Any
 from pipeline.errors import OutputError, WriteFailure
 from pipeline.io.outputs.commit import (
     interrupts_held,
-    pid_alive,
+    made_by_live_process,
     remove_dead_staging,
     rename_noreplace,
 )
@@ -341,7 +341,7 @@ def remove_dead_temporaries(directory: Path, names: list[str]) -> None:
         return
     for entry in entries:
         found = _JOURNAL.fullmatch(entry)
-        if found and not pid_alive(int(found.group(2))):
+        if found and not made_by_live_process(directory / entry, int(found.group(2))):
             token = found.group(1)
             with suppress(OSError, ValueError):
                 for name in json.loads((directory / entry).read_bytes()):
@@ -352,10 +352,11 @@ def remove_dead_temporaries(directory: Path, names: list[str]) -> None:
                 os.unlink(directory / entry)
     for entry in entries:
         found = _TABLES_STAGING.fullmatch(entry)
-        if found and not pid_alive(int(found.group(1))):
+        if found and not made_by_live_process(directory / entry, int(found.group(1))):
             shutil.rmtree(directory / entry, ignore_errors=True)
         found = _TEMPORARY.fullmatch(entry)
-        if found and found.group(1) in names and not pid_alive(int(found.group(3))):
+        if found and found.group(1) in names and not made_by_live_process(
+                directory / entry, int(found.group(3))):
             _remove_entry(directory / entry)
 
 
