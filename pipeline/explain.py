@@ -274,6 +274,7 @@ def _positions_plan(config: Config, cache: RunCache, index: pl.DataFrame) -> Pos
         file = describe(path, cache=cache)
         if file.format == "parquet":
             footer = parquet_footer(path, cache=cache)  # read already, for the columns
+            _check_types(path, footer.schema, config, form)
             files.append(FilePlan(str(path), "parquet", file.size, footer.num_rows, True,
                                   footer.largest.get(heap)))
             types = _parquet_key_types(path, footer.schema, footer.largest,
@@ -320,6 +321,9 @@ def _row_groups(path: Source, names: list[str], cache: RunCache
         return None, None
 
 
+INT64_MAX = 2**63 - 1
+
+
 def _with_groups(groups: list[tuple[int, int, int]] | None, rows: tuple[int, ...],
                  ranges: list[dict[str, tuple[int, int] | None]] | None, ids: str, heap: str
                  ) -> list[tuple[int, int, int]] | None:
@@ -331,8 +335,8 @@ def _with_groups(groups: list[tuple[int, int, int]] | None, rows: tuple[int, ...
         if not count:
             continue
         id_range, heap_range = found[ids], found[heap]
-        if id_range is None or heap_range is None:
-            return None
+        if id_range is None or heap_range is None or max(*id_range, heap_range[1]) > INT64_MAX:
+            return None  # uint64 past int64: text ids, or a heap the run rejects
         groups.append((*id_range, heap_range[1]))
     return groups
 
@@ -359,6 +363,21 @@ def _largest_per_id(ids: np.ndarray, groups: list[tuple[int, int, int]]) -> np.n
             after[i] = i + 1
             i = first_open(i + 1)
     return largest
+
+
+def _check_types(path: Source, schema: pa.Schema, config: Config, form: str) -> None:
+    """Raise the run's InputError for a column of a type it refuses (a heaps column of
+    floats, say), found as the run finds it: by normalising an empty frame of the file's
+    schema."""
+    try:
+        empty = pl.from_arrow(as_read(schema, path).empty_table())
+    except SnimError:
+        raise
+    except Exception:  # noqa: BLE001 - a type polars cannot take: its read will say so
+        return
+    assert isinstance(empty, pl.DataFrame)
+    normalize.normalize_positions(empty, np.zeros(0, np.int64), str(path), config.columns,
+                                  form, 0)
 
 
 def _parquet_key_types(path: Source, schema: pa.Schema, largest: dict[str, int | None],

@@ -285,6 +285,39 @@ def test_a_positions_file_missing_a_column_is_the_runs_error(tmp_path: Path) -> 
     assert (explain.returncode, explain.stderr) == (ran.returncode, ran.stderr)
 
 
+@pytest.mark.parametrize(("column", "arrow_type", "value"), [
+    ("heaps", pa.list_(pa.float64()), [1.5]),
+    ("heaps", pa.list_(pa.list_(pa.int64())), [[3]]),
+    ("heaps", pa.list_(pa.string()), ["3"]),
+    ("heap", pa.float64(), 1.5),
+])
+def test_a_heap_column_of_a_type_run_refuses_is_the_runs_error(
+        tmp_path: Path, column: str, arrow_type: pa.DataType, value: object) -> None:
+    """A heaps column whose type the run refuses is explain's error too, word for word
+    (explain approved it and printed a plan, the run then exited 1)."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    pq.write_table(pa.table({"rule_set_id": [1], "position_id": [1],
+                             column: pa.array([value], arrow_type)}), tmp_path / "p.parquet")
+    args = ["--rules", "rules.csv", "--positions", "p.parquet", "--out", "out"]
+    ran, explain = snim("run", *args, cwd=tmp_path), snim("explain", *args, cwd=tmp_path)
+    assert ran.returncode == 1 and f"column '{column}' has type" in ran.stderr, ran.stderr
+    assert (explain.returncode, explain.stderr, explain.stdout) == (1, ran.stderr, "")
+
+
+def test_a_uint64_heap_beyond_int64_is_planned_not_an_internal_error(tmp_path: Path) -> None:
+    """A uint64 heap past 2^63-1 (a row the run rejects): explain plans the run (it raised
+    OverflowError with integer rule ids), and the run rejects that row."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "2 5"]])
+    pq.write_table(pa.table({"rule_set_id": [1, 1], "position_id": ["a", "b"],
+                             "heaps": pa.array([[2**64 - 1], [3]], pa.list_(pa.uint64()))}),
+                   tmp_path / "p.parquet")
+    args = ["--rules", "rules.csv", "--positions", "p.parquet", "--out", "out"]
+    plan = explained(*args, cwd=tmp_path)
+    assert plan["positions"]["rows"] == 2
+    ran = snim("run", *args, cwd=tmp_path)
+    assert ran.returncode == 3 and "is larger than 2^63-1" in ran.stderr
+
+
 def test_limits_against_the_tables(wide_parquet: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """With no period proven (explain's probe given no work), the limits decide; a proven
