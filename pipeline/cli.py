@@ -218,9 +218,10 @@ Reported = Callable[[BaseException, str, int], None]
 """reported(error, message, exit_code): a failed command's error as it was said (`_fail`)."""
 
 
-def _fail(exc: BaseException, verbose: bool, reported: Reported | None = None) -> NoReturn:
+def _fail(exc: BaseException, verbose: bool | None, reported: Reported | None = None
+          ) -> NoReturn:
     """Map an exception to its one-line message and documented exit code (and hand both to
-    `reported`, if given, before the exit)."""
+    `reported`, if given, before the exit). `verbose` None: the command has no --verbose."""
     if isinstance(exc, SnimError):
         _err(f"error: {exc}")
         if isinstance(exc, BadRowsError):
@@ -247,8 +248,8 @@ def _fail(exc: BaseException, verbose: bool, reported: Reported | None = None) -
         _err(f"error: {said}")
         _exit(EXIT_FAILED, reported, exc, str(said))
     message = f"{type(exc).__name__}: {exc}"
-    _err(f"internal error: {message} (nothing was written; rerun with "
-         "--verbose for details and report it)")
+    _err(f"internal error: {message} (nothing was written; "
+         f"{'report it' if verbose is None else 'rerun with --verbose for details and report it'})")
     if verbose:
         _traceback(exc)
     _exit(EXIT_FAILED, reported, exc, message)
@@ -683,7 +684,7 @@ def history(
 
         lines = history_lines(resolve_location(out_dir, Path.cwd()))
     except (Exception, KeyboardInterrupt) as exc:
-        _fail(exc, False)
+        _fail(exc, None)
     for line in lines:
         _say(line)
 
@@ -732,7 +733,7 @@ def grundy(
 
             plot_sequence(table, plot, upto)
     except (Exception, KeyboardInterrupt) as exc:
-        _fail(exc, False)
+        _fail(exc, None)
     _say(f"rule: {rule.kind} {rule.label if rule.kind == 'subtraction' else ''}".rstrip())
     if rule.kind != "subtraction":
         _say("closed form: " + ("SG(x) = x" if rule.kind == "nim" else
@@ -770,7 +771,7 @@ def solve(
 
         text = solve_classic(stdin_bytes(), cap, max_rule_ops, max_run_ops)
     except (Exception, KeyboardInterrupt) as exc:
-        _fail(exc, False)
+        _fail(exc, None)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -798,7 +799,7 @@ def convert(
         written = _with_progress(lambda on_event: convert_classic(data, out, overwrite,
                                                                   on_event))
     except (Exception, KeyboardInterrupt) as exc:
-        _fail(exc, False)
+        _fail(exc, None)
     _say(f"wrote {', '.join(str(p) for p in written)}")
 
 
@@ -814,7 +815,7 @@ def report(
 
         target = _with_progress(lambda on_event: write_report(out_dir, html_file, on_event))
     except (Exception, KeyboardInterrupt) as exc:
-        _fail(exc, False)
+        _fail(exc, None)
     _say(f"wrote {target}")
 
 
@@ -863,7 +864,7 @@ def generate(
                     format.value, seed, key_type.value, shuffle, files)
         written = _with_progress(lambda on_event: write_dataset(out, spec, on_event))
     except (Exception, KeyboardInterrupt) as exc:
-        _fail(exc, False)
+        _fail(exc, None)
     _say(f"wrote {len(written)} files under {out}")
 
 
@@ -873,7 +874,7 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        raise InputError(f"{path}: cannot read ({exc.strerror})", path=path) from None
 
 
 def main() -> None:  # pragma: no cover - called by the console entry, `executable.entry`

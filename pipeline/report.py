@@ -328,7 +328,12 @@ def _run_page(out_dir: Path) -> str:
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise InputError(f"{out_dir}: cannot read run outputs ({truncated(str(exc), 200)})"
                          ) from None
-    return render_report(manifest, frames["summary"], frames["sg_tables"], frames["rejects"])
+    try:
+        return render_report(manifest, frames["summary"], frames["sg_tables"],
+                             frames["rejects"])
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a field of another shape
+        raise InputError(f"{out_dir / 'manifest.json'}: not a manifest as snim-batch writes "
+                         f"them ({type(exc).__name__}: {truncated(str(exc), 120)})") from None
 
 
 def _delta_page(root: Path) -> str:

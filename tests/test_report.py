@@ -97,6 +97,20 @@ def test_report_on_a_non_output_dir_is_a_clean_error(tmp_path: Path) -> None:
                              "manifest.json)\n")
 
 
+@pytest.mark.parametrize("counts", [{"positions": None}, "many", {"positions": {"W": "x"}}])
+def test_a_manifest_of_another_shape_is_a_clean_error(tmp_path: Path, counts: object) -> None:
+    """A manifest whose counts are not what a run writes: one line naming it, exit 1 (it was
+    an internal error telling to rerun with a --verbose that report does not have)."""
+    out = _run(tmp_path)
+    written = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**written, "counts": counts}))
+    result = CliRunner().invoke(app, ["report", str(out)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"snim-batch: error: {out / 'manifest.json'}: not a "
+                                    "manifest as snim-batch writes them ("), result.stderr
+    assert not (out / "report.html").exists()
+
+
 def test_report_on_a_missing_path_says_it_does_not_exist(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert (result.exit_code, result.stderr) == (
