@@ -90,7 +90,7 @@ def positions_form(paths: list[Source], config: Config, *, cache: RunCache | Non
     for path, form in forms.items():
         if form != first:
             raise InputError(f"{path}: is in {form} form but {paths[0]} is in {first} form; "
-                             "use one form per run")
+                             "use one form per run", path=path)
     return first
 
 

@@ -148,6 +148,28 @@ def test_a_failed_run_exit_1_is_failed_with_its_error(job: Path) -> None:
     assert (job / "out" / "manifest.json").read_text() == before
 
 
+@pytest.mark.parametrize(("content", "row"), [
+    (b"rule_set_id,position_id,heaps\n1,0,5\n1,1,\xff\n", 3),
+    (b"rule_set_id,position_id,heaps\n1,0,\"5\n", 2),
+    (b"", None),
+    (b"rule_set_id,rule_set_id,heaps\n", None),
+])
+def test_a_file_level_input_error_names_its_file_and_line_in_the_result(
+        job: Path, content: bytes, row: int | None) -> None:
+    """A positions file that cannot be read as CSV at all (invalid UTF-8, a quote never
+    closed, empty, a duplicate column name): the result's error names the file in `path`
+    and, where the message counts one, its line in `row` (both were null)."""
+    (job / "positions.csv").write_bytes(content)
+    proc = snim([*RUN, "--result-file", "r.json"], job)
+    assert proc.returncode == 1, proc.stderr
+    error = valid(json.loads((job / "r.json").read_text()))["error"]
+    assert (error["code"], error["path"], error["row"]) == (
+        "input_error", str(job / "positions.csv"), row), error
+    assert error["message"].startswith(f"{job / 'positions.csv'}: ")
+    if row is not None:
+        assert f": line {row}: " in error["message"]
+
+
 def test_bad_rows_under_fail_exit_1_with_their_code(job: Path) -> None:
     with (job / "positions.csv").open("a") as fh:
         fh.write("1,99,4 x\n")

@@ -27,11 +27,11 @@ def detect_form(columns: Sequence[str], cols: Columns, source: str) -> str:
     has_wide, has_long = cols.heaps in columns, cols.heap in columns
     if has_wide and has_long:
         raise InputError(f"{source}: has both {brief_repr(cols.heaps)} (wide) and "
-                         f"{brief_repr(cols.heap)} (long) columns; keep one")
+                         f"{brief_repr(cols.heap)} (long) columns; keep one", path=source)
     if not has_wide and not has_long:
         raise InputError(f"{source}: no {brief_repr(cols.heaps)} column (wide form) or "
                          f"{brief_repr(cols.heap)} column (long form); columns are "
-                         f"{brief_repr(list(columns), LISTED_CHARS)}")
+                         f"{brief_repr(list(columns), LISTED_CHARS)}", path=source)
     return "wide" if has_wide else "long"
 
 

@@ -209,16 +209,17 @@ def _checked_text(file: InputFile, cache: RunCache | None
     scan = _scan_text(path, cache)
     if scan.bad_byte >= 0:
         raise InputError(f"{path}: line {scan.bad_line}: not a CSV file (binary data or invalid "
-                         f"UTF-8 at byte {scan.bad_byte})")
+                         f"UTF-8 at byte {scan.bad_byte})", path=path, row=scan.bad_line)
     if scan.open_line:
         raise _unclosed_quote(path, scan.open_line)
     if scan.stray_line:
         raise InputError(f"{path}: line {scan.stray_line}: a quoted field runs over several "
                          "lines and text follows its closing quote (an unterminated quote "
-                         "that a later one closed?)")
+                         "that a later one closed?)", path=path, row=scan.stray_line)
     if scan.longest > LONGEST_RECORD:
         raise InputError(f"{path}: line {scan.longest_line}: a record of {scan.longest} bytes; "
-                         f"records of at most {LONGEST_RECORD >> 20} MiB are read (memory)")
+                         f"records of at most {LONGEST_RECORD >> 20} MiB are read (memory)",
+                         path=path, row=scan.longest_line)
     return header, terminated, skip, scan
 
 
@@ -227,7 +228,7 @@ def _unreadable(path: Source, exc: Exception) -> InputError:
         problem = object_store.store_problem(path, exc)
         if problem is not None:
             return problem
-    return InputError(f"{path}: not a readable CSV file ({first_line(exc)})")
+    return InputError(f"{path}: not a readable CSV file ({first_line(exc)})", path=path)
 
 
 def _open_reader(path: Source, header: list[str], skip: int, scan: _TextScan,
@@ -347,7 +348,7 @@ class _RowNumbers:
 
 def _unclosed_quote(path: Path, line: int) -> InputError:
     return InputError(f"{path}: line {line}: a quoted field is never closed (unterminated "
-                      "quote)")
+                      "quote)", path=path, row=line)
 
 
 def read_header(path: Source, *, cache: RunCache | None = None) -> tuple[list[str], bool]:
@@ -363,21 +364,22 @@ def _header(path: Source, cache: RunCache | None = None) -> tuple[list[str], boo
     to skip: 0 unless one of them holds spaces or tabs (pyarrow skips only empty lines)."""
     head, size = read_start(path, _HEADER_LIMIT, cache=cache)
     if size == 0:
-        raise InputError(f"{path}: empty file (expected a CSV header line)")
+        raise InputError(f"{path}: empty file (expected a CSV header line)", path=path)
     if head.startswith(b"PAR1"):
         raise InputError(f"{path}: a Parquet file, not CSV (it starts with Parquet's magic "
-                         f"bytes, but its name ends in {path.suffix}: rename it to .parquet)")
+                         f"bytes, but its name ends in {path.suffix}: rename it to .parquet)",
+                         path=path)
     whole = len(head) == size
     records, end, open_line, *_ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
     if records == 0 and whole:
         raise InputError(f"{path}: no header line (the file holds only blank lines; "
-                         "expected column names)")
+                         "expected column names)", path=path)
     if open_line and whole:
         raise _unclosed_quote(path, open_line)
     terminated = not open_line and head[end - 1:end] in (b"\n", b"\r")
     if not terminated and not whole:
         raise InputError(f"{path}: the header line does not end within the first "
-                         f"{_HEADER_LIMIT >> 20} MiB (is this a CSV file?)")
+                         f"{_HEADER_LIMIT >> 20} MiB (is this a CSV file?)", path=path)
     first, skip = head[:end], 0
     bom = _bom_length(head)
     lead = bom + len(first[bom:]) - len(first[bom:].lstrip(b" \t\r\n"))
@@ -387,17 +389,18 @@ def _header(path: Source, cache: RunCache | None = None) -> tuple[list[str], boo
     try:
         text = first.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise InputError(f"{path}: not a CSV file (the first line is not UTF-8 text)") from None
+        raise InputError(f"{path}: not a CSV file (the first line is not UTF-8 text)",
+                         path=path) from None
     if not text.strip():
-        raise InputError(f"{path}: empty header line (expected column names)")
+        raise InputError(f"{path}: empty header line (expected column names)", path=path)
     names = header_names(first if terminated else first + b"\n", text, path)
     if "" in names:
         position = names.index("") + 1
         hint = " (a trailing comma?)" if position == len(names) else ""
         raise InputError(f"{path}: empty column name at position {position} of the header"
-                         f"{hint}")
+                         f"{hint}", path=path)
     if len(set(names)) != len(names):
-        raise InputError(f"{path}: duplicate column names in header: {names}")
+        raise InputError(f"{path}: duplicate column names in header: {names}", path=path)
     return names, terminated, skip
 
 
@@ -414,7 +417,8 @@ def header_names(first: bytes, text: str, path: Source) -> list[str]:
         table = pacsv.read_csv(pa.py_buffer(first), read_options=pacsv.ReadOptions(
             use_threads=False))
     except pa.ArrowInvalid as exc:
-        raise InputError(f"{path}: not a readable CSV header ({first_line(exc)})") from None
+        raise InputError(f"{path}: not a readable CSV header ({first_line(exc)})",
+                         path=path) from None
     return table.column_names
 
 

@@ -70,7 +70,7 @@ class InputFile:
                     if records is not None:
                         records.feed(block)
         except OSError as exc:
-            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+            raise InputError(f"{self.path}: cannot read ({exc.strerror})", path=self.path) from None
         object.__setattr__(self, "_digest", digest.hexdigest())
         if records is not None:
             object.__setattr__(self, "_csv_rows", records.rows())

@@ -87,4 +87,4 @@ def describe(path: Source, *, cache: RunCache | None = None) -> InputFile:
         return InputFile(path, format_of(path, cache=cache), found.st_size,
                          stamp=(found.st_size, found.st_mtime_ns))
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        raise InputError(f"{path}: cannot read ({exc.strerror})", path=path) from None

@@ -32,8 +32,8 @@ def _parquet_error(path: Source, exc: BaseException) -> SnimError:
         if problem is not None:
             return problem
     if isinstance(exc, PermissionError):
-        return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})")
-    return InputError(f"{path}: not a readable Parquet file ({first_line(exc)})")
+        return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})", path=path)
+    return InputError(f"{path}: not a readable Parquet file ({first_line(exc)})", path=path)
 
 
 def _has_view(kind: pa.DataType) -> bool:
@@ -59,7 +59,7 @@ def _views(schema: pa.Schema, path: Source) -> list[str]:
                 and not _has_view(kind.value_type)):
             raise InputError(f"{path}: column {brief_repr(field.name)} has the Arrow type "
                              f"{truncated(str(field.type), 80)}, a list view inside another type, "
-                             "which cannot be read; write it with list types")
+                             "which cannot be read; write it with list types", path=path)
         views.append(field.name)
     return views
 

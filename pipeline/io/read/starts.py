@@ -23,7 +23,7 @@ def read_start(path: Source, count: int, *, cache: RunCache | None = None
         with path.open("rb") as fh:
             return fh.read(count), os.fstat(fh.fileno()).st_size
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        raise InputError(f"{path}: cannot read ({exc.strerror})", path=path) from None
 
 
 def _object_start(location: Location, count: int, cache: RunCache | None
