@@ -650,6 +650,16 @@ def test_rows_out_of_key_order_go_straight_to_the_sort(spark, tmp_path, caplog, 
     assert outputs(got)["rejects"].height == len(bad) + 2 * len(extra)
 
 
+def test_the_rejected_rows_carried_to_the_driver_are_bounded_in_all():
+    """Each reading task carries at most 10,000 rejected rows, and all of them about 100,000
+    (at least 100 a task): a bad night over many units reads again instead of flooding the
+    driver."""
+    from pipeline.engines.spark_tasks import carried_per_unit
+
+    assert [carried_per_unit(n) for n in (0, 1, 10, 11, 400, 1000, 5000)] == [
+        10_000, 10_000, 10_000, 9_090, 250, 100, 100]
+
+
 def test_footer_key_stats_only_for_row_groups_out_of_key_order():
     """The sort's bounds and sample from row groups' statistics: None when the groups follow
     each other in key order (the read may be sorted, which it checks instead); else the

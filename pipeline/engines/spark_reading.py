@@ -162,7 +162,7 @@ class StraightRead:
 
     rows: list[int]  # of each file
     rejected: int
-    rejected_rows: pl.DataFrame | None  # None: more than the tasks carry (CARRIED_REJECTS)
+    rejected_rows: pl.DataFrame | None  # None: more than the tasks carry (`carried_per_unit`)
 
 
 @dataclass

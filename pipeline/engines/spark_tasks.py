@@ -169,9 +169,15 @@ class Tally:
         return _fatal(file_index, message, schema, at)
 
 
-# Rejected rows a reading task carries to the driver in its accumulator (`StraightTally`), per
-# unit; a unit with more rejects has the run read again, cached (`SparkWork.straight_read`).
-CARRIED_REJECTS = 10_000
+# Rejected rows the reading tasks carry to the driver in their accumulator (`StraightTally`):
+# at most CARRIED_REJECTS a unit, and about CARRIED_IN_ALL in all (at least 100 a unit); a unit
+# with more rejects has the run read again, cached (`SparkWork.straight_read`).
+CARRIED_REJECTS, CARRIED_IN_ALL = 10_000, 100_000
+
+
+def carried_per_unit(units: int) -> int:
+    """The rejected rows each of `units` reading tasks may carry to the driver."""
+    return min(CARRIED_REJECTS, max(100, CARRIED_IN_ALL // max(1, units)))
 
 
 @dataclass(frozen=True)
@@ -183,7 +189,7 @@ class UnitRead:
     file: int
     rows: int  # DATA rows read, the rejected ones among them
     rejected: int
-    rejected_rows: pl.DataFrame | None  # those rows themselves; None: more than CARRIED_REJECTS
+    rejected_rows: pl.DataFrame | None  # those rows themselves; None: more than it may carry
     fatal: tuple[int, str] | None  # the row from which the unit could not be read, and why
 
 
@@ -191,8 +197,8 @@ class StraightTally:
     """`Tally` for rows that go straight to the sort: only valid rows leave the task; the
     counts, the rejected rows and a unit's error go to the accumulator `reads` instead."""
 
-    def __init__(self, reads: Any, number: int) -> None:
-        self.reads, self.number = reads, number
+    def __init__(self, reads: Any, number: int, carry: int) -> None:
+        self.reads, self.number, self.carry = reads, number, carry
         self.rows = self.rejected = 0
         self.kept: list[pl.DataFrame] | None = []
         self.fatal: tuple[int, str] | None = None
@@ -203,7 +209,7 @@ class StraightTally:
             reasons = batch.column("_reason")
             if reasons.null_count < batch.num_rows:
                 self.rejected += batch.num_rows - reasons.null_count
-                if self.kept is not None and self.rejected <= CARRIED_REJECTS:
+                if self.kept is not None and self.rejected <= self.carry:
                     self.kept.append(_frame(batch.filter(reasons.is_valid())))
                 else:
                     self.kept = None
@@ -355,7 +361,8 @@ def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Sour
             info = files[unit.file]
             row = unit.start
             tally: Tally | StraightTally = (Tally() if reads is None
-                                            else StraightTally(reads, number))
+                                            else StraightTally(reads, number,
+                                                               carried_per_unit(len(units))))
             try:
                 for raw in parquet_range(sources[unit.file], unit.start, unit.rows,
                                          BATCH_ROWS):
