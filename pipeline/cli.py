@@ -57,7 +57,7 @@ from pipeline.terminal import (
     stdout_lost,
     stop_signals_as_interrupts,
     stopped_message,
-    stops_after_the_commit_begins,
+    stops_once_committed,
 )
 
 app = typer.Typer(
@@ -173,12 +173,12 @@ def _err(message: str) -> None:
 def _told(renderer: Any):
     """The `pipeline.events` callback of a command: warnings printed as they arise (also with
     --quiet), everything else to the progress `renderer` (None: nothing)."""
-    from pipeline.events import PHASE_START, WARNING
+    from pipeline.events import COMMITTED, WARNING
 
     def on_event(event: Any) -> None:
-        if event.kind == PHASE_START and event.phase == "commit":
-            stops_after_the_commit_begins()
-        if event.kind == WARNING:
+        if event.kind == COMMITTED:
+            stops_once_committed()
+        elif event.kind == WARNING:
             _err(f"warning: {event.message}")
         elif renderer is not None:
             renderer(event)

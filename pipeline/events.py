@@ -9,7 +9,9 @@
   `unit` (rows, parts, files), with a line for a person in `message`;
 - `WARNING`: what the user should know though the command goes on or succeeds (an old
   output kept aside, and where), said as it arises so that a failure later does not hide it;
-- `NOTE`: any other status line within the current phase (Spark's version and master).
+- `NOTE`: any other status line within the current phase (Spark's version and master);
+- `COMMITTED`: `run_job`'s output is in place (sent while stop signals are still held, so
+  that a caller can stop treating a stop as "nothing was written" from then on).
 
 The core only calls the callback; rendering (a terminal's progress bar, a plain log line
 elsewhere) is the CLI's. The callback runs on the thread that did the work: it must be quick
@@ -23,14 +25,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["NOTE", "PHASE_DONE", "PHASE_START", "PROGRESS", "WARNING", "OnEvent", "RunEvent",
-           "ignore", "phase"]
+__all__ = ["COMMITTED", "NOTE", "PHASE_DONE", "PHASE_START", "PROGRESS", "WARNING", "OnEvent",
+           "RunEvent", "ignore", "phase"]
 
 PHASE_START = "phase-start"
 PHASE_DONE = "phase-done"
 PROGRESS = "progress"
 WARNING = "warning"
 NOTE = "note"
+COMMITTED = "committed"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,10 @@ class RunEvent:
     @classmethod
     def note(cls, message: str, phase: str = "") -> RunEvent:
         return cls(NOTE, phase, message)
+
+    @classmethod
+    def committed(cls, where: str) -> RunEvent:
+        return cls(COMMITTED, "commit", f"committed {where}")
 
 
 OnEvent = Callable[[RunEvent], None]

@@ -492,16 +492,16 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 STOPPED_BY: list[int] = []  # the stop signals received, for an exit code typer made 130
 _STOPPING: list[int] = []  # the stop under way (raised): later ones are ignored
-LATE_STOPS: list[int] = []  # stop signals that came once the commit had begun (not raised)
-_COMMIT_BEGUN: list[bool] = []  # see `stops_after_the_commit_begins`
+LATE_STOPS: list[int] = []  # stop signals that came once the output was committed (not raised)
+_COMMITTED: list[bool] = []  # see `stops_once_committed`
 
 
-def stops_after_the_commit_begins() -> None:
-    """From the start of the command's commit to the end of the process, a stop signal no
-    longer stops it: it is noted in LATE_STOPS. The commit (an upload to an object store
-    included) completes or fails on its own, and the command ends as it would have, so that
-    it never says that nothing was written once its output may be in place."""
-    _COMMIT_BEGUN.append(True)
+def stops_once_committed() -> None:
+    """The command's output is in place (called while the commit still holds the stop
+    signals, `events.COMMITTED`): from now to the end of the process a stop signal no longer
+    stops it, it is noted in LATE_STOPS, and the command ends as it would have, so that it
+    never says that nothing was written about an output in place."""
+    _COMMITTED.append(True)
 
 # Where a frame's code comes from, to tell when raising the stop is safe (`_safe_to_raise`).
 _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -546,9 +546,9 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     (in numba's code) the stop is pending: a timer (SIGALRM) brings it back every
     PENDING_CHECK_S, until the main thread is out of the library's code. A stop once
     raised is the only one: its clean-up (the staging directory removed) is not cut short
-    by a second Ctrl-C or a scheduler's SIGTERM after it. Once the commit has begun
-    (`stops_after_the_commit_begins`), a stop is only noted."""
-    if _COMMIT_BEGUN:
+    by a second Ctrl-C or a scheduler's SIGTERM after it. Once the output is committed
+    (`stops_once_committed`), a stop is only noted."""
+    if _COMMITTED:
         LATE_STOPS.append(signum)
         return
     if _STOPPING:
@@ -616,7 +616,7 @@ def stop_signals_as_interrupts() -> None:
     stays ignored, also after a library's import (`keep_signals_after_imports`)."""
     keep_signals_after_imports()
     sys.unraisablehook = _stop_not_lost
-    _COMMIT_BEGUN.clear()
+    _COMMITTED.clear()
     LATE_STOPS.clear()
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
@@ -708,11 +708,11 @@ def stdout_lost(exc: OSError) -> str:
 
 
 def late_stops_note() -> str | None:
-    """The line for stop signals that came once the commit had begun, if any."""
+    """The line for stop signals that came once the output was committed, if any."""
     if not LATE_STOPS:
         return None
     names = ", ".join(dict.fromkeys(signal.Signals(s).name for s in LATE_STOPS))
-    return f"{names} came once the commit had begun; the run finished it"
+    return f"{names} came once the output was committed; the run finished"
 
 
 def stopped_message(signum: int | None) -> str:
@@ -726,6 +726,6 @@ def default_stop_signals() -> None:
     the command was stopped or has committed: then its exit is not cut short."""
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is _stop:
-            signal.signal(signum, signal.SIG_IGN if _STOPPING or _COMMIT_BEGUN else
+            signal.signal(signum, signal.SIG_IGN if _STOPPING or _COMMITTED else
                           signal.default_int_handler if signum == signal.SIGINT
                           else signal.SIG_DFL)

@@ -757,22 +757,24 @@ def test_next_run_removes_stale_staging_dirs(tmp_path: Path) -> None:
     assert not stale.exists(), "stale staging directory of a dead run was not removed"
 
 
-def test_a_process_started_after_the_staging_did_not_make_it(tmp_path: Path) -> None:
-    """A pid that is alive names the staging's maker only if that process started before the
-    staging was last changed: in a container every run is pid 1, and a run killed there must
-    not leave its staging for ever. Our own pid and our own new directory: ours."""
+def test_a_staging_named_for_this_pid_but_older_than_this_process_is_not_ours(
+        tmp_path: Path) -> None:
+    """In a container every run is pid 1: a killed run's staging names the pid of the next
+    run's own process. A process takes an entry named with its own pid for its own only if
+    it started before the entry last changed; another live pid keeps its entry whatever the
+    times (a clock step must never make a live run's staging look dead)."""
     entry = tmp_path / ".out.partial-1-20260101T000000Z-abcdef"
     entry.mkdir()
-    assert commit.made_by_live_process(entry, os.getpid())
+    assert commit.made_by_live_process(entry, os.getpid())  # ours: made after we started
     time.sleep(commit.START_SLACK_S + 1.5)
-    later = subprocess.Popen(["sleep", "60"])
-    try:
-        assert not commit.made_by_live_process(entry, later.pid)
-        assert commit.made_by_live_process(entry, os.getpid())
-    finally:
-        later.kill()
-        later.wait()
-    assert not commit.made_by_live_process(entry, later.pid)  # gone
+    check = ("import os, sys; from pathlib import Path; from pipeline.io.outputs import commit; "
+             "entry = Path(sys.argv[1]); mine = Path(sys.argv[2]); mine.mkdir(); "
+             "print(commit.made_by_live_process(entry, os.getpid()), "
+             "commit.made_by_live_process(mine, os.getpid()), "
+             "commit.made_by_live_process(entry, os.getppid()))")
+    later = subprocess.run([sys.executable, "-c", check, str(entry), str(tmp_path / "mine")],
+                           capture_output=True, text=True, timeout=60)
+    assert later.stdout.split() == ["False", "True", "True"], later.stderr
 
 
 def test_stale_staging_of_an_output_named_like_a_glob_is_removed(tmp_path: Path) -> None:

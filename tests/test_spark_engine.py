@@ -650,6 +650,42 @@ def test_rows_out_of_key_order_go_straight_to_the_sort(spark, tmp_path, caplog, 
     assert outputs(got)["rejects"].height == len(bad) + 2 * len(extra)
 
 
+@pytest.mark.spark
+def test_footers_that_understate_the_keys_still_give_sorted_verdicts(spark, tmp_path, caplog,
+                                                                     monkeypatch):
+    """Row-group statistics that a writer got wrong (a position id above the maximum its
+    footer gives) put keys in the wrong range of the straight read's sort: the tally sees
+    them out of order, the written verdicts are dropped, and the rows are read again by the
+    cached path. The polars engine's four tables, in key order."""
+    from pipeline.engines import spark_reading
+
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[1, "", "1 3 4"], [2, "", "2 5"], [3, "", "1 2"]])
+    rng = random.Random("understated")
+    rows = [(rng.choice([1, 2, 3]), pid, [rng.randint(0, 12)])
+            for pid in rng.sample(range(20_000), 3000)]
+    rows.insert(250, (1, 777_777_777, [3]))  # inside the first row group
+    d = tmp_path / "positions"
+    d.mkdir()
+    pl.DataFrame({"rule_set_id": [x[0] for x in rows], "position_id": [x[1] for x in rows],
+                  "heaps": [x[2] for x in rows]},
+                 schema={"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS}
+                 ).write_parquet(d / "a.parquet", row_group_size=500)
+    real = spark_reading.row_group_facts
+
+    def understated(path, names, **kwargs):
+        sizes, ranges = real(path, names, **kwargs)
+        pid = names[1]
+        return sizes, [{**found, pid: (found[pid][0], min(found[pid][1], 19_999))}
+                       for found in ranges]
+
+    monkeypatch.setattr(spark_reading, "row_group_facts", understated)
+    with caplog.at_level(logging.INFO, logger="pipeline.engines"):
+        run_both(tmp_path, rules=str(r), positions=str(d))
+    assert any("read straight into the sort" in m for m in caplog.messages)
+    assert any("reading them again, cached" in m for m in caplog.messages)
+
+
 def test_the_rejected_rows_carried_to_the_driver_are_bounded_in_all():
     """Each reading task carries at most 10,000 rejected rows, and all of them about 100,000
     (at least 100 a task): a bad night over many units reads again instead of flooding the
@@ -682,9 +718,11 @@ def test_footer_key_stats_only_for_row_groups_out_of_key_order():
 
 
 def test_tallies_of_partitions_add_up_and_find_a_key_across_them():
-    """`tallied_counts` over partitions given in any order: W/L of a rule set that spans two
-    partitions add up; a key repeated inside a partition, or ending one partition and
-    starting the next, means the verdicts hold it twice (None)."""
+    """`tallied_counts` over partitions given in any order (keyed by their number): W/L of
+    a rule set that spans two partitions add up; a key repeated inside a partition, or
+    ending one partition and starting the next, means the verdicts hold it twice (None);
+    keys out of order inside a partition, or a partition whose keys start before the last
+    key of the one before it, mean the sort's ranges were wrong (None)."""
     from pyspark.sql import types as T
 
     from pipeline.engines.spark_ordering import tallied_counts
@@ -698,13 +736,15 @@ def test_tallies_of_partitions_add_up_and_find_a_key_across_them():
     types = {"rule_set_id": T.LongType(), "position_id": T.LongType()}
     b = part((2, 0), (3, 9), 0, [(2, 1, 1), (3, 4, 0)])
     a = part((1, 5), (2, -1), 0, [(1, 2, 3), (2, 5, 0)])
-    counts = tallied_counts({b.first: b, a.first: a}, types)
+    counts = tallied_counts({1: b, 0: a}, types)
     assert counts is not None
     assert sorted(counts.rows()) == [(1, 2, 3), (2, 6, 1), (3, 4, 0)]
     assert counts.schema["W"] == pl.Int64
-    assert tallied_counts({a.first: a, b.first: replace(b, repeated=1)}, types) is None
-    across = replace(b, first=(2, -1))
-    assert tallied_counts({a.first: a, across.first: across}, types) is None
+    assert tallied_counts({0: a, 1: replace(b, repeated=1)}, types) is None
+    assert tallied_counts({0: a, 1: replace(b, first=(2, -1))}, types) is None  # across
+    assert tallied_counts({0: a, 1: replace(b, backwards=1)}, types) is None
+    assert tallied_counts({0: a, 1: replace(b, first=(1, 9))}, types) is None  # overlapping
+    assert tallied_counts({0: b, 1: a}, types) is None  # the partitions in the wrong order
     assert tallied_counts({}, types).height == 0
 
 

@@ -241,7 +241,7 @@ class _Job(SparkOrdering):
                 return (verdicts, self.spark.createDataFrame(arrow, REJECT_SCHEMA), read.rows,
                         written)
         log.info("positions: %s; reading them again, cached",
-                 "a key given twice" if written is None
+                 "a key given twice, or out of order" if written is None
                  else "more rejected rows than the tasks carry" if read.rejected_rows is None
                  else "a rejected row has a verdict's key")
         if target.exists():
@@ -270,8 +270,10 @@ class _Job(SparkOrdering):
         self.write(verdicts, target)
         counts = tallied_counts(self.write_tally.value, {k: verdicts.schema[k].dataType
                                                    for k in KEYS})
+        self.write_tally.value = {}  # the session keeps every accumulator: not the tallies
         if counts is None:
-            log.info("verdicts: a key is given more than once; splitting the duplicates off")
+            log.info("verdicts: a key is given more than once (or out of order); splitting "
+                     "the duplicates off")
             shutil.rmtree(target)
         return counts
 

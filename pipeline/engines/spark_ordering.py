@@ -26,10 +26,12 @@ from pyspark.sql import types as T
 
 from pipeline.engines.spark_connect import is_connect
 from pipeline.engines.spark_reading import (
+    MAX_RANGES,
     KeyedTallies,
     KeyStats,
     SparkWork,
     nulls,
+    one_long_fits,
     pairs,
     struct,
 )
@@ -52,7 +54,6 @@ from pipeline.engines.spark_tasks import (
 
 log = logging.getLogger(__name__)
 ORDER_PROBE_ROWS = 1 << 16  # first verdict rows that must be in key order for a full check
-MAX_RANGES = 64  # sort partitions placed by a CASE over their bounds; more: Spark's orderBy
 
 
 @dataclass
@@ -205,7 +206,7 @@ class SparkOrdering(SparkWork):
             lo_r, hi_r, lo_p, hi_p = verdicts.agg(
                 F.min("rule_set_id"), F.max("rule_set_id"), F.min("position_id"),
                 F.max("position_id")).collect()[0]
-        if lo_r is None or (hi_r - lo_r + 1) * (hi_p - lo_p + 1) >= 1 << 63:
+        if lo_r is None or not one_long_fits(lo_r, hi_r, lo_p, hi_p):
             return verdicts.orderBy(*KEYS)
         span = hi_p - lo_p + 1
         order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(span)
@@ -238,11 +239,13 @@ class SparkOrdering(SparkWork):
 
 def tallied_counts(tallies: dict[Any, PartitionTally], types: dict[str, T.DataType]
                    ) -> pl.DataFrame | None:
-    """W and L per rule set of verdicts written with `tally_task`, or None if they hold a
-    key twice (within a partition, or ending one and starting the next)."""
-    parts = [tallies[first] for first in sorted(tallies)]
-    if any(p.repeated for p in parts) or any(
-            a.last == b.first for a, b in zip(parts, parts[1:])):
+    """W and L per rule set of verdicts written with `tally_task` (`tallies`: by partition
+    number), or None if they hold a key twice (within a partition, or ending one and
+    starting the next) or are not in key order (the sort's ranges came from wrong
+    statistics)."""
+    parts = [tallies[number] for number in sorted(tallies)]
+    if any(p.repeated or p.backwards for p in parts) or any(
+            a.last >= b.first for a, b in zip(parts, parts[1:])):
         return None
     empty = pl.DataFrame(schema={"rule_set_id": pl.Int64 if types["rule_set_id"] == LONG
                                  else pl.String, "W": pl.Int64, "L": pl.Int64})

@@ -124,6 +124,12 @@ class KeyedTallies:
 
 
 FOOTER_SAMPLES = 4096  # keys drawn from the footers' statistics for the sort's ranges
+MAX_RANGES = 64  # sort partitions placed by a CASE over their bounds; more: Spark's orderBy
+
+
+def one_long_fits(lo_r: int, hi_r: int, lo_p: int, hi_p: int) -> bool:
+    """Do integer keys within these bounds sort on one long (`SparkOrdering.sorted`)?"""
+    return (hi_r - lo_r + 1) * (hi_p - lo_p + 1) < 1 << 63
 
 
 def footer_key_stats(groups: list[tuple[int, tuple[int, int], tuple[int, int]]]
@@ -133,8 +139,9 @@ def footer_key_stats(groups: list[tuple[int, tuple[int, int], tuple[int, int]]]
     of key order; None if the rows may be in key order, which the read checks instead of
     sorting (`in_order_repeats`). The sample takes each row group's keys as spread evenly
     over its ranges (seeded: a run is repeatable)."""
-    if not any(_after(a, b) for a, b in zip(groups, groups[1:])):
-        return None
+    if any(lo > hi for _, *ranges in groups for lo, hi in ranges) or not any(
+            _after(a, b) for a, b in zip(groups, groups[1:])):
+        return None  # statistics that contradict themselves, or rows maybe in key order
     rng = np.random.default_rng(0)
     total = sum(n for n, _, _ in groups)
     samples: list[tuple[int, int]] = []
@@ -296,8 +303,9 @@ class SparkWork:
         position ids) with statistics in every row group, out of key order by those
         (`footer_key_stats`), and accumulators (not on Spark Connect); else None."""
         if (is_connect(self.spark) or self.form != "wide" or self.static_key_types() is None
-                or any(f.default_pid for f in files)):
-            return None
+                or any(f.default_pid for f in files) or self.slots() > MAX_RANGES
+                or not hasattr(DataFrame, "repartitionById")):
+            return None  # (without the ranges, Spark's sort would sample the rows: a read)
         names = [self.config.columns.rule_set_id, self.config.columns.position_id]
         groups = []
         for f in files:
@@ -313,7 +321,11 @@ class SparkWork:
                     return None
                 if n:
                     groups.append((n, rid, pid))
-        return footer_key_stats(groups) if groups else None
+        stats = footer_key_stats(groups) if groups else None
+        if stats is None or not one_long_fits(stats.lo_rule_set_id, stats.hi_rule_set_id,
+                                              stats.lo_position_id, stats.hi_position_id):
+            return None
+        return stats
 
     def straight_read(self) -> StraightRead:
         """The reading tasks' tally of a read straight to the sort, once a job ran it:
@@ -322,6 +334,7 @@ class SparkWork:
         failed: dict[int, tuple[int, str]] = {}
         rejected, frames, carried = 0, [], True
         units = self.reads.value
+        self.reads.value = {}  # the session keeps every accumulator: not its rows
         for number in sorted(units):
             unit = units[number]
             rows[unit.file] += unit.rows

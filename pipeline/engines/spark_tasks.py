@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -407,6 +408,12 @@ def _same_as_before(keyed: pl.DataFrame, before: pl.DataFrame) -> pl.Series:
             & (keyed["position_id"] == before["position_id"])).fill_null(False)
 
 
+def _less_than_before(keyed: pl.DataFrame, before: pl.DataFrame) -> pl.Series:
+    rid, pid = keyed["rule_set_id"], keyed["position_id"]
+    return ((rid < before["rule_set_id"])
+            | ((rid == before["rule_set_id"]) & (pid < before["position_id"]))).fill_null(False)
+
+
 def repeated_task(batches: Batches, schema: T.StructType) -> Batches:
     """The keys equal to the key before them, in a partition sorted by key (a range
     partitioning keeps equal keys in one partition): every key given more than once."""
@@ -428,23 +435,28 @@ class PartitionTally:
     last: tuple[Any, Any]
     repeated: int  # keys equal to the key before them
     counts: pl.DataFrame  # rule_set_id, W, L
+    backwards: int = 0  # keys before the key before them: the sort's ranges were wrong
 
 
 def tally_task(batches: Batches, tally: Any, schema: T.StructType) -> Batches:
     """Verdict rows of a partition sorted by key, passed on unchanged to the write and
     tallied as they pass: the first and last key, the keys equal to the key before them
     (every key given twice: a range partitioning keeps equal keys in one partition) and W/L
-    per rule set. The tally is added to `tally` (an accumulator) under the partition's first
-    key, so a task that Spark runs again adds the same entry, not a second one."""
+    per rule set; and, as a check of the sort's ranges (drawn from footers' statistics, which
+    a writer may get wrong), the keys that come before the key before them. The tally is
+    added to `tally` (an accumulator) under the partition's number (the order of the part
+    files), so a task that Spark runs again adds the same entry, not a second one."""
     first: pl.DataFrame | None = None
     last: pl.DataFrame | None = None
-    repeated = 0
+    repeated = backwards = 0
     counts = []
     for batch in batches:
         if batch.num_rows:
             frame = _frame(batch)
             keyed = frame.select(KEYS)
-            repeated += int(_same_as_before(keyed, _before(keyed, last)).sum())
+            before = _before(keyed, last)
+            repeated += int(_same_as_before(keyed, before).sum())
+            backwards += int(_less_than_before(keyed, before).sum())
             first = keyed.head(1) if first is None else first
             last = keyed.tail(1)
             counts.append(frame.group_by("rule_set_id").agg(
@@ -453,8 +465,8 @@ def tally_task(batches: Batches, tally: Any, schema: T.StructType) -> Batches:
         yield batch
     if first is not None and last is not None:
         per_rule_set = pl.concat(counts).group_by("rule_set_id").agg(pl.col("W", "L").sum())
-        tally.add({first.row(0): PartitionTally(first.row(0), last.row(0), repeated,
-                                                per_rule_set)})
+        tally.add({TaskContext.get().partitionId(): PartitionTally(
+            first.row(0), last.row(0), repeated, per_rule_set, backwards)})
 
 
 def order_task(batches: Batches, schema: T.StructType) -> Batches:

@@ -123,12 +123,15 @@ START_SLACK_S = 2.0  # /proc gives the boot time in whole seconds
 
 def made_by_live_process(entry: Path, pid: int) -> bool:
     """Whether `entry` (a staging directory, a file a run renamed) may belong to a process
-    still at work: process `pid` exists (`pid_alive`) and, where /proc tells, started no later
-    than the entry was last changed. A process started after that only reuses the number:
-    every container's first process is pid 1, and a run's own staging must not keep the next
-    run's clean-up away for ever."""
+    still at work: process `pid` exists (`pid_alive`); when that is this very process, only
+    if it started no later than the entry last changed (/proc tells). In a container every
+    run is pid 1: a killed run's staging named this process's number, and was never removed.
+    Another process's start is not compared with the entry's time: a clock stepped between
+    the two must never make a live run's staging look dead."""
     if not pid_alive(pid):
         return False
+    if pid != os.getpid():
+        return True
     started = _process_start(pid)
     if started is None:
         return True
@@ -462,6 +465,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
                 raise failure(shown, f"renaming {staging.name} to {target.name}",
                                *write_cause(exc)) from None
             committed = True
+            on_event(RunEvent.committed(shown))
             log.info("committed %s%s", shown, " (replacing the previous output)"
                      if old is not None else "")
             if old is not None:

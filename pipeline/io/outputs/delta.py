@@ -41,6 +41,7 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from pipeline.errors import OutputError
+from pipeline.events import OnEvent, RunEvent, ignore
 from pipeline.io.outputs.commit import interrupts_held
 from pipeline.io.outputs.delta_tables import (
     DATA_TABLES,
@@ -71,8 +72,8 @@ class _Plan:
     adds_columns: bool
 
 
-def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: date
-            ) -> dict[str, int]:
+def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: date,
+            on_event: OnEvent = ignore) -> dict[str, int]:
     """Commit the run staged in `staging` to the Delta tables under `root`, replacing the
     night `run_date`; returns each table's version after its commit. Everything is checked,
     and every data file written, before the first commit; the commits then follow each other
@@ -109,6 +110,7 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
             versions[RUNS] = _commit(root, runs, _write_files(root, runs, run_id, run_date),
                                      run_date, {**described, "versions": dict(versions)},
                                      runs_base)
+            on_event(RunEvent.committed(root.uri))
         except OutputError as exc:
             restored, clean = _roll_back(root, previous, run_id)
             _delete_uncommitted(root, uncommitted)  # the tables no commit was tried for

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.errors import UsageError
-from pipeline.events import OnEvent
+from pipeline.events import OnEvent, ignore
 from pipeline.io.outputs.commit import refuse_inside_delta_table, staged_output
 from pipeline.io.outputs.manifest import output_listing, write_manifest
 from pipeline.io.outputs.publish import page_destination, staged_page, staged_page_in_output
@@ -142,8 +142,9 @@ class DeltaTables(_Staged):
     (`delta.publish`; needs the optional deltalake package)."""
 
     def __init__(self, out: Path | str, storage_options: Mapping[str, str],
-                 run_date: date | None) -> None:
+                 run_date: date | None, on_event: OnEvent = ignore) -> None:
         super().__init__()
+        self.on_event = on_event
         try:
             from pipeline.io.outputs import delta, delta_tables
         except ImportError:
@@ -160,7 +161,8 @@ class DeltaTables(_Staged):
 
     def _publish(self, staging: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         manifest["run_date"] = self.night.isoformat()
-        versions = self._writer.publish(self.root, staging, manifest, self.night)
+        versions = self._writer.publish(self.root, staging, manifest, self.night,
+                                        self.on_event)
         return {"run_date": manifest["run_date"], "table_versions": versions}
 
     def table(self, name: str, manifest: Mapping[str, Any]) -> str:
@@ -172,7 +174,7 @@ def output_for(out: Path | str, output_format: str, overwrite: bool,
                run_date: date | None = None) -> Output:
     """The kind of output `--out` and `--format` name."""
     if output_format == "delta":
-        return DeltaTables(out, storage_options, run_date)
+        return DeltaTables(out, storage_options, run_date, on_event)
     if run_date is not None:
         raise UsageError("--run-date applies to --format delta only (a Parquet output is "
                          "one run, not a night of a table)")

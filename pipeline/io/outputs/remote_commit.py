@@ -257,6 +257,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
                 settled = True
                 raise
             settled = True
+            on_event(RunEvent.committed(str(out)))
             log.info("committed %s%s", out, " (replacing the previous output)"
                      if previous.etag else "")
             for notice in _retire(out, previous):
