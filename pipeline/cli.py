@@ -23,6 +23,7 @@ from pipeline.errors import (
     EXIT_FAILED,
     EXIT_REJECTS,
     BadRowsError,
+    CommitOutcomeUnknown,
     OutputError,
     RuleError,
     SnimError,
@@ -222,6 +223,7 @@ def _fail(exc: BaseException, verbose: bool | None, reported: Reported | None = 
           ) -> NoReturn:
     """Map an exception to its one-line message and documented exit code (and hand both to
     `reported`, if given, before the exit). `verbose` None: the command has no --verbose."""
+    exc = _landed_commit_within(exc) or exc
     if isinstance(exc, SnimError):
         _err(f"error: {exc}")
         if isinstance(exc, BadRowsError):
@@ -253,6 +255,18 @@ def _fail(exc: BaseException, verbose: bool | None, reported: Reported | None = 
     if verbose:
         _traceback(exc)
     _exit(EXIT_FAILED, reported, exc, message)
+
+
+def _landed_commit_within(exc: BaseException) -> SnimError | None:
+    """A stop that came while the error of a commit that may have landed was on its way (its
+    staging being removed): that error, which says what is in place, not "nothing was
+    written" (no COMMITTED event told the CLI to let stops be)."""
+    interrupt = interrupt_within(exc)
+    context = interrupt.__context__ if interrupt is not None else None
+    if isinstance(context, SnimError) and (context.written
+                                           or isinstance(context, CommitOutcomeUnknown)):
+        return context
+    return None
 
 
 def _exit(code: int, reported: Reported | None, exc: BaseException, message: str) -> NoReturn:

@@ -20,13 +20,14 @@ and must not raise.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 __all__ = ["COMMITTED", "NOTE", "PHASE_DONE", "PHASE_START", "PROGRESS", "WARNING", "OnEvent",
-           "RunEvent", "ignore", "phase"]
+           "RunEvent", "ignore", "phase", "tell_committed"]
 
 PHASE_START = "phase-start"
 PHASE_DONE = "phase-done"
@@ -79,6 +80,15 @@ OnEvent = Callable[[RunEvent], None]
 
 def ignore(event: RunEvent) -> None:
     """The callback of a caller that wants to hear nothing."""
+
+
+def tell_committed(on_event: OnEvent, where: str) -> None:
+    """Send COMMITTED (from inside the commit's hold): a callback that raises on it is only
+    logged, as it cannot undo a commit that is done."""
+    try:
+        on_event(RunEvent.committed(where))
+    except Exception as exc:  # noqa: BLE001 - the caller's code; the output is in place
+        logging.getLogger(__name__).warning("the event callback failed on COMMITTED: %s", exc)
 
 
 @contextmanager

@@ -686,6 +686,39 @@ def test_a_committed_run_with_stdout_or_stderr_gone_exits_with_its_own_code(tmp_
     assert (tmp_path / "out" / "manifest.json").is_file()
 
 
+@pytest.mark.parametrize("landed", ["outcome unknown", "written", "nothing written"])
+def test_a_stop_during_the_clean_up_of_a_commit_that_may_have_landed(capsys, landed):
+    """A stop that comes while the error of a commit that may have landed is on its way (its
+    staging being removed) is reported as that error, which says what is in place; a stop
+    during the clean-up of an error that wrote nothing stays a stop."""
+    import typer
+
+    from pipeline import cli
+    from pipeline.errors import CommitOutcomeUnknown, OutputError, Stopped
+
+    error = {"outcome unknown": CommitOutcomeUnknown("s3://b/out: could not tell whether "
+                                                     "this run committed"),
+             "written": OutputError("out: 2 tables committed, 1 not", written=True),
+             "nothing written": OutputError("out: cannot rename", written=False)}[landed]
+    try:
+        try:
+            raise error
+        except OutputError:
+            raise Stopped(signal.SIGTERM) from None  # a stop in its `finally`
+    except Stopped as stop:
+        stopped = stop
+    stopped.__context__ = error
+    with pytest.raises(typer.Exit) as ended:
+        cli._fail(stopped, False)
+    said = capsys.readouterr().err
+    if landed == "nothing written":
+        assert ended.value.exit_code == 143
+        assert "stopped by SIGTERM; nothing was written" in said
+    else:
+        assert ended.value.exit_code == 1
+        assert f"error: {error}" in said and "stopped by" not in said
+
+
 def on_a_terminal(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, str]:
     """Run `argv` with its stderr on a terminal (a pty), where nothing strips escape
     sequences on the way; the process and all it wrote there."""

@@ -651,20 +651,24 @@ def test_rows_out_of_key_order_go_straight_to_the_sort(spark, tmp_path, caplog, 
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("beyond", ["position_id", "rule_set_id"])
 def test_footers_that_understate_the_keys_still_give_sorted_verdicts(spark, tmp_path, caplog,
-                                                                     monkeypatch):
-    """Row-group statistics that a writer got wrong (a position id above the maximum its
-    footer gives) put keys in the wrong range of the straight read's sort: the tally sees
-    them out of order, the written verdicts are dropped, and the rows are read again by the
-    cached path. The polars engine's four tables, in key order."""
+                                                                     monkeypatch, beyond):
+    """Row-group statistics that a writer got wrong (a key above the maximum its footer
+    gives) put keys in the wrong range of the straight read's sort: the tally sees them out
+    of order, the written verdicts are dropped, and the rows are read again by the cached
+    path. A rule set id of 2^50 past a footer's 3 overflowed the sort's long (an error
+    under Spark's ANSI mode). The polars engine's four tables, in key order."""
     from pipeline.engines import spark_reading
 
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
-                  [[1, "", "1 3 4"], [2, "", "2 5"], [3, "", "1 2"]])
+                  [[1, "", "1 3 4"], [2, "", "2 5"], [3, "", "1 2"], [1 << 50, "", "1 2"]])
     rng = random.Random("understated")
     rows = [(rng.choice([1, 2, 3]), pid, [rng.randint(0, 12)])
             for pid in rng.sample(range(20_000), 3000)]
-    rows.insert(250, (1, 777_777_777, [3]))  # inside the first row group
+    far = (1, 777_777_777) if beyond == "position_id" else (1 << 50, 5)
+    rows.insert(250, (*far, [3]))  # inside the first row group
+    rows.insert(260, (far[0], far[1] - 1, [4]))
     d = tmp_path / "positions"
     d.mkdir()
     pl.DataFrame({"rule_set_id": [x[0] for x in rows], "position_id": [x[1] for x in rows],
@@ -675,8 +679,8 @@ def test_footers_that_understate_the_keys_still_give_sorted_verdicts(spark, tmp_
 
     def understated(path, names, **kwargs):
         sizes, ranges = real(path, names, **kwargs)
-        pid = names[1]
-        return sizes, [{**found, pid: (found[pid][0], min(found[pid][1], 19_999))}
+        cap = 19_999 if beyond == "position_id" else 3
+        return sizes, [{**found, beyond: (found[beyond][0], min(found[beyond][1], cap))}
                        for found in ranges]
 
     monkeypatch.setattr(spark_reading, "row_group_facts", understated)

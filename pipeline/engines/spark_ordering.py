@@ -209,8 +209,7 @@ class SparkOrdering(SparkWork):
         if lo_r is None or not one_long_fits(lo_r, hi_r, lo_p, hi_p):
             return verdicts.orderBy(*KEYS)
         span = hi_p - lo_p + 1
-        order = ((F.col("rule_set_id") - F.lit(lo_r)) * F.lit(span)
-                 + (F.col("position_id") - F.lit(lo_p)))
+        order = _one_long(lo_r, hi_r, lo_p, hi_p)
         parts = max(1, self.slots())
         if stats is None or parts > MAX_RANGES or not hasattr(verdicts, "repartitionById"):
             return verdicts.orderBy(order)
@@ -235,6 +234,19 @@ class SparkOrdering(SparkWork):
                 or any(f.default_pid for f in self.schemas)):
             return None
         return self.key_stats
+
+
+def _one_long(lo_r: int, hi_r: int, lo_p: int, hi_p: int) -> Any:
+    """(rule_set_id - lo_r) * span + (position_id - lo_p), in key order for keys within the
+    bounds. A key beyond them (bounds from footers a writer got wrong) is clamped, its
+    position id to the end its rule set falls off: never an overflow, which Spark's ANSI mode
+    raises, and never out of order with keys within them; keys beyond them may tie, and the
+    write's tally finds them out of order if they are (`tallied_counts`)."""
+    rid, pid = F.col("rule_set_id"), F.col("position_id")
+    rid_in = F.least(F.greatest(rid, F.lit(lo_r)), F.lit(hi_r))
+    pid_in = (F.when(rid > F.lit(hi_r), F.lit(hi_p)).when(rid < F.lit(lo_r), F.lit(lo_p))
+              .otherwise(F.least(F.greatest(pid, F.lit(lo_p)), F.lit(hi_p))))
+    return (rid_in - F.lit(lo_r)) * F.lit(hi_p - lo_p + 1) + (pid_in - F.lit(lo_p))
 
 
 def tallied_counts(tallies: dict[Any, PartitionTally], types: dict[str, T.DataType]

@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow.fs as pafs
 
 from pipeline.errors import OutputError, UsageError, WriteFailure
-from pipeline.events import OnEvent, RunEvent, ignore
+from pipeline.events import OnEvent, RunEvent, ignore, tell_committed
 from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
@@ -465,7 +465,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
                 raise failure(shown, f"renaming {staging.name} to {target.name}",
                                *write_cause(exc)) from None
             committed = True
-            on_event(RunEvent.committed(shown))
+            tell_committed(on_event, shown)
             log.info("committed %s%s", shown, " (replacing the previous output)"
                      if old is not None else "")
             if old is not None:

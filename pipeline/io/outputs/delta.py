@@ -41,7 +41,7 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from pipeline.errors import OutputError
-from pipeline.events import OnEvent, RunEvent, ignore
+from pipeline.events import OnEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import interrupts_held
 from pipeline.io.outputs.delta_tables import (
     DATA_TABLES,
@@ -110,7 +110,7 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
             versions[RUNS] = _commit(root, runs, _write_files(root, runs, run_id, run_date),
                                      run_date, {**described, "versions": dict(versions)},
                                      runs_base)
-            on_event(RunEvent.committed(root.uri))
+            tell_committed(on_event, root.uri)
         except OutputError as exc:
             restored, clean = _roll_back(root, previous, run_id)
             _delete_uncommitted(root, uncommitted)  # the tables no commit was tried for

@@ -43,7 +43,7 @@ from pipeline.errors import (
     WriteFailure,
     first_line,
 )
-from pipeline.events import OnEvent, RunEvent, ignore
+from pipeline.events import OnEvent, RunEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import interrupts_held, remove_dead_staging
 from pipeline.io.outputs.failures import failure as write_failure
 from pipeline.io.outputs.manifest import MANIFEST, RUN_ID, few_names
@@ -257,7 +257,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
                 settled = True
                 raise
             settled = True
-            on_event(RunEvent.committed(str(out)))
+            tell_committed(on_event, str(out))
             log.info("committed %s%s", out, " (replacing the previous output)"
                      if previous.etag else "")
             for notice in _retire(out, previous):
