@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 import pipeline.io.inputs.discovery as inputs
 from pipeline import kernels
 from pipeline.errors import InputError, OutputError
+from pipeline.events import COMMITTED, WARNING, RunEvent
 from pipeline.io.outputs import commit, failures, manifest, scratch
 from pipeline.io.read import csv_reader, footers, formats, readers, starts
 from pipeline.io.read.files import RawTable
@@ -504,9 +505,16 @@ def test_an_old_output_that_gains_a_file_at_the_swap_is_kept_not_deleted(
 
     monkeypatch.setattr(commit, "_exchange", exchange_after_a_write)
     notices: list[str] = []
-    with commit.staged_output(out, "20260101T000000Z-abcdef", True,
-                              lambda event: notices.append(event.message)) as staging:
+    kinds: list[str] = []
+
+    def told(event: RunEvent) -> None:
+        kinds.append(event.kind)
+        if event.kind == WARNING:
+            notices.append(event.message)
+
+    with commit.staged_output(out, "20260101T000000Z-abcdef", True, told) as staging:
         _replacement(staging)
+    assert kinds == [COMMITTED, WARNING]  # in place first, then what became of the old one
     kept = out.parent / ".out.kept-20260101T000000Z-abcdef"
     assert snapshot(kept) == {**before,
                               "added-meanwhile.txt": hashlib.sha256(b"mine\n").hexdigest()}

@@ -44,7 +44,7 @@ from pipeline import batches
 from pipeline.config import config_from_dict
 from pipeline.engines import polars_engine
 from pipeline.errors import BadRowsError, InputError, OutputError
-from pipeline.events import PHASE_DONE, PHASE_START, PROGRESS, RunEvent
+from pipeline.events import COMMITTED, PHASE_DONE, PHASE_START, PROGRESS, RunEvent
 from pipeline.io.outputs import scratch
 from pipeline.run import run_job
 from pipeline.transforms import evaluate, ordering
@@ -620,6 +620,8 @@ def test_progress_counts_rows_against_the_total_when_it_is_known(tmp_path, monke
     assert phases == [(kind, phase) for phase in ("rules", "tables", "positions", "finish",
                                                   "write", "commit")
                       for kind in (PHASE_START, PHASE_DONE)]
+    assert [e.kind for e in events if e.phase == "commit"] == [PHASE_START, COMMITTED,
+                                                               PHASE_DONE]
 
 
 @pytest.mark.parametrize("batch_rows", [2, 1 << 20])
