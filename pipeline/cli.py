@@ -13,6 +13,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from contextlib import suppress
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -173,16 +174,22 @@ def _err(message: str) -> None:
 
 def _told(renderer: Any):
     """The `pipeline.events` callback of a command: warnings printed as they arise (also with
-    --quiet), everything else to the progress `renderer` (None: nothing)."""
+    --quiet), everything else to the progress `renderer` (None: nothing). A display that
+    cannot be written (a terminal hung up or closed) is given up, never the command."""
     from pipeline.events import COMMITTED, WARNING
+
+    shown = [renderer] if renderer is not None else []
 
     def on_event(event: Any) -> None:
         if event.kind == COMMITTED:
             stops_once_committed()
         elif event.kind == WARNING:
             _err(f"warning: {event.message}")
-        elif renderer is not None:
-            renderer(event)
+        elif shown:
+            try:
+                shown[0](event)
+            except OSError:
+                shown.clear()
 
     return on_event
 
@@ -191,12 +198,16 @@ def _with_progress(call: Any, quiet: bool = False, verbose: bool = False,
                    every: float = PROGRESS_EVERY) -> Any:
     """`call(on_event)` with the command's progress shown (`terminal.progress_renderer`),
     the display closed before anything else is printed, whatever the outcome."""
-    renderer = progress_renderer(quiet, verbose, every)
+    try:
+        renderer = progress_renderer(quiet, verbose, every)
+    except OSError:  # a terminal that is gone (hung up, closed): the command goes on unseen
+        renderer = None
     try:
         return call(_told(renderer))
     finally:
         if renderer is not None:
-            renderer.close()
+            with suppress(OSError):  # a terminal that is gone
+                renderer.close()
 
 
 def _traceback(exc: BaseException) -> None:

@@ -747,6 +747,33 @@ def on_a_terminal(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProce
 
 
 @needs_script
+def test_a_terminal_that_goes_away_does_not_fail_the_run(tmp_path):
+    """stderr a terminal that is closed once the run has begun to draw on it (a hung-up
+    session): the display is given up, not the run (it failed with an internal error, EIO,
+    nothing written). Exit 0, the output committed, the result file says so."""
+    import pty
+
+    made = subprocess.run([str(SCRIPT), "generate", "--out", str(tmp_path / "g"),
+                           "--positions", "300000", "--seed", "3"], capture_output=True,
+                          timeout=120)
+    assert made.returncode == 0, made.stderr
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([str(SCRIPT), "run", "--rules", str(tmp_path / "g" / "rules.parquet"),
+                             "--positions", str(tmp_path / "g" / "positions"), "--out",
+                             str(tmp_path / "out"), "--result-file", str(tmp_path / "r.json")],
+                            stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    try:
+        assert os.read(leader, 100)  # the display has begun
+    finally:
+        os.close(leader)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert out.startswith(f"wrote {tmp_path / 'out'}: 300000 verdicts".encode())
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "succeeded"
+
+
+@needs_script
 def test_script_on_a_terminal_escapes_user_data(tmp_path):
     # stderr is a terminal here (a pty), where nothing strips escape sequences on the way.
     positions = hostile_job(tmp_path)
