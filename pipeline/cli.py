@@ -178,18 +178,19 @@ def _told(renderer: Any):
     cannot be written (a terminal hung up or closed) is given up, never the command."""
     from pipeline.events import COMMITTED, WARNING
 
-    shown = [renderer] if renderer is not None else []
+    shown = renderer
 
     def on_event(event: Any) -> None:
+        nonlocal shown
         if event.kind == COMMITTED:
             stops_once_committed()
         elif event.kind == WARNING:
             _err(f"warning: {event.message}")
-        elif shown:
+        elif shown is not None:
             try:
-                shown[0](event)
+                shown(event)
             except OSError:
-                shown.clear()
+                shown = None
 
     return on_event
 
@@ -274,9 +275,13 @@ def _landed_commit_within(exc: BaseException) -> SnimError | None:
     written" (no COMMITTED event told the CLI to let stops be)."""
     interrupt = interrupt_within(exc)
     context = interrupt.__context__ if interrupt is not None else None
-    if isinstance(context, SnimError) and (context.written
-                                           or isinstance(context, CommitOutcomeUnknown)):
-        return context
+    seen: set[int] = set()
+    while context is not None and id(context) not in seen:  # every one still being handled
+        if isinstance(context, SnimError) and (context.written
+                                               or isinstance(context, CommitOutcomeUnknown)):
+            return context
+        seen.add(id(context))
+        context = context.__context__
     return None
 
 

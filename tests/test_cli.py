@@ -686,11 +686,13 @@ def test_a_committed_run_with_stdout_or_stderr_gone_exits_with_its_own_code(tmp_
     assert (tmp_path / "out" / "manifest.json").is_file()
 
 
+@pytest.mark.parametrize("inner", [False, True])
 @pytest.mark.parametrize("landed", ["outcome unknown", "written", "nothing written"])
-def test_a_stop_during_the_clean_up_of_a_commit_that_may_have_landed(capsys, landed):
+def test_a_stop_during_the_clean_up_of_a_commit_that_may_have_landed(capsys, landed, inner):
     """A stop that comes while the error of a commit that may have landed is on its way (its
-    staging being removed) is reported as that error, which says what is in place; a stop
-    during the clean-up of an error that wrote nothing stays a stop."""
+    staging being removed, `inner`: inside the clean-up's own handling of an OSError) is
+    reported as that error, which says what is in place; a stop during the clean-up of an
+    error that wrote nothing stays a stop."""
     import typer
 
     from pipeline import cli
@@ -703,11 +705,15 @@ def test_a_stop_during_the_clean_up_of_a_commit_that_may_have_landed(capsys, lan
     try:
         try:
             raise error
-        except OutputError:
-            raise Stopped(signal.SIGTERM) from None  # a stop in its `finally`
+        finally:  # the clean-up, where the stop lands
+            if inner:
+                try:
+                    raise OSError("busy")
+                except OSError:  # the stop, raised as a signal handler raises it
+                    raise Stopped(signal.SIGTERM)  # noqa: B012, B904
+            raise Stopped(signal.SIGTERM)  # noqa: B012
     except Stopped as stop:
         stopped = stop
-    stopped.__context__ = error
     with pytest.raises(typer.Exit) as ended:
         cli._fail(stopped, False)
     said = capsys.readouterr().err
