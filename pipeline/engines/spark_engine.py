@@ -236,10 +236,7 @@ class _Job(SparkOrdering):
             rejected = outputs.reject_rows(read.rejected_rows, "positions")
             if not self.has_verdict_keys(rejected, target):
                 self.rejected_rows, self.none_rejected = read.rejected, False
-                arrow = (rejected.select(REJECT_SCHEMA.fieldNames()).to_arrow()
-                         .cast(to_arrow_schema(REJECT_SCHEMA)))
-                return (verdicts, self.spark.createDataFrame(arrow, REJECT_SCHEMA), read.rows,
-                        written)
+                return verdicts, spark_rejects(self.spark, rejected), read.rows, written
         log.info("positions: %s; reading them again, cached",
                  "a key given twice, or out of order" if written is None
                  else "more rejected rows than the tasks carry" if read.rejected_rows is None
@@ -293,6 +290,12 @@ class _Job(SparkOrdering):
             for name in os.listdir(target):
                 if not name.startswith("part-"):
                     os.remove(target / name)
+
+
+def spark_rejects(spark: SparkSession, rejects: pl.DataFrame) -> DataFrame:
+    """Rejected rows the driver holds (the rejects schema) as a Spark frame of REJECT_SCHEMA."""
+    arrow = rejects.select(REJECT_SCHEMA.fieldNames()).to_arrow()
+    return spark.createDataFrame(arrow.cast(to_arrow_schema(REJECT_SCHEMA)), REJECT_SCHEMA)
 
 
 def _where(spark: SparkSession) -> str:
@@ -436,9 +439,7 @@ class SparkEvaluation:
         return verdicts, rejected
 
     def _with_rules(self, rule_rejects: pl.DataFrame) -> DataFrame:
-        spark = self.work.spark
-        rules = spark.createDataFrame(
-            rule_rejects.to_arrow().cast(to_arrow_schema(REJECT_SCHEMA)), REJECT_SCHEMA)
+        rules = spark_rejects(self.work.spark, rule_rejects)
         return (rules.unionByName(self.rejects)
                 .orderBy(F.col("table").desc(), F.col("source"), F.col("row")))
 
