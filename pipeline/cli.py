@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from pipeline.errors import (
     EXIT_FAILED,
@@ -62,7 +63,73 @@ from pipeline.terminal import (
     stops_once_committed,
 )
 
+# click's, as typer raises them (typer may bring its own copy of click): found by name
+_ClickError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_ClickUsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class _Commands(TyperGroup):
+    """The command group. A usage error that click meets while parsing the command line (an
+    unknown option, a missing value) is shown in the log format the line asks for, so that
+    under `--log-format json` every line on stderr is a JSON object, this one too."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: Any = None, **extra: Any) -> Any:
+        asked = _log_format_in(args)
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except _ClickUsageError as exc:
+            raise _in_log_format(exc, asked) from None
+        ctx.meta[_ASKED_LOG_FORMAT] = asked
+        return ctx
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _ClickUsageError as exc:
+            raise _in_log_format(exc, ctx.meta.get(_ASKED_LOG_FORMAT, "text")) from None
+
+
+_ASKED_LOG_FORMAT = "snim_batch.log_format"  # the command line's, in click's `Context.meta`
+
+
+def _log_format_in(args: list[str]) -> str:
+    """The log format a command line asks for, read before click parses it: its last
+    `--log-format` (the group's or the command's), else the environment's."""
+    import os
+
+    asked = os.environ.get(LOG_FORMAT_ENV, "text")
+    for at, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--log-format" and at + 1 < len(args):
+            asked = args[at + 1]
+        elif arg.startswith("--log-format="):
+            asked = arg.partition("=")[2]
+    return asked.lower()
+
+
+def _in_log_format(exc: Any, log_format: str) -> Any:
+    """`exc` as it is (click shows it as text), or under json a JSON error line with the
+    same exit code: its message and where to find help."""
+    if log_format != LogFormat.json.value:
+        return exc
+
+    class JsonUsageError(_ClickError):  # type: ignore[valid-type,misc]
+        exit_code = exc.exit_code
+
+        def show(self, file: Any = None) -> None:
+            configure_logging(quiet=False, verbose=False, log_format=log_format)
+            ctx = exc.ctx
+            hint = (f"; see '{ctx.command_path} {ctx.help_option_names[0]}'"
+                    if ctx is not None and ctx.help_option_names else "")
+            say_on_stderr(f"error: {exc.format_message().rstrip('.')}{hint}")
+
+    return JsonUsageError(exc.format_message())
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="snim-batch",
     help="Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out.",
     no_args_is_help=True,

@@ -1151,6 +1151,45 @@ def test_the_global_log_format_holds_for_every_command(cli, tmp_path, monkeypatc
         f"rules input {tmp_path / 'missing.csv'}: no such file or directory")
 
 
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["--log-format", "json", "run", "--bogus"], {},
+     "No such option: --bogus (Possible options: --out, --verbose); "
+     "see 'snim-batch run --help'"),
+    (["run", "--log-format=JSON", "--engine", "bad"], {},
+     "Invalid value for '--engine' (env var: 'SNIM_BATCH_ENGINE'): Value error, 'bad' is not "
+     "one of 'polars', 'spark'; see 'snim-batch run --help'"),
+    (["report", "--bogus"], {"SNIM_BATCH_LOG_FORMAT": "json"},
+     "No such option: --bogus; see 'snim-batch report --help'"),
+    (["no-such-command"], {"SNIM_BATCH_LOG_FORMAT": "json"},
+     "No such command 'no-such-command'; see 'snim-batch --help'"),
+    (["--bogus", "--log-format", "json"], {},
+     "No such option: --bogus; see 'snim-batch --help'"),
+])
+def test_a_command_line_usage_error_under_log_format_json_is_a_json_line(
+        cli, monkeypatch, args, env, message):
+    """click's own usage errors (an unknown option or command, a bad value) are, under
+    --log-format json or its variable, the one JSON error line every other error is: a
+    scheduler that parses stderr line by line meets no text block. Exit code 2 still."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = cli(*args)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["message"]) == ("error", message)
+
+
+def test_a_command_line_usage_error_in_text_is_clicks_own(cli, monkeypatch):
+    """Without json (or with a later --log-format text), the usage error reads as click
+    prints it: the usage, where to find help, the error."""
+    monkeypatch.setenv("SNIM_BATCH_LOG_FORMAT", "json")
+    result = cli("--log-format", "text", "run", "--bogus")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Usage: snim-batch run [OPTIONS]\nTry 'snim-batch run --help' for help.\n\n"
+        "Error: No such option: --bogus (Possible options: --out, --verbose)\n")
+
+
 @needs_script
 def test_log_format_json_on_a_terminal_is_json_lines_not_a_live_display(tmp_path):
     """JSON is for a machine wherever stderr is: on a terminal too, every line is an object."""
