@@ -1396,6 +1396,28 @@ def test_the_kept_footer_holds_row_groups_and_the_largest_value_of_each_column(t
         assert 10_000 * footers._footer_in_memory(footer) <= RunCache.budget
 
 
+def test_row_group_facts_come_from_the_kept_footer_without_a_second_read(tmp_path):
+    """Each row group's byte size and key ranges (the Spark read's sort ranges, explain's
+    per-rule-set bounds) come from the footer the run kept: with the file gone they are
+    the same; a non-integer column has no range, and a file never kept is read."""
+    import pyarrow as pa
+
+    path = tmp_path / "p.parquet"
+    table = pa.table({"rule_set_id": pa.array([5, 2, 9, 4, 7], pa.int64()),
+                      "t": pa.array(list("abcde"))})
+    pq.write_table(table, path, row_group_size=2)
+    sizes = [pq.ParquetFile(path).metadata.row_group(g).total_byte_size for g in range(3)]
+    expected = (sizes, [{"rule_set_id": (2, 5), "t": None}, {"rule_set_id": (4, 9), "t": None},
+                        {"rule_set_id": (7, 7), "t": None}])
+    assert footers.row_group_facts(path, ["rule_set_id", "t"]) == expected
+    with RunCache() as cache:
+        footers.parquet_footer(path, cache=cache)
+        path.unlink()
+        assert footers.row_group_facts(path, ["rule_set_id", "t"], cache=cache) == expected
+    with pytest.raises(OSError):
+        footers.row_group_facts(path, ["rule_set_id"])
+
+
 def test_statistics_that_do_not_decode_are_not_read(tmp_path):
     """A text column whose largest value is not UTF-8 and a timestamp past datetime's range:
     pyarrow raises when it decodes their statistics, so the footer never does; the run's

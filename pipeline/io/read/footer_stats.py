@@ -6,7 +6,7 @@ file can hold. Whatever this reader does not understand is None (not known), nev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = range(9)
 _LIST, _SET, _MAP, _STRUCT, _UUID = range(9, 14)
@@ -143,12 +143,16 @@ def integer_maxima(footer: bytes, leaves: dict[int, tuple[int, bool]]
     The statistics' exact fields (max_value, min_value) are preferred; the older max and min
     are used for signed columns only, whose sort order they were written in."""
     groups = integer_ranges(footer, leaves)
-    if groups is None:
-        return dict.fromkeys(leaves)
-    found: dict[int, list[tuple[int, int] | None]] = {leaf: [g[leaf] for g in groups]
-                                                      for leaf in leaves}
-    return {leaf: None if None in ranges else max([-1, *(r[1] for r in ranges if r)])
-            for leaf, ranges in found.items()}
+    return {leaf: largest_of(None if groups is None else [g[leaf] for g in groups])
+            for leaf in leaves}
+
+
+def largest_of(ranges: Sequence[tuple[int, int] | None] | None) -> int | None:
+    """max(-1, the largest maximum of a column's row groups' ranges), None where one lacks
+    them or the footer was not understood (`ranges` None)."""
+    if ranges is None or None in ranges:
+        return None
+    return max([-1, *(r[1] for r in ranges if r is not None)])
 
 
 def integer_ranges(footer: bytes, leaves: dict[int, tuple[int, bool]]

@@ -16,34 +16,48 @@ from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 from pipeline.io.store.run_cache import RunCache
 
+Range = tuple[int, int]
+
 
 @dataclass(frozen=True)
 class ParquetFooter:
     """What the run needs of a Parquet file's footer: the Arrow schema (as `pq.read_schema`
-    gives it), the rows of each row group, and per top-level column whose one leaf has
-    integer statistics in every row group, the largest value (None: not known). Kept instead
-    of pyarrow's parsed footer, a fifth of its memory (about 2 KB against 11 KB for three
-    columns), so that a run of thousands of small files keeps every one."""
+    gives it), the rows and uncompressed bytes of each row group, and per top-level column
+    whose one leaf is a plain integer, each row group's (minimum, maximum) from its
+    statistics (`ranges`: None for a row group without them; None for the column when the
+    footer is not understood). Kept instead of pyarrow's parsed footer, a fifth of its memory
+    (about 2 KB against 11 KB for three columns), so that a run of thousands of small files
+    keeps every one, and a second look (`row_group_facts`) reads nothing again."""
 
     schema: pa.Schema
     row_groups: tuple[int, ...]
-    largest: dict[str, int | None]
+    sizes: tuple[int, ...]
+    ranges: dict[str, tuple[Range | None, ...] | None]
 
     @property
     def num_rows(self) -> int:
         return sum(self.row_groups)
 
+    @property
+    def largest(self) -> dict[str, int | None]:
+        """Of each top-level column: max(-1, its largest value) if it is an integer column
+        with statistics in every row group; else None (not known)."""
+        return {name: footer_stats.largest_of(self.ranges.get(name)) for name in self.schema.names}
+
 
 def _footer_facts(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetFooter:
-    """The facts kept of a footer. A top-level column whose one leaf is a plain integer gets
-    its largest value from the footer's own bytes (`footer_stats`): pyarrow's statistics are
-    never decoded, as it aborts the process on ones of the wrong length (and a text maximum
-    need not be UTF-8, a timestamp need not fit a datetime)."""
+    """The facts kept of a footer. The integer columns' ranges come from the footer's own
+    bytes (`footer_stats`): pyarrow's statistics are never decoded, as it aborts the process
+    on ones of the wrong length (and a text maximum need not be UTF-8, a timestamp need not
+    fit a datetime)."""
     leaves, integers = _integer_leaves(meta)
-    maxima = footer_stats.integer_maxima(_footer_bytes(meta), integers) if integers else {}
-    largest = {name: maxima.get(found[-1]) for name, found in leaves.items()}
-    return ParquetFooter(schema, tuple(meta.row_group(g).num_rows
-                                       for g in range(meta.num_row_groups)), largest)
+    groups = footer_stats.integer_ranges(_footer_bytes(meta), integers) if integers else []
+    ranges = {name: None if groups is None else tuple(g[found[-1]] for g in groups)
+              for name, found in leaves.items() if found[-1] in integers}
+    return ParquetFooter(schema,
+                         tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups)),
+                         tuple(meta.row_group(g).total_byte_size
+                               for g in range(meta.num_row_groups)), ranges)
 
 
 def _integer_leaves(meta: pq.FileMetaData
@@ -64,27 +78,20 @@ def _integer_leaves(meta: pq.FileMetaData
 
 
 def row_group_facts(path: Source, names: list[str], *, cache: RunCache | None = None
-                    ) -> tuple[list[int], list[dict[str, tuple[int, int] | None]] | None]:
+                    ) -> tuple[list[int], list[dict[str, Range | None]] | None]:
     """Of each row group of a Parquet file: its uncompressed size in bytes, and the
     (minimum, maximum) of each of `names` that is an integer column (a list of integers
     included), None where its statistics do not say (`footer_stats`); None for all when the
-    footer is not understood. Raises pyarrow's own ArrowException or OSError."""
-    source = parquet_source(path, cache=cache)
-    try:
-        meta = pq.read_metadata(source)
-    finally:
-        if not isinstance(source, Path):
-            source.close()
-    sizes = [meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)]
-    leaves, integers = _integer_leaves(meta)
-    wanted = {name: leaves[name][-1] for name in names
-              if name in leaves and leaves[name][-1] in integers}
-    groups = footer_stats.integer_ranges(_footer_bytes(meta), {
-        leaf: integers[leaf] for leaf in wanted.values()}) if wanted else None
-    if groups is None:
-        return sizes, None if wanted else [dict.fromkeys(names) for _ in sizes]
-    return sizes, [{name: group.get(wanted[name]) if name in wanted else None
-                    for name in names} for group in groups]
+    footer is not understood. From the footer the run keeps (`parquet_footer`). Raises
+    pyarrow's own ArrowException or OSError."""
+    footer = parquet_footer(path, cache=cache)
+    sizes = list(footer.sizes)
+    wanted = {name: footer.ranges[name] for name in names if name in footer.ranges}
+    if any(found is None for found in wanted.values()):
+        return sizes, None
+    return sizes, [{name: found[g] if found is not None else None  # type: ignore[index]
+                    for name, found in ((n, wanted.get(n)) for n in names)}
+                   for g in range(len(sizes))]
 
 
 def _footer_bytes(meta: pq.FileMetaData) -> bytes:
@@ -98,7 +105,8 @@ def _footer_bytes(meta: pq.FileMetaData) -> bytes:
 
 def _footer_in_memory(footer: ParquetFooter) -> int:
     """Bytes a kept footer is counted at: measured 1.8 KB for a schema of three columns."""
-    return 1024 + 512 * len(footer.schema) + 64 * (len(footer.row_groups) + len(footer.largest))
+    return (1024 + 512 * len(footer.schema) + 64 * len(footer.row_groups)
+            + 128 * len(footer.row_groups) * len(footer.ranges))
 
 
 def parquet_footer(path: Source, *, cache: RunCache | None = None) -> ParquetFooter:
