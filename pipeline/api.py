@@ -16,7 +16,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pipeline.errors import UsageError
+from pipeline.errors import ConfigError, UsageError, brief_repr
 from pipeline.results import SUCCEEDED, result_document
 
 if TYPE_CHECKING:
@@ -93,6 +93,9 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
     for name, value in given.items():
         if value is not None and not str(value).strip():
             raise UsageError(f"{name} is empty: give a path or URL")
+    for name, flag in (("winning_moves", winning_moves), ("overwrite", overwrite)):
+        if flag is not None and not isinstance(flag, bool):  # "false" would read as true
+            raise ConfigError(f"{name} must be True or False, got {brief_repr(flag)}")
     texts = {name: None if value is None else str(value) for name, value in given.items()}
     cwd = Path.cwd()
     if config_file is not None:

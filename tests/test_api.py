@@ -135,6 +135,25 @@ def test_failures_raise_the_documented_classes(job: Path) -> None:
     assert not (job / "out2").exists()
 
 
+@pytest.mark.parametrize(("name", "value"), [("overwrite", "no"), ("winning_moves", "false"),
+                                             ("overwrite", 1), ("winning_moves", None)])
+def test_a_flag_must_be_a_bool_not_text_that_reads_as_true(job: Path, name: str,
+                                                           value: object) -> None:
+    """Scheduler templates hand parameters over as text: "no" must not replace an output,
+    nor "false" add the move columns. Only True or False (or None: unset) are taken."""
+    evaluate_batch(rules="rules.csv", positions="positions.csv", out="out")
+    before = (job / "out" / "verdicts.parquet").read_bytes()
+    if value is None:
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="fresh",
+                       **{name: value})  # type: ignore[arg-type]
+        return
+    with pytest.raises(ConfigError) as bad:
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="out",
+                       **{name: value})  # type: ignore[arg-type]
+    assert str(bad.value) == f"{name} must be True or False, got {value!r}"
+    assert (job / "out" / "verdicts.parquet").read_bytes() == before
+
+
 def test_arguments_win_over_the_config_file_and_no_file_is_read_unasked(job: Path) -> None:
     """A config file is read only when `config_file` names it (./config.yaml is the command
     line's default, not the API's); an argument wins over its key."""
