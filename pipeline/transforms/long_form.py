@@ -64,18 +64,17 @@ def long_to_wide(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         wide = rows.group_by("rule_set_id", "position_id", maintain_order=True).agg(*wide_rows)
         return wide.with_columns(*no_reasons), rows.clear()
     rows = rows.with_row_index("_order")
+    bad = pl.col("_reason").is_not_null()
     tainted = rows.with_columns(
-        pl.col("_reason").is_not_null().any().over("rule_set_id", "position_id").alias("_t"),
-        pl.col("_row").filter(pl.col("_reason").is_not_null()).first()
-        .over("rule_set_id", "position_id").alias("_bad_row"),
+        bad.any().over("rule_set_id", "position_id").alias("_t"),
+        pl.col("_row").filter(bad).first().over("rule_set_id", "position_id").alias("_bad_row"),
+        pl.col("_source").filter(bad).first().over("rule_set_id", "position_id")
+        .alias("_bad_source"),
     )
     keyless = pl.col("rule_set_id").is_null() | pl.col("position_id").is_null()
     rejected = tainted.filter(pl.col("_t") | keyless).with_columns(
-        pl.coalesce(
-            "_reason",
-            pl.format("another row of this position (row {}) was rejected", pl.col("_bad_row")),
-        ).alias("_reason")
-    ).drop("_t", "_bad_row", "_order")
+        pl.coalesce("_reason", _other_row_rejected("_bad_source", "_bad_row")).alias("_reason")
+    ).drop("_t", "_bad_row", "_bad_source", "_order")
     good = tainted.filter(~pl.col("_t") & ~keyless)
     wide = (good.sort("_order").group_by("rule_set_id", "position_id", maintain_order=True)
             .agg(*wide_rows).with_columns(*no_reasons))
@@ -151,8 +150,32 @@ def long_to_wide_in_order(rows: pl.DataFrame, bucket: np.ndarray, ids: pl.Series
               pl.lit(None, pl.String).alias("_reason"), "table", "_bucket")
 
 
+def _other_row_rejected(source: str, row: str) -> pl.Expr:
+    """The reason of a long-form row whose position lost another row: which file and row."""
+    return pl.format("another row of this position ({} row {}) was rejected", pl.col(source),
+                     pl.col(row))
+
+
+_ONE_HEAP = r"^heap -?[0-9]+ at index ([0-9]+) needs SG values "
+"""A position's reason that is one heap's (`evaluate`, beyond a table): its index among the
+position's heaps, so among its rows in input order."""
+
+
 def expand_long_rejects(rejected_positions: pl.DataFrame) -> pl.DataFrame:
-    """Position-level rejects of long-form input, back to one row per input row."""
-    return (rejected_positions.drop("_source", "_row")
-            .explode("_rows", "_sources")
-            .rename({"_rows": "_row", "_sources": "_source"}))
+    """Position-level rejects of long-form input, back to one row per input row. A reason
+    that is the rule set's (unknown, invalid) holds for every row; one that is a heap's
+    (beyond its table) stays on that heap's row, and the others name it, as `long_to_wide`
+    names a bad row."""
+    at = pl.col("_reason").str.extract(_ONE_HEAP, 1).cast(pl.Int64)
+    rows = rejected_positions.drop("_source", "_row").with_columns(
+        at.alias("_at"), pl.int_ranges(pl.col("_rows").list.len()).alias("_i"),
+        pl.col("_rows").list.get(at, null_on_oob=True).alias("_bad_row"),
+        pl.col("_sources").list.get(at, null_on_oob=True).alias("_bad_source"),
+    ).explode("_rows", "_sources", "_i").rename({"_rows": "_row", "_sources": "_source"})
+    other = pl.col("_bad_row").is_not_null() & (pl.col("_i") != pl.col("_at"))
+    return rows.with_columns(
+        pl.when(other).then(_other_row_rejected("_bad_source", "_bad_row"))
+        .otherwise(pl.col("_reason")).alias("_reason"),
+        pl.when(other).then(pl.lit(None, pl.String)).otherwise(pl.col("_column"))
+        .alias("_column"),
+    ).drop("_at", "_i", "_bad_row", "_bad_source")
