@@ -1370,7 +1370,8 @@ def test_long_form_heap_beyond_table_names_the_heap_column(tmp_path: Path) -> No
     got.assert_no_crash()
     assert got.code == 3, got.stderr
     rejects = read_out(tmp_path / "out")["rejects"]
-    assert rejects.select("row", "column").rows() == [(0, "size"), (1, "size")]
+    assert rejects.select("row", "column", "reason_code").rows() == [
+        (0, None, "position_rejected"), (1, "size", "beyond_table_limit")]
     assert "row 1, column size: heap 4000 at index 1 needs SG values" in got.stderr
 
 
@@ -2202,3 +2203,20 @@ def test_a_rule_set_id_given_twice_with_the_same_rule_is_rejected_everywhere(
         ("rules", str(a), 3, "rule_set_id", three),
         ("rules", str(a), 4, "rule_set_id", three),
         ("rules", str(b), 0, "rule_set_id", one)]
+
+
+def test_text_keys_lose_unicode_white_space_around_them_and_nothing_else(tmp_path: Path
+                                                                         ) -> None:
+    """Long form: keys that differ only by white space around them (a no-break space, an
+    ideographic space) are one position, whose heaps are all its rows'; a zero-width space
+    or a byte order mark is part of the key, so those rows are positions of their own."""
+    rows = [("a", 5), ("\u3000a", 3), ("\u00a0b\u00a0", 5), ("b", 2), ("\u200bb", 4),
+            ("\ufeffb", 6)]
+    got, out = run_texts(tmp_path, "rule_set_id,kind,moves\n1,subtraction,2 5\n",
+                         "rule_set_id,position_id,heap\n"
+                         + "".join(f"1,{pid},{heap}\n" for pid, heap in rows))
+    assert got.code == 0, got.stderr
+    verdicts = read_out(out)["verdicts"].select("position_id", "verdict").rows()
+    heaps = {"a": [5, 3], "b": [5, 2], "\u200bb": [4], "\ufeffb": [6]}
+    assert sorted(verdicts) == sorted(
+        (pid, "W" if wins("subtraction", (2, 5), h) else "L") for pid, h in heaps.items())
