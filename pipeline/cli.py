@@ -57,6 +57,7 @@ from pipeline.terminal import (
     progress_renderer,
     say_on_stderr,
     stdin_bytes,
+    stdout_failed,
     stdout_lost,
     stop_signals_as_interrupts,
     stopped_message,
@@ -230,8 +231,22 @@ def _choice(choices: type[Enum]):
 
 
 def _say(message: str) -> None:
-    """One line on stdout, printable."""
-    typer.echo(printable(message))
+    """One line of a command's answer on stdout, printable; if stdout cannot take it (a full
+    disk), the command fails, exit 1, with that as its error."""
+    try:
+        typer.echo(printable(message))
+    except OSError as exc:
+        _err(stdout_failed(exc))
+        raise typer.Exit(EXIT_FAILED) from None
+
+
+def _said_written(message: str) -> None:
+    """The line that reports what a command wrote: if stdout cannot take it, a warning, and
+    the command keeps its exit code (what it wrote stands)."""
+    try:
+        typer.echo(printable(message))
+    except OSError as exc:
+        _err(stdout_lost(exc))
 
 
 def _err(message: str) -> None:
@@ -511,10 +526,9 @@ def run(
 
         status = STOPPED if isinstance(error, KeyboardInterrupt) else FAILED
         document = result_document(status, code, error=error_fields(error, message), **known)
-        try:
-            _result(document, result_file, json_result)
-        except OSError as exc:  # the exit code stays the run's
-            _err(f"error: {result_file}: cannot write the run result ({exc.strerror})")
+        problem = _result(document, result_file, json_result)
+        if problem is not None:  # the exit code stays the run's
+            _err(problem)
 
     try:
         if result_file is not None:
@@ -540,25 +554,20 @@ def run(
                                 verbose, progress_every)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose, reported)
-    try:
-        _said_run(result, quiet, json_result)
-    except OSError as exc:  # stdout is gone; the output is committed: the exit says the run
-        _err(stdout_lost(exc))
+    _said_run(result, quiet, json_result)  # stdout gone: a warning, the exit says the run
     late = late_stops_note()
     if late is not None:
         _err(late)
-    try:
-        _result(result.document(), result_file, json_result)
-    except OSError as exc:  # the output is committed: the exit says the result is missing
-        _err(f"error: {result_file}: cannot write the run result ({exc.strerror}); the run's "
-             "output is committed")
-        raise typer.Exit(EXIT_FAILED) from None
+    problem = _result(result.document(), result_file, json_result)
+    if problem is not None:  # committed, but the result is missing: exit 1 says so
+        _err(f"{problem}; the run's output is committed")
+        raise typer.Exit(EXIT_FAILED)
     raise typer.Exit(result.exit_code)
 
 
 def _said_run(result: Any, quiet: bool, json_result: bool) -> None:
     """A committed run's summary lines (on stderr with --json, whose stdout is the result)."""
-    say = _err if json_result else _say  # with --json, stdout holds the result alone
+    say = _err if json_result else _said_written  # with --json, stdout holds the result
     if not quiet:
         counts = result.counts
         pos, rul = counts["positions"], counts["rules"]
@@ -586,15 +595,22 @@ def _check_result_file(path: Path) -> None:
         raise UsageError(f"--result-file {brief_repr(str(path))}: its directory does not exist")
 
 
-def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> None:
+def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str | None:
     """The run's result, to the --result-file (whole, or not at all) and with --json on
-    stdout."""
+    stdout; the error line if either cannot take it."""
     from pipeline.results import result_json, write_result_file
 
-    if path is not None:
-        write_result_file(path, document)
+    try:
+        if path is not None:
+            write_result_file(path, document)
+    except OSError as exc:
+        return f"error: {path}: cannot write the run result ({exc.strerror or exc})"
     if on_stdout:
-        typer.echo(result_json(document))
+        try:
+            typer.echo(result_json(document))
+        except OSError as exc:
+            return stdout_failed(exc)
+    return None
 
 
 def _run_date(text: str):
@@ -644,7 +660,7 @@ def explain(**options: Any) -> None:
     if as_json:
         import json
 
-        typer.echo(json.dumps(plan.as_dict(), indent=2, ensure_ascii=True))
+        _say(json.dumps(plan.as_dict(), indent=2, ensure_ascii=True))
         return
     for line in _plan_lines(plan):
         _say(line)
@@ -897,7 +913,7 @@ def convert(
                                                                   on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, None)
-    _say(f"wrote {', '.join(str(p) for p in written)}")
+    _said_written(f"wrote {', '.join(str(p) for p in written)}")
 
 
 @app.command(short_help="Render a run's outputs as one self-contained HTML page.")
@@ -913,7 +929,7 @@ def report(
         target = _with_progress(lambda on_event: write_report(out_dir, html_file, on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, None)
-    _say(f"wrote {target}")
+    _said_written(f"wrote {target}")
 
 
 @app.command()
@@ -962,7 +978,7 @@ def generate(
         written = _with_progress(lambda on_event: write_dataset(out, spec, on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, None)
-    _say(f"wrote {len(written)} files under {out}")
+    _said_written(f"wrote {len(written)} files under {out}")
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -972,6 +988,10 @@ def _read_bytes(path: Path) -> bytes:
         return path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})", path=path) from None
+
+
+_WRITE_FAILURES = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG)
+"""What a write to a full or failing stdout raises (a closed pipe is typer's: exit 1)."""
 
 
 def main() -> None:  # pragma: no cover - called by the console entry, `executable.entry`
@@ -995,6 +1015,11 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
         except SystemExit as exc:
             ended = True  # before exit_status: a stop within it comes after the command
             code = exit_status(exc.code)
+        except OSError as exc:  # click printing --help (commands print through `_say`)
+            if exc.errno not in _WRITE_FAILURES:
+                raise
+            _err(stdout_failed(exc))
+            ended, code = True, EXIT_FAILED
         finally:
             default_stop_signals()
     except KeyboardInterrupt as exc:  # outside any command's handling (typer's set-up)

@@ -698,13 +698,25 @@ def keep_signals_after_imports() -> None:
 
 
 def stdout_lost(exc: OSError) -> str:
-    """After stdout failed (a reader that closed the pipe, a full disk): the rest of what
-    goes there is dropped, so that the exit's flush does not fail again. The line to say."""
+    """After stdout failed (a reader that closed the pipe, a full disk) on a line that only
+    reports what is done (the output is written): the rest of what goes there is dropped,
+    so that the exit's flush does not fail again. The warning to say."""
+    _drop_stdout()
+    return f"warning: stdout: cannot print the result ({exc.strerror or exc})"
+
+
+def stdout_failed(exc: OSError) -> str:
+    """`stdout_lost` for what a command prints as its answer (a plan, SG values, the run
+    result, --help): the error to say, the command having failed."""
+    _drop_stdout()
+    return f"error: stdout: cannot print the answer ({exc.strerror or exc})"
+
+
+def _drop_stdout() -> None:
     with suppress(OSError, ValueError, AttributeError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
         os.close(null)
-    return f"warning: stdout: cannot print the result ({exc.strerror or exc})"
 
 
 def late_stops_note() -> str | None:

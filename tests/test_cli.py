@@ -686,6 +686,40 @@ def test_a_committed_run_with_stdout_or_stderr_gone_exits_with_its_own_code(tmp_
     assert (tmp_path / "out" / "manifest.json").is_file()
 
 
+FULL = "snim-batch: error: stdout: cannot print the answer (No space left on device)"
+
+
+@needs_script
+@pytest.mark.parametrize(("args", "code", "wrote", "line"), [
+    (["grundy", "--moves", "2 5"], 1, None, FULL),
+    (["--version"], 1, None, FULL),
+    (["--help"], 1, None, FULL),
+    (["run", "--help"], 1, None, FULL),
+    (["explain", "--json", "--rules", "R", "--positions", "P", "--out", "OUT"], 1, None, FULL),
+    (["generate", "--out", "OUT", "--positions", "5"], 0, "rules.parquet",
+     "snim-batch: warning: stdout: cannot print the result (No space left on device)"),
+    (["run", "--json", "--rules", "R", "--positions", "P", "--out", "OUT"], 1, "manifest.json",
+     FULL + "; the run's output is committed"),
+])
+def test_stdout_on_a_full_disk_is_an_error_line_not_a_traceback(tmp_path, args, code, wrote,
+                                                                 line):
+    """A command whose answer is its stdout (SG values, a plan, --help, the run result under
+    --json) fails with one error line, exit 1, when stdout cannot take it; a line that only
+    says what was written is a warning, the files stand and the exit is 0. A committed run
+    whose --json result is lost exits 1 and says the output is committed."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    names = {"R": str(sample / "rules.csv"), "P": str(sample / "positions.csv"),
+             "OUT": str(tmp_path / "out")}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([str(SCRIPT), *(names.get(a, a) for a in args)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr
+    assert line in proc.stderr.splitlines()
+    assert "Traceback" not in proc.stderr
+    if wrote is not None:
+        assert (tmp_path / "out" / wrote).is_file()
+
+
 @pytest.mark.parametrize("inner", [False, True])
 @pytest.mark.parametrize("landed", ["outcome unknown", "written", "nothing written"])
 def test_a_stop_during_the_clean_up_of_a_commit_that_may_have_landed(capsys, landed, inner):
