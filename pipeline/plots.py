@@ -8,6 +8,7 @@ import numpy as np
 
 from pipeline.errors import OutputError, UsageError
 from pipeline.grundy import SGTable, counted_values
+from pipeline.io.outputs.whole import whole_file
 
 
 def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
@@ -44,7 +45,8 @@ def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
     ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
     try:
-        fig.savefig(path, format="png")
+        with whole_file(path) as temporary:  # a full disk leaves an older picture whole
+            fig.savefig(temporary, format="png")
     except OSError as exc:
         raise OutputError(f"{path}: cannot write plot ({exc.strerror})") from None
     finally:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +73,7 @@ def result_json(document: dict[str, Any]) -> str:
 def write_result_file(path: Path, document: dict[str, Any]) -> None:
     """Write the document to `path` whole or not at all: a temporary file beside it, flushed
     to disk, then renamed over it (a reader sees the old file or the new one, never part)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "w", encoding="utf-8") as fh:
-            fh.write(result_json(document) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    from pipeline.io.outputs.whole import whole_file
+
+    with whole_file(path) as temporary:
+        temporary.write_text(result_json(document) + "\n", encoding="utf-8")

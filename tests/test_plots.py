@@ -63,3 +63,31 @@ def test_plot_to_unwritable_path_is_a_clean_error(tmp_path: Path) -> None:
                                       str(tmp_path / "missing" / "sg.png")])
     assert result.exit_code == 1
     assert "cannot write plot" in result.output and "Traceback" not in result.output
+
+
+def test_a_plot_that_cannot_be_written_whole_leaves_the_old_one(tmp_path: Path) -> None:
+    """A write cut short (here a file size limit, as a full disk would) fails cleanly and
+    leaves the picture already there whole: the new one goes beside it, then is renamed."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    old = tmp_path / "sg.png"
+    assert CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot", str(old)]
+                              ).exit_code == 0
+    before = old.read_bytes()
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    script = Path(sys.executable).with_name("snim-batch")
+    proc = subprocess.run([str(script), "grundy", "--moves", "1 2 3 4 5 6 7 8 9 10 11 12",
+                           "--upto", "100", "--plot", str(old)], capture_output=True,
+                          text=True, timeout=120, preexec_fn=small_files)
+    assert proc.returncode == 1, proc.stderr
+    assert "cannot write plot (File too large)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert old.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sg.png"]

@@ -10,7 +10,8 @@
 - `publish`, `publish_tables`: `report`'s page and `convert`'s tables, placed atomically and
   replaced only when provably theirs (the staging of the kinds `PageInOutput`,
   `PageElsewhere` and `TablesDirectory`, chosen for a page by `page_output_for`);
-- `scratch`: the run's scratch files (long-form input split by key), removed on every exit.
+- `scratch`: the run's scratch files (long-form input split by key), removed on every exit;
+- `whole`: one file (the run result, a plot) written beside its place and renamed there.
 """
 
 from __future__ import annotations
