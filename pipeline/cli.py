@@ -231,10 +231,15 @@ def _choice(choices: type[Enum]):
 
 
 def _say(message: str) -> None:
-    """One line of a command's answer on stdout, printable; if stdout cannot take it (a full
-    disk), the command fails, exit 1, with that as its error."""
+    """One line of a command's answer on stdout, printable (`_answer`)."""
+    _answer(printable(message))
+
+
+def _answer(text: str) -> None:
+    """A command's answer on stdout, as it is (JSON escapes its own); if stdout cannot take
+    it (a full disk), the command fails, exit 1, with that as its error."""
     try:
-        typer.echo(printable(message))
+        typer.echo(text)
     except OSError as exc:
         _err(stdout_failed(exc))
         raise typer.Exit(EXIT_FAILED) from None
@@ -660,7 +665,7 @@ def explain(**options: Any) -> None:
     if as_json:
         import json
 
-        _say(json.dumps(plan.as_dict(), indent=2, ensure_ascii=True))
+        _answer(json.dumps(plan.as_dict(), indent=2, ensure_ascii=True))
         return
     for line in _plan_lines(plan):
         _say(line)
