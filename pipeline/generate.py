@@ -23,7 +23,13 @@ import pyarrow.parquet as pq
 from pipeline.errors import OutputError, UsageError, brief_repr
 from pipeline.events import OnEvent, RunEvent, ignore, phase
 from pipeline.io.outputs.commit import remove_dead_staging
-from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, refuse_long_names
+from pipeline.io.outputs.failures import (
+    FILES_DEPTH,
+    PID_WIDTH,
+    refuse_long_names,
+    storage_failure,
+    write_cause,
+)
 from pipeline.limits import (
     MAX_ALL_HEAPS,
     MAX_ALL_MOVES,
@@ -275,13 +281,16 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
         for entry in sorted(staging.iterdir() if inside else []):
             entry.rename(out / entry.name)
             moved.append(out / entry.name)
-    except OSError as exc:
+    except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
+        if not isinstance(exc, OSError) and storage_failure(str(out), exc) is None:
+            raise  # not the disk's doing: an internal error, as before
         for path in moved:  # put back as it was: empty
             if path.is_dir():
                 shutil.rmtree(path)
             else:
                 path.unlink(missing_ok=True)
-        raise OutputError(f"{out}: cannot write the dataset ({exc.strerror or exc})") from None
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else write_cause(exc)[0]
+        raise OutputError(f"{out}: cannot write the dataset ({cause})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return [out / path.relative_to(staging) for path in written]
