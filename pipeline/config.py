@@ -492,7 +492,17 @@ def memory_bytes(value: Any, name: str) -> int | Literal["auto"]:
 
 def load_config(path: Path, given: dict[str, str | None] | None = None) -> Config:
     """Read and validate a config file once; `given` (the command line's --rules, --positions,
-    --out, relative to the working directory) fills those keys where the file has none."""
+    --out, relative to the working directory) fills those keys where the file has none. Every
+    ConfigError names the file in its `path` (a run result's `error.path`)."""
+    try:
+        return _load_config(path, given)
+    except ConfigError as exc:
+        if exc.path is None:
+            exc.path = str(path)
+        raise
+
+
+def _load_config(path: Path, given: dict[str, str | None] | None) -> Config:
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -120,6 +120,23 @@ def test_a_config_error_exit_2_names_its_file_and_line(job: Path) -> None:
     assert not (job / "out").exists()
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    ("bogus: 1\n", "job.yaml: unknown key 'bogus' (known: "),
+    ("engine: flink\n", "job.yaml: key 'engine' must be one of polars, spark"),
+    ("- a list\n", "job.yaml: must be a mapping of keys to values"),
+])
+def test_every_config_file_error_names_the_file_in_the_result(job: Path, content: str,
+                                                              message: str) -> None:
+    """Whatever the config file's fault (an unknown key, a bad choice, not a mapping), the
+    result's error.path names it, as the message does."""
+    (job / "job.yaml").write_text(content)
+    proc = snim([*RUN, "--config", "job.yaml", "--result-file", "r.json"], job)
+    assert proc.returncode == 2, proc.stderr
+    error = valid(json.loads((job / "r.json").read_text()))["error"]
+    assert error["message"].startswith(message)
+    assert (error["code"], error["path"]) == ("config_error", "job.yaml")
+
+
 def test_missing_inputs_are_a_usage_error_in_the_result(job: Path) -> None:
     proc = snim(["run", "--out", "out", "--result-file", "r.json"], job)
     assert proc.returncode == 2, proc.stderr
