@@ -537,7 +537,7 @@ def run(
 
     try:
         if result_file is not None:
-            _check_result_file(result_file)
+            _check_result_file(result_file, out)
     except UsageError as exc:  # no result: where it would go is the error
         _fail(exc, verbose)
     try:
@@ -592,12 +592,22 @@ def _said_run(result: Any, quiet: bool, json_result: bool) -> None:
                 _err(f"  {problem}")
 
 
-def _check_result_file(path: Path) -> None:
-    """--result-file must be a file in an existing directory: a usage error before any work."""
+def _check_result_file(path: Path, out: str | None) -> None:
+    """--result-file must be a file in an existing directory, and not inside the run's --out
+    or another snim-batch output (whose manifest would not list it): a usage error before
+    any work."""
+    from pipeline.io.outputs.commit import refuse_inside_snim_output
+
+    shown = f"--result-file {brief_repr(str(path))}"
     if path.is_dir():
-        raise UsageError(f"--result-file {brief_repr(str(path))}: is a directory")
+        raise UsageError(f"{shown}: is a directory")
     if not path.absolute().parent.is_dir():
-        raise UsageError(f"--result-file {brief_repr(str(path))}: its directory does not exist")
+        raise UsageError(f"{shown}: its directory does not exist")
+    if out and "://" not in out and Path(out).absolute() in path.absolute().parents:
+        raise UsageError(f"{shown}: is inside --out, whose manifest would not list it (the "
+                         "next --overwrite would refuse to replace the output): write it "
+                         "beside the output")
+    refuse_inside_snim_output(path, shown, "--result-file")
 
 
 def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str | None:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError, UsageError, brief_repr
 from pipeline.events import OnEvent, RunEvent, ignore, phase
-from pipeline.io.outputs.commit import remove_dead_staging
+from pipeline.io.outputs.commit import refuse_inside_snim_output, remove_dead_staging
 from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
@@ -253,6 +253,7 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
     `on_event` hears the write phase and the rows written so far."""
     spec.check()
     refuse_long_names(out, "--out")
+    refuse_inside_snim_output(out, str(out))
     if not out.is_dir():
         refuse_long_names(out, "--out", "its staging directory .NAME.generating-PID",
                           len("..generating-") + PID_WIDTH, FILES_DEPTH)

@@ -1235,3 +1235,32 @@ def test_log_format_json_on_a_terminal_is_json_lines_not_a_live_display(tmp_path
     assert proc.returncode == 0
     records = [json.loads(line) for line in err.splitlines()]
     assert [r["phase"] for r in records if r.get("status") == "done"] == PHASES
+
+
+INSIDE = "is inside the snim-batch output"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out", "o/inner"],
+     INSIDE),
+    (["generate", "--out", "o/gen", "--positions", "5"], INSIDE),
+    (["convert", "classic.txt", "--out", "o/tables"], INSIDE),
+    (["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out", "o",
+      "--overwrite", "--result-file", "o/result.json"], "is inside --out"),
+    (["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out", "elsewhere",
+      "--result-file", "o/result.json"], INSIDE),
+])
+def test_nothing_is_written_inside_a_snim_batch_output(cli, small_job, tmp_path, args, said):
+    """An output, a dataset, tables or a run result inside an existing output would leave
+    it holding what its manifest does not list, so that its next --overwrite refused to
+    replace it: refused before any work (exit 2), and the output stays replaceable."""
+    (tmp_path / "classic.txt").write_text(CLASSIC_SAMPLE)
+    job = ["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out", "o"]
+    assert cli(*job).exit_code == 0
+    listed = sorted(p.name for p in (tmp_path / "o").iterdir())
+    result = cli(*args)
+    assert result.exit_code == 2, result.output
+    assert said in result.stderr
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == listed
+    assert not (tmp_path / "elsewhere").exists()
+    assert cli(*job, "--overwrite").exit_code == 0

@@ -30,7 +30,7 @@ from pipeline.io.outputs.failures import (
     write_cause,
     writing,
 )
-from pipeline.io.outputs.manifest import MANIFEST, ownership_problem
+from pipeline.io.outputs.manifest import MANIFEST, is_snim_output, ownership_problem
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 
@@ -174,6 +174,29 @@ def output_target(out: Path) -> Path:
     return Path(os.path.realpath(out)) if out.is_symlink() else out
 
 
+def snim_output_holding(path: Path) -> Path | None:
+    """The snim-batch output that `path` lies inside (not `path` itself), as written or
+    through the symbolic links on its way; None when there is none."""
+    written = path.absolute()
+    for candidate in dict.fromkeys((Path(os.path.realpath(written)), written)):
+        for directory in candidate.parents:
+            if is_snim_output(directory):
+                return directory
+    return None
+
+
+def refuse_inside_snim_output(path: Path, shown: str, option: str = "--out") -> None:
+    """A UsageError for a path to write (an output, a run result) inside another snim-batch
+    output: that output's manifest would no longer list all it holds, and its next
+    --overwrite would refuse to replace it."""
+    found = snim_output_holding(path)
+    if found is not None:
+        raise UsageError(f"{shown}: is inside the snim-batch output {found}, whose manifest "
+                         "would no longer list all it holds (its next --overwrite would "
+                         f"refuse to replace it): choose {option} outside every snim-batch "
+                         "output", path=shown)
+
+
 def delta_table_holding(path: Path) -> Path | None:
     """The Delta table (a directory holding `_delta_log`) that `path` is or lies inside, as
     written or through the symbolic links on its way; None when there is none."""
@@ -294,6 +317,7 @@ def target_state(out: Path, overwrite: bool) -> tuple[str, str]:
     if not target.name:
         raise OutputError(f"{shown}: the root directory cannot be an output")
     refuse_inside_delta_table(out, shown)
+    refuse_inside_snim_output(out, shown)
     return shown, _target_state(target, overwrite, shown)
 
 
@@ -444,6 +468,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     if not target.name:
         raise OutputError(f"{shown}: the root directory cannot be an output")
     refuse_inside_delta_table(out, shown)
+    refuse_inside_snim_output(out, shown)
     refuse_long_names(target, "--out", "its staging directory .NAME.partial-PID-RUN",
                       len("..partial--") + PID_WIDTH + len(run_id), FILES_DEPTH)
     for notice in _remove_stale_staging(target):

@@ -26,9 +26,10 @@ from pipeline.io.outputs.commit import (
     made_by_live_process,
     remove_dead_staging,
     rename_noreplace,
+    snim_output_holding,
 )
 from pipeline.io.outputs.failures import failure, write_cause, writing
-from pipeline.io.outputs.manifest import MANIFEST, is_snim_output, lists_its_outputs
+from pipeline.io.outputs.manifest import MANIFEST, lists_its_outputs
 
 _PAGE_OPTION = "--html"
 
@@ -81,14 +82,6 @@ def _resolved(target: Path, output: Path) -> Path:
     return named
 
 
-def _enclosing_output(directory: Path) -> Path | None:
-    """The snim-batch output that `directory` is or lies in, if any."""
-    for candidate in (directory, *directory.parents):
-        if is_snim_output(candidate):
-            return candidate
-    return None
-
-
 PAGE_FILE = "page.html"
 """The name a page is written under in its staging directory (`staged_page`,
 `staged_page_in_output`), whatever its own name."""
@@ -111,7 +104,7 @@ def page_destination(out_dir: Path, target: Path) -> tuple[Path | None, Path]:
     where = _resolved(target, output)
     if where.parent == output:
         return output, where
-    inside = _enclosing_output(where.parent)
+    inside = snim_output_holding(where)
     if inside is not None:
         raise OutputError(f"{target}: inside the snim-batch output {inside}, whose manifest "
                           "would no longer list all it holds; refusing to write there (a page "

@@ -19,7 +19,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError, WriteFailure
-from pipeline.io.outputs.commit import interrupts_held, rename_noreplace
+from pipeline.io.outputs.commit import (
+    interrupts_held,
+    refuse_inside_snim_output,
+    rename_noreplace,
+)
 from pipeline.io.outputs.failures import failure, refuse_long_names, write_cause, writing
 from pipeline.io.outputs.manifest import is_snim_output
 from pipeline.io.outputs.publish import (
@@ -60,6 +64,7 @@ def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str
     one (`remove_dead_temporaries`)."""
     shown = str(directory)
     refuse_long_names(directory, "--out", depth=TEMPORARY_DEPTH)
+    refuse_inside_snim_output(directory, shown)
     _check_table_directory(directory)
     remove_dead_temporaries(directory, names)
     for name in names:
