@@ -38,6 +38,8 @@ class TableCache:
         self.heap_bound: int | None = None  # every table is built for heaps up to it (presize)
         self._probed = False
         self._pending: Future[None] | None = None
+        self._changes = 0  # tables built or grown so far: tells an early probe it is stale
+        self._early: tuple[int, Future[tuple[list[SGTable | None], int]]] | None = None
 
     def _build_all(self, ts: list[int], largest: list[int]) -> None:
         """Tables t in `ts` grown for heaps up to `largest`, on all cores; a table stopped by
@@ -54,6 +56,7 @@ class TableCache:
             self.known[t] = MAX_HEAP if stopped else table.max_known_heap()
         self._set = None
         self._probed = False  # a table grown after the probe is probed again
+        self._changes += 1
 
     def presize(self, largest_heap: int | None) -> None:
         """Build every table for heaps up to `largest_heap` at once when that bound (from
@@ -71,6 +74,7 @@ class TableCache:
                 return
             self.heap_bound = largest_heap
             self._flattened()
+            self._probe_early()
 
     def presize_meanwhile(self, largest_heap: int | None) -> None:
         """`presize` in a thread of its own, so that the tables are built while the engine
@@ -138,24 +142,49 @@ class TableCache:
             self._probe_periods()
         return self.table_set()
 
+    def _probe_early(self) -> None:
+        """Once presized tables cover every heap the input can hold, no table changes while
+        the engine reads: the period probe starts now, in a thread of its own beside the
+        read, instead of after it, where it took a core from the sort and the write. It
+        works on copies; `_probe_periods` takes its result unless a table changed since."""
+        if not kernels.overlap_allowed():
+            return
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="periods")
+        self._early = (self._changes, pool.submit(self._with_periods, list(self.tables),
+                                                  replace(self.budget)))
+        pool.shutdown(wait=False)
+
     def _probe_periods(self) -> None:
         self._flattened()
+        early, self._early = self._early, None
+        if early is not None and early[0] == self._changes:
+            self.tables, self.budget.values = early[1].result()
+        else:
+            self.tables, self.budget.values = self._with_periods(self.tables, self.budget)
         self._probed = True
-        budget = self.probe_budget
-        pending = sorted((t for t, table in enumerate(self.tables)
+        self._set = None
+        self._flattened()
+
+    def _with_periods(self, tables: list[SGTable | None], budget: TableBudget
+                      ) -> tuple[list[SGTable | None], int]:
+        """`tables` with those lacking a proven period tabulated further (see `reported`),
+        and the budget's values after them; changes neither argument."""
+        tables = list(tables)
+        values = budget.values
+        left_ops = self.probe_budget
+        pending = sorted((t for t, table in enumerate(tables)
                           if table is not None and table.rule.kind == "subtraction"
                           and table.period is None and table.stopped_by is None),
                          key=lambda t: (self.distinct[t].value_ops, t))
         for left, t in zip(range(len(pending), 0, -1), pending):
-            old = self.tables[t]
+            old = tables[t]
             assert old is not None
-            probe = replace(self.budget, max_run_ops=budget // left, ops=0)
+            probe = replace(budget, max_run_ops=left_ops // left, ops=0, values=values)
             (table,) = probe.build([old.rule], [MAX_HEAP], [old])
-            budget -= probe.ops
-            self.budget.values = probe.values
-            self.tables[t] = replace(table, stopped_by=None)
-        self._set = None
-        self._flattened()
+            left_ops -= probe.ops
+            values = probe.values
+            tables[t] = replace(table, stopped_by=None)
+        return tables, values
 
     def table_set(self) -> TableSet:
         self._settle()
