@@ -3,6 +3,7 @@ in batches or whole; what the footers say without reading rows."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -157,16 +158,32 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
         yield RawTable(file, empty, np.zeros(0, np.int64), [])
 
 
+SLICES_AHEAD = 2
+"""Slices of a local Parquet file decoded at once (`_slices`): polars decodes one slice's list
+column on one core, so two at a time keep both of a small machine's cores reading."""
+
+
 def _slices(path: Path, rows: int, batch_rows: int) -> Iterator[pl.DataFrame]:
-    """A local file's rows `batch_rows` at a time, each slice read by a query of its own: the
-    caller's read-ahead thread decodes one batch ahead, no more. `collect_batches` streams,
-    but its engine decoded as fast as it could, far ahead of a consumer that evaluates each
-    batch, and all that memory was fresh pages (benchmarks/results). For files whose row
-    groups are at most a batch: a slice of a larger group decodes more of it than it keeps."""
+    """A local file's rows `batch_rows` at a time, each slice read by a query of its own,
+    `SLICES_AHEAD` of them decoded at once and handed over in order: a bounded read-ahead.
+    `collect_batches` streams, but its engine decoded as fast as it could, far ahead of a
+    consumer that evaluates each batch, and all that memory was fresh pages
+    (benchmarks/results). For files whose row groups are at most a batch: a slice of a
+    larger group decodes more of it than it keeps."""
     scan = _scan(path)
     step = max(1, min(batch_rows, rows))
-    for start in range(0, rows, step):
-        yield scan.slice(start, step).collect()
+    starts = iter(range(0, rows, step))
+    pool = ThreadPoolExecutor(max_workers=SLICES_AHEAD, thread_name_prefix="slices")
+    try:
+        pending = [pool.submit(scan.slice(start, step).collect)
+                   for start in itertools.islice(starts, SLICES_AHEAD)]
+        while pending:
+            frame = pending.pop(0).result()
+            pending += [pool.submit(scan.slice(start, step).collect)
+                        for start in itertools.islice(starts, 1)]
+            yield frame
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _scan(path: Source) -> pl.LazyFrame:
