@@ -1264,3 +1264,23 @@ def test_nothing_is_written_inside_a_snim_batch_output(cli, small_job, tmp_path,
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == listed
     assert not (tmp_path / "elsewhere").exists()
     assert cli(*job, "--overwrite").exit_code == 0
+
+
+@pytest.mark.parametrize("fault", ["missing input", "bad rows under fail"])
+def test_a_failed_run_removes_the_directories_it_made_for_its_output(cli, small_job, tmp_path,
+                                                                    fault):
+    """--out new/a/b: a run that fails with nothing written leaves no new/ behind (it made
+    new/ and new/a for its staging); one that succeeds keeps them, and an existing directory
+    on the way is never removed."""
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "bad.csv").write_text("rule_set_id,position_id,heaps\n1,0,x\n")
+    positions = "missing.csv" if fault == "missing input" else "bad.csv"
+    for out in ("new/a/b", "kept/a/b"):
+        result = cli("run", "--rules", "rules.csv", "--positions", positions, "--out", out,
+                     "--on-bad-rows", "fail")
+        assert result.exit_code == 1, result.output
+    assert not (tmp_path / "new").exists()
+    assert list((tmp_path / "kept").iterdir()) == []
+    assert cli("run", "--rules", "rules.csv", "--positions", "positions.csv", "--out",
+               "new/a/b").exit_code == 0
+    assert (tmp_path / "new" / "a" / "b" / "manifest.json").is_file()

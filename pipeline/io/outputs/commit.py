@@ -377,6 +377,26 @@ def _remove_stale_staging(out: Path) -> list[str]:
     return [notice for notice in notices if notice]
 
 
+def _missing_directories(directory: Path) -> list[Path]:
+    """`directory` and those above it that do not exist yet, deepest first: what making
+    it creates, and what a failed run removes again (`_remove_if_empty`)."""
+    missing = []
+    while not os.path.lexists(directory) and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
+
+
+def _remove_if_empty(directories: list[Path]) -> None:
+    """Remove the directories a failed run created for its output, deepest first, as far
+    as they are empty (another run may have put something there meanwhile)."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+
+
 def _make_staging(target: Path, run_id: str, shown: str) -> Path:
     parent = target.parent
     staging = parent / f".{target.name}.partial-{os.getpid()}-{run_id}"
@@ -474,7 +494,12 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     for notice in _remove_stale_staging(target):
         on_event(RunEvent.warning(notice))
     _target_state(target, overwrite, shown)
-    staging = _make_staging(target, run_id, shown)
+    created = _missing_directories(target.parent)
+    try:
+        staging = _make_staging(target, run_id, shown)
+    except BaseException:
+        _remove_if_empty(created)
+        raise
     log.debug("staging the output in %s", staging)
     committed = False
     try:
@@ -502,6 +527,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     finally:
         if not committed:
             shutil.rmtree(staging, ignore_errors=True)
+            _remove_if_empty(created)
 
 
 # zstd at level 1: on verdict tables as fast as snappy, and no larger than zstd's default
