@@ -111,6 +111,16 @@ def test_a_manifest_of_another_shape_is_a_clean_error(tmp_path: Path, counts: ob
     assert not (out / "report.html").exists()
 
 
+def test_report_on_a_file_says_it_is_no_output(tmp_path: Path) -> None:
+    """A file where the output directory should be: said in words, not as Python's error."""
+    (tmp_path / "afile").write_text("x\n")
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "afile")])
+    assert (result.exit_code, result.stderr) == (
+        1, f"snim-batch: error: {tmp_path / 'afile'}: not a snim-batch output (a file, not a "
+           "directory)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 def test_report_on_a_missing_path_says_it_does_not_exist(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert (result.exit_code, result.stderr) == (

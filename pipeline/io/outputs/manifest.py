@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.errors import InputError, first_line
 from pipeline.io.outputs.failures import writing
+from pipeline.io.outputs.whole import whole_file
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA_VERSION = 1
@@ -186,18 +187,9 @@ def output_listing(directory: Path) -> list[dict[str, Any]]:
 def write_manifest(manifest: dict[str, Any], directory: Path) -> None:
     """Write `directory`/manifest.json atomically (a synced temporary file renamed over it).
     In a run it is written last: a directory without one is never a complete output."""
-    tmp = directory / f".{MANIFEST}.tmp-{os.getpid()}"
     text = json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n"
-    try:
-        with writing(MANIFEST):
-            with tmp.open("w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, directory / MANIFEST)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with writing(MANIFEST), whole_file(directory / MANIFEST) as temporary:
+        temporary.write_text(text, encoding="utf-8")
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
@@ -207,7 +199,13 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         if not directory.exists():
             raise InputError(f"{directory}: does not exist") from None
         raise InputError(f"{directory}: not a snim-batch output (no {MANIFEST})") from None
-    except (OSError, ValueError, RecursionError) as exc:
+    except NotADirectoryError:
+        raise InputError(f"{directory}: not a snim-batch output (a file, not a directory)"
+                         ) from None
+    except OSError as exc:
+        raise InputError(f"{directory / MANIFEST}: unreadable manifest "
+                         f"({exc.strerror or exc})") from None
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"{directory / MANIFEST}: unreadable manifest ({exc})") from None
     if not isinstance(manifest, dict):
         raise InputError(f"{directory / MANIFEST}: not a snim-batch manifest (not an object)")
