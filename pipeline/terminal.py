@@ -85,12 +85,15 @@ def configure_logging(quiet: bool, verbose: bool, log_format: str | None = None)
     set before (text at first). Warnings by default, errors only with --quiet, everything
     down to debug with --verbose; the progress lines (`PROGRESS_LOG`) at info unless
     --quiet; the CLI's own lines (`say_on_stderr`) always. Only the `pipeline` loggers are
-    shown (libraries keep their own)."""
+    shown (libraries keep their own; under json, `RUST_LOG` unset means off, so that
+    deltalake's own lines, such as AWS region warnings, do not break the JSON lines)."""
     import logging
 
     logger = logging.getLogger("pipeline")
     if log_format is None:
         log_format = configured_log_format()
+    if log_format == "json":  # deltalake's Rust log lines (env_logger) would be no JSON
+        os.environ.setdefault("RUST_LOG", "off")
     logger.handlers = [_stderr_handler(log_format)]
     logger.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.WARNING)
     logger.propagate = False

@@ -7,6 +7,7 @@ checked on its own against hand-written expectations.
 from __future__ import annotations
 
 import gc
+import os
 import re
 import signal
 import subprocess
@@ -336,3 +337,21 @@ def test_terminal_progress_shows_rate_eta_and_a_phase_without_steps_running() ->
     assert [line.rstrip() for line in frames[-1].splitlines()[:2]] == [
         "snim-batch: [   0.00s] positions ━━━━━━━━━━━━ done in 4.00s",
         "snim-batch: [   4.00s] finish    ━━━━━━━━━━━━ 5s"]
+
+
+@pytest.mark.parametrize(("given", "after"), [(None, "off"), ("warn", "warn")])
+def test_json_logs_silence_rust_libraries_unless_asked(monkeypatch, given, after):
+    """Under --log-format json, deltalake's Rust log lines (its env_logger writes plain text
+    to stderr, e.g. AWS region warnings) would break the one-object-per-line promise: off,
+    unless RUST_LOG says otherwise. Text logging leaves RUST_LOG alone."""
+    from pipeline.terminal import configure_logging
+
+    if given is None:
+        monkeypatch.delenv("RUST_LOG", raising=False)
+    else:
+        monkeypatch.setenv("RUST_LOG", given)
+    configure_logging(quiet=False, verbose=False, log_format="text")
+    assert os.environ.get("RUST_LOG") == given
+    configure_logging(quiet=False, verbose=False, log_format="json")
+    assert os.environ.get("RUST_LOG") == after
+    configure_logging(quiet=False, verbose=False, log_format="text")
