@@ -112,8 +112,9 @@ def _log_format_in(args: list[str]) -> str:
 
 def _in_log_format(exc: Any, log_format: str) -> Any:
     """`exc` as it is (click shows it as text), or under json a JSON error line with the
-    same exit code: its message and where to find help."""
-    if log_format != LogFormat.json.value:
+    same exit code: its message and where to find help. The help click shows for a command
+    given no arguments stays help."""
+    if log_format != LogFormat.json.value or type(exc).__name__ == "NoArgsIsHelpError":
         return exc
 
     class JsonUsageError(_ClickError):  # type: ignore[valid-type,misc]
@@ -537,7 +538,7 @@ def run(
 
     try:
         if result_file is not None:
-            _check_result_file(result_file, out)
+            _check_result_file(result_file)
     except UsageError as exc:  # no result: where it would go is the error
         _fail(exc, verbose)
     try:
@@ -549,6 +550,14 @@ def run(
         cfg = _run_config(config, rules, positions, out, engine, winning_moves, on_bad_rows,
                           overwrite, spark_master, output_format, spark_remote,
                           max_rejected_rows, max_rejected_rate, memory_limit)
+    except (Exception, KeyboardInterrupt) as exc:
+        _fail(exc, verbose, reported)
+    try:
+        if result_file is not None:
+            _check_result_outside(result_file, cfg.out)
+    except UsageError as exc:  # no result: where it would go is the error
+        _fail(exc, verbose)
+    try:
         known.update(out=str(cfg.out),
                      config_file=None if cfg.config_file is None else str(cfg.config_file))
         night = _run_date(run_date) if run_date is not None else None
@@ -592,10 +601,9 @@ def _said_run(result: Any, quiet: bool, json_result: bool) -> None:
                 _err(f"  {problem}")
 
 
-def _check_result_file(path: Path, out: str | None) -> None:
-    """--result-file must be a file in an existing directory, and not inside the run's --out
-    or another snim-batch output (whose manifest would not list it): a usage error before
-    any work."""
+def _check_result_file(path: Path) -> None:
+    """--result-file must be a file in an existing directory, and not inside a snim-batch
+    output (whose manifest would not list it): a usage error before any work."""
     from pipeline.io.outputs.commit import refuse_inside_snim_output
 
     shown = f"--result-file {brief_repr(str(path))}"
@@ -603,11 +611,23 @@ def _check_result_file(path: Path, out: str | None) -> None:
         raise UsageError(f"{shown}: is a directory")
     if not path.absolute().parent.is_dir():
         raise UsageError(f"{shown}: its directory does not exist")
-    if out and "://" not in out and Path(out).absolute() in path.absolute().parents:
-        raise UsageError(f"{shown}: is inside --out, whose manifest would not list it (the "
-                         "next --overwrite would refuse to replace the output): write it "
-                         "beside the output")
     refuse_inside_snim_output(path, shown, "--result-file")
+
+
+def _check_result_outside(path: Path, out: object) -> None:
+    """--result-file must not be the run's local output or inside it (however either is
+    written: links followed), once the settings say where that is: its manifest would not
+    list the file, and the next --overwrite would refuse to replace the output."""
+    import os
+
+    if not isinstance(out, Path):
+        return
+    where = Path(os.path.realpath(path.absolute().parent)) / path.name
+    target = Path(os.path.realpath(out))
+    if where == target or target in where.parents:
+        raise UsageError(f"--result-file {brief_repr(str(path))}: is inside the output "
+                         f"{out}, whose manifest would not list it (the next --overwrite "
+                         "would refuse to replace it): write it beside the output")
 
 
 def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str | None:

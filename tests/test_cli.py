@@ -1213,6 +1213,15 @@ def test_a_command_line_usage_error_under_log_format_json_is_a_json_line(
     assert (record["level"], record["message"]) == ("error", message)
 
 
+def test_no_arguments_under_log_format_json_is_still_the_help(cli, monkeypatch):
+    """`snim-batch` alone shows its help (exit 2, as click gives it), not an error line."""
+    monkeypatch.setenv("SNIM_BATCH_LOG_FORMAT", "json")
+    result = cli()
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Usage: snim-batch [OPTIONS] COMMAND [ARGS]...\n")
+    assert "Commands:" in result.stderr
+
+
 def test_a_command_line_usage_error_in_text_is_clicks_own(cli, monkeypatch):
     """Without json (or with a later --log-format text), the usage error reads as click
     prints it: the usage, where to find help, the error."""
@@ -1246,7 +1255,7 @@ INSIDE = "is inside the snim-batch output"
     (["generate", "--out", "o/gen", "--positions", "5"], INSIDE),
     (["convert", "classic.txt", "--out", "o/tables"], INSIDE),
     (["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out", "o",
-      "--overwrite", "--result-file", "o/result.json"], "is inside --out"),
+      "--overwrite", "--result-file", "o/result.json"], INSIDE),
     (["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out", "elsewhere",
       "--result-file", "o/result.json"], INSIDE),
 ])
@@ -1284,3 +1293,28 @@ def test_a_failed_run_removes_the_directories_it_made_for_its_output(cli, small_
     assert cli("run", "--rules", "rules.csv", "--positions", "positions.csv", "--out",
                "new/a/b").exit_code == 0
     assert (tmp_path / "new" / "a" / "b" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("how", ["config out, empty directory", "linked out", "the out itself"])
+def test_a_result_file_inside_the_run_s_own_output_is_refused(cli, small_job, tmp_path, how):
+    """However the output is named (by the config file, through a link, or the result file
+    being the output's own path), a --result-file inside it is refused before any work, and
+    nothing is left there; `..` in a path is taken as written (`o/../r.json` is beside it)."""
+    (tmp_path / "night").mkdir()
+    (tmp_path / "c.yaml").write_text("rules: rules.csv\npositions: positions.csv\nout: night\n")
+    (tmp_path / "link").symlink_to(tmp_path / "night")
+    args = {"config out, empty directory": ["--config", "c.yaml", "--result-file",
+                                            "night/r.json"],
+            "linked out": ["--config", "c.yaml", "--out", "link", "--result-file",
+                           "night/r.json"],
+            "the out itself": ["--config", "c.yaml", "--out", "fresh", "--result-file",
+                               "fresh"]}[how]
+    result = cli("run", *args)
+    assert result.exit_code == 2, result.output
+    assert "is inside the output" in result.stderr
+    assert list((tmp_path / "night").iterdir()) == []
+    assert not (tmp_path / "fresh").exists()
+    assert cli("run", "--config", "c.yaml", "--result-file", "night/../r.json").exit_code == 0
+    assert cli("run", "--config", "c.yaml", "--out", "night/../other", "--result-file",
+               "night/../r2.json").exit_code == 0
+    assert (tmp_path / "other" / "manifest.json").is_file() and (tmp_path / "r2.json").is_file()

@@ -177,7 +177,7 @@ def output_target(out: Path) -> Path:
 def snim_output_holding(path: Path) -> Path | None:
     """The snim-batch output that `path` lies inside (not `path` itself), as written or
     through the symbolic links on its way; None when there is none."""
-    written = path.absolute()
+    written = Path(os.path.abspath(path))  # `..` taken as written: `out/../other` is not in out
     for candidate in dict.fromkeys((Path(os.path.realpath(written)), written)):
         for directory in candidate.parents:
             if is_snim_output(directory):
@@ -389,10 +389,13 @@ def _missing_directories(directory: Path) -> list[Path]:
 
 def _remove_if_empty(directories: list[Path]) -> None:
     """Remove the directories a failed run created for its output, deepest first, as far
-    as they are empty (another run may have put something there meanwhile)."""
+    as they are empty (another run may have put something there meanwhile); one never made
+    (the run failed on the way) is passed over."""
     for directory in directories:
         try:
             directory.rmdir()
+        except FileNotFoundError:
+            continue
         except OSError:
             return
 
@@ -400,13 +403,20 @@ def _remove_if_empty(directories: list[Path]) -> None:
 def _make_staging(target: Path, run_id: str, shown: str) -> Path:
     parent = target.parent
     staging = parent / f".{target.name}.partial-{os.getpid()}-{run_id}"
-    for doing, make in ((f"creating the directory {parent}",
-                         lambda: parent.mkdir(parents=True, exist_ok=True)),
-                        (f"creating the staging directory {staging}", staging.mkdir)):
-        try:
-            make()
-        except OSError as exc:
-            raise failure(shown, doing, *write_cause(exc)) from None
+    for attempt in range(2):  # a failed run elsewhere may remove a parent it made meanwhile
+        for doing, make in ((f"creating the directory {parent}",
+                             lambda: parent.mkdir(parents=True, exist_ok=True)),
+                            (f"creating the staging directory {staging}", staging.mkdir)):
+            try:
+                make()
+            except FileNotFoundError as exc:
+                if attempt:
+                    raise failure(shown, doing, *write_cause(exc)) from None
+                break
+            except OSError as exc:
+                raise failure(shown, doing, *write_cause(exc)) from None
+        else:
+            return staging
     return staging
 
 
