@@ -48,11 +48,12 @@ INT, TEXT, BY_VALUES = "int", "text", "by values"
 
 # The memory model of the polars engine (rough; calibrated on the README's figures: 40M wide
 # positions of 5 heaps, winning moves on, peak about 1.5 GiB): the process with its
-# libraries, the batches in flight (one read ahead, one parsed ahead for CSV, each held
+# libraries, the batches in flight (the one evaluated, one read ahead, and two decoding for
+# a local Parquet file, `readers.SLICES_AHEAD`, or one parsed ahead for CSV; each held
 # about twice while it is normalised), each verdict kept until the final sort, and the
 # tables (the flat copy the kernels read beside each table's own values).
 PROCESS_BYTES = 200 << 20
-BATCHES_IN_FLIGHT = 3
+BATCHES_IN_FLIGHT = 4
 BATCH_COPIES = 2
 VERDICT_BYTES = 16  # rule set rank, integer position id, nim-sum
 TEXT_ID_BYTES = 24  # a text position id instead: offsets and a short id

@@ -2250,3 +2250,36 @@ def test_an_object_is_read_as_what_it_holds_whatever_its_suffix(tmp_path, s3, mo
     assert err.startswith("snim-batch: error: s3://bkt/bad/positions.parquet: not a readable "
                           "Parquet file ("), err
     assert not (tmp_path / "never").exists()
+
+
+def _slices_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("slices")]
+
+
+def test_slices_come_in_order_two_decoding_at_once_and_no_thread_outlives_them(tmp_path):
+    """A local file's slices (`readers._slices`, two decoding at once) come in file order,
+    all of them; leaving after the first, or a read that fails midway (the file gone), ends
+    the decoding threads; frames before the failure are the file's first rows."""
+    from polars.testing import assert_frame_equal
+
+    path = tmp_path / "p.parquet"
+    frame = pl.DataFrame({"k": np.arange(70, dtype=np.int64),
+                          "v": [f"x{i}" for i in range(70)]})
+    frame.write_parquet(path, row_group_size=10)
+    slices = list(readers._slices(path, 70, 10))
+    assert [s.height for s in slices] == [10] * 7
+    assert_frame_equal(pl.concat(slices), frame)
+    assert _slices_threads() == []
+
+    early = readers._slices(path, 70, 10)
+    assert_frame_equal(next(early), frame.head(10))
+    early.close()
+    assert _slices_threads() == []
+
+    failing = readers._slices(path, 70, 10)
+    got = [next(failing)]
+    path.unlink()
+    with pytest.raises(Exception):  # noqa: B017, PT011 - polars' own error for a lost file
+        got.extend(failing)
+    assert_frame_equal(pl.concat(got), frame.head(10 * len(got)))
+    assert _slices_threads() == []

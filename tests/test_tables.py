@@ -4,6 +4,8 @@ value and period is checked against the mex definition (`naive_sg`, `naive_perio
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from conftest import naive_period, naive_sg
@@ -36,10 +38,20 @@ def _reported(cache: TableCache) -> dict[tuple[int, ...], SGTable]:
 
 
 @pytest.mark.parametrize("presized", [True, False])
-def test_periods_are_proven_whether_the_probe_ran_beside_the_read_or_after(presized):
+def test_periods_are_proven_whether_the_probe_ran_beside_the_read_or_after(presized,
+                                                                         monkeypatch):
     """Presized tables (Parquet statistics bound the heaps) are probed early, in a thread of
-    their own; tables grown batch by batch are probed at the end. Either way every period is
-    the naive one and every value up to the heaps asked for is the mex value."""
+    their own (`periods`), as soon as they are built; tables grown batch by batch are probed
+    at the end, by the caller. Either way every period is the naive one and every value up
+    to the heaps asked for is the mex value."""
+    probed_by = []
+    real = TableCache._with_periods
+
+    def recorded(self, *args):
+        probed_by.append(threading.current_thread().name.split("_")[0])
+        return real(self, *args)
+
+    monkeypatch.setattr(TableCache, "_with_periods", recorded)
     cache = _cache()
     if presized:
         cache.presize(10)
@@ -48,6 +60,7 @@ def test_periods_are_proven_whether_the_probe_ran_beside_the_read_or_after(presi
     for moves, table in _reported(cache).items():
         assert (table.preperiod, table.period) == naive_period(moves)[:2]
         assert [_sg(table, h) for h in range(200)] == naive_sg(moves, 200)
+    assert probed_by == ["periods" if presized else "MainThread"]
 
 
 def test_a_table_grown_after_the_early_probe_started_is_probed_again():

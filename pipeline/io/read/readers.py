@@ -172,6 +172,9 @@ def _slices(path: Path, rows: int, batch_rows: int) -> Iterator[pl.DataFrame]:
     larger group decodes more of it than it keeps."""
     scan = _scan(path)
     step = max(1, min(batch_rows, rows))
+    if rows <= step:  # one slice (a rules table, a small file): no thread to start
+        yield scan.slice(0, step).collect()
+        return
     starts = iter(range(0, rows, step))
     pool = ThreadPoolExecutor(max_workers=SLICES_AHEAD, thread_name_prefix="slices")
     try:
@@ -182,8 +185,8 @@ def _slices(path: Path, rows: int, batch_rows: int) -> Iterator[pl.DataFrame]:
             pending += [pool.submit(scan.slice(start, step).collect)
                         for start in itertools.islice(starts, 1)]
             yield frame
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    finally:  # left early or failed: the slices decoding are waited for, no more started
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _scan(path: Source) -> pl.LazyFrame:
