@@ -290,8 +290,7 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
                 shutil.rmtree(path)
             else:
                 path.unlink(missing_ok=True)
-        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else write_cause(exc)[0]
-        raise OutputError(f"{out}: cannot write the dataset ({cause})") from None
+        raise OutputError(f"{out}: cannot write the dataset ({write_cause(exc)[0]})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return [out / path.relative_to(staging) for path in written]

@@ -152,7 +152,7 @@ def test_an_empty_directory_itself_a_link_to_one_or_a_new_path(
 
 @pytest.mark.parametrize("exists", [False, True])
 @pytest.mark.parametrize(("error", "cause"), [
-    (OSError(28, "No space left on device"), "No space left on device"),
+    (OSError(28, "No space left on device"), "no space left on device"),
     # polars' writer words a full disk in its own error (seen with a few KiB left)
     (pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: "
                                 "No space left on device (os error 28)"),
