@@ -460,14 +460,25 @@ HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 
 @contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Ignore Ctrl-C (and SIGTERM, SIGHUP) while the new output is swapped in and the old one
+def interrupts_held(deliver: bool = False) -> Iterator[None]:
+    """Hold Ctrl-C (and SIGTERM, SIGHUP) while the new output is swapped in and the old one
     removed: once started, the commit completes, so no message can say nothing was written
-    after it was."""
+    after it was. With `deliver` (a run's commits, which tell the CLI they committed
+    first: it notes such a stop, exit code unchanged), a stop that came meanwhile is
+    delivered once the block ends, to the handler set before; without (convert's tables,
+    report's page), it is dropped. One ignored before stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in HELD_SIGNALS}
+    came: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        came.append(signum)
+
+    previous = {signum: signal.getsignal(signum) for signum in HELD_SIGNALS}
+    for signum, handler in previous.items():
+        if handler != signal.SIG_IGN:
+            signal.signal(signum, hold)
     try:
         yield
     finally:
@@ -476,6 +487,8 @@ def interrupts_held() -> Iterator[None]:
                 handler = (signal.default_int_handler if signum == signal.SIGINT
                            else signal.SIG_DFL)
             signal.signal(signum, handler)
+        for signum in dict.fromkeys(came) if deliver else ():
+            signal.raise_signal(signum)
 
 
 @contextmanager
@@ -518,7 +531,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
             _fsync_tree(staging)
         except OSError as exc:
             raise failure(shown, "syncing the output to disk", *write_cause(exc)) from None
-        with interrupts_held():
+        with interrupts_held(deliver=True):
             try:
                 old = _commit(staging, target, overwrite, shown)
             except OSError as exc:

@@ -93,7 +93,7 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
         _delete_uncommitted(root, uncommitted)
         raise
     versions: dict[str, int] = {}
-    with interrupts_held():
+    with interrupts_held(deliver=True):
         try:
             previous = _versions_now(root)
             _refuse_moved(root, previous[RUNS])

@@ -250,7 +250,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         _upload(staging, out.child(run_id))
         data = json.dumps(_remote_manifest(manifest, run_id, previous), indent=2,
                           default=str) + "\n"
-        with interrupts_held():
+        with interrupts_held(deliver=True):
             try:
                 _commit(out, data.encode(), previous.etag, run_id)
             except CommitOutcomeUnknown:
