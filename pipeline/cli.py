@@ -48,6 +48,7 @@ from pipeline.terminal import (
     QUIET_THREAD_POOLS,
     STOPPED_BY,
     configure_logging,
+    configured_log_format,
     default_stop_signals,
     exit_status,
     heavy_imports,
@@ -300,7 +301,11 @@ def _with_progress(call: Any, quiet: bool = False, verbose: bool = False,
 
 
 def _traceback(exc: BaseException) -> None:
-    """The traceback (--verbose), each line printable: the exception messages carry data."""
+    """The traceback (--verbose), each line printable: the exception messages carry data;
+    under --log-format json, one object whose message is the whole traceback."""
+    if configured_log_format() == LogFormat.json.value:
+        _err("".join(traceback.format_exception(exc)).rstrip("\n"))
+        return
     for chunk in traceback.format_exception(exc):
         for line in chunk.rstrip("\n").split("\n"):
             typer.echo(printable(line), err=True)

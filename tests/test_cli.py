@@ -1318,3 +1318,15 @@ def test_a_result_file_inside_the_run_s_own_output_is_refused(cli, small_job, tm
     assert cli("run", "--config", "c.yaml", "--out", "night/../other", "--result-file",
                "night/../r2.json").exit_code == 0
     assert (tmp_path / "other" / "manifest.json").is_file() and (tmp_path / "r2.json").is_file()
+
+
+def test_verbose_traceback_under_log_format_json_is_one_json_line(cli, tmp_path, monkeypatch):
+    """--verbose adds the traceback of an error; under json it is one object, like every
+    other line on stderr, its message the whole traceback."""
+    monkeypatch.chdir(tmp_path)
+    result = cli("--log-format", "json", "run", "--rules", "missing.csv", "--positions",
+                 "missing.csv", "--out", "out", "--verbose")
+    assert result.exit_code == 1
+    records = [json.loads(line) for line in result.stderr.splitlines()]
+    [trace] = [r for r in records if r["message"].startswith("Traceback (most recent call")]
+    assert "InputError" in trace["message"] and "\n" in trace["message"]
