@@ -189,9 +189,12 @@ def test_inputs_on_s3_give_the_outputs_of_the_same_files_on_disk(
 def test_local_inputs_to_s3_and_s3_output_back_to_disk(s3_env, tmp_path: Path) -> None:
     sample = ROOT / "data" / "sample"
     code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
-                        sample / "positions.csv", "--out", "s3://bkt/job/out"], tmp_path)
+                        sample / "positions.csv", "--out", "s3://bkt/job/out",
+                        "--result-file", tmp_path / "result.json"], tmp_path)
     assert code == 0, err
     manifest = assert_whole(s3_env, "job/out")
+    # the run result holds the manifest as committed: each output's path under OUT included
+    assert json.loads((tmp_path / "result.json").read_text())["manifest"] == manifest
     verdicts = remote_outputs(s3_env, "job/out")["verdicts"]
     code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
                         sample / "positions.csv", "--out", tmp_path / "local"], tmp_path)

@@ -131,7 +131,15 @@ class ObjectStorePrefix(LocalDirectory):
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
         refuse_inside_delta_table(self.location, str(self.location))
-        return staged_remote_output(self.location, run_id, self.overwrite, self.on_event)
+        self._written: dict[str, Any] = {}
+        return staged_remote_output(self.location, run_id, self.overwrite, self.on_event,
+                                    self._written)
+
+    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """As a local directory's, and the manifest gains what the committed one holds
+        beyond the staged one: each output's path under OUT, the prefixes it retired."""
+        gained = super().commit(manifest)
+        return {**gained, **self._written}
 
     def table(self, name: str, manifest: Mapping[str, Any]) -> str:
         return f"{self.location}/{manifest['run_id']}/{name}.parquet"

@@ -232,10 +232,12 @@ def _unknown(out: Location, run_id: str, previous: str | None, why: str
 
 @contextmanager
 def staged_remote_output(out: Location, run_id: str, overwrite: bool,
-                         on_event: OnEvent = ignore) -> Iterator[Path]:
+                         on_event: OnEvent = ignore, written: dict[str, Any] | None = None
+                         ) -> Iterator[Path]:
     """Yield a local temporary directory for the run's files; on normal exit, upload them
-    under OUT/RUN_ID/ and commit OUT/manifest.json (see the module's docstring). Any failure
-    before the commit deletes what was uploaded; the previous output is untouched."""
+    under OUT/RUN_ID/ and commit OUT/manifest.json (see the module's docstring), which
+    `written` then holds as committed (each output's path, the retired prefixes). Any
+    failure before the commit deletes what was uploaded; the previous output is untouched."""
     previous = target_state(out, overwrite)
     remove_dead_staging(Path(tempfile.gettempdir()), _STAGING)
     staging = Path(tempfile.mkdtemp(prefix=f"snim-batch-{os.getpid()}-{run_id}-"))
@@ -248,8 +250,8 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         uploads = [f"{run_id}/{path.relative_to(staging).as_posix()}"
                    for path in sorted(staging.rglob("*")) if path.is_file()]
         _upload(staging, out.child(run_id))
-        data = json.dumps(_remote_manifest(manifest, run_id, previous), indent=2,
-                          default=str) + "\n"
+        committed = _remote_manifest(manifest, run_id, previous)
+        data = json.dumps(committed, indent=2, default=str) + "\n"
         with interrupts_held(deliver=True):
             try:
                 _commit(out, data.encode(), previous.etag, run_id)
@@ -257,6 +259,8 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
                 settled = True
                 raise
             settled = True
+            if written is not None:
+                written.update(committed)
             tell_committed(on_event, str(out))
             log.info("committed %s%s", out, " (replacing the previous output)"
                      if previous.etag else "")
