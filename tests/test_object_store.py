@@ -1594,3 +1594,28 @@ def test_a_gs_or_az_endpoint_that_never_answers_fails_within_the_bound(
         f"snim-batch: config: {config}",
         f"snim-batch: error: {url}: the object store at {black_hole} did not answer while "
         f"{'looking it up' if target == 'rules' else 'listing'} (timeout 2s, 1 retries)"]
+
+
+def test_an_output_inside_another_output_is_refused_on_a_store_too(s3_env, tmp_path: Path
+                                                                  ) -> None:
+    """--out s3://bkt/out/sub, or a Delta root there, inside a committed output (Parquet on
+    the store, or a local one for a local Delta root): refused before any work (exit 2),
+    nothing written, and the output stays replaceable."""
+    sample = ROOT / "data" / "sample"
+    job = ["run", "--rules", sample / "rules.csv", "--positions", sample / "positions.csv"]
+    assert invoke([*job, "--out", "s3://bkt/out"], tmp_path)[0] == 0
+    before = sorted(names(s3_env, "out/"))
+    for out, extra in (("s3://bkt/out/sub", []),
+                       ("s3://bkt/out/sub", ["--format", "delta", "--run-date", "2026-11-01"])):
+        code, err = invoke([*job, "--out", out, *extra], tmp_path)
+        assert code == 2, err
+        assert "s3://bkt/out/sub: is inside the snim-batch output s3://bkt/out, whose " in err
+    assert sorted(names(s3_env, "out/")) == before
+    assert invoke([*job, "--out", "s3://bkt/out", "--overwrite"], tmp_path)[0] == 0
+    assert invoke([*job, "--out", tmp_path / "local"], tmp_path)[0] == 0
+    code, err = invoke([*job, "--out", tmp_path / "local" / "d", "--format", "delta"], tmp_path)
+    assert code == 2, err
+    assert "is inside the snim-batch output" in err
+    assert sorted(p.name for p in (tmp_path / "local").iterdir()) == [
+        "manifest.json", "rejects.parquet", "sg_tables.parquet", "summary.parquet",
+        "verdicts.parquet"]

@@ -27,9 +27,14 @@ from deltalake.exceptions import DeltaError
 from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, first_line
-from pipeline.io.outputs.commit import refuse_inside_delta_table, remove_dead_staging
+from pipeline.io.outputs.commit import (
+    refuse_inside_delta_table,
+    refuse_inside_snim_output,
+    remove_dead_staging,
+)
 from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, refuse_long_names
 from pipeline.io.outputs.manifest import MANIFEST
+from pipeline.io.outputs.remote_target import refuse_inside_remote_output
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 
@@ -100,6 +105,7 @@ def check_root(root: TableRoot) -> None:
     if root.is_local:
         path = Path(root.uri.removeprefix("file://"))
         refuse_inside_delta_table(path, root.uri)
+        refuse_inside_snim_output(path, root.uri)
         refuse_long_names(path, "--out")
         if path.exists() and not path.is_dir():
             raise OutputError(f"{root.uri}: exists and is not a directory; a Delta table root "
@@ -131,10 +137,10 @@ def check_root(root: TableRoot) -> None:
                               "snim-batch table")
     if not root.is_local:
         _check_remote(root)
-        location = Location.parse(root.uri, Path.cwd())
-        refuse_inside_delta_table(
-            replace(location, options=tuple(sorted((root.storage_options or {}).items()))),
-            root.uri)
+        location = replace(Location.parse(root.uri, Path.cwd()),
+                           options=tuple(sorted((root.storage_options or {}).items())))
+        refuse_inside_delta_table(location, root.uri)
+        refuse_inside_remote_output(location)
 
 
 def _check_remote(root: TableRoot) -> None:

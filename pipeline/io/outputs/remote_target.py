@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import OutputError, SnimError
+from pipeline.errors import OutputError, SnimError, UsageError
 from pipeline.io.outputs.manifest import MANIFEST, RUN_FILE, RUN_ID, few_names, written_by_snim
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
@@ -125,11 +125,26 @@ def _bucket_may_exist(target: Location) -> bool:
         return True
 
 
+def refuse_inside_remote_output(target: Location) -> None:
+    """`commit.refuse_inside_snim_output` for a prefix: a UsageError when a prefix above
+    `target` holds a snim-batch manifest (one GET a prefix above, a miss as a rule)."""
+    parts = target.key.strip("/").split("/")[:-1]
+    for depth in range(len(parts), 0, -1):
+        above = target.at_key("/".join(parts[:depth]))
+        found = read_manifest(above)
+        if found is not None and written_by_snim(found[0]):
+            raise UsageError(f"{target}: is inside the snim-batch output {above}, whose "
+                             "manifest would no longer list all it holds (its next "
+                             "--overwrite would refuse to replace it): choose --out outside "
+                             "every snim-batch output", path=str(target))
+
+
 def target_state(target: Location, overwrite: bool) -> Target:
-    """Check what is at `target` (reads only): its bucket must exist; nothing there, or only
-    dead runs' leftovers, is fine; a snim-batch output whose manifest lists every object
-    below the prefixes it names, each at its recorded size, needs `overwrite`; anything else
-    is refused."""
+    """Check what is at `target` (reads only): not inside another output; its bucket must
+    exist; nothing there, or only dead runs' leftovers, is fine; a snim-batch output whose
+    manifest lists every object below the prefixes it names, each at its recorded size,
+    needs `overwrite`; anything else is refused."""
+    refuse_inside_remote_output(target)
     objects = object_store.list_below(target)
     if not objects and not _bucket_may_exist(target):
         raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist",
