@@ -1105,3 +1105,25 @@ def test_an_output_inside_a_delta_table_on_s3_is_refused(
     code, err = invoke([*base, "--out", "s3://bkt/t/beside"], tmp_path)
     assert code == 0, err
     assert "t/beside/manifest.json" in listing()
+
+
+def test_a_runs_table_that_is_not_ours_is_refused_by_run_and_history(tmp_path: Path) -> None:
+    """A Delta table named runs, partitioned by run_date but without our columns: history
+    says so (exit 1, not an internal error), and a run refuses the root before any work,
+    leaving no table directory behind."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    root = tmp_path / "root"
+    write_deltalake(str(root / "runs"), pa.table({"a": [1, 2], "run_date": pa.array(
+        [date(2026, 1, 1)] * 2, pa.date32())}), partition_by=["run_date"])
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    said = f"{root / 'runs'}: not a snim-batch runs table (no column 'run_id', 'status'"
+    code, err = invoke(["history", root], tmp_path)
+    assert code == 1 and said in err and "internal error" not in err, err
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--format", "delta", "--out", root],
+                       tmp_path)
+    assert code == 1 and said in err and "nothing was written" in err, err
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before

@@ -127,6 +127,10 @@ def check_root(root: TableRoot) -> None:
             partitions = table.metadata().partition_columns
             if name == RUNS:
                 root.seen.setdefault(RUNS, table.version())
+                foreign = _foreign_runs(table)
+                if foreign is not None:
+                    raise OutputError(f"{root.table(name)}: {foreign}; refusing to write "
+                                      "there", written=False)
         except (DeltaError, OSError) as exc:
             raise OutputError(table_failure(root, root.table(name), exc,
                                             "reading the Delta table",
@@ -284,6 +288,28 @@ def require_root(root: TableRoot) -> None:
     if not found:
         raise InputError(f"{root.uri}: not a snim-batch Delta table root (no Delta table "
                          f"'{RUNS}' in it; it is written by `run --format delta`)")
+    try:
+        table = root.open(RUNS)
+    except (DeltaError, OSError) as exc:
+        raise InputError(table_failure(root, root.table(RUNS), exc, "reading the Delta table",
+                                       "cannot read the Delta table")) from None
+    problem = _foreign_runs(table)
+    if problem is not None:
+        raise InputError(f"{root.table(RUNS)}: {problem}")
+
+
+RUNS_KEYS = ("run_id", PARTITION, "status")
+"""Columns every snim-batch runs table has: one without them is someone else's table."""
+
+
+def _foreign_runs(table: DeltaTable) -> str | None:
+    """Why a Delta table named runs is not snim-batch's (columns it lacks), or None."""
+    columns = {field.name for field in table.schema().fields}
+    missing = [name for name in RUNS_KEYS if name not in columns]
+    if not missing:
+        return None
+    return (f"not a snim-batch runs table (no column {', '.join(repr(m) for m in missing)}; "
+            "it is written by `run --format delta`)")
 
 
 def is_table_root(uri: str, storage_options: dict[str, str] | None = None) -> bool:
