@@ -124,6 +124,34 @@ def test_a_driver_heap_too_small_to_start_names_spark_driver_memory(tmp_path):
 
 
 @pytest.mark.spark
+def test_a_master_url_spark_refuses_is_one_line_with_spark_s_own_reason(tmp_path):
+    """A master URL Spark itself refuses (`bogus://x`): the JVM exits before its gateway
+    answers, and the line gives the reason its log has (`Exception in thread "main" ...`),
+    not only that the gateway exited."""
+    result, out = run_cli(tmp_path, {}, "--spark-master", "bogus://x")
+    line = assert_one_line_failure(result, out)
+    assert line.startswith("snim-batch: error: Spark could not start: SparkException: Master "
+                           "must either be yarn or start with spark"), line
+
+
+def test_a_start_failure_whose_text_needs_the_dead_jvm_is_still_one_line(tmp_path):
+    """A Py4J error's text is asked of the JVM; once the JVM is gone, asking raises (here
+    ConnectionRefusedError, after an unreachable master). The failure names what it can
+    instead of becoming an internal error."""
+    from pipeline.engines.spark_session import _start_failure
+
+    class GoneGatewayError(Exception):
+        def __str__(self) -> str:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    log = tmp_path / "spark.log"
+    log.write_text("INFO starting\n")
+    failure = _start_failure(GoneGatewayError(), log)
+    assert str(failure) == ("Spark could not start: GoneGatewayError; check spark.master and "
+                            f"spark.conf (and that Java 17+ is installed) (Spark's log: {log})")
+
+
+@pytest.mark.spark
 def test_a_crashed_python_worker_is_one_line_naming_its_memory_setting(tmp_path):
     hook = tmp_path / "hook"
     hook.mkdir()

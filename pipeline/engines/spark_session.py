@@ -417,8 +417,11 @@ def _start_failure(exc: BaseException, jvm_log: Path | None) -> BaseException:
     if isinstance(exc, KeyboardInterrupt):
         return exc
     logged = _first_error(_read_tail(jvm_log))
-    cause = logged or truncated(str(exc).strip().splitlines()[0] if str(exc).strip()
-                          else type(exc).__name__, 200)
+    try:
+        own = str(exc).strip()
+    except Exception:  # noqa: BLE001 - py4j's str() calls the JVM, which may be gone
+        own = ""
+    cause = logged or truncated(own.splitlines()[0] if own else type(exc).__name__, 200)
     where = f" (Spark's log: {jvm_log})" if jvm_log else ""
     if re.search(_TOO_SMALL, cause):
         return SparkFailure(f"Spark could not start: {cause}; raise spark.driver.memory "
@@ -441,8 +444,8 @@ def _read_tail(path: Path | None) -> str:
 def _first_error(text: str) -> str:
     """The first Java exception named at the start of a line of `text` (its class without
     the package, and its message), cut short; '' if none."""
-    found = re.search(r"^(?:Caused by: )?(?:[\w$]+\.)*([\w$]+(?:Exception|Error)\b.*)$",
-                      text, re.M)
+    found = re.search(r'^(?:Caused by: |Exception in thread "[^"\n]*" )?(?:[\w$]+\.)*'
+                      r"([\w$]+(?:Exception|Error)\b.*)$", text, re.M)
     return truncated(found.group(1).strip(), 200) if found else ""
 
 
