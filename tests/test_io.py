@@ -2305,3 +2305,29 @@ def test_a_stop_during_the_hold_is_delivered_after_it_or_dropped(deliver):
     finally:
         signal.signal(signal.SIGTERM, before)
         signal.signal(signal.SIGHUP, previous_hup)
+
+
+def test_the_staging_directory_is_made_again_if_its_parent_vanished_meanwhile(
+        tmp_path, monkeypatch):
+    """Another run's clean-up of a failure may remove an empty parent this run had just made
+    (both made it for their --out): the staging directory is made once more, parent and
+    all, rather than failing the run; a second loss is the run's error."""
+    import shutil
+
+    real = Path.mkdir
+    lost = []
+
+    def racing(self, *args, **kwargs):
+        if self.name.startswith(".out.partial-") and len(lost) < times:
+            lost.append(self)
+            shutil.rmtree(self.parent)  # the other run's clean-up, just before
+            raise FileNotFoundError(2, "No such file or directory", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", racing)
+    times = 1
+    staging = commit._make_staging(tmp_path / "new" / "out", "run1", "out")
+    assert staging.is_dir() and len(lost) == 1
+    times = 3
+    with pytest.raises(OutputError, match="no such file or directory while creating the staging"):
+        commit._make_staging(tmp_path / "other" / "out", "run2", "out")

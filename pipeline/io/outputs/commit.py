@@ -403,21 +403,19 @@ def _remove_if_empty(directories: list[Path]) -> None:
 def _make_staging(target: Path, run_id: str, shown: str) -> Path:
     parent = target.parent
     staging = parent / f".{target.name}.partial-{os.getpid()}-{run_id}"
-    for attempt in range(2):  # a failed run elsewhere may remove a parent it made meanwhile
-        for doing, make in ((f"creating the directory {parent}",
-                             lambda: parent.mkdir(parents=True, exist_ok=True)),
-                            (f"creating the staging directory {staging}", staging.mkdir)):
-            try:
-                make()
-            except FileNotFoundError as exc:
-                if attempt:
-                    raise failure(shown, doing, *write_cause(exc)) from None
-                break
-            except OSError as exc:
-                raise failure(shown, doing, *write_cause(exc)) from None
-        else:
+    for attempt in (1, 2):  # a failed run's clean-up may remove a parent made meanwhile
+        doing = f"creating the directory {parent}"
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            doing = f"creating the staging directory {staging}"
+            staging.mkdir()
             return staging
-    return staging
+        except FileNotFoundError as exc:
+            if attempt == 2:
+                raise failure(shown, doing, *write_cause(exc)) from None
+        except OSError as exc:
+            raise failure(shown, doing, *write_cause(exc)) from None
+    raise AssertionError("the second attempt returns or raises")
 
 
 def _swap(staging: Path, target: Path) -> Path:
