@@ -342,3 +342,52 @@ def test_an_interrupt_never_lands_inside_a_kernel_call() -> None:
         if proc.poll() is None:
             proc.kill()
     assert (proc.returncode, out, err) == (0, "done\n", "")
+
+
+SLOW_COMMIT = '''
+import sys, time
+import pipeline.io.outputs.commit as commit
+
+real = commit._commit
+
+def slow_commit(*args, **kwargs):
+    sys.stderr.write("TEST: inside the commit's hold\\n")
+    sys.stderr.flush()
+    time.sleep(1.0)
+    return real(*args, **kwargs)
+
+commit._commit = slow_commit
+'''
+
+
+def test_a_stop_during_the_commit_s_hold_is_noted_once_it_is_done(tmp_path: Path) -> None:
+    """SIGTERM while the commit holds the stop signals (the swap made slow here, by a
+    sitecustomize in the real CLI process): the commit completes, the run exits 0 with its
+    result file "succeeded", and says the stop came after the commit. Before, the held
+    signal was dropped: exit 0 and not a word of it."""
+    (tmp_path / "sitecustomize.py").write_text(SLOW_COMMIT)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    sample = root / "data" / "sample"
+    out, result = tmp_path / "out", tmp_path / "result.json"
+    proc = subprocess.Popen([str(CLI_EXE), "run", "--rules", str(sample / "rules.csv"),
+                             "--positions", str(sample / "positions.csv"), "--out", str(out),
+                             "--result-file", str(result)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None and proc.stdout is not None
+    shown = []
+    for said in proc.stderr:
+        shown.append(said)
+        if said.startswith("TEST: inside the commit's hold"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    shown.append(proc.stderr.read())
+    proc.stdout.read()
+    status = proc.wait(timeout=120)
+    text = "".join(shown)
+    assert "TEST: inside the commit's hold" in text, text
+    assert status == 0, text
+    assert "SIGTERM came once the output was committed; the run finished" in text, text
+    assert "nothing was written" not in text
+    assert json.loads(result.read_text())["status"] == "succeeded"
+    assert (out / "manifest.json").is_file()
