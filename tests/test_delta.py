@@ -556,12 +556,15 @@ def counted(real):
 
 delta._commit = counted(delta._commit)
 real_runs = delta._retract_night
+def runs_version(root):
+    tables = delta_tables.TableRoot(root.uri)
+    return tables.open("runs").version() if tables.exists("runs") else None
 def retract(root, night, run_id, base):
     global done
     die_after_commits()
-    before = delta_tables.TableRoot(root.uri).open("runs").version()
+    before = runs_version(root)
     result = real_runs(root, night, run_id, base)
-    if delta_tables.TableRoot(root.uri).open("runs").version() != before:
+    if runs_version(root) != before:
         done += 1
         die_after_commits()
     return result
@@ -628,6 +631,26 @@ def test_sigkill_between_commits_never_lists_a_run_whose_rows_are_missing(
             assert_frame_equal(verdict_rows(night_rows(root, "verdicts", NIGHT_1)),
                                expected_verdicts(rerun))
             assert len(listed) == 1 and listed != [previous.manifest["run_id"]]
+
+
+@pytest.mark.slow
+def test_history_after_a_first_night_killed_between_commits(tmp_path: Path) -> None:
+    """A root whose first run was killed after its first table's commit: history says no
+    night is committed yet (not 'not a root'), and a rerun commits the night."""
+    root = tmp_path / "tables"
+    rules = write_rules(tmp_path / "rules.csv")
+    positions = write_positions(tmp_path / "p.csv", random_positions(3, 40))
+    args = ["run", "--rules", rules, "--positions", positions, "--out", root,
+            "--format", "delta", "--run-date", "2026-11-01"]
+    assert _killed_run(tmp_path, 1, args) == -signal.SIGKILL
+    assert (root / "verdicts").is_dir() and not (root / "runs").exists()
+    code, err = invoke(["history", "tables"], tmp_path)
+    assert code == 1 and "Traceback" not in err
+    assert (f"{root}: no night committed yet (tables verdicts are there but no Delta table "
+            "'runs': the first run stopped before its last commit") in err
+    assert invoke([str(a) for a in args], tmp_path)[0] == 0
+    assert invoke(["history", "tables"], tmp_path)[0] == 0
+    assert history_lines(str(root))[1].split()[0] == "2026-11-01"
 
 
 # The real run, killed by itself once the data files of the first table are written.

@@ -286,8 +286,7 @@ def require_root(root: TableRoot) -> None:
         raise InputError(table_failure(root, root.uri, exc, "reading the table root",
                                        "cannot read")) from None
     if not found:
-        raise InputError(f"{root.uri}: not a snim-batch Delta table root (no Delta table "
-                         f"'{RUNS}' in it; it is written by `run --format delta`)")
+        raise InputError(_no_runs_table(root))
     try:
         table = root.open(RUNS)
     except (DeltaError, OSError) as exc:
@@ -296,6 +295,21 @@ def require_root(root: TableRoot) -> None:
     problem = _foreign_runs(table)
     if problem is not None:
         raise InputError(f"{root.table(RUNS)}: {problem}")
+
+
+def _no_runs_table(root: TableRoot) -> str:
+    """Why a root without a runs table has no history: a first night that never finished
+    (its data tables are there, uncounted), or not a snim-batch root at all."""
+    try:
+        started = [name for name in DATA_TABLES if root.exists(name)]
+    except (DeltaError, OSError):
+        started = []
+    if started:
+        return (f"{root.uri}: no night committed yet (tables {', '.join(started)} are there "
+                f"but no Delta table '{RUNS}': the first run stopped before its last commit; "
+                "a rerun of that night commits it)")
+    return (f"{root.uri}: not a snim-batch Delta table root (no Delta table '{RUNS}' in it; "
+            "it is written by `run --format delta`)")
 
 
 RUNS_KEYS = ("run_id", PARTITION, "status")
