@@ -3,15 +3,15 @@
     python benchmarks/gc_time.py run --rules R --positions P --out O --overwrite --quiet
     python benchmarks/gc_time.py solve < input.txt > /dev/null
 
-Runs the CLI's typer app in this process, with the thread-pool settings `cli.main` makes
-(spinning OpenMP workers would inflate the timed collections) and a `gc.callbacks` timer, and
-prints the command's wall time and the part of it spent in collections, on stderr.
+Runs the CLI's typer app in this process, with the environment the executable sets
+(`terminal.set_process_defaults`: spinning OpenMP workers would inflate the timed collections)
+and a `gc.callbacks` timer, and prints the command's wall time and the part of it spent in
+collections, on stderr.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import time
 
@@ -30,10 +30,10 @@ def _timer(phase: str, info: dict) -> None:
 if __name__ == "__main__":
     gc.callbacks.append(_timer)
     began = time.perf_counter()
-    from pipeline.cli import app
-    from pipeline.terminal import QUIET_THREAD_POOLS
+    from pipeline.terminal import set_process_defaults
 
-    os.environ.update({k: os.environ.get(k, v) for k, v in QUIET_THREAD_POOLS.items()})
+    set_process_defaults()
+    from pipeline.cli import app
 
     try:
         app()

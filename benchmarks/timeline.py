@@ -23,6 +23,13 @@ import time
 sys.path.insert(0, os.getcwd())
 START = time.perf_counter()  # about 25 ms after the interpreter started
 
+try:  # the executable's environment (allocator, thread pools), before polars is imported
+    from pipeline.terminal import set_process_defaults  # noqa: E402
+except ImportError:  # an older checkout: cli.main set the thread pools itself
+    pass
+else:
+    set_process_defaults()
+
 import pipeline.engines.polars_engine as polars_engine  # noqa: E402
 import pipeline.io.inputs.discovery as inputs  # noqa: E402
 import pipeline.run as run  # noqa: E402

@@ -45,7 +45,6 @@ from pipeline.limits import (
 )
 from pipeline.terminal import (
     LOG_FORMAT_ENV,
-    QUIET_THREAD_POOLS,
     STOPPED_BY,
     configure_logging,
     configured_log_format,
@@ -1043,8 +1042,6 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
     import os
     import threading
 
-    for name, value in QUIET_THREAD_POOLS.items():
-        os.environ.setdefault(name, value)
     ended = False  # the command returned or exited: what it printed stands
     late = False  # a stop signal after that: the exit code says it, the output stands
     try:

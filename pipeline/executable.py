@@ -19,10 +19,10 @@ from pipeline.errors import Stopped
 from pipeline.terminal import (
     LOG_FORMAT_ENV,
     LOG_FORMATS,
-    QUIET_THREAD_POOLS,
     configure_logging,
     give_back_stdin,
     say_on_stderr,
+    set_process_defaults,
     stdin_bytes,
     stop_signals_as_interrupts,
     stopped_message,
@@ -32,6 +32,7 @@ from pipeline.terminal import (
 def entry() -> None:  # pragma: no cover - console entry point
     """Set the stop handlers, answer a quick `solve` or import the CLI, run the command."""
     stop_signals_as_interrupts()
+    set_process_defaults()
     try:
         if sys.argv[1:] == ["solve"]:
             _solve_quickly()
@@ -51,8 +52,6 @@ def _solve_quickly() -> None:
     log_format = os.environ.get(LOG_FORMAT_ENV, "text").lower()
     if log_format not in LOG_FORMATS:
         return
-    for name, value in QUIET_THREAD_POOLS.items():  # before the kernels' OpenMP starts
-        os.environ.setdefault(name, value)
     from pipeline.classic.quick import solve_quick
 
     data = stdin_bytes()

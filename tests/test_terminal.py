@@ -355,3 +355,32 @@ def test_json_logs_silence_rust_libraries_unless_asked(monkeypatch, given, after
     configure_logging(quiet=False, verbose=False, log_format="json")
     assert os.environ.get("RUST_LOG") == after
     configure_logging(quiet=False, verbose=False, log_format="text")
+
+
+# The real entry point, run in a child with an audit hook that notes the environment at the
+# moment polars (or numpy) is first imported: the allocator and thread pools read it then.
+_ENV_AT_IMPORT = r"""
+import os, sys
+seen = {}
+def hook(event, args):
+    if event == "import" and args[0] in ("polars", "numpy") and args[0] not in seen:
+        seen[args[0]] = {k: os.environ.get(k) for k in
+                         ("_RJEM_MALLOC_CONF", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS")}
+        print(args[0], repr(seen[args[0]]), file=sys.stderr, flush=True)
+sys.addaudithook(hook)
+sys.argv = ["snim-batch", "grundy", "--moves", "1,2", "--upto", "3"]
+from pipeline.executable import entry
+entry()
+"""
+
+
+def test_the_executable_sets_its_environment_before_polars_and_numpy_load() -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("_RJEM_MALLOC_CONF", "OPENBLAS_NUM_THREADS")}
+    env["OMP_WAIT_POLICY"] = "ACTIVE"  # the user's own setting stays
+    proc = subprocess.run([sys.executable, "-c", _ENV_AT_IMPORT], env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    expected = repr({"_RJEM_MALLOC_CONF": "thp:always", "OMP_WAIT_POLICY": "ACTIVE",
+                     "OPENBLAS_NUM_THREADS": "1"})
+    assert sorted(proc.stderr.splitlines()) == [f"numpy {expected}", f"polars {expected}"]
