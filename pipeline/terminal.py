@@ -489,8 +489,8 @@ PROCESS_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
 pools the job has no use for kept from spinning: numpy's OpenBLAS pool (never called) spins
 at start, and the kernels' OpenMP workers spin between parallel regions on the cores polars
 reads with. Polars' allocator (jemalloc) backs its heap with transparent huge pages where the
-kernel offers them on request (`madvise`): a fresh page costs a fault per 2 MiB, not per
-4 KiB (docs/performance.md)."""
+kernel offers them on request (`madvise`): far fewer page faults for the memory a run touches
+first (docs/performance.md)."""
 
 
 def set_process_defaults() -> None:
