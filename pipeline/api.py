@@ -11,6 +11,7 @@ the command line would show (`pipeline.events.RunEvent`: phases, progress, warni
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -90,6 +91,12 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
     )
 
     given = {"rules": rules, "positions": positions, "out": out}
+    for name, value in {**given, "config_file": config_file}.items():
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise ConfigError(f"{name} must be one path or URL (a str or a path), got "
+                              f"{type(value).__name__} {brief_repr(value)}")
+    _check_texts(engine=engine, on_bad_rows=on_bad_rows, output_format=output_format,
+                 spark_master=spark_master, spark_remote=spark_remote)
     for name, value in given.items():
         if value is not None and not str(value).strip():
             raise UsageError(f"{name} is empty: give a path or URL")
@@ -123,6 +130,15 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
         output=(dataclasses.replace(cfg.output, format=_lower(output_format))
                 if output_format is not None else None),
     )
+
+
+def _check_texts(**values: object) -> None:
+    """Settings given as text must be text: any other value (a list, a number) would be read
+    as its repr, as if the caller had meant it."""
+    for name, value in values.items():
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{name} must be a str, got {type(value).__name__} "
+                              f"{brief_repr(value)}")
 
 
 def _lower(choice: str | None) -> str | None:

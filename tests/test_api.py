@@ -154,6 +154,38 @@ def test_a_flag_must_be_a_bool_not_text_that_reads_as_true(job: Path, name: str,
     assert (job / "out" / "verdicts.parquet").read_bytes() == before
 
 
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("rules", ["rules.csv"], "list ['rules.csv']"),
+    ("positions", 5, "int 5"),
+    ("out", ("out",), "tuple ('out',)"),
+    ("config_file", b"config.yaml", "bytes b'config.yaml'"),
+])
+def test_a_path_must_be_one_path_not_a_list_read_as_a_glob(job: Path, name: str, value: object,
+                                                           shown: str) -> None:
+    """`rules=["rules.csv"]` was the text "['rules.csv']": a glob whose brackets matched any
+    one-letter file or directory, read as the rules with no error. Only a str or a path
+    is taken, and nothing is written."""
+    (job / "r").mkdir()
+    (job / "r" / "other.csv").write_text("rule_set_id,kind,moves\n1,nim,\n")
+    given = {"rules": "rules.csv", "positions": "positions.csv", "out": "out", name: value}
+    with pytest.raises(ConfigError) as bad:
+        evaluate_batch(**given)  # type: ignore[arg-type]
+    assert str(bad.value) == f"{name} must be one path or URL (a str or a path), got {shown}"
+    assert bad.value.exit_code == 2 and not (job / "out").exists()
+    assert evaluate_batch(rules=Path("rules.csv"), positions=job / "positions.csv",
+                          out=Path("out")).exit_code == 0
+
+
+@pytest.mark.parametrize("name", ["engine", "on_bad_rows", "output_format", "spark_master",
+                                  "spark_remote"])
+def test_a_choice_must_be_text(job: Path, name: str) -> None:
+    with pytest.raises(ConfigError) as bad:
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="out",
+                       **{name: ["polars"]})  # type: ignore[arg-type]
+    assert str(bad.value) == f"{name} must be a str, got list ['polars']"
+    assert not (job / "out").exists()
+
+
 def test_arguments_win_over_the_config_file_and_no_file_is_read_unasked(job: Path) -> None:
     """A config file is read only when `config_file` names it (./config.yaml is the command
     line's default, not the API's); an argument wins over its key."""
