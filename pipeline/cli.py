@@ -559,6 +559,7 @@ def run(
     try:
         if result_file is not None:
             _check_result_outside(result_file, cfg.out)
+            _check_result_not_an_input(result_file, cfg)
     except UsageError as exc:  # no result: where it would go is the error
         _fail(exc, verbose)
     try:
@@ -632,6 +633,39 @@ def _check_result_outside(path: Path, out: object) -> None:
         raise UsageError(f"--result-file {brief_repr(str(path))}: is inside the output "
                          f"{out}, whose manifest would not list it (the next --overwrite "
                          "would refuse to replace it): write it beside the output")
+
+
+def _check_result_not_an_input(path: Path, cfg: Any) -> None:
+    """--result-file must not be the config file or a file the run reads: the result would
+    replace it (a failed run's too), and the next night would read JSON. Inputs that cannot
+    be listed are left to the run, which says what is wrong with them."""
+    import os
+
+    from pipeline.errors import SnimError
+    from pipeline.io.inputs.discovery import resolve_inputs
+    from pipeline.io.store.locations import Location
+
+    if not path.is_file():
+        return
+    inputs: list[tuple[str, Path]] = []
+    if cfg.config_file is not None:
+        inputs.append(("config file", cfg.config_file))
+    for what, spec in (("rules", cfg.rules), ("positions", cfg.positions)):
+        if Location.parse(spec, Path.cwd()).is_remote:
+            continue
+        try:
+            found = resolve_inputs(spec, what, cfg.out, cfg.storage_options)
+        except SnimError:
+            continue
+        inputs += [(f"{what} file", source) for source in found if isinstance(source, Path)]
+    for what, source in inputs:
+        try:
+            same = os.path.samefile(path, source)
+        except OSError:
+            continue
+        if same:
+            raise UsageError(f"--result-file {brief_repr(str(path))}: is the run's {what} "
+                             f"{source}, which the result would replace: name another file")
 
 
 def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str | None:
