@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from conftest import invoke, wins, write_csv
+from conftest import invoke, on_small_disk, wins, write_csv
 from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
 
@@ -302,7 +302,9 @@ def test_a_write_failing_inside_a_file_deletes_that_file_too(
     monkeypatch.setattr(delta._FileStats, "add", disk_full_in_the_second_file)
     code, err = rerun(tmp_path, root, "2026-11-02")
     assert code == 1, err
-    assert "No space left on device" in err and "nothing was committed" in err
+    assert re.fullmatch(f"snim-batch: error: {re.escape(str(root))}: no space left on device "
+                        r"while writing the \w+ table's rows; nothing was written \(free space "
+                        r"or choose another --out\)\n", err), err
     assert versions(root) == before
     assert unreferenced_files(root) == {}
 
@@ -689,6 +691,80 @@ def test_sigkill_once_the_data_files_are_written(tmp_path: Path) -> None:
     assert set(pl.read_delta(str(root / "verdicts"))["run_date"]) == {NIGHT_1}
 
 
+
+# The real run, stopped by SIGTERM while it writes the first data file of the night.
+STOPPED_WHILE_WRITING = r"""
+import os, signal, sys
+from pipeline.io.outputs import delta
+
+real = delta._FileStats.add
+def add_then_stop(self, batch):
+    real(self, batch)
+    delta._FileStats.add = real
+    os.kill(os.getpid(), signal.SIGTERM)
+delta._FileStats.add = add_then_stop
+sys.argv = ["snim-batch", *sys.argv[1:]]
+from pipeline.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("root_name", ["tables", "new/a/tables"])
+def test_a_stopped_night_leaves_no_directory_it_made(tmp_path: Path, root_name: str) -> None:
+    """SIGTERM while the verdicts' first data file is written, before any commit: exit 143,
+    "nothing was written", and so it is: no partition directory of the night, no table
+    directory, root or parent the run made (an existing root keeps its first night)."""
+    root = tmp_path / root_name
+    if root_name == "tables":
+        run_night(tmp_path, root, random_positions(1, 50), NIGHT_1)
+    else:
+        write_rules(tmp_path / "rules.csv")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    positions = write_positions(tmp_path / "p2.csv", random_positions(2, 50))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", STOPPED_WHILE_WRITING, "run", "--rules",
+                           tmp_path / "rules.csv", "--positions", positions, "--out", root,
+                           "--format", "delta", "--run-date", "2026-11-02"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert proc.stderr.endswith("stopped by SIGTERM; nothing was written\n"), proc.stderr
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert after == sorted([*before, Path("p2.csv")])
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("free", "doing"), [
+    (0, "writing verdicts.parquet"),  # the staged tables
+    (24576, r"writing the \w+ table's rows"),  # the night's data files in the root
+    (2**20, "reserving room for its commits"),  # the commits' room, held until they start
+    (delta.COMMIT_ROOM + 2**18, None),  # room enough
+])
+def test_a_full_disk_before_the_commits_writes_nothing(tmp_path: Path, free: int,
+                                                       doing: str | None) -> None:
+    """A second night on a disk that fills, at each step before the commits: one line naming
+    the root and the cause, and the disk as it was. The commits' room is held from the last
+    data file to the first commit: a disk that filled between two tables' commits left part
+    of the run in place (the roll-back could not be written either)."""
+    rules = write_rules(tmp_path / "rules.csv")
+    first = write_positions(tmp_path / "p1.csv", random_positions(1, 3000))
+    second = write_positions(tmp_path / "p2.csv", random_positions(2, 3000))
+    root = tmp_path / "disk" / "root"
+
+    def night(positions: Path, when: str) -> list[str]:
+        return ["run", "--rules", str(rules), "--positions", str(positions), "--out", str(root),
+                "--format", "delta", "--run-date", when]
+
+    ran, before, _, rerun, after = on_small_disk(tmp_path, "size=12m", [
+        night(first, "2026-11-01"), ["tree"], ["fill-leaving", str(free)],
+        night(second, "2026-11-02"), ["tree"]])
+    assert ran == [0, ""]
+    if doing is None:
+        assert rerun == [0, ""]
+        return
+    assert rerun[0] == 1
+    assert re.fullmatch(f"snim-batch: error: {re.escape(str(root))}: no space left on device "
+                        f"while {doing}; nothing was written \\(free space or choose another "
+                        r"--out\)\n", rerun[1]), rerun[1]
+    assert after == sorted([*before, "filler"])
 
 def test_a_first_run_killed_before_its_tables_exist_does_not_block_the_root(
         tmp_path: Path) -> None:

@@ -377,9 +377,9 @@ def _remove_stale_staging(out: Path) -> list[str]:
     return [notice for notice in notices if notice]
 
 
-def _missing_directories(directory: Path) -> list[Path]:
+def missing_directories(directory: Path) -> list[Path]:
     """`directory` and those above it that do not exist yet, deepest first: what making
-    it creates, and what a failed run removes again (`_remove_if_empty`)."""
+    it creates, and what a failed run removes again (`remove_if_empty`)."""
     missing = []
     while not os.path.lexists(directory) and directory != directory.parent:
         missing.append(directory)
@@ -387,7 +387,7 @@ def _missing_directories(directory: Path) -> list[Path]:
     return missing
 
 
-def _remove_if_empty(directories: list[Path]) -> None:
+def remove_if_empty(directories: list[Path]) -> None:
     """Remove the directories a failed run created for its output, deepest first, as far
     as they are empty (another run may have put something there meanwhile); one never made
     (the run failed on the way) is passed over."""
@@ -515,11 +515,11 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     for notice in _remove_stale_staging(target):
         on_event(RunEvent.warning(notice))
     _target_state(target, overwrite, shown)
-    created = _missing_directories(target.parent)
+    created = missing_directories(target.parent)
     try:
         staging = _make_staging(target, run_id, shown)
     except BaseException:
-        _remove_if_empty(created)
+        remove_if_empty(created)
         raise
     log.debug("staging the output in %s", staging)
     committed = False
@@ -548,7 +548,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     finally:
         if not committed:
             shutil.rmtree(staging, ignore_errors=True)
-            _remove_if_empty(created)
+            remove_if_empty(created)
 
 
 # zstd at level 1: on verdict tables as fast as snappy, and no larger than zstd's default

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 import uuid
@@ -42,7 +43,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from pipeline.errors import OutputError
 from pipeline.events import OnEvent, ignore, tell_committed
-from pipeline.io.outputs.commit import interrupts_held
+from pipeline.io.outputs.commit import interrupts_held, missing_directories, remove_if_empty
 from pipeline.io.outputs.delta_tables import (
     DATA_TABLES,
     METADATA_KEY,
@@ -53,6 +54,7 @@ from pipeline.io.outputs.delta_tables import (
     run_row,
     table_failure,
 )
+from pipeline.io.outputs.failures import failure, storage_failure, write_cause
 from pipeline.keys import KEYS
 
 log = logging.getLogger(__name__)
@@ -78,8 +80,29 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
     night `run_date`; returns each table's version after its commit. Everything is checked,
     and every data file written, before the first commit; the commits then follow each other
     in milliseconds, with Ctrl-C held from the first to the last."""
-    run_id = manifest["run_id"]
     check_root(root)
+    created = _new_directories(root, run_date)
+    try:
+        return _publish(root, staging, manifest, run_date, on_event)
+    except BaseException:
+        for chain in created:  # a run that committed nothing leaves no empty directory
+            remove_if_empty(chain)
+        raise
+
+
+def _new_directories(root: TableRoot, run_date: date) -> list[list[Path]]:
+    """For each table of a local root, the directories writing its night would create
+    (partition, table, root), deepest first; the root's last."""
+    if not root.is_local:
+        return []
+    partition = f"{PARTITION}={run_date.isoformat()}"
+    return [missing_directories(Path(root.table(name).removeprefix("file://")) / partition)
+            for name in (*DATA_TABLES, RUNS)]
+
+
+def _publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: date,
+             on_event: OnEvent) -> dict[str, int]:
+    run_id = manifest["run_id"]
     expected = _expected_rows(manifest)
     plans = [_plan(root, name, staging / f"{name}.parquet", expected.get(name))
              for name in DATA_TABLES]
@@ -88,12 +111,16 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
     uncommitted: dict[str, list[AddAction]] = {}  # data files no commit added yet
     try:
         for plan in plans:
-            uncommitted[plan.name] = _write_files(root, plan, run_id, run_date)
+            uncommitted[plan.name] = []  # filled file by file: a stop finds them all
+            _write_files(root, plan, run_id, run_date, uncommitted[plan.name])
+        room = _reserve_commit_room(root, staging, uncommitted)
     except BaseException:
         _delete_uncommitted(root, uncommitted)
         raise
     versions: dict[str, int] = {}
     with interrupts_held(deliver=True):
+        if room is not None:
+            room.unlink(missing_ok=True)  # the commits (and a roll-back) take its place
         try:
             previous = _versions_now(root)
             _refuse_moved(root, previous[RUNS])
@@ -120,6 +147,31 @@ def publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date: 
     log.info("committed run %s as night %s to %s (versions %s)", run_id, run_date, root.uri,
              versions)
     return versions
+
+
+COMMIT_ROOM = 8 * 2**20
+COMMIT_ROOM_PER_FILE = 8 * 2**10
+"""Room held on a local root's file system, from the last data file written to the first
+commit: its log entries, the runs table's row and a roll-back's entries need a little
+space, and a disk that fills between two tables' commits leaves part of the run in place."""
+
+
+def _reserve_commit_room(root: TableRoot, staging: Path,
+                         uncommitted: dict[str, list[AddAction]]) -> Path | None:
+    """A file in the staging directory (beside a local root: the same file system) holding
+    the room the commits need, freed just before them; None for an object store. A disk
+    without that room fails the run here, before any commit."""
+    if not root.is_local:
+        return None
+    room = staging / "commit-room"
+    size = COMMIT_ROOM + COMMIT_ROOM_PER_FILE * sum(map(len, uncommitted.values()))
+    try:
+        with open(room, "wb") as fh:
+            os.posix_fallocate(fh.fileno(), 0, size)
+    except OSError as exc:
+        room.unlink(missing_ok=True)
+        raise failure(root.uri, "reserving room for its commits", *write_cause(exc)) from None
+    return room
 
 
 def _versions_now(root: TableRoot) -> dict[str, int | None]:
@@ -343,18 +395,22 @@ class _FileStats:
                            "maxValues": self.high, "nullCount": self.nulls})
 
 
-def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date
-                 ) -> list[AddAction]:
+def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date,
+                 actions: list[AddAction] | None = None) -> list[AddAction]:
     """Write the table's rows for the night as Parquet data files in the table's partition
     directory, streamed (memory holds one batch), not yet part of the table: a reader sees
     them only once `_commit` adds them. Files of a run that dies before its commit are never
-    read (`DeltaTable.vacuum` removes them); on an error they are deleted here."""
+    read (`DeltaTable.vacuum` removes them); on an error they are deleted here. Each file's
+    action is appended to `actions` (when given: the caller's) as soon as the file is whole."""
     uri = root.table(plan.name)
-    if root.is_local:
-        Path(uri.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-    files = pafs.PyFileSystem(DeltaStorageHandler(uri, root.storage_options))
     partition = f"{PARTITION}={run_date.isoformat()}"
-    actions: list[AddAction] = []
+    if root.is_local:  # Arrow's own file system: its errors keep the system's error number
+        directory = Path(uri.removeprefix("file://"))
+        (directory / partition).mkdir(parents=True, exist_ok=True)
+        files = pafs.SubTreeFileSystem(str(directory), pafs.LocalFileSystem())
+    else:
+        files = pafs.PyFileSystem(DeltaStorageHandler(uri, root.storage_options))
+    actions = [] if actions is None else actions  # each file's action once it is whole
     batches = _batches(plan, run_id)
     schema = pa.schema([f for f in plan.schema if f.name != PARTITION])
     path = None
@@ -378,6 +434,10 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date
         if path is not None:  # the file being written when it failed
             with suppress(OSError):
                 files.delete_file(path)
+        full = storage_failure(plan.name, exc) if root.is_local else None
+        if full is not None:  # a full disk, a quota, a read-only file system
+            raise failure(root.uri, f"writing the {plan.name} table's rows", full.cause,
+                          full.no_space) from None
         if isinstance(exc, (DeltaError, OSError, pa.ArrowException)):
             raise OutputError(table_failure(root, uri, exc, "writing the run's rows",
                                             "cannot write the run's rows")

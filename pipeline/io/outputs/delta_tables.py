@@ -26,13 +26,15 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from deltalake.fs import DeltaStorageHandler
 
-from pipeline.errors import InputError, OutputError, UsageError, first_line
+from pipeline.errors import InputError, OutputError, UsageError, WriteFailure, first_line
 from pipeline.io.outputs.commit import (
+    missing_directories,
     refuse_inside_delta_table,
     refuse_inside_snim_output,
     remove_dead_staging,
+    remove_if_empty,
 )
-from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, refuse_long_names
+from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, failure, refuse_long_names
 from pipeline.io.outputs.manifest import MANIFEST
 from pipeline.io.outputs.remote_target import refuse_inside_remote_output
 from pipeline.io.store import object_store
@@ -214,15 +216,20 @@ def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
         temporary = Path(tempfile.gettempdir())
         remove_dead_staging(temporary, _STAGING)
         staging = temporary / f"snim-batch-delta-{os.getpid()}-{run_id}"
+    created = missing_directories(staging.parent)  # a new root's parents
     try:
         staging.mkdir(mode=0o777 if root.is_local else 0o700, parents=True)
     except OSError as exc:
+        remove_if_empty(created)
         raise OutputError(f"{root.uri}: cannot create the staging directory {staging} "
                           f"({exc.strerror})") from None
     try:
         yield staging
+    except WriteFailure as exc:  # a staged table: the message names the root, as others do
+        raise failure(root.uri, exc.doing, exc.cause, exc.no_space) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        remove_if_empty(created)  # kept once they hold the committed root
 
 
 def _remove_stale(target: Path) -> None:

@@ -53,7 +53,7 @@ def write_cause(exc: BaseException) -> tuple[str, bool]:
     return first_line(exc), False
 
 
-def storage_failure(name: str, exc: BaseException) -> OutputError | None:
+def storage_failure(name: str, exc: BaseException) -> WriteFailure | None:
     """The OutputError for `exc` when its message names a storage error (disk full, quota,
     read-only file system, I/O error) met while writing output `name`, else None: for
     engines whose writes also run the computation, so that other failures keep their own
