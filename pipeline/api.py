@@ -90,27 +90,24 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
         resolve_output,
     )
 
-    given = {"rules": rules, "positions": positions, "out": out}
-    for name, value in {**given, "config_file": config_file}.items():
-        if value is not None and not isinstance(value, (str, os.PathLike)):
-            raise ConfigError(f"{name} must be one path or URL (a str or a path), got "
-                              f"{type(value).__name__} {brief_repr(value)}")
+    texts = {"rules": _path_text("rules", rules),
+             "positions": _path_text("positions", positions), "out": _path_text("out", out)}
+    config_text = _path_text("config_file", config_file)
     _check_texts(engine=engine, on_bad_rows=on_bad_rows, output_format=output_format,
                  spark_master=spark_master, spark_remote=spark_remote)
-    for name, value in given.items():
-        if value is not None and not str(value).strip():
+    for name, text in texts.items():
+        if text is not None and not text.strip():
             raise UsageError(f"{name} is empty: give a path or URL")
     for name, flag in (("winning_moves", winning_moves), ("overwrite", overwrite)):
         if flag is not None and not isinstance(flag, bool):  # "false" would read as true
             raise ConfigError(f"{name} must be True or False, got {brief_repr(flag)}")
-    texts = {name: None if value is None else str(value) for name, value in given.items()}
     cwd = Path.cwd()
-    if config_file is not None:
-        cfg = load_config(Path(config_file), texts)
-    elif rules and positions and out:
-        cfg = config_from_dict({name: text for name, text in texts.items()}, "arguments", cwd)
+    if config_text is not None:
+        cfg = load_config(Path(config_text), texts)
+    elif all(texts.values()):
+        cfg = config_from_dict(dict(texts), "arguments", cwd)
     else:
-        missing = ", ".join(name for name, value in given.items() if not value)
+        missing = ", ".join(name for name, text in texts.items() if not text)
         raise UsageError(f"no config file: give config_file, or rules, positions and out "
                          f"({missing} missing)")
     spark = None
@@ -132,13 +129,26 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
     )
 
 
+def _path_text(name: str, value: object) -> str | None:
+    """A path or URL argument as text: a str, or a path (`os.fspath`). Anything else (a list
+    of files, bytes) would be read as its repr, a glob that may match other files. The value
+    is not shown: a URL may hold a token."""
+    if value is None or isinstance(value, str):
+        return value
+    text = os.fspath(value) if isinstance(value, os.PathLike) else None
+    if not isinstance(text, str):
+        raise ConfigError(f"{name} must be one path or URL (a str or a path), got "
+                          f"{type(value).__name__}")
+    return text
+
+
 def _check_texts(**values: object) -> None:
     """Settings given as text must be text: any other value (a list, a number) would be read
-    as its repr, as if the caller had meant it."""
+    as its repr, as if the caller had meant it. The value is not shown (a Spark Connect URL
+    may hold a token)."""
     for name, value in values.items():
         if value is not None and not isinstance(value, str):
-            raise ConfigError(f"{name} must be a str, got {type(value).__name__} "
-                              f"{brief_repr(value)}")
+            raise ConfigError(f"{name} must be a str, got {type(value).__name__}")
 
 
 def _lower(choice: str | None) -> str | None:

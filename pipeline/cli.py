@@ -56,6 +56,7 @@ from pipeline.terminal import (
     printable,
     progress_renderer,
     say_on_stderr,
+    set_process_defaults,
     stdin_bytes,
     stdout_failed,
     stdout_lost,
@@ -636,36 +637,36 @@ def _check_result_outside(path: Path, out: object) -> None:
 
 
 def _check_result_not_an_input(path: Path, cfg: Any) -> None:
-    """--result-file must not be the config file or a file the run reads: the result would
-    replace it (a failed run's too), and the next night would read JSON. Inputs that cannot
-    be listed are left to the run, which says what is wrong with them."""
+    """--result-file must not be a file the run reads (its config file, a rules or positions
+    file, or the file a link among them points to): the result would replace it (a failed
+    run's too), and the next night would read JSON. From the names alone, without listing
+    the inputs: a file of an input directory's kinds below it, or one its glob matches."""
+    import fnmatch
     import os
 
-    from pipeline.errors import SnimError
-    from pipeline.io.inputs.discovery import resolve_inputs
+    from pipeline.io.read.files import CSV_SUFFIXES, PARQUET_SUFFIXES
     from pipeline.io.store.locations import Location
 
     if not path.is_file():
         return
-    inputs: list[tuple[str, Path]] = []
-    if cfg.config_file is not None:
-        inputs.append(("config file", cfg.config_file))
-    for what, spec in (("rules", cfg.rules), ("positions", cfg.positions)):
-        if Location.parse(spec, Path.cwd()).is_remote:
+    entry = Path(os.path.realpath(path.absolute().parent)) / path.name  # what rename replaces
+    for what, spec in (("config file", cfg.config_file), ("--rules", cfg.rules),
+                       ("--positions", cfg.positions)):
+        if spec is None or Location.parse(str(spec), Path.cwd()).is_remote:
             continue
-        try:
-            found = resolve_inputs(spec, what, cfg.out, cfg.storage_options)
-        except SnimError:
-            continue
-        inputs += [(f"{what} file", source) for source in found if isinstance(source, Path)]
-    for what, source in inputs:
-        try:
-            same = os.path.samefile(path, source)
-        except OSError:
-            continue
-        if same:
-            raise UsageError(f"--result-file {brief_repr(str(path))}: is the run's {what} "
-                             f"{source}, which the result would replace: name another file")
+        given = Path(os.path.abspath(spec))
+        if given.is_dir():
+            reads = (Path(os.path.realpath(given)) in entry.parents
+                     and entry.suffix.lower() in PARQUET_SUFFIXES + CSV_SUFFIXES)
+        elif given.exists():
+            reads = entry in (Path(os.path.realpath(given)),
+                              Path(os.path.realpath(given.parent)) / given.name)
+        else:
+            reads = any(fnmatch.fnmatchcase(str(name), str(given))
+                        for name in (entry, Path(os.path.abspath(path))))
+        if reads:
+            raise UsageError(f"--result-file {brief_repr(str(path))}: the run reads it ({what} "
+                             f"{spec}), and the result would replace it: name another file")
 
 
 def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str | None:
@@ -1076,6 +1077,7 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
     import os
     import threading
 
+    set_process_defaults()  # done by the executable already; `python -m pipeline.cli` too
     ended = False  # the command returned or exited: what it printed stands
     late = False  # a stop signal after that: the exit code says it, the output stands
     try:

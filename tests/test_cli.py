@@ -1320,34 +1320,43 @@ def test_a_result_file_inside_the_run_s_own_output_is_refused(cli, small_job, tm
     assert (tmp_path / "other" / "manifest.json").is_file() and (tmp_path / "r2.json").is_file()
 
 
-@pytest.mark.parametrize(("args", "what", "named"), [
-    (["--config", "c.yaml", "--result-file", "positions.csv"], "positions file", "positions.csv"),
-    (["--config", "c.yaml", "--result-file", "c.yaml"], "config file", "c.yaml"),
+@pytest.mark.parametrize(("args", "read_as"), [
+    (["--config", "c.yaml", "--result-file", "positions.csv"], "--positions positions.csv"),
+    (["--config", "c.yaml", "--result-file", "c.yaml"], "config file c.yaml"),
     (["--config", "c.yaml", "--rules", "rul*.csv", "--result-file", "./rules.csv"],
-     "rules file", "rules.csv"),
-    (["--config", "c.yaml", "--positions", "in", "--result-file", "in/p.csv"],
-     "positions file", "in/p.csv"),
-    (["--config", "c.yaml", "--result-file", "link.csv"], "rules file", "rules.csv"),
+     "--rules rul*.csv"),
+    (["--config", "c.yaml", "--positions", "in", "--result-file", "in/deep/p.csv"],
+     "--positions in"),
+    (["--config", "c.yaml", "--rules", "link.csv", "--result-file", "rules.csv"],
+     "--rules link.csv"),
 ])
-def test_a_result_file_that_is_an_input_is_refused(cli, small_job, tmp_path, args, what,
-                                                   named):
+def test_a_result_file_that_is_an_input_is_refused(cli, small_job, tmp_path, args, read_as):
     """The result would replace the file (a failed run's result too) and the next night would
-    read JSON: a file the run reads, however named (a glob, a directory, a link), or its
-    config file, is refused before any work, and every file stays as it was."""
+    read JSON: a file the run reads, however named (a glob, a directory, the file a link
+    points to), or its config file, is refused before any work, and every file stays as it
+    was. A link that is not an input, a JSON file in an input directory, are no input."""
     (tmp_path / "c.yaml").write_text("rules: rules.csv\npositions: positions.csv\nout: o\n")
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "p.csv").write_bytes((tmp_path / "positions.csv").read_bytes())
+    (tmp_path / "in" / "deep").mkdir(parents=True)
+    (tmp_path / "in" / "deep" / "p.csv").write_bytes((tmp_path / "positions.csv").read_bytes())
+    (tmp_path / "in" / "r.json").write_text("{}")
     (tmp_path / "link.csv").symlink_to(tmp_path / "rules.csv")
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     result = cli("run", *args)
     assert result.exit_code == 2, result.output
     shown = repr(str(Path(args[-1])))  # as typer's Path gives it
-    assert result.stderr == (f"snim-batch: error: --result-file {shown}: is the run's "
-                             f"{what} {tmp_path / named}, which the result would replace: "
-                             "name another file\n")
+    *what, spec = read_as.split()
+    read_as = f"{' '.join(what)} {tmp_path / spec}"  # the settings' absolute paths
+    assert result.stderr == (f"snim-batch: error: --result-file {shown}: the run reads it "
+                             f"({read_as}), and the result would replace it: name another "
+                             "file\n")
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     assert not (tmp_path / "o").exists()
-    assert cli("run", "--config", "c.yaml", "--result-file", "r.json").exit_code == 0
+    for fine in ("r.json", "link.csv"):  # link.csv is a link to an input, not one
+        assert cli("run", "--config", "c.yaml", "--overwrite", "--result-file",
+                   fine).exit_code == 0
+    assert (tmp_path / "rules.csv").read_bytes() == before[tmp_path / "rules.csv"]
+    assert cli("run", "--config", "c.yaml", "--positions", "in", "--overwrite",
+               "--result-file", "in/r.json").exit_code == 0
 
 
 def test_verbose_traceback_under_log_format_json_is_one_json_line(cli, tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ a URL with `storage_options` (deltalake's object-store keys).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -43,7 +44,12 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from pipeline.errors import OutputError
 from pipeline.events import OnEvent, ignore, tell_committed
-from pipeline.io.outputs.commit import interrupts_held, missing_directories, remove_if_empty
+from pipeline.io.outputs.commit import (
+    interrupts_held,
+    made_by_live_process,
+    missing_directories,
+    remove_if_empty,
+)
 from pipeline.io.outputs.delta_tables import (
     DATA_TABLES,
     METADATA_KEY,
@@ -113,10 +119,24 @@ def _publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date:
         for plan in plans:
             uncommitted[plan.name] = []  # filled file by file: a stop finds them all
             _write_files(root, plan, run_id, run_date, uncommitted[plan.name])
-        room = _reserve_commit_room(root, staging, uncommitted)
+        room = _reserve_commit_room(root, uncommitted)
     except BaseException:
         _delete_uncommitted(root, uncommitted)
         raise
+    try:
+        return _commit_night(root, plans, uncommitted, room, manifest, run_date, described,
+                             on_event)
+    finally:
+        if room is not None:
+            room.unlink(missing_ok=True)
+
+
+def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, list[AddAction]],
+                  room: Path | None, manifest: dict[str, Any], run_date: date,
+                  described: dict[str, Any], on_event: OnEvent) -> dict[str, int]:
+    """The night's commits, one per table and then the runs table's, with stops held; a
+    failed one puts the tables back (`_roll_back`)."""
+    run_id = manifest["run_id"]
     versions: dict[str, int] = {}
     with interrupts_held(deliver=True):
         if room is not None:
@@ -154,22 +174,36 @@ COMMIT_ROOM_PER_FILE = 8 * 2**10
 """Room held on a local root's file system, from the last data file written to the first
 commit: its log entries, the runs table's row and a roll-back's entries need a little
 space, and a disk that fills between two tables' commits leaves part of the run in place."""
+_ROOM = re.compile(r"\.snim-commit-room-(\d+)")
+_NO_RESERVING = (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
-def _reserve_commit_room(root: TableRoot, staging: Path,
-                         uncommitted: dict[str, list[AddAction]]) -> Path | None:
-    """A file in the staging directory (beside a local root: the same file system) holding
-    the room the commits need, freed just before them; None for an object store. A disk
-    without that room fails the run here, before any commit."""
+def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]]
+                         ) -> Path | None:
+    """A hidden file in a local root (its own file system, whatever mount or link it is)
+    holding the room the commits need, freed just before them; None for an object store or
+    a file system that cannot reserve. A disk without that room fails the run here, before
+    any commit. One left by a killed run (its process gone) is removed first."""
     if not root.is_local:
         return None
-    room = staging / "commit-room"
+    directory = Path(root.uri.removeprefix("file://"))
+    with suppress(OSError):
+        for name in os.listdir(directory):
+            found = _ROOM.fullmatch(name)
+            if found and not made_by_live_process(directory / name, int(found.group(1))):
+                (directory / name).unlink(missing_ok=True)
+    room = directory / f".snim-commit-room-{os.getpid()}"
     size = COMMIT_ROOM + COMMIT_ROOM_PER_FILE * sum(map(len, uncommitted.values()))
     try:
         with open(room, "wb") as fh:
             os.posix_fallocate(fh.fileno(), 0, size)
-    except OSError as exc:
+    except BaseException as exc:
         room.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):  # a stop signal
+            raise
+        if exc.errno in _NO_RESERVING:
+            log.debug("%s: cannot reserve room for the commits (%s)", root.uri, exc.strerror)
+            return None
         raise failure(root.uri, "reserving room for its commits", *write_cause(exc)) from None
     return room
 
@@ -406,7 +440,6 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date,
     partition = f"{PARTITION}={run_date.isoformat()}"
     if root.is_local:  # Arrow's own file system: its errors keep the system's error number
         directory = Path(uri.removeprefix("file://"))
-        (directory / partition).mkdir(parents=True, exist_ok=True)
         files = pafs.SubTreeFileSystem(str(directory), pafs.LocalFileSystem())
     else:
         files = pafs.PyFileSystem(DeltaStorageHandler(uri, root.storage_options))
@@ -415,6 +448,8 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date,
     schema = pa.schema([f for f in plan.schema if f.name != PARTITION])
     path = None
     try:
+        if root.is_local:
+            (directory / partition).mkdir(parents=True, exist_ok=True)
         batch = next(batches, None)
         while batch is not None:
             path = f"{partition}/part-{run_id}-{uuid.uuid4().hex}.zstd.parquet"
