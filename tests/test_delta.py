@@ -766,6 +766,19 @@ def test_a_full_disk_before_the_commits_writes_nothing(tmp_path: Path, free: int
                         r"--out\)\n", rerun[1]), rerun[1]
     assert after == sorted([*before, "filler"])
 
+def test_the_commit_room_of_a_killed_run_is_removed_and_this_run_s_is_freed(
+        tmp_path: Path) -> None:
+    """The room a run holds in the root until its commits (a hidden file named by its pid) is
+    gone once it committed, and one a killed run left (its process gone) goes with the next
+    run; another live process's is kept."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
+    dead, alive = root / ".snim-commit-room-4194304", root / f".snim-commit-room-{os.getppid()}"
+    dead.write_bytes(b"\0" * 4096)
+    alive.write_bytes(b"")
+    run_night(tmp_path, root, random_positions(2, 30), date(2026, 11, 2))
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == [alive.name]
+
 def test_a_first_run_killed_before_its_tables_exist_does_not_block_the_root(
         tmp_path: Path) -> None:
     """The data files a first run wrote before it was killed (no table created yet) are no
