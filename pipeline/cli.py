@@ -637,36 +637,58 @@ def _check_result_outside(path: Path, out: object) -> None:
 
 
 def _check_result_not_an_input(path: Path, cfg: Any) -> None:
-    """--result-file must not be a file the run reads (its config file, a rules or positions
-    file, or the file a link among them points to): the result would replace it (a failed
-    run's too), and the next night would read JSON. From the names alone, without listing
-    the inputs: a file of an input directory's kinds below it, or one its glob matches."""
-    import fnmatch
+    """--result-file must not be a file the run reads: its config file, a rules or positions
+    file (or the file a link among them points to), or a file an input directory or glob
+    would take, now or the next night once the result is there. The result would replace it
+    (a failed run's too), and the next night would read JSON."""
     import os
 
-    from pipeline.io.read.files import CSV_SUFFIXES, PARQUET_SUFFIXES
+    from pipeline.errors import SnimError
+    from pipeline.io.inputs.discovery import resolve_inputs
     from pipeline.io.store.locations import Location
 
-    if not path.is_file():
-        return
     entry = Path(os.path.realpath(path.absolute().parent)) / path.name  # what rename replaces
+    named = Path(os.path.abspath(path))
     for what, spec in (("config file", cfg.config_file), ("--rules", cfg.rules),
                        ("--positions", cfg.positions)):
         if spec is None or Location.parse(str(spec), Path.cwd()).is_remote:
             continue
-        given = Path(os.path.abspath(spec))
-        if given.is_dir():
-            reads = (Path(os.path.realpath(given)) in entry.parents
-                     and entry.suffix.lower() in PARQUET_SUFFIXES + CSV_SUFFIXES)
-        elif given.exists():
-            reads = entry in (Path(os.path.realpath(given)),
-                              Path(os.path.realpath(given.parent)) / given.name)
-        else:
-            reads = any(fnmatch.fnmatchcase(str(name), str(given))
-                        for name in (entry, Path(os.path.abspath(path))))
+        reads = _names_an_input(Path(os.path.abspath(spec)), entry, named)
+        if not reads and what != "config file" and path.is_file() and not path.is_symlink():
+            try:  # a link inside an input directory, or one a glob matches, to this file
+                here = os.stat(path)
+                reads = any(os.path.samestat(here, os.stat(source)) for source in
+                            resolve_inputs(str(spec), what, cfg.out, cfg.storage_options)
+                            if isinstance(source, Path))
+            except (SnimError, OSError):  # the run says what is wrong with its inputs
+                reads = False
         if reads:
             raise UsageError(f"--result-file {brief_repr(str(path))}: the run reads it ({what} "
                              f"{spec}), and the result would replace it: name another file")
+
+
+def _names_an_input(given: Path, entry: Path, named: Path) -> bool:
+    """Whether input `given` (a file, a directory or a glob) is, or would take, the file at
+    `entry` (its directory's links resolved; `named`: as written): the file itself or the
+    one it links to; a .parquet/.pq/.csv file below the directory that no hidden or `_`
+    name hides; a name the glob matches, one path component at a time."""
+    import fnmatch
+    import os
+
+    from pipeline.io.read.files import CSV_SUFFIXES, PARQUET_SUFFIXES
+
+    if given.is_dir():
+        top = Path(os.path.realpath(given))
+        if top not in entry.parents or entry.suffix.lower() not in PARQUET_SUFFIXES + CSV_SUFFIXES:
+            return False
+        return not any(part.startswith((".", "_")) for part in entry.relative_to(top).parts)
+    if given.exists():
+        return entry in (Path(os.path.realpath(given)),
+                         Path(os.path.realpath(given.parent)) / given.name)
+    if "**" in str(given):
+        return any(fnmatch.fnmatchcase(str(p), str(given)) for p in (entry, named))
+    return any(len(p.parts) == len(given.parts) and all(
+        fnmatch.fnmatchcase(a, b) for a, b in zip(p.parts, given.parts)) for p in (entry, named))
 
 
 def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str | None:

@@ -1329,6 +1329,10 @@ def test_a_result_file_inside_the_run_s_own_output_is_refused(cli, small_job, tm
      "--positions in"),
     (["--config", "c.yaml", "--rules", "link.csv", "--result-file", "rules.csv"],
      "--rules link.csv"),
+    (["--config", "c.yaml", "--positions", "pos/p*.csv", "--result-file", "pos/p9.csv"],
+     "--positions pos/p*.csv"),  # not there yet: the next night would read it
+    (["--config", "c.yaml", "--positions", "lk", "--result-file", "ext/real.csv"],
+     "--positions lk"),  # lk/p.csv links to it
 ])
 def test_a_result_file_that_is_an_input_is_refused(cli, small_job, tmp_path, args, read_as):
     """The result would replace the file (a failed run's result too) and the next night would
@@ -1340,6 +1344,12 @@ def test_a_result_file_that_is_an_input_is_refused(cli, small_job, tmp_path, arg
     (tmp_path / "in" / "deep" / "p.csv").write_bytes((tmp_path / "positions.csv").read_bytes())
     (tmp_path / "in" / "r.json").write_text("{}")
     (tmp_path / "link.csv").symlink_to(tmp_path / "rules.csv")
+    (tmp_path / "pos").mkdir()
+    (tmp_path / "pos" / "p1.csv").write_bytes((tmp_path / "positions.csv").read_bytes())
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "real.csv").write_bytes((tmp_path / "positions.csv").read_bytes())
+    (tmp_path / "lk").mkdir()
+    (tmp_path / "lk" / "p.csv").symlink_to(tmp_path / "ext" / "real.csv")
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     result = cli("run", *args)
     assert result.exit_code == 2, result.output
@@ -1355,8 +1365,11 @@ def test_a_result_file_that_is_an_input_is_refused(cli, small_job, tmp_path, arg
         assert cli("run", "--config", "c.yaml", "--overwrite", "--result-file",
                    fine).exit_code == 0
     assert (tmp_path / "rules.csv").read_bytes() == before[tmp_path / "rules.csv"]
-    assert cli("run", "--config", "c.yaml", "--positions", "in", "--overwrite",
-               "--result-file", "in/r.json").exit_code == 0
+    for fine in ("in/r.json", "in/.hidden.csv", "in/_x.csv"):  # names the run does not read
+        assert cli("run", "--config", "c.yaml", "--positions", "in", "--overwrite",
+                   "--result-file", fine).exit_code == 0
+    assert cli("run", "--config", "c.yaml", "--positions", str(tmp_path / "p*.csv"),
+               "--overwrite", "--result-file", "pos/p2.csv").exit_code == 0  # `*` is no `/`
 
 
 def test_verbose_traceback_under_log_format_json_is_one_json_line(cli, tmp_path, monkeypatch):

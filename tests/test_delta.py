@@ -709,9 +709,29 @@ main()
 """
 
 
-@pytest.mark.parametrize("root_name", ["tables", "new/a/tables"])
-def test_a_stopped_night_leaves_no_directory_it_made(tmp_path: Path, root_name: str) -> None:
-    """SIGTERM while the verdicts' first data file is written, before any commit: exit 143,
+# The real run, stopped by SIGTERM once its commit room is held, before the commits begin.
+STOPPED_BEFORE_COMMITS = r"""
+import os, signal, sys
+from pipeline.io.outputs import delta
+
+real = delta._commit_night
+def stop_then_commit(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args, **kwargs)
+delta._commit_night = stop_then_commit
+sys.argv = ["snim-batch", *sys.argv[1:]]
+from pipeline.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("root_name", "script"), [
+    ("tables", STOPPED_WHILE_WRITING), ("new/a/tables", STOPPED_WHILE_WRITING),
+    ("tables", STOPPED_BEFORE_COMMITS)])
+def test_a_stopped_night_leaves_no_directory_it_made(tmp_path: Path, root_name: str,
+                                                      script: str) -> None:
+    """SIGTERM while the verdicts' first data file is written, or once every data file is
+    written and the commits' room is held, before any commit: exit 143,
     "nothing was written", and so it is: no partition directory of the night, no table
     directory, root or parent the run made (an existing root keeps its first night)."""
     root = tmp_path / root_name
@@ -722,7 +742,7 @@ def test_a_stopped_night_leaves_no_directory_it_made(tmp_path: Path, root_name: 
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     positions = write_positions(tmp_path / "p2.csv", random_positions(2, 50))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run([sys.executable, "-c", STOPPED_WHILE_WRITING, "run", "--rules",
+    proc = subprocess.run([sys.executable, "-c", script, "run", "--rules",
                            tmp_path / "rules.csv", "--positions", positions, "--out", root,
                            "--format", "delta", "--run-date", "2026-11-02"],
                           env=env, capture_output=True, text=True, timeout=300)

@@ -114,21 +114,20 @@ def _publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date:
              for name in DATA_TABLES]
     described = {"run_id": run_id, "run_date": run_date.isoformat(),
                  "status": manifest["status"], **_run_counts(manifest)}
-    uncommitted: dict[str, list[AddAction]] = {}  # data files no commit added yet
+    uncommitted: dict[str, list[AddAction]] = {}  # data files no commit was tried for yet
     try:
         for plan in plans:
             uncommitted[plan.name] = []  # filled file by file: a stop finds them all
             _write_files(root, plan, run_id, run_date, uncommitted[plan.name])
         room = _reserve_commit_room(root, uncommitted)
-    except BaseException:
-        _delete_uncommitted(root, uncommitted)
-        raise
-    try:
         return _commit_night(root, plans, uncommitted, room, manifest, run_date, described,
                              on_event)
+    except BaseException:  # a stop before the commits too: no file of the run stays
+        _delete_uncommitted(root, uncommitted)
+        raise
     finally:
-        if room is not None:
-            room.unlink(missing_ok=True)
+        if root.is_local:
+            _room_path(root).unlink(missing_ok=True)
 
 
 def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, list[AddAction]],
@@ -178,6 +177,10 @@ _ROOM = re.compile(r"\.snim-commit-room-(\d+)")
 _NO_RESERVING = (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
+def _room_path(root: TableRoot) -> Path:
+    return Path(root.uri.removeprefix("file://")) / f".snim-commit-room-{os.getpid()}"
+
+
 def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]]
                          ) -> Path | None:
     """A hidden file in a local root (its own file system, whatever mount or link it is)
@@ -186,13 +189,12 @@ def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]
     any commit. One left by a killed run (its process gone) is removed first."""
     if not root.is_local:
         return None
-    directory = Path(root.uri.removeprefix("file://"))
+    room = _room_path(root)
     with suppress(OSError):
-        for name in os.listdir(directory):
+        for name in os.listdir(room.parent):
             found = _ROOM.fullmatch(name)
-            if found and not made_by_live_process(directory / name, int(found.group(1))):
-                (directory / name).unlink(missing_ok=True)
-    room = directory / f".snim-commit-room-{os.getpid()}"
+            if found and not made_by_live_process(room.parent / name, int(found.group(1))):
+                (room.parent / name).unlink(missing_ok=True)
     size = COMMIT_ROOM + COMMIT_ROOM_PER_FILE * sum(map(len, uncommitted.values()))
     try:
         with open(room, "wb") as fh:

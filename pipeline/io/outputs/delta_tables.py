@@ -34,7 +34,13 @@ from pipeline.io.outputs.commit import (
     remove_dead_staging,
     remove_if_empty,
 )
-from pipeline.io.outputs.failures import FILES_DEPTH, PID_WIDTH, failure, refuse_long_names
+from pipeline.io.outputs.failures import (
+    FILES_DEPTH,
+    PID_WIDTH,
+    failure,
+    refuse_long_names,
+    write_cause,
+)
 from pipeline.io.outputs.manifest import MANIFEST
 from pipeline.io.outputs.remote_target import refuse_inside_remote_output
 from pipeline.io.store import object_store
@@ -218,12 +224,11 @@ def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
         staging = temporary / f"snim-batch-delta-{os.getpid()}-{run_id}"
     created = missing_directories(staging.parent)  # a new root's parents
     try:
-        staging.mkdir(mode=0o777 if root.is_local else 0o700, parents=True)
-    except OSError as exc:
-        remove_if_empty(created)
-        raise OutputError(f"{root.uri}: cannot create the staging directory {staging} "
-                          f"({exc.strerror})") from None
-    try:
+        try:
+            staging.mkdir(mode=0o777 if root.is_local else 0o700, parents=True)
+        except OSError as exc:
+            raise failure(root.uri, f"creating the staging directory {staging}",
+                          *write_cause(exc)) from None
         yield staging
     except WriteFailure as exc:  # a staged table: the message names the root, as others do
         raise failure(root.uri, exc.doing, exc.cause, exc.no_space) from None
