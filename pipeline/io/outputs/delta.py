@@ -46,7 +46,6 @@ from pipeline.errors import OutputError
 from pipeline.events import OnEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import (
     interrupts_held,
-    made_by_live_process,
     missing_directories,
     remove_if_empty,
 )
@@ -57,6 +56,7 @@ from pipeline.io.outputs.delta_tables import (
     RUNS,
     TableRoot,
     check_root,
+    commit_room,
     run_row,
     table_failure,
 )
@@ -127,7 +127,7 @@ def _publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date:
         raise
     finally:
         if root.is_local:
-            _room_path(root).unlink(missing_ok=True)
+            commit_room(root).unlink(missing_ok=True)
 
 
 def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, list[AddAction]],
@@ -173,12 +173,7 @@ COMMIT_ROOM_PER_FILE = 8 * 2**10
 """Room held on a local root's file system, from the last data file written to the first
 commit: its log entries, the runs table's row and a roll-back's entries need a little
 space, and a disk that fills between two tables' commits leaves part of the run in place."""
-_ROOM = re.compile(r"\.snim-commit-room-(\d+)")
 _NO_RESERVING = (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
-
-
-def _room_path(root: TableRoot) -> Path:
-    return Path(root.uri.removeprefix("file://")) / f".snim-commit-room-{os.getpid()}"
 
 
 def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]]
@@ -186,15 +181,10 @@ def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]
     """A hidden file in a local root (its own file system, whatever mount or link it is)
     holding the room the commits need, freed just before them; None for an object store or
     a file system that cannot reserve. A disk without that room fails the run here, before
-    any commit. One left by a killed run (its process gone) is removed first."""
+    any commit. One a killed run left goes with the next run's staging directory."""
     if not root.is_local:
         return None
-    room = _room_path(root)
-    with suppress(OSError):
-        for name in os.listdir(room.parent):
-            found = _ROOM.fullmatch(name)
-            if found and not made_by_live_process(room.parent / name, int(found.group(1))):
-                (room.parent / name).unlink(missing_ok=True)
+    room = commit_room(root)
     size = COMMIT_ROOM + COMMIT_ROOM_PER_FILE * sum(map(len, uncommitted.values()))
     try:
         with open(room, "wb") as fh:

@@ -13,7 +13,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
@@ -28,6 +28,7 @@ from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, WriteFailure, first_line
 from pipeline.io.outputs.commit import (
+    made_by_live_process,
     missing_directories,
     refuse_inside_delta_table,
     refuse_inside_snim_output,
@@ -238,8 +239,23 @@ def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
 
 
 def _remove_stale(target: Path) -> None:
+    """What killed runs left: their staging directories beside the root, and the room a run
+    holds in the root until its commits (`commit_room`): 8 MiB a disk may need back."""
     remove_dead_staging(target.parent,
                         re.compile(rf"\.{re.escape(target.name)}\.delta-staging-(\d+)-.*"))
+    with suppress(OSError):
+        for name in os.listdir(target):
+            found = _ROOM.fullmatch(name)
+            if found and not made_by_live_process(target / name, int(found.group(1))):
+                (target / name).unlink(missing_ok=True)
+
+
+_ROOM = re.compile(r"\.snim-commit-room-(\d+)")
+
+
+def commit_room(root: TableRoot) -> Path:
+    """Where a run holds room for its commits in a local root (delta.publish)."""
+    return Path(root.uri.removeprefix("file://")) / f".snim-commit-room-{os.getpid()}"
 
 
 def run_row(manifest: dict[str, Any], run_date: date, versions: dict[str, int]) -> pa.Table:
