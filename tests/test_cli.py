@@ -1370,6 +1370,15 @@ def test_a_result_file_that_is_an_input_is_refused(cli, small_job, tmp_path, arg
                    "--result-file", fine).exit_code == 0
     assert cli("run", "--config", "c.yaml", "--positions", str(tmp_path / "p*.csv"),
                "--overwrite", "--result-file", "pos/p2.csv").exit_code == 0  # `*` is no `/`
+    (tmp_path / "pos" / "p2.csv").unlink()  # that result: pos/ would read it as input
+    assert cli("run", "--config", "c.yaml", "--positions", "pos/**/*.csv", "--overwrite",
+               "--result-file", "pos/new.csv").exit_code == 2  # `**`: no directory too
+    assert cli("run", "--config", "c.yaml", "--positions", "pos/**", "--overwrite",
+               "--result-file", "pos/run.json").exit_code == 0  # `**` takes data files
+    os.link(tmp_path / "pos" / "p1.csv", tmp_path / "hard.csv")  # a rename leaves p1.csv be
+    assert cli("run", "--config", "c.yaml", "--positions", "pos", "--overwrite",
+               "--result-file", "hard.csv").exit_code == 0
+    assert (tmp_path / "pos" / "p1.csv").read_bytes() == before[tmp_path / "pos" / "p1.csv"]
 
 
 def test_verbose_traceback_under_log_format_json_is_one_json_line(cli, tmp_path, monkeypatch):
