@@ -644,7 +644,7 @@ def _check_result_not_an_input(path: Path, cfg: Any) -> None:
     import os
 
     from pipeline.errors import SnimError
-    from pipeline.io.inputs.discovery import resolve_inputs
+    from pipeline.io.inputs.discovery import resolve_inputs, takes_by_name
     from pipeline.io.store.locations import Location
 
     entry = Path(os.path.realpath(path.absolute().parent)) / path.name  # what rename replaces
@@ -653,7 +653,7 @@ def _check_result_not_an_input(path: Path, cfg: Any) -> None:
                        ("--positions", cfg.positions)):
         if spec is None or Location.parse(str(spec), Path.cwd()).is_remote:
             continue
-        reads = _names_an_input(Path(os.path.abspath(spec)), entry, named)
+        reads = takes_by_name(Path(os.path.abspath(spec)), entry, named)
         if not reads and what != "config file" and path.is_file() and not path.is_symlink():
             try:  # a link inside an input directory, or one a glob matches, to this file
                 reads = any(Path(os.path.realpath(source)) == entry for source in
@@ -664,61 +664,6 @@ def _check_result_not_an_input(path: Path, cfg: Any) -> None:
         if reads:
             raise UsageError(f"--result-file {brief_repr(str(path))}: the run reads it ({what} "
                              f"{spec}), and the result would replace it: name another file")
-
-
-def _names_an_input(given: Path, entry: Path, named: Path) -> bool:
-    """Whether input `given` (a file, a directory or a glob) is, or would take, the file at
-    `entry` (its directory's links resolved; `named`: as written): the file itself or the
-    one it links to; a .parquet/.pq/.csv file below the directory that no hidden or `_`
-    name hides; for a glob, what discovery's match would take (`_glob_takes`)."""
-    import os
-
-    if given.is_dir():
-        top = Path(os.path.realpath(given))
-        return top in entry.parents and _taken_below(entry.relative_to(top).parts)
-    if given.exists():
-        return entry in (Path(os.path.realpath(given)),
-                         Path(os.path.realpath(given.parent)) / given.name)
-    parts = given.parts
-    fixed = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")),
-                 len(parts))
-    resolved = Path(os.path.realpath(Path(*parts[:fixed]))).parts + parts[fixed:]
-    return any(_glob_takes(pattern, path.parts) for pattern in (resolved, parts)
-               for path in (entry, named))
-
-
-def _taken_below(parts: tuple[str, ...]) -> bool:
-    """Whether a directory listing takes the file at `parts` below it: no hidden or `_`
-    name on the way, and a data file's suffix."""
-    from pipeline.io.read.files import CSV_SUFFIXES, PARQUET_SUFFIXES
-
-    return (bool(parts) and not any(part.startswith((".", "_")) for part in parts)
-            and parts[-1].lower().endswith(PARQUET_SUFFIXES + CSV_SUFFIXES))
-
-
-def _glob_takes(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
-    """Whether the glob `pattern` takes the file `parts` (both split from the root), as
-    `discovery` matches on names: a literal component is itself, `*`, `?`, `[...]` one name
-    that is not hidden (unless the pattern's is), `**` any depth of directories (this one
-    too; at the end, every data file below), and a matched directory all data files below."""
-    import fnmatch
-
-    if not pattern:
-        return not parts or _taken_below(parts)
-    if not parts:
-        return False
-    head, rest = pattern[0], pattern[1:]
-    if not any(c in head for c in "*?["):
-        return parts[0] == head and _glob_takes(rest, parts[1:])
-    if head == "**":
-        if not rest:
-            return _taken_below(parts)
-        return _glob_takes(rest, parts) or (
-            len(parts) > 1 and not parts[0].startswith((".", "_"))
-            and _glob_takes(pattern, parts[1:]))
-    hidden = parts[0].startswith((".", "_")) and not head.startswith(parts[0][0])
-    return (not hidden and fnmatch.fnmatchcase(parts[0], head)
-            and _glob_takes(rest, parts[1:]))
 
 
 def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str | None:

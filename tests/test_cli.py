@@ -1392,33 +1392,3 @@ def test_verbose_traceback_under_log_format_json_is_one_json_line(cli, tmp_path,
     [trace] = [r for r in records if r["message"].startswith("Traceback (most recent call")]
     assert "InputError" in trace["message"] and "\n" in trace["message"]
 
-
-def test_the_result_file_check_agrees_with_discovery_on_globs(tmp_path):
-    """Which existing files an input glob or directory takes, judged from names alone by the
-    --result-file check, is what discovery (the run's own reader of the inputs) takes: over
-    a tree with hidden and `_` names, nested directories, non-data files and a linked
-    directory, for each glob form discovery knows."""
-    from pipeline.cli import _names_an_input
-    from pipeline.errors import InputError
-    from pipeline.io.inputs.discovery import resolve_inputs
-
-    files = ["data/p.csv", "data/run.json", "data/_x.csv", "data/.h.csv", "data/2026-12/a.csv",
-             "data/2026-12/b.parquet", "data/sub/deep/c.csv", "data/sub/_hid/d.csv",
-             "other/e.csv", "data/q.pq", "data/2026-11.csv"]
-    for name in files:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("x")
-    (tmp_path / "lk").symlink_to(tmp_path / "data")
-    specs = ["data", "lk", "data/*", "data/*.csv", "data/**", "data/**/*.csv", "data/2026*",
-             "lk/*", "lk/**", "data/*/*.csv", "data/s*/**", "*/p.csv", "data/?.csv",
-             "data/p.csv", "lk/p.csv"]
-    for spec in specs:
-        given = tmp_path / spec
-        try:
-            taken = {os.path.realpath(p) for p in resolve_inputs(str(given), "positions")}
-        except InputError:
-            taken = set()
-        for name in files:
-            entry = Path(os.path.realpath(tmp_path / name))
-            assert _names_an_input(given, entry, tmp_path / name) == (str(entry) in taken), (
-                spec, name)

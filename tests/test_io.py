@@ -2331,3 +2331,32 @@ def test_the_staging_directory_is_made_again_if_its_parent_vanished_meanwhile(
     times = 3
     with pytest.raises(OutputError, match="no such file or directory while creating the staging"):
         commit._make_staging(tmp_path / "other" / "out", "run2", "out")
+
+
+def test_takes_by_name_agrees_with_the_finder_on_every_glob_form(tmp_path: Path) -> None:
+    """Which existing files an input glob or directory takes, judged from names alone
+    (`takes_by_name`, for run --result-file), is what the finder itself lists: over
+    a tree with hidden and `_` names, nested directories, non-data files and a linked
+    directory, for each glob form discovery knows."""
+    from pipeline.io.inputs.discovery import resolve_inputs, takes_by_name
+
+    files = ["data/p.csv", "data/run.json", "data/_x.csv", "data/.h.csv", "data/2026-12/a.csv",
+             "data/2026-12/b.parquet", "data/sub/deep/c.csv", "data/sub/_hid/d.csv",
+             "other/e.csv", "data/q.pq", "data/2026-11.csv"]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "lk").symlink_to(tmp_path / "data")
+    specs = ["data", "lk", "data/*", "data/*.csv", "data/**", "data/**/*.csv", "data/2026*",
+             "lk/*", "lk/**", "data/*/*.csv", "data/s*/**", "*/p.csv", "data/?.csv",
+             "data/p.csv", "lk/p.csv"]
+    for spec in specs:
+        given = tmp_path / spec
+        try:
+            taken = {os.path.realpath(p) for p in resolve_inputs(str(given), "positions")}
+        except InputError:
+            taken = set()
+        for name in files:
+            entry = Path(os.path.realpath(tmp_path / name))
+            assert takes_by_name(given, entry, tmp_path / name) == (str(entry) in taken), (
+                spec, name)

@@ -296,5 +296,55 @@ class _InputFinder:
         return "; skipped " + ", ".join(parts) if parts else ""
 
 
+def takes_by_name(given: Path, entry: Path, named: Path) -> bool:
+    """Whether input `given` (a file, a directory or a glob, absolute) is, or would take, the
+    file at `entry` (its directory's links resolved; `named`: as written), from the names
+    alone, by the rules `_InputFinder` lists files with, so also for a file not there yet:
+    the file itself or the one it links to; a .parquet/.pq/.csv file below the directory
+    that no hidden or `_` name hides; for a glob, what `_InputFinder.match` would take."""
+    if given.is_dir():
+        top = Path(os.path.realpath(given))
+        return top in entry.parents and _taken_below(entry.relative_to(top).parts)
+    if given.exists():
+        return entry in (Path(os.path.realpath(given)),
+                         Path(os.path.realpath(given.parent)) / given.name)
+    parts = given.parts
+    fixed = next((i for i, part in enumerate(parts) if any(c in part for c in GLOB_CHARS)),
+                 len(parts))
+    resolved = Path(os.path.realpath(Path(*parts[:fixed]))).parts + parts[fixed:]
+    return any(_glob_takes(pattern, path.parts) for pattern in (resolved, parts)
+               for path in (entry, named))
+
+
+def _taken_below(parts: tuple[str, ...]) -> bool:
+    """Whether a directory listing takes the file at `parts` below it: no hidden or `_`
+    name on the way, and a data file's suffix."""
+    return (bool(parts) and not any(part.startswith((".", "_")) for part in parts)
+            and parts[-1].lower().endswith(_INPUT_SUFFIXES))
+
+
+def _glob_takes(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
+    """Whether the glob `pattern` takes the file `parts` (both split from the root), as
+    `_InputFinder.match` does on names: a literal component is itself, `*`, `?`, `[...]` one name
+    that is not hidden (unless the pattern's is), `**` any depth of directories (this one
+    too; at the end, every data file below), and a matched directory all data files below."""
+    if not pattern:
+        return not parts or _taken_below(parts)
+    if not parts:
+        return False
+    head, rest = pattern[0], pattern[1:]
+    if not any(c in head for c in GLOB_CHARS):
+        return parts[0] == head and _glob_takes(rest, parts[1:])
+    if head == "**":
+        if not rest:
+            return _taken_below(parts)
+        return _glob_takes(rest, parts) or (
+            len(parts) > 1 and not parts[0].startswith((".", "_"))
+            and _glob_takes(pattern, parts[1:]))
+    hidden = parts[0].startswith((".", "_")) and not head.startswith(parts[0][0])
+    return (not hidden and fnmatch.fnmatchcase(parts[0], head)
+            and _glob_takes(rest, parts[1:]))
+
+
 def first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
