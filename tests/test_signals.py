@@ -259,18 +259,7 @@ def test_a_stop_once_the_output_is_committed_leaves_a_committed_run(
     proc = subprocess.Popen([str(CLI_EXE), *args, "--progress-every", "0", "--result-file",
                              str(result)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    assert proc.stderr is not None and proc.stdout is not None
-    shown = []
-    for said in proc.stderr:
-        shown.append(said)
-        if line in said:
-            time.sleep(delay)
-            proc.send_signal(signal.SIGTERM)
-            break
-    shown.append(proc.stderr.read())
-    proc.stdout.read()
-    status = proc.wait(timeout=120)
-    text = "".join(shown)
+    status, text = _sigterm_once_said(proc, lambda said: line in said, delay)
     stopped = assert_clean_stop_or_complete(status, text, out, before, signal.SIGTERM, line)
     assert json.loads(result.read_text())["status"] == ("stopped" if stopped else "succeeded")
     if line == "commit done":
@@ -374,20 +363,27 @@ def test_a_stop_during_the_commit_s_hold_is_noted_once_it_is_done(tmp_path: Path
                              "--positions", str(sample / "positions.csv"), "--out", str(out),
                              "--result-file", str(result)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
-    assert proc.stderr is not None and proc.stdout is not None
-    shown = []
-    for said in proc.stderr:
-        shown.append(said)
-        if said.startswith("TEST: inside the commit's hold"):
-            proc.send_signal(signal.SIGTERM)
-            break
-    shown.append(proc.stderr.read())
-    proc.stdout.read()
-    status = proc.wait(timeout=120)
-    text = "".join(shown)
+    status, text = _sigterm_once_said(
+        proc, lambda said: said.startswith("TEST: inside the commit's hold"))
     assert "TEST: inside the commit's hold" in text, text
     assert status == 0, text
     assert "SIGTERM came once the output was committed; the run finished" in text, text
     assert "nothing was written" not in text
     assert json.loads(result.read_text())["status"] == "succeeded"
     assert (out / "manifest.json").is_file()
+
+
+def _sigterm_once_said(proc: subprocess.Popen, said_it, delay: float = 0.0) -> tuple[int, str]:
+    """SIGTERM to `proc` `delay` s after the first stderr line `said_it` accepts; then its
+    exit status and all it said on stderr (stdout drained)."""
+    assert proc.stderr is not None and proc.stdout is not None
+    shown = []
+    for said in proc.stderr:
+        shown.append(said)
+        if said_it(said):
+            time.sleep(delay)
+            proc.send_signal(signal.SIGTERM)
+            break
+    shown.append(proc.stderr.read())
+    proc.stdout.read()
+    return proc.wait(timeout=120), "".join(shown)
