@@ -14,7 +14,7 @@ import signal
 import stat
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import polars as pl
@@ -156,15 +156,21 @@ def _process_start(pid: int) -> float | None:
 
 def remove_dead_staging(directory: Path, pattern: re.Pattern[str]) -> None:
     """Remove the entries of `directory` that `pattern` names (its first group: the pid of the
-    process that made them) whose process is gone: what a killed writer left, provably ours."""
+    process that made them) whose process is gone: what a killed writer left, provably ours
+    (a staging directory, or a file)."""
     try:
         names = os.listdir(directory)
     except OSError:
         return
     for name in names:
         found = pattern.fullmatch(name)
-        if found and not made_by_live_process(directory / name, int(found.group(1))):
-            shutil.rmtree(directory / name, ignore_errors=True)
+        entry = directory / name
+        if found and not made_by_live_process(entry, int(found.group(1))):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with suppress(OSError):
+                    entry.unlink()
 
 
 def output_target(out: Path) -> Path:

@@ -119,27 +119,24 @@ def _publish(root: TableRoot, staging: Path, manifest: dict[str, Any], run_date:
         for plan in plans:
             uncommitted[plan.name] = []  # filled file by file: a stop finds them all
             _write_files(root, plan, run_id, run_date, uncommitted[plan.name])
-        room = _reserve_commit_room(root, uncommitted)
-        return _commit_night(root, plans, uncommitted, room, manifest, run_date, described,
-                             on_event)
+        _reserve_commit_room(root, uncommitted)
+        return _commit_night(root, plans, uncommitted, manifest, run_date, described, on_event)
     except BaseException:  # a stop before the commits too: no file of the run stays
         _delete_uncommitted(root, uncommitted)
         raise
     finally:
-        if root.is_local:
-            commit_room(root).unlink(missing_ok=True)
+        _free_commit_room(root)
 
 
 def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, list[AddAction]],
-                  room: Path | None, manifest: dict[str, Any], run_date: date,
-                  described: dict[str, Any], on_event: OnEvent) -> dict[str, int]:
+                  manifest: dict[str, Any], run_date: date, described: dict[str, Any],
+                  on_event: OnEvent) -> dict[str, int]:
     """The night's commits, one per table and then the runs table's, with stops held; a
     failed one puts the tables back (`_roll_back`)."""
     run_id = manifest["run_id"]
     versions: dict[str, int] = {}
     with interrupts_held(deliver=True):
-        if room is not None:
-            room.unlink(missing_ok=True)  # the commits (and a roll-back) take its place
+        _free_commit_room(root)  # the commits (and a roll-back) take its place
         try:
             previous = _versions_now(root)
             _refuse_moved(root, previous[RUNS])
@@ -176,14 +173,14 @@ space, and a disk that fills between two tables' commits leaves part of the run 
 _NO_RESERVING = (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
-def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]]
-                         ) -> Path | None:
+def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]]) -> None:
     """A hidden file in a local root (its own file system, whatever mount or link it is)
-    holding the room the commits need, freed just before them; None for an object store or
-    a file system that cannot reserve. A disk without that room fails the run here, before
-    any commit. One a killed run left goes with the next run's staging directory."""
+    holding the room the commits need, freed just before them (`_free_commit_room`); none
+    for an object store or a file system that cannot reserve. A disk without that room fails
+    the run here, before any commit. One a killed run left goes with the next run's staging
+    directory."""
     if not root.is_local:
-        return None
+        return
     room = commit_room(root)
     size = COMMIT_ROOM + COMMIT_ROOM_PER_FILE * sum(map(len, uncommitted.values()))
     try:
@@ -195,9 +192,13 @@ def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]
             raise
         if exc.errno in _NO_RESERVING:
             log.debug("%s: cannot reserve room for the commits (%s)", root.uri, exc.strerror)
-            return None
+            return
         raise failure(root.uri, "reserving room for its commits", *write_cause(exc)) from None
-    return room
+
+
+def _free_commit_room(root: TableRoot) -> None:
+    if root.is_local:
+        commit_room(root).unlink(missing_ok=True)
 
 
 def _versions_now(root: TableRoot) -> dict[str, int | None]:

@@ -13,7 +13,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
@@ -28,7 +28,6 @@ from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, WriteFailure, first_line
 from pipeline.io.outputs.commit import (
-    made_by_live_process,
     missing_directories,
     refuse_inside_delta_table,
     refuse_inside_snim_output,
@@ -243,11 +242,7 @@ def _remove_stale(target: Path) -> None:
     holds in the root until its commits (`commit_room`): 8 MiB a disk may need back."""
     remove_dead_staging(target.parent,
                         re.compile(rf"\.{re.escape(target.name)}\.delta-staging-(\d+)-.*"))
-    with suppress(OSError):
-        for name in os.listdir(target):
-            found = _ROOM.fullmatch(name)
-            if found and not made_by_live_process(target / name, int(found.group(1))):
-                (target / name).unlink(missing_ok=True)
+    remove_dead_staging(target, _ROOM)
 
 
 _ROOM = re.compile(r"\.snim-commit-room-(\d+)")
