@@ -386,4 +386,18 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
             yield item
     finally:
         leaving.set()
-        worker.join()
+        _join_through_stops(worker)
+
+
+def _join_through_stops(worker: threading.Thread) -> None:
+    """Wait for `worker` to end, also when a stop signal is raised meanwhile (then raised
+    once it has): until it ends it may be inside the items it reads, and a caller that
+    closes them next met "generator already executing" instead of the stop."""
+    stop: BaseException | None = None
+    while worker.is_alive():
+        try:
+            worker.join()
+        except BaseException as exc:  # noqa: BLE001 - a stop, raised once the thread is done
+            stop = stop or exc
+    if stop is not None:
+        raise stop

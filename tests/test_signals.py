@@ -387,3 +387,62 @@ def _sigterm_once_said(proc: subprocess.Popen, said_it, delay: float = 0.0) -> t
     shown.append(proc.stderr.read())
     proc.stdout.read()
     return proc.wait(timeout=120), "".join(shown)
+
+
+STOP_AS_THE_READ_AHEAD_IS_JOINED = '''
+import os, signal, threading, time
+import pipeline.batches
+import pipeline.engines.polars_engine as engine
+
+pipeline.batches.BATCH_ROWS = 64
+engine.LONG_PARTITION_ROWS = 100  # a "large" long-form input: the in-order read is tried
+real_batches = engine.position_batches
+
+
+def slow_batches(*args, **kwargs):  # the read-ahead thread is inside this when it is joined
+    for i, item in enumerate(real_batches(*args, **kwargs)):
+        if i:
+            time.sleep(0.5)
+        yield item
+
+
+engine.position_batches = slow_batches
+real_join = threading.Thread.join
+
+
+def join(self, *args, **kwargs):
+    if self.name == "read_ahead" and self.is_alive() and not os.environ.get("TEST_SENT"):
+        os.environ["TEST_SENT"] = "1"
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs here, in the join
+    return real_join(self, *args, **kwargs)
+
+
+threading.Thread.join = join
+'''
+
+
+def test_a_stop_while_the_read_ahead_is_joined_is_a_stop(tmp_path: Path) -> None:
+    """SIGTERM as the long-form in-order read gives up (rows out of order) and joins its
+    read-ahead thread, which is still inside the batches (made slow here, by a
+    sitecustomize in the real CLI process): exit 143 with the stop's line. Before, the
+    thread was left inside the batches, their close met "generator already executing", and
+    the run ended "internal error", exit 1 (a QA sweep hit it 4 times in 46)."""
+    made = subprocess.run([str(CLI_EXE), "generate", "--out", str(tmp_path / "gen"),
+                           "--positions", "300", "--form", "long", "--shuffle", "--format",
+                           "csv", "--seed", "3"], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_AS_THE_READ_AHEAD_IS_JOINED)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(root)])}
+    env.pop("TEST_SENT", None)
+    proc = subprocess.run([str(CLI_EXE), "run", "--rules", str(tmp_path / "gen" / "rules.csv"),
+                           "--positions", str(tmp_path / "gen" / "positions"), "--out",
+                           str(tmp_path / "out"), "--verbose"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert "long form: rows are not in key order" in proc.stderr, proc.stderr
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert proc.stderr.splitlines()[-1] == STOPPED_LINE[signal.SIGTERM], proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen", "site"]
