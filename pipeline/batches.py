@@ -351,6 +351,7 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
         return
     handoff: queue.Queue = queue.Queue(maxsize=1)
     leaving = threading.Event()
+    done_with_items = threading.Event()
 
     def offer(entry: tuple) -> bool:
         while not leaving.is_set():
@@ -370,9 +371,12 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
             offer((_END, exc))
         finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
+            try:
+                close = getattr(items, "close", None)
+                if close is not None:
+                    close()
+            finally:
+                done_with_items.set()
 
     worker = threading.Thread(target=produce, name=name, daemon=True)
     worker.start()
@@ -386,17 +390,19 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
             yield item
     finally:
         leaving.set()
-        _join_through_stops(worker)
+        _wait_through_stops(done_with_items)
 
 
-def _join_through_stops(worker: threading.Thread) -> None:
-    """Wait for `worker` to end, also when a stop signal is raised meanwhile (then raised
-    once it has): until it ends it may be inside the items it reads, and a caller that
-    closes them next met "generator already executing" instead of the stop."""
+def _wait_through_stops(done: threading.Event) -> None:
+    """Wait for `done`, also when a stop signal is raised meanwhile (then raised once it is
+    set): until the read-ahead thread is done it may be inside the items it reads, and a
+    caller that closed them next met "generator already executing" instead of the stop.
+    Not `Thread.join`: on Python 3.11 one interrupted by a stop marks the thread ended while
+    it still runs."""
     stop: BaseException | None = None
-    while worker.is_alive():
+    while not done.is_set():
         try:
-            worker.join()
+            done.wait()
         except BaseException as exc:  # noqa: BLE001 - a stop, raised once the thread is done
             stop = stop or exc
     if stop is not None:
