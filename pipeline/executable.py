@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import NoReturn
 
 from pipeline.errors import Stopped
 from pipeline.terminal import (
@@ -57,15 +58,24 @@ def _solve_quickly() -> None:
     data = stdin_bytes()
     answer = solve_quick(data)
     if answer is None:
-        give_back_stdin(data)
+        try:
+            give_back_stdin(data)
+        except OSError as exc:
+            _fail(log_format, f"cannot hold the piped input for the full solver: {exc}; "
+                              "give it as a file (snim-batch solve < FILE)")
         return
     try:
         sys.stdout.buffer.write(answer)
         sys.stdout.flush()
     except (AttributeError, OSError, ValueError) as exc:  # no stdout (`>&-`), a full disk
-        configure_logging(quiet=False, verbose=False, log_format=log_format)
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
-        say_on_stderr(f"error: cannot write the answer to stdout: {reason}")
-        sys.stderr.flush()
-        os._exit(1)
+        _fail(log_format, f"cannot write the answer to stdout: {reason}")
     os._exit(0)
+
+
+def _fail(log_format: str, message: str) -> NoReturn:
+    """Say `error: MESSAGE` as the CLI would, and end the process with exit 1."""
+    configure_logging(quiet=False, verbose=False, log_format=log_format)
+    say_on_stderr(f"error: {message}")
+    sys.stderr.flush()
+    os._exit(1)

@@ -449,15 +449,22 @@ def give_back_stdin(data: bytes | memoryview) -> None:
     """Put `data`, all of stdin as `stdin_bytes` returned it, back on stdin, so that the next
     read of stdin reads it again (the executable's quick `solve` read it and leaves the input
     to the CLI): a regular file is wound back to where it was read from; a pipe's bytes go to
-    an anonymous temporary file that becomes stdin."""
+    an anonymous file in memory that becomes stdin (`memfd_create`: no temporary directory,
+    which a read-only image has none of; an anonymous temporary file where there is no
+    memfd). An OSError if neither can be made."""
     import stat
-    import tempfile
 
     fd = sys.stdin.fileno()
     if stat.S_ISREG(os.fstat(fd).st_mode):
         os.lseek(fd, -len(data), os.SEEK_END)  # `stdin_bytes` read it to the end
         return
-    with tempfile.TemporaryFile() as held:
+    try:
+        held = open(os.memfd_create("snim-batch-stdin"), "w+b")  # noqa: SIM115 - closed below
+    except (AttributeError, OSError):  # no memfd here (not Linux, or refused)
+        import tempfile
+
+        held = tempfile.TemporaryFile()
+    with held:
         held.write(data)
         held.flush()
         held.seek(0)

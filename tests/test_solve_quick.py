@@ -196,6 +196,34 @@ def test_a_bare_solve_says_what_the_commands_solve_says(tmp_path, text, env, std
     assert b"Traceback" not in results[0][2]
 
 
+# every temporary directory Python would try, read only, as in an image run with a
+# read-only root file system; the command runs from one of them
+NO_TEMPORARY_DIRECTORY = (
+    'for d in /tmp /var/tmp /usr/tmp; do [ -d "$d" ] || continue; '
+    'mount --bind "$d" "$d" && mount -o remount,bind,ro "$d" || exit 97; done; '
+    'cd /tmp && exec "$@"')
+
+
+@needs_script
+@pytest.mark.parametrize("text", ["2 1 x\n", f"2 2 5\n1\n1 {2**63 - 1}\n0\n"],
+                         ids=["bad-token", "heap-2^63-1"])
+def test_a_piped_solve_the_quick_path_declines_needs_no_temporary_directory(text):
+    """Input the quick path leaves to the CLI, piped, with no writable temporary directory:
+    the same answer or error as the CLI's own `solve`, which reads stdin itself. Before, the
+    piped bytes went to a temporary file, and there was none: a traceback, exit 1."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -rm (user and mount namespaces) is not permitted here")
+    results = []
+    for args in (["solve"], ["solve", "--cap", str(DEFAULT_TABLE_LEN)]):
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c", NO_TEMPORARY_DIRECTORY, "sh",
+                               str(SCRIPT), *args], input=text.encode(), capture_output=True,
+                              timeout=120)
+        assert proc.returncode != 97, proc.stderr
+        results.append((proc.returncode, proc.stdout, proc.stderr))
+    assert results[0] == results[1]
+    assert b"Traceback" not in results[0][2]
+
+
 @needs_script
 @pytest.mark.parametrize("options", [[], ["--cap", str(DEFAULT_TABLE_LEN)]])
 def test_a_solve_that_cannot_write_its_answer_says_so(tmp_path, options):
