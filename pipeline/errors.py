@@ -21,7 +21,7 @@ __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_REJECTS", "NOTHING_WRITTEN", "SHOWN_CHARS",
     "SnimError", "UsageError", "ConfigError", "InputError", "BadRowsError", "OutputError",
     "WriteFailure", "OutputChanged", "CommitOutcomeUnknown", "StoreError", "RuleError",
-    "ReconcileError", "SparkFailure", "SparkConnectError", "Stopped",
+    "ReconcileError", "SparkFailure", "SparkConnectError", "NotBuilt", "Stopped",
     "brief_repr", "truncated", "first_line",
 ]
 
@@ -175,6 +175,20 @@ class CommitOutcomeUnknown(OutputError):
     uploads are kept."""
 
     code = "commit_outcome_unknown"
+
+
+class NotBuilt(SnimError):
+    """A compiled module the install builds (the kernels) is missing or cannot be loaded:
+    `module` names it."""
+
+    code = "not_built"
+
+    def __init__(self, module: str, cause: str):
+        super().__init__(
+            f"the compiled module {module} cannot be loaded ({cause})",
+            hint="; it is built at install: in a checkout `make run` or `make setup` builds "
+                 "it, an installed package needs installing again (pip install)")
+        self.module = module
 
 
 class StoreError(SnimError):

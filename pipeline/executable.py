@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import NoReturn
 
-from pipeline.errors import Stopped
+from pipeline.errors import SnimError, Stopped
 from pipeline.terminal import (
     LOG_FORMAT_ENV,
     LOG_FORMATS,
@@ -53,7 +53,10 @@ def _solve_quickly() -> None:
     log_format = os.environ.get(LOG_FORMAT_ENV, "text").lower()
     if log_format not in LOG_FORMATS:
         return
-    from pipeline.classic.quick import solve_quick
+    try:
+        from pipeline.classic.quick import solve_quick
+    except SnimError as exc:  # the kernels are not built
+        _fail(log_format, str(exc))
 
     data = stdin_bytes()
     answer = solve_quick(data)

@@ -184,3 +184,37 @@ def test_the_package_imports_no_jit_and_finds_its_compiled_kernels():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+ENTRY = ("import sys; sys.argv = ['snim-batch', *sys.argv[1:]]; "
+         "from pipeline.executable import entry; entry()")
+
+
+@pytest.mark.parametrize(("args", "stdin", "module"), [
+    (["grundy", "--moves", "2 5", "--upto", "10"], None, "pipeline.kernels._csv_walk"),
+    (["solve"], "2 1 2\n1\n1 3\n0\n", "pipeline.classic._classic"),
+    (["run", "--rules", "RULES", "--positions", "POSITIONS", "--out", "out"], None,
+     "pipeline.kernels._csv_walk"),
+], ids=["grundy", "solve", "run"])
+def test_kernels_not_built_are_named_with_what_builds_them(tmp_path, args, stdin, module):
+    """The package without its compiled modules (a checkout after `make clean-cache`, a
+    source tree on PYTHONPATH): one error line that names the module and what builds it,
+    exit 1. Before, "internal error: ImportError: ... (most likely due to a circular
+    import)", or for `solve` a traceback."""
+    import shutil
+
+    shutil.copytree(PACKAGE, tmp_path / "pipeline",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    sample = PACKAGE.parent / "data" / "sample"
+    args = [str(sample / "rules.csv") if a == "RULES" else
+            str(sample / "positions.csv") if a == "POSITIONS" else a for a in args]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", ENTRY, *args], input=stdin, cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"snim-batch: error: the compiled module {module} cannot be loaded (No module named "
+        f"'{module}'); it is built at install: in a checkout `make run` or `make setup` "
+        "builds it, an installed package needs installing again (pip install)"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()

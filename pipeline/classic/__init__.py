@@ -37,7 +37,10 @@ The modules, each using only those before it:
   (compiled).
 """
 
+from pipeline.built import require_built
 from pipeline.io.lazy_exports import lazy_exports
+
+require_built(__name__, "_classic")
 
 _EXPORTS = {**{name: "reading" for name in (
     "ClassicCase", "ClassicInput", "classic_to_tables", "parse_classic", "read_classic")},

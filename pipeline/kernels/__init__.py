@@ -20,6 +20,11 @@ Split by job, one module each:
 Callers use the package (`from pipeline import kernels; kernels.nim_sums_wide(...)`).
 """
 
+# ruff: noqa: E402 - the compiled modules are checked before the modules that use them load
+from pipeline.built import require_built
+
+require_built(__name__, "_csv_walk", "_lookups", "_sorting", "_tabulation", "_text", "_threads")
+
 from pipeline.kernels.csv_walk import CSV_IN_QUOTES, csv_records_part, csv_scan, csv_scan_part
 from pipeline.kernels.lookups import (
     AHEAD_HEAPS,
