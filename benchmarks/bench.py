@@ -1003,8 +1003,9 @@ def _launcher(code: Path | None) -> tuple[list[str], dict[str, str]]:
 
 def _cold_warm(name: str, argv: list[str], env: dict[str, str], scratch: Path,
                stdin: Path | None = None) -> tuple[Proc, Proc]:
-    """The command's first run in a fresh HOME with an empty numba cache (what a fresh
-    container or a read-only install starts with), then its second run with the same."""
+    """The command's first run in a fresh HOME (what a fresh container starts with; an empty
+    numba cache too, for a `--before` checkout that still used numba), then its second run
+    with the same."""
     home = scratch / f"home-{name}"
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
@@ -1074,9 +1075,9 @@ def bench_start(before: Path | None, positions: int = START_M, repeat: int = 1) 
         head += " before: cold (s) | warm (s) | cold/warm | cold after/before |"
         rule += "--:|--:|--:|--:|"
     lines = ["## Start: first run against second (issue 36)", "",
-             f"Each command run twice in a row, the first time in a fresh `HOME` with an empty "
-             f"numba cache (`NUMBA_CACHE_DIR`, what a fresh container or a read-only install "
-             f"starts with); shapes of {positions:,} positions (seed 5); best of {repeat} of each. "
+             f"Each command run twice in a row, the first time in a fresh `HOME` (what a fresh "
+             f"container starts with; an empty numba cache too, for a checkout that used "
+             f"numba); shapes of {positions:,} positions (seed 5); best of {repeat} of each. "
              f"Goal: cold/warm <= {START_GOAL}x.", "", head, rule]
     for key, label, _, _ in commands:
         cold, warm = rows[key]["after"]
