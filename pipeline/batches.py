@@ -364,6 +364,8 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
 
     def produce() -> None:
         try:
+            if leaving.is_set():  # the consumer left while this thread started
+                return
             for item in items:
                 if not offer((item, None)):
                     return
@@ -379,8 +381,12 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
                 done_with_items.set()
 
     worker = threading.Thread(target=produce, name=name, daemon=True)
-    worker.start()
     try:
+        try:
+            worker.start()  # a stop raised in it comes after the thread started
+        except RuntimeError:  # no thread could start: nothing to wait for
+            done_with_items.set()
+            raise
         while True:
             item, error = handoff.get()
             if item is _END:
@@ -398,7 +404,8 @@ def _wait_through_stops(done: threading.Event) -> None:
     set): until the read-ahead thread is done it may be inside the items it reads, and a
     caller that closed them next met "generator already executing" instead of the stop.
     Not `Thread.join`: on Python 3.11 one interrupted by a stop marks the thread ended while
-    it still runs."""
+    it still runs. The cost: a stop waits for the item the thread is reading (a batch), as
+    one raised before this wait always did."""
     stop: BaseException | None = None
     while not done.is_set():
         try:

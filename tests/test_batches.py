@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,6 +67,47 @@ def test_items_are_made_by_another_thread_at_most_two_ahead():
     assert seen == list(range(6))
     assert {name for _, name in made} == {"reader"}
     assert ahead <= 4  # item 1 taken, one waiting in the hand-off, one being made
+
+
+@pytest.mark.parametrize("moment", ["start", "wait"])
+def test_a_stop_as_the_thread_starts_or_is_waited_for_comes_after_it_closed_the_items(
+        monkeypatch, moment):
+    """A stop (KeyboardInterrupt, as the CLI's handler raises it) while `read_ahead` starts its
+    thread (`Thread.start` waits for it) or waits for it to finish: raised once the thread has
+    closed the items, so that the caller's own close of them is safe. Before, the caller met
+    "generator already executing" (a stop during the wait was a real run's internal error)."""
+    def items() -> Iterator[int]:
+        for i in range(3):
+            time.sleep(0.3)
+            yield i
+
+    source = items()
+    if moment == "start":
+        real_start = threading.Thread.start
+
+        def start(self):
+            real_start(self)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(threading.Thread, "start", start)
+        with pytest.raises(KeyboardInterrupt):
+            next(read_ahead(source))
+    else:
+        real_wait = threading.Event.wait
+
+        def wait(self, timeout=None):
+            if threading.current_thread() is threading.main_thread():
+                monkeypatch.setattr(threading.Event, "wait", real_wait)
+                raise KeyboardInterrupt
+            return real_wait(self, timeout)
+
+        ahead = read_ahead(source)
+        assert next(ahead) == 0
+        monkeypatch.setattr(threading.Event, "wait", wait)
+        with pytest.raises(KeyboardInterrupt):
+            ahead.close()
+    source.close()  # not "generator already executing"
+    assert source.gi_frame is None
 
 
 def test_leaving_early_stops_the_thread_and_closes_the_source():
