@@ -15,7 +15,8 @@ def history_lines(uri: str, storage_options: dict[str, str] | None = None) -> li
     try:
         from pipeline.io.outputs.delta_tables import run_history, table_root
     except ImportError:
-        raise UsageError("history reads Delta tables: pip install 'snim-batch[delta]'") from None
+        raise UsageError("history reads Delta tables: pip install '.[delta]' in the "
+                         "project's checkout") from None
     runs = run_history(table_root(uri, storage_options))
     return format_history(runs)
 

@@ -1,4 +1,4 @@
-"""Pictures of SG sequences (matplotlib, an optional extra: `snim-batch[plot]`)."""
+"""Pictures of SG sequences (matplotlib, an optional extra, `plot`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'snim-batch[plot]'") from None
+        raise UsageError("--plot needs matplotlib: pip install '.[plot]' in the project's "
+                         "checkout") from None
     ys = table.sg(np.arange(upto + 1, dtype=np.int64))
     ys = ys[ys >= 0]
     xs = np.arange(ys.shape[0])

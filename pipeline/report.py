@@ -342,7 +342,7 @@ def _delta_page(root: Path) -> str:
         from pipeline.io.outputs.delta_tables import TableRoot, latest_night
     except ImportError:
         raise UsageError("report on a Delta table root needs the delta extra: "
-                         "pip install 'snim-batch[delta]'") from None
+                         "pip install '.[delta]' in the project's checkout") from None
     try:
         night = latest_night(TableRoot(str(root)))
     except (OSError, pl.exceptions.PolarsError) as exc:

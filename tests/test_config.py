@@ -332,7 +332,8 @@ def test_spark_engine_unavailable_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     said, err = proc.stderr.split("\n", 1)  # which config the run read, then the error
     assert said == f"snim-batch: config: {config}", proc.stderr
-    assert "pip install 'snim-batch[spark]'" in err and err.strip().count("\n") == 0, err
+    assert "pip install '.[spark]' in the project's checkout" in err, err
+    assert err.strip().count("\n") == 0, err
     assert not (tmp_path / "results" / "out").exists()
 
 

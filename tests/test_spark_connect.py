@@ -100,7 +100,8 @@ def test_connect_without_the_client_packages_is_exit_2(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=spark_env())
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'snim-batch[spark]'" in lines[0], lines
+    assert len(lines) == 1, lines
+    assert "pip install '.[spark]' in the project's checkout" in lines[0], lines
     assert not (tmp_path / "out").exists()
 
 

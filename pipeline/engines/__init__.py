@@ -24,6 +24,6 @@ def load_engine(name: str) -> Engine:
             from pipeline.engines.spark_engine import SparkEngine
         except ImportError:
             raise UsageError("the Spark engine needs the spark extra: "
-                             "pip install 'snim-batch[spark]'") from None
+                             "pip install '.[spark]' in the project's checkout") from None
         return SparkEngine()
     raise UsageError(f"unknown engine {brief_repr(name)} (expected polars or spark)")

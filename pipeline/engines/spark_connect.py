@@ -56,7 +56,7 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
         from google.rpc import error_details_pb2  # noqa: F401
     except ImportError as exc:
         raise UsageError(f"Spark Connect needs the spark extra's client packages ({exc}): "
-                         "pip install 'snim-batch[spark]'") from None
+                         "pip install '.[spark]' in the project's checkout") from None
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     host, port = address(url)

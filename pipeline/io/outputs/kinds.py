@@ -157,7 +157,7 @@ class DeltaTables(_Staged):
             from pipeline.io.outputs import delta, delta_tables
         except ImportError:
             raise UsageError("--format delta needs the delta extra: "
-                             "pip install 'snim-batch[delta]'") from None
+                             "pip install '.[delta]' in the project's checkout") from None
         self._writer, self._tables = delta, delta_tables
         self.out = out
         self.night = run_date or datetime.now(UTC).date()
