@@ -179,16 +179,16 @@ class CommitOutcomeUnknown(OutputError):
 
 class NotBuilt(SnimError):
     """A compiled module the install builds (the kernels) is missing or cannot be loaded:
-    `module` names it."""
+    `module` names it, `cause` is the import's own error."""
 
     code = "not_built"
 
     def __init__(self, module: str, cause: str):
         super().__init__(
             f"the compiled module {module} cannot be loaded ({cause})",
-            hint="; it is built at install: in a checkout `make run` or `make setup` builds "
-                 "it, an installed package needs installing again (pip install)")
-        self.module = module
+            hint="; it is built at install: in a checkout `make clean-cache && make run` "
+                 "builds it again, an installed package needs installing again (pip install)")
+        self.module, self.cause = module, cause
 
 
 class StoreError(SnimError):

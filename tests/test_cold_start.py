@@ -214,7 +214,7 @@ def test_kernels_not_built_are_named_with_what_builds_them(tmp_path, args, stdin
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.splitlines()[-1] == (
         f"snim-batch: error: the compiled module {module} cannot be loaded (No module named "
-        f"'{module}'); it is built at install: in a checkout `make run` or `make setup` "
-        "builds it, an installed package needs installing again (pip install)"), proc.stderr
+        f"'{module}'); it is built at install: in a checkout `make clean-cache && make run` "
+        "builds it again, an installed package needs installing again (pip install)"), proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
