@@ -454,16 +454,20 @@ def give_back_stdin(data: bytes | memoryview) -> None:
     memfd). An OSError if neither can be made."""
     import stat
 
+    if sys.stdin is None:  # closed: `stdin_bytes` reads nothing from it again
+        return
     fd = sys.stdin.fileno()
     if stat.S_ISREG(os.fstat(fd).st_mode):
         os.lseek(fd, -len(data), os.SEEK_END)  # `stdin_bytes` read it to the end
         return
     try:
-        held = open(os.memfd_create("snim-batch-stdin"), "w+b")  # noqa: SIM115 - closed below
+        memory = os.memfd_create("snim-batch-stdin")
     except (AttributeError, OSError):  # no memfd here (not Linux, or refused)
         import tempfile
 
         held = tempfile.TemporaryFile()
+    else:
+        held = open(memory, "w+b")  # noqa: SIM115 - closed below (and the descriptor with it)
     with held:
         held.write(data)
         held.flush()
@@ -474,10 +478,13 @@ def give_back_stdin(data: bytes | memoryview) -> None:
 def stdin_bytes() -> bytes | memoryview:
     """All of stdin. A regular file is mapped rather than copied (no second copy of the input
     in fresh memory to touch); a pipe or terminal is read. The cost: a file cut
-    shorter while it is being solved ends the process with SIGBUS (exit 135), not a message."""
+    shorter while it is being solved ends the process with SIGBUS (exit 135), not a message.
+    A closed stdin (`<&-`) reads as empty, as /dev/null does."""
     import mmap
     import stat
 
+    if sys.stdin is None:
+        return b""
     try:
         fd = sys.stdin.fileno()
         if stat.S_ISREG(os.fstat(fd).st_mode):

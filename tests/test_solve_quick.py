@@ -229,6 +229,18 @@ def test_a_piped_solve_the_quick_path_declines_needs_no_temporary_directory(text
 
 @needs_script
 @pytest.mark.parametrize("options", [[], ["--cap", str(DEFAULT_TABLE_LEN)]])
+def test_a_solve_with_stdin_closed_reads_it_as_empty(tmp_path, options):
+    """`snim-batch solve <&-`: the empty input's error, as from /dev/null, exit 1. Before, a
+    traceback (the quick path) or an internal error (the command's own)."""
+    proc = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", str(SCRIPT), "solve", *options],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", "snim-batch: error: classic input: is empty (no number at all): expected test "
+               "cases ending with a line holding 0 (a lone 0 is an input without test cases)\n")
+
+
+@needs_script
+@pytest.mark.parametrize("options", [[], ["--cap", str(DEFAULT_TABLE_LEN)]])
 def test_a_solve_that_cannot_write_its_answer_says_so(tmp_path, options):
     """The quick path (no options) and the command's own: one line, exit 1, no traceback."""
     with open("/dev/full", "wb") as full:
