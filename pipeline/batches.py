@@ -396,7 +396,8 @@ def read_ahead(items: Iterator[T], name: str = "read_ahead") -> Iterator[T]:
             yield item
     finally:
         leaving.set()
-        _wait_through_stops(done_with_items)
+        if threading.current_thread() is not worker:  # (a collection run on it closes this)
+            _wait_through_stops(done_with_items)
 
 
 def _wait_through_stops(done: threading.Event) -> None:
