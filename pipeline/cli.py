@@ -256,6 +256,13 @@ def _said_written(message: str) -> None:
         _err(stdout_lost(exc))
 
 
+def _say_late_stops() -> None:
+    """The note for stop signals that came once the command's output was committed."""
+    late = late_stops_note()
+    if late is not None:
+        _err(late)
+
+
 def _err(message: str) -> None:
     """One line on stderr, printable (a JSON object with --log-format json)."""
     say_on_stderr(message)
@@ -575,9 +582,7 @@ def run(
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose, reported)
     _said_run(result, quiet, json_result)  # stdout gone: a warning, the exit says the run
-    late = late_stops_note()
-    if late is not None:
-        _err(late)
+    _say_late_stops()
     problem = _result(result.document(), result_file, json_result)
     if problem is not None:  # committed, but the result is missing: exit 1 says so
         _err(f"{problem}; the run's output is committed")
@@ -985,6 +990,7 @@ def convert(
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, None)
     _said_written(f"wrote {', '.join(str(p) for p in written)}")
+    _say_late_stops()
 
 
 @app.command(short_help="Render a run's outputs as one self-contained HTML page.")
@@ -1001,6 +1007,7 @@ def report(
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, None)
     _said_written(f"wrote {target}")
+    _say_late_stops()
 
 
 @app.command()

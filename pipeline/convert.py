@@ -23,13 +23,13 @@ def convert_classic(data: bytes | memoryview, out: Path, overwrite: bool = False
     """Parse (and check) classic text, then write its two tables into `out`, both or neither
     (the `Output` kind `TablesDirectory`: an existing table is replaced only with
     `overwrite`, and only one that convert wrote). `on_event` hears the phases (parse,
-    write)."""
+    write) and COMMITTED once both are in place."""
     with phase(on_event, "parse"):
         rules, positions = classic_to_tables(data)
         frames = {"rules.parquet": pl.DataFrame(rules, schema=RULES_SCHEMA),
                   "positions.parquet": pl.DataFrame(positions, schema=POSITIONS_SCHEMA)}
     with phase(on_event, "write"):
-        output = TablesDirectory(out, list(frames), overwrite)
+        output = TablesDirectory(out, list(frames), overwrite, on_event)
         staging = output.stage(new_tag())
         try:
             for name, frame in frames.items():

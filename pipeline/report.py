@@ -309,7 +309,8 @@ def write_report(out: str | Path, target: Path | None = None, on_event: OnEvent 
     with phase(on_event, "read"):
         page = _delta_page(out_dir) if table_root else _run_page(out_dir)
     with phase(on_event, "write"):
-        output = page_output_for(out_dir, target, in_output=not table_root)
+        output = page_output_for(out_dir, target, in_output=not table_root,
+                                 on_event=on_event)
         staging = output.stage(new_tag())
         try:
             write_file(staging / PAGE_FILE, page.encode("utf-8"))

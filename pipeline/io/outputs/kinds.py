@@ -204,12 +204,15 @@ class TablesDirectory(_Placed):
     """`convert`'s tables `names` in a local directory, all or none, each replacing only a
     table convert wrote, and that only with `overwrite` (`publish_tables.staged_tables`)."""
 
-    def __init__(self, directory: Path, names: list[str], overwrite: bool) -> None:
+    def __init__(self, directory: Path, names: list[str], overwrite: bool,
+                 on_event: OnEvent = ignore) -> None:
         super().__init__()
         self.directory, self.names, self.overwrite = directory, names, overwrite
+        self.on_event = on_event
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
-        return staged_tables(self.directory, self.names, self.overwrite, run_id)
+        return staged_tables(self.directory, self.names, self.overwrite, run_id,
+                             self.on_event)
 
     def table(self, name: str, manifest: Mapping[str, Any]) -> str:
         return str(self.directory / name)
@@ -219,12 +222,12 @@ class PageInOutput(_Placed):
     """`report`'s page added to the run output it describes, listed in the output's manifest
     (`publish.staged_page_in_output`)."""
 
-    def __init__(self, output: Path, name: str) -> None:
+    def __init__(self, output: Path, name: str, on_event: OnEvent = ignore) -> None:
         super().__init__()
-        self.output, self.name = output, name
+        self.output, self.name, self.on_event = output, name, on_event
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
-        return staged_page_in_output(self.output, self.name, run_id)
+        return staged_page_in_output(self.output, self.name, run_id, self.on_event)
 
     def table(self, name: str, manifest: Mapping[str, Any]) -> str:
         return str(self.output / self.name)
@@ -234,26 +237,27 @@ class PageElsewhere(_Placed):
     """`report`'s page replacing the file at `where` (`shown` as the user named it) whole
     (`publish.staged_page`)."""
 
-    def __init__(self, shown: Path, where: Path) -> None:
+    def __init__(self, shown: Path, where: Path, on_event: OnEvent = ignore) -> None:
         super().__init__()
-        self.shown, self.where = shown, where
+        self.shown, self.where, self.on_event = shown, where, on_event
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
-        return staged_page(self.shown, self.where, run_id)
+        return staged_page(self.shown, self.where, run_id, self.on_event)
 
     def table(self, name: str, manifest: Mapping[str, Any]) -> str:
         return str(self.shown)
 
 
-def page_output_for(out_dir: Path, target: Path, in_output: bool) -> Output:
+def page_output_for(out_dir: Path, target: Path, in_output: bool,
+                    on_event: OnEvent = ignore) -> Output:
     """Where `report` writes the page of the run in `out_dir` named `target`: with
     `in_output` (a run's output directory, which has a manifest), directly in that output it
     is added to it, elsewhere it replaces `target` (`publish.page_destination` refuses a
     place inside a snim-batch output); without (a Delta table root), `target` is replaced
-    whole wherever it is."""
+    whole wherever it is. `on_event` hears COMMITTED once the page is in place."""
     if not in_output:
-        return PageElsewhere(target, Path(os.path.realpath(target)))
+        return PageElsewhere(target, Path(os.path.realpath(target)), on_event)
     output, where = page_destination(out_dir, target)
     if output is not None:
-        return PageInOutput(output, where.name)
-    return PageElsewhere(target, where)
+        return PageInOutput(output, where.name, on_event)
+    return PageElsewhere(target, where, on_event)

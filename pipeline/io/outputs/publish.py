@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import OutputError, WriteFailure
+from pipeline.events import OnEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import (
     interrupts_held,
     made_by_live_process,
@@ -113,11 +114,13 @@ def page_destination(out_dir: Path, target: Path) -> tuple[Path | None, Path]:
 
 
 @contextmanager
-def staged_page(shown: Path, where: Path, tag: str) -> Iterator[Path]:
+def staged_page(shown: Path, where: Path, tag: str, on_event: OnEvent = ignore
+                ) -> Iterator[Path]:
     """Yield a hidden staging directory beside `where` (`shown` as the user named it) to
     write the page in (as PAGE_FILE); on normal exit the page replaces the file at `where`,
-    whole, by one rename. On any failure the staging directory is removed and `where` is as
-    it was; a write's failure names the page and the cause."""
+    whole, by one rename, the stop signals held, and `on_event` hears COMMITTED. On any
+    failure the staging directory is removed and `where` is as it was; a write's failure
+    names the page and the cause."""
     try:
         mode = where.lstat().st_mode
     except FileNotFoundError:
@@ -132,7 +135,9 @@ def staged_page(shown: Path, where: Path, tag: str) -> Iterator[Path]:
     try:
         tmp.mkdir()
         yield tmp
-        os.replace(tmp / PAGE_FILE, where)
+        with interrupts_held(deliver=True):
+            os.replace(tmp / PAGE_FILE, where)
+            tell_committed(on_event, str(shown))
     except WriteFailure as exc:
         raise failure(str(shown), "writing it", exc.cause, exc.no_space, _PAGE_OPTION
                       ) from None
@@ -228,7 +233,8 @@ def _earlier_page(page: Path, listed: list[Any]) -> bool:
 
 
 @contextmanager
-def staged_page_in_output(output: Path, name: str, tag: str) -> Iterator[Path]:
+def staged_page_in_output(output: Path, name: str, tag: str, on_event: OnEvent = ignore
+                          ) -> Iterator[Path]:
     """Yield a directory to write page `name` of the run output `output` (a directory with
     every link resolved) in (as PAGE_FILE); on normal exit the page is added to the output,
     listed in its manifest as added by report with its size, so that a later --overwrite
@@ -239,7 +245,8 @@ def staged_page_in_output(output: Path, name: str, tag: str) -> Iterator[Path]:
     output (as a run stages), then renamed in: the earlier page out, the manifest, the new
     page. So at every moment the manifest lists all the directory holds and each page it
     lists is whole (or absent), and a failure can put back what was moved. The output is
-    locked throughout (one report at a time adds to it)."""
+    locked throughout (one report at a time adds to it). The renames hold the stop signals;
+    `on_event` hears COMMITTED once they are done."""
     page = output / name
     with _locked(output):
         _remove_dead_page_staging(output)
@@ -258,8 +265,9 @@ def staged_page_in_output(output: Path, name: str, tag: str) -> Iterator[Path]:
                 key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
             updated = (json.dumps(manifest, indent=2, default=str) + "\n").encode()
             _stage_manifests(staging, page, updated, raw)
-            with interrupts_held():
+            with interrupts_held(deliver=True):
                 _swap_page_in(staging, page, earlier)
+                tell_committed(on_event, str(page))
         except WriteFailure as exc:
             raise failure(str(page), f"writing it in {staging}", exc.cause, exc.no_space,
                           _PAGE_OPTION) from None

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError, WriteFailure
+from pipeline.events import OnEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import (
     interrupts_held,
     refuse_inside_snim_output,
@@ -52,8 +53,8 @@ def staging_name(token: str) -> str:
 
 
 @contextmanager
-def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str
-                  ) -> Iterator[Path]:
+def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str,
+                  on_event: OnEvent = ignore) -> Iterator[Path]:
     """Yield a hidden staging directory inside `directory` for the tables `names`; on normal
     exit they are placed in `directory`, all or none: each staged table is synced (the writer,
     `write_marked_table`, does so), a journal naming them is synced, then all are renamed into
@@ -61,7 +62,8 @@ def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str
     and only one that `write_marked_table` wrote (its TABLE_MARK); it is put back if a later
     rename fails. A directory that was missing is created, and removed again on a failure,
     as is the staging directory. What a killed call left is finished or removed by the next
-    one (`remove_dead_temporaries`)."""
+    one (`remove_dead_temporaries`). The renames hold the stop signals; `on_event` hears
+    COMMITTED once they are done."""
     shown = str(directory)
     refuse_long_names(directory, "--out", depth=TEMPORARY_DEPTH)
     refuse_inside_snim_output(directory, shown)
@@ -84,9 +86,10 @@ def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str
             write_synced(journal, write_bytes(json.dumps(names).encode()))
         except OSError as exc:
             raise failure(shown, "writing the journal", *write_cause(exc)) from None
-        with interrupts_held():
+        with interrupts_held(deliver=True):
             _rename_tables({name: staging / name for name in names}, directory, token, shown)
             journal.unlink(missing_ok=True)
+            tell_committed(on_event, shown)
             with suppress(OSError):
                 staging.rmdir()
     except WriteFailure as exc:
