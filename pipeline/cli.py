@@ -1057,6 +1057,7 @@ def generate(
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, None)
     _said_written(f"wrote {len(written)} files under {out}")
+    _say_late_stops()
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -21,8 +21,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError, UsageError, brief_repr
-from pipeline.events import OnEvent, RunEvent, ignore, phase
-from pipeline.io.outputs.commit import refuse_inside_snim_output, remove_dead_staging
+from pipeline.events import OnEvent, RunEvent, ignore, phase, tell_committed
+from pipeline.io.outputs.commit import (
+    interrupts_held,
+    refuse_inside_snim_output,
+    remove_dead_staging,
+)
 from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
@@ -248,6 +252,7 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
     (a dataset is never mixed with another's files); returns the files. They are written in a
     directory beside it (inside it, when it exists), renamed into place once complete, so a
     failed call leaves nothing (a killed one leaves its staging, removed by the next call).
+    The renames hold the stop signals; `on_event` hears COMMITTED once they are done.
 
     Positions are split over `spec.file_count()` files of as equal a row count as possible.
     `on_event` hears the write phase and the rows written so far."""
@@ -277,11 +282,13 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
         (staging / "positions").mkdir(parents=True)
         with phase(on_event, "write"):
             written = _write_dataset(staging, spec, on_event)
-        if not inside:
-            staging.rename(out)
-        for entry in sorted(staging.iterdir() if inside else []):
-            entry.rename(out / entry.name)
-            moved.append(out / entry.name)
+        with interrupts_held(deliver=True):  # all moved in, then a stop is only noted
+            if not inside:
+                staging.rename(out)
+            for entry in sorted(staging.iterdir() if inside else []):
+                entry.rename(out / entry.name)
+                moved.append(out / entry.name)
+            tell_committed(on_event, str(out))
     except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
         if not isinstance(exc, OSError) and storage_failure(str(out), exc) is None:
             raise  # not the disk's doing: an internal error, as before

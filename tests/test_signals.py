@@ -497,3 +497,42 @@ def test_a_stop_once_convert_or_report_committed_is_noted_not_nothing_written(
     else:
         assert (tmp_path / "out" / "report.html").is_file()
     assert not [p.name for p in tmp_path.rglob(".*") if p.name != ".pytest_cache"]
+
+
+STOP_WHILE_GENERATE_MOVES_IN = '''
+import os, pathlib, signal, time
+
+real = pathlib.Path.rename
+
+
+def rename(self, target):  # a stop lands after the first file is moved into --out
+    done = real(self, target)
+    if self.parent.name.startswith(".generating-"):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+    return done
+
+
+pathlib.Path.rename = rename
+'''
+
+
+def test_a_stop_while_generate_moves_its_files_in_is_held_then_noted(tmp_path: Path) -> None:
+    """SIGTERM after `generate` moved the first of its files into an existing empty --out
+    (sent by a sitecustomize in the real CLI process): every file is moved in, exit 0, the
+    stop noted. Before, the rules were in place without the positions (or the reverse),
+    "nothing was written", exit 143, and the next generate there refused the directory."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_WHILE_GENERATE_MOVES_IN)
+    (tmp_path / "gen").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(root)])}
+    proc = subprocess.run([str(CLI_EXE), "generate", "--out", str(tmp_path / "gen"),
+                           "--positions", "50", "--format", "csv", "--files", "1"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (
+        0, f"wrote 2 files under {tmp_path / 'gen'}\n"), proc.stderr
+    assert proc.stderr.splitlines()[-1] == \
+        "snim-batch: SIGTERM came once the output was committed; the run finished", proc.stderr
+    assert sorted(str(p.relative_to(tmp_path / "gen")) for p in (tmp_path / "gen").rglob("*")
+                  ) == ["positions", "positions/part-00000.csv", "rules.csv"]
