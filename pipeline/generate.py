@@ -282,7 +282,7 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
         (staging / "positions").mkdir(parents=True)
         with phase(on_event, "write"):
             written = _write_dataset(staging, spec, on_event)
-        with interrupts_held(deliver=True):  # all moved in, then a stop is only noted
+        with interrupts_held():  # all moved in, then a stop is only noted
             if not inside:
                 staging.rename(out)
             for entry in sorted(staging.iterdir() if inside else []):

@@ -599,8 +599,8 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 def _stop_pending(alarm: int, frame: FrameType | None) -> None:
     """SIGALRM's handler while a stop is pending: `_stop` again, unless the stop signal is
-    held meanwhile (`io.commit.interrupts_held`): then it is dropped, as a stop signal
-    coming during the hold is."""
+    held meanwhile (`io.commit.interrupts_held`): then it is dropped here, as the hold
+    delivers the stops that come during it once the commit is done."""
     if _PENDING:
         signum = _PENDING[0]
         if signal.getsignal(signum) is _stop:

@@ -2285,23 +2285,22 @@ def test_slices_come_in_order_two_decoding_at_once_and_no_thread_outlives_them(t
     assert _slices_threads() == []
 
 
-@pytest.mark.parametrize("deliver", [True, False])
-def test_a_stop_during_the_hold_is_delivered_after_it_or_dropped(deliver):
+def test_a_stop_during_the_hold_is_delivered_after_it():
     """A SIGTERM that comes while a commit holds the stop signals reaches the handler set
-    before only once the block ends (a run's commit: the CLI then notes it), or never
-    (convert's, report's placement); a signal ignored before stays ignored."""
+    before only once the block ends (the CLI then notes it: every commit has told it that it
+    committed); a signal ignored before stays ignored."""
     got = []
     before = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
     previous_hup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        with commit.interrupts_held(deliver=deliver):
+        with commit.interrupts_held():
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGHUP)
             time.sleep(0.05)
             assert got == []
             assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
         time.sleep(0.05)
-        assert got == ([signal.SIGTERM] if deliver else [])
+        assert got == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, before)
         signal.signal(signal.SIGHUP, previous_hup)

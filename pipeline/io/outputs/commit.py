@@ -464,13 +464,13 @@ HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 
 @contextmanager
-def interrupts_held(deliver: bool = False) -> Iterator[None]:
+def interrupts_held() -> Iterator[None]:
     """Hold Ctrl-C (and SIGTERM, SIGHUP) while the new output is swapped in and the old one
     removed: once started, the commit completes, so no message can say nothing was written
-    after it was. With `deliver` (a run's commits, which tell the CLI they committed
-    first: it notes such a stop, exit code unchanged), a stop that came meanwhile is
-    delivered once the block ends, to the handler set before; without (convert's tables,
-    report's page), it is dropped. One ignored before stays ignored."""
+    after it was. A stop that came meanwhile is delivered once the block ends, to the
+    handler set before: every commit tells the CLI it committed first (`tell_committed`),
+    and the CLI then only notes the stop, exit code unchanged. One ignored before stays
+    ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -491,7 +491,7 @@ def interrupts_held(deliver: bool = False) -> Iterator[None]:
                 handler = (signal.default_int_handler if signum == signal.SIGINT
                            else signal.SIG_DFL)
             signal.signal(signum, handler)
-        for signum in dict.fromkeys(came) if deliver else ():
+        for signum in dict.fromkeys(came):
             signal.raise_signal(signum)
 
 
@@ -535,7 +535,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
             _fsync_tree(staging)
         except OSError as exc:
             raise failure(shown, "syncing the output to disk", *write_cause(exc)) from None
-        with interrupts_held(deliver=True):
+        with interrupts_held():
             try:
                 old = _commit(staging, target, overwrite, shown)
             except OSError as exc:

@@ -135,7 +135,7 @@ def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, li
     failed one puts the tables back (`_roll_back`)."""
     run_id = manifest["run_id"]
     versions: dict[str, int] = {}
-    with interrupts_held(deliver=True):
+    with interrupts_held():
         _free_commit_room(root)  # the commits (and a roll-back) take its place
         try:
             previous = _versions_now(root)

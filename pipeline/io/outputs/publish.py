@@ -135,7 +135,7 @@ def staged_page(shown: Path, where: Path, tag: str, on_event: OnEvent = ignore
     try:
         tmp.mkdir()
         yield tmp
-        with interrupts_held(deliver=True):
+        with interrupts_held():
             os.replace(tmp / PAGE_FILE, where)
             tell_committed(on_event, str(shown))
     except WriteFailure as exc:
@@ -265,7 +265,7 @@ def staged_page_in_output(output: Path, name: str, tag: str, on_event: OnEvent =
                 key=lambda e: e.get("name", "") if isinstance(e, dict) else e)
             updated = (json.dumps(manifest, indent=2, default=str) + "\n").encode()
             _stage_manifests(staging, page, updated, raw)
-            with interrupts_held(deliver=True):
+            with interrupts_held():
                 _swap_page_in(staging, page, earlier)
                 tell_committed(on_event, str(page))
         except WriteFailure as exc:

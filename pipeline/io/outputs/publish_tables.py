@@ -86,7 +86,7 @@ def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str,
             write_synced(journal, write_bytes(json.dumps(names).encode()))
         except OSError as exc:
             raise failure(shown, "writing the journal", *write_cause(exc)) from None
-        with interrupts_held(deliver=True):
+        with interrupts_held():
             _rename_tables({name: staging / name for name in names}, directory, token, shown)
             journal.unlink(missing_ok=True)
             tell_committed(on_event, shown)

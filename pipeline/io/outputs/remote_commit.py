@@ -252,7 +252,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         _upload(staging, out.child(run_id))
         committed = _remote_manifest(manifest, run_id, previous)
         data = json.dumps(committed, indent=2, default=str) + "\n"
-        with interrupts_held(deliver=True):
+        with interrupts_held():
             try:
                 _commit(out, data.encode(), previous.etag, run_id)
             except CommitOutcomeUnknown:
