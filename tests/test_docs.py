@@ -5,6 +5,7 @@ print, every runnable example in README.md and docs/*.md runs, the defaults the 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import os
 import re
@@ -266,6 +267,36 @@ def test_architecture_is_the_one_module_list():
     assert not unnamed, f"modules docs/ARCHITECTURE.md does not name: {unnamed}"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "pipeline/kernels/" not in readme and "## Layout" not in readme
+
+
+DOTTED = re.compile(r"`((?:io|engines|transforms|kernels|classic)(?:\.\w+)+)")
+"""A dotted name the docs give from inside the package (`io.read.readers.iter_batches`)."""
+FILE_SUFFIXES = {"txt", "md", "py", "pyx", "parquet", "csv", "json", "yaml"}
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether `pipeline.<dotted>` is a module, or a module's attribute (chain)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module("pipeline." + ".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_dotted_names_in_the_docs_name_code_that_exists():
+    """A page that names `io.manifest.write_manifest` after the module moved to
+    `io.outputs.manifest` sends the reader to nothing."""
+    stale = sorted({f"{page.relative_to(ROOT)}: {name}" for page in PAGES
+                    for name in DOTTED.findall(page.read_text(encoding="utf-8"))
+                    if name.rsplit(".", 1)[-1] not in FILE_SUFFIXES and not _resolves(name)})
+    assert not stale, "names in the docs with no code behind them:\n" + "\n".join(stale)
 
 
 MEASURED = re.compile(
