@@ -89,10 +89,11 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class RejectTolerance:
-    """The rejected rows against `max_rejected_rows` and `max_rejected_rate` (README, Exit
-    codes): a run is over its tolerance when it exceeds either one given; with neither, any
-    rejected row is over it (a tolerance of 0 rows). `rate` is the rejected rows (rules and
-    positions) as a fraction of the input rows read (rules and positions)."""
+    """The rejected rows against `max_rejected_rows` and `max_rejected_rate`
+    (docs/operations.md, Reject policy): a run is over its tolerance when it exceeds either one
+    given; with neither, any rejected row is over it (a tolerance of 0 rows). `rate` is the
+    rejected rows (rules and positions) as a fraction of the input rows read (rules and
+    positions)."""
 
     rows: int
     rate: float

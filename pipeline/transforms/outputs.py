@@ -40,7 +40,7 @@ def sort_rejects(rejects: pl.DataFrame) -> pl.DataFrame:
 
 
 class PeriodStatus(str, Enum):
-    """Why `sg_tables.period` is what it is (README, Outputs: sg_tables.parquet)."""
+    """Why `sg_tables.period` is what it is (docs/outputs.md, The tables: sg_tables)."""
 
     proven = "proven"
     """A repeat of max(S) consecutive values was found: preperiod and period are exact."""

@@ -18,7 +18,7 @@ import polars as pl
 
 
 class ReasonCode(str, Enum):
-    """Why a row was rejected (README, Outputs: rejects.parquet)."""
+    """Why a row was rejected (docs/outputs.md, The tables: rejects)."""
 
     null_value = "null_value"
     """A key, the heaps (heap) or the moves is empty or null, or a list has an empty or null
