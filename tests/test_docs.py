@@ -299,6 +299,17 @@ def test_dotted_names_in_the_docs_name_code_that_exists():
     assert not stale, "names in the docs with no code behind them:\n" + "\n".join(stale)
 
 
+def test_the_python_api_page_names_every_setting_evaluate_batch_takes():
+    import inspect
+
+    from pipeline import evaluate_batch
+    page = (DOCS / "python-api.md").read_text(encoding="utf-8")
+    settings = page[page.index("**Settings**"):page.index("**Errors.**")]
+    missing = [name for name in inspect.signature(evaluate_batch).parameters
+               if f"`{name}`" not in settings]
+    assert not missing, f"docs/python-api.md's settings leave out {missing}"
+
+
 MEASURED = re.compile(
     r"\d(?:\.\d+)? ?(?:s|ms|GiB|MiB|MB|CPU-s)\b[^\n\"]{0,25}?"
     r"(?:\bagainst\b|\bnot\b|\bvs\b|->|\bless\b|\bsooner\b)"
