@@ -377,3 +377,22 @@ def test_the_json_on_stdout_is_ascii_whatever_the_data(job: Path) -> None:
     document = valid(json.loads(proc.stdout))
     assert document["error"]["code"] == "input_error"
     assert name in document["error"]["message"]
+
+
+@pytest.mark.parametrize("positions, out, code, about", [
+    ("gone.csv", "out", "input_error", "gone.csv"),
+    ("nothing*.csv", "out", "input_error", "nothing*.csv"),
+    ("positions.csv", "done", "output_error", "done"),
+])
+def test_the_error_names_the_path_it_is_about(job: Path, positions: str, out: str, code: str,
+                                              about: str) -> None:
+    """`error.path` is "the file or location the error is about" (the schema): a scheduler's
+    alert can name it without parsing the message."""
+    first = snim(["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out", "done",
+                  "--quiet"], job)
+    assert first.returncode == 0, first.stderr
+    proc = snim(["run", "--rules", "rules.csv", "--positions", positions, "--out", out,
+                 "--json"], job)
+    assert proc.returncode == 1, proc.stderr
+    error = valid(json.loads(proc.stdout))["error"]
+    assert (error["code"], error["path"]) == (code, str(job / about))

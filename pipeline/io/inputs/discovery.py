@@ -143,7 +143,8 @@ class _InputFinder:
 
     def error(self, path: Path, message: str) -> InputError:
         where = "" if path == Path(self.spec) else f"{_shown(str(path))}: "
-        return InputError(f"{self.what} input {_shown(self.named)}: {where}{message}")
+        return InputError(f"{self.what} input {_shown(self.named)}: {where}{message}",
+                          path=_shown(str(path)))
 
     def path_error(self, path: Path, exc: OSError) -> InputError:
         if exc.errno == errno.ELOOP:

@@ -310,7 +310,8 @@ def _target_state(target: Path, overwrite: bool, shown: str) -> str:
         raise OutputError(f"{shown}: exists and is not provably a snim-batch output "
                           f"({problem})", path=shown, refused=True, written=False)
     if not overwrite:
-        raise OutputError(f"{shown}: output already exists (pass --overwrite to replace it)")
+        raise OutputError(f"{shown}: output already exists (pass --overwrite to replace it)",
+                          path=shown)
     return "output"
 
 

@@ -193,7 +193,8 @@ def target_state(target: Location, overwrite: bool) -> Target:
         raise OutputError(f"{target}: exists and is not provably a snim-batch output "
                           f"({'; '.join(problems)})", path=target, refused=True, written=False)
     if found is not None and not overwrite:
-        raise OutputError(f"{target}: output already exists (pass --overwrite to replace it)")
+        raise OutputError(f"{target}: output already exists (pass --overwrite to replace it)",
+                          path=target)
     return state
 
 
