@@ -966,7 +966,7 @@ def solve(
         sys.stdout.flush()
     except (AttributeError, OSError, ValueError) as exc:  # no stdout (`>&-`), a full disk
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
-        _fail(OutputError(f"cannot write the answer to stdout: {reason}"), False)
+        _fail(OutputError(f"stdout: cannot print the answer ({reason})"), False)
 
 
 @app.command(short_help="Convert the classic S-Nim text format to Parquet tables.")

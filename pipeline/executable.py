@@ -72,7 +72,7 @@ def _solve_quickly() -> None:
         sys.stdout.flush()
     except (AttributeError, OSError, ValueError) as exc:  # no stdout (`>&-`), a full disk
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
-        _fail(log_format, f"cannot write the answer to stdout: {reason}")
+        _fail(log_format, f"stdout: cannot print the answer ({reason})")
     os._exit(0)
 
 

@@ -248,8 +248,8 @@ def test_a_solve_that_cannot_write_its_answer_says_so(tmp_path, options):
                               stdout=full,
                               stderr=subprocess.PIPE, cwd=tmp_path, timeout=120)
     assert proc.returncode == 1
-    assert proc.stderr.decode() == ("snim-batch: error: cannot write the answer to stdout: "
-                                    "No space left on device\n")
+    assert proc.stderr.decode() == ("snim-batch: error: stdout: cannot print the answer "
+                                    "(No space left on device)\n")  # as every command says it
 
 
 @pytest.mark.parametrize("shape", ["large", "mixed", "small", "wide", "high"])
