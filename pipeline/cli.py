@@ -168,7 +168,7 @@ def _every_command(
     log_format: Annotated[LogFormat, typer.Option(
         "--log-format", envvar=LOG_FORMAT_ENV, case_sensitive=False,
         help="Log and progress lines on stderr: text (TIMESTAMP snim-batch: LEVEL: "
-             "message) or json (one object per line: ts, level, message, fields).")]
+             "message) or json (one object per line: ts, level, message, logger, fields).")]
     = LogFormat.text,
 ) -> None:
     """Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out."""

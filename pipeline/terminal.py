@@ -163,8 +163,8 @@ def _line_json(record) -> str:  # noqa: ANN001 - a logging.LogRecord
     for prefix, _ in _LINE_LEVELS:
         if text.startswith(prefix):
             return json_line(record.levelname.lower(), text.removeprefix(prefix),
-                             record.created)
-    return json_line("info", text.strip(), record.created)
+                             record.created, logger=record.name)
+    return json_line("info", text.strip(), record.created, logger=record.name)
 
 
 def _stderr_handler(log_format: str):  # noqa: ANN202 - a logging.Handler

@@ -1142,6 +1142,7 @@ def test_log_format_json_is_one_object_per_line(tmp_path, how):
         assert datetime.fromisoformat(record["ts"]).utcoffset().total_seconds() == 0
         assert record["level"] in ("debug", "info")
         assert isinstance(record["message"], str)
+        assert record["logger"].startswith("pipeline")
     progress = [r for r in records if r["logger"] == "pipeline.progress"]
     assert [(r["phase"], r.get("status")) for r in progress if "status" in r] == [
         (phase, status) for phase in PHASES for status in ("started", "done")]
@@ -1153,9 +1154,9 @@ def test_log_format_json_is_one_object_per_line(tmp_path, how):
     failed = run()
     assert failed.returncode == 1
     error = json.loads(failed.stderr.splitlines()[-1])
-    assert (error["level"], error["message"]) == (
-        "error", f"{tmp_path / 'out'}: output already exists (pass --overwrite to replace "
-                 "it)")
+    assert (error["level"], error["logger"], error["message"]) == (
+        "error", "pipeline.lines",
+        f"{tmp_path / 'out'}: output already exists (pass --overwrite to replace it)")
 
 
 def test_a_usage_error_with_log_format_json_is_a_json_line(cli, tmp_path, monkeypatch):
