@@ -180,8 +180,9 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None =
     (`on_bad_rows="fail"`), `RuleError`, `OutputError`, `StoreError`, `ReconcileError`,
     `SparkFailure` (exit 1), all `SnimError`s with `.code`, `.exit_code`, `.path`, `.row`,
     `.column`, `.written` (one `OutputError` is not "nothing written": `CommitOutcomeUnknown`,
-    an object-store commit that cannot tell whether its manifest PUT took effect); `KeyboardInterrupt` when stopped (Ctrl-C; a stop signal, if the
-    caller turned it into `pipeline.errors.Stopped`)."""
+    an object-store commit that cannot tell whether its manifest PUT took effect);
+    `KeyboardInterrupt` when stopped (Ctrl-C; a stop signal, if the caller turned it into
+    `pipeline.errors.Stopped`)."""
     if run_date is not None and not isinstance(run_date, date):
         raise UsageError(f"run_date must be a datetime.date, got {type(run_date).__name__}")
     cfg = settings(config_file=config_file, rules=rules, positions=positions, out=out,
