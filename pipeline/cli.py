@@ -718,8 +718,9 @@ def explain(**options: Any) -> None:
     CSV files, and marked so), the positions form and key types, the distinct rules, the
     largest heap where the footers' statistics bound it, the SG-table work against the
     tables.* limits, an estimate of peak memory, the output and whether it would be
-    replaced, and the engine. Writes nothing. Exit codes: 0, or those of `run` for an input
-    or setting it refuses (1 an input it cannot read, 2 usage or config error).
+    replaced, and the engine. Writes nothing. Exit codes: 0, or those of `run` for an input,
+    setting or output it refuses (1 an input it cannot read or an output it would not replace,
+    2 usage or config error); a refused output is in the plan too, as the run would say it.
     """
     verbose, as_json = options.pop("verbose"), options.pop("as_json")
     run_date = options.pop("run_date")
@@ -737,9 +738,12 @@ def explain(**options: Any) -> None:
         import json
 
         _answer(json.dumps(plan.as_dict(), indent=2, ensure_ascii=True))
-        return
-    for line in _plan_lines(plan):
-        _say(line)
+    else:
+        for line in _plan_lines(plan):
+            _say(line)
+    if plan.output.exit_code:  # a preflight `explain && run` stops where the run would
+        _err(f"error: the run would stop at its output: {plan.output.problem}")
+        raise typer.Exit(plan.output.exit_code)
 
 
 def _explain_signature() -> inspect.Signature:

@@ -180,7 +180,8 @@ class OutputPlan:
     """Where the output goes and what happens there: `action` is "create" (nothing there),
     "fill" (an empty directory), "replace" (a snim-batch output, with --overwrite), "add night"
     (--format delta: the night's rows replace any earlier run's of that night) or "refused"
-    (the run would stop before any work: `problem` says why, as the run would)."""
+    (the run would stop before any work: `problem` says why, as the run would, and
+    `exit_code` is the code it would exit with, which `explain` exits with too)."""
 
     location: str
     format: str
@@ -189,6 +190,7 @@ class OutputPlan:
     action: str
     problem: str | None = None
     run_date: str | None = None
+    exit_code: int = 0
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,9 @@ class RunPlan:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (`snim-batch explain --json`)."""
-        return {"plan_version": PLAN_VERSION, **_plain(dataclasses.asdict(self))}
+        plan = _plain(dataclasses.asdict(self))
+        del plan["output"]["exit_code"]  # the command's, not the plan's
+        return {"plan_version": PLAN_VERSION, **plan}
 
 
 def _plain(value: Any) -> Any:
@@ -535,7 +539,8 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         output = output_for(config.out, fmt, overwrite, config.storage_options,
                             lambda message: None, run_date)
     except OutputError as exc:  # a Delta root the run refuses
-        return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc), night)
+        return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc), night,
+                          exc.exit_code)
     try:
         if isinstance(output, DeltaTables):
             from pipeline.io.outputs.delta_tables import RUNS
@@ -549,6 +554,7 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         assert isinstance(config.out, Path)
         location, state = target_state(config.out, overwrite)
     except (OutputError, UsageError) as exc:  # the usage error: an --out in a Delta table
-        return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc))
+        return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc),
+                          exit_code=exc.exit_code)
     action = {"missing": "create", "empty": "fill", "output": "replace"}[state]
     return OutputPlan(location, fmt, overwrite, state != "missing", action)

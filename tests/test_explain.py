@@ -30,13 +30,15 @@ def snim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           timeout=120, env={**os.environ, "COLUMNS": "200"})
 
 
-def explained(*args: str, cwd: Path) -> dict:
-    """The plan `explain --json` prints, checked against the schema the docs publish."""
+def explained(*args: str, cwd: Path, code: int = 0) -> dict:
+    """The plan `explain --json` prints, checked against the schema the docs publish; `code`
+    the exit code (a refused output's: the run's, said on stderr as well)."""
     done = snim("explain", *args, "--json", cwd=cwd)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
+    assert done.returncode == code, done.stderr
     plan = json.loads(done.stdout)
     PLAN_SCHEMA.validate(plan)
+    assert done.stderr == ("" if code == 0 else "snim-batch: error: the run would stop at its "
+                           f"output: {plan['output']['problem']}\n")
     return plan
 
 
@@ -238,7 +240,7 @@ def test_the_replace_flag_and_an_existing_output_untouched(wide_parquet: Path) -
     ran = snim("run", *args, cwd=wide_parquet)
     assert ran.returncode == 3, ran.stderr  # rule set 4 is invalid
     before = tree(wide_parquet)
-    refused = explained(*args, cwd=wide_parquet)["output"]
+    refused = explained(*args, cwd=wide_parquet, code=1)["output"]
     assert refused == {"location": str(wide_parquet / "out"), "format": "parquet",
                        "overwrite": False, "exists": True, "action": "refused",
                        "problem": f"{wide_parquet / 'out'}: output already exists (pass "
@@ -407,7 +409,7 @@ def test_inputs_and_output_in_an_object_store(s3, wide_parquet: Path) -> None:
     ran = snim("run", "--config", str(config), cwd=wide_parquet)
     assert ran.returncode == 3, ran.stderr
     before = objects()
-    refused = explained("--config", str(config), cwd=wide_parquet)["output"]
+    refused = explained("--config", str(config), cwd=wide_parquet, code=1)["output"]
     assert (refused["action"], refused["exists"], refused["problem"]) == (
         "refused", None, "s3://bkt/out: output already exists (pass --overwrite to replace it)")
     replaced = explained("--config", str(config), "--overwrite", cwd=wide_parquet)["output"]
@@ -422,3 +424,16 @@ def test_the_published_schema_refuses_a_plan_it_does_not_describe(wide_parquet: 
                    {**plan, "output": {**plan["output"], "action": "overwrite"}}):
         with pytest.raises(jsonschema.ValidationError):
             PLAN_SCHEMA.validate(broken)
+
+
+def test_an_output_inside_an_output_is_refused_with_the_run_s_usage_code(
+        wide_parquet: Path) -> None:
+    """A preflight `explain && run` stops where the run would: exit 2 for an --out inside an
+    existing output, the plan still printed whole."""
+    args = ["--rules", "rules.parquet", "--positions", "positions"]
+    assert snim("run", *args, "--out", "out", cwd=wide_parquet).returncode == 3
+    output = explained(*args, "--out", "out/night", cwd=wide_parquet, code=2)["output"]
+    assert (output["action"], output["exists"]) == ("refused", False)
+    assert output["problem"].startswith(f"{wide_parquet / 'out' / 'night'}: is inside the "
+                                        f"snim-batch output {wide_parquet / 'out'}")
+    assert not (wide_parquet / "out" / "night").exists()
