@@ -31,6 +31,7 @@ from pipeline.errors import (
     EXIT_OK,
     EXIT_REJECTS,
     BadRowsError,
+    InputError,
     ReconcileError,
     truncated,
 )
@@ -234,11 +235,11 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
                  rules.height, len(distinct), len(paths), form)
     with phase("tables"):
         cache = table_cache(distinct, config, paths, form, read_cache=read_cache)
-    described = _checksums(paths, read_cache)
+    files, described = _checksums(paths, read_cache)
     job = PositionsJob(config, paths, form, index, cache, staging, on_event,
                        read_cache=read_cache)
     with ExitStack() as evaluation_lasts:
-        with phase("positions"):
+        with phase("positions"), _changed_is_the_error(files):
             evaluation = evaluation_lasts.enter_context(engine.evaluate(job))
         with phase("finish"):
             rule_rejects = schema.with_input_column_names(outputs.reject_rows(rules, "rules"),
@@ -295,20 +296,33 @@ def _every_row_evaluated_or_rejected(rows_read: int, verdicts: int, rejected: in
 
 
 def _checksums(paths: list[Source], cache: RunCache | None
-               ) -> list[Future[tuple[InputFile, int | None]]]:
+               ) -> tuple[list[InputFile], list[Future[tuple[InputFile, int | None]]]]:
     """The positions files, described now (before the engine reads them), with their
     checksums and the rows they hold (`source_rows`) found by a background thread while the
     engine reads them (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
+    files = describe_before_reading(paths, cache=cache)
     described = []
-    for file in describe_before_reading(paths, cache=cache):
+    for file in files:
         if counted_at_once(file, cache=cache):  # before the reader lets go of what is kept
             described.append(Future())
             described[-1].set_result((file, rows_in_source(file, cache=cache)))
         else:
             described.append(pool.submit(_checksummed, file, cache))
     pool.shutdown(wait=False)
-    return described
+    return files, described
+
+
+@contextmanager
+def _changed_is_the_error(files: list[InputFile]) -> Iterator[None]:
+    """An input that fails to read because it changed while the run read it (an exporter
+    rewriting it in place: a Parquet file cut short reads as corrupt, a CSV file as empty)
+    is reported as changed, with the hint to rerun, rather than by the symptom."""
+    try:
+        yield
+    except InputError as error:
+        ensure_unchanged([f for f in files if str(f.path) == error.path])
+        raise
 
 
 def _checksummed(file: InputFile, cache: RunCache | None) -> tuple[InputFile, int | None]:

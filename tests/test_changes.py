@@ -6,11 +6,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import wins
+from conftest import CLI_EXE, wins
 
 from pipeline.config import config_from_dict
 from pipeline.errors import InputError
@@ -59,6 +60,76 @@ def test_a_local_positions_file_rewritten_during_the_run_fails_it(
     assert str(raised.value) == (f"{target}: changed while this run read it ({said}); nothing "
                                  "was written (rerun once it is written whole)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_positions_file_cut_short_as_it_is_read_is_said_changed_not_broken(
+        tmp_path: Path, fmt: str) -> None:
+    """An exporter rewriting the file in place (O_TRUNC, then writing) as the run starts
+    reading it: the reader meets an empty CSV file, a Parquet file without its footer. The
+    error is the change, with the hint to rerun, not "empty file" or "not a readable Parquet
+    file", which send on-call to look for a broken export."""
+    job = local_job(tmp_path)
+    target = tmp_path / f"positions.{fmt}"
+    if fmt == "parquet":
+        pl.read_csv(tmp_path / "positions.csv").with_columns(
+            pl.col("heaps").str.split(" ").cast(pl.List(pl.Int64))).write_parquet(target)
+        (tmp_path / "positions.csv").unlink()
+        job["positions"] = str(target)
+    size = target.stat().st_size
+    cut = 0 if fmt == "csv" else size // 2
+
+    def rewrite() -> None:
+        with target.open("r+b") as fh:
+            fh.truncate(cut)
+
+    with pytest.raises(InputError) as raised:
+        run_job(config_from_dict(job), on_event=rewrite_when("positions", rewrite))
+    assert str(raised.value) == (f"{target}: changed while this run read it ({size} bytes when "
+                                 f"first read, {cut} now); nothing was written (rerun once it "
+                                 "is written whole)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["rules.csv", target.name])
+
+
+CUT_AS_THE_SCAN_READS = '''
+import os
+from pipeline.io.read import csv_reader
+
+real = csv_reader._short_lines
+
+
+def short_lines(data):  # the exporter truncates the file while its bytes are checked
+    if bytes(data).startswith(b"rule_set_id,position_id"):  # not the rules file's
+        os.truncate(os.environ["CUT_FILE"], 0)
+    return real(data)
+
+
+csv_reader._short_lines = short_lines
+'''
+
+
+def test_a_csv_file_cut_short_while_its_bytes_are_checked_is_an_error_not_a_crash(
+        tmp_path: Path) -> None:
+    """The check of a CSV file's bytes once went through a memory map: a file truncated
+    meanwhile ended the process with SIGBUS (no message, the staging directory left). It is
+    read now; the run fails naming the change (a real CLI process: the truncation comes from
+    a sitecustomize, inside the check)."""
+    job = local_job(tmp_path)
+    with (tmp_path / "positions.csv").open("a") as more:  # past a window of `_short_lines`
+        more.writelines(f"1,{i},{i % 97} {i % 89}\n" for i in range(3, 40_000))
+    size = (tmp_path / "positions.csv").stat().st_size
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(CUT_AS_THE_SCAN_READS)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "CUT_FILE": job["positions"],
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(root)])}
+    proc = subprocess.run([str(CLI_EXE), "run", "--rules", job["rules"], "--positions",
+                           job["positions"], "--out", job["out"]],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stderr) == (1, (
+        f"snim-batch: error: {job['positions']}: changed while this run read it ({size} bytes "
+        "when first read, 0 now); nothing was written (rerun once it is written whole)\n"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv", "site"]
 
 
 def test_rules_edited_after_they_were_read_do_not_fail_the_run(tmp_path: Path) -> None:

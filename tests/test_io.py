@@ -2030,6 +2030,25 @@ def test_a_csv_files_first_bad_byte_is_where_python_finds_it(tmp_path_factory, p
     assert csv_reader._scan_text(path).bad_byte == bad_byte_reference(raw)
 
 
+@pytest.mark.parametrize("part", [1 << 24, 1 << 19])  # whole windows of `_short_lines`
+@pytest.mark.parametrize("raw", [
+    b"a,b\n" + b"1,2\n" * 300_000,  # plain: no scan
+    b"a,b\n1," + b"9" * 700_000 + b"\n2,3\n",  # a line longer than two windows
+    b"a,b\n" + b"1,2\n" * 200_000 + b'3,"4\n5"\n' + b"6,7\n" * 10,  # a quote past a part
+    "a,b\n\u00e9,\u20ac\n".encode() * 100_000,  # UTF-8, characters cut by the parts
+    b"a,b\n" + b"1,2\n" * 200_000 + b"\xff,1\n",  # invalid UTF-8 in a later part
+])
+def test_a_local_csv_file_read_in_parts_scans_as_its_whole_bytes(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, part: int, raw: bytes) -> None:
+    """A local file is read in parts (no memory map, which a file cut short meanwhile would
+    turn into SIGBUS): the plain-text shortcut and the scan in parts find what the scan of
+    the whole bytes finds."""
+    monkeypatch.setattr(csv_reader, "_PART", part)
+    path = tmp_path / "f.csv"
+    path.write_bytes(raw)
+    assert csv_reader._scan_text(path) == csv_reader._scan_bytes(raw)
+
+
 # ---- csv_reader: records longer than the parser's default block ------------------------------
 
 LONG_HEAPS = " ".join(str(i % 10) for i in range(1_500_000))  # 3 MB: the reader's block is 1 MiB

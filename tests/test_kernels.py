@@ -783,7 +783,7 @@ def _python_csv_longest(text: str) -> tuple[int, int]:
 
 def _walk_in_parts(data: np.ndarray, cuts: list[int]) -> tuple[int, int]:
     """(longest, its line) from `csv_scan_part` over `data` cut at `cuts`, each part after
-    the bytes the previous walk left, as `csv_reader._scan_stream` feeds it."""
+    the bytes the previous walk left, as `csv_reader._scan_parts` feeds it."""
     state, line, open_line, quoted, stray, field_break = 0, 1, 0, False, 0, False
     line_start, start_line, longest, longest_line = 0, 1, 0, 0
     offset, bounds = 0, [*sorted(set(cuts)), len(data)]

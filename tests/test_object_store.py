@@ -1227,13 +1227,15 @@ def test_the_streamed_scan_equals_the_scan_of_the_whole_file(
         s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bytes,
         part: int) -> None:
     """Whatever part boundaries cut (a '""', a CRLF, a BOM, a character of several bytes
-    before a bad one), the scan of an object read in parts finds what the scan of the file
-    on disk finds, the first bad byte's offset included."""
+    before a bad one), the scan of an object or a local file read in parts finds what the
+    scan of the whole bytes at once finds, the first bad byte's offset included."""
     (tmp_path / "f.csv").write_bytes(text)
     s3_env.client().put_object(Bucket="bkt", Key="f.csv", Body=text)
     monkeypatch.setattr(csv_reader, "_PART", part)
     remote = object_store.with_client_options(Location.parse("s3://bkt/f.csv", Path("/")))
-    assert csv_reader._scan_text(remote) == csv_reader._scan_text(tmp_path / "f.csv")
+    whole = csv_reader._scan_bytes(text)
+    assert csv_reader._scan_text(remote) == whole
+    assert csv_reader._scan_text(tmp_path / "f.csv") == whole
 
 
 def test_the_readme_polars_recipe_reads_the_committed_output(s3, tmp_path: Path) -> None:

@@ -4,8 +4,7 @@ text, after one exact scan of the bytes for encoding, quotes and line ends."""
 from __future__ import annotations
 
 import codecs
-import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,27 +55,66 @@ class _TextScan:
             object.__setattr__(self, "longest_line", 0)
 
 
-def _csv_bytes(data: bytes | mmap.mmap) -> np.ndarray:
+def _csv_bytes(data: bytes) -> np.ndarray:
     return np.frombuffer(data, np.uint8)
 
 
-def _bom_length(data: bytes | mmap.mmap) -> int:
+def _bom_length(data: bytes) -> int:
     return len(_BOM) if data[:len(_BOM)] == _BOM else 0
 
 
 def _scan_text(path: Source, cache: RunCache | None = None) -> _TextScan:
-    """Check the whole file through a memory map (an object in a store: as the run's `cache`
-    keeps it whole, or streamed), so a large file is never held twice."""
+    """Check the whole file, read in parts (an object in a store: as the run's `cache` keeps
+    it whole, or streamed), so a large file is never held whole, nor twice. A local file is
+    read, not memory-mapped: a file an exporter rewrites in place while the run reads it then
+    reads short, which the run reports as changed, where a mapped page past its new end
+    would end the process (SIGBUS)."""
     if isinstance(path, Location):
         whole = None if cache is None else cache.get("object", path)
-        return _scan_stream(path) if whole is None else _scan_bytes(whole)
-    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        return _scan_bytes(data)
+        if whole is not None:
+            return _scan_bytes(whole)
+        with object_store.open_stream(path) as stream:
+            def read(size: int) -> bytes:
+                try:
+                    return stream.read(size)
+                except OSError as exc:
+                    raise object_store.store_error(path, exc) from None
+
+            return _scan_parts(read)
+    with path.open("rb") as fh:
+        if _plain_text(fh.read):
+            return _TextScan(-1, 0, False)
+        fh.seek(0)
+        return _scan_parts(fh.read)
 
 
-def _line_at(data: bytes | mmap.mmap, offset: int, line: int = 1, step: int = 1 << 24) -> int:
+def _plain_text(read: Callable[[int], bytes]) -> bool:
+    """Whether the bytes `read` gives, part by part, are what `_scan_bytes` passes without its
+    compiled scan: no NUL byte, UTF-8, no quote, every line shorter than 2 * _SPAN bytes (the
+    windows of `_short_lines`, as the parts are whole windows). Else the caller scans again,
+    from the start, to say where (`_scan_parts`)."""
+    if _PART % _SPAN:  # parts that are not whole windows: the full scan measures the lines
+        return False
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    while True:
+        part = read(_PART)
+        last = len(part) < _PART
+        if part.find(b"\x00") >= 0 or part.find(b'"') >= 0:
+            return False
+        if not (part.isascii() and not decoder.getstate()[0]):
+            try:
+                decoder.decode(part, final=last)
+            except UnicodeDecodeError:
+                return False
+        if not _short_lines(part):
+            return False
+        if last:
+            return True
+
+
+def _line_at(data: bytes, offset: int, line: int = 1, step: int = 1 << 24) -> int:
     """The physical line of data[offset], when data[0] is on line `line` (LF, CRLF and CR
-    each end one), counted `step` bytes at a time (a mapped file is never copied whole)."""
+    each end one), counted `step` bytes at a time."""
     for start in range(0, offset, step):
         end = min(start + step, offset)
         part = data[start:end]
@@ -86,7 +124,7 @@ def _line_at(data: bytes | mmap.mmap, offset: int, line: int = 1, step: int = 1 
     return line
 
 
-def _short_lines(data: bytes | mmap.mmap) -> bool:
+def _short_lines(data: bytes) -> bool:
     """Whether every line is shorter than 2 * _SPAN bytes: each whole _SPAN-byte window holds
     a line end. A search stops at the first line end, so this reads a few bytes per window,
     not the file."""
@@ -97,7 +135,7 @@ def _short_lines(data: bytes | mmap.mmap) -> bool:
     return True
 
 
-def _scan_bytes(data: bytes | mmap.mmap) -> _TextScan:
+def _scan_bytes(data: bytes) -> _TextScan:
     """No NUL byte, UTF-8 (plain ASCII, as most exports are, told by one vectorised maximum;
     other text decoded in 16 MiB slices), quotes and the longest record by a compiled scan
     of the bytes (without quotes, and with no long line, lines are records: no scan)."""
@@ -131,50 +169,46 @@ def _scan_bytes(data: bytes | mmap.mmap) -> _TextScan:
 _PART = 1 << 24
 
 
-def _scan_stream(location: Location) -> _TextScan:
-    """`_scan_text` for an object in a store, read once as a stream in 16 MiB parts (the
-    same checks; the quote walk carried from part to part), never held whole."""
+def _scan_parts(read: Callable[[int], bytes]) -> _TextScan:
+    """`_scan_bytes` for bytes `read` gives in 16 MiB parts (the same checks; the quote walk
+    carried from part to part), never held whole."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     state, line, open_line, quoted_break, stray_line, field_break = 0, 1, 0, False, 0, False
     line_start, start_line, longest, longest_line = 0, 1, 0, 0
     carried = b""
     offset = 0  # of carried[0] in the object
     first = True
-    with object_store.open_stream(location) as stream:
-        while True:
-            try:
-                part = stream.read(_PART)
-            except OSError as exc:
-                raise object_store.store_error(location, exc) from None
-            last = len(part) < _PART
-            nul = part.find(b"\x00")
-            if nul >= 0:  # line: that of carried[0], plus the line ends before the byte
-                bad = len(carried) + nul
-                return _TextScan(offset + bad, 0, False,
-                                 bad_line=_line_at(carried + part, bad, line))
-            pending = len(decoder.getstate()[0])  # bytes of a character cut by the last part
-            try:
-                if not (part.isascii() and pending == 0):
-                    decoder.decode(part, final=last)
-            except UnicodeDecodeError as exc:  # exc.start counts the pending bytes first
-                bad = len(carried) - pending + exc.start  # < 0: in a cut character, no line end
-                return _TextScan(offset + bad, 0, False,
-                                 bad_line=_line_at(carried + part, max(bad, 0), line))
-            data = carried + part
-            start = _bom_length(data) if first else 0
-            if first:
-                line_start = start
-            first = False
-            view = _csv_bytes(data)
-            limit = len(data) if last else len(data) - 1
-            (done, state, line, open_line, quoted_break, stray_line, field_break, line_start,
-             start_line, longest, longest_line) = kernels.csv_scan_part(
-                view[start:], limit - start, state, line, open_line, quoted_break, stray_line,
-                field_break, offset + start, line_start, start_line, longest, longest_line)
-            if last:
-                break
-            carried = data[start + done:]
-            offset += start + done
+    while True:
+        part = read(_PART)
+        last = len(part) < _PART
+        nul = part.find(b"\x00")
+        if nul >= 0:  # line: that of carried[0], plus the line ends before the byte
+            bad = len(carried) + nul
+            return _TextScan(offset + bad, 0, False,
+                             bad_line=_line_at(carried + part, bad, line))
+        pending = len(decoder.getstate()[0])  # bytes of a character cut by the last part
+        try:
+            if not (part.isascii() and pending == 0):
+                decoder.decode(part, final=last)
+        except UnicodeDecodeError as exc:  # exc.start counts the pending bytes first
+            bad = len(carried) - pending + exc.start  # < 0: in a cut character, no line end
+            return _TextScan(offset + bad, 0, False,
+                             bad_line=_line_at(carried + part, max(bad, 0), line))
+        data = carried + part
+        start = _bom_length(data) if first else 0
+        if first:
+            line_start = start
+        first = False
+        view = _csv_bytes(data)
+        limit = len(data) if last else len(data) - 1
+        (done, state, line, open_line, quoted_break, stray_line, field_break, line_start,
+         start_line, longest, longest_line) = kernels.csv_scan_part(
+            view[start:], limit - start, state, line, open_line, quoted_break, stray_line,
+            field_break, offset + start, line_start, start_line, longest, longest_line)
+        if last:
+            break
+        carried = data[start + done:]
+        offset += start + done
     if offset + len(data) - line_start > longest:  # a last record without a line end
         longest, longest_line = offset + len(data) - line_start, start_line
     return _TextScan(-1, open_line if state == kernels.CSV_IN_QUOTES else 0, quoted_break,
