@@ -323,6 +323,12 @@ def write_report(out: str | Path, target: Path | None = None, on_event: OnEvent 
 
 def _run_page(out_dir: Path) -> str:
     manifest = read_manifest(out_dir)
+    for name in ("summary", "sg_tables", "rejects"):
+        table = out_dir / f"{name}.parquet"  # a file, or the Spark engine's directory of parts
+        if table.exists() and not (table.is_file() or table.is_dir()):
+            raise InputError(f"{table}: not a regular file (a pipe or device; reading it "
+                             "could wait forever): not an output as snim-batch writes them",
+                             path=table)
     try:
         frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")
                   for name in ("summary", "sg_tables", "rejects")}

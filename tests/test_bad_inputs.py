@@ -1667,6 +1667,30 @@ def test_symlink_loop_and_dangling_symlink_are_named_as_such(tmp_path: Path) -> 
         f"{tmp_path / 'moved' / 'positions.csv'} (its target does not exist)")
 
 
+@pytest.mark.parametrize("kind", ["named pipe", "piped stdin", "device"])
+def test_a_pipe_or_device_named_as_input_is_refused_not_waited_on(tmp_path: Path,
+                                                                 kind: str) -> None:
+    """A named pipe (or `<(...)`, or /dev/stdin piped) would be read more than once: the run
+    waited forever on a second open. A device such as /dev/null read as "empty". Both are
+    refused up front, naming what they are (the installed executable, with a timeout: the
+    wait it used to be would otherwise hold the test run)."""
+    rules = _reference_rules(tmp_path)
+    named = {"named pipe": tmp_path / "positions.csv", "piped stdin": Path("/dev/stdin"),
+             "device": Path("/dev/null")}[kind]
+    if kind == "named pipe":
+        os.mkfifo(named)
+    proc = subprocess.run([str(EXE), *map(str, job_args(rules, named, tmp_path / "out"))],
+                          cwd=tmp_path, input="rule_set_id,position_id,heaps\n1,a,3\n",
+                          capture_output=True, text=True, timeout=60)
+    what = ("a character device" if kind == "device"
+            else "a pipe (a named pipe, /dev/stdin piped, <(...))")
+    assert (proc.returncode, proc.stderr) == (1, (
+        f"snim-batch: error: positions input {named}: is {what}, not a regular file: a run "
+        "reads each input more than once (its bytes checked, its rows read and counted), which "
+        "a pipe or device gives only once; write it to a file first\n"))
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("where", ["top", "below"])
 def test_unreadable_directory_says_permission_denied(tmp_path: Path, where: str) -> None:
     rules = _reference_rules(tmp_path)

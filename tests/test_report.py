@@ -121,6 +121,20 @@ def test_report_on_a_file_says_it_is_no_output(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+def test_a_table_that_became_a_pipe_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A listed table replaced by a named pipe: reading it would wait forever, and no stop
+    signal reached the process while it waited (the installed executable, with a timeout)."""
+    out = _run(tmp_path)
+    (out / "rejects.parquet").unlink()
+    os.mkfifo(out / "rejects.parquet")
+    proc = subprocess.run([str(CLI_EXE), "report", str(out)], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stderr) == (1, (
+        f"snim-batch: error: {out / 'rejects.parquet'}: not a regular file (a pipe or device; "
+        "reading it could wait forever): not an output as snim-batch writes them\n"))
+    assert not (out / "report.html").exists()
+
+
 def test_report_on_a_missing_path_says_it_does_not_exist(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert (result.exit_code, result.stderr) == (

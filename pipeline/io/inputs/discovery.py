@@ -76,6 +76,20 @@ def _shown(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def _special_kind(path: Path) -> str:
+    """What a path that is no regular file nor directory is, in a few words."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "not readable as a file"
+    for test, kind in ((stat.S_ISFIFO, "a pipe (a named pipe, /dev/stdin piped, <(...))"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
 def _plural(count: int, one: str, many: str) -> str:
     return f"{count} {one if count == 1 else many}"
 
@@ -96,7 +110,13 @@ class _InputFinder:
     def files(self) -> list[Path]:
         path = Path(self.spec)
         if self.exists(path):
-            if self.kind_of(path) != "dir":
+            kind = self.kind_of(path)
+            if kind == "special":
+                raise self.error(path, f"is {_special_kind(path)}, not a regular file: a run "
+                                       "reads each input more than once (its bytes checked, "
+                                       "its rows read and counted), which a pipe or device "
+                                       "gives only once; write it to a file first")
+            if kind != "dir":
                 return self.named_in_utf8([path])
             table = next((d for d in path.absolute().parents if (d / "_delta_log").is_dir()),
                          None)
