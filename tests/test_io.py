@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 import pipeline.io.inputs.discovery as inputs
 from pipeline import kernels
+from pipeline.config import config_from_dict
 from pipeline.errors import InputError, OutputError
 from pipeline.events import COMMITTED, WARNING, RunEvent
 from pipeline.io.outputs import commit, failures, manifest, scratch
@@ -1820,6 +1821,31 @@ def test_a_glob_ending_in_double_star_reads_every_directory_below(tmp_path, spec
     assert inputs.resolve_inputs(str(Path.cwd() / spec), "positions") == found
 
 
+def test_a_glob_through_dot_dot_steps_up_and_is_no_loop(tmp_path, monkeypatch):
+    """`..` in a glob (a config kept in conf/ naming `../data/*.csv`) goes to the directory
+    above, as the file system has it: it was refused as a symlink loop, there being none."""
+    touch(tmp_path, "d/sub/x.txt", "d/pos/a.csv", "d/pos/b.csv")
+    found = inputs.resolve_inputs(str(tmp_path / "d/sub/../pos/*.csv"), "positions")
+    assert [os.path.realpath(p) for p in found] == [
+        str(tmp_path / "d/pos/a.csv"), str(tmp_path / "d/pos/b.csv")]
+    monkeypatch.chdir(tmp_path / "d" / "sub")
+    assert [os.path.realpath(p) for p in inputs.resolve_inputs("../pos/*.csv", "positions")
+            ] == [str(tmp_path / "d/pos/a.csv"), str(tmp_path / "d/pos/b.csv")]
+    assert [os.path.realpath(p) for p in inputs.resolve_inputs("./../p*/./a.csv",
+                                                               "positions")
+            ] == [str(tmp_path / "d/pos/a.csv")]
+
+
+def test_a_glob_ending_in_a_slash_takes_directories_only(tmp_path):
+    """`exports/*/` names the partition directories, as a shell expands it, not the stray
+    file beside them (whose rows made every position a duplicate)."""
+    touch(tmp_path, "e/2026-12-05/p.csv", "e/2026-12-06/p.csv", "e/manual_fixups.csv")
+    assert inputs.resolve_inputs(str(tmp_path / "e") + "/*/", "positions") == [
+        tmp_path / "e/2026-12-05/p.csv", tmp_path / "e/2026-12-06/p.csv"]
+    assert config_from_dict({"rules": "r.csv", "positions": "e/*/", "out": "o"}
+                            ).positions.endswith("/*/")
+
+
 def test_a_glob_ending_in_double_star_still_finds_a_symlink_loop(tmp_path):
     touch(tmp_path, "d/a.csv")
     (tmp_path / "d" / "up").symlink_to(tmp_path / "d")
@@ -2367,7 +2393,7 @@ def test_takes_by_name_agrees_with_the_finder_on_every_glob_form(tmp_path: Path)
     (tmp_path / "lk").symlink_to(tmp_path / "data")
     specs = ["data", "lk", "data/*", "data/*.csv", "data/**", "data/**/*.csv", "data/2026*",
              "lk/*", "lk/**", "data/*/*.csv", "data/s*/**", "*/p.csv", "data/?.csv",
-             "data/p.csv", "lk/p.csv"]
+             "data/p.csv", "lk/p.csv", "data/sub/../*.csv", "data/sub/../**"]
     for spec in specs:
         given = tmp_path / spec
         try:

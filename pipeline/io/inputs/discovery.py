@@ -104,6 +104,7 @@ class _InputFinder:
         self.what = what
         self.excluded = _identity(exclude) if exclude is not None else None
         self.found: list[Path] = []
+        self.directories_only = spec.endswith(("/", os.sep))  # `exports/*/`, as a shell's
         self.skipped: dict[str, set[Path]] = {key: set() for key in (
             "hidden file", "hidden dir", "suffix", "special", "output", "delta", "own")}
 
@@ -255,16 +256,19 @@ class _InputFinder:
             kind = self.kind_of(base)
             if kind == "dir":
                 self.take_dir(base, ancestors, found_by_name=False)
-            elif kind == "file":
+            elif kind == "file" and not self.directories_only:
                 self.found.append(base)
-            else:
+            elif kind == "special":
                 self.skipped["special"].add(base)
             return
         head, rest = parts[0], parts[1:]
         literal = self.exists(base / head)
         if not any(ch in head for ch in GLOB_CHARS) or literal:
             if rest and os.path.isdir(base / head):
-                inner = self.enter(base / head, ancestors, found_by_name=True)
+                # `.` and `..` step to a directory already on the way, not below it: no loop
+                above = {".": 1, "..": 2}.get(head, 0)
+                inner = self.enter(base / head, ancestors[:len(ancestors) - above],
+                                   found_by_name=True)
                 if inner is not None:
                     self.match(base / head, rest, inner)
             elif not rest and literal:
