@@ -616,6 +616,7 @@ def _check_result_file(path: Path) -> None:
     """--result-file must be a file in an existing directory, and not inside a snim-batch
     output (whose manifest would not list it): a usage error before any work."""
     from pipeline.io.outputs.commit import refuse_inside_snim_output
+    from pipeline.io.outputs.failures import PID_WIDTH, refuse_long_names
 
     shown = f"--result-file {brief_repr(str(path))}"
     if path.is_dir():
@@ -623,6 +624,8 @@ def _check_result_file(path: Path) -> None:
     if not path.absolute().parent.is_dir():
         raise UsageError(f"{shown}: its directory does not exist")
     refuse_inside_snim_output(path, shown, "--result-file")
+    refuse_long_names(path, "--result-file", "its temporary file .NAME.PID.tmp",
+                      len("...tmp") + PID_WIDTH)  # as `whole.whole_file` names it
 
 
 def _check_result_outside(path: Path, out: object) -> None:

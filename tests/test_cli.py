@@ -1321,6 +1321,23 @@ def test_a_result_file_inside_the_run_s_own_output_is_refused(cli, small_job, tm
     assert (tmp_path / "other" / "manifest.json").is_file() and (tmp_path / "r2.json").is_file()
 
 
+def test_a_result_file_name_too_long_for_its_temporary_file_is_refused_first(
+        cli, small_job, tmp_path):
+    """The result is written through `.NAME.PID.tmp` beside it: a legal name too long for
+    that was found only after the commit (exit 1, "the run's output is committed", and a
+    retry then met "output already exists"). Refused before any work now, exit 2; the
+    longest name that fits is written."""
+    (tmp_path / "c.yaml").write_text("rules: rules.csv\npositions: positions.csv\nout: o\n")
+    result = cli("run", "--config", "c.yaml", "--result-file", "r" * 250)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.endswith(
+        "is 250 bytes, and its temporary file .NAME.PID.tmp beside it would be 263, more than "
+        "the 255 a file name may have: give a name of at most 242 bytes; nothing was written\n")
+    assert not (tmp_path / "o").exists()
+    assert cli("run", "--config", "c.yaml", "--result-file", "r" * 242).exit_code == 0
+    assert json.loads((tmp_path / ("r" * 242)).read_text())["exit_code"] == 0
+
+
 @pytest.mark.parametrize(("args", "read_as"), [
     (["--config", "c.yaml", "--result-file", "positions.csv"], "--positions positions.csv"),
     (["--config", "c.yaml", "--result-file", "c.yaml"], "config file c.yaml"),
