@@ -1461,6 +1461,9 @@ def test_header_only_positions_in_every_style_is_an_empty_run(tmp_path: Path,
     got, out = run_texts(tmp_path, RULES_CSV, f"rule_set_id,position_id,heaps{ending}")
     assert got.code == 0, got.stderr
     assert read_out(out)["manifest"]["counts"]["positions"]["rows_read"] == 0
+    # a valid night, but a scheduler's log says it: an export that came out empty, perhaps
+    assert "snim-batch: warning: the positions input has no rows (1 file, each a header or an " \
+           "empty table): the output holds no verdicts\n" in got.stderr
 
 
 @pytest.mark.parametrize("rules_text", [RULES_CSV, RULES_CSV.replace("\n", "\r"),
