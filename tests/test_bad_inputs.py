@@ -2136,6 +2136,9 @@ def test_every_list_and_key_type_is_read_as_its_values(tmp_path: Path, form: str
      "column 'heaps' has type List(List(Int64)), expected a list of integers"),
     ("heaps", pa.array([{1: 2}], pa.map_(pa.int64(), pa.int64())),
      "column 'heaps' has type Map(Int64, Int64), expected a list of integers"),
+    ("position_id", pa.array([b"\x12" * 16], pa.uuid().storage_type).cast(pa.uuid()),
+     "column 'position_id' has type Binary, expected integer or string (bytes, as a UUID or "
+     "a hash is often stored: write the key as text, such as the UUID's canonical form)"),
 ])
 def test_a_list_type_that_cannot_hold_heaps_is_one_line(tmp_path: Path, column: str,
                                                         array: pa.Array, says: str) -> None:

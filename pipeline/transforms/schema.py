@@ -55,9 +55,11 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
 
 
 def wrong_type(source: str, name: str, dtype: pl.DataType, expected: str) -> InputError:
+    hint = (" (bytes, as a UUID or a hash is often stored: write the key as text, such as the "
+            "UUID's canonical form)" if dtype == pl.Binary else "")
     return InputError(f"{source}: column {brief_repr(name)} has type "
-                      f"{truncated(str(dtype), LISTED_CHARS)}, expected {expected}", path=source,
-                      column=name)
+                      f"{truncated(str(dtype), LISTED_CHARS)}, expected {expected}{hint}",
+                      path=source, column=name)
 
 
 def input_column_names(cols: Columns, form: str) -> dict[str, str]:
