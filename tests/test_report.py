@@ -135,6 +135,35 @@ def test_a_table_that_became_a_pipe_is_refused_not_waited_on(tmp_path: Path) -> 
     assert not (out / "report.html").exists()
 
 
+@pytest.mark.parametrize("command", ["report", "run --overwrite", "run reading beside it"])
+def test_a_manifest_that_is_a_pipe_is_never_waited_on(tmp_path: Path, command: str) -> None:
+    """A manifest.json that is a named pipe: `report` and `run --overwrite` refuse it, and a
+    run whose input directory holds one below it reads on (no snim-batch output there); each
+    used to wait forever for a writer (the installed executable, with a timeout)."""
+    _run(tmp_path)  # rules.csv, positions.csv
+    where = tmp_path / ("in" if command == "run reading beside it" else "o")
+    (where / "sub").mkdir(parents=True)
+    os.mkfifo(where / ("sub" if command == "run reading beside it" else "") / "manifest.json")
+    job = ["--rules", str(tmp_path / "rules.csv"), "--quiet"]
+    args = {"report": ["report", str(where)],
+            "run --overwrite": ["run", *job, "--positions", str(tmp_path / "positions.csv"),
+                                "--out", str(where), "--overwrite"],
+            "run reading beside it": ["run", *job, "--positions", str(where), "--out",
+                                      str(tmp_path / "o2")]}[command]
+    if command == "run reading beside it":
+        shutil.copy(tmp_path / "positions.csv", where / "positions.csv")
+    proc = subprocess.run([str(CLI_EXE), *args], capture_output=True, text=True, timeout=60)
+    said = {"report": f"snim-batch: error: {where / 'manifest.json'}: unreadable manifest (not "
+                      "a regular file (a pipe or device))\n",
+            "run --overwrite": f"snim-batch: error: {where}: exists and is not provably a "
+                               "snim-batch output (unreadable manifest.json: not a regular file "
+                               "(a pipe or device)); refusing to replace it, nothing was "
+                               "written\n",
+            "run reading beside it": ""}[command]
+    assert (proc.returncode, proc.stderr) == (3 if command == "run reading beside it" else 1,
+                                              said)
+
+
 def test_report_on_a_missing_path_says_it_does_not_exist(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert (result.exit_code, result.stderr) == (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,7 @@ def ownership_problem(directory: Path) -> str | None:
     manifest.json was written by snim-batch (run_id, versions, outputs) and lists every entry
     in it, and every file in each directory it lists, each of the size it records."""
     try:
-        manifest = json.loads((directory / MANIFEST).read_bytes())
+        manifest = json.loads(_file_bytes(directory / MANIFEST))
     except FileNotFoundError:
         return f"no {MANIFEST}"
     except (OSError, ValueError, RecursionError) as exc:
@@ -192,9 +193,20 @@ def write_manifest(manifest: dict[str, Any], directory: Path) -> None:
         temporary.write_text(text, encoding="utf-8")
 
 
+def _file_bytes(path: Path) -> bytes:
+    """The bytes of `path`, which must be a regular file: a named pipe there (opened without
+    waiting for a writer) raises OSError, where reading it would wait forever, out of reach
+    of a stop signal."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file (a pipe or device)")
+        return file.read()
+
+
 def read_manifest(directory: Path) -> dict[str, Any]:
     try:
-        manifest = json.loads((directory / MANIFEST).read_text())
+        manifest = json.loads(_file_bytes(directory / MANIFEST))
     except FileNotFoundError:
         if not directory.exists():
             raise InputError(f"{directory}: does not exist") from None
@@ -216,7 +228,7 @@ def is_snim_output(directory: Path) -> bool:
     """Whether `directory` holds a manifest.json written by snim-batch: a JSON object with a
     run_id and versions naming snim-batch."""
     try:
-        manifest = json.loads((directory / MANIFEST).read_bytes())
+        manifest = json.loads(_file_bytes(directory / MANIFEST))
     except (OSError, ValueError, RecursionError):
         return False
     return written_by_snim(manifest)
