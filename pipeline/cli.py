@@ -661,7 +661,8 @@ def _check_result_not_an_input(path: Path, cfg: Any) -> None:
                        ("--positions", cfg.positions)):
         if spec is None or Location.parse(str(spec), Path.cwd()).is_remote:
             continue
-        reads = takes_by_name(Path(os.path.abspath(spec)), entry, named)
+        reads = takes_by_name(Path(os.path.abspath(spec)), entry, named,
+                              directories_only=str(spec).endswith("/"))
         if not reads and what != "config file" and path.is_file() and not path.is_symlink():
             try:  # a link inside an input directory, or one a glob matches, to this file
                 reads = any(Path(os.path.realpath(source)) == entry for source in

@@ -465,7 +465,8 @@ def resolve_location(text: str, base: Path) -> str:
     a local glob's trailing slash is kept (`exports/*/`: its directories, as a shell's)."""
     location = Location.parse(text, base)
     resolved = str(location)
-    if not location.is_remote and text.endswith("/") and not resolved.endswith("/"):
+    if (not location.is_remote and text.endswith("/") and not resolved.endswith("/")
+            and any(ch in text for ch in "*?[")):
         resolved += "/"
     return resolved
 

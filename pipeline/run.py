@@ -256,10 +256,11 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
                                      evaluation.rows_rejected, verdicts, w)
             rows_per_file = evaluation.rows_per_file
             if not evaluation.rows_read:  # a night's export that came out empty, perhaps
+                what = ("its file is" if len(paths) == 1
+                        else f"each of its {len(paths)} files is")
                 on_event(RunEvent.warning(
-                    f"the positions input has no rows ({len(paths)} "
-                    f"{'file' if len(paths) == 1 else 'files'}, each a header or an empty "
-                    "table): the output holds no verdicts"))
+                    f"the positions input has no rows ({what} a header or an empty table): "
+                    "the output holds no verdicts"))
             if form == "wide":
                 _every_row_evaluated_or_rejected(evaluation.rows_read, verdicts,
                                                  evaluation.rows_rejected)

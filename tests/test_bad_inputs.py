@@ -1462,7 +1462,7 @@ def test_header_only_positions_in_every_style_is_an_empty_run(tmp_path: Path,
     assert got.code == 0, got.stderr
     assert read_out(out)["manifest"]["counts"]["positions"]["rows_read"] == 0
     # a valid night, but a scheduler's log says it: an export that came out empty, perhaps
-    assert "snim-batch: warning: the positions input has no rows (1 file, each a header or an " \
+    assert "snim-batch: warning: the positions input has no rows (its file is a header or an " \
            "empty table): the output holds no verdicts\n" in got.stderr
 
 

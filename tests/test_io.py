@@ -1834,6 +1834,13 @@ def test_a_glob_through_dot_dot_steps_up_and_is_no_loop(tmp_path, monkeypatch):
     assert [os.path.realpath(p) for p in inputs.resolve_inputs("./../p*/./a.csv",
                                                                "positions")
             ] == [str(tmp_path / "d/pos/a.csv")]
+    # a pattern ending in `..` is the directory above; a file reached through `..` from
+    # several directories `*` matched is read once, not once for each (every row a duplicate)
+    assert [os.path.realpath(p) for p in inputs.resolve_inputs("../*/..", "positions")] == [
+        str(tmp_path / "d/pos/a.csv"), str(tmp_path / "d/pos/b.csv")]
+    assert [os.path.realpath(p) for p in inputs.resolve_inputs("../*/../pos/a.csv",
+                                                               "positions")
+            ] == [str(tmp_path / "d/pos/a.csv")]
 
 
 def test_a_glob_ending_in_a_slash_takes_directories_only(tmp_path):
@@ -2068,7 +2075,8 @@ def test_a_local_csv_file_read_in_parts_scans_as_its_whole_bytes(
         tmp_path, monkeypatch: pytest.MonkeyPatch, part: int, raw: bytes) -> None:
     """A local file is read in parts (no memory map, which a file cut short meanwhile would
     turn into SIGBUS): the plain-text shortcut and the scan in parts find what the scan of
-    the whole bytes finds."""
+    the whole bytes finds (each case has one kind of bad byte at most: with both in
+    different parts, the parts name the first part's, see `_scan_parts`)."""
     monkeypatch.setattr(csv_reader, "_PART", part)
     path = tmp_path / "f.csv"
     path.write_bytes(raw)
@@ -2393,14 +2401,17 @@ def test_takes_by_name_agrees_with_the_finder_on_every_glob_form(tmp_path: Path)
     (tmp_path / "lk").symlink_to(tmp_path / "data")
     specs = ["data", "lk", "data/*", "data/*.csv", "data/**", "data/**/*.csv", "data/2026*",
              "lk/*", "lk/**", "data/*/*.csv", "data/s*/**", "*/p.csv", "data/?.csv",
-             "data/p.csv", "lk/p.csv", "data/sub/../*.csv", "data/sub/../**"]
+             "data/p.csv", "lk/p.csv", "data/sub/../*.csv", "data/sub/../**", "data/*/",
+             "*/", "data/**/"]
     for spec in specs:
         given = tmp_path / spec
+        slash = "/" if spec.endswith("/") else ""
         try:
-            taken = {os.path.realpath(p) for p in resolve_inputs(str(given), "positions")}
+            taken = {os.path.realpath(p)
+                     for p in resolve_inputs(str(given) + slash, "positions")}
         except InputError:
             taken = set()
         for name in files:
             entry = Path(os.path.realpath(tmp_path / name))
-            assert takes_by_name(given, entry, tmp_path / name) == (str(entry) in taken), (
-                spec, name)
+            assert takes_by_name(given, entry, tmp_path / name, directories_only=bool(slash)
+                                 ) == (str(entry) in taken), (spec, name)

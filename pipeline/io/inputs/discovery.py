@@ -76,6 +76,23 @@ def _shown(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def _once_each(files: list[Path]) -> list[Path]:
+    """`files` without a second path through `..` to a file already listed (`d/*/../p.csv`
+    reaches d/p.csv once for each directory `*` matches); the first in order is kept. Paths
+    without `..` stay, whatever they lead to (a link beside its target is read twice, as
+    named)."""
+    seen = {_identity(f) for f in files if ".." not in f.parts}
+    kept = []
+    for file in files:
+        if ".." in file.parts:
+            identity = _identity(file)
+            if identity in seen:
+                continue
+            seen.add(identity)
+        kept.append(file)
+    return kept
+
+
 def _special_kind(path: Path) -> str:
     """What a path that is no regular file nor directory is, in a few words."""
     try:
@@ -138,7 +155,7 @@ class _InputFinder:
             raise self.error(path, "no such file or directory")
         if not self.found:
             raise self.error(path, empty + self.skip_text())
-        return self.named_in_utf8(sorted(set(self.found)))
+        return self.named_in_utf8(_once_each(sorted(set(self.found))))
 
     def named_in_utf8(self, files: list[Path]) -> list[Path]:
         """`files`, once each name is known to be UTF-8 text, as the outputs record it."""
@@ -251,7 +268,9 @@ class _InputFinder:
     def match(self, base: Path, parts: tuple[str, ...], ancestors: tuple[Any, ...]) -> None:
         """The paths below `base` (a directory already entered, unless `parts` is empty) that
         match the pattern components `parts`; a component that exists as written is taken
-        literally. A `**` at the end is every directory below `base` and `base` itself."""
+        literally, `..` the directory above. A `**` at the end is every directory below `base`
+        and `base` itself; a pattern ending in `/` (`directories_only`) takes no file it
+        matches itself, only what the directories it matches hold."""
         if not parts:
             kind = self.kind_of(base)
             if kind == "dir":
@@ -264,11 +283,10 @@ class _InputFinder:
         head, rest = parts[0], parts[1:]
         literal = self.exists(base / head)
         if not any(ch in head for ch in GLOB_CHARS) or literal:
+            if head == "..":  # a step up to a directory on the way already: no loop
+                ancestors = ancestors[:-2]
             if rest and os.path.isdir(base / head):
-                # `.` and `..` step to a directory already on the way, not below it: no loop
-                above = {".": 1, "..": 2}.get(head, 0)
-                inner = self.enter(base / head, ancestors[:len(ancestors) - above],
-                                   found_by_name=True)
+                inner = self.enter(base / head, ancestors, found_by_name=True)
                 if inner is not None:
                     self.match(base / head, rest, inner)
             elif not rest and literal:
@@ -321,12 +339,13 @@ class _InputFinder:
         return "; skipped " + ", ".join(parts) if parts else ""
 
 
-def takes_by_name(given: Path, entry: Path, named: Path) -> bool:
+def takes_by_name(given: Path, entry: Path, named: Path, directories_only: bool = False) -> bool:
     """Whether input `given` (a file, a directory or a glob, absolute) is, or would take, the
     file at `entry` (its directory's links resolved; `named`: as written), from the names
     alone, by the rules `_InputFinder` lists files with, so also for a file not there yet:
     the file itself or the one it links to; a .parquet/.pq/.csv file below the directory
-    that no hidden or `_` name hides; for a glob, what `_InputFinder.match` would take."""
+    that no hidden or `_` name hides; for a glob, what `_InputFinder.match` would take
+    (`directories_only`: the glob ended in `/`, which `given` as a Path no longer shows)."""
     if given.is_dir():
         top = Path(os.path.realpath(given))
         return top in entry.parents and _taken_below(entry.relative_to(top).parts)
@@ -337,8 +356,8 @@ def takes_by_name(given: Path, entry: Path, named: Path) -> bool:
     fixed = next((i for i, part in enumerate(parts) if any(c in part for c in GLOB_CHARS)),
                  len(parts))
     resolved = Path(os.path.realpath(Path(*parts[:fixed]))).parts + parts[fixed:]
-    return any(_glob_takes(pattern, path.parts) for pattern in (resolved, parts)
-               for path in (entry, named))
+    return any(_glob_takes(pattern, path.parts, not directories_only)
+               for pattern in (resolved, parts) for path in (entry, named))
 
 
 def _taken_below(parts: tuple[str, ...]) -> bool:
@@ -348,27 +367,28 @@ def _taken_below(parts: tuple[str, ...]) -> bool:
             and parts[-1].lower().endswith(_INPUT_SUFFIXES))
 
 
-def _glob_takes(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
+def _glob_takes(pattern: tuple[str, ...], parts: tuple[str, ...], files: bool = True) -> bool:
     """Whether the glob `pattern` takes the file `parts` (both split from the root), as
     `_InputFinder.match` does on names: a literal component is itself, `*`, `?`, `[...]` one name
     that is not hidden (unless the pattern's is), `**` any depth of directories (this one
-    too; at the end, every data file below), and a matched directory all data files below."""
+    too; at the end, every data file below), and a matched directory all data files below;
+    a file the whole pattern matches only if `files` (a pattern not ending in `/`)."""
     if not pattern:
-        return not parts or _taken_below(parts)
+        return files if not parts else _taken_below(parts)
     if not parts:
         return False
     head, rest = pattern[0], pattern[1:]
     if not any(c in head for c in GLOB_CHARS):
-        return parts[0] == head and _glob_takes(rest, parts[1:])
+        return parts[0] == head and _glob_takes(rest, parts[1:], files)
     if head == "**":
         if not rest:
             return _taken_below(parts)
-        return _glob_takes(rest, parts) or (
+        return _glob_takes(rest, parts, files) or (
             len(parts) > 1 and not parts[0].startswith((".", "_"))
-            and _glob_takes(pattern, parts[1:]))
+            and _glob_takes(pattern, parts[1:], files))
     hidden = parts[0].startswith((".", "_")) and not head.startswith(parts[0][0])
     return (not hidden and fnmatch.fnmatchcase(parts[0], head)
-            and _glob_takes(rest, parts[1:]))
+            and _glob_takes(rest, parts[1:], files))
 
 
 def first_line(exc: Exception) -> str:

@@ -171,7 +171,9 @@ _PART = 1 << 24
 
 def _scan_parts(read: Callable[[int], bytes]) -> _TextScan:
     """`_scan_bytes` for bytes `read` gives in 16 MiB parts (the same checks; the quote walk
-    carried from part to part), never held whole."""
+    carried from part to part), never held whole. One difference: bad bytes are looked for
+    part by part, so invalid UTF-8 in one part is named before a NUL byte in a later one
+    (`_scan_bytes` looks for a NUL in the whole file first)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     state, line, open_line, quoted_break, stray_line, field_break = 0, 1, 0, False, 0, False
     line_start, start_line, longest, longest_line = 0, 1, 0, 0
