@@ -1843,6 +1843,24 @@ def test_a_glob_through_dot_dot_steps_up_and_is_no_loop(tmp_path, monkeypatch):
             ] == [str(tmp_path / "d/pos/a.csv")]
 
 
+def test_steps_of_a_glob_through_links_are_no_loop(tmp_path):
+    """A step of the pattern is no walk that could go round: `..` out of a linked directory
+    goes where the file system says (not back where the pattern came from), and a link to a
+    directory above, named by one step, is read as the shell lists it. Taken whole, or under
+    `**`, the same link is still a loop."""
+    touch(tmp_path, "d/p.csv", "e/sub/x.txt", "L/top.csv", "L/s/y.txt")
+    (tmp_path / "d" / "b").mkdir()
+    (tmp_path / "d" / "b" / "le").symlink_to(tmp_path / "e" / "sub")
+    (tmp_path / "L" / "s" / "up").symlink_to(tmp_path / "L")
+    assert [os.path.realpath(p) for p in inputs.resolve_inputs(
+        str(tmp_path / "d/b/l*/../../*/p*.csv"), "positions")] == [str(tmp_path / "d/p.csv")]
+    assert inputs.resolve_inputs(str(tmp_path / "L/s/up/*.csv"), "positions") == [
+        tmp_path / "L/s/up/top.csv"]
+    for looped in ("L/s/u?", "L/**"):
+        assert "symlink loop (it leads back to a directory above it)" in resolve_error(
+            tmp_path / looped)
+
+
 def test_a_glob_ending_in_a_slash_takes_directories_only(tmp_path):
     """`exports/*/` names the partition directories, as a shell expands it, not the stray
     file beside them (whose rows made every position a duplicate)."""

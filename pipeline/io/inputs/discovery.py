@@ -283,14 +283,14 @@ class _InputFinder:
         head, rest = parts[0], parts[1:]
         literal = self.exists(base / head)
         if not any(ch in head for ch in GLOB_CHARS) or literal:
-            if head == "..":  # a step up to a directory on the way already: no loop
-                ancestors = ancestors[:-2]
+            # one step of the pattern (`..` included) is no walk that could go round a loop:
+            # the check starts again below it, where `**` or a directory taken whole walk
             if rest and os.path.isdir(base / head):
-                inner = self.enter(base / head, ancestors, found_by_name=True)
+                inner = self.enter(base / head, (), found_by_name=True)
                 if inner is not None:
                     self.match(base / head, rest, inner)
             elif not rest and literal:
-                self.match(base / head, rest, ancestors)
+                self.match(base / head, rest, ())
             return
         if not os.path.isdir(base):
             return
@@ -307,9 +307,9 @@ class _InputFinder:
             if self.hidden(base, name, "" if head == "**" else head):
                 continue
             if not rest and head != "**":
-                self.match(path, (), ancestors)
+                self.match(path, (), ())
             elif os.path.isdir(path):
-                inner = self.enter(path, ancestors, found_by_name=False)
+                inner = self.enter(path, ancestors if head == "**" else (), found_by_name=False)
                 if inner is not None:
                     self.match(path, parts if head == "**" else rest, inner)
 
