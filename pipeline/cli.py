@@ -619,13 +619,13 @@ def _check_result_file(path: Path) -> None:
     from pipeline.io.outputs.failures import PID_WIDTH, refuse_long_names
 
     shown = f"--result-file {brief_repr(str(path))}"
+    refuse_long_names(path, "--result-file", "its temporary file .NAME.PID.tmp",
+                      len("...tmp") + PID_WIDTH)  # as `whole.whole_file` names it
     if path.is_dir():
         raise UsageError(f"{shown}: is a directory")
     if not path.absolute().parent.is_dir():
         raise UsageError(f"{shown}: its directory does not exist")
     refuse_inside_snim_output(path, shown, "--result-file")
-    refuse_long_names(path, "--result-file", "its temporary file .NAME.PID.tmp",
-                      len("...tmp") + PID_WIDTH)  # as `whole.whole_file` names it
 
 
 def _check_result_outside(path: Path, out: object) -> None:
@@ -661,7 +661,7 @@ def _check_result_not_an_input(path: Path, cfg: Any) -> None:
                        ("--positions", cfg.positions)):
         if spec is None or Location.parse(str(spec), Path.cwd()).is_remote:
             continue
-        reads = takes_by_name(Path(os.path.abspath(spec)), entry, named,
+        reads = takes_by_name(Path(spec).absolute(), entry, named,  # `..` as the run takes it
                               directories_only=str(spec).endswith("/"))
         if not reads and what != "config file" and path.is_file() and not path.is_symlink():
             try:  # a link inside an input directory, or one a glob matches, to this file

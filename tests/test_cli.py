@@ -1334,6 +1334,9 @@ def test_a_result_file_name_too_long_for_its_temporary_file_is_refused_first(
         "is 250 bytes, and its temporary file .NAME.PID.tmp beside it would be 263, more than "
         "the 255 a file name may have: give a name of at most 242 bytes; nothing was written\n")
     assert not (tmp_path / "o").exists()
+    too_long = cli("run", "--config", "c.yaml", "--result-file", "r" * 300)  # past NAME_MAX
+    assert (too_long.exit_code, too_long.stderr.count("\n")) == (2, 1), too_long.output
+    assert "is 300 bytes, more than the 255 a file name may have" in too_long.stderr
     assert cli("run", "--config", "c.yaml", "--result-file", "r" * 242).exit_code == 0
     assert json.loads((tmp_path / ("r" * 242)).read_text())["exit_code"] == 0
 

@@ -2403,6 +2403,28 @@ def test_the_staging_directory_is_made_again_if_its_parent_vanished_meanwhile(
         commit._make_staging(tmp_path / "other" / "out", "run2", "out")
 
 
+def test_takes_by_name_takes_at_least_what_a_glob_through_dot_dot_reads(tmp_path: Path
+                                                                        ) -> None:
+    """`..` after a wildcard, or out of a link: where it leads is the file system's, so the
+    check by names (a --result-file the next night would read) judges widely: it takes every
+    file the finder reads, and never refuses less."""
+    from pipeline.io.inputs.discovery import resolve_inputs, takes_by_name
+
+    for name in ["d/p.csv", "e/q.csv", "e/sub/x.txt", "w/top/c/deep/y.txt", "w/top/c/q.csv",
+                 "w/top/r.csv"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "d" / "le").symlink_to(tmp_path / "e" / "sub")
+    for spec, future in [("d/le/../*.csv", "e/res.csv"), ("w/top/**/../*.csv", "w/top/c/n.csv"),
+                         ("d/*/../../e/*.csv", "e/new.csv")]:
+        given = Path(os.path.join(tmp_path, spec))
+        taken = [os.path.realpath(p) for p in resolve_inputs(str(given), "positions")]
+        assert taken, spec
+        for path in [*taken, str(tmp_path / future)]:
+            entry = Path(os.path.realpath(Path(path).parent)) / Path(path).name
+            assert takes_by_name(given, entry, Path(path)), (spec, path)
+
+
 def test_takes_by_name_agrees_with_the_finder_on_every_glob_form(tmp_path: Path) -> None:
     """Which existing files an input glob or directory takes, judged from names alone
     (`takes_by_name`, for run --result-file), is what the finder itself lists: over

@@ -345,7 +345,9 @@ def takes_by_name(given: Path, entry: Path, named: Path, directories_only: bool 
     alone, by the rules `_InputFinder` lists files with, so also for a file not there yet:
     the file itself or the one it links to; a .parquet/.pq/.csv file below the directory
     that no hidden or `_` name hides; for a glob, what `_InputFinder.match` would take
-    (`directories_only`: the glob ended in `/`, which `given` as a Path no longer shows)."""
+    (`directories_only`: the glob ended in `/`, which `given` as a Path no longer shows; a
+    `..` after a wildcard: any file below where it can lead whose name the last component
+    matches, or a data file). `given` keeps its `..` as written (not `os.path.abspath`'s)."""
     if given.is_dir():
         top = Path(os.path.realpath(given))
         return top in entry.parents and _taken_below(entry.relative_to(top).parts)
@@ -355,6 +357,11 @@ def takes_by_name(given: Path, entry: Path, named: Path, directories_only: bool 
     parts = given.parts
     fixed = next((i for i, part in enumerate(parts) if any(c in part for c in GLOB_CHARS)),
                  len(parts))
+    up = parts[fixed:].count("..")
+    if up:  # where `..` after a wildcard leads is the file system's to say: judged widely
+        top = Path(os.path.realpath(Path(*parts[:fixed]))).parents[up - 1]
+        return top in entry.parents and (fnmatch.fnmatchcase(entry.name, parts[-1])
+                                         or _taken_below((entry.name,)))
     resolved = Path(os.path.realpath(Path(*parts[:fixed]))).parts + parts[fixed:]
     return any(_glob_takes(pattern, path.parts, not directories_only)
                for pattern in (resolved, parts) for path in (entry, named))
