@@ -180,8 +180,8 @@ class OutputPlan:
     """Where the output goes and what happens there: `action` is "create" (nothing there),
     "fill" (an empty directory), "replace" (a snim-batch output, with --overwrite), "add night"
     (--format delta: the night's rows replace any earlier run's of that night) or "refused"
-    (the run would stop before any work: `problem` says why, as the run would, and
-    `exit_code` is the code it would exit with, which `explain` exits with too)."""
+    (the run would stop before any work: `problem` says why, as the run would; `refusal` is
+    the error it would stop with, whose exit code `explain` exits with too)."""
 
     location: str
     format: str
@@ -190,7 +190,11 @@ class OutputPlan:
     action: str
     problem: str | None = None
     run_date: str | None = None
-    exit_code: int = 0
+    refusal: SnimError | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.refusal is None else self.refusal.exit_code
 
 
 @dataclass(frozen=True)
@@ -209,8 +213,9 @@ class RunPlan:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (`snim-batch explain --json`)."""
-        plan = _plain(dataclasses.asdict(self))
-        del plan["output"]["exit_code"]  # the command's, not the plan's
+        bare = dataclasses.replace(self, output=dataclasses.replace(self.output, refusal=None))
+        plan = _plain(dataclasses.asdict(bare))
+        del plan["output"]["refusal"]  # the command's, not the plan's
         return {"plan_version": PLAN_VERSION, **plan}
 
 
@@ -226,11 +231,17 @@ def _plain(value: Any) -> Any:
 def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
     """The plan of a run of `config` (`run_date`: the night a --format delta run replaces);
     raises the SnimError the run would raise for an input it cannot read or a setting it
-    refuses."""
+    refuses; where it would refuse its output as well, that error, as the run meets it
+    first."""
     output = _output_plan(config, run_date)
-    with RunCache(whole_objects=config.engine != "spark") as cache:
-        rules, distinct, index = _rules_plan(config, cache)
-        positions = _positions_plan(config, cache, index)
+    try:
+        with RunCache(whole_objects=config.engine != "spark") as cache:
+            rules, distinct, index = _rules_plan(config, cache)
+            positions = _positions_plan(config, cache, index)
+    except SnimError:
+        if output.refusal is not None:  # the run stops at its output before reading a row
+            raise output.refusal from None
+        raise
     tables = _tables_plan(distinct, index, positions, config)
     memory = None if config.engine == "spark" else _memory(positions, tables, config)
     return RunPlan(config.engine, config.winning_moves, config.on_bad_rows, rules, positions,
@@ -539,8 +550,7 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         output = output_for(config.out, fmt, overwrite, config.storage_options,
                             lambda message: None, run_date)
     except OutputError as exc:  # a Delta root the run refuses
-        return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc), night,
-                          exc.exit_code)
+        return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc), night, exc)
     try:
         if isinstance(output, DeltaTables):
             from pipeline.io.outputs.delta_tables import RUNS
@@ -554,7 +564,6 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         assert isinstance(config.out, Path)
         location, state = target_state(config.out, overwrite)
     except (OutputError, UsageError) as exc:  # the usage error: an --out in a Delta table
-        return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc),
-                          exit_code=exc.exit_code)
+        return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc), refusal=exc)
     action = {"missing": "create", "empty": "fill", "output": "replace"}[state]
     return OutputPlan(location, fmt, overwrite, state != "missing", action)

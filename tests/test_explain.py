@@ -437,3 +437,16 @@ def test_an_output_inside_an_output_is_refused_with_the_run_s_usage_code(
     assert output["problem"].startswith(f"{wide_parquet / 'out' / 'night'}: is inside the "
                                         f"snim-batch output {wide_parquet / 'out'}")
     assert not (wide_parquet / "out" / "night").exists()
+
+
+def test_an_unreadable_input_and_a_refused_output_exit_as_the_run_does(wide_parquet: Path
+                                                                         ) -> None:
+    """The run refuses its output before it reads a row: with a missing positions input as
+    well, explain says the output's error and exits with its code (2), as the run does."""
+    args = ["--rules", "rules.parquet", "--positions", "positions"]
+    assert snim("run", *args, "--out", "out", cwd=wide_parquet).returncode == 3
+    both = ["--rules", "rules.parquet", "--positions", "gone.csv", "--out", "out/night"]
+    ran, explained_ = (snim(command, *both, cwd=wide_parquet) for command in ("run", "explain"))
+    assert (explained_.returncode, explained_.stderr) == (ran.returncode, ran.stderr) == (
+        2, ran.stderr)
+    assert "is inside the snim-batch output" in ran.stderr
