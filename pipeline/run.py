@@ -41,7 +41,7 @@ from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.outputs import commit
 from pipeline.io.outputs.kinds import output_for
 from pipeline.io.outputs.manifest import MANIFEST_SCHEMA_VERSION
-from pipeline.io.read.files import InputFile, Source
+from pipeline.io.read.files import InputFile
 from pipeline.io.read.source_rows import counted_at_once, reconcile, rows_in_source
 from pipeline.io.store.run_cache import RunCache
 from pipeline.tables import table_cache
@@ -230,12 +230,14 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
         distinct, index = normalize.rule_index(rules)
         paths = resolve_inputs(config.positions, "positions", config.out,
                                config.storage_options)
-        form = positions_form(paths, config, cache=read_cache)
+        files = describe_before_reading(paths, cache=read_cache)  # before a byte is read
+        with _changed_is_the_error(files):
+            form = positions_form(paths, config, cache=read_cache)
         log.info("%d rule rows, %d distinct rules; %d positions files in %s form",
                  rules.height, len(distinct), len(paths), form)
-    with phase("tables"):
+    with phase("tables"), _changed_is_the_error(files):
         cache = table_cache(distinct, config, paths, form, read_cache=read_cache)
-    files, described = _checksums(paths, read_cache)
+    described = _checksums(files, read_cache)
     job = PositionsJob(config, paths, form, index, cache, staging, on_event,
                        read_cache=read_cache)
     with ExitStack() as evaluation_lasts:
@@ -301,13 +303,12 @@ def _every_row_evaluated_or_rejected(rows_read: int, verdicts: int, rejected: in
             written=False)
 
 
-def _checksums(paths: list[Source], cache: RunCache | None
-               ) -> tuple[list[InputFile], list[Future[tuple[InputFile, int | None]]]]:
-    """The positions files, described now (before the engine reads them), with their
-    checksums and the rows they hold (`source_rows`) found by a background thread while the
-    engine reads them (the page cache serves both)."""
+def _checksums(files: list[InputFile], cache: RunCache | None
+               ) -> list[Future[tuple[InputFile, int | None]]]:
+    """The positions files (described before any was read) with their checksums and the
+    rows they hold (`source_rows`) found by a background thread while the engine reads them
+    (the page cache serves both)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checksum")
-    files = describe_before_reading(paths, cache=cache)
     described = []
     for file in files:
         if counted_at_once(file, cache=cache):  # before the reader lets go of what is kept
@@ -316,7 +317,7 @@ def _checksums(paths: list[Source], cache: RunCache | None
         else:
             described.append(pool.submit(_checksummed, file, cache))
     pool.shutdown(wait=False)
-    return files, described
+    return described
 
 
 @contextmanager

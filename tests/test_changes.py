@@ -91,6 +91,29 @@ def test_a_positions_file_cut_short_as_it_is_read_is_said_changed_not_broken(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["rules.csv", target.name])
 
 
+def test_a_positions_file_cut_short_before_its_form_is_read_is_said_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files are described before any of their bytes is read, the form and footers
+    included: a file rewritten in place just then is "changed", not an "empty file"."""
+    import pipeline.run
+
+    job = local_job(tmp_path)
+    target = tmp_path / "positions.csv"
+    size = target.stat().st_size
+    real = pipeline.run.positions_form
+
+    def cut_then_read(*args, **kwargs):
+        os.truncate(target, 0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline.run, "positions_form", cut_then_read)
+    with pytest.raises(InputError) as raised:
+        run_job(config_from_dict(job))
+    assert str(raised.value) == (f"{target}: changed while this run read it ({size} bytes when "
+                                 "first read, 0 now); nothing was written (rerun once it is "
+                                 "written whole)")
+
+
 CUT_AS_THE_SCAN_READS = '''
 import os
 from pipeline.io.read import csv_reader
