@@ -462,11 +462,10 @@ def _refuse_duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[in
 
 def resolve_location(text: str, base: Path) -> str:
     """A location as given (a path relative to `base`, or a URL) -> the text the job reads;
-    a local glob's trailing slash is kept (`exports/*/`: its directories, as a shell's)."""
+    a glob's trailing slash is kept (`exports/*/`: its directories, as a shell's)."""
     location = Location.parse(text, base)
     resolved = str(location)
-    if (not location.is_remote and text.endswith("/") and not resolved.endswith("/")
-            and any(ch in text for ch in "*?[")):
+    if text.endswith("/") and not resolved.endswith("/") and any(ch in text for ch in "*?["):
         resolved += "/"
     return resolved
 

@@ -64,3 +64,21 @@ def test_a_glob_over_a_bucket_that_is_a_delta_table_is_refused(s3_env) -> None:
         "positions input s3://bkt/*.parquet: is a Delta table; its data files include rows "
         "that later commits removed, so read it with a Delta reader and pass the result as "
         "Parquet")
+
+
+def test_a_glob_ending_in_a_slash_takes_the_objects_below_its_prefixes_only(s3_env) -> None:
+    """`in/*/` over keys is what it is on disk: the "directories" it matches, not the object
+    beside them (the rules file, read as positions), also through a config's resolution."""
+    from pathlib import Path
+
+    from pipeline.config import resolve_location
+
+    client = s3_env.client()
+    for key in ("in/rules.csv", "in/sub/x.csv", "in/sub/deep/y.csv", "in/other/z.parquet"):
+        client.put_object(Bucket="bkt", Key=key, Body=CSV)
+    below = ["s3://bkt/in/other/z.parquet", "s3://bkt/in/sub/deep/y.csv",
+             "s3://bkt/in/sub/x.csv"]
+    assert found("s3://bkt/in/*/") == below
+    assert found(resolve_location("s3://bkt/in/*/", Path("/"))) == below
+    assert found("s3://bkt/in/*") == ["s3://bkt/in/other/z.parquet", "s3://bkt/in/rules.csv",
+                                      *below[1:]]

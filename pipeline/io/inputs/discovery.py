@@ -44,10 +44,17 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
     if location.is_remote:
 
         return list(resolve_remote(object_store.with_client_options(location, options), what,
-                                   outside))
+                                   outside, _directories_only(spec)))
     local_exclude = outside.path if outside is not None and not outside.is_remote else None
     local = str(location.path) if spec[:5].lower() == "file:" else spec  # file:///path
+    if _directories_only(spec) and not local.endswith("/"):
+        local += "/"  # file:///in/*/
     return list(_InputFinder(local, what, local_exclude, named=spec).files())
+
+
+def _directories_only(spec: str) -> bool:
+    """Whether `spec` is a glob ending in `/` (`exports/*/`): its directories, as a shell's."""
+    return spec.endswith("/") and any(ch in spec for ch in GLOB_CHARS)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -77,20 +84,23 @@ def _shown(name: str) -> str:
 
 
 def _once_each(files: list[Path]) -> list[Path]:
-    """`files` without a second path through `..` to a file already listed (`d/*/../p.csv`
-    reaches d/p.csv once for each directory `*` matches); the first in order is kept. Paths
-    without `..` stay, whatever they lead to (a link beside its target is read twice, as
-    named)."""
+    """`files` with each path through `..` named as the file system leads it (its directory's
+    links resolved, as `..` went through them; relative stays relative), so that the manifest
+    and the rejects name the file read, and read once: `d/*/../p.csv` reaches d/p.csv once for
+    each directory `*` matches; the first in order is kept. Paths without `..` stay as
+    found, whatever they lead to (a link beside its target is read twice, as named)."""
     seen = {_identity(f) for f in files if ".." not in f.parts}
-    kept = []
+    kept = set()
     for file in files:
         if ".." in file.parts:
             identity = _identity(file)
             if identity in seen:
                 continue
             seen.add(identity)
-        kept.append(file)
-    return kept
+            real = Path(os.path.realpath(file.parent)) / file.name
+            file = real if file.is_absolute() else Path(os.path.relpath(real))
+        kept.add(file)
+    return sorted(kept)
 
 
 def _special_kind(path: Path) -> str:
@@ -121,7 +131,7 @@ class _InputFinder:
         self.what = what
         self.excluded = _identity(exclude) if exclude is not None else None
         self.found: list[Path] = []
-        self.directories_only = spec.endswith(("/", os.sep))  # `exports/*/`, as a shell's
+        self.directories_only = _directories_only(spec)
         self.skipped: dict[str, set[Path]] = {key: set() for key in (
             "hidden file", "hidden dir", "suffix", "special", "output", "delta", "own")}
 
@@ -135,7 +145,7 @@ class _InputFinder:
                                        "its rows read and counted), which a pipe or device "
                                        "gives only once; write it to a file first")
             if kind != "dir":
-                return self.named_in_utf8([path])
+                return self.named_in_utf8(_once_each([path]))
             table = next((d for d in path.absolute().parents if (d / "_delta_log").is_dir()),
                          None)
             if table is not None:  # a partition directory of a Delta table

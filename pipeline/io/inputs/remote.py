@@ -32,9 +32,11 @@ DELTA_TABLE = ("is a Delta table; its data files include rows that later commits
                "read it with a Delta reader and pass the result as Parquet")
 
 
-def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[Location]:
+def resolve_remote(spec: Location, what: str, exclude: Location | None,
+                   directories_only: bool = False) -> list[Location]:
     """The objects of `spec` (bound to its options), sorted by key; InputError naming the URL
-    when there are none."""
+    when there are none. `directories_only`: the glob ended in `/` (`in/*/`), so it takes
+    the objects below the prefixes it matches, not an object it matches itself."""
     if is_object(spec):
         return [spec]
     parts = spec.key.split("/") if spec.key else []
@@ -53,7 +55,7 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None) -> list[
     skipped = 0
     for key, *_ in listed:
         relative = key[len(root.key) + 1:].split("/") if root.key else key.split("/")
-        taken = _taken(relative, pattern)
+        taken = _taken(relative, pattern, directories_only)
         owner = next((o for o in outputs if key.startswith(o + "/")), None)
         if taken is None:
             continue
@@ -88,12 +90,15 @@ def _hidden(name: str, pattern: str = "") -> bool:
     return name.startswith(("_", ".")) and not pattern.startswith(name[0])
 
 
-def _taken(relative: list[str], pattern: list[str] | None) -> bool | None:
+def _taken(relative: list[str], pattern: list[str] | None, directories_only: bool = False
+           ) -> bool | None:
     """None when the pattern does not reach this object; True to read it; False when it is
     reached but skipped (a hidden name or another type below what was named)."""
     if pattern is None:
         return _plain_below(relative)
     ends = _matched_prefixes(pattern, relative)
+    if directories_only:
+        ends.discard(len(relative))  # the object itself: no prefix of others
     if not ends:
         return None
     if len(relative) in ends:
