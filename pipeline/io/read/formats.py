@@ -78,9 +78,9 @@ def describe(path: Source, *, cache: RunCache | None = None) -> InputFile:
     """The input file at `path` as the run records it (what it holds, its size; an object's
     etag and version), what the run's `cache` holds of it taken from there."""
     if isinstance(path, Location):
+        fmt = format_of(path, cache=cache)  # its first request keeps the metadata: no second
         meta = object_store.object_metadata(path, cache=cache)
-        return InputFile(path, format_of(path, cache=cache), meta["size"], meta["etag"],
-                         meta["version"])
+        return InputFile(path, fmt, meta["size"], meta["etag"], meta["version"])
     try:
         with path.open("rb") as handle:  # unreadable files fail here, with a plain message
             found = os.fstat(handle.fileno())
