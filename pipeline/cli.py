@@ -26,7 +26,6 @@ from pipeline.errors import (
     EXIT_REJECTS,
     BadRowsError,
     CommitOutcomeUnknown,
-    OutputError,
     RuleError,
     SnimError,
     Stopped,
@@ -973,8 +972,8 @@ def solve(
         sys.stdout.write(text)
         sys.stdout.flush()
     except (AttributeError, OSError, ValueError) as exc:  # no stdout (`>&-`), a full disk
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
-        _fail(OutputError(f"stdout: cannot print the answer ({reason})"), False)
+        _err(stdout_failed(exc))
+        raise typer.Exit(EXIT_FAILED) from None
 
 
 @app.command(short_help="Convert the classic S-Nim text format to Parquet tables.")

@@ -20,6 +20,7 @@ from pipeline.errors import SnimError, Stopped
 from pipeline.terminal import (
     LOG_FORMAT_ENV,
     LOG_FORMATS,
+    cannot_print_answer,
     configure_logging,
     give_back_stdin,
     say_on_stderr,
@@ -71,8 +72,7 @@ def _solve_quickly() -> None:
         sys.stdout.buffer.write(answer)
         sys.stdout.flush()
     except (AttributeError, OSError, ValueError) as exc:  # no stdout (`>&-`), a full disk
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
-        _fail(log_format, f"stdout: cannot print the answer ({reason})")
+        _fail(log_format, cannot_print_answer(exc))
     os._exit(0)
 
 

@@ -733,11 +733,19 @@ def stdout_lost(exc: OSError) -> str:
     return f"warning: stdout: cannot print the result ({exc.strerror or exc})"
 
 
-def stdout_failed(exc: OSError) -> str:
+def stdout_failed(exc: BaseException) -> str:
     """`stdout_lost` for what a command prints as its answer (a plan, SG values, the run
-    result, --help): the error to say, the command having failed."""
+    result, --help, solve's verdicts): the error to say, the command having failed."""
     _drop_stdout()
-    return f"error: stdout: cannot print the answer ({exc.strerror or exc})"
+    return f"error: {cannot_print_answer(exc)}"
+
+
+def cannot_print_answer(exc: BaseException) -> str:
+    """Why stdout did not take a command's answer, as every command says it: a full disk, a
+    reader that closed the pipe, or no stdout at all (`>&-`)."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else (
+        str(exc) if isinstance(exc, OSError) else "it is closed")
+    return f"stdout: cannot print the answer ({reason})"
 
 
 def _drop_stdout() -> None:

@@ -252,6 +252,18 @@ def test_a_solve_that_cannot_write_its_answer_says_so(tmp_path, options):
                                     "(No space left on device)\n")  # as every command says it
 
 
+@needs_script
+@pytest.mark.parametrize("options", [[], ["--cap", str(DEFAULT_TABLE_LEN)]])
+def test_a_solve_without_stdout_says_so_as_every_command_does(tmp_path, options):
+    """`>&-`: no stdout at all; the quick path and the command's own say it in the same
+    words as a full one, exit 1."""
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", str(SCRIPT), "solve", *options],
+                          input=CLASSIC_SAMPLE, capture_output=False, stderr=subprocess.PIPE,
+                          text=True, cwd=tmp_path, timeout=120)
+    assert (proc.returncode, proc.stderr) == (
+        1, "snim-batch: error: stdout: cannot print the answer (it is closed)\n")
+
+
 @pytest.mark.parametrize("shape", ["large", "mixed", "small", "wide", "high"])
 @pytest.mark.parametrize("start", [0, 1, 64, 200])
 def test_the_tabulation_by_blocks_is_the_textbooks(shape, start):
