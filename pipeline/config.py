@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote
 import yaml
 
 from pipeline.errors import ConfigError, brief_repr, truncated
-from pipeline.io.store.locations import Location, without_secrets
+from pipeline.io.store.locations import Location, directories_glob, without_secrets
 from pipeline.io.store.object_store import checked_options, shown_options
 from pipeline.limits import (
     DEFAULT_PROBE_OPS,
@@ -465,7 +465,7 @@ def resolve_location(text: str, base: Path) -> str:
     a glob's trailing slash is kept (`exports/*/`: its directories, as a shell's)."""
     location = Location.parse(text, base)
     resolved = str(location)
-    if text.endswith("/") and not resolved.endswith("/") and any(ch in text for ch in "*?["):
+    if directories_glob(text) and not resolved.endswith("/"):
         resolved += "/"
     return resolved
 

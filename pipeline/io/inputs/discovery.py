@@ -16,10 +16,7 @@ from pipeline.io.inputs.remote import DELTA_TABLE, resolve_remote
 from pipeline.io.outputs.manifest import is_snim_output
 from pipeline.io.read.files import CSV_SUFFIXES, PARQUET_SUFFIXES, Source
 from pipeline.io.store import object_store
-from pipeline.io.store.locations import Location
-
-GLOB_CHARS = "*?["
-
+from pipeline.io.store.locations import GLOB_CHARS, Location, directories_glob
 
 _INPUT_SUFFIXES = PARQUET_SUFFIXES + CSV_SUFFIXES
 
@@ -44,17 +41,12 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
     if location.is_remote:
 
         return list(resolve_remote(object_store.with_client_options(location, options), what,
-                                   outside, _directories_only(spec)))
+                                   outside, directories_glob(spec)))
     local_exclude = outside.path if outside is not None and not outside.is_remote else None
     local = str(location.path) if spec[:5].lower() == "file:" else spec  # file:///path
-    if _directories_only(spec) and not local.endswith("/"):
+    if directories_glob(spec) and not local.endswith("/"):
         local += "/"  # file:///in/*/
     return list(_InputFinder(local, what, local_exclude, named=spec).files())
-
-
-def _directories_only(spec: str) -> bool:
-    """Whether `spec` is a glob ending in `/` (`exports/*/`): its directories, as a shell's."""
-    return spec.endswith("/") and any(ch in spec for ch in GLOB_CHARS)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -131,7 +123,7 @@ class _InputFinder:
         self.what = what
         self.excluded = _identity(exclude) if exclude is not None else None
         self.found: list[Path] = []
-        self.directories_only = _directories_only(spec)
+        self.directories_only = directories_glob(spec)
         self.skipped: dict[str, set[Path]] = {key: set() for key in (
             "hidden file", "hidden dir", "suffix", "special", "output", "delta", "own")}
 

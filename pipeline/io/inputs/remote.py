@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 
 from pipeline.errors import InputError
 from pipeline.io.outputs.manifest import MANIFEST, RUN_FILE, RUN_ID, written_by_snim
-from pipeline.io.store.locations import Location
+from pipeline.io.store.locations import GLOB_CHARS, Location
 from pipeline.io.store.object_store import (
     bucket_exists,
     filesystem,
@@ -21,9 +21,6 @@ from pipeline.io.store.object_store import (
     store_error,
     store_failures,
 )
-
-GLOB_CHARS = "*?["
-
 
 INPUT_SUFFIXES = (".parquet", ".pq", ".csv")
 

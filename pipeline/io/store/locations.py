@@ -38,6 +38,17 @@ def without_secrets(text: str) -> str:
     return _URL.sub(hidden, text)
 
 
+GLOB_CHARS = "*?["
+"""The characters that make an input location a glob (a path that exists is taken as it
+is, whatever it holds)."""
+
+
+def directories_glob(text: str) -> bool:
+    """Whether `text` is a glob ending in `/` (`exports/*/`): the directories (or prefixes)
+    it matches, as a shell's, not a file it matches itself."""
+    return text.endswith("/") and any(ch in text for ch in GLOB_CHARS)
+
+
 STORES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az",
           "abfss": "az", "hdfs": "hdfs"}
 """URL scheme -> the store it names (`s3a` is Hadoop's name for S3; `gcs` Google's)."""
