@@ -223,6 +223,28 @@ def test_summary_counts_count_w_and_l_per_rule_set(rows, key_order):
     assert counts.schema == pl.Schema({"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
 
 
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "bb", "c", "é"]), st.integers(0, 3)),
+                max_size=30),
+       st.sets(st.sampled_from(["a", "b", "bb", "c", "d", "é"])), st.booleans())
+def test_summary_counts_of_text_ids_find_runs_among_the_rule_ids(rows, known, flagged):
+    # Text ids in key order are found by binary search among the run's sorted rule ids (rule
+    # ids no verdict has, "d", count nothing); an id that is not among them ("é" or another
+    # left out of `known`) must not lose its rows: the runs are then found by reading the ids.
+    rows = sorted(rows)
+    rid = pl.Series("rule_set_id", [r for r, _ in rows], dtype=pl.String)
+    verdicts = pl.DataFrame([rid.set_sorted() if flagged else rid,
+                             pl.Series("nim_sum", [n for _, n in rows], dtype=pl.UInt8)])
+    rule_ids = pl.Series(sorted(known), dtype=pl.String)
+    counts, _ = summary_counts(verdicts, pl.DataFrame(schema=REJECT_SCHEMA), rule_ids)
+    expected = {}
+    for r, nim in rows:
+        w, lost = expected.get(r, (0, 0))
+        expected[r] = (w + (nim != 0), lost + (nim == 0))
+    assert counts.rows() == sorted((r, w, lost) for r, (w, lost) in expected.items())
+    assert counts.schema == pl.Schema({"rule_set_id": pl.String, "W": pl.Int64, "L": pl.Int64})
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([3, 7, 9]), st.integers(-2, 4), st.integers(0, 50)),
                 max_size=25))

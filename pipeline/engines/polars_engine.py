@@ -91,7 +91,7 @@ class PolarsEngine:
                 verdicts, merged = verdicts.empty, verdicts
             rejects = schema.with_input_column_names(rejects, job.config.columns, job.form)
             yield PolarsEvaluation(verdicts, rejects, rows.tolist(), rejects.height,
-                                   merged=merged)
+                                   merged=merged, rule_ids=_rule_ids(job.index))
 
 
 @dataclass
@@ -105,13 +105,15 @@ class PolarsEvaluation:
     _all_rejects: pl.DataFrame | None = field(default=None, repr=False)
     merged: MergedVerdicts | None = None
     """Verdicts merged from sorted runs into a scratch file (then `verdicts` is empty)."""
+    rule_ids: pl.Series | None = None
+    """The run's rule ids in key order (`keys.sorted_ids`), for the summary's counts."""
 
     @property
     def rows_read(self) -> int:
         return sum(self.rows_per_file)
 
     def counts(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        counts, rejected = outputs.summary_counts(self.verdicts, self.rejects)
+        counts, rejected = outputs.summary_counts(self.verdicts, self.rejects, self.rule_ids)
         return (counts if self.merged is None else self.merged.counts), rejected
 
     def _with_rules(self, rule_rejects: pl.DataFrame) -> pl.DataFrame:

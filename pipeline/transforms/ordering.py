@@ -128,14 +128,14 @@ def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: pl.Series | None,
             and len({f["position_id"].dtype for f in frames}) == 1
             and (not typed_by_rows or _types_hold(frames, rule_ids))):
         parts.clear()
-        ordered, came_from = (_counting_sorted(frames, rule_ids)
-                              if frames[0]["position_id"].dtype == pl.Int64
-                              else _text_sorted(frames, rule_ids))
+        ordered, came_from, repeated = (_counting_sorted(frames, rule_ids)
+                                        if frames[0]["position_id"].dtype == pl.Int64
+                                        else _text_sorted(frames, rule_ids))
 
         def locate(at: np.ndarray) -> np.ndarray:
             return in_input(at if came_from is None else came_from(at))
 
-        return split_duplicates(ordered, rejects, sources, locate)
+        return split_duplicates(ordered, rejects, sources, locate, repeated)
     for i, (p, frame) in enumerate(zip(parts, frames)):
         if "_bucket" in frame.columns:
             ids = rule_ids.gather(frame["_bucket"]).alias("rule_set_id")
@@ -184,34 +184,42 @@ def _locator(parts: Sequence[VerdictPart]) -> Locate:
 
 
 def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
-                     ) -> tuple[pl.DataFrame, Locate | None]:
+                     ) -> tuple[pl.DataFrame, Locate | None, np.ndarray]:
     """Concatenate and sort rows by (rank, position_id) with a counting sort over the ranks,
-    consuming `frames` column by column. Returns the frame (rule_set_id restored) and a map
+    consuming `frames` column by column. Returns the frame (rule_set_id restored), a map
     from its row numbers to the input rows they came from (None when the input was already
-    in order; used only for duplicates, so built only when asked). Rows already in order
+    in order; used only for duplicates, so built only when asked) and which rows share
+    their key with a neighbour (`_repeated_keys`, found on the ranks). Rows already in order
     (sorted exports) are only joined, by polars, whose allocator reuses the pages of the
     batches freed before, where a fresh numpy array pays a page fault for every page."""
     names = [c for c in frames[0].columns if c != "_bucket"]
     buckets = [f.drop_in_place("_bucket") for f in frames]
     pids = [f.drop_in_place("position_id") for f in frames]
     if _parts_in_order(buckets, pids):  # sorted exports: no sort, no copy through numpy
-        columns = {"rule_set_id": rule_ids.gather(pl.concat(buckets)).alias("rule_set_id"),
-                   "position_id": pl.concat(pids, rechunk=True)}
+        bucket = pl.concat(buckets, rechunk=True)
+        pid = pl.concat(pids, rechunk=True)
+        columns = {"rule_set_id": rule_ids.gather(bucket).alias("rule_set_id").set_sorted(),
+                   "position_id": pid}
         columns.update((name, _concat([f.drop_in_place(name) for f in frames]))
                        for name in names[1:])
         frames.clear()
-        return pl.DataFrame(columns), None
+        return (pl.DataFrame(columns), None,
+                _repeated_keys(bucket.to_numpy(), pid))
     bucket = _concat(buckets).to_numpy()
     pid = np.concatenate([p.to_numpy() for p in pids])
     del buckets, pids
     dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
-    sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
+    with kernels.threads_for(pid.shape[0]):
+        sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
     spare = pid  # pid's pages are mapped: reuse them
     del bucket
     if rule_ids.dtype == pl.Int64:
         kernels.fill_runs(spare, rule_ids.to_numpy(), counts)
-        rule_set_id = pl.Series("rule_set_id", spare)
+        rule_set_id = pl.Series("rule_set_id", spare).set_sorted()
+        repeated = _repeated_keys(spare, sorted_pid)
     else:
+        kernels.fill_runs(spare, np.arange(rule_ids.len(), dtype=np.int64), counts)
+        repeated = _repeated_keys(spare, sorted_pid)
         rule_set_id = _repeated(rule_ids, counts)
     columns = {"rule_set_id": rule_set_id,
                "position_id": pl.Series("position_id", sorted_pid)}
@@ -229,7 +237,7 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         rows = rows[np.argsort(dest[rows])]
         return rows[np.searchsorted(dest[rows], at)]
 
-    return pl.DataFrame(columns), came_from
+    return pl.DataFrame(columns), came_from, repeated
 
 
 def _parts_in_order(buckets: list[pl.Series], pids: list[pl.Series]) -> bool:
@@ -265,20 +273,40 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         column = _concat([f.drop_in_place(name) for f in frames])
         columns[name] = column if in_order else column.gather(order)
     frames.clear()
+    ranks = np.empty(pid.len(), np.int64)
+    kernels.fill_runs(ranks, np.arange(rule_ids.len(), dtype=np.int64), counts)
+    repeated = _repeated_keys(ranks, columns["position_id"])
     if in_order:
-        return pl.DataFrame(columns), None
+        return pl.DataFrame(columns), None, repeated
 
     def came_from(at: np.ndarray) -> np.ndarray:
         return order[at]
 
-    return pl.DataFrame(columns), came_from
+    return pl.DataFrame(columns), came_from, repeated
+
+
+def _repeated_keys(ranks: np.ndarray, pid: pl.Series | np.ndarray) -> np.ndarray:
+    """Which rows of key-sorted verdicts have the key of the row before or after them, from
+    each row's rule set rank (or integer id) and position id: integers compared, not the text
+    of rule ids."""
+    if isinstance(pid, np.ndarray) or pid.dtype == pl.Int64:
+        return kernels.adjacent_duplicates(ranks, np.asarray(pid))
+    same = np.zeros(ranks.shape[0], np.bool_)  # same[i]: row i's key is row i-1's
+    if ranks.shape[0] > 1:
+        same[1:] = ranks[1:] == ranks[:-1]
+        same[1:] &= (pid.slice(1) == pid.slice(0, pid.len() - 1)).to_numpy()
+    repeated = same.copy()
+    repeated[:-1] |= same[1:]
+    return repeated
 
 
 def _repeated(rule_ids: pl.Series, counts: np.ndarray) -> pl.Series:
     """Each rule id `counts` times, in order, as rule_set_id: gathered by a UInt32 Series,
-    polars' own index type (a numpy int32 index took twice as long on 10M text ids)."""
+    polars' own index type (a numpy int32 index took twice as long on 10M text ids). Marked
+    sorted, as `rule_ids` are, so that the summary finds its runs without reading the text
+    (`outputs.summary_counts`)."""
     runs = pl.Series(np.repeat(np.arange(rule_ids.len(), dtype=np.uint32), counts))
-    return rule_ids.gather(runs).alias("rule_set_id")
+    return rule_ids.gather(runs).alias("rule_set_id").set_sorted()
 
 
 def _concat(pieces: list[pl.Series]) -> pl.Series:
@@ -316,15 +344,18 @@ def sorted_from_parts(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str],
-                     locate: Locate | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+                     locate: Locate | None = None, repeated: np.ndarray | None = None
+                     ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Take every position whose key is given more than once (also when another copy was
     rejected for its own reason) out of key-sorted verdicts: (verdicts, their rejects).
 
     The reject rows need each copy's location (file index << LOC_SHIFT | row): `locate` maps
     row numbers of `ordered` to it, or else `ordered` carries it as `_loc`. The result has no
-    `_loc`.
+    `_loc`. `repeated`: the rows whose key a neighbour has, when the sort found them already.
     """
-    if all(ordered[k].dtype == pl.Int64 and not ordered[k].null_count() for k in KEYS):
+    if repeated is not None:
+        dup = pl.Series(repeated)
+    elif all(ordered[k].dtype == pl.Int64 and not ordered[k].null_count() for k in KEYS):
         dup = pl.Series(kernels.adjacent_duplicates(*(ordered[k].to_numpy() for k in KEYS)))
     else:
         same = [(pl.col(k) == pl.col(k).shift(d)) for d in (1, -1) for k in KEYS]

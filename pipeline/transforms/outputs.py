@@ -115,11 +115,12 @@ def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSe
     ).sort("kind", "moves")
 
 
-def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame
-                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
+def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame,
+                   rule_ids: pl.Series | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per rule set: (rule_set_id, W, L) from verdicts and (rule_set_id as text, rejected)
-    from the positions' rejects."""
-    counts = _run_counts(verdicts)
+    from the positions' rejects. `rule_ids`: the run's rule ids, sorted (`keys.sorted_ids`),
+    among which text ids in key order are found by binary search."""
+    counts = _run_counts(verdicts, rule_ids)
     if counts is None:
         counts = verdicts.group_by("rule_set_id").agg(
             (pl.col("nim_sum") != 0).sum().cast(pl.Int64).alias("W"),
@@ -130,10 +131,11 @@ def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame
     return counts, rejected
 
 
-def _run_counts(verdicts: pl.DataFrame) -> pl.DataFrame | None:
+def _run_counts(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.DataFrame | None:
     """(rule_set_id, W, L) from runs of equal ids, when the ids are sorted (verdicts in key
     order): no hash group_by over every verdict. Integer ids are cut into runs by a kernel,
-    text ids where each differs from the one before it."""
+    text ids by a binary search for each of `rule_ids` (when every row's id is one of them)
+    or else where each differs from the one before it."""
     rid = verdicts["rule_set_id"]
     if rid.dtype not in (pl.Int64, pl.String) or rid.null_count() or not rid.is_sorted():
         return None
@@ -142,12 +144,28 @@ def _run_counts(verdicts: pl.DataFrame) -> pl.DataFrame | None:
         ids, sizes, losing = kernels.run_counts(rid.to_numpy(), nim)
         return pl.DataFrame({"rule_set_id": ids, "W": sizes - losing, "L": losing},
                             schema={"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
-    starts = np.flatnonzero((rid != rid.shift(1)).fill_null(True).to_numpy())
+    starts = _searched_starts(rid, rule_ids)
+    if starts is None:
+        starts = np.flatnonzero((rid != rid.shift(1)).fill_null(True).to_numpy())
     sizes = np.diff(np.append(starts, rid.len())).astype(np.int64)
-    losing = (np.add.reduceat((nim == 0).astype(np.int64), starts) if starts.shape[0]
+    losing = (np.add.reduceat(nim == 0, starts, dtype=np.int64) if starts.shape[0]
               else np.zeros(0, np.int64))
     return pl.DataFrame({"rule_set_id": rid.gather(starts), "W": sizes - losing, "L": losing},
                         schema={"rule_set_id": pl.String, "W": pl.Int64, "L": pl.Int64})
+
+
+def _searched_starts(rid: pl.Series, rule_ids: pl.Series | None) -> np.ndarray | None:
+    """Where each id's run starts in sorted text ids `rid`, found among sorted `rule_ids`;
+    None unless the runs found cover every row (an id outside `rule_ids`)."""
+    if (rule_ids is None or rule_ids.dtype != rid.dtype or rule_ids.null_count()
+            or not rule_ids.is_sorted()):
+        return None
+    first = rid.search_sorted(rule_ids, "left").to_numpy().astype(np.int64)
+    end = rid.search_sorted(rule_ids, "right").to_numpy().astype(np.int64)
+    present = end > first
+    if int((end - first).sum()) != rid.len():
+        return None
+    return first[present]
 
 
 def summary_rows(index: pl.DataFrame, counts: pl.DataFrame, rejected: pl.DataFrame
