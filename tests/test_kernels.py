@@ -413,6 +413,35 @@ def test_counting_sort_is_a_stable_sort_by_bucket_then_key(rows, bucket_type, de
     assert kernels.is_identity(dest) == (order.tolist() == list(range(len(rows))))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("in_order_within", [True, False])
+def test_counting_sort_in_chunks_per_thread_is_the_same_stable_sort(threads, in_order_within):
+    """Past 64Ki rows a chunk per thread counts and scatters its own rows; numpy's stable
+    lexsort is the reference, with keys ascending within buckets (exports) or not, and with
+    buckets that only one chunk holds or none."""
+    from pipeline.kernels.threads import get_num_threads, set_num_threads
+    rng = np.random.default_rng(threads)
+    n = 300_001
+    bucket = rng.integers(0, 50, n).astype(np.int32)
+    bucket[: n // 3] = np.where(bucket[: n // 3] == 7, 8, bucket[: n // 3])  # 7: late chunks
+    bucket[bucket == 9] = 10  # 9: in no chunk
+    key = (np.arange(n, dtype=np.int64) // 3 if in_order_within
+           else rng.integers(-1000, 1000, n).astype(np.int64))
+    dest = np.empty(n, np.int64)
+    before = get_num_threads()
+    set_num_threads(threads)
+    try:
+        sorted_key, counts = kernels.counting_sort(bucket, 51, key, dest)
+    finally:
+        set_num_threads(before)
+    order = np.lexsort((np.arange(n), key, bucket))
+    expected_dest = np.empty(n, np.int64)
+    expected_dest[order] = np.arange(n)
+    assert np.array_equal(dest, expected_dest)
+    assert np.array_equal(sorted_key, key[order])
+    assert np.array_equal(counts, np.bincount(bucket, minlength=51))
+
+
 def test_counting_sort_of_rows_already_in_order_is_identity():
     bucket = np.repeat(np.arange(4, dtype=np.int32), 5)
     key = np.tile(np.arange(5, dtype=np.int64), 4)

@@ -7,6 +7,8 @@ include "_common.pxi"
 include "_argsort.pxi"
 
 from cython.parallel cimport prange
+cimport openmp
+from libc.stdlib cimport calloc
 from libc.string cimport memcmp, memcpy
 
 import numpy as np
@@ -29,9 +31,13 @@ ctypedef fused word_t:
 def counting_sort(const idx_t[::1] bucket, int64_t n_buckets, const any_int[::1] key,
                   dest_t[::1] dest, any_int[::1] sorted_key, int64_t[::1] counts):
     cdef Py_ssize_t n = bucket.shape[0]
-    cdef int64_t i, b, j, lo, hi, q, source
+    cdef int64_t i, b, j, lo, hi, q, source, total, c
+    cdef int64_t* at
     cdef bint ascending
-    cdef int64_t* fill = <int64_t*>malloc(max(n_buckets, 1) * sizeof(int64_t))
+    # the rows in one contiguous chunk per thread: each counts its chunk's buckets, then
+    # scatters its rows from where the chunks before it left each bucket (stable)
+    cdef int64_t chunks = max(1, min(<int64_t>openmp.omp_get_max_threads(), n // 65536))
+    cdef int64_t* fill = <int64_t*>calloc(max(n_buckets, 1) * chunks, sizeof(int64_t))
     cdef int64_t* order = NULL  # the inverse of dest, built once if a bucket needs it
     cdef int64_t* segment = NULL
     cdef int64_t* within = NULL
@@ -39,18 +45,25 @@ def counting_sort(const idx_t[::1] bucket, int64_t n_buckets, const any_int[::1]
     if fill == NULL:
         raise MemoryError()
     with nogil:
-        for i in range(n):
-            counts[bucket[i]] += 1
-        if n_buckets:
-            fill[0] = 0
-        for b in range(1, n_buckets):
-            fill[b] = fill[b - 1] + counts[b - 1]
-        for i in range(n):
-            b = bucket[i]
-            j = fill[b]
-            dest[i] = <dest_t>j
-            sorted_key[j] = key[i]
-            fill[b] = j + 1
+        for c in prange(chunks, schedule="static", num_threads=chunks):
+            at = fill + c * n_buckets
+            for i in range(n * c // chunks, n * (c + 1) // chunks):
+                at[bucket[i]] += 1
+        total = 0
+        for b in range(n_buckets):
+            for c in range(chunks):
+                j = fill[c * n_buckets + b]
+                fill[c * n_buckets + b] = total
+                total = total + j
+            counts[b] = total - fill[b]
+        for c in prange(chunks, schedule="static", num_threads=chunks):
+            at = fill + c * n_buckets
+            for i in range(n * c // chunks, n * (c + 1) // chunks):
+                b = bucket[i]
+                j = at[b]
+                dest[i] = <dest_t>j
+                sorted_key[j] = key[i]
+                at[b] = j + 1
         lo = 0
         for b in range(n_buckets):
             hi = lo + counts[b]
