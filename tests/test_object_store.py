@@ -18,9 +18,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
-from conftest import invoke, said_lines, write_csv
+from conftest import invoke, on_small_disk, said_lines, write_csv
 
 from pipeline import batches
 from pipeline.config import config_from_dict
@@ -211,6 +212,32 @@ def requests_since(server, start: int) -> list[str]:
     server.log.seek(start)
     text = server.log.read().decode(errors="replace")
     return [m.group(1) for m in re.finditer(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+ \S+) HTTP/', text)]
+
+
+@pytest.mark.slow
+def test_a_full_local_temporary_directory_is_named_with_tmpdir_not_the_output(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object-store output is staged in the local temporary directory: when that disk
+    fills (a 256 KiB tmpfs as TMPDIR), the message names it and TMPDIR as the way out, not
+    --out, which no other store would help; nothing is uploaded and the staging is gone."""
+    n = 200_000
+    rules, positions = tmp_path / "rules.csv", tmp_path / "positions.parquet"
+    write_csv(rules, ["rule_set_id", "kind", "moves"], [[1, "subtraction", "1 2 7"]])
+    ids = np.unique(np.random.default_rng(5).integers(0, 2**40, n))  # compress badly
+    pl.DataFrame({"rule_set_id": [1] * len(ids), "position_id": ids,
+                  "heaps": [[i % 97, 3] for i in range(len(ids))]}).write_parquet(positions)
+    disk = tmp_path / "disk"
+    monkeypatch.setenv("TMPDIR", str(disk))
+    (code, err), entries = on_small_disk(tmp_path, "size=256k", [
+        ["run", "--rules", str(rules), "--positions", str(positions), "--out", "s3://bkt/out"],
+        ["entries"]])
+    assert code == 1
+    assert re.fullmatch(
+        r"snim-batch: error: s3://bkt/out: no space left on device while writing \S+ in the "
+        f"local temporary directory {re.escape(str(disk))}; nothing was written "
+        r"\(free space or choose another TMPDIR\)\n", err), err
+    assert entries == []
+    assert names(s3_env, "out") == []
 
 
 @pytest.mark.parametrize(("fmt", "most"), [("parquet", 5), ("csv", 3)])

@@ -38,6 +38,7 @@ from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
     failure,
+    local_staging_failure,
     refuse_long_names,
     write_cause,
 )
@@ -227,14 +228,23 @@ def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
         try:
             staging.mkdir(mode=0o777 if root.is_local else 0o700, parents=True)
         except OSError as exc:
-            raise failure(root.uri, f"creating the staging directory {staging}",
-                          *write_cause(exc)) from None
+            raise _staging_failure(root, staging, f"creating the staging directory {staging}",
+                                   *write_cause(exc)) from None
         yield staging
     except WriteFailure as exc:  # a staged table: the message names the root, as others do
-        raise failure(root.uri, exc.doing, exc.cause, exc.no_space) from None
+        raise _staging_failure(root, staging, exc.doing, exc.cause, exc.no_space) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         remove_if_empty(created)  # kept once they hold the committed root
+
+
+def _staging_failure(root: TableRoot, staging: Path, doing: str, cause: str, no_space: bool
+                     ) -> OutputError:
+    """A failure in the staging directory, named by the root; for a root in a store, the
+    staging is in the local temporary directory, whose disk is what failed."""
+    if root.is_local:
+        return failure(root.uri, doing, cause, no_space)
+    return local_staging_failure(root.uri, staging.parent, doing, cause, no_space)
 
 
 def _remove_stale(target: Path) -> None:

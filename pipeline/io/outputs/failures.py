@@ -27,14 +27,24 @@ FILES_DEPTH = 128  # bytes a run's deepest file adds below its output (a Delta p
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
-def failure(shown: str, doing: str, cause: str, no_space: bool, option: str = "--out"
-            ) -> OutputError:
+def failure(shown: str, doing: str, cause: str, no_space: bool, option: str = "--out",
+            path: str | None = None) -> OutputError:
     """'SHOWN: CAUSE while DOING; nothing was written', with advice for a full disk (free
     space, or point `option` elsewhere). A `WriteFailure` met within an output's commit is
-    turned into this, naming the output: `failure(shown, e.doing, e.cause, e.no_space)`."""
+    turned into this, naming the output: `failure(shown, e.doing, e.cause, e.no_space)`.
+    `path`: where the failure was, when not at `shown`."""
     advice = f" (free space or choose another {option})" if no_space else ""
-    return OutputError(f"{shown}: {cause} while {doing}", path=shown, written=False,
-                       hint=advice)
+    return OutputError(f"{shown}: {cause} while {doing}", path=shown if path is None else path,
+                       written=False, hint=advice)
+
+
+def local_staging_failure(shown: str, temporary: Path, doing: str, cause: str, no_space: bool
+                          ) -> OutputError:
+    """`failure` for an output kept elsewhere (an object store, a remote Delta root) whose
+    files are staged in the local temporary directory: that directory is what filled or
+    failed, and TMPDIR, not --out, is what moves it."""
+    return failure(shown, f"{doing} in the local temporary directory {temporary}", cause,
+                   no_space, option="TMPDIR", path=str(temporary))
 
 
 def write_cause(exc: BaseException) -> tuple[str, bool]:

@@ -45,7 +45,7 @@ from pipeline.errors import (
 )
 from pipeline.events import OnEvent, RunEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import interrupts_held, remove_dead_staging
-from pipeline.io.outputs.failures import failure as write_failure
+from pipeline.io.outputs.failures import local_staging_failure, write_cause
 from pipeline.io.outputs.manifest import MANIFEST, RUN_ID, few_names
 from pipeline.io.outputs.remote_target import (
     RETIRED,
@@ -239,8 +239,13 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
     `written` then holds as committed (each output's path, the retired prefixes). Any
     failure before the commit deletes what was uploaded; the previous output is untouched."""
     previous = target_state(out, overwrite)
-    remove_dead_staging(Path(tempfile.gettempdir()), _STAGING)
-    staging = Path(tempfile.mkdtemp(prefix=f"snim-batch-{os.getpid()}-{run_id}-"))
+    temporary = Path(tempfile.gettempdir())
+    remove_dead_staging(temporary, _STAGING)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f"snim-batch-{os.getpid()}-{run_id}-"))
+    except OSError as exc:
+        raise local_staging_failure(str(out), temporary, "creating the staging directory",
+                                    *write_cause(exc)) from None
     uploads: list[str] = []
     settled = False  # committed, or not provably uncommitted: the uploads stay
     try:
@@ -266,8 +271,9 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
                      if previous.etag else "")
             for notice in _retire(out, previous):
                 on_event(RunEvent.warning(notice))
-    except WriteFailure as exc:
-        raise write_failure(str(out), exc.doing, exc.cause, exc.no_space) from None
+    except WriteFailure as exc:  # a file of the local staging
+        raise local_staging_failure(str(out), temporary, exc.doing, exc.cause,
+                                    exc.no_space) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if uploads and not settled:
