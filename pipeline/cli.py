@@ -45,6 +45,7 @@ from pipeline.limits import (
 from pipeline.terminal import (
     LOG_FORMAT_ENV,
     STOPPED_BY,
+    ClosedStdout,
     configure_logging,
     configured_log_format,
     default_stop_signals,
@@ -1076,7 +1077,7 @@ def _read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})", path=path) from None
 
 
-_WRITE_FAILURES = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG)
+_WRITE_FAILURES = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF)
 """What a write to a full or failing stdout raises (a closed pipe is typer's: exit 1)."""
 
 
@@ -1090,6 +1091,8 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
     import threading
 
     set_process_defaults()  # done by the executable already; `python -m pipeline.cli` too
+    if sys.stdout is None:  # closed by the shell (`>&-`)
+        sys.stdout = ClosedStdout()
     ended = False  # the command returned or exited: what it printed stands
     late = False  # a stop signal after that: the exit code says it, the output stands
     try:

@@ -9,7 +9,9 @@ with a traceback.
 
 from __future__ import annotations
 
+import errno
 import gc
+import io
 import os
 import re
 import signal
@@ -746,6 +748,19 @@ def cannot_print_answer(exc: BaseException) -> str:
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else (
         str(exc) if isinstance(exc, OSError) else "it is closed")
     return f"stdout: cannot print the answer ({reason})"
+
+
+class ClosedStdout(io.TextIOBase):
+    """stdout when the shell closed it (`>&-`), where Python leaves `sys.stdout` None and
+    click would print a command's answer nowhere and exit 0: every write fails, as on a
+    full disk, so that a command says it cannot print its answer (exit 1), or warns that
+    it cannot print its report, as it does then."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "it is closed")
 
 
 def _drop_stdout() -> None:

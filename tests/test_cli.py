@@ -687,10 +687,7 @@ def test_a_committed_run_with_stdout_or_stderr_gone_exits_with_its_own_code(tmp_
 
 
 FULL = "snim-batch: error: stdout: cannot print the answer (No space left on device)"
-
-
-@needs_script
-@pytest.mark.parametrize(("args", "code", "wrote", "line"), [
+STDOUT_CASES = [
     (["grundy", "--moves", "2 5"], 1, None, FULL),
     (["--version"], 1, None, FULL),
     (["--help"], 1, None, FULL),
@@ -700,7 +697,29 @@ FULL = "snim-batch: error: stdout: cannot print the answer (No space left on dev
      "snim-batch: warning: stdout: cannot print the result (No space left on device)"),
     (["run", "--json", "--rules", "R", "--positions", "P", "--out", "OUT"], 1, "manifest.json",
      FULL + "; the run's output is committed"),
-])
+]
+
+
+@needs_script
+@pytest.mark.parametrize(("args", "code", "wrote", "line"), STDOUT_CASES)
+def test_no_stdout_at_all_is_said_as_a_full_one_is(tmp_path, args, code, wrote, line):
+    """`>&-`: Python has no sys.stdout then, and click printed the answer nowhere, exit 0
+    (QA). Every command now says it as for a full stdout, in solve's words for a closed one."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    names = {"R": str(sample / "rules.csv"), "P": str(sample / "positions.csv"),
+             "OUT": str(tmp_path / "out")}
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", str(SCRIPT),
+                           *(names.get(a, a) for a in args)],
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr
+    assert line.replace("No space left on device", "it is closed") in proc.stderr.splitlines()
+    assert "Traceback" not in proc.stderr
+    if wrote is not None:
+        assert (tmp_path / "out" / wrote).is_file()
+
+
+@needs_script
+@pytest.mark.parametrize(("args", "code", "wrote", "line"), STDOUT_CASES)
 def test_stdout_on_a_full_disk_is_an_error_line_not_a_traceback(tmp_path, args, code, wrote,
                                                                  line):
     """A command whose answer is its stdout (SG values, a plan, --help, the run result under
