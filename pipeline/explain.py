@@ -27,7 +27,7 @@ from pipeline.config import Config
 from pipeline.errors import OutputError, SnimError, UsageError
 from pipeline.grundy import MAX_HEAP, Rule, build_table
 from pipeline.io.inputs.discovery import resolve_inputs
-from pipeline.io.outputs.commit import target_state
+from pipeline.io.outputs.commit import staging_refused, target_state
 from pipeline.io.read.csv_reader import csv_row_estimate
 from pipeline.io.read.files import Source
 from pipeline.io.read.footers import parquet_footer, row_group_facts
@@ -555,6 +555,11 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         if isinstance(output, DeltaTables):
             from pipeline.io.outputs.delta_tables import RUNS
 
+            refused = (staging_refused(config.out, location) if isinstance(config.out, Path)
+                       else None)
+            if refused is not None:
+                return OutputPlan(location, fmt, overwrite, exists, "refused", str(refused),
+                                  night, refused)
             return OutputPlan(location, fmt, overwrite, output.root.exists(RUNS), "add night",
                               run_date=night)
         if isinstance(output, ObjectStorePrefix):
@@ -565,5 +570,9 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         location, state = target_state(config.out, overwrite)
     except (OutputError, UsageError) as exc:  # the usage error: an --out in a Delta table
         return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc), refusal=exc)
+    refused = staging_refused(config.out, location)
+    if refused is not None:  # where the run cannot write
+        return OutputPlan(location, fmt, overwrite, state != "missing", "refused", str(refused),
+                          refusal=refused)
     action = {"missing": "create", "empty": "fill", "output": "replace"}[state]
     return OutputPlan(location, fmt, overwrite, state != "missing", action)

@@ -254,7 +254,7 @@ def snapshot(top):
 
 results = []
 for step, *args in steps:
-    if step in ("run", "report", "convert"):
+    if step in ("run", "report", "convert", "explain"):
         quiet = ["--quiet"] if step == "run" else []
         proc = subprocess.run([exe, step, *quiet, *args], capture_output=True, text=True)
         results.append([proc.returncode, proc.stderr])

@@ -14,7 +14,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import naive_period, write_csv, write_parquet
+from conftest import naive_period, on_small_disk, write_csv, write_parquet
 
 from pipeline import explain
 from pipeline.config import config_from_dict
@@ -450,3 +450,26 @@ def test_an_unreadable_input_and_a_refused_output_exit_as_the_run_does(wide_parq
     assert (explained_.returncode, explained_.stderr) == (ran.returncode, ran.stderr) == (
         2, ran.stderr)
     assert "is inside the snim-batch output" in ran.stderr
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_an_output_on_a_read_only_file_system_is_refused_as_the_run_refuses_it(
+        tmp_path: Path, fmt: str) -> None:
+    """A preflight on a read-only mount (a container's read-only root, a mount gone
+    read-only): explain exits 1 saying why, as the run then does at once; before, explain
+    said the output would be created and exited 0 (QA)."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    out = tmp_path / "disk" / "nightly" / "out"
+    args = ["--rules", str(sample / "rules.csv"), "--positions", str(sample / "positions.csv"),
+            "--out", str(out), "--format", fmt]
+    _, explained_, ran = on_small_disk(tmp_path, "size=1m", [
+        ["read-only"], ["explain", *args], ["run", *args]])
+    said = (f"{out}: read-only file system while creating the directory {out.parent}; "
+            "nothing was written\n")
+    assert explained_ == [1, f"snim-batch: error: the run would stop at its output: {said}"]
+    if fmt == "parquet":
+        assert ran == [1, f"snim-batch: error: {said}"]
+    else:  # the Delta staging directory is made with its parents, in one step
+        assert ran[0] == 1
+        assert ran[1].startswith(f"snim-batch: error: {out}: read-only file system while "
+                                 f"creating the staging directory {out.parent}/"), ran[1]

@@ -407,6 +407,25 @@ def remove_if_empty(directories: list[Path]) -> None:
             return
 
 
+def staging_refused(target: Path, shown: str) -> OutputError | None:
+    """The error making the staging directory beside `target` would meet, found without
+    writing anything (for `explain`): the nearest existing directory above it on a read-only
+    file system, or one this user may not write in."""
+    parent = target.absolute().parent
+    existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return None  # a file in the way: the run's own error says what it is
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        number = errno.EROFS
+    elif not os.access(existing, os.W_OK | os.X_OK, effective_ids=True):
+        number = errno.EACCES
+    else:
+        return None
+    doing = (f"creating the staging directory in {existing}" if existing == parent
+             else f"creating the directory {parent}")
+    return failure(shown, doing, *write_cause(OSError(number, os.strerror(number))))
+
+
 def _make_staging(target: Path, run_id: str, shown: str) -> Path:
     parent = target.parent
     staging = parent / f".{target.name}.partial-{os.getpid()}-{run_id}"
