@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from conftest import invoke, on_small_disk
+from conftest import CLI_EXE, invoke, on_small_disk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -1174,6 +1174,56 @@ def test_disk_full_mid_write_names_the_output_and_leaves_nothing(
     assert after == before and len(before) == 5
     assert entries == ["out"]
     assert free_after == free
+
+
+READ_ONLY_MID_RUN = r"""
+import json, os, subprocess, sys, time
+exe, disk, out, *args = sys.argv[1:]
+run = subprocess.Popen([exe, "run", "--quiet", "--out", out, *args], stderr=subprocess.PIPE,
+                       text=True)
+deadline, made_read_only = time.monotonic() + 120, False
+while not made_read_only and run.poll() is None and time.monotonic() < deadline:
+    staged = [os.path.join(disk, d, ".verdict-runs") for d in os.listdir(disk) if ".partial-" in d]
+    if any(os.path.isdir(d) and os.listdir(d) for d in staged):  # a run is spilled
+        made_read_only = subprocess.run(["mount", "-o", "remount,ro", disk],
+                                        capture_output=True).returncode == 0  # EBUSY: again
+    time.sleep(0.005)
+err = run.communicate(timeout=300)[1]
+print(json.dumps([made_read_only, run.returncode, err, sorted(os.listdir(disk))]))
+"""
+
+
+@pytest.mark.slow
+def test_a_staging_directory_that_cannot_be_removed_is_named_in_a_warning(tmp_path: Path
+                                                                          ) -> None:
+    """The output's file system goes read-only while sorted runs are spilled: the run fails
+    (exit 1, nothing committed) and cannot remove its staging directory; it says what is
+    left, and that the next run removes it, rather than leaving it unsaid (QA)."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -rm (user and mount namespaces) is not permitted here")
+    from pipeline.generate import Spec, generate
+
+    data = tmp_path / "in"
+    generate(data, Spec(4_000_000, 50, 1000, 4, 0, 4, "wide", "parquet", 3, "string", True, 4))
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    out = disk / "out"
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=400m tmpfs "$1" && shift && '
+         'exec "$@"', "sh", str(disk), sys.executable, "-c", READ_ONLY_MID_RUN, str(CLI_EXE),
+         str(disk), str(out), "--rules", str(data / "rules.parquet"), "--positions",
+         str(data / "positions"), "--memory-limit", "1MiB"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    made_read_only, code, err, entries = json.loads(proc.stdout)
+    assert made_read_only, err
+    assert code == 1, err
+    [staging] = entries
+    assert re.fullmatch(r"\.out\.partial-\d+-\S+", staging)
+    lines = err.splitlines()
+    assert (f"snim-batch: warning: {disk / staging}: this run's staging directory is left "
+            "(read-only file system); the next run to this output removes it") in lines, err
+    assert lines[-1].startswith(f"snim-batch: error: {out}: read-only file system while "), err
 
 
 def test_disk_without_room_for_the_staging_directory(tmp_path: Path) -> None:
