@@ -5,6 +5,7 @@ This is the only module that imports typer; it and `pipeline.terminal` alone pri
 
 from __future__ import annotations
 
+import copy
 import errno
 import inspect
 import logging
@@ -12,6 +13,7 @@ import re
 import signal
 import sys
 import traceback
+import typing
 from collections.abc import Callable
 from contextlib import suppress
 from enum import Enum
@@ -499,10 +501,11 @@ def run(
     = None,
     memory_limit: Annotated[str | None, typer.Option(
         envvar="SNIM_BATCH_MEMORY_LIMIT",
-        help="Memory the polars engine aims to stay within, e.g. 4GiB; past an eighth of it "
-             "the verdicts go to scratch as sorted runs (not when all of them are expected "
-             "within a quarter: Parquet, whose rows are known). auto: a quarter of the memory "
-             "available, at most 3GiB. Default: the config's memory_limit, else auto.")]
+        help="Memory the polars engine keeps its verdicts within, e.g. 4GiB: past an eighth "
+             "of it they go to scratch as sorted runs (not when all of them are expected "
+             "within a quarter: Parquet, whose rows are known); the batches being read take "
+             "their own, whatever the setting (explain estimates both). auto: a quarter of the "
+             "memory available, at most 3GiB. Default: the config's memory_limit, else auto.")]
     = None,
     result_file: Annotated[Path | None, typer.Option(
         envvar="SNIM_BATCH_RESULT_FILE",
@@ -706,12 +709,15 @@ def _run_date(text: str):
     raise UsageError(f"--run-date: expected a date YYYY-MM-DD, got {brief_repr(text)}")
 
 
-# `explain` takes `run`'s own options (their definitions, read from `run`'s signature, so
-# that a change to one is a change to both) but for those that only shape a run's output on
-# the terminal, and adds --json.
+# `explain` takes `run`'s options (their definitions, read from `run`'s signature, so that a
+# change to one is a change to both), so that a run's command line can be given to it as it
+# is, and adds --json; those that only shape what a run reports (--quiet, --progress-every,
+# --result-file, run's own --json) it takes and ignores.
 _EXPLAIN_OPTIONS = ("config", "rules", "positions", "out", "engine", "winning_moves",
                     "on_bad_rows", "overwrite", "spark_master", "output_format", "run_date",
-                    "spark_remote", "verbose")
+                    "spark_remote", "max_rejected_rows", "max_rejected_rate", "memory_limit",
+                    "result_file", "quiet", "log_format", "progress_every", "verbose")
+_EXPLAIN_IGNORES = ("result_file", "quiet", "progress_every")
 
 
 def explain(**options: Any) -> None:
@@ -721,20 +727,24 @@ def explain(**options: Any) -> None:
     Prints the input files and their rows (exact from Parquet footers; estimated for large
     CSV files, and marked so), the positions form and key types, the distinct rules, the
     largest heap where the footers' statistics bound it, the SG-table work against the
-    tables.* limits, an estimate of peak memory, the output and whether it would be
-    replaced, and the engine. Writes nothing. Exit codes: 0, or those of `run` for an input,
+    tables.* limits, an estimate of peak memory and scratch disk under the memory setting,
+    the output and whether it would be replaced, and the engine. Writes nothing; takes run's
+    command line as it is (--quiet, --progress-every and --result-file are ignored). Exit
+    codes: 0, or those of `run` for an input,
     setting or output it refuses (1 an input it cannot read or an output it would not replace,
     2 usage or config error); a refused output is in the plan too, as the run would say it.
     """
     verbose, as_json = options.pop("verbose"), options.pop("as_json")
-    run_date = options.pop("run_date")
+    run_date, log_format = options.pop("run_date"), options.pop("log_format")
+    for name in _EXPLAIN_IGNORES:
+        options.pop(name)
     try:
+        configure_logging(False, verbose, log_format.value if log_format else None)
         with heavy_imports():
             from pipeline.explain import plan_run
 
         cfg = _run_config(**options)
         night = _run_date(run_date) if run_date is not None else None
-        configure_logging(False, verbose)
         plan = plan_run(cfg, night)
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose)
@@ -752,13 +762,22 @@ def explain(**options: Any) -> None:
 
 def _explain_signature() -> inspect.Signature:
     ran = inspect.signature(run, eval_str=True)
-    shared = [p for name, p in ran.parameters.items() if name in _EXPLAIN_OPTIONS]
+    shared = [_ignored(p) if name in _EXPLAIN_IGNORES else p
+              for name, p in ran.parameters.items() if name in _EXPLAIN_OPTIONS]
     as_json = inspect.Parameter(
         "as_json", inspect.Parameter.KEYWORD_ONLY, default=False,
         annotation=Annotated[bool, typer.Option("--json", help="Print the plan as one JSON "
                                                 "object (its plan_version says its form).")])
     return ran.replace(parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                                    for p in shared] + [as_json], return_annotation=None)
+
+
+def _ignored(parameter: inspect.Parameter) -> inspect.Parameter:
+    """`run`'s option as `explain` takes it: the same, but its help says it is ignored."""
+    kind, info = typing.get_args(parameter.annotation)
+    info = copy.copy(info)
+    info.help = "Taken as run takes it, and ignored: explain writes nothing and shows no progress."
+    return parameter.replace(annotation=Annotated[kind, info])
 
 
 explain.__signature__ = _explain_signature()  # type: ignore[attr-defined]
@@ -853,6 +872,11 @@ def _plan_lines(plan: Any) -> list[str]:
                      f"the process, {size(m.batches)} batches in flight, {size(m.verdicts)} "
                      f"verdicts, {size(m.tables)} SG tables"
                      + (" at their limits (the heaps not known)" if at_limits else ""))
+        lines.append(f"memory setting: {size(m.limit)}; " + (
+            f"verdicts past an eighth of it go to scratch as sorted runs, about "
+            f"{size(m.scratch)} at most before compression, then the verdicts file (beside "
+            "--out; for an object store, in the temporary directory)" if m.scratch
+            else "the verdicts are held and sorted in memory"))
     state = {"create": "does not exist; it would be created",
              "fill": "an empty directory; it would be filled",
              "replace": "a snim-batch output; it would be replaced (--overwrite)",

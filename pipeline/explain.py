@@ -24,6 +24,7 @@ import pyarrow as pa
 from pipeline import keys
 from pipeline.batches import BATCH_ROWS, positions_form, read_rules
 from pipeline.config import Config
+from pipeline.engines.polars_engine import HELD_SHARE, WHOLE_SHARE, memory_limit
 from pipeline.errors import OutputError, SnimError, UsageError
 from pipeline.grundy import MAX_HEAP, Rule, build_table
 from pipeline.io.inputs.discovery import resolve_inputs
@@ -59,6 +60,11 @@ VERDICT_BYTES = 16  # rule set rank, integer position id, nim-sum
 TEXT_ID_BYTES = 24  # a text position id instead: offsets and a short id
 WINNING_MOVE_BYTES = 8  # move_heap and move_take
 CSV_ROW_COPIES = 3  # a CSV row in memory: its text, the parsed columns, the normalised ones
+# A run that spills holds an eighth of its memory setting in verdicts, and sorts a run of
+# that size into scratch beside the next ones: about three such shares at once. A run on
+# scratch takes at most RUN_ROW_BYTES and the position id per position (before zstd).
+RUN_COPIES = 3
+RUN_ROW_BYTES = 9
 # Work (operations, as `Rule.value_ops` counts them) explain spends in all proving the rules'
 # periods, cheapest rules first: a table whose period is proven stops there in the run, so
 # its plan is its real size, not its limit's.
@@ -165,14 +171,18 @@ class TablesPlan:
 class MemoryPlan:
     """Estimated peak memory of the polars engine's process, in bytes, by part (see the
     model's constants): the process with its libraries, the batches in flight, the verdicts
-    kept until the final sort (long form: one per row, at most), the SG tables (at their
-    limits when the heaps are not known: `TablesPlan.bounded`), and their `total`."""
+    held (long form: one per row, at most), the SG tables (at their limits when the heaps
+    are not known: `TablesPlan.bounded`), and their `total`; the memory setting (`limit`,
+    `memory_limit`) under which verdicts past an eighth of it go to scratch as sorted runs,
+    and the scratch disk they then take at most (`scratch`; 0: none spilled)."""
 
     process: int
     batches: int
     verdicts: int
     tables: int
     total: int
+    limit: int
+    scratch: int
 
 
 @dataclass(frozen=True)
@@ -529,8 +539,14 @@ def _memory(positions: PositionsPlan, tables: TablesPlan, config: Config) -> Mem
     verdict = (VERDICT_BYTES + (TEXT_ID_BYTES if positions.position_id_type != INT else 0)
                + (WINNING_MOVE_BYTES if config.winning_moves else 0))
     verdicts, table_bytes = positions.rows * verdict, 2 * tables.value_bytes
+    limit, scratch = memory_limit(config), 0
+    whole = positions.rows_exact and positions.form == "wide" and verdicts <= limit // WHOLE_SHARE
+    if not whole and verdicts > limit // HELD_SHARE:  # the run spills sorted runs
+        verdicts = min(verdicts, RUN_COPIES * (limit // HELD_SHARE))
+        scratch = positions.rows * (RUN_ROW_BYTES + (TEXT_ID_BYTES if positions.position_id_type
+                                                     != INT else 8))
     return MemoryPlan(PROCESS_BYTES, batches, verdicts, table_bytes,
-                      PROCESS_BYTES + batches + verdicts + table_bytes)
+                      PROCESS_BYTES + batches + verdicts + table_bytes, limit, scratch)
 
 
 def _output_plan(config: Config, run_date: date | None) -> OutputPlan:

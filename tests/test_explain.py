@@ -104,7 +104,9 @@ def test_wide_parquet_int_keys_exact_counts_and_nothing_written(wide_parquet: Pa
     assert memory["process"] == PROCESS_BYTES and memory["verdicts"] == 5 * 16
     assert memory["tables"] == 2 * (pre + per)  # a byte a value, and the flat copy beside
     assert memory["batches"] > 0
-    assert memory["total"] == sum(v for k, v in memory.items() if k != "total")
+    assert memory["total"] == sum(memory[k] for k in ("process", "batches", "verdicts",
+                                                      "tables"))
+    assert memory["scratch"] == 0 and memory["limit"] >= 512 << 20  # auto: held in memory
 
 
 def test_the_human_plan_says_the_same(wide_parquet: Path) -> None:
@@ -366,7 +368,9 @@ def test_spark_and_delta_are_planned_without_starting_them(wide_parquet: Path) -
 
 
 def test_explain_takes_runs_options() -> None:
-    """Every option of `explain` but --json is one of `run`'s, with its help."""
+    """`explain` takes every option of `run`, with its help, so that a run's command line
+    can be given to it as it is; those that only shape what a run reports say they are
+    ignored; and --json, its own."""
     from typer.main import get_command
 
     from pipeline.cli import app
@@ -374,10 +378,37 @@ def test_explain_takes_runs_options() -> None:
     group = get_command(app)
     options = {command: {tuple(p.opts): p.help for p in group.commands[command].params}
                for command in ("run", "explain")}
-    assert options["explain"].pop(("--json",))
-    assert options["explain"].items() <= options["run"].items()
-    assert {("--rules",), ("--positions",), ("--out",), ("--config",),
-            ("--overwrite",)} <= options["explain"].keys()
+    assert options["explain"].pop(("--json",)) and options["run"].pop(("--json",))
+    assert options["explain"].keys() == options["run"].keys()
+    ignored = {("--quiet",), ("--progress-every",), ("--result-file",)}
+    for opts, help_text in options["explain"].items():
+        if opts in ignored:
+            assert help_text.endswith("and ignored: explain writes nothing and shows no "
+                                      "progress."), opts
+        else:
+            assert help_text == options["run"][opts], opts
+
+
+@pytest.mark.parametrize("setting", ["64KiB", "3GiB"])
+def test_explain_says_whether_the_run_spills_under_its_memory_setting(
+        wide_parquet: Path, tmp_path: Path, setting: str) -> None:
+    """With the run's own --memory-limit (and the rest of its command line, --quiet and
+    --result-file included, which explain ignores): explain's plan spills (scratch > 0, the
+    verdicts held capped by the setting) exactly when the run then spills its sorted runs."""
+    csv = tmp_path / "positions.csv"  # 20,000 verdicts: far past an eighth of 64 KiB
+    write_csv(csv, ["rule_set_id", "position_id", "heaps"],
+              [[1 + i % 3, i, f"{i % 50} 3"] for i in range(20_000)])
+    args = ["--rules", str(wide_parquet / "rules.parquet"), "--positions", str(csv), "--out",
+            str(tmp_path / "out"), "--memory-limit", setting]
+    memory = explained(*args, "--quiet", "--result-file", str(tmp_path / "r.json"),
+                       cwd=tmp_path)["memory"]
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "out").exists()
+    ran = snim("run", *args, "--verbose", cwd=tmp_path)
+    assert ran.returncode == 3, ran.stderr  # the fixture's invalid rule 4
+    spilled = "verdicts: run 1 of " in ran.stderr
+    assert memory["limit"] == (64 << 10 if setting == "64KiB" else 3 << 30)
+    assert (memory["scratch"] > 0) == spilled == (setting == "64KiB")
+    assert memory["verdicts"] <= max(3 * memory["limit"] // 8, 5 * 16)
 
 
 def test_inputs_and_output_in_an_object_store(s3, wide_parquet: Path) -> None:
