@@ -19,9 +19,9 @@ from typing import Any
 
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_REJECTS", "NOTHING_WRITTEN", "SHOWN_CHARS",
-    "SnimError", "UsageError", "ConfigError", "InputError", "BadRowsError", "OutputError",
-    "WriteFailure", "OutputChanged", "CommitOutcomeUnknown", "StoreError", "RuleError",
-    "ReconcileError", "SparkFailure", "SparkConnectError", "NotBuilt", "Stopped",
+    "SnimError", "UsageError", "MissingExtra", "ConfigError", "InputError", "BadRowsError",
+    "OutputError", "WriteFailure", "OutputChanged", "CommitOutcomeUnknown", "StoreError",
+    "RuleError", "ReconcileError", "SparkFailure", "SparkConnectError", "NotBuilt", "Stopped",
     "brief_repr", "truncated", "first_line",
 ]
 
@@ -120,6 +120,18 @@ class UsageError(SnimError):
 
     code = "usage_error"
     exit_code = EXIT_USAGE
+
+
+class MissingExtra(UsageError):
+    """A command or option needs an optional extra of the package that is not installed."""
+
+    code = "usage_error"
+
+    def __init__(self, what: str, extra: str, detail: str = "") -> None:
+        super().__init__(
+            f"{what} needs the {extra} extra{detail}: pip install '.[{extra}]' in the project's "
+            f"checkout, or pip install 'WHEEL[{extra}]' naming the wheel you installed")
+        self.extra = extra
 
 
 class ConfigError(UsageError):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import OutputError, UsageError
+from pipeline.errors import MissingExtra, OutputError
 from pipeline.grundy import SGTable, counted_values
 from pipeline.io.outputs.whole import whole_file
 
@@ -20,8 +20,7 @@ def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install '.[plot]' in the project's "
-                         "checkout") from None
+        raise MissingExtra("--plot", "plot", " (matplotlib)") from None
     ys = table.sg(np.arange(upto + 1, dtype=np.int64))
     ys = ys[ys >= 0]
     xs = np.arange(ys.shape[0])

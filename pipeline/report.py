@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.errors import InputError, UsageError, truncated
+from pipeline.errors import InputError, MissingExtra, UsageError, truncated
 from pipeline.events import OnEvent, ignore, phase
 from pipeline.io.outputs.failures import PID_WIDTH, name_problem, refuse_long_names
 from pipeline.io.outputs.kinds import page_output_for
@@ -348,8 +348,7 @@ def _delta_page(root: Path) -> str:
     try:
         from pipeline.io.outputs.delta_tables import TableRoot, latest_night
     except ImportError:
-        raise UsageError("report on a Delta table root needs the delta extra: "
-                         "pip install '.[delta]' in the project's checkout") from None
+        raise MissingExtra("report on a Delta table root", "delta") from None
     try:
         night = latest_night(TableRoot(str(root)))
     except (OSError, pl.exceptions.PolarsError) as exc:

@@ -8,7 +8,7 @@ manifest; an engine evaluates the positions and writes the two large tables. `po
 from __future__ import annotations
 
 from pipeline.engines.base import Engine, Evaluation, PositionsJob
-from pipeline.errors import UsageError, brief_repr
+from pipeline.errors import MissingExtra, UsageError, brief_repr
 
 __all__ = ["Engine", "Evaluation", "PositionsJob", "load_engine"]
 
@@ -23,7 +23,6 @@ def load_engine(name: str) -> Engine:
         try:
             from pipeline.engines.spark_engine import SparkEngine
         except ImportError:
-            raise UsageError("the Spark engine needs the spark extra: "
-                             "pip install '.[spark]' in the project's checkout") from None
+            raise MissingExtra("the Spark engine", "spark") from None
         return SparkEngine()
     raise UsageError(f"unknown engine {brief_repr(name)} (expected polars or spark)")

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.config import hidden_remote
 from pipeline.engines.spark_tasks import Shipped
-from pipeline.errors import SparkConnectError, UsageError, first_line
+from pipeline.errors import MissingExtra, SparkConnectError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,7 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
         import zstandard  # noqa: F401
         from google.rpc import error_details_pb2  # noqa: F401
     except ImportError as exc:
-        raise UsageError(f"Spark Connect needs the spark extra's client packages ({exc}): "
-                         "pip install '.[spark]' in the project's checkout") from None
+        raise MissingExtra("Spark Connect", "spark", f"'s client packages ({exc})") from None
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     host, port = address(url)

@@ -29,7 +29,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.errors import UsageError
+from pipeline.errors import MissingExtra, UsageError
 from pipeline.events import OnEvent, ignore
 from pipeline.io.outputs.commit import refuse_inside_delta_table, staged_output
 from pipeline.io.outputs.manifest import output_listing, write_manifest
@@ -156,8 +156,7 @@ class DeltaTables(_Staged):
         try:
             from pipeline.io.outputs import delta, delta_tables
         except ImportError:
-            raise UsageError("--format delta needs the delta extra: "
-                             "pip install '.[delta]' in the project's checkout") from None
+            raise MissingExtra("--format delta", "delta") from None
         self._writer, self._tables = delta, delta_tables
         self.out = out
         self.night = run_date or datetime.now(UTC).date()
