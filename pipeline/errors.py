@@ -125,7 +125,7 @@ class UsageError(SnimError):
 class MissingExtra(UsageError):
     """A command or option needs an optional extra of the package that is not installed."""
 
-    code = "usage_error"
+    code = "missing_extra"
 
     def __init__(self, what: str, extra: str, detail: str = "") -> None:
         super().__init__(

@@ -78,6 +78,8 @@ class JobOutcome:
     problems: list[str]
 
     by_reason_code: dict[str, int] = field(default_factory=dict)
+    first_reject: dict[str, Any] | None = None
+    """The first rejected row's source, row and column (in rejects' order), if any."""
 
     @property
     def rejected(self) -> int:
@@ -179,9 +181,12 @@ def run_job(config: Config, on_event: OnEvent | None = None, run_date: date | No
             over = tolerance.exceeded(config)
             if over and config.on_bad_rows == "fail":
                 beyond = tolerance.limits(config)
+                first = outcome.first_reject or {}
                 raise BadRowsError(f"{outcome.rejected} input rows failed validation "
                                    f"(--on-bad-rows fail{', over ' + beyond if beyond else ''})",
-                                   outcome.problems, outcome.rejected, written=False)
+                                   outcome.problems, outcome.rejected, written=False,
+                                   path=first.get("source"), row=first.get("row"),
+                                   column=first.get("column"))
             exit_code = EXIT_REJECTS if over else EXIT_OK
             manifest = {
                 "schema_version": MANIFEST_SCHEMA_VERSION,
@@ -250,8 +255,9 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
             summary = outputs.summary_rows(index, verdict_counts, rejected_by_rule)
             sg_tables = outputs.sg_table_rows(rules, distinct, cache.reported(), index,
                                               outputs.run_key_type(index, verdict_counts))
-            problems = [problem_text(row) for row in evaluation.first_rejects(
-                rule_rejects, PROBLEMS_SHOWN).iter_rows(named=True)]
+            first_rows = list(evaluation.first_rejects(rule_rejects, PROBLEMS_SHOWN)
+                              .iter_rows(named=True))
+            problems = [problem_text(row) for row in first_rows]
             w = int(verdict_counts["W"].sum())
             verdicts = w + int(verdict_counts["L"].sum())
             counts = manifest_counts(rules.height, rule_rejects.height, evaluation.rows_read,
@@ -266,7 +272,8 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
             if form == "wide":
                 _every_row_evaluated_or_rejected(evaluation.rows_read, verdicts,
                                                  evaluation.rows_rejected)
-        outcome = JobOutcome({}, counts, form, problems)
+        outcome = JobOutcome({}, counts, form, problems, first_reject=(
+            {k: first_rows[0][k] for k in ("source", "row", "column")} if first_rows else None))
         if config.on_bad_rows == "fail" and outcome.tolerance.exceeded(config):
             return outcome  # nothing is written: no manifest, no checksum to wait for
         with phase("write"):

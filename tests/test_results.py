@@ -188,12 +188,18 @@ def test_a_file_level_input_error_names_its_file_and_line_in_the_result(
 
 
 def test_bad_rows_under_fail_exit_1_with_their_code(job: Path) -> None:
+    """The error names the first rejected row's file, row and column, as stderr's first
+    problem line does (they were null: QA)."""
+    rows = (job / "positions.csv").read_text().count("\n") - 1  # the header
     with (job / "positions.csv").open("a") as fh:
         fh.write("1,99,4 x\n")
     proc = snim([*RUN, "--on-bad-rows", "fail", "--json"], job)
     assert proc.returncode == 1, proc.stderr
-    document = valid(json.loads(proc.stdout))
-    assert (document["error"]["code"], document["error"]["written"]) == ("bad_rows", False)
+    error = valid(json.loads(proc.stdout))["error"]
+    assert (error["code"], error["written"]) == ("bad_rows", False)
+    assert (error["path"], error["row"], error["column"]) == (
+        str(job / "positions.csv"), rows, "heaps")  # rejects' 0-based data row
+    assert f"snim-batch:   {job / 'positions.csv'} row {rows}, column heaps: " in proc.stderr
     assert not (job / "out").exists()
 
 
