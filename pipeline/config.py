@@ -488,10 +488,15 @@ def memory_bytes(value: Any, name: str) -> int | Literal["auto"]:
     if found is None:
         raise ConfigError(f"{name} must be auto or a size such as 4GiB or 512MiB, "
                           f"got {brief_repr(value)}")
-    size = int(float(found.group(1)) * 1024 ** "KMGT".find(found.group(2).upper()) * 1024
-               if found.group(2) else float(found.group(1)))
+    if not found.group(2) and not found.group(1).isdigit():
+        raise ConfigError(f"{name}: a number of bytes is a whole number (or give a unit, such "
+                          f"as 1.5GiB), got {brief_repr(value)}")
+    size = (int(float(found.group(1)) * 1024 ** "KMGT".find(found.group(2).upper()) * 1024)
+            if found.group(2) else int(found.group(1)))
     if size < 1:
         raise ConfigError(f"{name} must be at least 1 byte, got {brief_repr(value)}")
+    if size >= 1 << 60:
+        raise ConfigError(f"{name} must be less than 1EiB, got {brief_repr(value)}")
     return size
 
 
