@@ -872,11 +872,14 @@ def _plan_lines(plan: Any) -> list[str]:
                      f"the process, {size(m.batches)} batches in flight, {size(m.verdicts)} "
                      f"verdicts, {size(m.tables)} SG tables"
                      + (" at their limits (the heaps not known)" if at_limits else ""))
-        lines.append(f"memory setting: {size(m.limit)}; " + (
-            f"verdicts past an eighth of it go to scratch as sorted runs, about "
-            f"{size(m.scratch)} at most before compression, then the verdicts file (beside "
-            "--out; for an object store, in the temporary directory)" if m.scratch
-            else "the verdicts are held and sorted in memory"))
+        scratch = (f"{size(m.scratch)} of scratch at most before compression, then the "
+                   "verdicts file (beside --out; for an object store, in the temporary "
+                   "directory)")
+        lines.append(f"memory setting: {size(m.limit)}; " + {
+            "no": "the verdicts are held and sorted in memory",
+            "yes": f"verdicts past an eighth of it go to scratch as sorted runs: {scratch}",
+            "near the setting": "the verdicts are near what it holds: they may go to scratch "
+                                f"as sorted runs: {scratch}"}[m.spill])
     state = {"create": "does not exist; it would be created",
              "fill": "an empty directory; it would be filled",
              "replace": "a snim-batch output; it would be replaced (--overwrite)",

@@ -28,7 +28,7 @@ from pipeline.engines.polars_engine import HELD_SHARE, WHOLE_SHARE, memory_limit
 from pipeline.errors import OutputError, SnimError, UsageError
 from pipeline.grundy import MAX_HEAP, Rule, build_table
 from pipeline.io.inputs.discovery import resolve_inputs
-from pipeline.io.outputs.commit import staging_refused, target_state
+from pipeline.io.outputs.commit import output_target, staging_refused, target_state
 from pipeline.io.read.csv_reader import csv_row_estimate
 from pipeline.io.read.files import Source
 from pipeline.io.read.footers import parquet_footer, row_group_facts
@@ -62,9 +62,15 @@ WINNING_MOVE_BYTES = 8  # move_heap and move_take
 CSV_ROW_COPIES = 3  # a CSV row in memory: its text, the parsed columns, the normalised ones
 # A run that spills holds an eighth of its memory setting in verdicts, and sorts a run of
 # that size into scratch beside the next ones: about three such shares at once. A run on
-# scratch takes at most RUN_ROW_BYTES and the position id per position (before zstd).
+# scratch takes at most RUN_ROW_BYTES, the position id and RUN_MOVE_BYTES per position
+# (before zstd). Held, a verdict takes HELD_ROW_BYTES (the rank and the narrowest nim-sum; at
+# most also its input row's number) beside its position id (8 bytes, or a text id's 16-byte
+# view and its text) and its moves (2 to 8 bytes).
 RUN_COPIES = 3
 RUN_ROW_BYTES = 9
+RUN_MOVE_BYTES = 16
+HELD_ROW_BYTES = (5, 16)
+TEXT_VIEW_BYTES = 16
 # Work (operations, as `Rule.value_ops` counts them) explain spends in all proving the rules'
 # periods, cheapest rules first: a table whose period is proven stops there in the run, so
 # its plan is its real size, not its limit's.
@@ -174,7 +180,8 @@ class MemoryPlan:
     held (long form: one per row, at most), the SG tables (at their limits when the heaps
     are not known: `TablesPlan.bounded`), and their `total`; the memory setting (`limit`,
     `memory_limit`) under which verdicts past an eighth of it go to scratch as sorted runs,
-    and the scratch disk they then take at most (`scratch`; 0: none spilled)."""
+    whether the run would (`spill`: "yes", "no" or "near the setting", see `_spill`), and
+    the scratch disk the runs take at most before compression (`scratch`; 0: none)."""
 
     process: int
     batches: int
@@ -182,6 +189,7 @@ class MemoryPlan:
     tables: int
     total: int
     limit: int
+    spill: str
     scratch: int
 
 
@@ -539,14 +547,36 @@ def _memory(positions: PositionsPlan, tables: TablesPlan, config: Config) -> Mem
     verdict = (VERDICT_BYTES + (TEXT_ID_BYTES if positions.position_id_type != INT else 0)
                + (WINNING_MOVE_BYTES if config.winning_moves else 0))
     verdicts, table_bytes = positions.rows * verdict, 2 * tables.value_bytes
-    limit, scratch = memory_limit(config), 0
-    whole = positions.rows_exact and positions.form == "wide" and verdicts <= limit // WHOLE_SHARE
-    if not whole and verdicts > limit // HELD_SHARE:  # the run spills sorted runs
+    limit = memory_limit(config)
+    spill = _spill(positions, config.winning_moves, limit)
+    scratch = 0
+    if spill != "no":  # the verdicts held are capped by the setting; the rest go to scratch
         verdicts = min(verdicts, RUN_COPIES * (limit // HELD_SHARE))
-        scratch = positions.rows * (RUN_ROW_BYTES + (TEXT_ID_BYTES if positions.position_id_type
-                                                     != INT else 8))
+        scratch = positions.rows * (RUN_ROW_BYTES + _id_bytes(positions)
+                                    + (RUN_MOVE_BYTES if config.winning_moves else 0))
     return MemoryPlan(PROCESS_BYTES, batches, verdicts, table_bytes,
-                      PROCESS_BYTES + batches + verdicts + table_bytes, limit, scratch)
+                      PROCESS_BYTES + batches + verdicts + table_bytes, limit, spill, scratch)
+
+
+def _spill(positions: PositionsPlan, winning_moves: bool, limit: int) -> str:
+    """Whether the run spills sorted runs under the memory setting `limit`: "yes", "no", or
+    "near the setting" when the verdicts' bytes (which the engine measures as it holds them:
+    `polars_engine._SortedRuns`) may fall on either side of its threshold. The threshold is
+    a quarter of the setting for wide Parquet, whose rows are known, else an eighth."""
+    threshold = (limit // WHOLE_SHARE if positions.rows_exact and positions.form == "wide"
+                 else limit // HELD_SHARE)
+    moves = (2, 8) if winning_moves else (0, 0)
+    text = positions.position_id_type != INT
+    low = positions.rows * (HELD_ROW_BYTES[0] + (TEXT_VIEW_BYTES if text else 8) + moves[0])
+    high = positions.rows * (HELD_ROW_BYTES[1] + (TEXT_VIEW_BYTES + _id_bytes(positions) if text
+                                                  else 8) + moves[1])
+    return "yes" if low > threshold else "no" if high <= threshold else "near the setting"
+
+
+def _id_bytes(positions: PositionsPlan) -> int:
+    """The most a position id takes as bytes: 8 for integers; text ids at most a row's bytes
+    as read (`PositionsPlan.row_bytes`), for want of their own size."""
+    return 8 if positions.position_id_type == INT else max(positions.row_bytes, 1)
 
 
 def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
@@ -571,8 +601,8 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         if isinstance(output, DeltaTables):
             from pipeline.io.outputs.delta_tables import RUNS
 
-            refused = (staging_refused(config.out, location) if isinstance(config.out, Path)
-                       else None)
+            refused = (staging_refused(config.out, location)  # beside the root as named
+                       if isinstance(config.out, Path) else None)
             if refused is not None:
                 return OutputPlan(location, fmt, overwrite, exists, "refused", str(refused),
                                   night, refused)
@@ -586,8 +616,8 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         location, state = target_state(config.out, overwrite)
     except (OutputError, UsageError) as exc:  # the usage error: an --out in a Delta table
         return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc), refusal=exc)
-    refused = staging_refused(config.out, location)
-    if refused is not None:  # where the run cannot write
+    refused = staging_refused(output_target(config.out), location)
+    if refused is not None:  # where the run cannot write (beside a link's target, as it does)
         return OutputPlan(location, fmt, overwrite, state != "missing", "refused", str(refused),
                           refusal=refused)
     action = {"missing": "create", "empty": "fill", "output": "replace"}[state]

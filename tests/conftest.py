@@ -282,6 +282,9 @@ for step, *args in steps:
             fh.write(b"\0" * (st.f_bavail * st.f_frsize - int(args[0])))
         st = os.statvfs(disk)
         results.append(st.f_bavail * st.f_frsize)
+    elif step == "symlink":
+        os.symlink(args[1], os.path.join(disk, args[0]))
+        results.append(None)
     elif step == "read-only":
         subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
         results.append(None)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import jsonschema
@@ -389,26 +390,43 @@ def test_explain_takes_runs_options() -> None:
             assert help_text == options["run"][opts], opts
 
 
-@pytest.mark.parametrize("setting", ["64KiB", "3GiB"])
+@pytest.mark.parametrize("shape", ["int ids, csv", "uuid ids, parquet"])
 def test_explain_says_whether_the_run_spills_under_its_memory_setting(
-        wide_parquet: Path, tmp_path: Path, setting: str) -> None:
+        wide_parquet: Path, tmp_path: Path, shape: str) -> None:
     """With the run's own --memory-limit (and the rest of its command line, --quiet and
-    --result-file included, which explain ignores): explain's plan spills (scratch > 0, the
-    verdicts held capped by the setting) exactly when the run then spills its sorted runs."""
-    csv = tmp_path / "positions.csv"  # 20,000 verdicts: far past an eighth of 64 KiB
-    write_csv(csv, ["rule_set_id", "position_id", "heaps"],
-              [[1 + i % 3, i, f"{i % 50} 3"] for i in range(20_000)])
-    args = ["--rules", str(wide_parquet / "rules.parquet"), "--positions", str(csv), "--out",
-            str(tmp_path / "out"), "--memory-limit", setting]
-    memory = explained(*args, "--quiet", "--result-file", str(tmp_path / "r.json"),
-                       cwd=tmp_path)["memory"]
-    assert not (tmp_path / "r.json").exists() and not (tmp_path / "out").exists()
-    ran = snim("run", *args, "--verbose", cwd=tmp_path)
-    assert ran.returncode == 3, ran.stderr  # the fixture's invalid rule 4
-    spilled = "verdicts: run 1 of " in ran.stderr
-    assert memory["limit"] == (64 << 10 if setting == "64KiB" else 3 << 30)
-    assert (memory["scratch"] > 0) == spilled == (setting == "64KiB")
-    assert memory["verdicts"] <= max(3 * memory["limit"] // 8, 5 * 16)
+    --result-file included, which explain ignores), across settings on both sides of where
+    the run starts to spill: where explain says "yes" the run spills its sorted runs, where
+    it says "no" it does not ("near the setting": either), with scratch and the verdicts held
+    capped where it may spill."""
+    n = 20_000
+    ids = ([str(uuid.UUID(int=i * 7919 + 13)) for i in range(n)] if shape.startswith("uuid")
+           else list(range(n)))
+    rows = {"rule_set_id": [1 + i % 3 for i in range(n)], "position_id": ids,
+            "heaps": [[i % 50, 3] for i in range(n)]}
+    if shape.endswith("csv"):
+        positions = tmp_path / "positions.csv"
+        write_csv(positions, ["rule_set_id", "position_id", "heaps"],
+                  [[r, p, " ".join(map(str, h))] for r, p, h in zip(*rows.values())])
+    else:
+        positions = tmp_path / "positions.parquet"
+        pl.DataFrame(rows).write_parquet(positions)
+    said = {}
+    for setting in ("64KiB", "1MiB", "2MiB", "4MiB", "8MiB", "3GiB"):
+        args = ["--rules", str(wide_parquet / "rules.parquet"), "--positions", str(positions),
+                "--out", str(tmp_path / "out"), "--memory-limit", setting, "--overwrite"]
+        memory = explained(*args, "--quiet", "--result-file", str(tmp_path / "r.json"),
+                           cwd=tmp_path)["memory"]
+        assert not (tmp_path / "r.json").exists()
+        ran = snim("run", *args, "--verbose", cwd=tmp_path)
+        assert ran.returncode == 3, ran.stderr  # the fixture's invalid rule 4
+        spilled = "verdicts: run 1 of " in ran.stderr
+        said[setting] = (memory["spill"], spilled)
+        if memory["spill"] != "near the setting":
+            assert (memory["spill"] == "yes") == spilled, (setting, memory)
+        assert (memory["scratch"] > 0) == (memory["spill"] != "no")
+        if memory["spill"] != "no":
+            assert memory["verdicts"] <= 3 * memory["limit"] // 8
+    assert said["64KiB"] == ("yes", True) and said["3GiB"] == ("no", False), said
 
 
 def test_inputs_and_output_in_an_object_store(s3, wide_parquet: Path) -> None:
@@ -504,3 +522,31 @@ def test_an_output_on_a_read_only_file_system_is_refused_as_the_run_refuses_it(
         assert ran[0] == 1
         assert ran[1].startswith(f"snim-batch: error: {out}: read-only file system while "
                                  f"creating the staging directory {out.parent}/"), ran[1]
+
+
+def test_a_linked_output_is_judged_where_the_run_writes_it(tmp_path: Path) -> None:
+    """--out a symbolic link: the run stages beside what the link points to, so explain
+    judges that place. A link on a read-only mount to a writable directory passes, and the run
+    writes there; a link in a writable directory into a read-only mount is refused by both."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    disk, writable = tmp_path / "disk", tmp_path / "w"
+    writable.mkdir()
+    (tmp_path / "into-ro").symlink_to(disk / "real")
+
+    def args(out: Path) -> list[str]:
+        return ["--rules", str(sample / "rules.csv"), "--positions",
+                str(sample / "positions.csv"), "--out", str(out)]
+
+    results = on_small_disk(tmp_path, "size=1m", [
+        ["symlink", "out-link", str(writable / "real")], ["read-only"],
+        ["explain", *args(disk / "out-link")], ["run", *args(disk / "out-link")],
+        ["explain", *args(tmp_path / "into-ro")], ["run", *args(tmp_path / "into-ro")]])
+    _, _, (explained_code, _), ran_out, (refused_code, refused), ran_in = results
+    assert (explained_code, ran_out) == (0, [0, ""])
+    assert (writable / "real" / "manifest.json").is_file()
+    said = (f"{tmp_path / 'into-ro'} (a link to {disk / 'real'}): read-only file system while "
+            f"creating the staging directory in {disk}; nothing was written\n")
+    assert (refused_code, refused) == (1, f"snim-batch: error: the run would stop at its "
+                                          f"output: {said}")
+    assert ran_in[0] == 1 and "read-only file system while creating the staging directory" \
+        in ran_in[1], ran_in
