@@ -48,6 +48,7 @@ from pipeline.terminal import (
     LOG_FORMAT_ENV,
     STOPPED_BY,
     ClosedStdout,
+    StdoutClosed,
     configure_logging,
     configured_log_format,
     default_stop_signals,
@@ -1104,7 +1105,7 @@ def _read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})", path=path) from None
 
 
-_WRITE_FAILURES = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF)
+_WRITE_FAILURES = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG)
 """What a write to a full or failing stdout raises (a closed pipe is typer's: exit 1)."""
 
 
@@ -1118,8 +1119,7 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
     import threading
 
     set_process_defaults()  # done by the executable already; `python -m pipeline.cli` too
-    if sys.stdout is None:  # closed by the shell (`>&-`)
-        sys.stdout = ClosedStdout()
+    ClosedStdout.install()  # if the shell closed stdout (`>&-`)
     ended = False  # the command returned or exited: what it printed stands
     late = False  # a stop signal after that: the exit code says it, the output stands
     try:
@@ -1131,7 +1131,7 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
             ended = True  # before exit_status: a stop within it comes after the command
             code = exit_status(exc.code)
         except OSError as exc:  # click printing --help (commands print through `_say`)
-            if exc.errno not in _WRITE_FAILURES:
+            if exc.errno not in _WRITE_FAILURES and not isinstance(exc, StdoutClosed):
                 raise
             _err(stdout_failed(exc))
             ended, code = True, EXIT_FAILED

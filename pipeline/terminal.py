@@ -750,17 +750,34 @@ def cannot_print_answer(exc: BaseException) -> str:
     return f"stdout: cannot print the answer ({reason})"
 
 
+class StdoutClosed(OSError):
+    """A write to `ClosedStdout`."""
+
+
 class ClosedStdout(io.TextIOBase):
     """stdout when the shell closed it (`>&-`), where Python leaves `sys.stdout` None and
     click would print a command's answer nowhere and exit 0: every write fails, as on a
     full disk, so that a command says it cannot print its answer (exit 1), or warns that
-    it cannot print its report, as it does then."""
+    it cannot print its report, as it does then. `install` puts it in place."""
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        raise OSError(errno.EBADF, "it is closed")
+        raise StdoutClosed(errno.EBADF, "it is closed")
+
+    @classmethod
+    def install(cls) -> None:
+        """When stdout is closed: /dev/null on file descriptor 1, so that no file the
+        process opens takes that number (and a library's or a child's writes to it go
+        nowhere), and this in `sys.stdout`."""
+        if sys.stdout is not None:
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != 1:
+            os.dup2(null, 1)
+            os.close(null)
+        sys.stdout = cls()
 
 
 def _drop_stdout() -> None:

@@ -256,7 +256,7 @@ def _parts_in_order(buckets: list[pl.Series], pids: list[pl.Series]) -> bool:
 
 
 def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
-                 ) -> tuple[pl.DataFrame, Locate | None]:
+                 ) -> tuple[pl.DataFrame, Locate | None, np.ndarray]:
     """`_counting_sorted` for text position ids: the rows of each rule set sorted by their
     ids' bytes by a kernel (polars' own string sort took four times as long on UUIDs)."""
     names = [c for c in frames[0].columns if c != "_bucket"]
