@@ -10,6 +10,7 @@ import dataclasses
 import re
 import uuid
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, unquote
@@ -491,8 +492,8 @@ def memory_bytes(value: Any, name: str) -> int | Literal["auto"]:
     if not found.group(2) and not found.group(1).isdigit():
         raise ConfigError(f"{name}: a number of bytes is a whole number (or give a unit, such "
                           f"as 1.5GiB), got {brief_repr(value)}")
-    size = (int(float(found.group(1)) * 1024 ** "KMGT".find(found.group(2).upper()) * 1024)
-            if found.group(2) else int(found.group(1)))
+    size = (int(Decimal(found.group(1)) * 1024 ** ("KMGT".find(found.group(2).upper()) + 1))
+            if found.group(2) else int(found.group(1)))  # exact: no float to overflow
     if size < 1:
         raise ConfigError(f"{name} must be at least 1 byte, got {brief_repr(value)}")
     if size >= 1 << 60:
