@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.errors import UsageError
+from pipeline.errors import MissingExtra
 
 _COLUMNS = ("run date", "run id", "version", "status", "verdicts", "W rate", "rejected",
             "verdicts version", "")
@@ -15,8 +15,7 @@ def history_lines(uri: str, storage_options: dict[str, str] | None = None) -> li
     try:
         from pipeline.io.outputs.delta_tables import run_history, table_root
     except ImportError:
-        raise UsageError("history reads Delta tables: pip install '.[delta]' in the "
-                         "project's checkout") from None
+        raise MissingExtra("history (it reads Delta tables)", "delta") from None
     runs = run_history(table_root(uri, storage_options))
     return format_history(runs)
 

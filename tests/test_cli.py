@@ -1432,3 +1432,29 @@ def test_verbose_traceback_under_log_format_json_is_one_json_line(cli, tmp_path,
     [trace] = [r for r in records if r["message"].startswith("Traceback (most recent call")]
     assert "InputError" in trace["message"] and "\n" in trace["message"]
 
+
+
+@pytest.mark.parametrize(("args", "extra"), [
+    (["history", "OUT"], "delta"),
+    (["run", "--rules", "R", "--positions", "P", "--out", "OUT", "--format", "delta"], "delta"),
+    (["grundy", "--moves", "1 2", "--plot", "OUT/sg.png"], "plot"),
+    (["run", "--rules", "R", "--positions", "P", "--out", "OUT", "--engine", "spark"], "spark"),
+])
+def test_a_missing_extra_is_named_for_a_checkout_and_for_a_wheel(tmp_path, args, extra):
+    """An install without the extra (its packages hidden from the interpreter): exit 2, one
+    line naming the extra and how to add it both from a checkout and from a wheel (the
+    errors said only 'in the project's checkout'; history said it in words of its own)."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    names = {"R": str(sample / "rules.csv"), "P": str(sample / "positions.csv"),
+             "OUT": str(tmp_path / "out")}
+    argv = [names.get(a, a).replace("OUT", str(tmp_path / "out")) for a in args]
+    hidden = "; ".join(f"sys.modules[{m!r}] = None" for m in ("deltalake", "matplotlib",
+                                                               "pyspark"))
+    proc = subprocess.run([sys.executable, "-c", f"import sys; {hidden}; "
+                           "from pipeline.cli import main; main()", *argv],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("snim-batch: error: "), line
+    assert (f"needs the {extra} extra" in line and f"pip install '.[{extra}]' in the project's "
+            f"checkout, or pip install 'WHEEL[{extra}]' naming the wheel you installed") in line
