@@ -1183,7 +1183,8 @@ run = subprocess.Popen([exe, "run", "--quiet", "--out", out, *args], stderr=subp
                        text=True)
 deadline, made_read_only = time.monotonic() + 120, False
 while not made_read_only and run.poll() is None and time.monotonic() < deadline:
-    staged = [os.path.join(disk, d, ".verdict-runs") for d in os.listdir(disk) if ".partial-" in d]
+    staged = [os.path.join(disk, d, ".verdict-runs") for d in os.listdir(disk)
+              if ".partial-" in d or ".delta-staging-" in d]
     if any(os.path.isdir(d) and os.listdir(d) for d in staged):  # a run is spilled
         made_read_only = subprocess.run(["mount", "-o", "remount,ro", disk],
                                         capture_output=True).returncode == 0  # EBUSY: again
@@ -1194,11 +1195,14 @@ print(json.dumps([made_read_only, run.returncode, err, sorted(os.listdir(disk))]
 
 
 @pytest.mark.slow
-def test_a_staging_directory_that_cannot_be_removed_is_named_in_a_warning(tmp_path: Path
-                                                                          ) -> None:
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_a_staging_directory_that_cannot_be_removed_is_named_in_a_warning(tmp_path: Path,
+                                                                          fmt: str) -> None:
     """The output's file system goes read-only while sorted runs are spilled: the run fails
     (exit 1, nothing committed) and cannot remove its staging directory; it says what is
     left, and that the next run removes it, rather than leaving it unsaid (QA)."""
+    if fmt == "delta":
+        pytest.importorskip("deltalake")
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
         pytest.skip("unshare -rm (user and mount namespaces) is not permitted here")
     from pipeline.generate import Spec, generate
@@ -1212,14 +1216,15 @@ def test_a_staging_directory_that_cannot_be_removed_is_named_in_a_warning(tmp_pa
         ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=400m tmpfs "$1" && shift && '
          'exec "$@"', "sh", str(disk), sys.executable, "-c", READ_ONLY_MID_RUN, str(CLI_EXE),
          str(disk), str(out), "--rules", str(data / "rules.parquet"), "--positions",
-         str(data / "positions"), "--memory-limit", "1MiB"],
+         str(data / "positions"), "--memory-limit", "1MiB", "--format", fmt],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     made_read_only, code, err, entries = json.loads(proc.stdout)
     assert made_read_only, err
     assert code == 1, err
     [staging] = entries
-    assert re.fullmatch(r"\.out\.partial-\d+-\S+", staging)
+    kind = "partial" if fmt == "parquet" else "delta-staging"
+    assert re.fullmatch(rf"\.out\.{kind}-\d+-\S+", staging), staging
     lines = err.splitlines()
     assert (f"snim-batch: warning: {disk / staging}: this run's staging directory is left "
             "(read-only file system); the next run to this output removes it") in lines, err

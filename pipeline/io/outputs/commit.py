@@ -26,6 +26,7 @@ from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
     failure,
+    left_behind,
     refuse_long_names,
     write_cause,
     writing,
@@ -573,24 +574,10 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
         raise failure(shown, exc.doing, exc.cause, exc.no_space) from None
     finally:
         if not committed:
-            kept = _left_behind(staging)
+            kept = left_behind(staging)
             if kept is not None:
                 on_event(RunEvent.warning(kept))
             remove_if_empty(created)
-
-
-def _left_behind(staging: Path) -> str | None:
-    """Remove a run's staging directory, which did not become its output; if it cannot be
-    removed (its file system gone read-only, a failing disk), the warning that says what is
-    left and that the next run removes it."""
-    failures: list[BaseException] = []
-    shutil.rmtree(staging, onerror=lambda function, path, info: failures.append(info[1]))
-    if not os.path.lexists(staging):
-        return None
-    reason = next((write_cause(e)[0] for e in failures if isinstance(e, OSError)),
-                  "it could not be removed")
-    return (f"{staging}: this run's staging directory is left ({reason}); the next run to "
-            "this output removes it")
 
 
 # zstd at level 1: on verdict tables as fast as snappy, and no larger than zstd's default

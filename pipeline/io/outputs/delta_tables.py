@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, WriteFailure, first_line
+from pipeline.events import OnEvent, RunEvent, ignore
 from pipeline.io.outputs.commit import (
     missing_directories,
     refuse_inside_delta_table,
@@ -38,6 +38,7 @@ from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
     failure,
+    left_behind,
     local_staging_failure,
     refuse_long_names,
     write_cause,
@@ -205,7 +206,8 @@ def table_failure(root: TableRoot, uri: str, exc: BaseException, doing: str, wha
 
 
 @contextmanager
-def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
+def staging_directory(root: TableRoot, run_id: str, on_event: OnEvent = ignore
+                      ) -> Iterator[Path]:
     """A local directory for the run's staged Parquet tables (and the engine's scratch),
     removed at the end: beside a local root (same file system, so a Spark cluster that
     shares the root shares it), else in the system's temporary directory. Its name holds
@@ -234,7 +236,9 @@ def staging_directory(root: TableRoot, run_id: str) -> Iterator[Path]:
     except WriteFailure as exc:  # a staged table: the message names the root, as others do
         raise _staging_failure(root, staging, exc.doing, exc.cause, exc.no_space) from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        kept = left_behind(staging)
+        if kept is not None:
+            on_event(RunEvent.warning(kept))
         remove_if_empty(created)  # kept once they hold the committed root
 
 

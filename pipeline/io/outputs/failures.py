@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,6 +47,23 @@ def local_staging_failure(shown: str, temporary: Path, doing: str, cause: str, n
     failed, and TMPDIR, not --out, is what moves it."""
     return failure(shown, f"{doing} in the local temporary directory {temporary}", cause,
                    no_space, option="TMPDIR", path=str(temporary))
+
+
+def left_behind(staging: Path) -> str | None:
+    """Remove a run's staging directory, which did not become its output; if it cannot be
+    removed (its file system gone read-only, a failing disk), the warning that says what is
+    left and that the next run removes it."""
+    failures: list[BaseException] = []
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(staging, onexc=lambda function, path, exc: failures.append(exc))
+    else:
+        shutil.rmtree(staging, onerror=lambda function, path, info: failures.append(info[1]))
+    if not os.path.lexists(staging):
+        return None
+    reason = next((write_cause(e)[0] for e in failures if isinstance(e, OSError)),
+                  "it could not be removed")
+    return (f"{staging}: this run's staging directory is left ({reason}); the next run to "
+            "this output removes it")
 
 
 def write_cause(exc: BaseException) -> tuple[str, bool]:

@@ -164,7 +164,7 @@ class DeltaTables(_Staged):
         delta_tables.check_root(self.root)
 
     def _open(self, run_id: str) -> AbstractContextManager[Path]:
-        return self._tables.staging_directory(self.root, run_id)
+        return self._tables.staging_directory(self.root, run_id, self.on_event)
 
     def _publish(self, staging: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         manifest["run_date"] = self.night.isoformat()
