@@ -2,16 +2,17 @@
 
 A key column (rule_set_id, position_id) is Int64 when every non-null value that decides it
 (wide form: of every evaluated row; long form: of every input row; see docs/ARCHITECTURE.md,
-"Keys") is an integer: an integer column, or text that is an optional minus sign and decimal
-digits without leading zeros ("0", "-0", "42", "-7"; not "07" or "+7") that fits in int64.
+"Keys") is an integer: an integer column, or text that an integer reads back as ("0", "42",
+"-7"; not "07", "+7" or "-0", which would be the keys "7", "7" and "0" under another
+spelling) that fits in int64.
 Otherwise the column is text in every file, each value as given (stripped of surrounding
 whitespace; empty is null). So "7" in a CSV file and 7 in a Parquet file are the same key,
 while "07" makes the whole column text and stays "07".
 
 Batches are typed early where that loses nothing: a text batch whose every value reads back
-as written ("-0" does not) may become Int64 at once (`integer_keys`), so that it takes the
-integer paths; `unify_key_types` over all batches still decides the run's type as it would on
-the text. See docs/ARCHITECTURE.md, "Keys".
+as written may become Int64 at once (`integer_keys`), so that it takes the integer paths;
+`unify_key_types` over all batches still decides the run's type as it would on the text.
+See docs/ARCHITECTURE.md, "Keys".
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from pipeline.transforms.schema import wrong_type
 
 KEYS = ["rule_set_id", "position_id"]
 _PEEK = 64  # values `integer_keys` looks at before it scans a whole column
-CANONICAL_INT = r"^-?(0|[1-9][0-9]*)$"  # an integer key written as text
+CANONICAL_INT = r"^(0|-?[1-9][0-9]*)$"  # an integer key written as text, as it reads back
+# ("-0" was once one too: the key 0, which rules that kept "-0" as text then did not find)
 
-
-_ROUND_TRIP_INT = r"^(0|-?[1-9][0-9]*)$"
 _KERNEL_ROWS = 1 << 14  # text key columns this long are parsed by the kernels
 _INT64_MAX = (1 << 63) - 1
 
@@ -94,7 +94,7 @@ def unify_key_types(frames: Sequence[pl.DataFrame], name: str) -> list[pl.DataFr
 def integer_keys(frame: pl.DataFrame) -> pl.DataFrame:
     """Text key columns (CSV) whose every value is an integer written as Int64 writes it, as
     Int64, so that a batch can take the integer sort. The text each value came from is what
-    casting back gives ("-0" and "07" stay text), so `unify_key_types` over all batches still
+    casting back gives ("07" stays text), so `unify_key_types` over all batches still
     decides as it would on the text."""
     text = [name for name in ("rule_set_id", "position_id")
             if name in frame.columns and frame[name].dtype == pl.String
@@ -105,7 +105,7 @@ def integer_keys(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _all_round_trip(text: pl.Series) -> bool:
     """Whether every non-null value is an integer written as Int64 writes it."""
-    return bool(text.drop_nulls().str.contains(_ROUND_TRIP_INT).all()) and (
+    return bool(text.drop_nulls().str.contains(CANONICAL_INT).all()) and (
         text.cast(pl.Int64, strict=False).null_count() == text.null_count())
 
 
@@ -120,7 +120,7 @@ def _may_be_integers(text: pl.Series) -> bool:
     """False when one of the first values already is not an integer, so that a column of
     UUIDs or names skips the scan of every value."""
     head = text.head(_PEEK).drop_nulls()
-    return bool(head.str.contains(_ROUND_TRIP_INT).all())
+    return bool(head.str.contains(CANONICAL_INT).all())
 
 
 def needs_text(frame: pl.DataFrame, name: str) -> bool:

@@ -167,3 +167,32 @@ def test_text_rule_keys_with_integer_verdict_keys_are_the_one_case_that_needs_a_
         ("10", 1), ("9", 2), ("a", 0)]
     assert o["sg_tables"].select("moves", "rule_set_ids").rows() == [
         ([1], ["10"]), ([1, 2], ["9", "a"])]
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+@pytest.mark.parametrize("other_rule", ["x", "1"])
+def test_minus_zero_is_a_text_key_of_its_own_in_rules_and_positions_alike(tmp_path, form,
+                                                                          other_rule):
+    """"-0" is not how 0 reads back: it is text wherever it stands, so a position of rule set
+    "-0" is evaluated under that rule set, and the verdict, the summary and the rules name it
+    alike (QA: with "-0" the integer 0 in the positions but text in the rules, the verdict was
+    keyed 0, the summary gave "-0" no position, or the position was rejected as unknown).
+    Under S = {1}, SG(h) = h % 2; under nim, SG(h) = h."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [["-0", "subtraction", "1"], [other_rule, "nim", ""]])
+    if form == "wide":
+        write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+                  [["-0", 1, "3"], [other_rule, 2, "5"]])
+    else:
+        write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heap"],
+                  [["-0", 1, 3], ["-0", 1, 2], [other_rule, 2, 5]])
+    code, err = invoke(["run", "--rules", "rules.csv", "--positions", "positions.csv", "--out",
+                        "out"], tmp_path)
+    assert code == 0, err
+    o = read_outputs(tmp_path / "out")
+    nim_sum = 1  # SG(3) = 1, and in long form SG(2) = 0 beside it
+    assert o["verdicts"].select("rule_set_id", "position_id", "nim_sum").rows() == [
+        ("-0", 1, nim_sum), (other_rule, 2, 5)]
+    assert sorted(o["summary"].select("rule_set_id", "positions", "W", "L").rows()) == [
+        ("-0", 1, 1, 0), (other_rule, 1, 1, 0)]
+    assert o["rejects"].height == 0

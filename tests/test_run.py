@@ -527,8 +527,8 @@ def test_long_form_split_gives_the_whole_runs_outputs_with_mixed_key_types(tmp_p
 
 @pytest.mark.parametrize("case", ["minus zero", "text rule ids"])
 def test_long_form_split_keeps_each_key_as_the_whole_run_does(tmp_path, monkeypatch, case):
-    # "-0" is a canonical integer on its own, but once "07" makes position_id text it is a
-    # key of its own, apart from "0"; a text rule id in the rules file ("x") does not make
+    # "-0" is a key of its own, apart from "0" (it makes position_id text, as "07" does);
+    # a text rule id in the rules file ("x") does not make
     # the positions' integer rule ids text (as in wide form and in Spark). Parts of 2 rows
     # must not change either. Under S = {1, 2}, SG(h) = h % 3; under nim, SG(h) = h.
     header = ["rule_set_id", "position_id", "heap"]
@@ -557,9 +557,8 @@ def test_wide_csv_batches_keep_each_key_as_one_table_would(tmp_path, monkeypatch
                                                            integer_sort):
     # Batches of 2 rows. A CSV batch whose keys all read as integers is sorted as integers
     # (the counting sort, which keeps 200M CSV heaps under 2 GiB). "-0" is not how an integer
-    # is written, so its batch stays text, yet it is the integer 0 when every key is one; a
-    # "07" makes every key text, and then "-0" is a key of its own, as when all rows are
-    # unified at once. Under S = {1, 2}, SG(h) = h % 3.
+    # is written: like "07", it makes every key text, and is a key of its own, apart from "0",
+    # as when all rows are unified at once. Under S = {1, 2}, SG(h) = h % 3.
     monkeypatch.setattr(batches, "BATCH_ROWS", 2)
     sorts: list[int] = []
     counting_sorted = ordering._counting_sorted
@@ -581,7 +580,7 @@ def test_wide_csv_batches_keep_each_key_as_one_table_would(tmp_path, monkeypatch
     assert result.exit_code == 0
     verdicts = read_outputs(tmp_path / "out")["verdicts"]
     expected = {"integers": [(1, 1, 0), (1, 4, 0), (1, 5, 1), (2, 0, 1)],
-                "minus zero": [(1, 0, 1), (1, 1, 0), (1, 7, 0), (2, 0, 1)],
+                "minus zero": [(1, "-0", 1), (1, "1", 0), (1, "7", 0), (2, "0", 1)],
                 "leading zero": [(1, "-0", 1), (1, "07", 0), (1, "1", 0), (2, "0", 1)]}[case]
     assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == expected
     assert sorts == ([3] if integer_sort else [])
