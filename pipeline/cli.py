@@ -713,12 +713,12 @@ def _run_date(text: str):
 # `explain` takes `run`'s options (their definitions, read from `run`'s signature, so that a
 # change to one is a change to both), so that a run's command line can be given to it as it
 # is, and adds --json; those that only shape what a run reports (--quiet, --progress-every,
-# --result-file, run's own --json) it takes and ignores.
+# run's own --json) it takes and ignores, and --result-file it checks as the run does.
 _EXPLAIN_OPTIONS = ("config", "rules", "positions", "out", "engine", "winning_moves",
                     "on_bad_rows", "overwrite", "spark_master", "output_format", "run_date",
                     "spark_remote", "max_rejected_rows", "max_rejected_rate", "memory_limit",
                     "result_file", "quiet", "log_format", "progress_every", "verbose")
-_EXPLAIN_IGNORES = ("result_file", "quiet", "progress_every")
+_EXPLAIN_IGNORES = ("quiet", "progress_every")
 
 
 def explain(**options: Any) -> None:
@@ -730,21 +730,27 @@ def explain(**options: Any) -> None:
     largest heap where the footers' statistics bound it, the SG-table work against the
     tables.* limits, an estimate of peak memory and scratch disk under the memory setting,
     the output and whether it would be replaced, and the engine. Writes nothing; takes run's
-    command line as it is (--quiet, --progress-every and --result-file are ignored). Exit
-    codes: 0, or those of `run` for an input,
+    command line as it is (--quiet and --progress-every are ignored; --result-file is checked
+    as the run checks it, not written). Exit codes: 0, or those of `run` for an input,
     setting or output it refuses (1 an input it cannot read or an output it would not replace,
     2 usage or config error); a refused output is in the plan too, as the run would say it.
     """
     verbose, as_json = options.pop("verbose"), options.pop("as_json")
     run_date, log_format = options.pop("run_date"), options.pop("log_format")
+    result_file = options.pop("result_file")
     for name in _EXPLAIN_IGNORES:
         options.pop(name)
     try:
         configure_logging(False, verbose, log_format.value if log_format else None)
+        if result_file is not None:  # refused before any work, as the run refuses it
+            _check_result_file(result_file)
         with heavy_imports():
             from pipeline.explain import plan_run
 
         cfg = _run_config(**options)
+        if result_file is not None:
+            _check_result_outside(result_file, cfg.out)
+            _check_result_not_an_input(result_file, cfg)
         night = _run_date(run_date) if run_date is not None else None
         plan = plan_run(cfg, night)
     except (Exception, KeyboardInterrupt) as exc:
@@ -763,7 +769,8 @@ def explain(**options: Any) -> None:
 
 def _explain_signature() -> inspect.Signature:
     ran = inspect.signature(run, eval_str=True)
-    shared = [_ignored(p) if name in _EXPLAIN_IGNORES else p
+    shared = [_ignored(p) if name in _EXPLAIN_IGNORES else _checked(p)
+              if name == "result_file" else p
               for name, p in ran.parameters.items() if name in _EXPLAIN_OPTIONS]
     as_json = inspect.Parameter(
         "as_json", inspect.Parameter.KEYWORD_ONLY, default=False,
@@ -778,6 +785,16 @@ def _ignored(parameter: inspect.Parameter) -> inspect.Parameter:
     kind, info = typing.get_args(parameter.annotation)
     info = copy.copy(info)
     info.help = "Taken as run takes it, and ignored: explain writes nothing and shows no progress."
+    return parameter.replace(annotation=Annotated[kind, info])
+
+
+def _checked(parameter: inspect.Parameter) -> inspect.Parameter:
+    """--result-file as `explain` takes it: checked where the run would refuse it, not
+    written."""
+    kind, info = typing.get_args(parameter.annotation)
+    info = copy.copy(info)
+    info.help = ("Checked as run checks it (exit 2 where the run would refuse it before any "
+                 "work), not written.")
     return parameter.replace(annotation=Annotated[kind, info])
 
 
@@ -884,8 +901,10 @@ def _plan_lines(plan: Any) -> list[str]:
     state = {"create": "does not exist; it would be created",
              "fill": "an empty directory; it would be filled",
              "replace": "a snim-batch output; it would be replaced (--overwrite)",
-             "add night": f"Delta tables; the night {o.run_date} would be added (replacing "
-                          "an earlier run of that night)",
+             "add night": (f"Delta tables; the night {o.run_date} would be added (replacing "
+                           "an earlier run of that night)" if o.exists else
+                           f"no Delta tables yet; they would be made, with the night "
+                           f"{o.run_date}"),
              "refused": f"the run would stop here: {o.problem}"}[o.action]
     lines.append(f"output: {o.location} ({o.format}): {state}")
     lines.append("nothing was run or written")

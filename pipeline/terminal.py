@@ -781,6 +781,9 @@ class ClosedStdout(io.TextIOBase):
 
 
 def _drop_stdout() -> None:
+    if isinstance(sys.stdout, ClosedStdout):  # said once: the rest goes nowhere
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout, for the process's life
+        return
     with suppress(OSError, ValueError, AttributeError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())

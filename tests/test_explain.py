@@ -381,13 +381,37 @@ def test_explain_takes_runs_options() -> None:
                for command in ("run", "explain")}
     assert options["explain"].pop(("--json",)) and options["run"].pop(("--json",))
     assert options["explain"].keys() == options["run"].keys()
-    ignored = {("--quiet",), ("--progress-every",), ("--result-file",)}
+    ignored = {("--quiet",), ("--progress-every",)}
     for opts, help_text in options["explain"].items():
         if opts in ignored:
             assert help_text.endswith("and ignored: explain writes nothing and shows no "
                                       "progress."), opts
+        elif opts == ("--result-file",):
+            assert help_text.startswith("Checked as run checks it"), help_text
         else:
             assert help_text == options["run"][opts], opts
+
+
+def test_explain_refuses_a_result_file_and_a_delta_root_as_the_run_does(wide_parquet: Path
+                                                                         ) -> None:
+    """A preflight stops where the run stops before any work (QA): a --result-file the run
+    refuses (inside an output, or the positions file itself: exit 2), and a Delta root below
+    a file (exit 1), each with the run's own message."""
+    args = ["--rules", "rules.parquet", "--positions", "positions", "--out", "out"]
+    assert snim("run", *args, cwd=wide_parquet).returncode == 3  # the fixture's rule 4
+    (wide_parquet / "afile").write_text("not a directory\n")
+    cases = [[*args, "--overwrite", "--result-file", "out/r.json"],
+             [*args, "--overwrite", "--result-file", "positions/part-0.parquet"],
+             ["--rules", "rules.parquet", "--positions", "positions", "--out", "afile/t",
+              "--format", "delta"]]
+    for case in cases:
+        ran, explained_ = (snim(command, *case, cwd=wide_parquet)
+                           for command in ("run", "explain"))
+        assert ran.returncode in (1, 2), ran.stderr
+        assert explained_.returncode == ran.returncode, (case, explained_.stderr, ran.stderr)
+        said = ran.stderr.removeprefix("snim-batch: error: ")
+        assert explained_.stderr.endswith(said) or said.split(" while ")[0] in \
+            explained_.stderr, (explained_.stderr, ran.stderr)
 
 
 @pytest.mark.parametrize("shape", ["int ids, csv", "uuid ids, parquet"])

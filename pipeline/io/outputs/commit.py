@@ -414,8 +414,11 @@ def staging_refused(target: Path, shown: str) -> OutputError | None:
     file system, or one this user may not write in."""
     parent = target.absolute().parent
     existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
-    if existing is None or not existing.is_dir():
-        return None  # a file in the way: the run's own error says what it is
+    if existing is None:
+        return None
+    if not existing.is_dir():  # a file in the way
+        return failure(shown, f"creating the directory {parent}",
+                       *write_cause(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))))
     if os.statvfs(existing).f_flag & os.ST_RDONLY:
         number = errno.EROFS
     elif not os.access(existing, os.W_OK | os.X_OK, effective_ids=True):
