@@ -562,12 +562,15 @@ def _spill(positions: PositionsPlan, winning_moves: bool, limit: int) -> str:
     """Whether the run spills sorted runs under the memory setting `limit`: "yes", "no", or
     "near the setting" when the verdicts' bytes (which the engine measures as it holds them:
     `polars_engine._SortedRuns`) may fall on either side of its threshold. The threshold is
-    a quarter of the setting for wide Parquet, whose rows are known, else an eighth."""
+    a quarter of the setting for wide Parquet, whose rows are known, else an eighth. Long
+    form's rows are no count of its positions (a position has one row or many): its verdicts
+    are never surely past the threshold."""
     threshold = (limit // WHOLE_SHARE if positions.rows_exact and positions.form == "wide"
                  else limit // HELD_SHARE)
     moves = (2, 8) if winning_moves else (0, 0)
     text = positions.position_id_type != INT
-    low = positions.rows * (HELD_ROW_BYTES[0] + (TEXT_VIEW_BYTES if text else 8) + moves[0])
+    fewest = positions.rows if positions.form == "wide" else 0
+    low = fewest * (HELD_ROW_BYTES[0] + (TEXT_VIEW_BYTES if text else 8) + moves[0])
     high = positions.rows * (HELD_ROW_BYTES[1] + (TEXT_VIEW_BYTES + _id_bytes(positions) if text
                                                   else 8) + moves[1])
     return "yes" if low > threshold else "no" if high <= threshold else "near the setting"
