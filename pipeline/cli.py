@@ -719,6 +719,11 @@ _EXPLAIN_OPTIONS = ("config", "rules", "positions", "out", "engine", "winning_mo
                     "spark_remote", "max_rejected_rows", "max_rejected_rate", "memory_limit",
                     "result_file", "quiet", "log_format", "progress_every", "verbose")
 _EXPLAIN_IGNORES = ("quiet", "progress_every")
+_EXPLAIN_HELP = {  # the help of the options `explain` takes otherwise than `run`
+    **dict.fromkeys(_EXPLAIN_IGNORES, "Taken as run takes it, and ignored: explain writes "
+                                      "nothing and shows no progress."),
+    "result_file": "Checked as run checks it (exit 2 where the run would refuse it before any "
+                   "work), not written."}
 
 
 def explain(**options: Any) -> None:
@@ -769,8 +774,7 @@ def explain(**options: Any) -> None:
 
 def _explain_signature() -> inspect.Signature:
     ran = inspect.signature(run, eval_str=True)
-    shared = [_ignored(p) if name in _EXPLAIN_IGNORES else _checked(p)
-              if name == "result_file" else p
+    shared = [_with_help(p, _EXPLAIN_HELP[name]) if name in _EXPLAIN_HELP else p
               for name, p in ran.parameters.items() if name in _EXPLAIN_OPTIONS]
     as_json = inspect.Parameter(
         "as_json", inspect.Parameter.KEYWORD_ONLY, default=False,
@@ -780,21 +784,11 @@ def _explain_signature() -> inspect.Signature:
                                    for p in shared] + [as_json], return_annotation=None)
 
 
-def _ignored(parameter: inspect.Parameter) -> inspect.Parameter:
-    """`run`'s option as `explain` takes it: the same, but its help says it is ignored."""
+def _with_help(parameter: inspect.Parameter, help_text: str) -> inspect.Parameter:
+    """`run`'s option as `explain` takes it: the same, with its own help."""
     kind, info = typing.get_args(parameter.annotation)
     info = copy.copy(info)
-    info.help = "Taken as run takes it, and ignored: explain writes nothing and shows no progress."
-    return parameter.replace(annotation=Annotated[kind, info])
-
-
-def _checked(parameter: inspect.Parameter) -> inspect.Parameter:
-    """--result-file as `explain` takes it: checked where the run would refuse it, not
-    written."""
-    kind, info = typing.get_args(parameter.annotation)
-    info = copy.copy(info)
-    info.help = ("Checked as run checks it (exit 2 where the run would refuse it before any "
-                 "work), not written.")
+    info.help = help_text
     return parameter.replace(annotation=Annotated[kind, info])
 
 

@@ -47,9 +47,9 @@ def evaluated(rows, first_row, gaps, keys="int"):
 
 def typed(values: list) -> list:
     """The key rule, in plain Python: a key whose every value is an integer, or text spelling
-    one as it reads back (no leading zero, plus sign or "-0"), is an integer key (the general path re-types
-    the keys of what it sorts, so that positions' integer ids met with text rule ids come
-    back as integers)."""
+    one as it reads back (no leading zero, plus sign or "-0"), is an integer key (the general
+    path re-types the keys of what it sorts, so that positions' integer ids met with text rule
+    ids come back as integers)."""
     def canonical(v):
         return isinstance(v, int) or re.fullmatch(r"0|-?[1-9][0-9]*", v) is not None
     return [int(v) for v in values] if values and all(canonical(v) for v in values) else values
