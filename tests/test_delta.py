@@ -942,15 +942,20 @@ def broken_store(request, s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_store_failures_of_delta_runs_and_history_name_their_cause(
         tmp_path: Path, broken_store: tuple[str, str, str]) -> None:
     """deltalake's error text ("Generic S3 error" first) holds the cause: the messages say it
-    as for every other object-store client, in one line, exit 1."""
+    as for every other object-store client, in one line, exit 1; the run result's error
+    names that table in its `path` (QA: it was null)."""
     failure, uri, endpoint = broken_store
     rules = write_rules(tmp_path / "rules.csv")
     positions = write_positions(tmp_path / "p.csv", random_positions(1, 5))
-    run = ["run", "--rules", rules, "--positions", positions, "--out", uri, "--format", "delta"]
+    run = ["run", "--rules", rules, "--positions", positions, "--out", uri, "--format", "delta",
+           "--result-file", tmp_path / "result.json"]
     for args, where, doing in ((run, f"{uri}/verdicts", "reading the Delta table"),
                                (["history", uri], uri, "reading the table root")):
         code, err = invoke(args, tmp_path)
         assert code == 1, err
+        if args is run:
+            error = json.loads((tmp_path / "result.json").read_text())["error"]
+            assert error["path"] == where, error
         cause = {"closed port": f"cannot connect to the object store at {endpoint} while "
                                 f"{doing} (connection refused)",
                  "no answer": f"the object store at {endpoint} did not answer while {doing} "

@@ -328,7 +328,8 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
         existing = pa.schema(root.open(name).schema().to_arrow())
     except (DeltaError, OSError) as exc:
         raise OutputError(table_failure(root, root.table(name), exc, "reading the Delta table",
-                                        "cannot read the Delta table")) from None
+                                        "cannot read the Delta table"),
+                          path=root.table(name)) from None
     old = {f.name: str(f.type) for f in Schema.from_arrow(existing).fields}
     new = {f.name: str(f.type) for f in Schema.from_arrow(columns).fields}
     changed = [f"{c} ({_type_name(old[c])} in the table, {_type_name(t)} in this run)"
@@ -469,7 +470,7 @@ def _write_files(root: TableRoot, plan: _Plan, run_id: str, run_date: date,
         if isinstance(exc, (DeltaError, OSError, pa.ArrowException)):
             raise OutputError(table_failure(root, uri, exc, "writing the run's rows",
                                             "cannot write the run's rows")
-                              + "; nothing was committed") from None
+                              + "; nothing was committed", path=uri) from None
         raise
     return actions
 
@@ -510,7 +511,8 @@ def _commit(root: TableRoot, plan: _Plan, actions: list[AddAction], run_date: da
         raise OutputError(table_failure(root, root.table(plan.name), exc,
                                         "committing the run's rows",
                                         "cannot commit the run's rows")
-                          + f"; {_committed_note(described)}") from None
+                          + f"; {_committed_note(described)}",
+                          path=root.table(plan.name)) from None
 
 
 def _own_version(table: DeltaTable, run_id: str) -> int:

@@ -144,7 +144,8 @@ def check_root(root: TableRoot) -> None:
         except (DeltaError, OSError) as exc:
             raise OutputError(table_failure(root, root.table(name), exc,
                                             "reading the Delta table",
-                                            "cannot read the Delta table")) from None
+                                            "cannot read the Delta table"),
+                              path=root.table(name)) from None
         if list(partitions) != [PARTITION]:
             raise OutputError(f"{root.table(name)}: a Delta table partitioned by "
                               f"{list(partitions) or 'nothing'}, not by {PARTITION}; not a "
@@ -172,7 +173,7 @@ def _check_remote(root: TableRoot) -> None:
                 raise _foreign_table(root, name)
     except (DeltaError, OSError) as exc:
         raise OutputError(table_failure(root, root.uri, exc, "listing the table root",
-                                        "cannot list the table root")) from None
+                                        "cannot list the table root"), path=root.uri) from None
 
 
 def _foreign(files: list[str]) -> bool:
@@ -321,14 +322,15 @@ def require_root(root: TableRoot) -> None:
         found = root.exists(RUNS)
     except (DeltaError, OSError) as exc:
         raise InputError(table_failure(root, root.uri, exc, "reading the table root",
-                                       "cannot read")) from None
+                                       "cannot read"), path=root.uri) from None
     if not found:
         raise InputError(_no_runs_table(root))
     try:
         table = root.open(RUNS)
     except (DeltaError, OSError) as exc:
         raise InputError(table_failure(root, root.table(RUNS), exc, "reading the Delta table",
-                                       "cannot read the Delta table")) from None
+                                       "cannot read the Delta table"),
+                         path=root.table(RUNS)) from None
     problem = _foreign_runs(table)
     if problem is not None:
         raise InputError(f"{root.table(RUNS)}: {problem}")
