@@ -19,7 +19,15 @@ from conftest import naive_period, on_small_disk, write_csv, write_parquet
 
 from pipeline import explain
 from pipeline.config import config_from_dict
-from pipeline.explain import BY_VALUES, CSV_SAMPLE, INT, PROCESS_BYTES, TEXT, plan_run
+from pipeline.explain import (
+    BY_VALUES,
+    CSV_SAMPLE,
+    INT,
+    PROCESS_BYTES,
+    TEXT,
+    VERDICT_BYTES,
+    plan_run,
+)
 
 SCRIPT = Path(sys.executable).with_name("snim-batch")
 PLAN_SCHEMA = jsonschema.Draft202012Validator(json.loads(
@@ -102,7 +110,7 @@ def test_wide_parquet_int_keys_exact_counts_and_nothing_written(wide_parquet: Pa
                               "overwrite": False, "exists": False, "action": "create",
                               "problem": None, "run_date": None}
     memory = plan["memory"]
-    assert memory["process"] == PROCESS_BYTES and memory["verdicts"] == 5 * 16
+    assert memory["process"] == PROCESS_BYTES and memory["verdicts"] == 5 * VERDICT_BYTES
     assert memory["tables"] == 2 * (pre + per)  # a byte a value, and the flat copy beside
     assert memory["batches"] > 0
     assert memory["total"] == sum(memory[k] for k in ("process", "batches", "verdicts",
@@ -133,7 +141,7 @@ def test_the_human_plan_says_the_same(wide_parquet: Path) -> None:
     assert lines[-1] == "nothing was run or written"
     (memory,) = [line for line in lines if line.startswith("memory: about ")]
     assert "at peak, an estimate: 200.0 MiB the process, " in memory
-    assert memory.endswith(", 80 bytes verdicts, 14 bytes SG tables")
+    assert memory.endswith(f", {5 * VERDICT_BYTES} bytes verdicts, 14 bytes SG tables")
     assert not (wide_parquet / "out").exists()
 
 
