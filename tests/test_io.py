@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import CLI_EXE, invoke, on_small_disk
@@ -2514,3 +2515,33 @@ def test_takes_by_name_agrees_with_the_finder_on_every_glob_form(tmp_path: Path)
             entry = Path(os.path.realpath(tmp_path / name))
             assert takes_by_name(given, entry, tmp_path / name, directories_only=bool(slash)
                                  ) == (str(entry) in taken), (spec, name)
+
+
+@pytest.mark.parametrize("batch_rows", [1000, 1 << 20])
+def test_a_corrupt_page_in_a_later_row_group_names_the_rows_read_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_rows: int) -> None:
+    """A Parquet file whose third row group (rows 2000-2999) has a page header overwritten:
+    the run fails, exit 1, nothing written, and where the rows before it were read whole the
+    message says from which row the file cannot be read (QA: only the file was named)."""
+    from pipeline import batches
+
+    monkeypatch.setattr(batches, "BATCH_ROWS", batch_rows)
+    n = 3000
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"rule_set_id": np.ones(n, dtype=np.int64),
+                             "position_id": np.arange(n),
+                             "heaps": [[i % 7, 3] for i in range(n)]}),
+                   path, row_group_size=1000, compression="none")
+    page = pq.ParquetFile(path).metadata.row_group(2).column(2).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[page:page + 12] = b"\xff" * 12
+    path.write_bytes(bytes(data))
+    (tmp_path / "rules.csv").write_text("rule_set_id,kind,moves\n1,subtraction,1 2\n")
+    code, err = invoke(["run", "--rules", "rules.csv", "--positions", "p.parquet", "--out",
+                        "out", "--result-file", "r.json"], tmp_path)
+    assert code == 1
+    where = " from row 2000 on" if batch_rows == 1000 else ""
+    assert err.startswith(f"snim-batch: error: {path}: not a readable Parquet file{where} ("), err
+    assert json.loads((tmp_path / "r.json").read_text())["error"]["row"] == (
+        2000 if batch_rows == 1000 else None)
+    assert not (tmp_path / "out").exists()

@@ -27,14 +27,19 @@ from pipeline.io.store.locations import Location
 from pipeline.io.store.run_cache import RunCache
 
 
-def _parquet_error(path: Source, exc: BaseException) -> SnimError:
+def _parquet_error(path: Source, exc: BaseException, rows_read: int = 0) -> SnimError:
+    """The error for a Parquet file that could not be read; `rows_read`: the rows read whole
+    before the failure, which the message names when there were any (a corrupt page in a
+    later row group: the rows before it are fine)."""
     if isinstance(path, Location):
         problem = object_store.store_problem(path, exc)
         if problem is not None:
             return problem
     if isinstance(exc, PermissionError):
         return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})", path=path)
-    return InputError(f"{path}: not a readable Parquet file ({first_line(exc)})", path=path)
+    where = f" from row {rows_read} on" if rows_read else ""
+    return InputError(f"{path}: not a readable Parquet file{where} ({first_line(exc)})",
+                      path=path, row=rows_read or None)
 
 
 def _has_view(kind: pa.DataType) -> bool:
@@ -151,7 +156,7 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # corrupt pages can surface as a pyo3 PanicException
-        raise _parquet_error(file.path, exc) from None
+        raise _parquet_error(file.path, exc, start) from None
     if start == 0:
         empty = pl.from_arrow(schema.empty_table())
         assert isinstance(empty, pl.DataFrame)
