@@ -489,20 +489,29 @@ def test_the_run_date_defaults_to_today_in_utc(tmp_path: Path) -> None:
 
 
 def test_format_delta_refuses_a_parquet_output_and_a_foreign_table_dir(tmp_path: Path) -> None:
+    """Each refusal before any work names, in the run result's error.path, the location its
+    message is about (QA: it was null for these)."""
     write_rules(tmp_path / "rules.csv")
     write_positions(tmp_path / "p.csv", random_positions(1, 5))
-    base = ["run", "--rules", "rules.csv", "--positions", "p.csv"]
+    base = ["run", "--rules", "rules.csv", "--positions", "p.csv", "--result-file", "r.json"]
+
+    def error_path() -> str | None:
+        return json.loads((tmp_path / "r.json").read_text())["error"]["path"]
+
     assert invoke([*base, "--out", "pq"], tmp_path)[0] == 0
     code, err = invoke([*base, "--out", "pq", "--format", "delta"], tmp_path)
     assert code == 1 and "is a Parquet output of snim-batch (manifest.json)" in err
+    assert error_path() == str(tmp_path / "pq")
     (tmp_path / "t" / "verdicts").mkdir(parents=True)
     (tmp_path / "t" / "verdicts" / "mine.txt").write_text("x")
     code, err = invoke([*base, "--out", "t", "--format", "delta"], tmp_path)
     assert code == 1 and f"{tmp_path}/t/verdicts: exists and is not a Delta table" in err
+    assert error_path() == f"{tmp_path}/t/verdicts"
     assert (tmp_path / "t" / "verdicts" / "mine.txt").read_text() == "x"
     (tmp_path / "f").write_text("x")
     code, err = invoke([*base, "--out", "f", "--format", "delta"], tmp_path)
     assert code == 1 and "exists and is not a directory" in err
+    assert error_path() == str(tmp_path / "f")
 
 
 def test_output_format_in_the_config_file(tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ def check_root(root: TableRoot) -> None:
         refuse_long_names(path, "--out")
         if path.exists() and not path.is_dir():
             raise OutputError(f"{root.uri}: exists and is not a directory; a Delta table root "
-                              "is a directory")
+                              "is a directory", path=root.uri)
         if (path / MANIFEST).exists():
             raise _parquet_output(root)
         for name in (*DATA_TABLES, RUNS):
@@ -140,7 +140,7 @@ def check_root(root: TableRoot) -> None:
                 foreign = _foreign_runs(table)
                 if foreign is not None:
                     raise OutputError(f"{root.table(name)}: {foreign}; refusing to write "
-                                      "there", written=False)
+                                      "there", path=root.table(name), written=False)
         except (DeltaError, OSError) as exc:
             raise OutputError(table_failure(root, root.table(name), exc,
                                             "reading the Delta table",
@@ -149,7 +149,7 @@ def check_root(root: TableRoot) -> None:
         if list(partitions) != [PARTITION]:
             raise OutputError(f"{root.table(name)}: a Delta table partitioned by "
                               f"{list(partitions) or 'nothing'}, not by {PARTITION}; not a "
-                              "snim-batch table")
+                              "snim-batch table", path=root.table(name))
     if not root.is_local:
         _check_remote(root)
         location = replace(Location.parse(root.uri, Path.cwd()),
@@ -184,12 +184,13 @@ def _foreign(files: list[str]) -> bool:
 
 def _parquet_output(root: TableRoot) -> OutputError:
     return OutputError(f"{root.uri}: is a Parquet output of snim-batch ({MANIFEST}); "
-                       "--format delta needs a table root of its own (another --out)")
+                       "--format delta needs a table root of its own (another --out)",
+                       path=root.uri)
 
 
 def _foreign_table(root: TableRoot, name: str) -> OutputError:
     return OutputError(f"{root.table(name)}: exists and is not a Delta table; refusing to "
-                       "write into it")
+                       "write into it", path=root.table(name))
 
 
 def table_failure(root: TableRoot, uri: str, exc: BaseException, doing: str, what: str) -> str:
@@ -217,7 +218,8 @@ def staging_directory(root: TableRoot, run_id: str, on_event: OnEvent = ignore
     if root.is_local:
         target = Path(root.uri.removeprefix("file://")).absolute()
         if not target.name:
-            raise OutputError(f"{root.uri}: the root directory cannot be a table root")
+            raise OutputError(f"{root.uri}: the root directory cannot be a table root",
+                              path=root.uri)
         refuse_long_names(target, "--out", "its staging directory .NAME.delta-staging-PID-RUN",
                           len("..delta-staging--") + PID_WIDTH + len(run_id), FILES_DEPTH)
         _remove_stale(target)
@@ -324,7 +326,7 @@ def require_root(root: TableRoot) -> None:
         raise InputError(table_failure(root, root.uri, exc, "reading the table root",
                                        "cannot read"), path=root.uri) from None
     if not found:
-        raise InputError(_no_runs_table(root))
+        raise InputError(_no_runs_table(root), path=root.uri)
     try:
         table = root.open(RUNS)
     except (DeltaError, OSError) as exc:
@@ -333,7 +335,7 @@ def require_root(root: TableRoot) -> None:
                          path=root.table(RUNS)) from None
     problem = _foreign_runs(table)
     if problem is not None:
-        raise InputError(f"{root.table(RUNS)}: {problem}")
+        raise InputError(f"{root.table(RUNS)}: {problem}", path=root.table(RUNS))
 
 
 def _no_runs_table(root: TableRoot) -> str:
@@ -389,8 +391,8 @@ def latest_night(root: TableRoot) -> dict[str, Any]:
         if unlisted:
             raise InputError(f"{root.uri}: no complete run yet: a run of "
                              f"{', '.join(sorted(map(str, unlisted)))} was stopped between "
-                             "its commits; run that night again")
-        raise InputError(f"{root.uri}: the runs table lists no run yet")
+                             "its commits; run that night again", path=root.uri)
+        raise InputError(f"{root.uri}: the runs table lists no run yet", path=root.uri)
     run = runs.row(-1, named=True)
     night = run[PARTITION]
 
