@@ -805,22 +805,44 @@ class HeldRequest:
                              daemon=True).start()
 
     def _requests(self, client, upstream, gone, put) -> None:
+        # a held request is kept whole: its bytes are read on (the body after the headers)
+        # while it is held, and passed on at `release`, also when the client gave up on it
+        # and closed the connection meanwhile (read one chunk at a time, a request cut short
+        # there never landed, however late)
+        kept: list[bytes] = []
+        lock = threading.Lock()
+        passer: threading.Thread | None = None
+
+        def pass_on() -> None:
+            self.release.wait()
+            with lock, contextlib.suppress(OSError):
+                upstream.sendall(b"".join(kept))
+                kept.clear()
+
         try:
             while data := client.recv(1 << 16):
                 if self.refuse and self.pattern.match(data):
                     self.held.set()
                     client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
                     continue
-                if self.requests and self.pattern.match(data):
-                    self.held.set()
-                    self.release.wait()
-                elif self.armed and self.pattern.match(data):
+                with lock:
+                    if passer is None and self.requests and self.pattern.match(data) \
+                            and not self.release.is_set():
+                        self.held.set()
+                        passer = threading.Thread(target=pass_on, daemon=True)
+                        passer.start()
+                    if passer is not None and (kept or not self.release.is_set()):
+                        kept.append(data)
+                        continue
+                if self.armed and self.pattern.match(data):
                     self.armed = False
                     put.set()
                 upstream.sendall(data)
         except OSError:
             pass
         finally:
+            if passer is not None:
+                passer.join()
             gone.set()
             with contextlib.suppress(OSError):
                 upstream.shutdown(socket.SHUT_WR)
@@ -959,7 +981,7 @@ def test_a_manifest_put_that_may_still_land_keeps_every_file(
         assert "and may still take effect" in " ".join(err.split()), err
         assert assert_whole(s3_env, "out")["run_id"] == old["run_id"]
         proxy.release.set()  # the held PUT reaches the store now
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while json.loads(keys(s3_env, "out/manifest.json")["out/manifest.json"])[
                 "run_id"] == old["run_id"] and time.monotonic() < deadline:
             time.sleep(0.1)
