@@ -24,6 +24,7 @@ import pyarrow as pa
 from pipeline import keys
 from pipeline.batches import BATCH_ROWS, positions_form, read_rules
 from pipeline.config import Config
+from pipeline.engines import load_engine
 from pipeline.engines.polars_engine import HELD_SHARE, WHOLE_SHARE, memory_limit
 from pipeline.errors import OutputError, SnimError, UsageError
 from pipeline.grundy import MAX_HEAP, Rule, build_table
@@ -258,6 +259,7 @@ def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
     refuses; where it would refuse its output as well, that error, as the run meets it
     first."""
     output = _output_plan(config, run_date)
+    load_engine(config.engine)  # as the run loads it before its output is staged: its extra
     try:
         with RunCache(whole_objects=config.engine != "spark") as cache:
             rules, distinct, index = _rules_plan(config, cache)

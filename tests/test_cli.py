@@ -1439,6 +1439,8 @@ def test_verbose_traceback_under_log_format_json_is_one_json_line(cli, tmp_path,
     (["run", "--rules", "R", "--positions", "P", "--out", "OUT", "--format", "delta"], "delta"),
     (["grundy", "--moves", "1 2", "--plot", "OUT/sg.png"], "plot"),
     (["run", "--rules", "R", "--positions", "P", "--out", "OUT", "--engine", "spark"], "spark"),
+    (["explain", "--rules", "R", "--positions", "P", "--out", "OUT", "--engine", "spark"],
+     "spark"),  # a preflight stops as the run would (it said "engine: spark", exit 0)
 ])
 def test_a_missing_extra_is_named_for_a_checkout_and_for_a_wheel(tmp_path, args, extra):
     """An install without the extra (its packages hidden from the interpreter): exit 2, one
