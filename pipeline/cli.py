@@ -620,7 +620,7 @@ def _check_result_file(path: Path) -> None:
     """--result-file must be a file in an existing directory, and not inside a snim-batch
     output (whose manifest would not list it): a usage error before any work."""
     from pipeline.io.outputs.commit import refuse_inside_snim_output
-    from pipeline.io.outputs.failures import PID_WIDTH, refuse_long_names
+    from pipeline.io.outputs.failures import PID_WIDTH, refuse_long_names, unwritable
 
     shown = f"--result-file {brief_repr(str(path))}"
     refuse_long_names(path, "--result-file", "its temporary file .NAME.PID.tmp",
@@ -629,6 +629,9 @@ def _check_result_file(path: Path) -> None:
         raise UsageError(f"{shown}: is a directory")
     if not path.absolute().parent.is_dir():
         raise UsageError(f"{shown}: its directory does not exist")
+    cause = unwritable(path.absolute().parent)
+    if cause is not None:  # found only after the commit, the night's output would stand unreported
+        raise UsageError(f"{shown}: its directory cannot be written ({cause})")
     refuse_inside_snim_output(path, shown, "--result-file")
 
 

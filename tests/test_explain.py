@@ -587,3 +587,20 @@ def test_a_linked_output_is_judged_where_the_run_writes_it(tmp_path: Path) -> No
                                           f"output: {said}")
     assert ran_in[0] == 1 and "read-only file system while creating the staging directory" \
         in ran_in[1], ran_in
+
+
+def test_a_result_file_on_a_read_only_mount_is_refused_before_any_work(tmp_path: Path) -> None:
+    """A --result-file the run could not write: refused up front, exit 2, by the run and by
+    explain alike (QA: explain passed it, and the run committed its output, then exited 1
+    with the night's result unwritten)."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    disk, out = tmp_path / "disk", tmp_path / "out"
+    args = ["--rules", str(sample / "rules.csv"), "--positions", str(sample / "positions.csv"),
+            "--out", str(out), "--result-file", str(disk / "r.json")]
+    _, (explain_code, explain_err), ran = on_small_disk(tmp_path, "size=1m", [
+        ["read-only"], ["explain", *args], ["run", *args]])
+    assert ran == [2, explain_err] and explain_code == 2
+    assert explain_err.startswith("snim-batch: error: --result-file '"), explain_err
+    assert explain_err.endswith("r.json': its directory cannot be written (read-only file "
+                                "system)\n"), explain_err
+    assert not out.exists()

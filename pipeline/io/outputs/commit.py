@@ -28,6 +28,7 @@ from pipeline.io.outputs.failures import (
     failure,
     left_behind,
     refuse_long_names,
+    unwritable,
     write_cause,
     writing,
 )
@@ -419,15 +420,12 @@ def staging_refused(target: Path, shown: str) -> OutputError | None:
     if not existing.is_dir():  # a file in the way
         return failure(shown, f"creating the directory {parent}",
                        *write_cause(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))))
-    if os.statvfs(existing).f_flag & os.ST_RDONLY:
-        number = errno.EROFS
-    elif not os.access(existing, os.W_OK | os.X_OK, effective_ids=True):
-        number = errno.EACCES
-    else:
+    cause = unwritable(existing)
+    if cause is None:
         return None
     doing = (f"creating the staging directory in {existing}" if existing == parent
              else f"creating the directory {parent}")
-    return failure(shown, doing, *write_cause(OSError(number, os.strerror(number))))
+    return failure(shown, doing, cause, False)
 
 
 def _make_staging(target: Path, run_id: str, shown: str) -> Path:

@@ -49,6 +49,16 @@ def local_staging_failure(shown: str, temporary: Path, doing: str, cause: str, n
                    no_space, option="TMPDIR", path=str(temporary))
 
 
+def unwritable(directory: Path) -> str | None:
+    """Why a new file in the existing `directory` would fail, asked without writing: "read-only
+    file system", "permission denied" (for this user), else None."""
+    if os.statvfs(directory).f_flag & os.ST_RDONLY:
+        return write_cause(OSError(errno.EROFS, os.strerror(errno.EROFS)))[0]
+    if not os.access(directory, os.W_OK | os.X_OK, effective_ids=True):
+        return write_cause(OSError(errno.EACCES, os.strerror(errno.EACCES)))[0]
+    return None
+
+
 def left_behind(staging: Path) -> str | None:
     """Remove a run's staging directory, which did not become its output; if it cannot be
     removed (its file system gone read-only, a failing disk), the warning that says what is
