@@ -26,8 +26,8 @@ from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
     failure,
-    left_behind,
     refuse_long_names,
+    remove_staging,
     unwritable,
     write_cause,
     writing,
@@ -575,9 +575,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
         raise failure(shown, exc.doing, exc.cause, exc.no_space) from None
     finally:
         if not committed:
-            kept = left_behind(staging)
-            if kept is not None:
-                on_event(RunEvent.warning(kept))
+            remove_staging(staging, on_event)
             remove_if_empty(created)
 
 

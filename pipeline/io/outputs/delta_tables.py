@@ -26,7 +26,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.fs import DeltaStorageHandler
 
 from pipeline.errors import InputError, OutputError, UsageError, WriteFailure, first_line
-from pipeline.events import OnEvent, RunEvent, ignore
+from pipeline.events import OnEvent, ignore
 from pipeline.io.outputs.commit import (
     missing_directories,
     refuse_inside_delta_table,
@@ -38,9 +38,9 @@ from pipeline.io.outputs.failures import (
     FILES_DEPTH,
     PID_WIDTH,
     failure,
-    left_behind,
     local_staging_failure,
     refuse_long_names,
+    remove_staging,
     write_cause,
 )
 from pipeline.io.outputs.manifest import MANIFEST
@@ -239,9 +239,7 @@ def staging_directory(root: TableRoot, run_id: str, on_event: OnEvent = ignore
     except WriteFailure as exc:  # a staged table: the message names the root, as others do
         raise _staging_failure(root, staging, exc.doing, exc.cause, exc.no_space) from None
     finally:
-        kept = left_behind(staging)
-        if kept is not None:
-            on_event(RunEvent.warning(kept))
+        remove_staging(staging, on_event)
         remove_if_empty(created)  # kept once they hold the committed root
 
 

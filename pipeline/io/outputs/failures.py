@@ -16,6 +16,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import OutputError, UsageError, WriteFailure, brief_repr, first_line, truncated
+from pipeline.events import OnEvent, RunEvent
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -59,10 +60,16 @@ def unwritable(directory: Path) -> str | None:
     return None
 
 
-def left_behind(staging: Path) -> str | None:
+def remove_staging(staging: Path, on_event: OnEvent) -> None:
     """Remove a run's staging directory, which did not become its output; if it cannot be
-    removed (its file system gone read-only, a failing disk), the warning that says what is
-    left and that the next run removes it."""
+    removed (its file system gone read-only, a failing disk), warn what is left and that the
+    next run removes it."""
+    kept = _left_behind(staging)
+    if kept is not None:
+        on_event(RunEvent.warning(kept))
+
+
+def _left_behind(staging: Path) -> str | None:
     failures: list[BaseException] = []
     if sys.version_info >= (3, 12):
         shutil.rmtree(staging, onexc=lambda function, path, exc: failures.append(exc))

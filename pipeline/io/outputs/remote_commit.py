@@ -45,7 +45,7 @@ from pipeline.errors import (
 )
 from pipeline.events import OnEvent, RunEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import interrupts_held, remove_dead_staging
-from pipeline.io.outputs.failures import left_behind, local_staging_failure, write_cause
+from pipeline.io.outputs.failures import local_staging_failure, remove_staging, write_cause
 from pipeline.io.outputs.manifest import MANIFEST, RUN_ID, few_names
 from pipeline.io.outputs.remote_target import (
     RETIRED,
@@ -275,9 +275,7 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
         raise local_staging_failure(str(out), temporary, exc.doing, exc.cause,
                                     exc.no_space) from None
     finally:
-        kept = left_behind(staging)
-        if kept is not None:
-            on_event(RunEvent.warning(kept))
+        remove_staging(staging, on_event)
         if uploads and not settled:
             _delete(out, uploads, "this run's uploaded files")
 
