@@ -477,7 +477,7 @@ def resolve_output(text: str, base: Path) -> Path | str:
     return str(location) if location.is_remote else Path(str(location))
 
 
-_MEMORY = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*", re.IGNORECASE)
+_MEMORY = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTPE]?)(i?B)?\s*", re.IGNORECASE)
 def memory_bytes(value: Any, name: str) -> int | Literal["auto"]:
     """A memory setting -> bytes: an integer of bytes, or text like 4GiB, 512MiB, 2G (powers
     of 1024); or "auto" (derived from the memory available)."""
@@ -492,7 +492,7 @@ def memory_bytes(value: Any, name: str) -> int | Literal["auto"]:
     if not found.group(2) and not found.group(1).isdigit():
         raise ConfigError(f"{name}: a number of bytes is a whole number (or give a unit, such "
                           f"as 1.5GiB), got {brief_repr(value)}")
-    size = (int(Decimal(found.group(1)) * 1024 ** ("KMGT".find(found.group(2).upper()) + 1))
+    size = (int(Decimal(found.group(1)) * 1024 ** ("KMGTPE".find(found.group(2).upper()) + 1))
             if found.group(2) else int(found.group(1)))  # exact: no float to overflow
     if size < 1:
         raise ConfigError(f"{name} must be at least 1 byte, got {brief_repr(value)}")

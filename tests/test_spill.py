@@ -216,7 +216,8 @@ def test_a_failed_run_write_leaves_no_scratch(tmp_path, monkeypatch):
             "1.5GiB), got '1.5'"),
     ("18446744073709551616", "--memory-limit must be less than 1EiB, got "
                              "'18446744073709551616'"),
-    ("9" * 320 + "G", "--memory-limit must be less than 1EiB, got '99999")])
+    ("9" * 320 + "G", "--memory-limit must be less than 1EiB, got '99999"),
+    ("2EiB", "--memory-limit must be less than 1EiB, got '2EiB'")])
 def test_a_bad_memory_limit_is_a_usage_error(tmp_path, value, problem):
     _inputs(tmp_path, "int")
     code, err = _run(tmp_path, "out", "--memory-limit", value)
