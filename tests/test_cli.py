@@ -92,6 +92,25 @@ def test_a_config_file_without_locations_takes_them_from_the_flags(cli, tmp_path
     no_traceback(missing)
 
 
+def test_a_trailing_slash_names_a_directory_as_a_shell_reads_it(cli, tmp_path, small_job):
+    """`positions.csv/` is refused as `cat positions.csv/` is (it read the file); `dir/`
+    still reads the directory."""
+    result = cli("run", "--rules", "rules.csv", "--positions", "positions.csv/", "--out", "out")
+    assert result.exit_code == 1, result.output
+    no_traceback(result)
+    assert result.stderr == (f"snim-batch: error: positions input {tmp_path}/positions.csv/: is "
+                             "a file, not a directory (the name ends with /); name the file "
+                             "without the /\n")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "positions.csv").rename(tmp_path / "in" / "positions.csv")
+    result = cli("run", "--rules", "rules.csv", "--positions", "in/", "--out", "out")
+    assert result.exit_code == 0, result.output
+    v = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert {(r, p): w for r, p, w in v.select("rule_set_id", "position_id", "verdict").rows()
+            } == small_job
+
+
 def test_run_with_one_bad_row_exits_3(cli, tmp_path, small_job):
     with (tmp_path / "positions.csv").open("a") as fh:
         fh.write("1,99,4 -2\n")

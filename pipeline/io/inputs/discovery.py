@@ -136,6 +136,9 @@ class _InputFinder:
                                        "reads each input more than once (its bytes checked, "
                                        "its rows read and counted), which a pipe or device "
                                        "gives only once; write it to a file first")
+            if kind != "dir" and self.spec.endswith("/"):
+                raise self.error(path, "is a file, not a directory (the name ends with /); "
+                                       "name the file without the /")
             if kind != "dir":
                 return self.named_in_utf8(_once_each([path]))
             table = next((d for d in path.absolute().parents if (d / "_delta_log").is_dir()),
