@@ -128,6 +128,9 @@ def test_urls_are_shown_without_passwords_or_query_values(text: str, shown_as: s
     ("https://h/r.csv?sig=SSECRET", "SSECRET", "https:// locations are not supported"),
     ("ftp://u:PWSECRET@h/r", "PWSECRET", "ftp:// locations are not supported"),
     ("s3://u:PWSECRET@bkt/in/rules.csv", "PWSECRET", "holds no user name or password"),
+    # the user of an object-store URL is an access key id: hidden too
+    ("s3://AKIAKEYID:PWSECRET@bkt/in/rules.csv", "AKIAKEYID", "holds no user name or password"),
+    ("gs://AKIAKEYID@bkt/in/rules.csv", "AKIAKEYID", "holds no user name or password"),
     ("abfss://u:PWSECRET@acct.dfs.core.windows.net/x", "PWSECRET",
      "holds no user name or password"),
     ("file://u:PWSECRET@host/x", "PWSECRET", "names a local path"),

@@ -21,6 +21,7 @@ _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#]*@")
 _PARAMETERS = re.compile(r"\?|/;")  # a query, or Spark Connect's /;token=...
 _VALUE = re.compile(r"([?&;][^=&;/?#\s]*=)[^&;#\s]*")
 _QUERY = re.compile(r"\?[^/?#=&]*=")
+_USER = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 
 
 def without_secrets(text: str) -> str:
@@ -104,6 +105,7 @@ class Location:
         authority, _, key = rest.partition("/")
         said = brief_repr(without_secrets(text))
         if _PASSWORD.match(text) or (store != "az" and "@" in authority):
+            said = brief_repr(_USER.sub(r"\1<hidden>@", without_secrets(text)))  # a key id
             raise UsageError(f"{said}: an object-store URL holds no user name or password; "
                              "give credentials in storage_options (config.yaml) or the "
                              "store's environment variables")
