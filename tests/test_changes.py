@@ -14,7 +14,7 @@ import pytest
 from conftest import CLI_EXE, wins
 
 from pipeline.config import config_from_dict
-from pipeline.errors import InputError
+from pipeline.errors import InputError, SnimError, StoreError
 from pipeline.events import PHASE_START, RunEvent
 from pipeline.run import run_job
 
@@ -226,4 +226,33 @@ def test_an_object_deleted_during_the_run_fails_it(s3_env, tmp_path: Path) -> No
             "s3://bkt/in/positions.csv: changed while this run read it (it is gone now)")):
         run_job(config_from_dict(job), on_event=rewrite_when(
             "finish", lambda: client.delete_object(Bucket="bkt", Key="in/positions.csv")))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_store_that_refuses_the_last_look_is_said_to_fail_not_the_object_gone(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The object is still there, but the store answers 403 when the run asks after it once
+    its rows are read: the store's refusal is the error, not "it is gone now"."""
+    from test_object_store import HeldRequest
+
+    client = s3_env.client()
+    client.put_object(Bucket="bkt", Key="in/rules.csv", Body=RULES.encode())
+    client.put_object(Bucket="bkt", Key="in/positions.csv", Body=POSITIONS.encode())
+    proxy = HeldRequest(s3_env, rb"NOT A REQUEST", refuse=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+
+    def refuse_from_now() -> None:
+        proxy.pattern = re.compile(rb"HEAD /bkt/in/positions\.csv")
+
+    job = {"rules": "s3://bkt/in/rules.csv", "positions": "s3://bkt/in/positions.csv",
+           "out": str(tmp_path / "out")}
+    try:
+        with pytest.raises(SnimError) as raised:
+            run_job(config_from_dict(job), on_event=rewrite_when("finish", refuse_from_now))
+    finally:
+        proxy.close()
+    assert proxy.held.is_set()
+    assert isinstance(raised.value, StoreError)
+    assert str(raised.value) == ("s3://bkt/in/positions.csv: the object store refused access "
+                                 "while reading (check the credentials)")
     assert not (tmp_path / "out").exists()

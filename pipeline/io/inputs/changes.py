@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from functools import partial
 
-from pipeline.errors import InputError, SnimError
+from pipeline.errors import InputError
 from pipeline.io.read.files import InputFile, Source
 from pipeline.io.read.formats import describe
 from pipeline.io.read.readers import each_input
@@ -38,11 +38,12 @@ def ensure_unchanged(files: list[InputFile]) -> None:
 
 
 def change_of(file: InputFile) -> str | None:
-    """How `file` differs now from when it was described, or None."""
+    """How `file` differs now from when it was described, or None; a store that cannot say
+    (refused, unreachable) raises its error: the run cannot tell whether the object changed."""
     if isinstance(file.path, Location):
         try:
             now = object_store.object_metadata(file.path)  # no cache: as it is now
-        except SnimError:
+        except InputError:  # no such object, or bucket; a store failure is raised as itself
             return "it is gone now"
         for key, then in (("etag", file.etag), ("version", file.version), ("size", file.size)):
             if then is not None and now[key] != then:
