@@ -325,6 +325,39 @@ def test_spilled_long_form_gives_the_in_memory_tables(tmp_path, monkeypatch, key
     assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
 
 
+@pytest.mark.parametrize("form, scratch", [("wide", ".verdict-runs"), ("long", ".spill")])
+def test_scratch_files_removed_before_they_are_read_back_are_named(
+        tmp_path, monkeypatch, form, scratch):
+    """Scratch files gone once written (their output's directory removed by someone else
+    mid-run): exit 1 naming the output and the scratch file, not an internal error."""
+    from pipeline.io.outputs.scratch import Spill
+
+    if form == "wide":
+        _inputs(tmp_path, "text")
+    else:
+        _long_inputs(tmp_path, "int", "shuffled")
+        monkeypatch.setattr("pipeline.engines.polars_engine.LONG_PARTITION_ROWS", 200)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    real_close = Spill.close
+
+    def close_then_lose(self: Spill) -> None:
+        real_close(self)
+        if self.directory.name == scratch:
+            for path in self.directory.iterdir():
+                path.unlink()
+
+    monkeypatch.setattr(Spill, "close", close_then_lose)
+    code, err = _run(tmp_path, "out", "--memory-limit", "1")
+    assert code == 1, err
+    assert "internal error" not in err
+    last = err.splitlines()[-1]
+    assert re.fullmatch(
+        rf"pipeline\.errors\.OutputError: {re.escape(str(tmp_path / 'out'))}: no such file or "
+        rf"directory while reading the scratch file {re.escape(scratch)}/\d+-0\.arrows back; "
+        "nothing was written", last), last
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
 @pytest.mark.slow
 def test_sigterm_while_long_form_spills_leaves_no_scratch(tmp_path):
     """The same for long form: 3M long rows in key order (grouped as they stream), every

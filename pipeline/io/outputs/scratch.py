@@ -76,8 +76,11 @@ class Spill:
         removed once read."""
         frames = []
         for path in self.files.pop(part, []):
-            frames.append(pl.read_ipc_stream(path).rechunk())
-            path.unlink()
+            try:
+                frames.append(pl.read_ipc_stream(path).rechunk())
+                path.unlink()
+            except OSError as exc:  # removed meanwhile (its output's directory deleted)
+                raise _read_back_error(path, exc) from None
         return frames
 
 
@@ -90,11 +93,14 @@ class Spill:
         (a part in one large file read through this way held every page read: 40M spilled
         positions, 2.5 GiB, growing)."""
         for path in self.files.pop(part, []):
-            with (pa.memory_map(str(path)) if mapped else pa.OSFile(str(path))) as file, \
-                    pa.ipc.open_stream(file) as reader:
-                for batch in reader:
-                    yield pa.Table.from_batches([batch])
-            path.unlink()
+            try:
+                with (pa.memory_map(str(path)) if mapped else pa.OSFile(str(path))) as file, \
+                        pa.ipc.open_stream(file) as reader:
+                    for batch in reader:
+                        yield pa.Table.from_batches([batch])
+                path.unlink()
+            except OSError as exc:  # removed meanwhile (its output's directory deleted)
+                raise _read_back_error(path, exc) from None
 
     def drop(self, part: int) -> None:
         """Remove the part's files unread."""
@@ -155,6 +161,13 @@ def _spill_error(path: Path, exc: OSError) -> OutputError:
     return WriteFailure(f"{path}: cannot write scratch file ({exc.strerror or first_line(exc)})",
                          f"writing the scratch file {path.parent.name}/{path.name}", cause,
                          no_space, path=path)
+
+
+def _read_back_error(path: Path, exc: OSError) -> OutputError:
+    cause, no_space = write_cause(exc)
+    return WriteFailure(f"{path}: cannot read scratch file back ({cause})",
+                        f"reading the scratch file {path.parent.name}/{path.name} back", cause,
+                        no_space, path=path)
 
 
 @contextmanager
