@@ -591,6 +591,8 @@ def _stop(signum: int, frame: FrameType | None) -> None:
             signal.signal(signal.SIGALRM, _stop_pending)
         signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
         return
+    if _PENDING:  # the stop that came first, not a later one that found it pending
+        signum = _PENDING[0]
     _PENDING.clear()
     _STOPPING.append(signum)
     if signum == signal.SIGINT:

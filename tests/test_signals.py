@@ -536,3 +536,33 @@ def test_a_stop_while_generate_moves_its_files_in_is_held_then_noted(tmp_path: P
         "snim-batch: SIGTERM came once the output was committed; the run finished", proc.stderr
     assert sorted(str(p.relative_to(tmp_path / "gen")) for p in (tmp_path / "gen").rglob("*")
                   ) == ["positions", "positions/part-00000.csv", "rules.csv"]
+
+
+_PENDING_THEN_ANOTHER = """
+import signal, sys
+from pipeline import terminal
+
+terminal.stop_signals_as_interrupts()
+namespace = {}
+exec(compile("import sys\\nframe = sys._getframe()", "<frozen importlib._bootstrap>", "exec"),
+     namespace)
+terminal._stop(signal.SIGTERM, namespace["frame"])  # in the import system: pending
+assert terminal._PENDING == [signal.SIGTERM]
+try:
+    terminal._stop(signal.SIGINT, None)  # Ctrl-C a moment later, where it can be raised
+except KeyboardInterrupt as exc:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    print(type(exc).__name__, getattr(exc, "signum", None), [int(s) for s in terminal.STOPPED_BY],
+          flush=True)
+"""
+
+
+def test_a_stop_pending_in_a_library_s_code_is_the_one_raised_by_a_later_signal() -> None:
+    """SIGTERM pending (it came while the main thread was in the import system's code), then
+    SIGINT where an interrupt can be raised: the SIGTERM is raised, so that the exit code,
+    the message and the result say the stop that came first (the run said "interrupted",
+    its result 130, while the process exited 143)."""
+    found = subprocess.run([sys.executable, "-c", _PENDING_THEN_ANOTHER], capture_output=True,
+                           text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert (found.returncode, found.stdout, found.stderr) == (
+        0, f"Stopped {int(signal.SIGTERM)} [{int(signal.SIGTERM)}]\n", "")
