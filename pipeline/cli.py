@@ -53,6 +53,7 @@ from pipeline.terminal import (
     configured_log_format,
     default_stop_signals,
     exit_status,
+    held_stop,
     heavy_imports,
     interrupt_within,
     late_stops_note,
@@ -64,6 +65,8 @@ from pipeline.terminal import (
     stdout_failed,
     stdout_lost,
     stop_signals_as_interrupts,
+    stops_held_until_taken,
+    take_stops,
     stopped_message,
     stops_once_committed,
 )
@@ -165,6 +168,7 @@ PROGRESS_EVERY = 10.0  # seconds between plain progress lines when stderr is not
 
 @app.callback()
 def _every_command(
+    ctx: typer.Context,
     version: Annotated[bool, typer.Option(
         "--version", is_eager=True, expose_value=False, callback=_version,
         help="Print the version (snim-batch X.Y.Z) and exit.")] = False,
@@ -176,6 +180,8 @@ def _every_command(
 ) -> None:
     """Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out."""
     configure_logging(quiet=False, verbose=False, log_format=log_format.value)
+    if ctx.invoked_subcommand != "run":  # `run` takes them where it can report a stop
+        take_stops()
 GRUNDY_SEARCH_OPS = 10**9  # `grundy` tabulates for about a second at most (see --max-ops)
 GRUNDY_MAX_UPTO = 10**6  # `grundy` prints SG(0..UPTO) on one line: a few megabytes at most
 MAX_CAP = 2**32 - 1  # --cap as tables.max_table_len (limits.MAX_TABLE_LEN, without the kernels)
@@ -558,6 +564,7 @@ def run(
     except UsageError as exc:  # no result: where it would go is the error
         _fail(exc, verbose)
     try:
+        take_stops()  # one that came while the command line was parsed: reported as a stop
         configure_logging(quiet, verbose, log_format.value if log_format else None)
         with heavy_imports():
             import pipeline.engines.polars_engine  # noqa: F401 - the default engine's modules
@@ -1141,6 +1148,7 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
     try:
         try:
             stop_signals_as_interrupts()
+            stops_held_until_taken()
             app()
             ended, code = True, 0
         except SystemExit as exc:
@@ -1155,6 +1163,11 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
             default_stop_signals()
     except KeyboardInterrupt as exc:  # outside any command's handling (typer's set-up)
         code, late = 128 + (exc.signum if isinstance(exc, Stopped) else signal.SIGINT), ended
+    held = held_stop()
+    if held is not None:  # kept while the line was parsed, and no command began to take it
+        code, late = 128 + held, False
+        if held != signal.SIGINT:  # Ctrl-C is said as "interrupted"
+            STOPPED_BY.append(held)
     if code == 130 and STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
         code = 128 + STOPPED_BY[0]
     if code in (130, *(128 + s for s in STOPPED_BY)) and not (late or _INTERRUPT_SAID):

@@ -1,4 +1,5 @@
-"""The `snim-batch` executable: the stop handlers first, then the CLI.
+"""The `snim-batch` executable: the stop handlers first, then the CLI (a stop during its
+imports kept until the command can report it: `terminal.stops_held_until_taken`).
 
 Kept apart from `terminal` (which the CLI imports) so that nothing imports the CLI but this
 entry point: the handlers must be in place before typer's imports, during which
@@ -28,6 +29,7 @@ from pipeline.terminal import (
     stdin_bytes,
     stop_signals_as_interrupts,
     stopped_message,
+    stops_held_until_taken,
 )
 
 
@@ -38,6 +40,7 @@ def entry() -> None:  # pragma: no cover - console entry point
     try:
         if sys.argv[1:] == ["solve"]:
             _solve_quickly()
+        stops_held_until_taken()  # a stop during the CLI's imports is raised by its command
         from pipeline.cli import main
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else None

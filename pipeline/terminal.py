@@ -524,6 +524,8 @@ STOPPED_BY: list[int] = []  # the stop signals received, for an exit code typer 
 _STOPPING: list[int] = []  # the stop under way (raised): later ones are ignored
 LATE_STOPS: list[int] = []  # stop signals that came once the output was committed (not raised)
 _COMMITTED: list[bool] = []  # see `stops_once_committed`
+_HOLDING: list[bool] = []  # see `stops_held_until_taken`
+_HELD: list[int] = []  # the first stop signal that came while they were held
 
 
 def stops_once_committed() -> None:
@@ -582,6 +584,12 @@ def _stop(signum: int, frame: FrameType | None) -> None:
         LATE_STOPS.append(signum)
         return
     if _STOPPING:
+        return
+    if _HOLDING:
+        if not _HELD:
+            _HELD.append(signum)
+            signal.signal(signal.SIGALRM, _held_too_long)
+            signal.setitimer(signal.ITIMER_REAL, HOLD_LIMIT_S)
         return
     while frame is not None and frame.f_code in _HANDLERS:  # a handler run within one
         frame = frame.f_back
@@ -653,6 +661,40 @@ def stop_signals_as_interrupts() -> None:
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(signum, _stop)
+
+
+def stops_held_until_taken() -> None:
+    """From now until `take_stops`, a stop signal is kept, not raised: one that comes while
+    the command line is parsed is raised where the command can report it (`run` writes its
+    --result-file and --json result for a stop, which it cannot do before it has begun). A
+    stop kept already stays kept; one kept for HOLD_LIMIT_S is raised then."""
+    _HOLDING[:] = [True]
+
+
+HOLD_LIMIT_S = 2.0  # a stop kept longer (a hung import) is raised where the process is
+
+
+def _held_too_long(alarm: int, frame: FrameType | None) -> None:
+    """SIGALRM's handler while a stop is kept: the command has not taken it within
+    HOLD_LIMIT_S, so it is raised now, as it would be without the hold."""
+    if _HOLDING and _HELD:
+        _HOLDING.clear()
+        _stop(_HELD.pop(), frame)
+
+
+def take_stops() -> None:
+    """Stop signals are raised as they come again; one kept meanwhile is raised now."""
+    _HOLDING.clear()
+    if _HELD:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _stop(_HELD.pop(), None)
+
+
+def held_stop() -> int | None:
+    """A stop signal kept until a `take_stops` that never came (the command line was only
+    parsed: `--help`, a usage error), now taken; None if there is none."""
+    _HOLDING.clear()
+    return _HELD.pop() if _HELD else None
 
 
 def keep_signals() -> None:

@@ -566,3 +566,60 @@ def test_a_stop_pending_in_a_library_s_code_is_the_one_raised_by_a_later_signal(
                            text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert (found.returncode, found.stdout, found.stderr) == (
         0, f"Stopped {int(signal.SIGTERM)} [{int(signal.SIGTERM)}]\n", "")
+
+
+STOP_AS_THE_CLI_IS_IMPORTED = '''
+import os, signal, sys
+
+
+class StopWhenImported:
+    """SIGTERM to this process as module MODULE starts to be imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["TEST_STOP_AT_IMPORT"]:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+            sys.stderr.write("TEST: SIGTERM sent\\n")
+        return None
+
+
+sys.meta_path.insert(0, StopWhenImported())
+'''
+
+
+@pytest.mark.parametrize("module", ["pipeline.cli", "typer"])
+def test_a_stop_before_the_command_began_is_reported_by_it(tmp_path: Path, module: str) -> None:
+    """SIGTERM while the executable imports the CLI (or typer, its first import): the run
+    reports the stop as one during its work: exit 143, its line, and its --result-file and
+    --json result "stopped". Before, the stop ended the process before the run began, so
+    that a scheduler cancelling a job at once got no result."""
+    (tmp_path / "sitecustomize.py").write_text(STOP_AS_THE_CLI_IS_IMPORTED)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)]),
+           "TEST_STOP_AT_IMPORT": module}
+    sample = root / "data" / "sample"
+    out, result = tmp_path / "out", tmp_path / "result.json"
+    done = subprocess.run([str(CLI_EXE), "run", "--rules", str(sample / "rules.csv"),
+                           "--positions", str(sample / "positions.csv"), "--out", str(out),
+                           "--result-file", str(result), "--json"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == ("TEST: SIGTERM sent\n"
+                           "snim-batch: stopped by SIGTERM; nothing was written\n")
+    document = json.loads(result.read_text())
+    assert (document["status"], document["exit_code"]) == ("stopped", 143)
+    assert json.loads(done.stdout) == document
+    assert not out.exists()
+
+
+def test_a_stop_before_another_command_began_stops_it(tmp_path: Path) -> None:
+    """The same for `grundy`: the stop kept while the command line is read is raised as the
+    command begins: exit 143, its line, no answer."""
+    (tmp_path / "sitecustomize.py").write_text(STOP_AS_THE_CLI_IS_IMPORTED)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)]),
+           "TEST_STOP_AT_IMPORT": "pipeline.cli"}
+    done = subprocess.run([str(CLI_EXE), "grundy", "--moves", "1 2", "--upto", "5"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        143, "", "TEST: SIGTERM sent\nsnim-batch: stopped by SIGTERM; nothing was written\n")

@@ -138,7 +138,9 @@ def test_a_stop_while_the_cli_is_imported_says_so(tmp_path: Path, sig: signal.Si
                                                    code: int, said: str) -> None:
     """The executable's entry sets the stop handlers before importing the CLI (typer and
     the rest): a stop during that import, held here on typer's, is one line and 128 + the
-    signal, not Python's traceback or the signal's default action."""
+    signal, not Python's traceback or the signal's default action. The stop is kept for
+    the command to report (`terminal.stops_held_until_taken`), but an import that hangs
+    does not keep it for more than HOLD_LIMIT_S."""
     marker = tmp_path / "marker"
     proc = subprocess.Popen([sys.executable, "-c", _HELD_IMPORT, str(marker)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
