@@ -53,8 +53,8 @@ from pipeline.terminal import (
     configured_log_format,
     default_stop_signals,
     exit_status,
-    held_stop,
     heavy_imports,
+    held_stop,
     interrupt_within,
     late_stops_note,
     printable,
@@ -65,10 +65,10 @@ from pipeline.terminal import (
     stdout_failed,
     stdout_lost,
     stop_signals_as_interrupts,
-    stops_held_until_taken,
-    take_stops,
     stopped_message,
+    stops_held_until_taken,
     stops_once_committed,
+    take_stops,
 )
 
 # click's, as typer raises them (typer may bring its own copy of click): found by name
