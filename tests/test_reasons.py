@@ -110,28 +110,32 @@ def test_long_form_codes_a_position_whose_other_row_was_rejected(tmp_path):
 
 
 def test_long_form_keeps_a_heap_beyond_its_table_on_that_heap_s_row(tmp_path):
-    """A position rejected for one heap (past tables.max_table_len, {1, 30} having no period
-    within 10 values) rejects its other rows too, but only that heap's row carries the limit;
-    the others, in this file and another, name its file and row. Position 8 of rule set 2
+    """A position rejected for its heaps past tables.max_table_len ({1, 30} having no period
+    within 10 values) rejects its other rows too: each heap's row beyond the table carries the
+    limit (long form has no index to name); the others, in this file and another, name the
+    first such row's file and row. Position 8 of rule set 2
     (unknown) is the rule set's fault, on both rows alike."""
     write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 30"]])
     write_csv(tmp_path / "positions" / "a.csv", ["rule_set_id", "position_id", "heap"],
               [[1, 7, 5], [1, 7, 50], [2, 8, 1]])
     write_csv(tmp_path / "positions" / "b.csv", ["rule_set_id", "position_id", "heap"],
-              [[1, 7, 6], [2, 8, 2], [1, 9, 4]])
+              [[1, 7, 6], [2, 8, 2], [1, 9, 4], [1, 7, 10], [1, 7, 9]])
     rejects = rejected(tmp_path, "--config", str(config(tmp_path, max_table_len=10)))
     a, b = (str(tmp_path / "positions" / name) for name in ("a.csv", "b.csv"))
     other = f"another row of this position ({a} row 1) was rejected"
     unknown = "unknown rule_set_id 2 (not in the rules table)"
+    beyond = ("needs SG values of {1, 30} beyond tables.max_table_len (10 values tabulated), "
+              "and no period was proven within them")
     assert sorted(rejects.select("source", "row", "column", "reason_code", "reason").rows()
                   ) == [
         (a, 0, None, "position_rejected", other),
-        (a, 1, "heap", "beyond_table_limit",
-         "heap 50 at index 1 needs SG values of {1, 30} beyond tables.max_table_len (10 values "
-         "tabulated), and no period was proven within them"),
+        (a, 1, "heap", "beyond_table_limit", f"heap 50 {beyond}"),
         (a, 2, "rule_set_id", "unknown_rule_set", unknown),
         (b, 0, None, "position_rejected", other),
         (b, 1, "rule_set_id", "unknown_rule_set", unknown),
+        # every heap beyond the table (10 values: SG(0..9)) carries the limit, 9 does not
+        (b, 3, "heap", "beyond_table_limit", f"heap 10 {beyond}"),
+        (b, 4, None, "position_rejected", other),
     ]
 
 

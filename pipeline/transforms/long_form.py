@@ -159,23 +159,34 @@ def _other_row_rejected(source: str, row: str) -> pl.Expr:
 _ONE_HEAP = r"^heap -?[0-9]+ at index ([0-9]+) needs SG values "
 """A position's reason that is one heap's (`evaluate`, beyond a table): its index among the
 position's heaps, so among its rows in input order."""
+_TABULATED = r" \(([0-9]+) values? tabulated\)"
+"""How many SG values the heap's table holds, in that reason: the heaps from there on are
+beyond it."""
 
 
 def expand_long_rejects(rejected_positions: pl.DataFrame) -> pl.DataFrame:
     """Position-level rejects of long-form input, back to one row per input row. A reason
     that is the rule set's (unknown, invalid) holds for every row; one that is a heap's
-    (beyond its table) stays on that heap's row, and the others name it, as `long_to_wide`
-    names a bad row."""
-    at = pl.col("_reason").str.extract(_ONE_HEAP, 1).cast(pl.Int64)
+    (beyond its table) is said on the row of every heap beyond that table, for its own heap
+    (without the index, which long form does not have), and the other rows name the first
+    such row, as `long_to_wide` names a bad row."""
+    reason = pl.col("_reason")
+    at = reason.str.extract(_ONE_HEAP, 1).cast(pl.Int64)
     rows = rejected_positions.drop("_source", "_row").with_columns(
         at.alias("_at"), pl.int_ranges(pl.col("_rows").list.len()).alias("_i"),
+        reason.str.extract(_TABULATED, 1).cast(pl.Int64).alias("_tabulated"),
         pl.col("_rows").list.get(at, null_on_oob=True).alias("_bad_row"),
         pl.col("_sources").list.get(at, null_on_oob=True).alias("_bad_source"),
     ).explode("_rows", "_sources", "_i").rename({"_rows": "_row", "_sources": "_source"})
-    other = pl.col("_bad_row").is_not_null() & (pl.col("_i") != pl.col("_at"))
+    heap = pl.col("heaps").list.get(pl.col("_i"), null_on_oob=True)
+    beyond = pl.col("_bad_row").is_not_null() & (
+        (pl.col("_i") == pl.col("_at")) | (heap >= pl.col("_tabulated")).fill_null(False))
+    own = pl.format("heap {} {}", heap, reason.str.replace(r"^heap -?[0-9]+ at index [0-9]+ ",
+                                                           ""))
+    other = pl.col("_bad_row").is_not_null() & ~beyond
     return rows.with_columns(
-        pl.when(other).then(_other_row_rejected("_bad_source", "_bad_row"))
-        .otherwise(pl.col("_reason")).alias("_reason"),
+        pl.when(beyond).then(own).when(other).then(_other_row_rejected("_bad_source", "_bad_row"))
+        .otherwise(reason).alias("_reason"),
         pl.when(other).then(pl.lit(None, pl.String)).otherwise(pl.col("_column"))
         .alias("_column"),
-    ).drop("_at", "_i", "_bad_row", "_bad_source")
+    ).drop("_at", "_i", "_tabulated", "_bad_row", "_bad_source")

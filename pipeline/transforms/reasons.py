@@ -56,7 +56,7 @@ _PATTERNS: list[tuple[ReasonCode, str]] = [
     (ReasonCode.unknown_rule_set, r"^unknown rule_set_id .* \(not in the rules table\)$"),
     (ReasonCode.position_rejected,
      r"^another row of this position \(.* row -?[0-9]+\) was rejected$"),
-    (ReasonCode.beyond_table_limit, r"^heap -?[0-9]+ at index [0-9]+ needs SG values of .* "
+    (ReasonCode.beyond_table_limit, r"^heap -?[0-9]+ (at index [0-9]+ )?needs SG values of .* "
                                     r"beyond tables\.[a-z_]+ \("),
     (ReasonCode.duplicate_key, r"^position_id .* appears [0-9]+ times for rule_set_id "),
     (ReasonCode.duplicate_key, r"^rule_set_id .* (is defined [0-9]+ times and not every "
