@@ -17,6 +17,7 @@ the marker must then be removed.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
@@ -605,7 +606,17 @@ FILE_CASES = [
              _write_bytes(GARBAGE), ()),
     FileCase("rules-binary-garbage-csv", "rules", "rules.csv", _write_bytes(GARBAGE), ()),
     FileCase("positions-gzip-named-csv", "positions", "positions.csv",
-             _write_bytes(gzip.compress(POSITIONS_CSV.encode())), ()),
+             _write_bytes(gzip.compress(POSITIONS_CSV.encode())),
+             ("a gzip-compressed file, not CSV text", "decompress it first")),
+    FileCase("rules-gzip-csv", "rules", "rules.csv.gz",
+             _write_bytes(gzip.compress(RULES_CSV.encode())),
+             ("a gzip-compressed file, not CSV text", "decompress it first")),
+    FileCase("positions-zstd-csv", "positions", "positions.csv.zst",
+             _write_bytes(pa.compress(POSITIONS_CSV.encode(), "zstd", asbytes=True)),
+             ("a zstd-compressed file, not CSV text",)),
+    FileCase("positions-bzip2-csv", "positions", "positions.csv.bz2",
+             _write_bytes(bz2.compress(POSITIONS_CSV.encode())),
+             ("a bzip2-compressed file, not CSV text",)),
     FileCase("positions-garbage-parquet", "positions", "positions.parquet",
              _write_bytes(b"PAR1" + GARBAGE + b"PAR1"), ()),
     FileCase("positions-truncated-parquet", "positions", "positions.parquet",
@@ -1359,6 +1370,22 @@ def test_rejects_name_swapped_input_columns(tmp_path: Path) -> None:
     rejects = read_out(tmp_path / "out")["rejects"]
     assert rejects.select("row", "rule_set_id", "position_id", "column").rows() == [
         (1, "9", "0", "position_id"), (2, "1", None, "rule_set_id"), (3, "1", "1", "h")]
+
+
+@pytest.mark.parametrize("name", ["positions.gz", "positions.csv.zst", "positions.bz2"])
+def test_csv_text_named_as_if_compressed_is_read_as_the_text_it_is(tmp_path: Path,
+                                                                   name: str) -> None:
+    """A file is what it holds: CSV text whose name ends in .gz, .zst or .bz2 is read (the
+    reader took the suffix for a codec: "zlib inflate failed")."""
+    (tmp_path / "rules.csv").write_text(RULES_CSV)
+    (tmp_path / name).write_text(POSITIONS_CSV)
+    got = invoke(job_args(tmp_path / "rules.csv", tmp_path / name, tmp_path / "out"), tmp_path)
+    got.assert_no_crash()
+    assert got.code == 0, got.stderr
+    verdicts = read_out(tmp_path / "out")["verdicts"]
+    assert verdicts.select("rule_set_id", "position_id", "verdict").rows() == [
+        (1, 0, "W" if wins("subtraction", (2, 5), [5, 12]) else "L"),
+        (2, 0, "W" if wins("nim", (), [1, 2]) else "L")]
 
 
 def test_long_form_heap_beyond_table_names_the_heap_column(tmp_path: Path) -> None:

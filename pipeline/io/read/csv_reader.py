@@ -4,6 +4,7 @@ text, after one exact scan of the bytes for encoding, quotes and line ends."""
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -289,11 +290,13 @@ def _open_reader(path: Source, header: list[str], skip: int, scan: _TextScan,
                             f"{row.expected_columns}", text))
         return "skip"
 
-    source: Any = path
+    source: Any
     if isinstance(path, Location):
         whole = None if cache is None else cache.get("object", path)
         source = object_store.open_stream(path) if whole is None else pa.BufferReader(whole)
     try:
+        if not isinstance(path, Location):  # as it is, whatever its name (`x.gz` is not gzip)
+            source = pa.input_stream(str(path), compression=None)
         return pacsv.open_csv(
             source,
             read_options=pacsv.ReadOptions(
@@ -395,6 +398,13 @@ def read_header(path: Source, *, cache: RunCache | None = None) -> tuple[list[st
     return names, terminated
 
 
+_COMPRESSED = [("gzip", rb"\x1f\x8b"), ("zstd", rb"\x28\xb5\x2f\xfd"),
+               ("bzip2", rb"BZh[1-9]1AY&SY"), ("xz", rb"\xfd7zXZ\x00"), ("zip", rb"PK\x03\x04"),
+               ("lz4", rb"\x04\x22\x4d\x18")]
+"""Compressed files by their magic bytes: a CSV export compressed whole, which no reader here
+takes (a name's suffix decides nothing: a file is what it holds)."""
+
+
 def _header(path: Source, cache: RunCache | None = None) -> tuple[list[str], bool, int]:
     """`read_header`, and the physical lines before the header that the reader must be told
     to skip: 0 unless one of them holds spaces or tabs (pyarrow skips only empty lines)."""
@@ -405,6 +415,11 @@ def _header(path: Source, cache: RunCache | None = None) -> tuple[list[str], boo
         raise InputError(f"{path}: a Parquet file, not CSV (it starts with Parquet's magic "
                          f"bytes, but its name ends in {path.suffix}: rename it to .parquet)",
                          path=path)
+    compressed = next((kind for kind, magic in _COMPRESSED if re.match(magic, head)), None)
+    if compressed is not None:
+        raise InputError(f"{path}: a {compressed}-compressed file, not CSV text: inputs are read "
+                         "uncompressed (CSV as text, Parquet with its own compressed pages); "
+                         "decompress it first", path=path)
     whole = len(head) == size
     records, end, open_line, *_ = kernels.csv_scan(_csv_bytes(head), _bom_length(head), 1)
     if records == 0 and whole:

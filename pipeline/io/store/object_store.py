@@ -566,7 +566,7 @@ def open_stream(location: Location) -> Any:
     """A sequential pyarrow input stream over one object."""
     try:
         return answered(location, lambda: filesystem(location).open_input_stream(
-            location.store_path))
+            location.store_path, compression=None))  # its bytes, whatever its name says
     except store_failures() as exc:
         raise _read_error(location, exc) from None
 
