@@ -234,7 +234,8 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
                                              for f in rule_files], rule_rows, "rules")
         distinct, index = normalize.rule_index(rules)
         paths = resolve_inputs(config.positions, "positions", config.out,
-                               config.storage_options)
+                               config.storage_options,
+                               on_warning=lambda text: on_event(RunEvent.warning(text)))
         files = describe_before_reading(paths, cache=read_cache)  # before a byte is read
         with _changed_is_the_error(files):
             form = positions_form(paths, config, cache=read_cache)

@@ -111,6 +111,27 @@ def test_a_trailing_slash_names_a_directory_as_a_shell_reads_it(cli, tmp_path, s
             } == small_job
 
 
+def test_compressed_files_a_directory_listing_skips_are_named_in_a_warning(
+        cli, tmp_path, small_job):
+    """A directory of CSV exports where some came compressed (`x.csv.gz`): the run reads the
+    others, as documented, and warns which it skipped (their rows were missed unsaid); a
+    file of another type (`notes.txt`) is skipped as before, without a word."""
+    import gzip
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "positions.csv").rename(tmp_path / "in" / "a.csv")
+    for name in ("b.csv.gz", "c.csv.zst"):
+        (tmp_path / "in" / name).write_bytes(gzip.compress(b"rule_set_id,position_id,heaps\n"))
+    (tmp_path / "in" / "notes.txt").write_text("exported nightly\n")
+    result = cli("run", "--rules", "rules.csv", "--positions", "in", "--out", "out")
+    assert result.exit_code == 0, result.output
+    assert (f"warning: positions input {tmp_path}/in: skipped 2 compressed files "
+            f"({tmp_path}/in/b.csv.gz, {tmp_path}/in/c.csv.zst): inputs are read uncompressed; "
+            "decompress them to read their rows") in result.stderr
+    assert "notes.txt" not in result.stderr
+    assert pl.read_parquet(tmp_path / "out" / "verdicts.parquet").height == len(small_job)
+
+
 def test_run_with_one_bad_row_exits_3(cli, tmp_path, small_job):
     with (tmp_path / "positions.csv").open("a") as fh:
         fh.write("1,99,4 -2\n")
