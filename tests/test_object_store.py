@@ -966,6 +966,27 @@ def test_credentials_that_may_not_look_the_bucket_up_still_commit(
     assert_whole(s3_env, "fresh")
 
 
+def test_refused_access_to_a_prefix_above_the_output_names_the_output(
+        s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store refuses (403) the read of a manifest one prefix above --out (which the run
+    makes, to refuse an --out inside another output): the message names --out, then what it
+    read; it named only that manifest, a prefix the user never gave."""
+    sample = ROOT / "data" / "sample"
+    proxy = HeldRequest(s3_env, rb"(HEAD|GET) /bkt/nightly/manifest\.json", refuse=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                            sample / "positions.csv", "--out", "s3://bkt/nightly/out"], tmp_path)
+    finally:
+        proxy.close()
+    assert proxy.held.is_set(), "the manifest above was not read"
+    assert code == 1, err
+    assert err.splitlines()[-1] == (
+        "snim-batch: error: s3://bkt/nightly/out: the object store refused access while "
+        "reading s3://bkt/nightly/manifest.json, to check that it is not inside a snim-batch "
+        "output (check the credentials)")
+
+
 def test_a_manifest_put_that_may_still_land_keeps_every_file(
         s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The manifest PUT times out before the store has seen it, and reading the manifest

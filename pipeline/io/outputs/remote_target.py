@@ -90,8 +90,10 @@ def listed_paths(manifest: dict[str, Any]) -> dict[str, int | None] | None:
     return paths
 
 
-def read_manifest(target: Location) -> tuple[dict[str, Any], str | None] | None:
-    """OUT/manifest.json parsed, and its ETag; None when there is none."""
+def read_manifest(target: Location, named: Location | None = None
+                  ) -> tuple[dict[str, Any], str | None] | None:
+    """OUT/manifest.json parsed, and its ETag; None when there is none. A store failure names
+    `named` (an --out below `target`) when given, else the manifest."""
     location = target.child(MANIFEST)
     store = object_store.filesystem(location)
     try:
@@ -101,7 +103,10 @@ def read_manifest(target: Location) -> tuple[dict[str, Any], str | None] | None:
     except FileNotFoundError:
         return None
     except object_store.store_failures() as exc:
-        problem = object_store.store_error(location, exc, "reading the output's manifest")
+        problem = (object_store.store_error(location, exc, "reading the output's manifest")
+                   if named is None else object_store.store_error(
+                       named, exc, f"reading {location}, to check that it is not inside a "
+                                   "snim-batch output"))
         if "no such object" in str(problem):
             return None
         raise problem from None
@@ -131,7 +136,7 @@ def refuse_inside_remote_output(target: Location) -> None:
     parts = target.key.strip("/").split("/")[:-1]
     for depth in range(len(parts), 0, -1):
         above = target.at_key("/".join(parts[:depth]))
-        found = read_manifest(above)
+        found = read_manifest(above, named=target)
         if found is not None and written_by_snim(found[0]):
             raise UsageError(f"{target}: is inside the snim-batch output {above}, whose "
                              "manifest would no longer list all it holds (its next "
