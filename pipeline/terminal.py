@@ -694,7 +694,10 @@ def held_stop() -> int | None:
     """A stop signal kept until a `take_stops` that never came (the command line was only
     parsed: `--help`, a usage error), now taken; None if there is none."""
     _HOLDING.clear()
-    return _HELD.pop() if _HELD else None
+    if not _HELD:
+        return None
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return _HELD.pop()
 
 
 def keep_signals() -> None:
