@@ -82,3 +82,18 @@ def test_a_glob_ending_in_a_slash_takes_the_objects_below_its_prefixes_only(s3_e
     assert found(resolve_location("s3://bkt/in/*/", Path("/"))) == below
     assert found("s3://bkt/in/*") == ["s3://bkt/in/other/z.parquet", "s3://bkt/in/rules.csv",
                                       *below[1:]]
+
+
+def test_compressed_objects_a_prefix_listing_skips_are_named_in_a_warning(s3_env) -> None:
+    """As for a local directory: `x.csv.gz` objects below the prefix are not read, and the
+    warning names them; hidden ones and other types are skipped without a word."""
+    client = s3_env.client()
+    for key in ("in/a.csv", "in/day/b.csv.gz", "in/c.CSV.ZST", "in/_tmp/d.csv.gz",
+                "in/notes.txt"):
+        client.put_object(Bucket="bkt", Key=key, Body=CSV)
+    said: list[str] = []
+    paths = resolve_inputs("s3://bkt/in", "positions", on_warning=said.append)
+    assert [str(p) for p in paths] == ["s3://bkt/in/a.csv"]
+    assert said == ["positions input s3://bkt/in: skipped 2 compressed files "
+                    "(s3://bkt/in/c.CSV.ZST, s3://bkt/in/day/b.csv.gz): inputs are read "
+                    "uncompressed; decompress them to read their rows"]

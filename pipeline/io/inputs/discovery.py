@@ -13,14 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.io.inputs.remote import DELTA_TABLE, resolve_remote
+from pipeline.io.inputs.remote import (
+    COMPRESSED_SUFFIXES,
+    DELTA_TABLE,
+    resolve_remote,
+    skipped_compressed,
+)
 from pipeline.io.outputs.manifest import is_snim_output
 from pipeline.io.read.files import CSV_SUFFIXES, PARQUET_SUFFIXES, Source
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import GLOB_CHARS, Location, directories_glob
 
 _INPUT_SUFFIXES = PARQUET_SUFFIXES + CSV_SUFFIXES
-_COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".zip", ".lz4", ".snappy")
 
 
 _STAGING_NAME = re.compile(r"\..+\.(?:partial|retired)-\d+-.+")
@@ -39,29 +43,24 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
 
     A URL (s3://, gs://, az://) is found in its store (`remote_inputs`), with `options`
     (config.yaml's storage_options) for its client. `on_warning` is told of compressed files
-    a local directory listing skipped (`x.csv.gz`: rows a night would otherwise miss unsaid)."""
+    a listing skipped (`x.csv.gz`: rows a night would otherwise miss unsaid)."""
     location = Location.parse(spec, Path.cwd())
     outside = Location.parse(str(exclude), Path.cwd()) if exclude is not None else None
     if location.is_remote:
 
         return list(resolve_remote(object_store.with_client_options(location, options), what,
-                                   outside, directories_glob(spec)))
+                                   outside, directories_glob(spec), on_warning))
     local_exclude = outside.path if outside is not None and not outside.is_remote else None
     local = str(location.path) if spec[:5].lower() == "file:" else spec  # file:///path
     if directories_glob(spec) and not local.endswith("/"):
         local += "/"  # file:///in/*/
     finder = _InputFinder(local, what, local_exclude, named=spec)
     files = finder.files()
-    compressed = sorted(p for p in finder.skipped["suffix"]
-                        if p.name.lower().endswith(_COMPRESSED_SUFFIXES))
-    if compressed and on_warning is not None:
-        shown = ", ".join(_shown(str(p)) for p in compressed[:3])
-        more = f" and {len(compressed) - 3} more" if len(compressed) > 3 else ""
-        on_warning(f"{what} input {_shown(spec)}: skipped "
-                   f"{_plural(len(compressed), 'compressed file', 'compressed files')} "
-                   f"({shown}{more}): inputs are read uncompressed; decompress "
-                   f"{'it to read its' if len(compressed) == 1 else 'them to read their'} "
-                   "rows")
+    warning = skipped_compressed(what, _shown(spec), sorted(
+        _shown(str(p)) for p in finder.skipped["suffix"]
+        if p.name.lower().endswith(COMPRESSED_SUFFIXES)))
+    if warning is not None and on_warning is not None:
+        on_warning(warning)
     return list(files)
 
 

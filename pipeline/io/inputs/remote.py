@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from pipeline.errors import InputError
@@ -23,6 +24,20 @@ from pipeline.io.store.object_store import (
 )
 
 INPUT_SUFFIXES = (".parquet", ".pq", ".csv")
+COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".zip", ".lz4", ".snappy")
+"""Files compressed whole (`x.csv.gz`), which a listing skips: a warning names them."""
+
+
+def skipped_compressed(what: str, spec: str, names: list[str]) -> str | None:
+    """The warning for compressed files (or objects) `names` that a listing of `spec`
+    skipped, or None if there are none: their rows would otherwise be missed unsaid."""
+    if not names:
+        return None
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    one = len(names) == 1
+    return (f"{what} input {spec}: skipped {len(names)} compressed "
+            f"{'file' if one else 'files'} ({shown}): inputs are read uncompressed; "
+            f"decompress {'it to read its' if one else 'them to read their'} rows")
 
 
 DELTA_TABLE = ("is a Delta table; its data files include rows that later commits removed, so "
@@ -30,10 +45,12 @@ DELTA_TABLE = ("is a Delta table; its data files include rows that later commits
 
 
 def resolve_remote(spec: Location, what: str, exclude: Location | None,
-                   directories_only: bool = False) -> list[Location]:
+                   directories_only: bool = False,
+                   on_warning: Callable[[str], None] | None = None) -> list[Location]:
     """The objects of `spec` (bound to its options), sorted by key; InputError naming the URL
     when there are none. `directories_only`: the glob ended in `/` (`in/*/`), so it takes
-    the objects below the prefixes it matches, not an object it matches itself."""
+    the objects below the prefixes it matches, not an object it matches itself.
+    `on_warning` is told of compressed objects skipped (`skipped_compressed`)."""
     if is_object(spec):
         return [spec]
     parts = spec.key.split("/") if spec.key else []
@@ -49,6 +66,7 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None,
         raise InputError(f"{what} input {spec}: {DELTA_TABLE}")
     outputs = _snim_outputs(root, listed) + tables + _unlisted_runs(root, listed)
     found: list[str] = []
+    compressed: list[str] = []
     skipped = 0
     for key, *_ in listed:
         relative = key[len(root.key) + 1:].split("/") if root.key else key.split("/")
@@ -58,6 +76,9 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None,
             continue
         if not taken or (owner is not None and owner != spec.key) or _own(key, spec, exclude):
             skipped += 1
+            if (owner is None and not any(_hidden(name) for name in relative)
+                    and relative[-1].lower().endswith(COMPRESSED_SUFFIXES)):
+                compressed.append(str(spec.at_key(key)))
             continue
         if "" in relative or key.endswith("/"):
             raise InputError(f"{what} input {spec}: the object {spec.at_key(key)} has an "
@@ -75,6 +96,9 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None,
                 "Delta tables)") \
             if skipped else ""
         raise InputError(f"{what} input {spec}: {empty}{more}")
+    warning = skipped_compressed(what, str(spec), compressed)
+    if warning is not None and on_warning is not None:
+        on_warning(warning)
     return [spec.at_key(key) for key in sorted(found)]
 
 
