@@ -539,9 +539,7 @@ def _retract_night(root: TableRoot, run_date: date, run_id: str, base: int | Non
         return None
     try:
         runs = root.open(RUNS, base)
-        night = pl.scan_delta(root.table(RUNS), version=base,
-                              storage_options=root.polars_options).filter(
-            pl.col(PARTITION) == run_date).select("run_id").collect()
+        night = root.read(RUNS, version=base, nights=[run_date], columns=["run_id"])
         if night.is_empty():
             return base
         runs.delete(f"{PARTITION} = '{run_date.isoformat()}'", commit_properties=CommitProperties(

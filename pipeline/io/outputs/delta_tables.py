@@ -20,6 +20,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
@@ -77,13 +78,6 @@ class TableRoot:
     def table(self, name: str) -> str:
         return f"{self.uri.rstrip('/')}/{name}"
 
-    @property
-    def polars_options(self) -> dict[str, Any] | None:
-        """The same options as polars takes them (max_retries an integer)."""
-        if self.storage_options is None:
-            return None
-        return {key: int(value) if key == "max_retries" else value
-                for key, value in self.storage_options.items()}
 
     def exists(self, name: str) -> bool:
         return DeltaTable.is_deltatable(self.table(name), self.storage_options)
@@ -91,6 +85,18 @@ class TableRoot:
     def open(self, name: str, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.table(name), version=version,
                           storage_options=self.storage_options)
+
+    def read(self, name: str, version: int | None = None, nights: list[date] | None = None,
+             columns: list[str] | None = None) -> pl.DataFrame:
+        """Table `name` (at `version`; only the partitions of `nights`, only `columns`) read
+        through deltalake: polars' own Delta reader cannot open a local root whose path
+        holds a space or a non-ASCII letter (the tables' file URIs are percent-encoded)."""
+        filters = None if nights is None else pc.field(PARTITION).isin(
+            pa.array(nights, pa.date32()))
+        table = self.open(name, version).to_pyarrow_table(filters=filters, columns=columns)
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
 
 
 def table_root(out: Path | str, configured: Mapping[str, str] | None = None) -> TableRoot:
@@ -372,12 +378,7 @@ def is_table_root(uri: str, storage_options: dict[str, str] | None = None) -> bo
 def read_runs(root: TableRoot) -> pl.DataFrame:
     """The runs table as it is now: one row per night, the run whose rows are live."""
     require_root(root)
-    return pl.read_delta(root.table(RUNS), storage_options=root.polars_options
-                         ).sort(PARTITION)
-
-
-def scan_table(root: TableRoot, name: str) -> pl.LazyFrame:
-    return pl.scan_delta(root.table(name), storage_options=root.polars_options)
+    return root.read(RUNS).sort(PARTITION)
 
 
 def latest_night(root: TableRoot) -> dict[str, Any]:
@@ -395,8 +396,7 @@ def latest_night(root: TableRoot) -> dict[str, Any]:
     night = run[PARTITION]
 
     def rows(name: str) -> pl.DataFrame:
-        return scan_table(root, name).filter(pl.col(PARTITION) == night).drop(
-            PARTITION, "run_id").collect()
+        return root.read(name, nights=[night]).drop(PARTITION, "run_id")
 
     manifest = {
         **{key: run[key] for key in ("run_id", "status", "exit_code", "engine")},
@@ -415,7 +415,7 @@ def latest_night(root: TableRoot) -> dict[str, Any]:
             ("inputs", "input_files"), ("config", "config"), ("versions", "versions"),
             ("timings_s", "timings_s"))},
         **({"rejects": json.loads(run["rejects"])} if run.get("rejects") else {})}
-    summaries = scan_table(root, "summary").select(PARTITION, "rule_set_id", "w_rate").collect()
+    summaries = root.read("summary", columns=[PARTITION, "rule_set_id", "w_rate"])
     return {"manifest": manifest, "summary": rows("summary"), "sg_tables": rows("sg_tables"),
             "rejects": rows("rejects"), "runs": runs, "summaries": summaries}
 
@@ -440,8 +440,7 @@ def live_runs(root: TableRoot) -> tuple[pl.DataFrame, dict[date, dict[str, dict[
         if len(ids) != 1 or next(iter(ids)) not in committed:
             continue
         (run_id,) = ids
-        row = pl.read_delta(root.table(RUNS), version=committed[run_id],
-                            storage_options=root.polars_options).filter(
+        row = root.read(RUNS, version=committed[run_id]).filter(
             (pl.col("run_id") == run_id) & (pl.col(PARTITION) == night))
         if row.height == 1 and _holds_all_of(row.row(0, named=True), tables):
             recovered.append(row)
@@ -469,8 +468,8 @@ def _unlisted_nights(root: TableRoot, listed: set[date]
                   if p.get(PARTITION)} - listed
         if not nights:
             continue
-        counts = scan_table(root, name).filter(pl.col(PARTITION).is_in(sorted(nights))
-                                               ).group_by(PARTITION, "run_id").len().collect()
+        counts = root.read(name, nights=sorted(nights), columns=[PARTITION, "run_id"]
+                           ).group_by(PARTITION, "run_id").len()
         for night, run_id, rows in counts.iter_rows():
             found.setdefault(night, {}).setdefault(name, {})[run_id] = rows
     return found
