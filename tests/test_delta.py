@@ -483,6 +483,24 @@ def test_a_root_whose_path_holds_a_space_or_a_non_ascii_letter_reads_back(
     assert delta_tables.read_runs(tables)["run_id"].to_list()[0] == rerun.manifest["run_id"]
 
 
+def test_a_root_whose_path_holds_a_percent_escape_is_refused_before_any_work(
+        tmp_path: Path) -> None:
+    """deltalake reads `d%20x` as `d x`: the run committed its verdicts at one path and
+    failed at the next table, leaving a root no rerun could use. Refused, by run and
+    explain alike, with nothing written."""
+    rules = write_rules(tmp_path / "rules.csv")
+    positions = write_positions(tmp_path / "in" / "p.csv", random_positions(1, 10))
+    said = (f"{tmp_path}/d%20x: a Delta root's path cannot hold '%20': deltalake reads it as "
+            "an escaped character and would commit to another path than its files'; choose "
+            "a path without it")
+    for command in ("explain", "run"):
+        code, err = invoke([command, "--rules", rules, "--positions", positions, "--out",
+                            tmp_path / "d%20x", "--format", "delta"], tmp_path)
+        assert code == 2, err
+        assert said in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "rules.csv"]
+
+
 # ---- the command line -----------------------------------------------------------------------
 
 

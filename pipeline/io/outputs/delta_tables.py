@@ -49,6 +49,8 @@ from pipeline.io.outputs.remote_target import refuse_inside_remote_output
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")  # what deltalake decodes in a local path (`d%20x`)
+
 DATA_TABLES = ("verdicts", "rejects", "summary", "sg_tables")
 RUNS = "runs"
 PARTITION = "run_date"
@@ -120,6 +122,12 @@ def check_root(root: TableRoot) -> None:
     commit; the first check notes the runs table's version (`TableRoot.seen`)."""
     if root.is_local:
         path = Path(root.uri.removeprefix("file://"))
+        escaped = _ESCAPE.search(str(path))
+        if escaped is not None:
+            raise UsageError(f"{root.uri}: a Delta root's path cannot hold {escaped.group()!r}: "
+                             "deltalake reads it as an escaped character and would commit "
+                             "to another path than its files'; choose a path without it",
+                             path=root.uri)
         refuse_inside_delta_table(path, root.uri)
         refuse_inside_snim_output(path, root.uri)
         refuse_long_names(path, "--out")
