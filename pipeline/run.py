@@ -33,6 +33,7 @@ from pipeline.errors import (
     BadRowsError,
     InputError,
     ReconcileError,
+    SnimError,
     truncated,
 )
 from pipeline.events import WARNING, OnEvent, RunEvent
@@ -336,7 +337,12 @@ def _changed_is_the_error(files: list[InputFile]) -> Iterator[None]:
     try:
         yield
     except InputError as error:
-        ensure_unchanged([f for f in files if str(f.path) == error.path])
+        try:
+            ensure_unchanged([f for f in files if str(f.path) == error.path])
+        except InputError:
+            raise
+        except SnimError:  # the store cannot say now (refused, unreachable): the read's error
+            raise error from None
         raise
 
 

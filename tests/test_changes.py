@@ -256,3 +256,32 @@ def test_a_store_that_refuses_the_last_look_is_said_to_fail_not_the_object_gone(
     assert str(raised.value) == ("s3://bkt/in/positions.csv: the object store refused access "
                                  "while reading (check the credentials)")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_read_error_stays_the_error_when_the_store_cannot_say_if_the_object_changed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object fails to read, and the store cannot be reached for the look that would tell
+    whether it changed meanwhile (here: nothing listens at its endpoint): the read's error,
+    which says what is wrong with the object, is the run's, not the failed look."""
+    import socket
+
+    from pipeline.io.read.files import InputFile
+    from pipeline.io.store import object_store
+    from pipeline.io.store.locations import Location
+    from pipeline.run import _changed_is_the_error
+
+    with socket.socket() as sock:  # a port nothing listens at once it is closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    location = object_store.with_client_options(
+        Location.parse("s3://bkt/in/positions.parquet", Path.cwd()), None)
+    read_error = InputError(f"{location}: not a readable Parquet file (footer cut short)",
+                            path=str(location))
+    with pytest.raises(InputError) as raised:
+        with _changed_is_the_error([InputFile(location, "parquet", 72, "etag-1", None)]):
+            raise read_error
+    assert raised.value is read_error
