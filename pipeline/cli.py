@@ -52,9 +52,9 @@ from pipeline.terminal import (
     configure_logging,
     configured_log_format,
     default_stop_signals,
+    drop_held_stops,
     exit_status,
     heavy_imports,
-    held_stop,
     interrupt_within,
     late_stops_note,
     printable,
@@ -1163,11 +1163,7 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
             default_stop_signals()
     except KeyboardInterrupt as exc:  # outside any command's handling (typer's set-up)
         code, late = 128 + (exc.signum if isinstance(exc, Stopped) else signal.SIGINT), ended
-    held = held_stop()
-    if held is not None:  # kept while the line was parsed, and no command began to take it
-        code, late = 128 + held, False
-        if held != signal.SIGINT:  # Ctrl-C is said as "interrupted"
-            STOPPED_BY.append(held)
+    drop_held_stops()  # no command began (--help, a refused flag): the line's exit code
     if code == 130 and STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
         code = 128 + STOPPED_BY[0]
     if code in (130, *(128 + s for s in STOPPED_BY)) and not (late or _INTERRUPT_SAID):

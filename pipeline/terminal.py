@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
 
@@ -586,8 +586,9 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     if _STOPPING:
         return
     if _HOLDING:
-        if not _HELD:
-            _HELD.append(signum)
+        if not _HELD:  # the first: one that was pending came before this one
+            _HELD.append(_PENDING[0] if _PENDING else signum)
+            _PENDING.clear()
             signal.signal(signal.SIGALRM, _held_too_long)
             signal.setitimer(signal.ITIMER_REAL, HOLD_LIMIT_S)
         return
@@ -596,7 +597,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     if not _safe_to_raise(frame):
         if not _PENDING:
             _PENDING.append(signum)
-            signal.signal(signal.SIGALRM, _stop_pending)
+        signal.signal(signal.SIGALRM, _stop_pending)
         signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
         return
     if _PENDING:  # the stop that came first, not a later one that found it pending
@@ -621,7 +622,6 @@ def _stop_pending(alarm: int, frame: FrameType | None) -> None:
             _PENDING.clear()
 
 
-_HANDLERS = (_stop.__code__, _stop_pending.__code__)
 
 
 def _stop_not_lost(unraisable: sys.UnraisableHookArgs) -> None:
@@ -682,22 +682,39 @@ def _held_too_long(alarm: int, frame: FrameType | None) -> None:
         _stop(_HELD.pop(), frame)
 
 
+_HANDLERS = (_stop.__code__, _stop_pending.__code__, _held_too_long.__code__)
+
+
 def take_stops() -> None:
-    """Stop signals are raised as they come again; one kept meanwhile is raised now."""
+    """Stop signals are raised as they come again; one kept meanwhile is raised now, with
+    the stop signals blocked until it is: a second one meanwhile is not raised in its place."""
+    blocked = _block(STOP_SIGNALS)
+    try:
+        _HOLDING.clear()
+        if _HELD:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            _stop(_HELD.pop(), None)
+    finally:
+        _block(blocked, signal.SIG_SETMASK)
+
+
+def drop_held_stops() -> None:
+    """The command line was only read (`--help`, `--version`, a refused flag), no command
+    began to take a stop kept meanwhile: it is dropped, and the exit code is the line's."""
     _HOLDING.clear()
     if _HELD:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        _stop(_HELD.pop(), None)
+        _HELD.clear()
 
 
-def held_stop() -> int | None:
-    """A stop signal kept until a `take_stops` that never came (the command line was only
-    parsed: `--help`, a usage error), now taken; None if there is none."""
-    _HOLDING.clear()
-    if not _HELD:
+def _block(signals: Iterable[int] | None, how: int = signal.SIG_BLOCK
+           ) -> set[signal.Signals] | None:
+    """`pthread_sigmask(how, signals)` where there is one; the mask before."""
+    if not hasattr(signal, "pthread_sigmask"):
         return None
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    return _HELD.pop()
+    if signals is None:
+        return None
+    return signal.pthread_sigmask(how, signals)
 
 
 def keep_signals() -> None:

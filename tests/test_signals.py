@@ -623,3 +623,57 @@ def test_a_stop_before_another_command_began_stops_it(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=120)
     assert (done.returncode, done.stdout, done.stderr) == (
         143, "", "TEST: SIGTERM sent\nsnim-batch: stopped by SIGTERM; nothing was written\n")
+
+
+_PENDING_THEN_HELD_TOO_LONG = """
+import signal, time
+from pipeline import terminal
+from pipeline.errors import Stopped
+
+terminal.stop_signals_as_interrupts()
+frozen = {}
+exec(compile("import sys, time\\nframe = sys._getframe()\\n"
+             "def spin(seconds):\\n"
+             "    end = time.monotonic() + seconds\\n"
+             "    while time.monotonic() < end:\\n"
+             "        pass\\n", "<frozen importlib._bootstrap>", "exec"), frozen)
+terminal._stop(signal.SIGTERM, frozen["frame"])  # pending: it came in the import system
+terminal.stops_held_until_taken()  # the executable starts to read its command line
+try:
+    frozen["spin"](terminal.HOLD_LIMIT_S + 1)  # the hold runs out here, where none is raised
+    time.sleep(1)  # here it can be
+    print("not stopped", flush=True)
+except Stopped as exc:
+    print("stopped", int(exc.signum), flush=True)
+"""
+
+
+def test_a_pending_stop_kept_too_long_is_raised_once_it_can_be() -> None:
+    """A stop pending in the import system when the hold begins, the hold running out while
+    the main thread is still where no stop is raised: the stop is raised once it can be (it
+    was lost: the timer that brings a pending stop back had been given to the hold)."""
+    found = subprocess.run([sys.executable, "-c", _PENDING_THEN_HELD_TOO_LONG],
+                           capture_output=True, text=True, timeout=60,
+                           cwd=Path(__file__).resolve().parents[1])
+    assert (found.returncode, found.stdout, found.stderr) == (
+        0, f"stopped {int(signal.SIGTERM)}\n", "")
+
+
+@pytest.mark.parametrize(("args", "code", "said"), [
+    (["run", "--bogus"], 2, "No such option: --bogus"),
+    (["--version"], 0, ""),
+], ids=["refused-flag", "version"])
+def test_a_stop_kept_while_only_the_command_line_was_read_leaves_its_exit_code(
+        tmp_path: Path, args: list[str], code: int, said: str) -> None:
+    """SIGTERM during the CLI's import, then a command line that ends before any command
+    begins (a refused flag, --version): the line's own exit code and words, not a stop
+    said with no result to show for it."""
+    (tmp_path / "sitecustomize.py").write_text(STOP_AS_THE_CLI_IS_IMPORTED)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)]),
+           "TEST_STOP_AT_IMPORT": "pipeline.cli"}
+    done = subprocess.run([str(CLI_EXE), *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == code, done.stderr
+    assert done.stderr.startswith("TEST: SIGTERM sent\n")
+    assert said in done.stderr and "stopped" not in done.stderr
