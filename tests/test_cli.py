@@ -125,11 +125,19 @@ def test_compressed_files_a_directory_listing_skips_are_named_in_a_warning(
     (tmp_path / "in" / "notes.txt").write_text("exported nightly\n")
     result = cli("run", "--rules", "rules.csv", "--positions", "in", "--out", "out")
     assert result.exit_code == 0, result.output
-    assert (f"warning: positions input {tmp_path}/in: skipped 2 compressed files "
-            f"({tmp_path}/in/b.csv.gz, {tmp_path}/in/c.csv.zst): inputs are read uncompressed; "
-            "decompress them to read their rows") in result.stderr
+    assert (f"warning: positions input {tmp_path}/in: skipped 2 files named as compressed "
+            f"({tmp_path}/in/b.csv.gz, {tmp_path}/in/c.csv.zst): a listing reads only "
+            ".parquet, .pq and .csv files; decompress them to read their rows (or name each "
+            "as an input itself, if it is plain text)") in result.stderr
     assert "notes.txt" not in result.stderr
     assert pl.read_parquet(tmp_path / "out" / "verdicts.parquet").height == len(small_job)
+    (tmp_path / "in" / "a.csv").unlink()  # only compressed ones: the error says so
+    result = cli("run", "--rules", "rules.csv", "--positions", "in", "--out", "out2")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.endswith(
+        f"error: positions input {tmp_path}/in: no .parquet, .pq or .csv files found; skipped "
+        "3 files of another type, 2 of them named as compressed (only .parquet, .pq and .csv "
+        "files are read from a directory)\n"), result.stderr
 
 
 def test_run_with_one_bad_row_exits_3(cli, tmp_path, small_job):

@@ -94,6 +94,7 @@ def test_compressed_objects_a_prefix_listing_skips_are_named_in_a_warning(s3_env
     said: list[str] = []
     paths = resolve_inputs("s3://bkt/in", "positions", on_warning=said.append)
     assert [str(p) for p in paths] == ["s3://bkt/in/a.csv"]
-    assert said == ["positions input s3://bkt/in: skipped 2 compressed files "
-                    "(s3://bkt/in/c.CSV.ZST, s3://bkt/in/day/b.csv.gz): inputs are read "
-                    "uncompressed; decompress them to read their rows"]
+    assert said == ["positions input s3://bkt/in: skipped 2 files named as compressed "
+                    "(s3://bkt/in/c.CSV.ZST, s3://bkt/in/day/b.csv.gz): a listing reads only "
+                    ".parquet, .pq and .csv files; decompress them to read their rows (or name "
+                    "each as an input itself, if it is plain text)"]

@@ -328,8 +328,9 @@ def test_spilled_long_form_gives_the_in_memory_tables(tmp_path, monkeypatch, key
 @pytest.mark.parametrize("form, scratch", [("wide", ".verdict-runs"), ("long", ".spill")])
 def test_scratch_files_removed_before_they_are_read_back_are_named(
         tmp_path, monkeypatch, form, scratch):
-    """Scratch files gone once written (their output's directory removed by someone else
-    mid-run): exit 1 naming the output and the scratch file, not an internal error."""
+    """Scratch files gone once written (as when their output's directory is removed by
+    someone else mid-run; here the files themselves): exit 1 naming the output and the
+    scratch file, not an internal error."""
     from pipeline.io.outputs.scratch import Spill
 
     if form == "wide":

@@ -344,8 +344,11 @@ class _InputFinder:
             parts.append(" and ".join(hidden) + " whose names start with _ or . (hidden files "
                          "and markers such as _SUCCESS are skipped, as Spark and Hadoop do)")
         if counts["suffix"]:
-            parts.append(_plural(counts["suffix"], "file", "files") + " of another type (only "
-                         ".parquet, .pq and .csv files are read from a directory)")
+            compressed = sum(p.name.lower().endswith(COMPRESSED_SUFFIXES)
+                             for p in self.skipped["suffix"])
+            named = f", {compressed} of them named as compressed" if compressed else ""
+            parts.append(_plural(counts["suffix"], "file", "files") + f" of another type{named} "
+                         "(only .parquet, .pq and .csv files are read from a directory)")
         if counts["special"]:
             parts.append(_plural(counts["special"], "entry that is", "entries that are")
                          + " neither a file nor a directory")

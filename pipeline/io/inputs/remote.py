@@ -35,9 +35,10 @@ def skipped_compressed(what: str, spec: str, names: list[str]) -> str | None:
         return None
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     one = len(names) == 1
-    return (f"{what} input {spec}: skipped {len(names)} compressed "
-            f"{'file' if one else 'files'} ({shown}): inputs are read uncompressed; "
-            f"decompress {'it to read its' if one else 'them to read their'} rows")
+    return (f"{what} input {spec}: skipped {len(names)} {'file' if one else 'files'} named as "
+            f"compressed ({shown}): a listing reads only .parquet, .pq and .csv files; "
+            f"decompress {'it' if one else 'them'} to read {'its' if one else 'their'} rows "
+            f"(or name {'it' if one else 'each'} as an input itself, if it is plain text)")
 
 
 DELTA_TABLE = ("is a Delta table; its data files include rows that later commits removed, so "

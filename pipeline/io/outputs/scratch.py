@@ -164,6 +164,8 @@ def _spill_error(path: Path, exc: OSError) -> OutputError:
 
 
 def _read_back_error(path: Path, exc: OSError) -> OutputError:
+    """A scratch file that cannot be read back (removed meanwhile with its output's directory),
+    as the write failure the output's commit names: the run's output cannot be written."""
     cause, no_space = write_cause(exc)
     return WriteFailure(f"{path}: cannot read scratch file back ({cause})",
                         f"reading the scratch file {path.parent.name}/{path.name} back", cause,
