@@ -597,11 +597,19 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
     `delta_tables.check_root`); an output they refuse is the plan's `problem`. A usage error
     of the options (--run-date without --format delta) is raised, as the run raises it."""
     from pipeline.io.outputs.commit import refuse_inside_delta_table
+    from pipeline.io.outputs.failures import refuse_long_names, refuse_long_staging
     from pipeline.io.outputs.kinds import DeltaTables, ObjectStorePrefix, output_for
     from pipeline.io.outputs.remote_target import target_state as remote_state
 
     location, fmt, overwrite = str(config.out), config.output.format, config.overwrite
     night = (run_date or datetime.now(UTC).date()).isoformat() if fmt == "delta" else None
+    if isinstance(config.out, Path):  # the names the run makes, checked first as it does
+        try:
+            refuse_long_names(config.out, "--out")
+            refuse_long_staging(output_target(config.out),
+                                "delta-staging" if fmt == "delta" else "partial")
+        except UsageError as exc:
+            return OutputPlan(location, fmt, overwrite, None, "refused", str(exc), night, exc)
     exists = (config.out.exists() or config.out.is_symlink()) if isinstance(config.out, Path) \
         else None
     try:

@@ -604,3 +604,22 @@ def test_a_result_file_on_a_read_only_mount_is_refused_before_any_work(tmp_path:
     assert explain_err.endswith("r.json': its directory cannot be written (read-only file "
                                 "system)\n"), explain_err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+@pytest.mark.parametrize("name", ["a" * 250, "c" * 256, "/".join(["d" * 200] * 21)],
+                         ids=["staging-name-too-long", "name-too-long", "path-too-long"])
+def test_an_output_whose_names_the_run_refuses_is_refused_by_explain_alike(
+        tmp_path: Path, fmt: str, name: str) -> None:
+    """An --out of 250 bytes (its staging name would pass 255), of 256 bytes, or a path of
+    4,200 bytes: explain exits 2 with the run's own message (it said the output would be
+    created, or "a name in this path is too long", exit 1, with no plan)."""
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    args = ["--rules", str(sample / "rules.csv"), "--positions", str(sample / "positions.csv"),
+            "--out", name, "--format", fmt]
+    ran = snim("run", *args, cwd=tmp_path)
+    assert ran.returncode == 2, ran.stderr
+    plan = explained(*args, cwd=tmp_path, code=2)
+    assert plan["output"]["action"] == "refused"
+    assert f"snim-batch: error: {plan['output']['problem']}\n" == ran.stderr
+    assert sorted(tmp_path.iterdir()) == []

@@ -23,10 +23,9 @@ import pyarrow.fs as pafs
 from pipeline.errors import OutputError, UsageError, WriteFailure
 from pipeline.events import OnEvent, RunEvent, ignore, tell_committed
 from pipeline.io.outputs.failures import (
-    FILES_DEPTH,
-    PID_WIDTH,
     failure,
     refuse_long_names,
+    refuse_long_staging,
     remove_staging,
     unwritable,
     write_cause,
@@ -538,8 +537,7 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
         raise OutputError(f"{shown}: the root directory cannot be an output")
     refuse_inside_delta_table(out, shown)
     refuse_inside_snim_output(out, shown)
-    refuse_long_names(target, "--out", "its staging directory .NAME.partial-PID-RUN",
-                      len("..partial--") + PID_WIDTH + len(run_id), FILES_DEPTH)
+    refuse_long_staging(target, "partial", len(run_id))
     for notice in _remove_stale_staging(target):
         on_event(RunEvent.warning(notice))
     _target_state(target, overwrite, shown)

@@ -36,11 +36,10 @@ from pipeline.io.outputs.commit import (
     remove_if_empty,
 )
 from pipeline.io.outputs.failures import (
-    FILES_DEPTH,
-    PID_WIDTH,
     failure,
     local_staging_failure,
     refuse_long_names,
+    refuse_long_staging,
     remove_staging,
     write_cause,
 )
@@ -234,8 +233,7 @@ def staging_directory(root: TableRoot, run_id: str, on_event: OnEvent = ignore
         if not target.name:
             raise OutputError(f"{root.uri}: the root directory cannot be a table root",
                               path=root.uri)
-        refuse_long_names(target, "--out", "its staging directory .NAME.delta-staging-PID-RUN",
-                          len("..delta-staging--") + PID_WIDTH + len(run_id), FILES_DEPTH)
+        refuse_long_staging(target, "delta-staging", len(run_id))
         _remove_stale(target)
         staging = target.parent / f".{target.name}.delta-staging-{os.getpid()}-{run_id}"
     else:

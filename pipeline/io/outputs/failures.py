@@ -162,6 +162,13 @@ def name_problem(path: Path, beside: str = "", extra: int = 0, depth: int = 0) -
     return None
 
 
+def refuse_long_staging(target: Path, kind: str, run_id_length: int = RUN_ID_WIDTH) -> None:
+    """`refuse_long_names` for the output `target` and the staging directory
+    `.NAME.KIND-PID-RUN` a run makes beside it (`explain` asks with the longest run id)."""
+    refuse_long_names(target, "--out", f"its staging directory .NAME.{kind}-PID-RUN",
+                      len(f"..{kind}--") + PID_WIDTH + run_id_length, FILES_DEPTH)
+
+
 def refuse_long_names(path: Path, option: str, beside: str = "", extra: int = 0,
                       depth: int = 0) -> None:
     """A UsageError (exit 2, before any work) when `name_problem` finds one in the output
