@@ -2056,7 +2056,8 @@ OTHER_TYPE = "of another type (only .parquet, .pq and .csv files are read from a
     (["_tmp/x.csv", "_SUCCESS"], "no .parquet, .pq or .csv files found",
      f"; skipped 1 file and 1 directory whose {MARKERS}"),
     (["a.txt", "b.json", "c.csv.gz"], "no .parquet, .pq or .csv files found",
-     f"; skipped 3 files {OTHER_TYPE}"),
+     "; skipped 3 files of another type, 1 of them named as compressed (only .parquet, .pq "
+     "and .csv files are read from a directory)"),
     (["_x.csv", "a.txt"], "no .parquet, .pq or .csv files found",
      f"; skipped 1 file whose {MARKERS}, 1 file {OTHER_TYPE}"),
 ])
