@@ -905,8 +905,10 @@ def _plan_lines(plan: Any) -> list[str]:
     state = {"create": "does not exist; it would be created",
              "fill": "an empty directory; it would be filled",
              "replace": "a snim-batch output; it would be replaced (--overwrite)",
-             "add night": (f"Delta tables; the night {o.run_date} would be added (replacing "
-                           "an earlier run of that night)" if o.exists else
+             "add night": (f"Delta tables; the night {o.run_date} would replace the rows "
+                           "an earlier run of that night left" if o.replaces_night else
+                           f"Delta tables; the night {o.run_date} would be added"
+                           if o.exists else
                            f"no Delta tables yet; they would be made, with the night "
                            f"{o.run_date}"),
              "refused": f"the run would stop here: {o.problem}"}[o.action]

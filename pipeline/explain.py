@@ -216,6 +216,7 @@ class OutputPlan:
     problem: str | None = None
     run_date: str | None = None
     refusal: SnimError | None = dataclasses.field(default=None, repr=False, compare=False)
+    replaces_night: bool | None = None  # Delta: the tables hold rows of run_date already
 
     @property
     def exit_code(self) -> int:
@@ -619,7 +620,7 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
         return OutputPlan(location, fmt, overwrite, exists, "refused", str(exc), night, exc)
     try:
         if isinstance(output, DeltaTables):
-            from pipeline.io.outputs.delta_tables import RUNS
+            from pipeline.io.outputs.delta_tables import RUNS, holds_night
 
             refused = (staging_refused(config.out, location)  # beside the root as named
                        if isinstance(config.out, Path) else None)
@@ -627,7 +628,8 @@ def _output_plan(config: Config, run_date: date | None) -> OutputPlan:
                 return OutputPlan(location, fmt, overwrite, exists, "refused", str(refused),
                                   night, refused)
             return OutputPlan(location, fmt, overwrite, output.root.exists(RUNS), "add night",
-                              run_date=night)
+                              run_date=night, replaces_night=holds_night(
+                                  output.root, date.fromisoformat(str(night))))
         if isinstance(output, ObjectStorePrefix):
             refuse_inside_delta_table(output.location, location)
             found = remote_state(output.location, overwrite).etag is not None

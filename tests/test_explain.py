@@ -373,7 +373,27 @@ def test_spark_and_delta_are_planned_without_starting_them(wide_parquet: Path) -
                       "--format", "delta", "--run-date", "2026-03-04", cwd=wide_parquet)
     assert delta["output"]["action"] == "add night"
     assert delta["output"]["run_date"] == "2026-03-04"
+    assert delta["output"]["replaces_night"] is False
     assert not (wide_parquet / "tables").exists()
+
+
+def test_explain_says_whether_a_delta_night_is_new_or_replaced(wide_parquet: Path) -> None:
+    """A root holding the night 2026-03-04: explain of that night says its rows would be
+    replaced; of another night, that it would be added (it said "replacing an earlier run
+    of that night" for any night once the root existed; QA)."""
+    args = ["--rules", "rules.parquet", "--positions", "positions", "--out", "tables",
+            "--format", "delta"]
+    assert snim("run", *args, "--run-date", "2026-03-04", cwd=wide_parquet).returncode == 3
+    for night, replaces, said in (
+            ("2026-03-04", True, "the night 2026-03-04 would replace the rows an earlier run "
+                                 "of that night left"),
+            ("2026-03-05", False, "the night 2026-03-05 would be added")):
+        plan = explained(*args, "--run-date", night, cwd=wide_parquet)["output"]
+        assert (plan["action"], plan["exists"], plan["replaces_night"]) == (
+            "add night", True, replaces)
+        text = snim("explain", *args, "--run-date", night, cwd=wide_parquet)
+        assert text.stdout.splitlines()[-2] == (
+            f"output: {wide_parquet / 'tables'} (delta): Delta tables; {said}")
 
 
 def test_explain_takes_runs_options() -> None:

@@ -381,6 +381,15 @@ def is_table_root(uri: str, storage_options: dict[str, str] | None = None) -> bo
     return TableRoot(uri, storage_options).exists(RUNS)
 
 
+def holds_night(root: TableRoot, night: date) -> bool:
+    """Whether a table of the root holds rows of `night` now (a run of it replaces them): the
+    runs table's row, or a stopped run's rows in the data tables."""
+    text = night.isoformat()
+    return any(root.exists(name) and any(part.get(PARTITION) == text
+                                         for part in root.open(name).partitions())
+               for name in (RUNS, *DATA_TABLES))
+
+
 def read_runs(root: TableRoot) -> pl.DataFrame:
     """The runs table as it is now: one row per night, the run whose rows are live."""
     require_root(root)
