@@ -267,7 +267,10 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
             remove_dead_staging(out, re.compile(r"\.generating-(\d+)"))
         remove_dead_staging(out.parent,
                             re.compile(rf"\.{re.escape(out.name)}\.generating-(\d+)"))
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"{out}: is a file, not a directory; generate writes a whole "
+                              "dataset into a new or empty directory (choose another --out)")
+        if out.exists() and any(out.iterdir()):
             raise OutputError(f"{out}: exists and is not an empty directory; generate writes "
                               "a whole dataset into a new or empty one (remove it, or choose "
                               "another --out)")

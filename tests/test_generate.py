@@ -128,6 +128,13 @@ def test_a_directory_that_is_not_empty_is_refused_and_kept_as_it_was(tmp_path: P
             "dataset into a new or empty one") in " ".join(err.split())
     assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    (tmp_path / "rules.csv").write_text("rule_set_id,moves\n1,2 5\n")  # a file: said so
+    code, err = invoke(["generate", "--out", tmp_path / "rules.csv", "--positions", 5],
+                       tmp_path)
+    assert code == 1, err
+    assert (f"error: {tmp_path / 'rules.csv'}: is a file, not a directory; generate writes a "
+            "whole dataset into a new or empty directory") in " ".join(err.split())
+    assert (tmp_path / "rules.csv").read_text() == "rule_set_id,moves\n1,2 5\n"
 
 
 @pytest.mark.parametrize("out", [".", "link", "new/deeper"])
