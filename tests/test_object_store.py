@@ -949,18 +949,27 @@ def test_a_manifest_put_whose_outcome_cannot_be_told_keeps_every_file(
         run, old["run_id"]}
 
 
+def refused_sample_run(server, pattern: bytes, out: str, tmp_path: Path,
+                       monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, HeldRequest]:
+    """`run` of the bundled sample to `out` through a proxy that answers 403 to every request
+    matching `pattern`: its exit code, stderr, and the proxy (closed)."""
+    sample = ROOT / "data" / "sample"
+    proxy = HeldRequest(server, pattern, refuse=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                            sample / "positions.csv", "--out", out], tmp_path)
+    finally:
+        proxy.close()
+    return code, err, proxy
+
+
 def test_credentials_that_may_not_look_the_bucket_up_still_commit(
         s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A policy that allows a prefix but not HeadBucket (403 to `HEAD /bkt`): a first run to
     an empty OUT is not refused as if the bucket were missing."""
-    sample = ROOT / "data" / "sample"
-    proxy = HeldRequest(s3_env, rb"HEAD /bkt/? HTTP", refuse=True)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-    try:
-        code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
-                            sample / "positions.csv", "--out", "s3://bkt/fresh"], tmp_path)
-    finally:
-        proxy.close()
+    code, err, proxy = refused_sample_run(s3_env, rb"HEAD /bkt/? HTTP", "s3://bkt/fresh",
+                                          tmp_path, monkeypatch)
     assert proxy.held.is_set(), "the bucket was not looked up"
     assert code == 0, err
     assert_whole(s3_env, "fresh")
@@ -971,14 +980,8 @@ def test_refused_access_to_a_prefix_above_the_output_names_the_output(
     """The store refuses (403) the read of a manifest one prefix above --out (which the run
     makes, to refuse an --out inside another output): the message names --out, then what it
     read; it named only that manifest, a prefix the user never gave."""
-    sample = ROOT / "data" / "sample"
-    proxy = HeldRequest(s3_env, rb"(HEAD|GET) /bkt/nightly/manifest\.json", refuse=True)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-    try:
-        code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
-                            sample / "positions.csv", "--out", "s3://bkt/nightly/out"], tmp_path)
-    finally:
-        proxy.close()
+    code, err, proxy = refused_sample_run(s3_env, rb"(HEAD|GET) /bkt/nightly/manifest\.json",
+                                          "s3://bkt/nightly/out", tmp_path, monkeypatch)
     assert proxy.held.is_set(), "the manifest above was not read"
     assert code == 1, err
     assert err.splitlines()[-1] == (
