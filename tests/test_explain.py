@@ -108,7 +108,7 @@ def test_wide_parquet_int_keys_exact_counts_and_nothing_written(wide_parquet: Pa
     assert tables["probe_ops"] == 0  # every period is proven: the run needs no probe
     assert plan["output"] == {"location": str(wide_parquet / "out"), "format": "parquet",
                               "overwrite": False, "exists": False, "action": "create",
-                              "problem": None, "run_date": None}
+                              "problem": None, "run_date": None, "replaces_night": None}
     memory = plan["memory"]
     assert memory["process"] == PROCESS_BYTES and memory["verdicts"] == 5 * VERDICT_BYTES
     assert memory["tables"] == 2 * (pre + per)  # a byte a value, and the flat copy beside
@@ -255,7 +255,8 @@ def test_the_replace_flag_and_an_existing_output_untouched(wide_parquet: Path) -
     assert refused == {"location": str(wide_parquet / "out"), "format": "parquet",
                        "overwrite": False, "exists": True, "action": "refused",
                        "problem": f"{wide_parquet / 'out'}: output already exists (pass "
-                                  "--overwrite to replace it)", "run_date": None}
+                                  "--overwrite to replace it)", "run_date": None,
+                                  "replaces_night": None}
     replaced = explained(*args, "--overwrite", cwd=wide_parquet)["output"]
     assert (replaced["exists"], replaced["overwrite"], replaced["action"],
             replaced["problem"]) == (True, True, "replace", None)
