@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
 
@@ -622,8 +622,6 @@ def _stop_pending(alarm: int, frame: FrameType | None) -> None:
             _PENDING.clear()
 
 
-
-
 def _stop_not_lost(unraisable: sys.UnraisableHookArgs) -> None:
     """`sys.unraisablehook` while the stop handlers are set: a stop raised where Python
     cannot raise it on (a `__del__`, a weak reference's callback run by the collector) is
@@ -688,14 +686,11 @@ _HANDLERS = (_stop.__code__, _stop_pending.__code__, _held_too_long.__code__)
 def take_stops() -> None:
     """Stop signals are raised as they come again; one kept meanwhile is raised now, with
     the stop signals blocked until it is: a second one meanwhile is not raised in its place."""
-    blocked = _block(STOP_SIGNALS)
-    try:
+    with _stop_signals_blocked():
         _HOLDING.clear()
         if _HELD:
             signal.setitimer(signal.ITIMER_REAL, 0)
             _stop(_HELD.pop(), None)
-    finally:
-        _block(blocked, signal.SIG_SETMASK)
 
 
 def drop_held_stops() -> None:
@@ -705,16 +700,6 @@ def drop_held_stops() -> None:
     if _HELD:
         signal.setitimer(signal.ITIMER_REAL, 0)
         _HELD.clear()
-
-
-def _block(signals: Iterable[int] | None, how: int = signal.SIG_BLOCK
-           ) -> set[signal.Signals] | None:
-    """`pthread_sigmask(how, signals)` where there is one; the mask before."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return None
-    if signals is None:
-        return None
-    return signal.pthread_sigmask(how, signals)
 
 
 def keep_signals() -> None:
@@ -737,6 +722,21 @@ def _signal_mask() -> set[signal.Signals] | None:
     if not hasattr(signal, "pthread_sigmask"):
         return None
     return signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+@contextmanager
+def _stop_signals_blocked() -> Iterator[None]:
+    """The stop signals blocked in this thread within (threads started meanwhile keep them
+    blocked); one that comes meanwhile is delivered as the block ends, to the handler then
+    set. The mask is set back whatever happens."""
+    mask = _signal_mask()
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 class _SignalsKept:
@@ -768,17 +768,11 @@ class _SignalsKept:
             return spec  # a loader of the old protocol, or one (shared) wrapped already
 
         def exec_then_keep(module: object) -> None:
-            mask = _signal_mask()
-            try:
-                if mask is not None:  # threads started meanwhile keep them blocked
-                    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            with _stop_signals_blocked():  # a stop meanwhile is delivered after, to ours
                 try:
                     exec_module(module)
                 finally:
                     keep_signals()
-            finally:
-                if mask is not None:  # a stop that came meanwhile is delivered now, to ours
-                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
         exec_then_keep.keeps_signals = True  # type: ignore[attr-defined]
         loader.exec_module = exec_then_keep
