@@ -56,9 +56,8 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
         local += "/"  # file:///in/*/
     finder = _InputFinder(local, what, local_exclude, named=spec)
     files = finder.files()
-    warning = skipped_compressed(what, _shown(spec), sorted(
-        _shown(str(p)) for p in finder.skipped["suffix"]
-        if p.name.lower().endswith(COMPRESSED_SUFFIXES)))
+    warning = skipped_compressed(what, _shown(spec),
+                                 [_shown(str(p)) for p in finder.compressed()])
     if warning is not None and on_warning is not None:
         on_warning(warning)
     return list(files)
@@ -333,6 +332,11 @@ class _InputFinder:
                 if inner is not None:
                     self.match(path, parts if head == "**" else rest, inner)
 
+    def compressed(self) -> list[Path]:
+        """The files skipped for their suffix whose names say they are compressed, sorted."""
+        return sorted(p for p in self.skipped["suffix"]
+                      if p.name.lower().endswith(COMPRESSED_SUFFIXES))
+
     def skip_text(self) -> str:
         """'; skipped ...' naming what was skipped and why, or '' when nothing was."""
         counts = {key: len(paths) for key, paths in self.skipped.items()}
@@ -344,8 +348,7 @@ class _InputFinder:
             parts.append(" and ".join(hidden) + " whose names start with _ or . (hidden files "
                          "and markers such as _SUCCESS are skipped, as Spark and Hadoop do)")
         if counts["suffix"]:
-            compressed = sum(p.name.lower().endswith(COMPRESSED_SUFFIXES)
-                             for p in self.skipped["suffix"])
+            compressed = len(self.compressed())
             named = f", {compressed} of them named as compressed" if compressed else ""
             parts.append(_plural(counts["suffix"], "file", "files") + f" of another type{named} "
                          "(only .parquet, .pq and .csv files are read from a directory)")

@@ -79,7 +79,6 @@ class TableRoot:
     def table(self, name: str) -> str:
         return f"{self.uri.rstrip('/')}/{name}"
 
-
     def exists(self, name: str) -> bool:
         return DeltaTable.is_deltatable(self.table(name), self.storage_options)
 
@@ -94,10 +93,8 @@ class TableRoot:
         holds a space or a non-ASCII letter (the tables' file URIs are percent-encoded)."""
         filters = None if nights is None else pc.field(PARTITION).isin(
             pa.array(nights, pa.date32()))
-        table = self.open(name, version).to_pyarrow_table(filters=filters, columns=columns)
-        frame = pl.from_arrow(table)
-        assert isinstance(frame, pl.DataFrame)
-        return frame
+        return pl.DataFrame(self.open(name, version).to_pyarrow_table(filters=filters,
+                                                                     columns=columns))
 
 
 def table_root(out: Path | str, configured: Mapping[str, str] | None = None) -> TableRoot:
