@@ -464,10 +464,10 @@ def _refuse_duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[in
 def resolve_location(text: str, base: Path) -> str:
     """A location as given (a path relative to `base`, or a URL) -> the text the job reads;
     a glob's trailing slash is kept (`exports/*/`: its directories, as a shell's), and a
-    local path's (`exports/`: a directory, so that a file named so is refused)."""
+    local path's (`exports/`, `exports/.`: a directory, so that a file named so is refused)."""
     location = Location.parse(text, base)
     resolved = str(location)
-    local_directory = not location.is_remote and text.endswith("/")
+    local_directory = not location.is_remote and text.endswith(("/", "/."))
     if (directories_glob(text) or local_directory) and not resolved.endswith("/"):
         resolved += "/"
     return resolved

@@ -102,6 +102,9 @@ def test_a_trailing_slash_names_a_directory_as_a_shell_reads_it(cli, tmp_path, s
                              "a file, not a directory (the name ends with /); name the file "
                              "without the /\n")
     assert not (tmp_path / "out").exists()
+    dotted = cli("run", "--rules", "rules.csv", "--positions", "positions.csv/.", "--out", "out")
+    assert dotted.exit_code == 1, dotted.output
+    assert "positions.csv/: is a file, not a directory" in dotted.stderr
     (tmp_path / "in").mkdir()
     (tmp_path / "positions.csv").rename(tmp_path / "in" / "positions.csv")
     result = cli("run", "--rules", "rules.csv", "--positions", "in/", "--out", "out")
