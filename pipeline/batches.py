@@ -33,14 +33,15 @@ T = TypeVar("T")
 _END = object()
 
 
-def read_rules(config: Config, *, cache: RunCache | None = None
+def read_rules(config: Config, *, cache: RunCache | None = None,
+               on_warning: Callable[[str], None] | None = None
                ) -> tuple[pl.DataFrame, list[InputFile], list[int]]:
     """All rules files, normalised and validated (reasons on bad rows); the files, and the
     rows read of each (lines the reader skipped included: they are rejected rows). `cache`:
-    the run's (`RunCache`), as for every reader here."""
+    the run's (`RunCache`), as for every reader here; `on_warning`: `resolve_inputs`'."""
     frames, files = [], []
     for raw in read_tables(config.rules, "rules", config.out, config.storage_options,
-                           cache=cache):
+                           cache=cache, on_warning=on_warning):
         source = str(raw.file.path)
         frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns)
         frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))

@@ -228,15 +228,17 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
     """Every step of the job and every output but the manifest, written into `staging`
     (under --on-bad-rows fail with rejected rows, nothing is written); every read of an
     input goes through the run's `read_cache`, if given."""
+    def warn(text: str) -> None:  # what a listing of the inputs skipped that holds rows
+        on_event(RunEvent.warning(text))
+
     with phase("rules"):
-        rules, rule_files, rule_rows = read_rules(config, cache=read_cache)
+        rules, rule_files, rule_rows = read_rules(config, cache=read_cache, on_warning=warn)
         ensure_unchanged(rule_files)  # read whole: a later edit cannot reach this run
         rule_counts = reconcile(rule_files, [rows_in_source(f, cache=read_cache)
                                              for f in rule_files], rule_rows, "rules")
         distinct, index = normalize.rule_index(rules)
         paths = resolve_inputs(config.positions, "positions", config.out,
-                               config.storage_options,
-                               on_warning=lambda text: on_event(RunEvent.warning(text)))
+                               config.storage_options, on_warning=warn)
         files = describe_before_reading(paths, cache=read_cache)  # before a byte is read
         with _changed_is_the_error(files):
             form = positions_form(paths, config, cache=read_cache)

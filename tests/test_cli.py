@@ -134,6 +134,14 @@ def test_compressed_files_a_directory_listing_skips_are_named_in_a_warning(
             "as an input itself, if it is plain text)") in result.stderr
     assert "notes.txt" not in result.stderr
     assert pl.read_parquet(tmp_path / "out" / "verdicts.parquet").height == len(small_job)
+    (tmp_path / "r").mkdir()  # the rules' listing says it too
+    (tmp_path / "rules.csv").rename(tmp_path / "r" / "rules.csv")
+    (tmp_path / "r" / "more.csv.gz").write_bytes(gzip.compress(b"rule_set_id,moves\n"))
+    result = cli("run", "--rules", "r", "--positions", "in", "--out", "out", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert (f"warning: rules input {tmp_path}/r: skipped 1 file named as compressed "
+            f"({tmp_path}/r/more.csv.gz)") in result.stderr
+    (tmp_path / "r" / "rules.csv").rename(tmp_path / "rules.csv")
     (tmp_path / "in" / "a.csv").unlink()  # only compressed ones: the error says so
     result = cli("run", "--rules", "rules.csv", "--positions", "in", "--out", "out2")
     assert result.exit_code == 1, result.output

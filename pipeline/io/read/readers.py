@@ -346,15 +346,16 @@ def read_table(path: Source, *, cache: RunCache | None = None) -> RawTable:
 
 
 def read_tables(spec: str, what: str, exclude: Path | str | None = None,
-                options: dict[str, str] | None = None, *, cache: RunCache | None = None
-                ) -> list[RawTable]:
-    """Every file of `spec` read whole, each checksummed as it is read (`exclude` and
-    `options`: as in `resolve_inputs`; `cache`: the run's). Not from hdfs://, which only
-    Spark reads."""
+                options: dict[str, str] | None = None, *, cache: RunCache | None = None,
+                on_warning: Callable[[str], None] | None = None) -> list[RawTable]:
+    """Every file of `spec` read whole, each checksummed as it is read (`exclude`, `options`
+    and `on_warning`: as in `resolve_inputs`; `cache`: the run's). Not from hdfs://, which
+    only Spark reads."""
     location = Location.parse(spec, Path.cwd())
     if location.scheme == "hdfs":
         raise object_store.hdfs_refused(location)
-    tables = [read_table(p, cache=cache) for p in resolve_inputs(spec, what, exclude, options)]
+    tables = [read_table(p, cache=cache)
+              for p in resolve_inputs(spec, what, exclude, options, on_warning)]
     for table in tables:
         table.file.sha256  # noqa: B018 - computes and caches it
     return tables
