@@ -48,7 +48,9 @@ from pipeline.io.outputs.remote_target import refuse_inside_remote_output
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 
-_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")  # what deltalake decodes in a local path (`d%20x`)
+_URL_PARTS = re.compile(r"%[0-9A-Fa-f]{2}|[#?]")
+"""What deltalake reads as a URL's in a local path: an escape (`d%20x` decoded: its commits go
+to `d x`), a fragment or a query (`h#x`: its commit log reads as empty, no run in history)."""
 
 DATA_TABLES = ("verdicts", "rejects", "summary", "sg_tables")
 RUNS = "runs"
@@ -118,12 +120,7 @@ def check_root(root: TableRoot) -> None:
     commit; the first check notes the runs table's version (`TableRoot.seen`)."""
     if root.is_local:
         path = Path(root.uri.removeprefix("file://"))
-        escaped = _ESCAPE.search(str(path))
-        if escaped is not None:
-            raise UsageError(f"{root.uri}: a Delta root's path cannot hold {escaped.group()!r}: "
-                             "deltalake reads it as an escaped character and would commit "
-                             "to another path than its files'; choose a path without it",
-                             path=root.uri)
+        refuse_url_parts(root)
         refuse_inside_delta_table(path, root.uri)
         refuse_inside_snim_output(path, root.uri)
         refuse_long_names(path, "--out")
@@ -325,8 +322,21 @@ _RUNS_SCHEMA = pa.schema(
                                   "rejects")]])
 
 
+def refuse_url_parts(root: TableRoot) -> None:
+    """A UsageError for a local root whose path deltalake would not read as named
+    (`_URL_PARTS`)."""
+    url_part = _URL_PARTS.search(root.uri) if root.is_local else None
+    if url_part is not None:
+        raise UsageError(f"{root.uri}: a Delta root's path cannot hold {url_part.group()!r}: "
+                         "deltalake reads the path as a URL, where it is not part of a name "
+                         "(an escape is decoded, '#' and '?' end the path), so the tables "
+                         "would not be those named; choose a path without it", path=root.uri)
+
+
 def require_root(root: TableRoot) -> None:
-    """Refuse a root without a runs table: not the output of a --format delta run."""
+    """Refuse a root without a runs table: not the output of a --format delta run (nor one
+    whose path deltalake misreads, `refuse_url_parts`)."""
+    refuse_url_parts(root)
     try:
         found = root.exists(RUNS)
     except (DeltaError, OSError) as exc:
