@@ -97,6 +97,22 @@ class _Commands(TyperGroup):
         except _ClickUsageError as exc:
             raise _in_log_format(exc, ctx.meta.get(_ASKED_LOG_FORMAT, "text")) from None
 
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command, whose body begins by taking a stop kept while the line was read
+        (`terminal.take_stops`), once its own options are parsed: a line that ends before
+        (`grundy --help`, a refused flag) keeps its exit code. `run` takes it itself, inside
+        the handling that writes its result."""
+        command = super().get_command(ctx, cmd_name)
+        body = getattr(command, "callback", None)
+        if cmd_name != "run" and body is not None and not getattr(body, "takes_stops", False):
+            def taking_stops(*args: Any, **kwargs: Any) -> Any:
+                take_stops()
+                return body(*args, **kwargs)
+
+            taking_stops.takes_stops = True  # type: ignore[attr-defined]
+            command.callback = taking_stops
+        return command
+
 
 _ASKED_LOG_FORMAT = "snim_batch.log_format"  # the command line's, in click's `Context.meta`
 
@@ -168,7 +184,6 @@ PROGRESS_EVERY = 10.0  # seconds between plain progress lines when stderr is not
 
 @app.callback()
 def _every_command(
-    ctx: typer.Context,
     version: Annotated[bool, typer.Option(
         "--version", is_eager=True, expose_value=False, callback=_version,
         help="Print the version (snim-batch X.Y.Z) and exit.")] = False,
@@ -180,8 +195,6 @@ def _every_command(
 ) -> None:
     """Decide who wins S-Nim positions in bulk: Parquet/CSV tables in, Parquet verdicts out."""
     configure_logging(quiet=False, verbose=False, log_format=log_format.value)
-    if ctx.invoked_subcommand != "run":  # `run` takes them where it can report a stop
-        take_stops()
 GRUNDY_SEARCH_OPS = 10**9  # `grundy` tabulates for about a second at most (see --max-ops)
 GRUNDY_MAX_UPTO = 10**6  # `grundy` prints SG(0..UPTO) on one line: a few megabytes at most
 MAX_CAP = 2**32 - 1  # --cap as tables.max_table_len (limits.MAX_TABLE_LEN, without the kernels)

@@ -662,7 +662,10 @@ def test_a_pending_stop_kept_too_long_is_raised_once_it_can_be() -> None:
 @pytest.mark.parametrize(("args", "code", "said"), [
     (["run", "--bogus"], 2, "No such option: --bogus"),
     (["--version"], 0, ""),
-], ids=["refused-flag", "version"])
+    (["grundy", "--help"], 0, ""),
+    (["explain", "--bogus"], 2, "No such option: --bogus"),
+    (["grundy", "--moves", "2 5", "--upto", "-1"], 2, "--upto"),
+], ids=["refused-flag", "version", "grundy-help", "explain-refused-flag", "grundy-bad-value"])
 def test_a_stop_kept_while_only_the_command_line_was_read_leaves_its_exit_code(
         tmp_path: Path, args: list[str], code: int, said: str) -> None:
     """SIGTERM during the CLI's import, then a command line that ends before any command
