@@ -585,6 +585,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
         return
     if _STOPPING:
         return
+    signum = _first_arrived(signum)
     if _HOLDING:
         if not _HELD:  # the first: one that was pending came before this one
             _HELD.append(_PENDING[0] if _PENDING else signum)
@@ -653,12 +654,57 @@ def stop_signals_as_interrupts() -> None:
     128 + the signal. A signal the caller set to be ignored (`nohup`, `&` in a script)
     stays ignored, also after a library's import (`keep_signals_after_imports`)."""
     keep_signals_after_imports()
+    _note_arrivals()
     sys.unraisablehook = _stop_not_lost
     _COMMITTED.clear()
     LATE_STOPS.clear()
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(signum, _stop)
+
+
+_ARRIVALS: list[int] = []  # the pipe's read end that `_note_arrivals` set up
+
+
+def _note_arrivals() -> None:
+    """Have the interpreter write each signal's number to a pipe as the signal arrives
+    (`signal.set_wakeup_fd`), for `_first_arrived`: signals that come while the main thread
+    is in compiled code have their handlers run in signal-number order, not in the order
+    they came (SIGTERM then Ctrl-C 5 ms later was said as Ctrl-C). Nothing where a wakeup
+    file descriptor is set already, or outside the main thread."""
+    if _ARRIVALS:
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    try:
+        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        previous = None
+    if previous != -1:  # another's (theirs stays), or none could be set
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(read)
+        os.close(write)
+        return
+    _ARRIVALS.append(read)
+
+
+def _first_arrived(signum: int) -> int:
+    """The stop signal that arrived first among those noted since the last look (the pipe
+    read empty), else `signum`."""
+    if not _ARRIVALS:
+        return signum
+    noted = b""
+    while True:
+        try:
+            chunk = os.read(_ARRIVALS[0], 4096)
+        except OSError:  # empty: BlockingIOError
+            break
+        if not chunk:
+            break
+        noted += chunk
+    return next((number for number in noted if number in STOP_SIGNALS), signum)
 
 
 def stops_held_until_taken() -> None:

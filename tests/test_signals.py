@@ -680,3 +680,41 @@ def test_a_stop_kept_while_only_the_command_line_was_read_leaves_its_exit_code(
     assert done.returncode == code, done.stderr
     assert done.stderr.startswith("TEST: SIGTERM sent\n")
     assert said in done.stderr and "stopped" not in done.stderr
+
+
+_TWO_STOPS_IN_COMPILED_CODE = """
+import signal, sys
+from pipeline import terminal
+from pipeline.errors import Stopped
+
+terminal.stop_signals_as_interrupts()
+print("ready", flush=True)
+try:
+    sum(range(10**8))  # compiled code: no handler runs until it returns
+    print("not stopped", flush=True)
+except Stopped as exc:
+    print("stopped", int(exc.signum), flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_of_two_stops_that_come_while_compiled_code_runs_the_first_is_raised() -> None:
+    """SIGTERM, then SIGINT 20 ms later, both while the main thread is in compiled code:
+    Python runs their handlers after it, SIGINT's first (signal-number order); the stop
+    raised is SIGTERM, the one that came first (it was said as Ctrl-C, 130)."""
+    proc = subprocess.Popen([sys.executable, "-c", _TWO_STOPS_IN_COMPILED_CODE],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.2)  # into the loop
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, out, err) == (0, f"stopped {int(signal.SIGTERM)}\n", "")
