@@ -19,6 +19,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import (
+    CLI_EXE,
     assert_same_outputs,
     inputs_with_rejects,
     invoke,
@@ -1174,3 +1175,26 @@ def test_spark_joins_summary_sg_tables_and_verdicts_without_a_cast(spark, tmp_pa
               .collect())
     assert [tuple(row) for row in joined] == [(ids[0], "proven", 3), (ids[1], "closed_form", 6),
                                               (ids[2], "proven", 0)]
+
+
+@pytest.mark.spark
+def test_a_run_failing_on_its_input_leaves_no_jvm_log(tmp_path):
+    """The real CLI on Spark with heaps of floats (refused once Spark has started): exit 1
+    with the input's error, which names no JVM log, and no `snim-batch-spark-*.log` left in
+    the temporary directory (each such failure left one, holding only the JVM's banner)."""
+    import os
+
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"], [2, "1 3"]])
+    (tmp_path / "positions").mkdir()
+    pl.DataFrame({"rule_set_id": [1, 2], "position_id": [1, 2], "heaps": [[1.5], [2.0]]}
+                 ).write_parquet(tmp_path / "positions" / "a.parquet")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    done = subprocess.run(
+        [str(CLI_EXE), "run", "--engine", "spark", "--rules", "rules.csv", "--positions",
+         "positions", "--out", "out", "--quiet"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=300, env={**os.environ, "TMPDIR": str(temporary)})
+    assert done.returncode == 1, done.stderr
+    assert "column 'heaps' has type" in done.stderr and "log" not in done.stderr, done.stderr
+    assert sorted(p.name for p in temporary.glob("snim-batch-spark-*.log")) == []
+    assert not (tmp_path / "out").exists()

@@ -91,13 +91,19 @@ class Session:
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """The session for a block, stopped after it (`stop`): failed if the block raised,
-        stopped if a Ctrl-C or stop signal (`Stopped`, a KeyboardInterrupt) ended it."""
+        stopped if a Ctrl-C or stop signal (`Stopped`, a KeyboardInterrupt) ended it. A
+        failure of the run's own (its input, its output: a SnimError other than a
+        `SparkFailure`, whose message names the JVM log) is no failure of Spark's: its log,
+        which that message does not name, is removed as after a clean run."""
         failed, stopped = True, False
         try:
             yield
             failed = False
         except KeyboardInterrupt:
             stopped = True
+            raise
+        except SnimError as exc:
+            failed = isinstance(exc, SparkFailure)
             raise
         finally:
             self.stop(failed, stopped)
