@@ -122,7 +122,7 @@ def settings(*, config_file: str | Path | None = None, rules: str | None = None,
         engine=_lower(engine), winning_moves=winning_moves, on_bad_rows=_lower(on_bad_rows),
         overwrite=overwrite, spark=spark, max_rejected_rows=max_rejected_rows,
         max_rejected_rate=max_rejected_rate,
-        memory_limit=(memory_bytes(memory_limit, "--memory-limit")
+        memory_limit=(memory_bytes(memory_limit, "memory_limit")
                       if memory_limit is not None else None),
         output=(dataclasses.replace(cfg.output, format=_lower(output_format))
                 if output_format is not None else None),

@@ -430,11 +430,14 @@ def _run_config(config: Path | None, rules: str | None, positions: str | None, o
                 overwrite: bool | None, spark_master: str | None,
                 output_format: OutputFormat | None, spark_remote: str | None,
                 max_rejected_rows: int | None = None, max_rejected_rate: float | None = None,
-                memory_limit: str | None = None):
+                memory_limit: str | int | None = None):
     """The settings of a run (`run`, `explain`): the config file's, with the options given.
     ./config.yaml is read only when neither --rules nor --positions is given."""
     from pipeline.api import settings
+    from pipeline.config import memory_bytes
 
+    if memory_limit is not None:  # named as given: the flag, or the variable that set it
+        memory_limit = memory_bytes(memory_limit, _given_as("memory_limit", "--memory-limit"))
     if config is None and rules is None and positions is None and DEFAULT_CONFIG.exists():
         config = DEFAULT_CONFIG
     for name, value in (("rules", rules), ("positions", positions), ("out", out)):
@@ -720,6 +723,21 @@ def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str
     return None
 
 
+def _given_as(name: str, flag: str) -> str:
+    """How an option's value was given, for an error about it: its flag, and the variable
+    when the value came from the environment (a scheduler's setting, not the command line)."""
+    import importlib
+
+    click_globals = importlib.import_module(  # click's, as typer has it (see _ClickError)
+        _ClickError.__module__.rpartition(".")[0] + ".globals")
+    ctx = click_globals.get_current_context(silent=True)
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    envvar = next((p.envvar for p in ctx.command.params if p.name == name), None) if ctx else None
+    if source is not None and source.name == "ENVIRONMENT" and isinstance(envvar, str):
+        return f"{flag} (set by {envvar})"
+    return flag
+
+
 def _run_date(text: str):
     from datetime import date
 
@@ -730,7 +748,8 @@ def _run_date(text: str):
         pass
     from pipeline.errors import brief_repr
 
-    raise UsageError(f"--run-date: expected a date YYYY-MM-DD, got {brief_repr(text)}")
+    raise UsageError(f"{_given_as('run_date', '--run-date')}: expected a date YYYY-MM-DD, "
+                     f"got {brief_repr(text)}")
 
 
 # `explain` takes `run`'s options (their definitions, read from `run`'s signature, so that a

@@ -525,6 +525,19 @@ def test_a_bad_run_date_is_a_usage_error_naming_the_option(tmp_path: Path, text:
     assert not (tmp_path / "o").exists()
 
 
+def test_a_bad_run_date_from_the_environment_names_the_variable(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    write_rules(tmp_path / "rules.csv")
+    monkeypatch.setenv("SNIM_BATCH_RUN_DATE", "2026-02-30")
+    for command in ("run", "explain"):
+        code, err = invoke([command, "--rules", "rules.csv", "--positions", "rules.csv",
+                            "--out", "o", "--format", "delta"], tmp_path)
+        assert code == 2, err
+        assert ("--run-date (set by SNIM_BATCH_RUN_DATE): expected a date YYYY-MM-DD, got "
+                "'2026-02-30'") in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_run_date_without_delta_is_a_usage_error(tmp_path: Path) -> None:
     write_rules(tmp_path / "rules.csv")
     write_positions(tmp_path / "p.csv", random_positions(1, 5))

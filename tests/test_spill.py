@@ -226,6 +226,19 @@ def test_a_bad_memory_limit_is_a_usage_error(tmp_path, value, problem):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
 
 
+def test_a_bad_memory_limit_from_the_environment_names_the_variable(tmp_path, monkeypatch):
+    """A scheduler sets SNIM_BATCH_MEMORY_LIMIT, not the flag: the error says where to look."""
+    _inputs(tmp_path, "int")
+    monkeypatch.setenv("SNIM_BATCH_MEMORY_LIMIT", "lots")
+    code, err = _run(tmp_path, "out")
+    assert code == 2
+    assert ("--memory-limit (set by SNIM_BATCH_MEMORY_LIMIT) must be auto or a size such as "
+            "4GiB or 512MiB, got 'lots'") in err
+    code, err = _run(tmp_path, "out", "--memory-limit", "0")  # the flag wins, and is named
+    assert code == 2
+    assert "error: --memory-limit must be at least 1 byte, got '0'" in err
+
+
 @pytest.mark.slow
 def test_sigterm_while_spilling_leaves_no_scratch(tmp_path):
     """A real run stopped by SIGTERM once its first sorted run is in scratch: exit 143, and
