@@ -205,8 +205,9 @@ class OutputPlan:
     """Where the output goes and what happens there: `action` is "create" (nothing there),
     "fill" (an empty directory), "replace" (a snim-batch output, with --overwrite), "add night"
     (--format delta: the night's rows replace any earlier run's of that night) or "refused"
-    (the run would stop before any work: `problem` says why, as the run would; `refusal` is
-    the error it would stop with, whose exit code `explain` exits with too)."""
+    (the run would stop before any work, or, for a Delta night whose keys the root's tables
+    cannot take, at its commit: `problem` says why, as the run would; `refusal` is the error
+    it would stop with, whose exit code `explain` exits with too)."""
 
     location: str
     format: str
@@ -269,6 +270,8 @@ def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
         if output.refusal is not None:  # the run stops at its output before reading a row
             raise output.refusal from None
         raise
+    if output.action == "add night":
+        output = _with_key_types(output, config, positions, index)
     tables = _tables_plan(distinct, index, positions, config)
     memory = None if config.engine == "spark" else _memory(positions, tables, config)
     return RunPlan(config.engine, config.winning_moves, config.on_bad_rows, rules, positions,
@@ -590,6 +593,30 @@ def _id_bytes(positions: PositionsPlan) -> int:
     """The most a position id takes as bytes: 8 for integers; text ids at most a row's bytes
     as read (`PositionsPlan.row_bytes`), for want of their own size."""
     return 8 if positions.position_id_type == INT else max(positions.row_bytes, 1)
+
+
+def _with_key_types(output: OutputPlan, config: Config, positions: PositionsPlan,
+                    index: pl.DataFrame) -> OutputPlan:
+    """A Delta night whose keys are text for certain (a file's column makes them text, or
+    no rule set id reads as an integer) where the root's verdicts hold integers: refused, as
+    the run's commit would refuse it after all its work."""
+    from pipeline.io.outputs.delta import text_keys_refused
+    from pipeline.io.outputs.kinds import output_for
+
+    rule_ids = index["rule_set_id"]
+    text_rules = (positions.rule_set_id_type == TEXT or rule_ids.dtype == pl.String
+                  and not rule_ids.str.contains(keys.CANONICAL_INT).any())
+    text = [key for key, certain in (("rule_set_id", text_rules),
+                                     ("position_id", positions.position_id_type == TEXT))
+            if certain]
+    if not text:
+        return output
+    root = output_for(config.out, "delta", config.overwrite, config.storage_options,
+                      lambda message: None, None).root
+    refused = text_keys_refused(root, text)
+    if refused is None:
+        return output
+    return dataclasses.replace(output, action="refused", problem=str(refused), refusal=refused)
 
 
 def _output_plan(config: Config, run_date: date | None) -> OutputPlan:

@@ -397,6 +397,36 @@ def test_explain_says_whether_a_delta_night_is_new_or_replaced(wide_parquet: Pat
             f"output: {wide_parquet / 'tables'} (delta): Delta tables; {said}")
 
 
+def test_explain_refuses_a_delta_night_of_text_keys_on_a_root_of_integer_keys(
+        tmp_path: Path) -> None:
+    """A root whose verdicts hold integer rule set ids, and a night whose rules have text ids
+    only: the run does all its work and is refused at its commit; explain said "would be
+    added", exit 0 (QA). It now says the run's refusal, exit 1; a night of integer ids is
+    still added."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    write_csv(tmp_path / "text_rules.csv", ["rule_set_id", "moves"], [["r-1", "1 2"]])
+    write_csv(tmp_path / "p.csv", ["rule_set_id", "position_id", "heaps"], [[1, 1, "5"]])
+    write_csv(tmp_path / "text_p.csv", ["rule_set_id", "position_id", "heaps"],
+              [["r-1", 1, "5"]])
+    root = ["--out", "tables", "--format", "delta"]
+    first = snim("run", "--rules", "rules.csv", "--positions", "p.csv", *root,
+                 "--run-date", "2026-03-04", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    night = ["--rules", "text_rules.csv", "--positions", "text_p.csv", *root,
+             "--run-date", "2026-03-05"]
+    problem = (f"{tmp_path / 'tables'}/verdicts: this run's columns do not fit the table: "
+               "rule_set_id (integer in the table, text in this run); key columns are "
+               "integers only when every key of the run is one. Write this run to another "
+               "table root; nothing was written")
+    plan = explained(*night, cwd=tmp_path, code=1)["output"]
+    assert (plan["action"], plan["problem"]) == ("refused", problem)
+    ran = snim("run", *night, cwd=tmp_path)
+    assert ran.returncode == 1 and problem in ran.stderr, ran.stderr
+    integers = explained("--rules", "rules.csv", "--positions", "p.csv", *root,
+                         "--run-date", "2026-03-05", cwd=tmp_path)["output"]
+    assert integers["action"] == "add night"
+
+
 def test_explain_takes_runs_options() -> None:
     """`explain` takes every option of `run`, with its help, so that a run's command line
     can be given to it as it is; those that only shape what a run reports say they are

@@ -336,12 +336,32 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
                for c, t in new.items() if c in old and old[c] != t
                and not _as_text(c, old[c], t)]
     if changed:
-        raise OutputError(f"{root.table(name)}: this run's columns do not fit the table: "
-                          f"{', '.join(changed)}; key columns are integers only when every "
-                          "key of the run is one. Write this run to another table root",
-                          path=root.table(name), written=False)
+        raise _unfit(root, name, changed)
     added = [f for f in columns if f.name not in old]
     return _Plan(name, staged, pa.schema([*existing, *added]), bool(added))
+
+
+def _unfit(root: TableRoot, name: str, changed: list[str]) -> OutputError:
+    return OutputError(f"{root.table(name)}: this run's columns do not fit the table: "
+                       f"{', '.join(changed)}; key columns are integers only when every key "
+                       "of the run is one. Write this run to another table root",
+                       path=root.table(name), written=False)
+
+
+def text_keys_refused(root: TableRoot, text_keys: list[str]) -> OutputError | None:
+    """The error a run whose `text_keys` (of `KEYS`) are text for certain meets when it
+    commits its verdicts to a root whose verdicts table holds them as integers (`_checked`),
+    found before any work (`explain`); None where they fit or there is no table yet."""
+    if not text_keys or not root.exists("verdicts"):
+        return None
+    try:
+        in_table = {f.name: str(f.type)
+                    for f in Schema.from_arrow(root.open("verdicts").schema().to_arrow()).fields}
+    except (DeltaError, OSError):
+        return None  # the run's own read of the table names what is wrong
+    changed = [f"{c} (integer in the table, text in this run)" for c in KEYS
+               if c in text_keys and _type_name(in_table.get(c, "")) == "integer"]
+    return _unfit(root, "verdicts", changed) if changed else None
 
 
 def _as_text(column: str, in_table: str, in_run: str) -> bool:
