@@ -945,6 +945,7 @@ def _plan_lines(plan: Any) -> list[str]:
                            f"{o.run_date}"),
              "refused": f"the run would stop here: {o.problem}"}[o.action]
     lines.append(f"output: {o.location} ({o.format}): {state}")
+    lines += [f"warning: {text}" for text in plan.warnings]
     lines.append("nothing was run or written")
     return lines
 

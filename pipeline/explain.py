@@ -237,6 +237,8 @@ class RunPlan:
     output: OutputPlan
     memory: MemoryPlan | None
     """None for the Spark engine, whose memory is its executors'."""
+    warnings: tuple[str, ...] = ()
+    """What the run would warn of before reading a row: files its listings skip."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (`snim-batch explain --json`)."""
@@ -263,9 +265,10 @@ def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
     output = _output_plan(config, run_date)
     load_engine(config.engine)  # as the run loads it before its output is staged: its extra
     try:
+        warnings: list[str] = []
         with RunCache(whole_objects=config.engine != "spark") as cache:
-            rules, distinct, index = _rules_plan(config, cache)
-            positions = _positions_plan(config, cache, index)
+            rules, distinct, index = _rules_plan(config, cache, warnings.append)
+            positions = _positions_plan(config, cache, index, warnings.append)
     except SnimError:
         if output.refusal is not None:  # the run stops at its output before reading a row
             raise output.refusal from None
@@ -275,13 +278,14 @@ def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
     tables = _tables_plan(distinct, index, positions, config)
     memory = None if config.engine == "spark" else _memory(positions, tables, config)
     return RunPlan(config.engine, config.winning_moves, config.on_bad_rows, rules, positions,
-                   tables, output, memory)
+                   tables, output, memory, tuple(warnings))
 
 
-def _rules_plan(config: Config, cache: RunCache) -> tuple[RulesPlan, list[Rule], pl.DataFrame]:
+def _rules_plan(config: Config, cache: RunCache, warn: Callable[[str], None]
+                ) -> tuple[RulesPlan, list[Rule], pl.DataFrame]:
     """The rules read whole, as the run reads them (`batches.read_rules`), and their distinct
     rules with the index rule_set_id -> table."""
-    rules, files, rows = read_rules(config, cache=cache)
+    rules, files, rows = read_rules(config, cache=cache, on_warning=warn)
     distinct, index = normalize.rule_index(rules)
     by_kind: dict[str, int] = {}
     for rule in distinct:
@@ -298,7 +302,8 @@ def _rules_plan(config: Config, cache: RunCache) -> tuple[RulesPlan, list[Rule],
     return plan, distinct, index
 
 
-def _positions_plan(config: Config, cache: RunCache, index: pl.DataFrame) -> PositionsPlan:
+def _positions_plan(config: Config, cache: RunCache, index: pl.DataFrame,
+                    warn: Callable[[str], None]) -> PositionsPlan:
     """The positions files the run would read (`resolve_inputs`), their form and columns
     checked as the run checks them, their rows and key types from footers and headers."""
     cols = config.columns
@@ -306,7 +311,8 @@ def _positions_plan(config: Config, cache: RunCache, index: pl.DataFrame) -> Pos
         raise UsageError(f"{config.positions}: explain does not plan hdfs:// positions, which "
                          "only a Spark session reaches (the run starts one; explain starts "
                          "none)")
-    paths = resolve_inputs(config.positions, "positions", config.out, config.storage_options)
+    paths = resolve_inputs(config.positions, "positions", config.out, config.storage_options,
+                           on_warning=warn)
     form = positions_form(paths, config, cache=cache)
     heap = cols.heaps if form == "wide" else cols.heap
     files, id_types, pid_types, row_bytes = [], [], [], 0

@@ -427,6 +427,34 @@ def test_explain_refuses_a_delta_night_of_text_keys_on_a_root_of_integer_keys(
     assert integers["action"] == "add night"
 
 
+def test_explain_warns_of_the_compressed_files_the_run_would_skip(tmp_path: Path) -> None:
+    """The run warns which files named as compressed its listings skip; explain, the
+    preflight, said nothing of them (QA): its plan lists the same warnings, in --json and
+    in its text."""
+    import gzip
+
+    write_csv(tmp_path / "r" / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    (tmp_path / "r" / "old.csv.gz").write_bytes(gzip.compress(b"rule_set_id,moves\n"))
+    write_csv(tmp_path / "in" / "a.csv", ["rule_set_id", "position_id", "heaps"], [[1, 1, "5"]])
+    (tmp_path / "in" / "b.csv.gz").write_bytes(gzip.compress(b"rule_set_id,position_id,heaps\n"))
+    args = ["--rules", "r", "--positions", "in", "--out", "out"]
+    said = [f"rules input {tmp_path}/r: skipped 1 file named as compressed "
+            f"({tmp_path}/r/old.csv.gz): a listing reads only .parquet, .pq and .csv files; "
+            "decompress it to read its rows (or name it as an input itself, if it is plain "
+            "text)",
+            f"positions input {tmp_path}/in: skipped 1 file named as compressed "
+            f"({tmp_path}/in/b.csv.gz): a listing reads only .parquet, .pq and .csv files; "
+            "decompress it to read its rows (or name it as an input itself, if it is plain "
+            "text)"]
+    assert explained(*args, cwd=tmp_path)["warnings"] == said
+    text = snim("explain", *args, cwd=tmp_path).stdout.splitlines()
+    assert text[-3:] == [f"warning: {said[0]}", f"warning: {said[1]}",
+                         "nothing was run or written"]
+    ran = snim("run", *args, cwd=tmp_path)
+    assert [line.removeprefix("snim-batch: warning: ") for line in ran.stderr.splitlines()
+            if "named as compressed" in line] == said, ran.stderr
+
+
 def test_explain_takes_runs_options() -> None:
     """`explain` takes every option of `run`, with its help, so that a run's command line
     can be given to it as it is; those that only shape what a run reports say they are
