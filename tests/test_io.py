@@ -2518,6 +2518,26 @@ def test_takes_by_name_agrees_with_the_finder_on_every_glob_form(tmp_path: Path)
                                  ) == (str(entry) in taken), (spec, name)
 
 
+def test_a_page_the_decoder_panics_on_is_said_to_be_damaged(tmp_path: Path) -> None:
+    """A file whose footer is intact and whose first pages are overwritten: polars' decoder
+    panics; the message said the panic's own text (`called Result::unwrap() on an Err
+    value: JoinError::Panic(...)`; QA), it now says the file is damaged. Exit 1, nothing
+    written."""
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"rule_set_id": [1] * 1000, "position_id": list(range(1000)),
+                             "heaps": [[1, 2]] * 1000}), path)
+    data = path.read_bytes()
+    path.write_bytes(data[:100] + b"\xff" * 200 + data[300:])
+    (tmp_path / "rules.csv").write_text("rule_set_id,kind,moves\n1,subtraction,2 5\n")
+    code, err = invoke(["run", "--rules", "rules.csv", "--positions", "p.parquet", "--out",
+                        "out"], tmp_path)
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        f"snim-batch: error: {path}: not a readable Parquet file (its pages do not decode as "
+        "its footer describes them: the file is damaged)"), err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("batch_rows", [1000, 1 << 20])
 def test_a_corrupt_page_in_a_later_row_group_names_the_rows_read_before_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_rows: int) -> None:

@@ -38,7 +38,9 @@ def _parquet_error(path: Source, exc: BaseException, rows_read: int = 0) -> Snim
     if isinstance(exc, PermissionError):
         return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})", path=path)
     where = f" from row {rows_read} on" if rows_read else ""
-    return InputError(f"{path}: not a readable Parquet file{where} ({first_line(exc)})",
+    detail = ("its pages do not decode as its footer describes them: the file is damaged"
+              if type(exc).__name__ == "PanicException" else first_line(exc))
+    return InputError(f"{path}: not a readable Parquet file{where} ({detail})",
                       path=path, row=rows_read or None)
 
 
