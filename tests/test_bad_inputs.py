@@ -1963,6 +1963,38 @@ def test_dictionary_encoded_text_ids_and_kind_are_the_text_they_hold(tmp_path: P
 
 
 @pytest.mark.parametrize("form", ["wide", "long"])
+def test_dictionary_encoded_heaps_and_moves_text_is_the_text_it_holds(tmp_path: Path,
+                                                                       form: str) -> None:
+    """`heaps`, `heap` and `moves` as text written as in CSV, dictionary-encoded (a pandas
+    `category` column): read as the text they hold, as keys and `kind` are; they were
+    refused, "has type Categorical, expected a list of integers (or text like "5 12")"
+    (QA). A bad token is still the row's own reject."""
+    r = _parquet(tmp_path / "rules.parquet", {
+        "rule_set_id": pa.array([1, 2], pa.int64()),
+        "kind": pa.array(["subtraction", "subtraction"]),
+        "moves": pa.array(["2 5", "1..3"]).dictionary_encode()})
+    if form == "wide":
+        p = _parquet(tmp_path / "positions.parquet", {
+            "rule_set_id": pa.array([1, 2, 1, 2], pa.int64()),
+            "position_id": pa.array([0, 1, 2, 3], pa.int64()),
+            "heaps": pa.array(["5 12", "7", "5 12", "x"]).dictionary_encode()})
+        bad = (2, 3, "heaps")
+    else:
+        p = _parquet(tmp_path / "positions.parquet", {
+            "rule_set_id": pa.array([1, 1, 2, 1, 1, 2], pa.int64()),
+            "position_id": pa.array([0, 0, 1, 2, 2, 3], pa.int64()),
+            "heap": pa.array(["5", "12", "7", "12", "5", "x"]).dictionary_encode()})
+        bad = (2, 3, "heap")
+    got, result = _job(tmp_path, "out", r, p)
+    assert got.code == 3, got.stderr
+    assert result["verdicts"].rows() == _verdict_rows(
+        {1: ("subtraction", (2, 5)), 2: ("subtraction", (1, 2, 3))},
+        [(1, 0, [5, 12]), (2, 1, [7]), (1, 2, [5, 12])])
+    assert result["rejects"].select("rule_set_id", "position_id", "column").rows() == [
+        (str(bad[0]), str(bad[1]), bad[2])]
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
 def test_uint64_heaps_beyond_int64_are_named_as_csv_names_them(tmp_path: Path,
                                                               form: str) -> None:
     r = _reference_rules(tmp_path)

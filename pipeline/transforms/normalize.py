@@ -38,7 +38,8 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
     ids = key_column(raw, cols.rule_set_id, source)
     n = raw.height
     kinds = _text_column(raw, cols.kind, source, n)
-    moves_col = as_list(raw[cols.moves]) if cols.moves in raw.columns else pl.Series([None] * n)
+    moves_col = (as_list(_as_text(raw[cols.moves])) if cols.moves in raw.columns
+                 else pl.Series([None] * n))
     if moves_col.dtype == pl.String or moves_col.dtype == pl.Null:
         pass
     elif not (isinstance(moves_col.dtype, pl.List) and (
@@ -88,12 +89,16 @@ def _rule_of(rid: object, kind: str | None, moves: str | list[int | None] | None
 def _text_column(raw: pl.DataFrame, name: str, source: str, n: int) -> list[str | None]:
     if name not in raw.columns:
         return [None] * n
-    s = raw[name]
-    if isinstance(s.dtype, (pl.Categorical, pl.Enum)):
-        s = s.cast(pl.String)
+    s = _as_text(raw[name])
     if s.dtype not in (pl.String, pl.Null):
         raise wrong_type(source, name, s.dtype, "string")
     return s.to_list()
+
+
+def _as_text(s: pl.Series) -> pl.Series:
+    """Dictionary-encoded text (Categorical, Enum: a pandas `category` column) as the text it
+    holds; any other column as it is."""
+    return s.cast(pl.String) if isinstance(s.dtype, (pl.Categorical, pl.Enum)) else s
 
 
 def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
@@ -183,7 +188,7 @@ def _heaps_column(raw: pl.DataFrame, name: str, source: str
                   ) -> tuple[pl.Series, pl.Series, pl.Series | None]:
     """The heaps list as List(Int64), the text it came from (for messages) if any, and the
     reasons of rows whose problem the cast hides (an unsigned heap beyond int64), if any."""
-    s = raw[name]
+    s = _as_text(raw[name])
     if s.dtype == pl.String:
         return heaps_from_text(s).alias(name), s, None
     if s.dtype == pl.Null:  # an all-null (or empty) column: every row's heaps are null
@@ -296,7 +301,7 @@ def _obviously_clean(frame: pl.DataFrame) -> bool:
 def _heap_scalar(raw: pl.DataFrame, name: str, source: str
                  ) -> tuple[pl.Series, pl.Series, pl.Series | None]:
     """A long-form heap column as one-element heaps lists, as `_heaps_column` gives them."""
-    s = raw[name]
+    s = _as_text(raw[name])
     if s.dtype == pl.String:
         stripped = s.str.strip_chars()
         value = stripped.cast(pl.Int64, strict=False)
