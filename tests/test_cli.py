@@ -126,6 +126,15 @@ def test_compressed_files_a_directory_listing_skips_are_named_in_a_warning(
     for name in ("b.csv.gz", "c.csv.zst"):
         (tmp_path / "in" / name).write_bytes(gzip.compress(b"rule_set_id,position_id,heaps\n"))
     (tmp_path / "in" / "notes.txt").write_text("exported nightly\n")
+    (tmp_path / "more").mkdir()  # the other names compressed files go by
+    names = ["d.csv.gzip", "e.tgz", "f.csv.Z", "g.csv.lzma", "h.csv.br"]
+    for name in names:
+        (tmp_path / "more" / name).write_bytes(b"x")
+    result = cli("run", "--rules", "rules.csv", "--positions", "more", "--out", "o2")
+    assert result.exit_code == 1, result.output
+    assert "5 files of another type, 5 of them named as compressed" in result.stderr
+    for name in names:
+        (tmp_path / "more" / name).unlink()
     result = cli("run", "--rules", "rules.csv", "--positions", "in", "--out", "out")
     assert result.exit_code == 0, result.output
     assert (f"warning: positions input {tmp_path}/in: skipped 2 files named as compressed "

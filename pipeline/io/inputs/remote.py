@@ -24,7 +24,8 @@ from pipeline.io.store.object_store import (
 )
 
 INPUT_SUFFIXES = (".parquet", ".pq", ".csv")
-COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".zip", ".lz4", ".snappy")
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".tgz", ".z", ".zst", ".zstd", ".bz2", ".xz", ".lzma",
+                       ".zip", ".lz4", ".snappy", ".br")
 """Files compressed whole (`x.csv.gz`), which a listing skips: a warning names them."""
 
 

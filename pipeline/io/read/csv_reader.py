@@ -4,7 +4,6 @@ text, after one exact scan of the bytes for encoding, quotes and line ends."""
 from __future__ import annotations
 
 import codecs
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import pyarrow.csv as pacsv
 from pipeline import kernels
 from pipeline.errors import InputError, first_line
 from pipeline.io.read.files import InputFile, RawTable, Source
+from pipeline.io.read.formats import compression_of
 from pipeline.io.read.starts import read_start
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
@@ -398,13 +398,6 @@ def read_header(path: Source, *, cache: RunCache | None = None) -> tuple[list[st
     return names, terminated
 
 
-_COMPRESSED = [("gzip", rb"\x1f\x8b"), ("zstd", rb"\x28\xb5\x2f\xfd"),
-               ("bzip2", rb"BZh[1-9]1AY&SY"), ("xz", rb"\xfd7zXZ\x00"), ("zip", rb"PK\x03\x04"),
-               ("lz4", rb"\x04\x22\x4d\x18")]
-"""Compressed files by their magic bytes: a CSV export compressed whole, which no reader here
-takes (a name's suffix decides nothing: a file is what it holds)."""
-
-
 def _header(path: Source, cache: RunCache | None = None) -> tuple[list[str], bool, int]:
     """`read_header`, and the physical lines before the header that the reader must be told
     to skip: 0 unless one of them holds spaces or tabs (pyarrow skips only empty lines)."""
@@ -415,7 +408,7 @@ def _header(path: Source, cache: RunCache | None = None) -> tuple[list[str], boo
         raise InputError(f"{path}: a Parquet file, not CSV (it starts with Parquet's magic "
                          f"bytes, but its name ends in {path.suffix}: rename it to .parquet)",
                          path=path)
-    compressed = next((kind for kind, magic in _COMPRESSED if re.match(magic, head)), None)
+    compressed = compression_of(head)
     if compressed is not None:
         raise InputError(f"{path}: a {compressed}-compressed file, not CSV text: inputs are read "
                          "uncompressed (CSV as text, Parquet with its own compressed pages); "

@@ -4,6 +4,7 @@ file described for the run (`describe`: its format, size, and a store's etag and
 from __future__ import annotations
 
 import os
+import re
 
 import pyarrow as pa
 
@@ -55,6 +56,18 @@ def _object_format(location: Location, named: str, cache: RunCache | None) -> st
 
 
 _SNIFFED = 4096  # the bytes of a file's start that tell Parquet from CSV
+
+
+_COMPRESSED = [("gzip", rb"\x1f\x8b"), ("zstd", rb"\x28\xb5\x2f\xfd"),
+               ("bzip2", rb"BZh[1-9]1AY&SY"), ("xz", rb"\xfd7zXZ\x00"), ("zip", rb"PK\x03\x04"),
+               ("lz4", rb"\x04\x22\x4d\x18")]
+
+
+def compression_of(head: bytes) -> str | None:
+    """The compression a file that starts with `head` was compressed whole with, by its
+    magic bytes (an export compressed whole, which no reader here takes; a name's suffix
+    decides nothing: a file is what it holds), or None."""
+    return next((kind for kind, magic in _COMPRESSED if re.match(magic, head)), None)
 
 
 def sniffed(head: bytes, named: str) -> str:

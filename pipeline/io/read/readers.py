@@ -21,7 +21,8 @@ from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.read.csv_reader import csv_batches, csv_row_estimate, read_header
 from pipeline.io.read.files import InputFile, RawTable, Source
 from pipeline.io.read.footers import parquet_footer, parquet_source
-from pipeline.io.read.formats import describe, format_of
+from pipeline.io.read.formats import compression_of, describe, format_of
+from pipeline.io.read.starts import read_start
 from pipeline.io.store import object_store
 from pipeline.io.store.locations import Location
 from pipeline.io.store.run_cache import RunCache
@@ -37,11 +38,26 @@ def _parquet_error(path: Source, exc: BaseException, rows_read: int = 0) -> Snim
             return problem
     if isinstance(exc, PermissionError):
         return InputError(f"{path}: cannot read ({os.strerror(exc.errno or 13)})", path=path)
+    if not rows_read:
+        compressed = _compressed_whole(path)
+        if compressed is not None:
+            return InputError(f"{path}: a {compressed}-compressed file, not Parquet: inputs "
+                              "are read uncompressed (Parquet with its own compressed pages); "
+                              "decompress it first", path=path)
     where = f" from row {rows_read} on" if rows_read else ""
     detail = ("its pages do not decode as its footer describes them: the file is damaged"
               if type(exc).__name__ == "PanicException" else first_line(exc))
     return InputError(f"{path}: not a readable Parquet file{where} ({detail})",
                       path=path, row=rows_read or None)
+
+
+def _compressed_whole(path: Source) -> str | None:
+    """The compression a file that fails as Parquet was compressed whole with (`p.parquet`
+    holding a gzip stream), None if none or its start cannot be read."""
+    try:
+        return compression_of(read_start(path, 8)[0])
+    except (OSError, SnimError):
+        return None
 
 
 def _has_view(kind: pa.DataType) -> bool:
