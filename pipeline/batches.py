@@ -54,17 +54,21 @@ def read_rules(config: Config, *, cache: RunCache | None = None,
     return normalize.reject_duplicate_rules(rules), files, rows
 
 
-def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, str]
-                    ) -> pl.DataFrame:
+def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, str],
+                    first_position_id: int | None = None) -> pl.DataFrame:
     """Add the CSV lines the reader skipped (wrong field count) as rejected rows, with their
     key columns as given (`key_columns` maps output name -> input column) so that their rule set or
-    position is accounted for too."""
+    position is accounted for too. `first_position_id`: where the file has no position_id
+    column, the id its row 0 gets (`normalize_positions`), so that a skipped line's position
+    is named as its valid neighbours' are."""
     if not raw.bad_lines:
         return frame
     header = raw.frame.columns
     fields = [next(csv.reader([text]), []) for _, _, text in raw.bad_lines]
 
-    def field(values: list[str], column: str) -> str | None:
+    def field(values: list[str], name: str, column: str, row: int) -> str | None:
+        if column not in header and name == "position_id" and first_position_id is not None:
+            return str(row + first_position_id)
         at = header.index(column) if column in header else -1
         value = values[at].strip() if 0 <= at < len(values) else ""
         return value or None
@@ -73,7 +77,8 @@ def _with_bad_lines(frame: pl.DataFrame, raw: RawTable, key_columns: dict[str, s
         "_source": [str(raw.file.path)] * len(raw.bad_lines),
         "_row": [r for r, _, _ in raw.bad_lines],
         "_reason": [why for _, why, _ in raw.bad_lines],
-        **{name: [field(v, column) for v in fields] for name, column in key_columns.items()},
+        **{name: [field(v, name, column, r) for v, (r, _, _) in zip(fields, raw.bad_lines)]
+           for name, column in key_columns.items()},
     }, schema={"_source": pl.String, "_row": pl.Int64, "_reason": pl.String,
                **{name: pl.String for name in key_columns}})
     if any(frame[name].dtype != pl.String for name in key_columns if name in frame.columns):
@@ -127,10 +132,11 @@ def position_batches(paths: list[Source], config: Config, form: str,
                 yield scan, raw, only
 
     def alone(index: int, raw: RawTable) -> pl.DataFrame:
+        first = starts.of(index)
         frame = normalize.normalize_positions(raw.frame, raw.row, str(paths[index]),
-                                              config.columns, form, starts.of(index))
+                                              config.columns, form, first)
         starts.add(index, raw.frame.height + len(raw.bad_lines))
-        return _with_bad_lines(frame, raw, key_columns)
+        return _with_bad_lines(frame, raw, key_columns, first)
 
     def joinable(item: tuple[list[int], RawTable | None, bool]) -> tuple[pa.Schema, int] | None:
         _, raw, only = item

@@ -904,7 +904,7 @@ def test_csv_lines_of_spaces_and_tabs_are_blank_not_rows(tmp_path: Path) -> None
     assert got.code == 3, got.stderr
     result = read_out(out)
     rejects = result["rejects"].select("row", "position_id", "reason").rows()
-    assert [(row, pid) for row, pid, _ in rejects] == [(2, "2"), (3, None)]
+    assert [(row, pid) for row, pid, _ in rejects] == [(2, "2"), (3, "3")]
     assert rejects[1][2] == "line has 1 field, expected 2"
     assert result["manifest"]["counts"]["positions"]["rows_read"] == 5
     sg = _naive_sg([2, 5], 6)  # rule 1: S = {2, 5}; rule 2: nim

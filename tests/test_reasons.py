@@ -83,6 +83,21 @@ def test_every_kind_of_reason_has_its_code_wide_form(tmp_path):
     assert "other" not in set(rejects["reason_code"])
 
 
+def test_a_skipped_line_of_a_file_without_position_ids_is_named_by_its_default_id(tmp_path):
+    """Files without a position_id column number their positions by row, across files
+    (the second file's first row follows the first file's last): a line of the wrong field
+    count had no position_id in its reject (QA), where its neighbours had theirs."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    (tmp_path / "positions").mkdir()
+    (tmp_path / "positions" / "a.csv").write_text("rule_set_id,heaps\n1,5\n1,5,7\n1,3\n")
+    (tmp_path / "positions" / "b.csv").write_text("rule_set_id,heaps\n1,9\n1,5,7\n1,x\n")
+    got = rejected(tmp_path).select("row", "position_id", "reason_code").rows()
+    assert got == [(1, "1", "wrong_field_count"), (1, "4", "wrong_field_count"),
+                   (2, "5", "not_an_integer")]
+    verdicts = read_outputs(tmp_path / "out")["verdicts"]
+    assert verdicts.select("position_id", "nim_sum").rows() == [(0, 2), (2, 0), (3, 0)]
+
+
 def rules_clash(where: Path) -> str:
     return (f"rule_set_id 9 is given 2 times, and a rule_set_id is unique ({where}/rules.csv "
             f"row 8; {where}/rules.csv row 9)")
