@@ -13,8 +13,8 @@ _EXPORTS = {
     "evaluate_batch": "api", "BatchResult": "api",
     **{name: "errors" for name in (
         "SnimError", "UsageError", "ConfigError", "InputError", "BadRowsError", "RuleError",
-        "OutputError", "StoreError", "ReconcileError", "SparkFailure", "NotBuilt",
-        "Stopped")},
+        "OutputError", "CommitOutcomeUnknown", "StoreError", "ReconcileError", "SparkFailure",
+        "NotBuilt", "Stopped")},
 }
 __all__ = ["__version__", *_EXPORTS]
 __getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for

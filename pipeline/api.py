@@ -67,8 +67,8 @@ class BatchResult:
                                manifest=self.manifest, manifest_path=self.manifest_path)
 
 
-def settings(*, config_file: str | Path | None = None, rules: str | None = None,
-             positions: str | None = None, out: str | Path | None = None,
+def settings(*, config_file: str | Path | None = None, rules: str | Path | None = None,
+             positions: str | Path | None = None, out: str | Path | None = None,
              engine: Literal["polars", "spark"] | None = None,
              winning_moves: bool | None = None,
              on_bad_rows: Literal["reject", "fail"] | None = None,
@@ -156,8 +156,8 @@ def _lower(choice: str | None) -> str | None:
     return None if choice is None else str(choice).strip().lower()
 
 
-def evaluate_batch(*, config_file: str | Path | None = None, rules: str | None = None,
-                   positions: str | None = None, out: str | Path | None = None,
+def evaluate_batch(*, config_file: str | Path | None = None, rules: str | Path | None = None,
+                   positions: str | Path | None = None, out: str | Path | None = None,
                    engine: Literal["polars", "spark"] | None = None,
                    winning_moves: bool | None = None,
                    on_bad_rows: Literal["reject", "fail"] | None = None,

@@ -227,6 +227,18 @@ def test_the_public_names_and_a_cheap_import() -> None:
     assert json.loads(proc.stdout) == ["pipeline", "pipeline.io", "pipeline.io.lazy_exports"]
 
 
+def test_every_error_class_the_api_page_names_is_exported() -> None:
+    """python-api.md lists the errors a caller catches, "exported by `pipeline`":
+    `from pipeline import CommitOutcomeUnknown` failed (QA)."""
+    import re
+
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    errors = page.split("**Errors.**", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"`([A-Z][A-Za-z]+)`", errors)) - {"KeyboardInterrupt"}
+    assert {"CommitOutcomeUnknown", "SnimError", "NotBuilt"} <= named
+    assert named <= set(pipeline.__all__), named - set(pipeline.__all__)
+
+
 def test_the_package_is_typed() -> None:
     import tomllib
 
