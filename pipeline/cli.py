@@ -161,6 +161,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["--help", "-h"]},
 )
 
 DEFAULT_CONFIG = Path("config.yaml")
@@ -505,7 +506,7 @@ def run(
     max_rejected_rate: Annotated[float | None, typer.Option(
         envvar="SNIM_BATCH_MAX_REJECTED_RATE",
         help="The same as a fraction (0..1) of the input rows read. Default: the config's "
-             "max_rejected_rate.")] = None,
+             "max_rejected_rate, else none (only the rows' count applies).")] = None,
     spark_master: Annotated[str | None, typer.Option(
         envvar="SNIM_BATCH_SPARK_MASTER", help="Spark master URL (--engine spark).")]
     = None,
@@ -1089,11 +1090,14 @@ def convert(
 
 @app.command(short_help="Render a run's outputs as one self-contained HTML page.")
 def report(
-    out_dir: Annotated[str, typer.Argument(metavar="OUT_DIR", help="A run's output directory.")],
+    out_dir: Annotated[str, typer.Argument(
+        metavar="OUT_DIR", help="A run's output directory, or a Delta table root (run "
+                                "--format delta: its latest night).")],
     html_file: Annotated[Path | None, typer.Option(
         "--html", help="Where to write the page (default: OUT_DIR/report.html).")] = None,
 ) -> None:
-    """Render a run's outputs as one self-contained HTML page (no network needed to view)."""
+    """Render a run's outputs (or a Delta root's latest night) as one self-contained HTML
+    page (no network needed to view)."""
     try:
         from pipeline.report import write_report
 

@@ -1528,3 +1528,11 @@ def test_a_missing_extra_is_named_for_a_checkout_and_for_a_wheel(tmp_path, args,
     assert line.startswith("snim-batch: error: "), line
     assert (f"needs the {extra} extra" in line and f"pip install '.[{extra}]' in the project's "
             f"checkout, or pip install 'WHEEL[{extra}]' naming the wheel you installed") in line
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["explain"], ["grundy"], ["report"]])
+def test_dash_h_is_help_as_in_most_tools(cli, command):
+    """`snim-batch -h` said "No such option: -h" (QA): it is --help, for every command."""
+    short, long = cli(*command, "-h"), cli(*command, "--help")
+    assert short.exit_code == long.exit_code == 0, short.output
+    assert short.stdout == long.stdout and "-h, --help" in short.stdout
