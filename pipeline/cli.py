@@ -448,9 +448,12 @@ def _run_config(config: Path | None, rules: str | None, positions: str | None, o
         if rules is None and positions is None:
             raise UsageError("no ./config.yaml here: pass --config FILE, or --rules, "
                              "--positions and --out")
-        raise UsageError("no config file: pass --rules, --positions and --out, or --config "
-                         "FILE (./config.yaml is read only when neither --rules nor "
-                         "--positions is given)")
+        given = [_given_as(name, f"--{name}") for name, value in
+                 (("rules", rules), ("positions", positions)) if value is not None]
+        raise UsageError(f"no config file: pass --rules, --positions and --out, or --config "
+                         f"FILE (./config.yaml is read only when neither --rules nor "
+                         f"--positions is given, and {' and '.join(given)} "
+                         f"{'is' if len(given) == 1 else 'are'})")
     return settings(config_file=config, rules=rules, positions=positions, out=out,
                     engine=engine.value if engine else None, winning_moves=winning_moves,
                     on_bad_rows=on_bad_rows.value if on_bad_rows else None,

@@ -325,7 +325,13 @@ def test_the_working_directorys_config_is_read_only_without_inputs_on_the_comman
     assert proc.returncode == 2
     assert proc.stderr == ("snim-batch: error: no config file: pass --rules, --positions and "
                            "--out, or --config FILE (./config.yaml is read only when neither "
-                           "--rules nor --positions is given)\n")
+                           "--rules nor --positions is given, and --rules is)\n")
+    proc = snim(["run", "--out", "o4"], job, {"SNIM_BATCH_RULES": "rules.csv"})
+    assert proc.returncode == 2  # the variable, which no command line shows, is named
+    assert proc.stderr == ("snim-batch: error: no config file: pass --rules, --positions and "
+                           "--out, or --config FILE (./config.yaml is read only when neither "
+                           "--rules nor --positions is given, and --rules (set by "
+                           "SNIM_BATCH_RULES) is)\n")
     proc = snim(["run", "--config", "config.yaml", "--out", "o5", "--quiet"], job)
     assert (proc.returncode, proc.stderr) == (0, "")  # --quiet: not even the config line
     assert "move_take" in pl.read_parquet(job / "o5" / "verdicts.parquet").columns
