@@ -250,7 +250,7 @@ def _choice(choices: type[Enum]):
             if choice.value.casefold() == text.casefold():
                 return choice
         listed = ", ".join(repr(choice.value) for choice in choices)
-        raise ValueError(f"{brief_repr(text)} is not one of {listed}.")
+        raise typer.BadParameter(f"{brief_repr(text)} is not one of {listed}.")
 
     return parse
 

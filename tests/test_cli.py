@@ -394,7 +394,7 @@ def test_every_fixed_choice_is_checked_by_typer_with_one_error_style(cli, tmp_pa
     no_traceback(result)
     assert result.exit_code == 2, result.output
     flat = " ".join(result.stderr.split())
-    assert f"Invalid value for {option_hint(args[0], option)}: Value error, {message}." in \
+    assert f"Invalid value for {option_hint(args[0], option)}: {message}." in \
         flat, result.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -421,7 +421,7 @@ def test_a_long_choice_value_is_echoed_cut(cli, tmp_path, monkeypatch, args, opt
     assert result.exit_code == 2, result.output
     flat = " ".join(result.stderr.split())
     shown = "'" + "x" * 27 + "..." + "x" * 24 + "tail'"
-    assert (f"Invalid value for {option_hint(args[0], option)}: Value error, {shown} is not one "
+    assert (f"Invalid value for {option_hint(args[0], option)}: {shown} is not one "
             f"of {listed}.") in flat, result.stderr
     assert "x" * 61 not in result.stderr
     assert list(tmp_path.iterdir()) == []
@@ -1278,7 +1278,7 @@ def test_the_global_log_format_holds_for_every_command(cli, tmp_path, monkeypatc
      "No such option: --bogus (Possible options: --out, --verbose); "
      "see 'snim-batch run --help'"),
     (["run", "--log-format=JSON", "--engine", "bad"], {},
-     "Invalid value for '--engine' (env var: 'SNIM_BATCH_ENGINE'): Value error, 'bad' is not "
+     "Invalid value for '--engine' (env var: 'SNIM_BATCH_ENGINE'): 'bad' is not "
      "one of 'polars', 'spark'; see 'snim-batch run --help'"),
     (["report", "--bogus"], {"SNIM_BATCH_LOG_FORMAT": "json"},
      "No such option: --bogus; see 'snim-batch report --help'"),

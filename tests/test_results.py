@@ -294,7 +294,7 @@ def test_a_variable_wins_over_the_config_file_and_the_file_over_the_default(job:
 def test_a_bad_variable_value_is_a_usage_error_naming_it(job: Path) -> None:
     proc = snim(RUN, job, {"SNIM_BATCH_ENGINE": "flink"})
     assert proc.returncode == 2
-    assert ("Invalid value for '--engine' (env var: 'SNIM_BATCH_ENGINE'): Value error, "
+    assert ("Invalid value for '--engine' (env var: 'SNIM_BATCH_ENGINE'): "
             "'flink' is not one of 'polars', 'spark'.") in " ".join(proc.stderr.split())
     assert not (job / "out").exists()
 
