@@ -126,7 +126,7 @@ class PolarsEvaluation:
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
         if self.merged is None:
-            sink_parquet(evaluate.with_verdict(self.verdicts.lazy()),
+            sink_parquet(evaluate.with_verdict(self.verdicts.lazy(), dictionary=True),
                          staging / "verdicts.parquet")
         else:
             with writing("verdicts.parquet"):  # a rename within the staging directory

@@ -187,13 +187,19 @@ def _beyond_table_reasons(out: pl.DataFrame, tables: TableSet) -> pl.DataFrame:
     ).drop("_label", "_tabulated", "_limit")
 
 
-def with_verdict(verdicts: FrameT) -> FrameT:
+VERDICTS = pl.Enum(["L", "W"])
+
+
+def with_verdict(verdicts: FrameT, dictionary: bool = False) -> FrameT:
     """Add `verdict` (W iff nim_sum != 0) after nim_sum; nim_sum and the move columns become
     Int64, a negative move null (the sort keeps them narrow, with -1 for no move); lazy in,
-    lazy out."""
+    lazy out. `dictionary`: the verdict as `VERDICTS` codes, which a Parquet writer encodes
+    without hashing each row's text (`commit.sink_parquet` declares it text)."""
     names = verdicts.collect_schema().names()
     at = names.index("nim_sum") + 1
-    verdict = pl.when(pl.col("nim_sum") != 0).then(pl.lit("W")).otherwise(pl.lit("L"))
+    kind = VERDICTS if dictionary else pl.String
+    verdict = pl.when(pl.col("nim_sum") != 0).then(pl.lit("W", kind)).otherwise(
+        pl.lit("L", kind))
     moves = [pl.when(pl.col(name) >= 0).then(pl.col(name).cast(pl.Int64)).alias(name)
              for name in ("move_heap", "move_take") if name in names]
     return verdicts.select(*names[:at - 1], pl.col("nim_sum").cast(pl.Int64),

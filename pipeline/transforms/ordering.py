@@ -594,6 +594,12 @@ class MergedSlice:
     duplicates: pl.DataFrame
 
 
+VERDICT_TEXT = pa.array(["L", "W"], pa.large_string())
+"""The verdict column's dictionary in a merged slice: its codes are the verdict (a Parquet
+writer encodes them without hashing each row's text; `scratch.Spill.parquet` declares the
+column text)."""
+
+
 class SliceBuffers:
     """The arrays a merge fills slice after slice (`merged_slice`), kept from one slice to
     the next: an array as large as a slice, freed and allocated again, is fresh pages each
@@ -697,14 +703,11 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
         wins[used] = np.add.reduceat(won, bounds[used], dtype=np.int64)
     nim_sum = reuse.empty("nim_sum", n, np.int64)
     nim_sum[:] = nim
-    verdict = reuse.empty("verdict", n, np.uint8)
-    verdict[:] = ord("L")
-    np.copyto(verdict, np.uint8(ord("W")), where=won)
+    verdict = arrow_view(won.view(np.uint8))  # codes of VERDICT_TEXT: 0 L, 1 W
     columns = {"rule_set_id": ids.take(arrow_view(bucket)),
                "position_id": position_id,
                "nim_sum": arrow_view(nim_sum),
-               "verdict": pa.LargeStringArray.from_buffers(
-                   n, pa.py_buffer(reuse.counting(n)), pa.py_buffer(verdict))}
+               "verdict": pa.DictionaryArray.from_arrays(verdict, VERDICT_TEXT)}
     if moves:
         import pyarrow.compute as pc  # only here: else every run's start pays its import
     for name, values in moves.items():  # the move columns, -1 for none (`with_verdict`: null)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import io
 import logging
 import os
 import re
@@ -13,12 +14,14 @@ import shutil
 import signal
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError, UsageError, WriteFailure
 from pipeline.events import OnEvent, RunEvent, ignore, tell_committed
@@ -590,7 +593,42 @@ def write_parquet(frame: pl.DataFrame, path: Path) -> None:
 
 
 def sink_parquet(frame: pl.LazyFrame, path: Path) -> None:
-    """Stream a lazy frame to one Parquet file (columns computed chunk by chunk)."""
+    """Stream a lazy frame to one Parquet file (columns computed chunk by chunk). Enum
+    columns are written as the dictionary-encoded text Parquet stores anyway, from their
+    codes, and declared plain text (`_as_text`): readers see a string column, as if the
+    writer had hashed every row's text to find its dictionary."""
+    schema = frame.collect_schema()
     with writing(path.name):
         frame.sink_parquet(path, compression="zstd", compression_level=ZSTD_LEVEL,
-                           statistics=True)
+                           statistics=True, metadata=_as_text(schema))
+
+
+def _as_text(schema: pl.Schema) -> dict[str, str] | None:
+    """The Arrow schema polars would store for `schema` with its Enum columns as String
+    (the `ARROW:schema` key readers take column types from), or None when it has none."""
+    if not any(isinstance(dtype, pl.Enum) for dtype in schema.values()):
+        return None
+    text = pl.Schema({name: pl.String if isinstance(dtype, pl.Enum) else dtype
+                      for name, dtype in schema.items()})
+    return _stored_schema(pl.DataFrame(schema=text).write_parquet)
+
+
+def declared_text(schema: pa.Schema) -> dict[str, str] | None:
+    """`ARROW:schema` metadata declaring the dictionary-encoded columns of `schema` as the
+    text they hold, as pyarrow would store it (None when it has none): a writer given the
+    codes encodes them without hashing each row's text, and readers see a text column.
+    Written with `store_schema=False` and this metadata (`scratch.Spill.parquet`)."""
+    if not any(pa.types.is_dictionary(field.type) for field in schema):
+        return None
+    text = pa.schema([field.with_type(field.type.value_type)
+                      if pa.types.is_dictionary(field.type) else field for field in schema])
+    return _stored_schema(lambda written: pq.write_table(text.empty_table(), written))
+
+
+def _stored_schema(write: Callable[[io.BytesIO], None]) -> dict[str, str]:
+    """The `ARROW:schema` a Parquet writer stores, from an empty file `write` writes."""
+    written = io.BytesIO()
+    write(written)
+    written.seek(0)
+    stored = pq.read_metadata(written).metadata or {}
+    return {"ARROW:schema": stored[b"ARROW:schema"].decode("ascii")}

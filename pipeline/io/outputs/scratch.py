@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError, WriteFailure, first_line
-from pipeline.io.outputs.commit import ZSTD_LEVEL
+from pipeline.io.outputs.commit import ZSTD_LEVEL, declared_text
 from pipeline.io.outputs.failures import write_cause, writing
 
 
@@ -127,8 +127,12 @@ class Spill:
         def encode(table: pa.Table) -> None:
             nonlocal writer
             if writer is None:
+                text = declared_text(table.schema)
                 writer = pq.ParquetWriter(path, table.schema, compression="zstd",
-                                          compression_level=ZSTD_LEVEL, write_statistics=True)
+                                          compression_level=ZSTD_LEVEL, write_statistics=True,
+                                          store_schema=text is None)
+                if text is not None:
+                    writer.add_key_value_metadata(text)
             writer.write_table(table, row_group_size=table.num_rows or None)
 
         with writing(output), ThreadPoolExecutor(1, "verdicts-write") as pool:
