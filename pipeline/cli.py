@@ -601,6 +601,10 @@ def run(
             _check_result_not_an_input(result_file, cfg)
     except UsageError as exc:  # no result: where it would go is the error
         _fail(exc, verbose)
+    if result_file is not None:  # a run killed before its end leaves none, not the last one
+        from pipeline.io.outputs.whole import claim
+
+        claim(result_file)
     try:
         known.update(out=str(cfg.out),
                      config_file=None if cfg.config_file is None else str(cfg.config_file))

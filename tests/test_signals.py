@@ -718,3 +718,44 @@ def test_of_two_stops_that_come_while_compiled_code_runs_the_first_is_raised() -
         if proc.poll() is None:
             proc.kill()
     assert (proc.returncode, out, err) == (0, f"stopped {int(signal.SIGTERM)}\n", "")
+
+
+KILLED_AS_THE_RUN_BEGINS = '''
+import os, signal
+import pipeline.api as api
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+api.run_settings = killed
+'''
+
+
+def test_a_run_killed_before_its_end_leaves_no_result_but_its_own(tmp_path: Path) -> None:
+    """A night's run killed with no chance to write its result (`kill -9`, the OOM
+    killer; here as its work begins, by a sitecustomize in the real CLI process): the result
+    file of the night before was left, "succeeded", read by a scheduler as this run's (QA).
+    A run now removes it as it begins, and the temporaries of killed runs beside it; the
+    scheduler finds no result file and reads the exit code (137), as operations.md says."""
+    root = Path(__file__).resolve().parents[1]
+    sample = root / "data" / "sample"
+    result = tmp_path / "result.json"
+    args = [str(CLI_EXE), "run", "--rules", str(sample / "rules.csv"), "--positions",
+            str(sample / "positions.csv"), "--out", str(tmp_path / "night1"), "--result-file",
+            str(result), "--quiet"]
+    assert subprocess.run(args, capture_output=True, timeout=120).returncode == 0
+    assert json.loads(result.read_text())["status"] == "succeeded"
+    dead = subprocess.Popen(["true"])  # a process no longer running: its temporary is stale
+    dead.wait()
+    stale = tmp_path / f".result.json.{dead.pid}.tmp"
+    stale.write_text("{")
+    live = tmp_path / f".result.json.{os.getpid()}.tmp"  # a live process's: kept
+    live.write_text("{")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(KILLED_AS_THE_RUN_BEGINS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(root)])}
+    args[args.index(str(tmp_path / "night1"))] = str(tmp_path / "night2")
+    killed = subprocess.run(args, capture_output=True, env=env, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f".result.json.{os.getpid()}.tmp", "night1", "site"]
