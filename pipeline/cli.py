@@ -602,9 +602,9 @@ def run(
     except UsageError as exc:  # no result: where it would go is the error
         _fail(exc, verbose)
     if result_file is not None:  # a run killed before its end leaves none, not the last one
-        from pipeline.io.outputs.whole import claim
+        from pipeline.results import claim_result_file
 
-        claim(result_file)
+        claim_result_file(result_file)
     try:
         known.update(out=str(cfg.out),
                      config_file=None if cfg.config_file is None else str(cfg.config_file))

@@ -77,3 +77,29 @@ def write_result_file(path: Path, document: dict[str, Any]) -> None:
 
     with whole_file(path) as temporary:
         temporary.write_text(result_json(document) + "\n", encoding="utf-8")
+
+
+def claim_result_file(path: Path) -> None:
+    """Make `path` this process's to write at its end: remove the file an earlier process
+    left there, and the temporaries (`.NAME.PID.tmp`, as `whole.whole_file` names them) of
+    processes no longer running, so that a process killed before it writes (`kill -9`, the
+    OOM killer) leaves no file rather than an earlier one that reads as its own. What cannot
+    be removed stays, to be replaced."""
+    import re
+    from contextlib import suppress
+
+    from pipeline.io.outputs.commit import made_by_live_process
+
+    ours = re.compile(rf"\.{re.escape(path.name)}\.([0-9]+)\.tmp")
+    try:
+        beside = list(path.parent.iterdir())
+    except OSError:
+        beside = []
+    for entry in beside:
+        found = ours.fullmatch(entry.name)
+        if found is not None and not made_by_live_process(entry, int(found.group(1))):
+            with suppress(OSError):
+                entry.unlink()
+    if path.is_symlink() or path.is_file():
+        with suppress(OSError):
+            path.unlink()

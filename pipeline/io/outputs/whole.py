@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["claim", "whole_file"]
+__all__ = ["whole_file"]
 
 
 @contextmanager
@@ -25,26 +25,3 @@ def whole_file(path: Path) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
         raise
 
-
-def claim(path: Path) -> None:
-    """Make `path` this process's to write at its end: remove the file an earlier process
-    left there, and the temporaries (`.NAME.PID.tmp`) of processes no longer running, so that
-    a process killed before it writes (`kill -9`, the OOM killer) leaves no file rather than
-    an earlier one that reads as its own. What cannot be removed stays, to be replaced."""
-    import re
-
-    from pipeline.io.outputs.commit import made_by_live_process
-
-    ours = re.compile(rf"\.{re.escape(path.name)}\.([0-9]+)\.tmp")
-    try:
-        beside = list(path.parent.iterdir())
-    except OSError:
-        beside = []
-    for entry in beside:
-        found = ours.fullmatch(entry.name)
-        if found is not None and not made_by_live_process(entry, int(found.group(1))):
-            with suppress(OSError):
-                entry.unlink()
-    if path.is_symlink() or path.is_file():
-        with suppress(OSError):
-            path.unlink()
