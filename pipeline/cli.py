@@ -175,6 +175,23 @@ def _version(asked: bool) -> None:
         raise typer.Exit(0)
 
 
+def _choice(choices: type[Enum]):
+    """A parser for an option with fixed `choices`, in any case: the Enum member, or a usage
+    error listing the choices that shows the value given cut (typer's own shows it whole)."""
+
+    def parse(value: object) -> Enum:
+        if isinstance(value, choices):
+            return value
+        text = str(value)
+        for choice in choices:
+            if choice.value.casefold() == text.casefold():
+                return choice
+        listed = ", ".join(repr(choice.value) for choice in choices)
+        raise typer.BadParameter(f"{brief_repr(text)} is not one of {listed}.")
+
+    return parse
+
+
 class LogFormat(str, Enum):
     text = "text"
     json = "json"
@@ -189,7 +206,7 @@ def _every_command(
         "--version", is_eager=True, expose_value=False, callback=_version,
         help="Print the version (snim-batch X.Y.Z) and exit.")] = False,
     log_format: Annotated[LogFormat, typer.Option(
-        "--log-format", envvar=LOG_FORMAT_ENV, case_sensitive=False,
+        "--log-format", envvar=LOG_FORMAT_ENV, parser=_choice(LogFormat),
         help="Log and progress lines on stderr: text (TIMESTAMP snim-batch: LEVEL: "
              "message) or json (one object per line: ts, level, message, logger, fields).")]
     = LogFormat.text,
@@ -236,23 +253,6 @@ class KeyType(str, Enum):
     int = "int"
     string = "string"
     uuid = "uuid"
-
-
-def _choice(choices: type[Enum]):
-    """A parser for an option with fixed `choices`, in any case: the Enum member, or a usage
-    error listing the choices that shows the value given cut (typer's own shows it whole)."""
-
-    def parse(value: object) -> Enum:
-        if isinstance(value, choices):
-            return value
-        text = str(value)
-        for choice in choices:
-            if choice.value.casefold() == text.casefold():
-                return choice
-        listed = ", ".join(repr(choice.value) for choice in choices)
-        raise typer.BadParameter(f"{brief_repr(text)} is not one of {listed}.")
-
-    return parse
 
 
 def _say(message: str) -> None:
@@ -514,7 +514,7 @@ def run(
         envvar="SNIM_BATCH_SPARK_MASTER", help="Spark master URL (--engine spark).")]
     = None,
     output_format: Annotated[OutputFormat | None, typer.Option(
-        "--format", case_sensitive=False, envvar="SNIM_BATCH_FORMAT",
+        "--format", parser=_choice(OutputFormat), envvar="SNIM_BATCH_FORMAT",
         help="parquet: one directory per run; delta: --out is a root of Delta tables that "
              "each run adds its night to. Default: the config's output.format, else "
              "parquet.")] = None,
@@ -548,7 +548,7 @@ def run(
                                           help="Show details and tracebacks.")]
     = False,
     log_format: Annotated[LogFormat | None, typer.Option(
-        "--log-format", envvar=LOG_FORMAT_ENV, case_sensitive=False,
+        "--log-format", envvar=LOG_FORMAT_ENV, parser=_choice(LogFormat),
         help="Log and progress lines on stderr: text or json (one object per line). "
              "Default: text.")] = None,
     progress_every: Annotated[float, typer.Option(

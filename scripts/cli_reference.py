@@ -58,8 +58,9 @@ def commands(root=None) -> Iterator[tuple[str, object, object]]:
 
     def walk(command, name: str, parent) -> Iterator[tuple[str, object, object]]:
         _plain(command)
+        settings = {} if parent is not None else dict(command.context_settings)  # -h too
         ctx = click.Context(command, info_name=name.rsplit(" ", 1)[-1], parent=parent,
-                            terminal_width=WIDTH, max_content_width=WIDTH)
+                            terminal_width=WIDTH, max_content_width=WIDTH, **settings)
         yield name, command, ctx
         children = getattr(command, "commands", None)
         if children is None:

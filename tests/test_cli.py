@@ -375,6 +375,9 @@ CHOICE_ERRORS = [
     (("run", "--engine", "flink"), "--engine", "'flink' is not one of 'polars', 'spark'"),
     (("run", "--on-bad-rows", "skip"), "--on-bad-rows", "'skip' is not one of 'reject', "
                                                         "'fail'"),
+    (("run", "--format", "orc"), "--format", "'orc' is not one of 'parquet', 'delta'"),
+    (("run", "--log-format", "xml"), "--log-format", "'xml' is not one of 'text', 'json'"),
+    (("explain", "--format", "orc"), "--format", "'orc' is not one of 'parquet', 'delta'"),
 ]
 
 
@@ -382,7 +385,7 @@ def option_hint(command: str, option: str) -> str:
     """How click names an option in a usage error: a `run` option with its variable, as the
     value may have come from it."""
     variable = "SNIM_BATCH_" + option.lstrip("-").replace("-", "_").upper()
-    return f"'{option}'" + (f" (env var: '{variable}')" if command == "run" else "")
+    return f"'{option}'" + (f" (env var: '{variable}')" if command in ("run", "explain") else "")
 
 
 @pytest.mark.parametrize(("args", "option", "message"), CHOICE_ERRORS,

@@ -47,6 +47,8 @@ def test_cli_reference_names_every_command_and_option():
         if name not in sections:
             missing.append(f"command {name!r}")
             continue
+        if "-h, --help" not in sections[name]:  # the app's help option names, not click's
+            missing.append(f"{name} -h")
         for param in command.params:
             for opt in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]:
                 if opt.startswith("-") and opt not in sections[name]:
