@@ -605,7 +605,8 @@ def _with_key_types(output: OutputPlan, config: Config, positions: PositionsPlan
                     index: pl.DataFrame) -> OutputPlan:
     """A Delta night whose keys are text for certain (a file's column makes them text, or
     no rule set id reads as an integer) where the root's verdicts hold integers: refused, as
-    the run's commit would refuse it after all its work."""
+    the run's commit would refuse it after all its work (naming the verdicts table; a run
+    with no verdict row at all meets the summary table's first)."""
     from pipeline.io.outputs.delta import text_keys_refused
     from pipeline.io.outputs.kinds import output_for
 
