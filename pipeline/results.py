@@ -97,9 +97,24 @@ def claim_result_file(path: Path) -> None:
         beside = []
     for entry in beside:
         found = ours.fullmatch(entry.name)
-        if found is not None and not made_by_live_process(entry, int(found.group(1))):
+        if (found is not None and not made_by_live_process(entry, int(found.group(1)))
+                and _older_than(entry, STALE_TEMPORARY_S)):
             with suppress(OSError):
                 entry.unlink()
     if path.is_symlink() or path.is_file():
         with suppress(OSError):
             path.unlink()
+
+
+STALE_TEMPORARY_S = 60.0
+"""A temporary's age before a dead process's is removed: a live writer in another process
+namespace (a container sharing the volume) looks dead here, and holds its for milliseconds."""
+
+
+def _older_than(entry: Path, seconds: float) -> bool:
+    import time
+
+    try:
+        return time.time() - entry.lstat().st_mtime > seconds
+    except OSError:
+        return False

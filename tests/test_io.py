@@ -2534,7 +2534,8 @@ def test_a_page_the_decoder_panics_on_is_said_to_be_damaged(tmp_path: Path) -> N
     assert code == 1
     assert err.splitlines()[-1] == (
         f"snim-batch: error: {path}: not a readable Parquet file (its pages do not decode as "
-        "its footer describes them: the file is damaged)"), err
+        "its footer describes them: the file is damaged, or written in a way the Parquet "
+        "reader cannot take)"), err
     assert not (tmp_path / "out").exists()
 
 

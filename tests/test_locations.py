@@ -133,8 +133,8 @@ def test_urls_are_shown_without_passwords_or_query_values(text: str, shown_as: s
     ("gs://AKIAKEYID@bkt/in/rules.csv", "AKIAKEYID", "holds no user name or password"),
     # Azure's user is the container, shown: the message says which URL, its password hidden
     ("abfss://cont:PWSECRET@acct.dfs.core.windows.net/x", "PWSECRET",
-     "'abfss://cont:<hidden>@acct.dfs.core.windows.net/x': an object-store URL holds no user "
-     "name or password"),
+     "'abfss://cont:<hidden>@acct.dfs.core.windows.net/x': an object-store URL holds no "
+     "password (its user part is the container)"),
     ("file://u:PWSECRET@host/x", "PWSECRET", "names a local path"),
 ])
 @pytest.mark.parametrize("option", ["--rules", "--positions", "--out"])

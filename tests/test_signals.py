@@ -749,6 +749,9 @@ def test_a_run_killed_before_its_end_leaves_no_result_but_its_own(tmp_path: Path
     dead.wait()
     stale = tmp_path / f".result.json.{dead.pid}.tmp"
     stale.write_text("{")
+    os.utime(stale, (time.time() - 120, time.time() - 120))  # left two minutes ago
+    fresh = tmp_path / f".result.json.{dead.pid + 1}.tmp"  # maybe another namespace's: kept
+    fresh.write_text("{")
     live = tmp_path / f".result.json.{os.getpid()}.tmp"  # a live process's: kept
     live.write_text("{")
     (tmp_path / "site").mkdir()
@@ -757,5 +760,5 @@ def test_a_run_killed_before_its_end_leaves_no_result_but_its_own(tmp_path: Path
     args[args.index(str(tmp_path / "night1"))] = str(tmp_path / "night2")
     killed = subprocess.run(args, capture_output=True, env=env, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        f".result.json.{os.getpid()}.tmp", "night1", "site"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+        f".result.json.{os.getpid()}.tmp", fresh.name, "night1", "site"])

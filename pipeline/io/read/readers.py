@@ -45,7 +45,8 @@ def _parquet_error(path: Source, exc: BaseException, rows_read: int = 0) -> Snim
                               "are read uncompressed (Parquet with its own compressed pages); "
                               "decompress it first", path=path)
     where = f" from row {rows_read} on" if rows_read else ""
-    detail = ("its pages do not decode as its footer describes them: the file is damaged"
+    detail = ("its pages do not decode as its footer describes them: the file is damaged, "
+              "or written in a way the Parquet reader cannot take"
               if type(exc).__name__ == "PanicException" else first_line(exc))
     return InputError(f"{path}: not a readable Parquet file{where} ({detail})",
                       path=path, row=rows_read or None)

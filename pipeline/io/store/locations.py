@@ -105,11 +105,13 @@ class Location:
         authority, _, key = rest.partition("/")
         said = brief_repr(without_secrets(text))
         if _PASSWORD.match(text) or (store != "az" and "@" in authority):
+            held = "password (its user part is the container)" if store == "az" else \
+                "user name or password"
             if store != "az":  # the user is a key id; Azure's is the container, shown
                 said = brief_repr(_USER.sub(r"\1<hidden>@", without_secrets(text)))
-            raise UsageError(f"{said}: an object-store URL holds no user name or password; "
-                             "give credentials in storage_options (config.yaml) or the "
-                             "store's environment variables")
+            raise UsageError(f"{said}: an object-store URL holds no {held}; give credentials "
+                             "in storage_options (config.yaml) or the store's environment "
+                             "variables")
         if _QUERY.search(key):
             raise UsageError(f"{said}: an object-store URL takes no query string (signed "
                              f"URLs are not supported); name the object as "
