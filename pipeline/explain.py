@@ -603,20 +603,22 @@ def _id_bytes(positions: PositionsPlan) -> int:
 
 def _with_key_types(output: OutputPlan, config: Config, positions: PositionsPlan,
                     index: pl.DataFrame) -> OutputPlan:
-    """A Delta night whose keys are text for certain (a file's column makes them text, or
-    no rule set id reads as an integer) where the root's verdicts hold integers: refused, as
-    the run's commit would refuse it after all its work (naming the verdicts table; a run
-    with no verdict row at all meets the summary table's first)."""
+    """A Delta night whose keys are text for certain where the root's tables hold integers:
+    refused, as the run's commit would refuse it after all its work, naming the first table
+    it would. Certain: the verdicts' keys when a positions file's column makes them text (or
+    no rule set id reads as an integer); the summary's rule_set_id when any rules row's does
+    not (the summary lists every rule set, a rejected one's too)."""
     from pipeline.io.outputs.delta import text_keys_refused
     from pipeline.io.outputs.kinds import output_for
 
     rule_ids = index["rule_set_id"]
-    text_rules = (positions.rule_set_id_type == TEXT or rule_ids.dtype == pl.String
-                  and not rule_ids.str.contains(keys.CANONICAL_INT).any())
-    text = [key for key, certain in (("rule_set_id", text_rules),
-                                     ("position_id", positions.position_id_type == TEXT))
-            if certain]
-    if not text:
+    text_rules = rule_ids.dtype == pl.String  # a rules key is not an integer: text for all
+    verdicts = [key for key, certain in (
+        ("rule_set_id", positions.rule_set_id_type == TEXT
+         or text_rules and not rule_ids.str.contains(keys.CANONICAL_INT).any()),
+        ("position_id", positions.position_id_type == TEXT)) if certain]
+    text = {"verdicts": verdicts, "summary": ["rule_set_id"] if text_rules else []}
+    if not any(text.values()):
         return output
     root = output_for(config.out, "delta", config.overwrite, config.storage_options,
                       lambda message: None, None).root

@@ -425,6 +425,19 @@ def test_explain_refuses_a_delta_night_of_text_keys_on_a_root_of_integer_keys(
     integers = explained("--rules", "rules.csv", "--positions", "p.csv", *root,
                          "--run-date", "2026-03-05", cwd=tmp_path)["output"]
     assert integers["action"] == "add night"
+    # one text key among integer ones (a rejected rule's too): the verdicts keep integer ids,
+    # the summary, which lists every rule set, has them as text (review: explain said "would
+    # be added", exit 0)
+    for extra in (["a", "1..3"], ["07", "2"], ["abc", "x"]):
+        write_csv(tmp_path / "mixed.csv", ["rule_set_id", "moves"], [[1, "1 2"], extra])
+        night = ["--rules", "mixed.csv", "--positions", "p.csv", *root, "--run-date",
+                 "2026-03-06"]
+        plan = explained(*night, cwd=tmp_path, code=1)["output"]
+        assert plan["problem"].startswith(f"{tmp_path / 'tables'}/summary: this run's columns "
+                                          "do not fit the table: rule_set_id (integer in the "
+                                          "table, text in this run)"), plan["problem"]
+        ran = snim("run", *night, cwd=tmp_path)
+        assert ran.returncode == 1 and plan["problem"] in ran.stderr, ran.stderr
 
 
 def test_explain_warns_of_the_compressed_files_the_run_would_skip(tmp_path: Path) -> None:

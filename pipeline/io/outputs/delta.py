@@ -348,20 +348,25 @@ def _unfit(root: TableRoot, name: str, changed: list[str]) -> OutputError:
                        path=root.table(name), written=False)
 
 
-def text_keys_refused(root: TableRoot, text_keys: list[str]) -> OutputError | None:
-    """The error a run whose `text_keys` (of `KEYS`) are text for certain meets when it
-    commits its verdicts to a root whose verdicts table holds them as integers (`_checked`),
-    found before any work (`explain`); None where they fit or there is no table yet."""
-    if not text_keys or not root.exists("verdicts"):
-        return None
-    try:
-        in_table = {f.name: str(f.type)
-                    for f in Schema.from_arrow(root.open("verdicts").schema().to_arrow()).fields}
-    except (DeltaError, OSError):
-        return None  # the run's own read of the table names what is wrong
-    changed = [f"{c} (integer in the table, text in this run)" for c in KEYS
-               if c in text_keys and _type_name(in_table.get(c, "")) == "integer"]
-    return _unfit(root, "verdicts", changed) if changed else None
+def text_keys_refused(root: TableRoot, text_keys: dict[str, list[str]]) -> OutputError | None:
+    """The error a run whose key columns `text_keys` (table -> its key columns that are text
+    for certain) meets when it commits to a root whose tables hold them as integers
+    (`_checked`), found before any work (`explain`): the first such table in the order the
+    run commits them; None where they fit or there is no table yet."""
+    for name in DATA_TABLES:
+        columns = text_keys.get(name)
+        if not columns or not root.exists(name):
+            continue
+        try:
+            in_table = {f.name: str(f.type)
+                        for f in Schema.from_arrow(root.open(name).schema().to_arrow()).fields}
+        except (DeltaError, OSError):
+            return None  # the run's own read of the table names what is wrong
+        changed = [f"{c} (integer in the table, text in this run)" for c in columns
+                   if _type_name(in_table.get(c, "")) == "integer"]
+        if changed:
+            return _unfit(root, name, changed)
+    return None
 
 
 def _as_text(column: str, in_table: str, in_run: str) -> bool:
