@@ -81,24 +81,16 @@ def write_result_file(path: Path, document: dict[str, Any]) -> None:
 
 def claim_result_file(path: Path) -> None:
     """Make `path` this process's to write at its end: remove the file an earlier process
-    left there, and the temporaries (`.NAME.PID.tmp`, as `whole.whole_file` names them) of
-    processes no longer running, so that a process killed before it writes (`kill -9`, the
-    OOM killer) leaves no file rather than an earlier one that reads as its own. What cannot
-    be removed stays, to be replaced."""
-    import re
+    left there, and the temporaries (`whole.temporaries`) of processes no longer running, so
+    that a process killed before it writes (`kill -9`, the OOM killer) leaves no file rather
+    than an earlier one that reads as its own. What cannot be removed stays, to be replaced."""
     from contextlib import suppress
 
     from pipeline.io.outputs.commit import made_by_live_process
+    from pipeline.io.outputs.whole import temporaries
 
-    ours = re.compile(rf"\.{re.escape(path.name)}\.([0-9]+)\.tmp")
-    try:
-        beside = list(path.parent.iterdir())
-    except OSError:
-        beside = []
-    for entry in beside:
-        found = ours.fullmatch(entry.name)
-        if (found is not None and not made_by_live_process(entry, int(found.group(1)))
-                and _older_than(entry, STALE_TEMPORARY_S)):
+    for entry, pid in temporaries(path):
+        if not made_by_live_process(entry, pid) and _older_than(entry, STALE_TEMPORARY_S):
             with suppress(OSError):
                 entry.unlink()
     if path.is_symlink() or path.is_file():

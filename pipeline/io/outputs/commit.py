@@ -595,15 +595,15 @@ def write_parquet(frame: pl.DataFrame, path: Path) -> None:
 def sink_parquet(frame: pl.LazyFrame, path: Path) -> None:
     """Stream a lazy frame to one Parquet file (columns computed chunk by chunk). Enum
     columns are written as the dictionary-encoded text Parquet stores anyway, from their
-    codes, and declared plain text (`_as_text`): readers see a string column, as if the
+    codes, and declared plain text (`_enums_as_text`): readers see a string column, as if the
     writer had hashed every row's text to find its dictionary."""
     schema = frame.collect_schema()
     with writing(path.name):
         frame.sink_parquet(path, compression="zstd", compression_level=ZSTD_LEVEL,
-                           statistics=True, metadata=_as_text(schema))
+                           statistics=True, metadata=_enums_as_text(schema))
 
 
-def _as_text(schema: pl.Schema) -> dict[str, str] | None:
+def _enums_as_text(schema: pl.Schema) -> dict[str, str] | None:
     """The Arrow schema polars would store for `schema` with its Enum columns as String
     (the `ARROW:schema` key readers take column types from), or None when it has none."""
     if not any(isinstance(dtype, pl.Enum) for dtype in schema.values()):
