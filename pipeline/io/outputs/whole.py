@@ -27,7 +27,6 @@ def whole_file(path: Path) -> Iterator[Path]:
         raise
 
 
-
 def _temporary(path: Path, pid: int) -> Path:
     return path.with_name(f".{path.name}.{pid}.tmp")
 
