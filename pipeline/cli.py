@@ -560,6 +560,11 @@ def run(
 ) -> None:
     """Evaluate every position; write verdicts, rejects, sg_tables, summary and a manifest.
 
+    Inputs (Parquet or CSV files, directories or globs; docs/inputs.md): rules with columns
+    rule_set_id, kind (subtraction, nim or half; empty: subtraction) and moves ("2 5 7",
+    ranges as 1..4); positions with rule_set_id, position_id (optional: the row number)
+    and heaps ("3 5 7", or a list), or in long form one heap per row (column heap).
+
     Exit codes: 0 clean, or rows rejected within the tolerance (max_rejected_rows,
     max_rejected_rate); 1 run failed (nothing written); 2 usage or config error; 3 completed, but
     more rows were rejected than the tolerance allows (see rejects.parquet).
