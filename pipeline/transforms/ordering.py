@@ -705,7 +705,7 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
     nim_sum = reuse.empty("nim_sum", n, np.int64)
     nim_sum[:] = nim
     verdict = arrow_view(won.view(np.uint8))  # codes of VERDICT_TEXT: 0 L, 1 W
-    columns = {"rule_set_id": ids.take(arrow_view(bucket)),
+    columns = {"rule_set_id": _rule_set_ids(ids, bucket, reuse),
                "position_id": position_id,
                "nim_sum": arrow_view(nim_sum),
                "verdict": pa.DictionaryArray.from_arrays(verdict, VERDICT_TEXT)}
@@ -716,6 +716,20 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
         columns[name] = pc.if_else(pc.greater_equal(values, 0), values,
                                    pa.scalar(None, pa.int64()))
     return MergedSlice(pa.table(columns), wins, total - wins, duplicates)
+
+
+def _rule_set_ids(ids: pa.Array, bucket: np.ndarray, reuse: SliceBuffers) -> pa.Array:
+    """A merged slice's rule_set_id column from its rows' buckets (ranks in `ids`, in
+    order): text ids as codes of the ids the slice spans (a Parquet writer encodes them
+    without hashing each row's text, and the slice's text is not gathered); integers as
+    themselves."""
+    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)) \
+            or not bucket.shape[0]:
+        return ids.take(arrow_view(bucket))
+    low, high = int(bucket[0]), int(bucket[-1]) + 1
+    codes = reuse.empty("rule_codes", bucket.shape[0], np.int32)
+    np.subtract(bucket, low, out=codes, casting="unsafe")
+    return pa.DictionaryArray.from_arrays(arrow_view(codes), ids.slice(low, high - low))
 
 
 def _copied(column: pa.Array) -> pa.Array:
