@@ -68,9 +68,11 @@ class PolarsEngine:
             @functools.cache  # one directory and thread for every `_SortedRuns` of the run
             def open_scratch() -> tuple[Spill, ThreadPoolExecutor]:
                 # the thread is joined before the directory is removed
-                # zstd level 1: 100M positions of 32-character ids peaked at 2.2 GB of
-                # scratch instead of 3.9 GB uncompressed, in the same time (lz4 saved nothing)
-                return (scratch.enter_context(spill(job.staging, "zstd", ".verdict-runs")),
+                # uncompressed: the runs' zstd (2.2 GB of scratch at the peak of 100M
+                # positions of 32-character ids, against 4.2 GB) cost the merge more than
+                # a core's worth of CPU, in a merge bound by its one writer thread
+                return (scratch.enter_context(spill(job.staging, "uncompressed",
+                                                    ".verdict-runs")),
                         scratch.enter_context(ThreadPoolExecutor(2, "verdicts-spill")))
 
             def new_runs(typed_by_rows: bool, expected_rows: int | None = None
