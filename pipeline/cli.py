@@ -939,7 +939,7 @@ def _plan_lines(plan: Any) -> list[str]:
                      f"the process, {size(m.batches)} batches in flight, {size(m.verdicts)} "
                      f"verdicts, {size(m.tables)} SG tables"
                      + (" at their limits (the heaps not known)" if at_limits else ""))
-        scratch = (f"{size(m.scratch)} of scratch at most before compression, then the "
+        scratch = (f"{size(m.scratch)} of scratch at most, then the "
                    "verdicts file (beside --out; for an object store, in the temporary "
                    "directory)")
         lines.append(f"memory setting: {size(m.limit)}; " + {

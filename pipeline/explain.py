@@ -188,7 +188,7 @@ class MemoryPlan:
     are not known: `TablesPlan.bounded`), and their `total`; the memory setting (`limit`,
     `memory_limit`) under which verdicts past an eighth of it go to scratch as sorted runs,
     whether the run would (`spill`: "yes", "no" or "near the setting", see `_spill`), and
-    the scratch disk the runs take at most before compression (`scratch`; 0: none)."""
+    the scratch disk the runs take at most, uncompressed (`scratch`; 0: none)."""
 
     process: int
     batches: int
