@@ -408,8 +408,7 @@ class _SortedRuns:
         losses = wins.copy()
         duplicates, written, first = [], 0, None
         reuse = ordering.SliceBuffers()
-        with self.scratch.parquet("verdicts.parquet", "verdicts.parquet",
-                                 unique_text=("position_id",)) as write:
+        with self.scratch.parquet("verdicts.parquet", "verdicts.parquet") as write:
             while True:
                 # the runs that ended the last round at its cut-off, and any other run
                 # down to half a read: rounds of about k reads each, not of whatever the

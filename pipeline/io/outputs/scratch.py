@@ -4,7 +4,7 @@ staging directory and read back one part at a time."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,16 +113,13 @@ class Spill:
         return self.directory / name
 
     @contextmanager
-    def parquet(self, name: str, output: str, unique_text: Sequence[str] = ()
+    def parquet(self, name: str, output: str
                 ) -> Iterator[Callable[[pl.DataFrame | pa.Table], None]]:
         """Write Parquet file `name` in the scratch directory frame by frame (a row group or
         more each), as the output table `output` is written (zstd, statistics); yields
         write(frame). Each frame is encoded and written by a thread of its own
         (`verdicts-write`) while the caller makes the next (one frame at most waits); the
-        way out waits for it. A failure names `output` (`writing`).
-
-        `unique_text`: columns whose text values seldom repeat (position ids), written with
-        their lengths apart from their bytes (`_encodings`)."""
+        way out waits for it. A failure names `output` (`writing`)."""
         path = self.directory / name
         writer = None
         pending: Future[None] | None = None
@@ -133,8 +130,7 @@ class Spill:
                 text = declared_text(table.schema)
                 writer = pq.ParquetWriter(path, table.schema, compression="zstd",
                                           compression_level=ZSTD_LEVEL, write_statistics=True,
-                                          store_schema=text is None,
-                                          **_encodings(table.schema, unique_text))
+                                          store_schema=text is None)
                 if text is not None:
                     writer.add_key_value_metadata(text)
             writer.write_table(table, row_group_size=table.num_rows or None)
@@ -162,20 +158,6 @@ class Spill:
                 raise
             if writer is not None:
                 writer.close()
-
-
-def _encodings(schema: pa.Schema, unique_text: Sequence[str]) -> dict[str, Any]:
-    """ParquetWriter settings for the text columns named in `unique_text`: no dictionary (it
-    would be dropped after its first megabyte of distinct values) and DELTA_LENGTH_BYTE_ARRAY,
-    a standard encoding every current Parquet reader decodes, which keeps the values' bytes
-    together: zstd packs them as small as PLAIN's length-interleaved bytes, in about 40% less
-    CPU (the writer's single core bounds a spilled run's merge)."""
-    delta = [f.name for f in schema if f.name in unique_text
-             and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))]
-    if not delta:
-        return {}
-    return {"use_dictionary": [f.name for f in schema if f.name not in delta],
-            "column_encoding": dict.fromkeys(delta, "DELTA_LENGTH_BYTE_ARRAY")}
 
 
 def _spill_error(path: Path, exc: OSError) -> OutputError:
