@@ -10,8 +10,10 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from polars.testing import assert_frame_equal
 
+from pipeline.errors import WriteFailure
 from pipeline.io.outputs.scratch import spill
 
 RULE_IDS = pa.array(["a", "b", "c", "d", "e"], pa.large_string())
@@ -64,3 +66,30 @@ def test_merged_slices_read_as_the_text_table_with_each_row_groups_own_statistic
         for c in range(4):
             assert set(meta.row_group(i).column(c).encodings) <= {
                 "PLAIN", "RLE", "RLE_DICTIONARY", "PLAIN_DICTIONARY"}, (i, c)
+
+
+@pytest.mark.parametrize("encoders", [1, 2, 3])
+def test_frames_encoded_at_once_are_joined_in_the_order_given(tmp_path: Path,
+                                                              encoders: int) -> None:
+    frames = [pl.DataFrame({"k": list(range(i * 10, i * 10 + i)), "t": [f"v{i}"] * i},
+                           schema={"k": pl.Int64, "t": pl.String})
+              for i in range(9)]  # the first is empty
+    with spill(tmp_path) as scratch:
+        with scratch.parquet("v.parquet", "verdicts.parquet", encoders) as write:
+            for frame in frames:
+                write(frame)
+        read = pl.read_parquet(scratch.path("v.parquet"))
+        groups = pq.read_metadata(scratch.path("v.parquet")).num_row_groups
+    assert_frame_equal(read, pl.concat(frames))
+    assert groups == 9  # the empty frame too: an empty row group, as pyarrow writes one
+
+
+def test_a_frame_that_cannot_join_the_file_fails_its_write_naming_the_output(
+        tmp_path: Path) -> None:
+    with spill(tmp_path) as scratch, pytest.raises(WriteFailure) as caught:
+        with scratch.parquet("v.parquet", "verdicts.parquet") as write:
+            write(pl.DataFrame({"k": [1]}))
+            write(pl.DataFrame({"other": ["x"]}))
+            write(pl.DataFrame({"k": [2]}))
+    assert str(caught.value).startswith("verdicts.parquet: its schema or metadata differ")
+    assert not (tmp_path / ".spill").exists()

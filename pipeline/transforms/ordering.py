@@ -605,17 +605,18 @@ class SliceBuffers:
     """The arrays a merge fills slice after slice (`merged_slice`), kept from one slice to
     the next: an array as large as a slice, freed and allocated again, is fresh pages each
     time, which the kernel zeroes on first touch (a third of a 100M merge's CPU was that).
-    Two sets, used in turn (`turn`): the slice before is still being encoded from its set
-    while the next is merged into the other (`scratch.Spill.parquet` waits for the encode
-    of the slice before the one it is given, so the set it used is free again)."""
+    `sets` sets, used in turn (`turn`): the slices before are still being encoded from
+    theirs while the next is merged into another (`scratch.Spill.parquet` with `sets - 1`
+    encoders returns once fewer than that many slices are being encoded, so the set of the
+    slice `sets - 1` before is free again)."""
 
-    def __init__(self) -> None:
-        self._sets: list[dict[str, np.ndarray]] = [{}, {}]
+    def __init__(self, sets: int = 2) -> None:
+        self._sets: list[dict[str, np.ndarray]] = [{} for _ in range(sets)]
         self._at = 0
         self._counting = np.zeros(0, np.int64)
 
     def turn(self) -> None:
-        self._at ^= 1
+        self._at = (self._at + 1) % len(self._sets)
 
     def empty(self, name: str, n: int, dtype: np.dtype) -> np.ndarray:
         """n values of this set's array `name` (contents undefined)."""
