@@ -190,15 +190,21 @@ ENTRY = ("import sys; sys.argv = ['snim-batch', *sys.argv[1:]]; "
          "from pipeline.executable import entry; entry()")
 
 
-def test_a_run_imports_no_pandas(tmp_path):
-    """pandas (0.1-0.15 s to import) is not what a run needs: `pa.array` of a Python list
-    at a module's import loaded it, through pyarrow's pandas shim, in every run's start."""
+@pytest.mark.parametrize("args", [[], ["--memory-limit", "1", "--verbose"],
+                                  ["--memory-limit", "1", "--verbose", "--winning-moves"]],
+                         ids=["in-memory", "spilled", "spilled-with-moves"])
+def test_a_run_imports_no_pandas(tmp_path, args):
+    """pandas (0.1-0.2 s to import) is not what a run needs: `pa.array` of a Python list
+    at a module's import loaded it, through pyarrow's pandas shim, in every run's start; a
+    run that spilled loaded it through pyarrow's `to_numpy`, `empty_table`, `pq.write_table`
+    and `pyarrow.compute` scalars."""
     sample = Path(__file__).resolve().parents[1] / "data" / "sample"
     proc = subprocess.run([sys.executable, "-X", "importtime", "-c", ENTRY, "run", "--rules",
                            str(sample / "rules.csv"), "--positions",
-                           str(sample / "positions.csv"), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=120)
+                           str(sample / "positions.csv"), "--out", str(tmp_path / "out"),
+                           *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    assert ("rows spilled" in proc.stderr) == bool(args)
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
                 if line.startswith("import time:")]
     assert "polars" in imported and "pipeline.transforms.ordering" in imported

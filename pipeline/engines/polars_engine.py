@@ -439,9 +439,10 @@ class _SortedRuns:
         used = np.flatnonzero(wins + losses)
         counts = pl.DataFrame({"rule_set_id": self.rule_ids.gather(used), "W": wins[used],
                                "L": losses[used]})
-        empty = pl.from_arrow(pa.schema([  # dictionary-encoded columns as the text they hold
+        empty = pl.from_arrow(pa.Table.from_batches([], pa.schema([  # not empty_table(): it
+            # imports pandas; dictionary-encoded columns as the text they hold
             f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
-            for f in first]).empty_table())
+            for f in first])))
         return (MergedVerdicts(self.scratch.path("verdicts.parquet"), counts, empty),
                 pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *duplicates]))
 

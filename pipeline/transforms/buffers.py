@@ -77,6 +77,20 @@ def arrow_int64(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
 
 
+def numpy_view(values: pa.Array) -> np.ndarray:
+    """An Arrow integer array without nulls as numpy, a view of its values buffer: pyarrow's
+    `to_numpy` imports pandas on its first call (0.1-0.2 s, in a run that spills). Other
+    arrays through `to_numpy`."""
+    if not pa.types.is_integer(values.type) or values.null_count:
+        return values.to_numpy(zero_copy_only=False)
+    kind = "i" if pa.types.is_signed_integer(values.type) else "u"
+    dtype = np.dtype(f"{kind}{values.type.bit_width // 8}")
+    data = values.buffers()[1]
+    if data is None:
+        return np.zeros(0, dtype)
+    return np.frombuffer(data, dtype)[values.offset:values.offset + len(values)]
+
+
 def arrow_view(values: np.ndarray) -> pa.Array:
     """`arrow_int64` for contiguous values of any integer dtype."""
     values = np.ascontiguousarray(values)

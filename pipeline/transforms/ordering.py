@@ -19,7 +19,13 @@ import pyarrow as pa
 
 from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
-from pipeline.transforms.buffers import arrow_view, joined_text, text_buffers, text_views
+from pipeline.transforms.buffers import (
+    arrow_view,
+    joined_text,
+    numpy_view,
+    text_buffers,
+    text_views,
+)
 from pipeline.transforms.outputs import reject_rows
 from pipeline.transforms.schema import REJECT_SCHEMA, shown_text
 
@@ -531,7 +537,7 @@ def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     joining several."""
     if isinstance(column, pa.ChunkedArray):
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    return column.to_numpy(zero_copy_only=True)
+    return numpy_view(column)
 
 
 def key_at(run: pa.Table, row: int) -> tuple[int, int | str]:
@@ -565,13 +571,13 @@ def _segments(run: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
 
 def _rows_below(bucket: pa.Array, pid: pa.Array, key: tuple[int, int | str]) -> int:
     """`rows_below` within one chunk."""
-    buckets = bucket.to_numpy(zero_copy_only=True)
+    buckets = numpy_view(bucket)
     lo = int(np.searchsorted(buckets, key[0], "left"))
     hi = int(np.searchsorted(buckets, key[0], "right"))
     if lo == hi:
         return lo
     if pa.types.is_integer(pid.type):
-        return lo + int(np.searchsorted(pid.to_numpy(zero_copy_only=True)[lo:hi], key[1],
+        return lo + int(np.searchsorted(numpy_view(pid)[lo:hi], key[1],
                                         "left"))
     while lo < hi:
         mid = (lo + hi) // 2
@@ -651,12 +657,12 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
     reuse.turn()
     if pa.types.is_integer(takes[0].schema.field("position_id").type):
         bucket, key, order, repeats = kernels.merge_int_runs([
-            [(b.to_numpy(zero_copy_only=True), p.to_numpy(zero_copy_only=True))
+            [(numpy_view(b), numpy_view(p))
              for b, p in _segments(t)] for t in runs], reuse.empty)
         position_id = arrow_view(key)
     else:
         bucket, offsets, data, order, repeats = kernels.merge_text_runs([
-            [(b.to_numpy(zero_copy_only=True), *_text_buffers(p))
+            [(numpy_view(b), *_text_buffers(p))
              for b, p in _segments(t)] for t in runs], reuse.empty)
         position_id = pa.LargeStringArray.from_buffers(
             bucket.shape[0], pa.py_buffer(offsets), pa.py_buffer(data))
@@ -667,7 +673,7 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
         kernel numbers the rows)."""
         if not runs:
             return _numpy(takes[0][name])
-        chunks = [c.to_numpy(zero_copy_only=True) for t in runs for c in t[name].chunks]
+        chunks = [numpy_view(c) for t in runs for c in t[name].chunks]
         joined = reuse.empty("joined_" + name, n, np.result_type(*chunks))
         np.concatenate(chunks, out=joined)
         return np.take(joined, order, out=reuse.empty("gathered_" + name, n, joined.dtype))
@@ -710,13 +716,19 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
                "position_id": position_id,
                "nim_sum": arrow_view(nim_sum),
                "verdict": pa.DictionaryArray.from_arrays(verdict, VERDICT_TEXT)}
-    if moves:
-        import pyarrow.compute as pc  # only here: else every run's start pays its import
     for name, values in moves.items():  # the move columns, -1 for none (`with_verdict`: null)
-        values = values.cast(pa.int64())
-        columns[name] = pc.if_else(pc.greater_equal(values, 0), values,
-                                   pa.scalar(None, pa.int64()))
+        columns[name] = _null_below_zero(_numpy(values))
     return MergedSlice(pa.table(columns), wins, total - wins, duplicates)
+
+
+def _null_below_zero(values: np.ndarray) -> pa.Array:
+    """Int64 values, null where negative (from buffers: pyarrow.compute's scalars import
+    pandas, 0.1-0.2 s)."""
+    valid = values >= 0
+    return pa.Array.from_buffers(
+        pa.int64(), values.shape[0],
+        [pa.py_buffer(np.packbits(valid, bitorder="little")),
+         pa.py_buffer(values.astype(np.int64))], null_count=int(values.shape[0] - valid.sum()))
 
 
 def _rule_set_ids(ids: pa.Array, bucket: np.ndarray, reuse: SliceBuffers) -> pa.Array:

@@ -177,7 +177,7 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
     except BaseException as exc:  # corrupt pages can surface as a pyo3 PanicException
         raise _parquet_error(file.path, exc, start) from None
     if start == 0:
-        empty = pl.from_arrow(schema.empty_table())
+        empty = pl.from_arrow(pa.Table.from_batches([], schema))  # empty_table imports pandas
         assert isinstance(empty, pl.DataFrame)
         yield RawTable(file, empty, np.zeros(0, np.int64), [])
 
