@@ -2,10 +2,13 @@
 or more, encoded by a thread of its own while others encode theirs), and the parts' bodies
 are appended in order under one footer listing all their row groups, each byte offset in it
 moved to where its bytes now lie. The footer is Thrift's compact protocol, read and written
-here field by field; fields this module does not move are kept as they were."""
+here field by field; fields this module does not move are kept as they were. Parts with a
+page index are refused (its page offsets are in the body); pyarrow writes none unless
+asked (`write_page_index`)."""
 
 from __future__ import annotations
 
+import errno
 import struct
 from typing import Any, BinaryIO
 
@@ -19,7 +22,8 @@ _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _ST
 # parquet.thrift field ids: FileMetaData, RowGroup, ColumnChunk, ColumnMetaData
 _FILE_NUM_ROWS, _FILE_ROW_GROUPS = 3, 4
 _GROUP_COLUMNS, _GROUP_FILE_OFFSET, _GROUP_ORDINAL = 1, 5, 7
-_CHUNK_OFFSETS = (2, 4, 6)  # file_offset, offset_index_offset, column_index_offset
+_CHUNK_OFFSETS = (2,)  # file_offset
+_CHUNK_INDEXES = (4, 6)  # offset_index_offset, column_index_offset: a page index
 _CHUNK_META = 3
 _META_OFFSETS = (9, 10, 11, 14)  # data, index, dictionary page; bloom filter
 
@@ -41,17 +45,20 @@ class JoinedParquet:
         self._head: list[Field] | None = None  # the first part's footer, less its row groups
         self._groups: list[list[Field]] = []
         self._rows = 0
-        sink.write(MAGIC)
+        self._write(memoryview(MAGIC))
 
     def append(self, part: bytes | memoryview) -> None:
-        view = memoryview(part)
+        view = memoryview(part).cast("B")  # bytes, not the signed ones a pa.Buffer views
         if len(view) < 12 or view[:4] != MAGIC or view[-4:] != MAGIC:
             raise JoinError("not a Parquet file")
         length = struct.unpack("<I", view[-8:-4])[0]
         body_end = len(view) - 8 - length
         if body_end < 4:
             raise JoinError("its footer's length is past its start")
-        footer, end = _read_struct(view[body_end:len(view) - 8], 0)
+        try:
+            footer, end = _read_struct(view[body_end:len(view) - 8], 0)
+        except (IndexError, struct.error):
+            raise JoinError("its footer ends inside a value") from None
         if end != length:
             raise JoinError("its footer does not end where its length says")
         head = [f for f in footer if f[0] not in (_FILE_NUM_ROWS, _FILE_ROW_GROUPS)]
@@ -64,7 +71,7 @@ class JoinedParquet:
             _move_group(group, shift, len(self._groups))
             self._groups.append(group)
         self._rows += _value(footer, _FILE_NUM_ROWS, 0)
-        self._sink.write(view[4:body_end])
+        self._write(view[4:body_end])
         self._at += body_end - 4
 
     def finish(self) -> None:
@@ -75,7 +82,16 @@ class JoinedParquet:
                          [_FILE_ROW_GROUPS, _LIST, (_STRUCT, self._groups)]],
                         key=lambda f: f[0])
         data = _dump_struct(footer)
-        self._sink.write(data + struct.pack("<I", len(data)) + MAGIC)
+        self._write(memoryview(data + struct.pack("<I", len(data)) + MAGIC))
+
+    def _write(self, data: memoryview) -> None:
+        """All of `data` (an unbuffered file writes what it can: a disk nearly full, or
+        2 GiB at most a call)."""
+        while len(data):
+            written = self._sink.write(data)
+            if not written:
+                raise OSError(errno.ENOSPC, "no byte written")
+            data = data[written:]
 
     @property
     def rows(self) -> int:
@@ -91,7 +107,8 @@ def _value(fields: list[Field], fid: int, default: Any) -> Any:
 
 
 def _move_group(group: list[Field], shift: int, ordinal: int) -> None:
-    """A row group's byte offsets moved by `shift`, its ordinal set (0 offsets: not set)."""
+    """A row group's byte offsets moved by `shift`, its ordinal set (0 offsets: not set).
+    A page index is refused: its page offsets lie in the body, not in the footer."""
     for field in group:
         if field[0] == _GROUP_FILE_OFFSET and field[2]:
             field[2] += shift
@@ -100,6 +117,8 @@ def _move_group(group: list[Field], shift: int, ordinal: int) -> None:
         elif field[0] == _GROUP_COLUMNS:
             for chunk in field[2][1]:
                 for f in chunk:
+                    if f[0] in _CHUNK_INDEXES:
+                        raise JoinError("it has a page index, whose offsets would not move")
                     if f[0] in _CHUNK_OFFSETS and f[2]:
                         f[2] += shift
                     elif f[0] == _CHUNK_META:

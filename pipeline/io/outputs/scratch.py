@@ -176,10 +176,20 @@ class Spill:
 
 
 def _check_footer(path: Path, joined: JoinedParquet, output: str) -> None:
-    """The joined file's footer as pyarrow reads it: every part's rows and row groups."""
+    """The joined file's footer as pyarrow reads it: every part's rows and row groups, each
+    column chunk after the one before it and before the footer."""
     try:
         meta = pq.read_metadata(path)
         ok = (meta.num_rows, meta.num_row_groups) == (joined.rows, joined.row_groups)
+        body_end, at = path.stat().st_size - 8 - meta.serialized_size, 4
+        for i in range(meta.num_row_groups):
+            group = meta.row_group(i)
+            for j in range(group.num_columns):
+                chunk = group.column(j)
+                start = (chunk.dictionary_page_offset if chunk.has_dictionary_page
+                         else chunk.data_page_offset)
+                ok = ok and at <= start and start + chunk.total_compressed_size <= body_end
+                at = start + chunk.total_compressed_size
     except (OSError, pa.ArrowException):
         ok = False
     if not ok:
