@@ -93,3 +93,16 @@ def test_a_frame_that_cannot_join_the_file_fails_its_write_naming_the_output(
             write(pl.DataFrame({"k": [2]}))
     assert str(caught.value).startswith("verdicts.parquet: its schema or metadata differ")
     assert not (tmp_path / ".spill").exists()
+
+
+def test_a_later_segments_file_is_named_without_a_leading_minus(tmp_path: Path) -> None:
+    """A run's later segments are parts numbered below zero; a message naming "-1-0.arrows"
+    read as an option."""
+    frame = pl.DataFrame({"k": [1, 2]})
+    with spill(tmp_path) as scratch:
+        scratch.write(-1, frame)
+        scratch.write(2, frame)
+        scratch.close()
+        names = sorted(p.name for p in (tmp_path / ".spill").iterdir())
+        assert_frame_equal(pl.concat(scratch.read(-1)), frame)
+    assert names == ["2-0.arrows", "s1-0.arrows"]

@@ -43,7 +43,7 @@ class Spill:
             self._close(part)
             if len(self._open) >= self.MAX_OPEN:
                 self._close(next(iter(self._open)))
-            path = self.directory / f"{part}-{len(self.files.get(part, []))}.arrows"
+            path = self.directory / _file_name(part, len(self.files.get(part, [])))
             self.files.setdefault(part, []).append(path)
             try:
                 fh = path.open("wb")
@@ -215,6 +215,12 @@ def _start_writeback(fd: int) -> None:
             advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except OSError:
             pass  # advice only: the fsync still writes whatever is left
+
+
+def _file_name(part: int, n: int) -> str:
+    """Part `part`'s file `n`: "2-0.arrows"; a negative part (a run's later segments) as
+    "s2-0.arrows", not "-2-0.arrows", which reads as an option in a message's command."""
+    return f"{part}-{n}.arrows" if part >= 0 else f"s{-part}-{n}.arrows"
 
 
 def _spill_error(path: Path, exc: OSError) -> OutputError:
