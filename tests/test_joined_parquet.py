@@ -113,6 +113,20 @@ def test_parts_joined_read_as_the_table_they_were_cut_from(tmp_path_factory, cut
     assert start == 900
 
 
+def test_many_parts_make_one_footer_of_all_their_row_groups(tmp_path: Path) -> None:
+    """40 parts: a row group list past 15 items (a longer list header) and field ids past
+    one-byte deltas, as a 100M night's 26 slices need."""
+    table = _table(400)
+    parts = [_parquet(table.slice(i * 10, 10), compression="zstd") for i in range(40)]
+    joined = _joined(parts, tmp_path / "joined.parquet")
+    meta = pq.read_metadata(tmp_path / "joined.parquet")
+    assert (meta.num_rows, meta.num_row_groups, joined.row_groups) == (400, 40, 40)
+    assert pq.read_table(tmp_path / "joined.parquet").equals(
+        pq.read_table(io.BytesIO(_parquet(table))))
+    assert [pq.ParquetFile(tmp_path / "joined.parquet").read_row_group(i)["key"][0].as_py()
+            for i in (0, 17, 39)] == ["k000000", "k000170", "k000390"]
+
+
 def test_a_part_of_another_schema_is_refused(tmp_path: Path) -> None:
     with open(tmp_path / "x.parquet", "wb") as sink:
         joined = JoinedParquet(sink)
