@@ -68,9 +68,8 @@ class PolarsEngine:
             @functools.cache  # one directory and thread for every `_SortedRuns` of the run
             def open_scratch() -> tuple[Spill, ThreadPoolExecutor]:
                 # the thread is joined before the directory is removed
-                # uncompressed: the runs' zstd (2.2 GB of scratch at the peak of 100M
-                # positions of 32-character ids, against 4.2 GB) cost the merge more than
-                # a core's worth of CPU, in a merge bound by its one writer thread
+                # uncompressed: the runs' zstd halved their scratch but cost the merge more
+                # CPU than it saved (docs/performance.md)
                 return (scratch.enter_context(spill(job.staging, "uncompressed",
                                                     ".verdict-runs")),
                         scratch.enter_context(ThreadPoolExecutor(2, "verdicts-spill")))
@@ -200,8 +199,8 @@ verdicts are expected to take at most a 1/WHOLE_SHARE of the memory setting: one
 them all with no scratch took less time than a run spilled and merged back."""
 RUN_SLICE = 1 << 16  # rows per record batch of a run file: what the merge reads at a time
 SEGMENT_SLICES = 8  # record batches per file of a run: written two at a time, read mapped
-MERGE_ENCODERS = 2  # threads encoding merged slices into Parquet at once: one was the merge's
-# bound (13 of its 13.5 s at 100M positions), two share it with the merging thread
+MERGE_ENCODERS = 2  # threads encoding merged slices into Parquet at once: one alone was the
+# merge's bound (docs/performance.md); two share the cores with the merging thread
 
 
 def _available_memory() -> int:

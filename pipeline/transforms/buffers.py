@@ -79,8 +79,8 @@ def arrow_int64(values: np.ndarray) -> pa.Array:
 
 def numpy_view(values: pa.Array) -> np.ndarray:
     """An Arrow integer array without nulls as numpy, a view of its values buffer: pyarrow's
-    `to_numpy` imports pandas on its first call (0.1-0.2 s, in a run that spills). Other
-    arrays through `to_numpy` as a view too, which refuses nulls (not floats with NaN)."""
+    `to_numpy` imports pandas on its first call (in a run that spills, a cost of its start).
+    Other arrays through `to_numpy` as a view too, which refuses nulls (not floats with NaN)."""
     if not pa.types.is_integer(values.type) or values.null_count:
         return values.to_numpy(zero_copy_only=True)
     kind = "i" if pa.types.is_signed_integer(values.type) else "u"

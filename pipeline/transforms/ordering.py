@@ -723,7 +723,7 @@ def merged_slice(takes: list[pa.Table], rule_ids: pl.Series, rejects: pl.DataFra
 
 def _null_below_zero(values: np.ndarray) -> pa.Array:
     """Int64 values, null where negative (from buffers: pyarrow.compute's scalars import
-    pandas, 0.1-0.2 s)."""
+    pandas)."""
     valid = values >= 0
     return pa.Array.from_buffers(
         pa.int64(), values.shape[0],

@@ -623,7 +623,7 @@ def declared_text(schema: pa.Schema) -> dict[str, str] | None:
     text = pa.schema([field.with_type(field.type.value_type)
                       if pa.types.is_dictionary(field.type) else field for field in schema])
     return _stored_schema(lambda written: pq.ParquetWriter(written, text).close())  # not
-    # pq.write_table: it imports pandas (0.1-0.2 s)
+    # pq.write_table: it imports pandas
 
 
 def _stored_schema(write: Callable[[io.BytesIO], None]) -> dict[str, str]:

@@ -207,8 +207,8 @@ def _join_failure(output: str, cause: str) -> WriteFailure:
 def _start_writeback(fd: int) -> None:
     """Start writing the file's pages to disk now, without waiting for it (Linux: a dirty
     page is queued for writeback, a clean one dropped from the page cache): the commit's
-    fsync of a merged verdicts file then finds little left to write (0.65 s at its end for
-    100M verdicts, 1.6 GB, when left to it). Elsewhere, nothing."""
+    fsync of a merged verdicts file then finds little left to write, where it would wait
+    for the whole file. Elsewhere, nothing."""
     advise = getattr(os, "posix_fadvise", None)
     if advise is not None:
         try:
