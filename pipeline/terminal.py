@@ -540,9 +540,11 @@ _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PYTHONS = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
 _CALLED_BACK = tuple(f"{os.sep}{packages}{os.sep}{name}{os.sep}"
                      for packages in ("site-packages", "dist-packages")
-                     for name in ("numba", "llvmlite"))
+                     for name in ("numba", "llvmlite", "polars"))
 """Libraries whose compiled code calls their Python code, and does not survive an exception
-raised there."""
+raised there: polars' Rust reads an Enum's categories through `Series._from_pyseries` while it
+builds a plan, and an interrupt raised there is a Rust panic (exit 1, Rust's backtrace), not
+a stop. A stop that comes in their Python code is raised once it has returned."""
 
 
 def _safe_to_raise(frame: FrameType | None) -> bool:

@@ -386,3 +386,19 @@ def test_the_executable_sets_its_environment_before_polars_and_numpy_load() -> N
     expected = repr({"_RJEM_MALLOC_CONF": "thp:always", "OMP_WAIT_POLICY": "ACTIVE",
                      "OPENBLAS_NUM_THREADS": "1"})
     assert sorted(proc.stderr.splitlines()) == [f"numpy {expected}", f"polars {expected}"]
+
+
+@pytest.mark.parametrize(("library", "safe"), [
+    ("polars/series/series.py", False), ("numba/core/serialize.py", False),
+    ("typer/main.py", True), ("pyarrow/parquet/core.py", True)])
+def test_a_stop_waits_out_python_code_that_compiled_code_called_back(library, safe) -> None:
+    """polars' Rust calls its Python code (an Enum's categories read through
+    `Series._from_pyseries` as a plan is built): an interrupt raised there panicked the Rust
+    caller (exit 1 with a backtrace where Ctrl-C during the write should stop the run; seen
+    once in a fresh clone's `make test`). The stop waits until that code has returned."""
+    from pipeline.terminal import _safe_to_raise
+
+    where = f"{os.sep}venv{os.sep}lib{os.sep}site-packages{os.sep}{library}"
+    namespace: dict = {}
+    exec(compile("import sys\nframe = sys._getframe()", where, "exec"), namespace)
+    assert _safe_to_raise(namespace["frame"]) is safe
