@@ -243,19 +243,51 @@ def test_a_bad_memory_limit_from_the_environment_names_the_variable(tmp_path, mo
 def test_sigterm_while_spilling_leaves_no_scratch(tmp_path):
     """A real run stopped by SIGTERM once its first sorted run is in scratch: exit 143, and
     neither the scratch directory nor the staging directory is left."""
+    _hex_positions(tmp_path)
+    _stopped_once_a_run_is_spilled(tmp_path)
+
+
+@pytest.mark.slow
+def test_sigterm_while_merging_leaves_the_earlier_output_as_it_was(tmp_path):
+    """A real run stopped by SIGTERM as its merge writes verdicts.parquet (two threads
+    encoding slices that one footer joins): exit 143, the earlier output byte for byte as it
+    was, no scratch or staging left."""
+    _hex_positions(tmp_path)
+    args = [str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions", "--out",
+            "out", "--quiet"]
+    subprocess.run(args, cwd=tmp_path, check=True, timeout=120)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    proc = subprocess.Popen([*args, "--memory-limit", "1", "--overwrite"], cwd=tmp_path,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.rglob(".verdict-runs/verdicts.parquet")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv"]
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
+
+def _hex_positions(where: Path) -> None:
+    """Four rules and 3M wide positions of 32-character hex ids in random order."""
     rng = np.random.default_rng(5)
-    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], RULES[:4])
+    write_csv(where / "rules.csv", ["rule_set_id", "kind", "moves"], RULES[:4])
     n = 3 << 20
     offsets = np.arange(n + 1, dtype=np.int64) * 3
     heaps = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(
         rng.integers(0, 1000, 3 * n)))
-    (tmp_path / "positions").mkdir()
+    (where / "positions").mkdir()
     pl.DataFrame({
         "rule_set_id": np.array([r[0] for r in RULES[:4]])[rng.integers(0, 4, n)],
         "position_id": pl.Series(np.frombuffer(rng.bytes(16 * n), "S16"),
                                  dtype=pl.Binary).bin.encode("hex"),
-        "heaps": pl.Series(heaps)}).write_parquet(tmp_path / "positions" / "p.parquet")
-    _stopped_once_a_run_is_spilled(tmp_path)
+        "heaps": pl.Series(heaps)}).write_parquet(where / "positions" / "p.parquet")
 
 
 def test_the_memory_setting_given_or_derived():
