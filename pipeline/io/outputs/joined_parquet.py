@@ -12,12 +12,31 @@ import errno
 import struct
 from typing import Any, BinaryIO
 
+from pipeline.io.thrift_compact import (
+    BINARY,
+    BYTE,
+    DOUBLE,
+    FALSE,
+    I16,
+    I32,
+    I64,
+    LIST,
+    MAP,
+    SET,
+    STRUCT,
+    TRUE,
+    Malformed,
+    encode_list_header,
+    encode_varint,
+    encode_zigzag,
+    list_header,
+    varint,
+    zigzag,
+)
+
 __all__ = ["JoinedParquet", "JoinError"]
 
 MAGIC = b"PAR1"
-
-# compact protocol types
-_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
 
 # parquet.thrift field ids: FileMetaData, RowGroup, ColumnChunk, ColumnMetaData
 _FILE_NUM_ROWS, _FILE_ROW_GROUPS = 3, 4
@@ -57,7 +76,7 @@ class JoinedParquet:
             raise JoinError("its footer's length is past its start")
         try:
             footer, end = _read_struct(view[body_end:len(view) - 8], 0)
-        except (IndexError, struct.error):
+        except (IndexError, struct.error, Malformed):
             raise JoinError("its footer ends inside a value") from None
         if end != length:
             raise JoinError("its footer does not end where its length says")
@@ -67,7 +86,7 @@ class JoinedParquet:
         elif _dump_struct(head) != _dump_struct(self._head):
             raise JoinError("its schema or metadata differ from the first part's")
         shift = self._at - len(MAGIC)
-        for group in _value(footer, _FILE_ROW_GROUPS, (_STRUCT, []))[1]:
+        for group in _value(footer, _FILE_ROW_GROUPS, (STRUCT, []))[1]:
             _move_group(group, shift, len(self._groups))
             self._groups.append(group)
         self._rows += _value(footer, _FILE_NUM_ROWS, 0)
@@ -78,8 +97,8 @@ class JoinedParquet:
         """Write the footer: the first part's schema and metadata, every part's row groups."""
         if self._head is None:
             raise JoinError("no part was given")
-        footer = sorted([*self._head, [_FILE_NUM_ROWS, _I64, self._rows],
-                         [_FILE_ROW_GROUPS, _LIST, (_STRUCT, self._groups)]],
+        footer = sorted([*self._head, [_FILE_NUM_ROWS, I64, self._rows],
+                         [_FILE_ROW_GROUPS, LIST, (STRUCT, self._groups)]],
                         key=lambda f: f[0])
         data = _dump_struct(footer)
         self._write(memoryview(data + struct.pack("<I", len(data)) + MAGIC))
@@ -129,49 +148,27 @@ def _move_group(group: list[Field], shift: int, ordinal: int) -> None:
 
 # --- the compact protocol ------------------------------------------------------------------
 
-def _read_varint(buf: memoryview, at: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if at >= len(buf):
-            raise JoinError("its footer ends inside a number")
-        byte = buf[at]
-        at += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, at
-        shift += 7
-
-
-def _read_zigzag(buf: memoryview, at: int) -> tuple[int, int]:
-    n, at = _read_varint(buf, at)
-    return (n >> 1) ^ -(n & 1), at
-
-
 def _read_value(buf: memoryview, at: int, kind: int) -> tuple[Any, int]:
-    if kind in (_TRUE, _FALSE):  # in a collection: one byte, 1 for true
-        return buf[at] == _TRUE, at + 1
-    if kind == _BYTE:
+    if kind in (TRUE, FALSE):  # in a collection: one byte, 1 for true
+        return buf[at] == TRUE, at + 1
+    if kind == BYTE:
         return struct.unpack_from("<b", buf, at)[0], at + 1
-    if kind in (_I16, _I32, _I64):
-        return _read_zigzag(buf, at)
-    if kind == _DOUBLE:
+    if kind in (I16, I32, I64):
+        return zigzag(buf, at)
+    if kind == DOUBLE:
         return struct.unpack_from("<d", buf, at)[0], at + 8
-    if kind == _BINARY:
-        n, at = _read_varint(buf, at)
+    if kind == BINARY:
+        n, at = varint(buf, at)
         return bytes(buf[at:at + n]), at + n
-    if kind in (_LIST, _SET):
-        head = buf[at]
-        at += 1
-        n, elem = head >> 4, head & 0x0F
-        if n == 15:
-            n, at = _read_varint(buf, at)
+    if kind in (LIST, SET):
+        n, elem, at = list_header(buf, at)
         items = []
         for _ in range(n):
             item, at = _read_value(buf, at, elem)
             items.append(item)
         return (elem, items), at
-    if kind == _MAP:
-        n, at = _read_varint(buf, at)
+    if kind == MAP:
+        n, at = varint(buf, at)
         if not n:
             return (0, 0, []), at
         types = buf[at]
@@ -182,7 +179,7 @@ def _read_value(buf: memoryview, at: int, kind: int) -> tuple[Any, int]:
             v, at = _read_value(buf, at, types & 0x0F)
             pairs.append((k, v))
         return (types >> 4, types & 0x0F, pairs), at
-    if kind == _STRUCT:
+    if kind == STRUCT:
         return _read_struct(buf, at)
     raise JoinError(f"its footer holds an unknown Thrift type {kind}")
 
@@ -201,54 +198,37 @@ def _read_struct(buf: memoryview, at: int) -> tuple[list[Field], int]:
         if delta:
             fid = last + delta
         else:
-            fid, at = _read_zigzag(buf, at)
-        if kind in (_TRUE, _FALSE):
-            value: Any = kind == _TRUE
+            fid, at = zigzag(buf, at)
+        if kind in (TRUE, FALSE):
+            value: Any = kind == TRUE
         else:
             value, at = _read_value(buf, at, kind)
         fields.append([fid, kind, value])
         last = fid
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _zigzag(n: int) -> bytes:
-    return _varint((n << 1) ^ (n >> 63))
-
-
 def _dump_value(kind: int, value: Any) -> bytes:
-    if kind in (_TRUE, _FALSE):
-        return bytes([_TRUE if value else _FALSE])
-    if kind == _BYTE:
+    if kind in (TRUE, FALSE):
+        return bytes([TRUE if value else FALSE])
+    if kind == BYTE:
         return struct.pack("<b", value)
-    if kind in (_I16, _I32, _I64):
-        return _zigzag(value)
-    if kind == _DOUBLE:
+    if kind in (I16, I32, I64):
+        return encode_zigzag(value)
+    if kind == DOUBLE:
         return struct.pack("<d", value)
-    if kind == _BINARY:
-        return _varint(len(value)) + value
-    if kind in (_LIST, _SET):
+    if kind == BINARY:
+        return encode_varint(len(value)) + value
+    if kind in (LIST, SET):
         elem, items = value
-        head = (bytes([len(items) << 4 | elem]) if len(items) < 15
-                else bytes([0xF0 | elem]) + _varint(len(items)))
-        return head + b"".join(_dump_value(elem, item) for item in items)
-    if kind == _MAP:
+        return encode_list_header(len(items), elem) + b"".join(
+            _dump_value(elem, item) for item in items)
+    if kind == MAP:
         ktype, vtype, pairs = value
         if not pairs:
             return b"\x00"
-        return (_varint(len(pairs)) + bytes([ktype << 4 | vtype])
+        return (encode_varint(len(pairs)) + bytes([ktype << 4 | vtype])
                 + b"".join(_dump_value(ktype, k) + _dump_value(vtype, v) for k, v in pairs))
-    if kind == _STRUCT:
+    if kind == STRUCT:
         return _dump_struct(value)
     raise JoinError(f"unknown Thrift type {kind}")
 
@@ -257,14 +237,14 @@ def _dump_struct(fields: list[Field]) -> bytes:
     out = bytearray()
     last = 0
     for fid, kind, value in fields:
-        if kind in (_TRUE, _FALSE):
-            kind = _TRUE if value else _FALSE
+        if kind in (TRUE, FALSE):
+            kind = TRUE if value else FALSE
         if 0 < fid - last <= 15:
             out.append((fid - last) << 4 | kind)
         else:
             out.append(kind)
-            out += _zigzag(fid)
-        if kind not in (_TRUE, _FALSE):
+            out += encode_zigzag(fid)
+        if kind not in (TRUE, FALSE):
             out += _dump_value(kind, value)
         last = fid
     out.append(0)

@@ -8,31 +8,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-_STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = range(9)
-_LIST, _SET, _MAP, _STRUCT, _UUID = range(9, 14)
+from pipeline.io.thrift_compact import (
+    BINARY,
+    BYTE,
+    DOUBLE,
+    FALSE,
+    I16,
+    I32,
+    I64,
+    LIST,
+    MAP,
+    SET,
+    STOP,
+    STRUCT,
+    TRUE,
+    UUID,
+    Malformed,
+    list_header,
+    varint,
+)
+
 _DEEPEST = 64  # nesting a footer of the Parquet format never comes near
 
 # field ids of the Parquet format's Thrift structs (parquet.thrift)
 _ROW_GROUPS, _COLUMNS, _META_DATA, _STATISTICS = 4, 1, 3, 12
 _MAX, _MIN, _MAX_VALUE, _MIN_VALUE = 1, 2, 5, 6
-
-
-class _Malformed(Exception):
-    """The bytes are not the Thrift the reader expects (reading past their end is an
-    IndexError, which is taken the same way)."""
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = data[at]
-        at += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, at
-        shift += 7
-        if shift > 63:
-            raise _Malformed("varint too long")
 
 
 def _struct(data: bytes, at: int, depth: int = 0, wanted: int | None = -1,
@@ -42,72 +42,72 @@ def _struct(data: bytes, at: int, depth: int = 0, wanted: int | None = -1,
     which returns where the value ends; the rest are skipped, their scalars inline (most of a
     footer is structs of them, and a call per field was most of the walk's time)."""
     if depth > _DEEPEST:
-        raise _Malformed("nested too deep")
+        raise Malformed("nested too deep")
     last = 0
     while True:
         header = data[at]
         at += 1
         kind = header & 0x0F
-        if kind == _STOP:
+        if kind == STOP:
             return at
         if header >> 4:
             last += header >> 4
         else:  # a long-form field id: a zigzag varint
-            n, at = _varint(data, at)
+            n, at = varint(data, at)
             last = (n >> 1) ^ -(n & 1)
         if kind == kind_wanted and (wanted is None or last == wanted):
             at = inside(at, last)  # type: ignore[misc]
-        elif kind in (_I16, _I32, _I64):
+        elif kind in (I16, I32, I64):
             while data[at] & 0x80:
                 at += 1
             at += 1
-        elif kind == _BINARY:
-            n, at = _varint(data, at)
+        elif kind == BINARY:
+            n, at = varint(data, at)
             at += n
-        elif kind not in (_TRUE, _FALSE):  # a struct field's boolean is in its header
+        elif kind not in (TRUE, FALSE):  # a struct field's boolean is in its header
             at = _skip(data, at, kind, depth + 1)
 
 
 def _skip(data: bytes, at: int, kind: int, depth: int = 0) -> int:
     """Where the value of type `kind` at `at` ends (past the end of `data` if it is cut)."""
-    if kind == _STRUCT:
+    if kind == STRUCT:
         return _struct(data, at, depth)
-    if kind in (_TRUE, _FALSE):  # a struct field's value is in its header
+    if kind in (TRUE, FALSE):  # a struct field's value is in its header
         return at
-    if kind == _BYTE:
+    if kind == BYTE:
         return at + 1
-    if kind in (_I16, _I32, _I64):
-        return _varint(data, at)[1]
-    if kind in (_DOUBLE, _UUID):
-        return at + (8 if kind == _DOUBLE else 16)
-    if kind == _BINARY:
-        n, at = _varint(data, at)
+    if kind in (I16, I32, I64):
+        return varint(data, at)[1]
+    if kind in (DOUBLE, UUID):
+        return at + (8 if kind == DOUBLE else 16)
+    if kind == BINARY:
+        n, at = varint(data, at)
         return at + n
     if depth > _DEEPEST:
-        raise _Malformed("nested too deep")
-    if kind in (_LIST, _SET):
-        count, element, at = _elements(data, at)
-        if element in (_TRUE, _FALSE, _BYTE):  # a boolean there is a whole byte
+        raise Malformed("nested too deep")
+    if kind in (LIST, SET):
+        count, element, at = list_header(data, at)
+        if element in (TRUE, FALSE, BYTE):  # a boolean there is a whole byte
             return at + count
-        if element in (_I16, _I32, _I64):  # the common lists inline, as in `_struct`
+        if element in (I16, I32, I64):  # the common lists inline, as in `_struct`
             for _ in range(count):
                 while data[at] & 0x80:
                     at += 1
                 at += 1
             return at
         for _ in range(count):
-            if element == _STRUCT:
+            if element == STRUCT:
                 at = _struct(data, at, depth + 1)
-            elif element == _BINARY:
-                n, at = _varint(data, at)
+            elif element == BINARY:
+                n, at = varint(data, at)
                 at += n
             else:
                 at = _skip(data, at, element, depth + 1)
             if at > len(data):
-                raise _Malformed("ends early")
+                raise Malformed("ends early")
         return at
-    if kind == _MAP:
-        count, at = _varint(data, at)
+    if kind == MAP:
+        count, at = varint(data, at)
         if count:
             types = data[at]
             at += 1
@@ -115,24 +115,14 @@ def _skip(data: bytes, at: int, kind: int, depth: int = 0) -> int:
                 at = _skip(data, at, _element(types >> 4), depth + 1)
                 at = _skip(data, at, _element(types & 0x0F), depth + 1)
                 if at > len(data):
-                    raise _Malformed("ends early")
+                    raise Malformed("ends early")
         return at
-    raise _Malformed(f"unknown type {kind}")
-
-
-def _elements(data: bytes, at: int) -> tuple[int, int, int]:
-    """(count, element type, where the elements start) of the list or set at `at`."""
-    header = data[at]
-    count = header >> 4
-    if count == 15:
-        count, at = _varint(data, at + 1)
-        return count, header & 0x0F, at
-    return count, header & 0x0F, at + 1
+    raise Malformed(f"unknown type {kind}")
 
 
 def _element(kind: int) -> int:
     """A map's key or value type as read: a boolean there is a whole byte."""
-    return _BYTE if kind in (_TRUE, _FALSE) else kind
+    return BYTE if kind in (TRUE, FALSE) else kind
 
 
 def integer_maxima(footer: bytes, leaves: dict[int, tuple[int, bool]]
@@ -162,9 +152,9 @@ def integer_ranges(footer: bytes, leaves: dict[int, tuple[int, bool]]
     is not understood."""
     groups: list[dict[int, tuple[int, int] | None]] = []
     try:
-        _struct(footer, 0, 0, _ROW_GROUPS, _LIST, lambda at, _: _each_struct(
+        _struct(footer, 0, 0, _ROW_GROUPS, LIST, lambda at, _: _each_struct(
             footer, at, lambda at, _: _row_group_ranges(footer, at, leaves, groups)))
-    except (_Malformed, IndexError):
+    except (Malformed, IndexError):
         return None
     return groups
 
@@ -176,14 +166,14 @@ def _row_group_ranges(data: bytes, at: int, leaves: dict[int, tuple[int, bool]],
 
     def column(at: int, leaf: int) -> int:
         stats: dict[int, bytes] = {}
-        at = _struct(data, at, 0, _META_DATA, _STRUCT, lambda at, _: _struct(
-            data, at, 0, _STATISTICS, _STRUCT, lambda at, _: _struct(
-                data, at, 0, None, _BINARY, lambda at, field: _binary(data, at, field, stats))))
+        at = _struct(data, at, 0, _META_DATA, STRUCT, lambda at, _: _struct(
+            data, at, 0, _STATISTICS, STRUCT, lambda at, _: _struct(
+                data, at, 0, None, BINARY, lambda at, field: _binary(data, at, field, stats))))
         if leaf in leaves:
             ranges[leaf] = _range(stats, *leaves[leaf])
         return at
 
-    at = _struct(data, at, 0, _COLUMNS, _LIST, lambda at, _: _each_struct(data, at, column))
+    at = _struct(data, at, 0, _COLUMNS, LIST, lambda at, _: _each_struct(data, at, column))
     groups.append(ranges)
     return at
 
@@ -191,9 +181,9 @@ def _row_group_ranges(data: bytes, at: int, leaves: dict[int, tuple[int, bool]],
 def _each_struct(data: bytes, at: int, each: Callable[[int, int], int]) -> int:
     """Each element of the list of structs at `at` read by `each(where it starts, its
     index)`; where the list ends."""
-    count, element, at = _elements(data, at)
-    if element != _STRUCT:
-        raise _Malformed("not a list of structs")
+    count, element, at = list_header(data, at)
+    if element != STRUCT:
+        raise Malformed("not a list of structs")
     for index in range(count):
         at = each(at, index)
     return at
@@ -201,7 +191,7 @@ def _each_struct(data: bytes, at: int, each: Callable[[int, int], int]) -> int:
 
 def _binary(data: bytes, at: int, field: int, into: dict[int, bytes]) -> int:
     """The binary value at `at` into `into[field]`; where it ends."""
-    n, at = _varint(data, at)
+    n, at = varint(data, at)
     into[field] = data[at:at + n]
     return at + n
 
