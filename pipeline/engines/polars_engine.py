@@ -34,7 +34,7 @@ from pipeline.config import Config
 from pipeline.engines.base import PositionsJob
 from pipeline.events import OnEvent, RunEvent
 from pipeline.grundy import TableSet
-from pipeline.io.outputs.commit import sink_parquet, write_parquet
+from pipeline.io.outputs.commit import as_values, sink_parquet, write_parquet
 from pipeline.io.outputs.failures import writing
 from pipeline.io.outputs.scratch import Spill, spill
 from pipeline.io.read.formats import format_of
@@ -438,10 +438,8 @@ class _SortedRuns:
         used = np.flatnonzero(wins + losses)
         counts = pl.DataFrame({"rule_set_id": self.rule_ids.gather(used), "W": wins[used],
                                "L": losses[used]})
-        empty = pl.from_arrow(pa.Table.from_batches([], pa.schema([  # not empty_table(): it
-            # imports pandas; dictionary-encoded columns as the text they hold
-            f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
-            for f in first])))
+        empty = pl.from_arrow(pa.Table.from_batches([], as_values(first)))  # not
+        # empty_table(): it imports pandas
         return (MergedVerdicts(self.scratch.path("verdicts.parquet"), counts, empty),
                 pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *duplicates]))
 

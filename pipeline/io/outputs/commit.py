@@ -620,10 +620,16 @@ def declared_text(schema: pa.Schema) -> dict[str, str] | None:
     Written with `store_schema=False` and this metadata (`scratch.Spill.parquet`)."""
     if not any(pa.types.is_dictionary(field.type) for field in schema):
         return None
-    text = pa.schema([field.with_type(field.type.value_type)
-                      if pa.types.is_dictionary(field.type) else field for field in schema])
+    text = as_values(schema)
     return _stored_schema(lambda written: pq.ParquetWriter(written, text).close())  # not
     # pq.write_table: it imports pandas
+
+
+def as_values(schema: pa.Schema) -> pa.Schema:
+    """`schema` with each dictionary-encoded column as the values it holds (text, for the
+    merge's codes)."""
+    return pa.schema([field.with_type(field.type.value_type)
+                      if pa.types.is_dictionary(field.type) else field for field in schema])
 
 
 def _stored_schema(write: Callable[[io.BytesIO], None]) -> dict[str, str]:
