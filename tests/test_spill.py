@@ -253,23 +253,10 @@ def test_sigterm_while_merging_leaves_the_earlier_output_as_it_was(tmp_path):
     encoding slices that one footer joins): exit 143, the earlier output byte for byte as it
     was, no scratch or staging left."""
     _hex_positions(tmp_path)
-    args = [str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions", "--out",
-            "out", "--quiet"]
-    subprocess.run(args, cwd=tmp_path, check=True, timeout=120)
+    subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions",
+                    "--out", "out", "--quiet"], cwd=tmp_path, check=True, timeout=120)
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
-    proc = subprocess.Popen([*args, "--memory-limit", "1", "--overwrite"], cwd=tmp_path,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.rglob(".verdict-runs/verdicts.parquet")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, err
-    assert err == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    _stopped_when(tmp_path, ".verdict-runs/verdicts.parquet", "--overwrite")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv"]
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
@@ -425,12 +412,20 @@ def _stopped_once_a_run_is_spilled(where: Path) -> None:
     """Run the real CLI on `where`'s rules.csv and positions with every batch a run
     (--memory-limit 1), SIGTERM it once the first run file exists: exit 143, the one stop
     line, and neither the scratch nor the staging directory left."""
+    _stopped_when(where, ".verdict-runs/0-0.arrows")
+    assert sorted(p.name for p in where.iterdir()) == ["positions", "rules.csv"]
+
+
+def _stopped_when(where: Path, appears: str, *flags: str) -> None:
+    """Run the real CLI on `where`'s rules.csv and positions into `out` with every batch a
+    run (--memory-limit 1), and SIGTERM it once a file matching `appears` exists: exit 143
+    and the one stop line."""
     proc = subprocess.Popen([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
-                             "positions", "--out", "out", "--memory-limit", "1", "--quiet"],
-                            cwd=where, stderr=subprocess.PIPE, text=True)
+                             "positions", "--out", "out", "--memory-limit", "1", "--quiet",
+                             *flags], cwd=where, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not list(where.rglob(".verdict-runs/0-0.arrows")):
+        while not list(where.rglob(appears)):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.01)
         proc.send_signal(signal.SIGTERM)
@@ -439,4 +434,3 @@ def _stopped_once_a_run_is_spilled(where: Path) -> None:
         proc.kill()
     assert proc.returncode == 143, err
     assert err == "snim-batch: stopped by SIGTERM; nothing was written\n"
-    assert sorted(p.name for p in where.iterdir()) == ["positions", "rules.csv"]

@@ -12,27 +12,7 @@ import errno
 import struct
 from typing import Any, BinaryIO
 
-from pipeline.io.thrift_compact import (
-    BINARY,
-    BYTE,
-    DOUBLE,
-    FALSE,
-    I16,
-    I32,
-    I64,
-    LIST,
-    MAP,
-    SET,
-    STRUCT,
-    TRUE,
-    Malformed,
-    encode_list_header,
-    encode_varint,
-    encode_zigzag,
-    list_header,
-    varint,
-    zigzag,
-)
+from pipeline.io import thrift_compact as thrift
 
 __all__ = ["JoinedParquet", "JoinError"]
 
@@ -76,7 +56,7 @@ class JoinedParquet:
             raise JoinError("its footer's length is past its start")
         try:
             footer, end = _read_struct(view[body_end:len(view) - 8], 0)
-        except (IndexError, struct.error, Malformed):
+        except (IndexError, struct.error, thrift.Malformed):
             raise JoinError("its footer ends inside a value") from None
         if end != length:
             raise JoinError("its footer does not end where its length says")
@@ -86,7 +66,7 @@ class JoinedParquet:
         elif _dump_struct(head) != _dump_struct(self._head):
             raise JoinError("its schema or metadata differ from the first part's")
         shift = self._at - len(MAGIC)
-        for group in _value(footer, _FILE_ROW_GROUPS, (STRUCT, []))[1]:
+        for group in _value(footer, _FILE_ROW_GROUPS, (thrift.STRUCT, []))[1]:
             _move_group(group, shift, len(self._groups))
             self._groups.append(group)
         self._rows += _value(footer, _FILE_NUM_ROWS, 0)
@@ -97,8 +77,8 @@ class JoinedParquet:
         """Write the footer: the first part's schema and metadata, every part's row groups."""
         if self._head is None:
             raise JoinError("no part was given")
-        footer = sorted([*self._head, [_FILE_NUM_ROWS, I64, self._rows],
-                         [_FILE_ROW_GROUPS, LIST, (STRUCT, self._groups)]],
+        footer = sorted([*self._head, [_FILE_NUM_ROWS, thrift.I64, self._rows],
+                         [_FILE_ROW_GROUPS, thrift.LIST, (thrift.STRUCT, self._groups)]],
                         key=lambda f: f[0])
         data = _dump_struct(footer)
         self._write(memoryview(data + struct.pack("<I", len(data)) + MAGIC))
@@ -149,26 +129,26 @@ def _move_group(group: list[Field], shift: int, ordinal: int) -> None:
 # --- the compact protocol ------------------------------------------------------------------
 
 def _read_value(buf: memoryview, at: int, kind: int) -> tuple[Any, int]:
-    if kind in (TRUE, FALSE):  # in a collection: one byte, 1 for true
-        return buf[at] == TRUE, at + 1
-    if kind == BYTE:
+    if kind in (thrift.TRUE, thrift.FALSE):  # in a collection: one byte, 1 for true
+        return buf[at] == thrift.TRUE, at + 1
+    if kind == thrift.BYTE:
         return struct.unpack_from("<b", buf, at)[0], at + 1
-    if kind in (I16, I32, I64):
-        return zigzag(buf, at)
-    if kind == DOUBLE:
+    if kind in (thrift.I16, thrift.I32, thrift.I64):
+        return thrift.zigzag(buf, at)
+    if kind == thrift.DOUBLE:
         return struct.unpack_from("<d", buf, at)[0], at + 8
-    if kind == BINARY:
-        n, at = varint(buf, at)
+    if kind == thrift.BINARY:
+        n, at = thrift.varint(buf, at)
         return bytes(buf[at:at + n]), at + n
-    if kind in (LIST, SET):
-        n, elem, at = list_header(buf, at)
+    if kind in (thrift.LIST, thrift.SET):
+        n, elem, at = thrift.list_header(buf, at)
         items = []
         for _ in range(n):
             item, at = _read_value(buf, at, elem)
             items.append(item)
         return (elem, items), at
-    if kind == MAP:
-        n, at = varint(buf, at)
+    if kind == thrift.MAP:
+        n, at = thrift.varint(buf, at)
         if not n:
             return (0, 0, []), at
         types = buf[at]
@@ -179,7 +159,7 @@ def _read_value(buf: memoryview, at: int, kind: int) -> tuple[Any, int]:
             v, at = _read_value(buf, at, types & 0x0F)
             pairs.append((k, v))
         return (types >> 4, types & 0x0F, pairs), at
-    if kind == STRUCT:
+    if kind == thrift.STRUCT:
         return _read_struct(buf, at)
     raise JoinError(f"its footer holds an unknown Thrift type {kind}")
 
@@ -198,9 +178,9 @@ def _read_struct(buf: memoryview, at: int) -> tuple[list[Field], int]:
         if delta:
             fid = last + delta
         else:
-            fid, at = zigzag(buf, at)
-        if kind in (TRUE, FALSE):
-            value: Any = kind == TRUE
+            fid, at = thrift.zigzag(buf, at)
+        if kind in (thrift.TRUE, thrift.FALSE):
+            value: Any = kind == thrift.TRUE
         else:
             value, at = _read_value(buf, at, kind)
         fields.append([fid, kind, value])
@@ -208,27 +188,27 @@ def _read_struct(buf: memoryview, at: int) -> tuple[list[Field], int]:
 
 
 def _dump_value(kind: int, value: Any) -> bytes:
-    if kind in (TRUE, FALSE):
-        return bytes([TRUE if value else FALSE])
-    if kind == BYTE:
+    if kind in (thrift.TRUE, thrift.FALSE):
+        return bytes([thrift.TRUE if value else thrift.FALSE])
+    if kind == thrift.BYTE:
         return struct.pack("<b", value)
-    if kind in (I16, I32, I64):
-        return encode_zigzag(value)
-    if kind == DOUBLE:
+    if kind in (thrift.I16, thrift.I32, thrift.I64):
+        return thrift.encode_zigzag(value)
+    if kind == thrift.DOUBLE:
         return struct.pack("<d", value)
-    if kind == BINARY:
-        return encode_varint(len(value)) + value
-    if kind in (LIST, SET):
+    if kind == thrift.BINARY:
+        return thrift.encode_varint(len(value)) + value
+    if kind in (thrift.LIST, thrift.SET):
         elem, items = value
-        return encode_list_header(len(items), elem) + b"".join(
+        return thrift.encode_list_header(len(items), elem) + b"".join(
             _dump_value(elem, item) for item in items)
-    if kind == MAP:
+    if kind == thrift.MAP:
         ktype, vtype, pairs = value
         if not pairs:
             return b"\x00"
-        return (encode_varint(len(pairs)) + bytes([ktype << 4 | vtype])
+        return (thrift.encode_varint(len(pairs)) + bytes([ktype << 4 | vtype])
                 + b"".join(_dump_value(ktype, k) + _dump_value(vtype, v) for k, v in pairs))
-    if kind == STRUCT:
+    if kind == thrift.STRUCT:
         return _dump_struct(value)
     raise JoinError(f"unknown Thrift type {kind}")
 
@@ -237,14 +217,14 @@ def _dump_struct(fields: list[Field]) -> bytes:
     out = bytearray()
     last = 0
     for fid, kind, value in fields:
-        if kind in (TRUE, FALSE):
-            kind = TRUE if value else FALSE
+        if kind in (thrift.TRUE, thrift.FALSE):
+            kind = thrift.TRUE if value else thrift.FALSE
         if 0 < fid - last <= 15:
             out.append((fid - last) << 4 | kind)
         else:
             out.append(kind)
-            out += encode_zigzag(fid)
-        if kind not in (TRUE, FALSE):
+            out += thrift.encode_zigzag(fid)
+        if kind not in (thrift.TRUE, thrift.FALSE):
             out += _dump_value(kind, value)
         last = fid
     out.append(0)
