@@ -535,6 +535,95 @@ def test_text_run_order_reads_polars_string_views_where_they_lie(data):
     assert counts.tolist() == [int((bucket == c).sum()) for c in range(4)]
 
 
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), bucket_type=st.sampled_from([np.uint8, np.int32, np.int64]))
+def test_text_key_order_at_sorts_texts_by_address_as_text_key_order(data, bucket_type):
+    """Texts given by address and length (`text_addresses` of pieces as offsets and bytes,
+    cut anywhere, offsets not starting at 0): Python's stable sort on (bucket, bytes) is the
+    reference, with the bytes `chunky_text` draws (not UTF-8, zero bytes, long ties)."""
+    pool = data.draw(st.lists(chunky_text, min_size=1, max_size=12))
+    rows = data.draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(pool)),
+                              min_size=data.draw(st.sampled_from([0, 200])), max_size=400))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
+    pieces = []
+    for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
+        pad = data.draw(st.integers(0, 3))
+        texts = [t for _, t in rows[lo:hi]]
+        pieces.append((pad + np.concatenate([[0], np.cumsum([len(t) for t in texts])]),
+                       np.frombuffer(b"\xee" * pad + b"".join(texts) + b"\xee", np.uint8)))
+    ptrs, lens, kept = kernels.text_addresses(iter(pieces), len(rows))
+    bucket = np.array([b for b, _ in rows], dtype=bucket_type)
+    order, counts = kernels.text_key_order_at(bucket, 4, ptrs, lens)
+    assert order.tolist() == sorted(range(len(rows)), key=lambda i: rows[i])
+    assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(4)]
+    assert lens.tolist() == [len(t) for _, t in rows]
+
+
+# texts on both sides of a string view's inline limit (12 bytes), alike in their first four
+# bytes (a view's prefix) and in their length, so that only the bytes after tell them apart
+view_text = st.sampled_from(["", "abcd", "abcdefghijkl", "abcdefghijkm", "abcdefghijklm",
+                             "abcdefghijkln", "abcd\u00e9fghijklm", "\u4e2d" * 5, "z" * 40,
+                             "z" * 39 + "y"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_text_addresses_read_polars_string_views_where_they_lie(data):
+    """A column of several chunks, sliced (`buffers.text_pieces`): each address and length
+    reads back that row's UTF-8 bytes, inline in its view or in a data buffer; sorting by
+    them is Python's stable sort on (bucket, bytes)."""
+    import ctypes
+
+    import polars as pl
+
+    from pipeline.transforms.buffers import text_pieces
+
+    texts = data.draw(st.lists(view_text, max_size=300))
+    half = len(texts) // 2
+    column = pl.concat([pl.Series(["x" * 30] + texts[:half]),
+                        pl.Series(texts[half:], dtype=pl.String)], rechunk=False)[1:]
+    ptrs, lens, kept = kernels.text_addresses(text_pieces(column), len(texts))
+    assert [ctypes.string_at(int(p), int(n)) for p, n in zip(ptrs, lens)] == [
+        t.encode() for t in texts]
+    bucket = np.array(data.draw(st.lists(st.integers(0, 3), min_size=len(texts),
+                                         max_size=len(texts))), np.int32)
+    order, _ = kernels.text_key_order_at(bucket, 4, ptrs, lens)
+    rows = [(int(b), t.encode()) for b, t in zip(bucket, texts)]
+    assert order.tolist() == sorted(range(len(rows)), key=lambda i: rows[i])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_sorted_view_repeats_marks_each_row_whose_key_a_neighbour_has(data):
+    """Rows sorted by (bucket, text) in string views, as the column polars gathers: a row
+    is marked exactly when the row before or after it has the same bucket and text (the
+    reference compares the Python strings)."""
+    import polars as pl
+
+    from pipeline.transforms.buffers import string_views
+
+    rows = sorted(data.draw(st.lists(st.tuples(st.integers(0, 3), view_text), max_size=300)),
+                  key=lambda r: (r[0], r[1].encode()))
+    counts = np.array([sum(1 for b, _ in rows if b == c) for c in range(4)], np.int64)
+    texts = [t for _, t in rows]
+    half = len(texts) // 2
+    column = pl.concat([pl.Series(texts[:half], dtype=pl.String),
+                        pl.Series(texts[half:], dtype=pl.String)], rechunk=False)
+    repeated = kernels.sorted_view_repeats(counts, *string_views(column))
+    expected = [(j > 0 and rows[j - 1] == rows[j]) or (j + 1 < len(rows) and rows[j + 1] == rows[j])
+                for j in range(len(rows))]
+    assert repeated.tolist() == expected
+
+
+def test_sorted_view_repeats_refuses_counts_that_do_not_match_the_rows():
+    import polars as pl
+
+    from pipeline.transforms.buffers import string_views
+
+    with pytest.raises(ValueError, match="counts do not match"):
+        kernels.sorted_view_repeats(np.array([1, 1]), *string_views(pl.Series(["a"])))
+
+
 def _segmented(rows, cuts, pad):
     """A run's sorted (bucket, text) rows as segments cut at `cuts`, each segment's texts
     at offset `pad` in its bytes (as in a slice of a larger Arrow array)."""

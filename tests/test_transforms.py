@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pipeline import keys
 from pipeline.config import Columns
 from pipeline.keys import integer_keys, key_column
-from pipeline.transforms.buffers import joined_text
+from pipeline.transforms.buffers import string_views
 from pipeline.transforms.lists import _heaps_from_text_exactly, heaps_from_text, parse_int_list
 from pipeline.transforms.long_form import long_to_wide_sorted
 from pipeline.transforms.normalize import normalize_positions, normalize_rules
@@ -283,14 +283,15 @@ def test_long_rows_grouped_by_sort_only_when_clean_and_known():
 
 @given(st.lists(st.tuples(st.lists(st.text(max_size=20), max_size=6), st.integers(0, 3)),
                 max_size=5))
-def test_joined_text_is_the_pieces_in_order_as_one_column_and_its_bytes(pieces):
-    # slices start their Arrow offsets past zero; texts are any Unicode, inline or not
-    series = [pl.Series("x", texts + ["a longer text than a view holds"] * 3).slice(cut)
-              for texts, cut in pieces]
-    expected = [t for s in series for t in s.to_list()]
-    column, offsets, data = joined_text(series, "position_id")
-    assert series == [] and column.name == "position_id"
-    assert column.to_list() == expected
-    encoded = [t.encode() for t in expected]
-    assert offsets.tolist() == [sum(map(len, encoded[:i])) for i in range(len(encoded) + 1)]
-    assert data.tobytes() == b"".join(encoded)
+def test_string_views_are_the_column_in_one_piece_of_views(pieces):
+    # slices of several columns joined without a copy; texts are any Unicode, inline or not
+    column = pl.concat([pl.Series("x", texts + ["a longer text than a view holds"] * 3).slice(cut)
+                        for texts, cut in pieces] or [pl.Series("x", [], pl.String)],
+                       rechunk=False)
+    views, buffers = string_views(column)
+    assert views.shape == (column.len(), 4)
+    encoded = [t.encode() for t in column.to_list()]
+    assert views[:, 0].tolist() == [len(t) for t in encoded]
+    read = [bytes(v[1:].view(np.uint8)[:n]) if n <= 12
+            else bytes(buffers[v[2]][v[3]:v[3] + n]) for v, n in zip(views, views[:, 0])]
+    assert read == encoded

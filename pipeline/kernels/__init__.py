@@ -53,7 +53,10 @@ from pipeline.kernels.sorting import (
     rank_in,
     run_counts,
     scatter,
+    sorted_view_repeats,
+    text_addresses,
     text_key_order,
+    text_key_order_at,
     text_run_order,
 )
 from pipeline.kernels.tabulation import mix64, tabulate_many, tabulate_subtraction, window_power
@@ -73,7 +76,8 @@ __all__ = [
     "heap_text_lists", "in_key_order", "int_text_values", "is_identity", "key_runs",
     "max_heap_per_table", "merge_int_runs", "merge_text_runs", "mix64", "nim_sums_wide",
     "needs_strip", "overlap_allowed", "rank_in",
-    "run_counts", "scatter", "set_num_threads", "sg_of", "sg_per_heap",
-    "tabulate_many", "tabulate_subtraction", "text_key_order", "text_run_order", "threads_for",
+    "run_counts", "scatter", "set_num_threads", "sg_of", "sg_per_heap", "sorted_view_repeats",
+    "tabulate_many", "tabulate_subtraction", "text_addresses", "text_key_order",
+    "text_key_order_at", "text_run_order", "threads_for",
     "window_power", "winning_move", "winning_moves_wide",
 ]

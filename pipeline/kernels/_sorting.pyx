@@ -9,6 +9,7 @@ include "_argsort.pxi"
 from cython.parallel cimport prange
 cimport openmp
 from libc.stdlib cimport calloc
+from libc.stdint cimport uintptr_t
 from libc.string cimport memcmp, memcpy
 
 import numpy as np
@@ -129,6 +130,41 @@ cdef inline uint64_t _text_chunk(const int64_t* offsets, const uint8_t* data, in
     return key
 
 
+# Rows' texts, either Arrow's (offsets, bytes) or, when `ptrs` is set, each row's address and
+# length (`text_addresses`: texts left where they lie, as polars' string views hold them).
+cdef struct Texts:
+    const int64_t* offsets
+    const uint8_t* data
+    const uint64_t* ptrs
+    const int64_t* lens
+
+
+cdef inline int64_t _length(const Texts* t, int64_t row) noexcept nogil:
+    if t.ptrs != NULL:
+        return t.lens[row]
+    return t.offsets[row + 1] - t.offsets[row]
+
+
+cdef inline const uint8_t* _start(const Texts* t, int64_t row) noexcept nogil:
+    if t.ptrs != NULL:
+        return <const uint8_t*><uintptr_t>t.ptrs[row]
+    return t.data + t.offsets[row]
+
+
+cdef inline uint64_t _chunk(const Texts* t, int64_t row, int64_t depth) noexcept nogil:
+    """`_text_chunk` of either layout."""
+    cdef const uint8_t* text = _start(t, row)
+    cdef int64_t length = _length(t, row)
+    cdef int64_t start = 8 * depth
+    cdef uint64_t key = 0
+    cdef uint64_t byte
+    cdef int k
+    for k in range(8):
+        byte = <uint64_t>text[start + k] if start + k < length else 0
+        key = (key << 8) | byte
+    return key
+
+
 cdef struct Stack:
     int64_t* items  # (lo, hi, depth) triples
     int64_t n
@@ -165,7 +201,7 @@ cdef int _reorder(int64_t* order, int64_t a, int64_t b, const int64_t* within) n
 
 
 cdef int _split_ties(int64_t* order, int64_t a, int64_t b, const uint64_t* keys,
-                     const int64_t* within, const int64_t* offsets, int64_t depth,
+                     const int64_t* within, const Texts* texts, int64_t depth,
                      Stack* stack) noexcept nogil:
     """order[a:b], just sorted by `keys` (each text's bytes 8 * depth on; keys[within[q]] is
     the key of order[a + q]): each run of equal keys is pushed on `stack` to be sorted by
@@ -185,7 +221,7 @@ cdef int _split_ties(int64_t* order, int64_t a, int64_t b, const uint64_t* keys,
         if j - i > 1:
             longer = False
             for r in range(i, j):
-                if offsets[order[r] + 1] - offsets[order[r]] > 8 * (depth + 1):
+                if _length(texts, order[r]) > 8 * (depth + 1):
                     longer = True
                     break
             if longer:
@@ -199,7 +235,7 @@ cdef int _split_ties(int64_t* order, int64_t a, int64_t b, const uint64_t* keys,
                     free(by_length)
                     return -1
                 for r in range(i, j):
-                    lengths[r - i] = offsets[order[r] + 1] - offsets[order[r]]
+                    lengths[r - i] = _length(texts, order[r])
                 status = stable_argsort(lengths, j - i, by_length)
                 if status == 0:
                     status = _reorder(order, i, j, by_length)
@@ -211,8 +247,7 @@ cdef int _split_ties(int64_t* order, int64_t a, int64_t b, const uint64_t* keys,
     return 0
 
 
-cdef int _sort_texts(int64_t* order, Stack* stack, const int64_t* offsets,
-                     const uint8_t* data) noexcept nogil:
+cdef int _sort_texts(int64_t* order, Stack* stack, const Texts* texts) noexcept nogil:
     """Sort each (lo, hi, depth) on `stack`, rows order[lo:hi] whose texts are equal before
     byte 8 * depth, by their bytes, stably: 8 bytes at a time, then only the runs still tied
     on the next 8; equal texts keep their order."""
@@ -232,12 +267,12 @@ cdef int _sort_texts(int64_t* order, Stack* stack, const int64_t* offsets,
             free(within)
             return -1
         for i in range(a, b):
-            keys[i - a] = _text_chunk(offsets, data, order[i], depth)
+            keys[i - a] = _chunk(texts, order[i], depth)
         status = stable_argsort(keys, b - a, within)
         if status == 0:
             status = _reorder(order, a, b, within)
         if status == 0:
-            status = _split_ties(order, a, b, keys, within, offsets, depth, stack)
+            status = _split_ties(order, a, b, keys, within, texts, depth, stack)
         free(keys)
         free(within)
         if status < 0:
@@ -246,7 +281,7 @@ cdef int _sort_texts(int64_t* order, Stack* stack, const int64_t* offsets,
 
 
 cdef int _sort_bucket(int64_t* order, const uint64_t* keys, int64_t a, int64_t e,
-                      const int64_t* offsets, const uint8_t* data) noexcept nogil:
+                      const Texts* texts) noexcept nogil:
     cdef Stack stack
     cdef int status
     cdef int64_t* within
@@ -262,9 +297,9 @@ cdef int _sort_bucket(int64_t* order, const uint64_t* keys, int64_t a, int64_t e
     if status == 0:
         status = _reorder(order, a, e, within)
     if status == 0:
-        status = _split_ties(order, a, e, &keys[a], within, offsets, 0, &stack)
+        status = _split_ties(order, a, e, &keys[a], within, texts, 0, &stack)
     if status == 0:
-        status = _sort_texts(order, &stack, offsets, data)
+        status = _sort_texts(order, &stack, texts)
     free(within)
     free(stack.items)
     return status
@@ -272,6 +307,30 @@ cdef int _sort_bucket(int64_t* order, const uint64_t* keys, int64_t a, int64_t e
 
 def text_key_order(const idx_t[::1] bucket, int64_t n_buckets, const int64_t[::1] offsets,
                    const uint8_t[::1] data):
+    cdef Texts texts
+    texts.offsets = &offsets[0]
+    texts.data = &data[0] if data.shape[0] else NULL
+    texts.ptrs = NULL
+    texts.lens = NULL
+    return _key_order(bucket, n_buckets, &texts)
+
+
+def text_key_order_at(const idx_t[::1] bucket, int64_t n_buckets, const uint64_t[::1] ptrs,
+                      const int64_t[::1] lens):
+    """`text_key_order` of texts given by address and length (`text_addresses`)."""
+    cdef Texts texts
+    if ptrs.shape[0] != bucket.shape[0] or lens.shape[0] != bucket.shape[0]:
+        raise ValueError("text_key_order_at: addresses do not match the rows")
+    texts.offsets = NULL
+    texts.data = NULL
+    texts.ptrs = &ptrs[0] if ptrs.shape[0] else NULL
+    texts.lens = &lens[0] if lens.shape[0] else NULL
+    if texts.ptrs == NULL:
+        return np.empty(0, np.int64), np.zeros(n_buckets, np.int64)
+    return _key_order(bucket, n_buckets, &texts)
+
+
+cdef _key_order(const idx_t[::1] bucket, int64_t n_buckets, const Texts* texts):
     cdef Py_ssize_t n = bucket.shape[0]
     counts_arr = np.zeros(n_buckets, np.int64)
     order_arr = np.empty(n, np.int64)
@@ -279,32 +338,173 @@ def text_key_order(const idx_t[::1] bucket, int64_t n_buckets, const int64_t[::1
     cdef int64_t[::1] order = order_arr
     first_arr = np.zeros(n_buckets + 1, np.int64)
     cdef int64_t[::1] first = first_arr
-    cdef int64_t[::1] fill = np.zeros(n_buckets + 1, np.int64)
     keys_arr = np.empty(n, np.uint64)
     cdef uint64_t[::1] keys = keys_arr
     cdef int64_t[::1] failed = np.zeros(max(n_buckets, 1), np.int64)
-    cdef int64_t i, at
+    cdef int64_t i, j, c, total
+    cdef int64_t* at
     cdef Py_ssize_t b
     cdef int64_t* op = &order[0]
-    cdef const uint64_t* kp = &keys[0]
-    cdef const int64_t* off = &offsets[0]
-    cdef const uint8_t* dp = &data[0]
+    cdef uint64_t* kp = &keys[0]
+    # the rows in one contiguous chunk per thread, as `counting_sort`: each counts its
+    # chunk's buckets, then places its rows (and their texts' first 8 bytes) from where the
+    # chunks before it left each bucket (stable)
+    cdef int64_t chunks = max(1, min(<int64_t>openmp.omp_get_max_threads(), n // 65536))
+    cdef int64_t* fill = <int64_t*>calloc(max(n_buckets, 1) * chunks, sizeof(int64_t))
+    if fill == NULL:
+        raise MemoryError()
     with nogil:
-        for i in range(n):
-            counts[bucket[i]] += 1
+        for c in prange(chunks, schedule="static", num_threads=chunks):
+            at = fill + c * n_buckets
+            for i in range(n * c // chunks, n * (c + 1) // chunks):
+                at[bucket[i]] += 1
+        total = 0
         for b in range(n_buckets):
-            first[b + 1] = first[b] + counts[b]
-            fill[b] = first[b]
-        for i in range(n):
-            at = fill[bucket[i]]
-            order[at] = i
-            keys[at] = _text_chunk(off, dp, i, 0)
-            fill[bucket[i]] += 1
+            first[b] = total
+            for c in range(chunks):
+                j = fill[c * n_buckets + b]
+                fill[c * n_buckets + b] = total
+                total = total + j
+            counts[b] = total - first[b]
+        first[n_buckets] = total
+        for c in prange(chunks, schedule="static", num_threads=chunks):
+            at = fill + c * n_buckets
+            for i in range(n * c // chunks, n * (c + 1) // chunks):
+                j = at[bucket[i]]
+                op[j] = i
+                kp[j] = _chunk(texts, i, 0)
+                at[bucket[i]] = j + 1
+    free(fill)
     for b in prange(n_buckets, nogil=True, schedule="dynamic"):
-        failed[b] = _sort_bucket(op, kp, first[b], first[b + 1], off, dp)
+        failed[b] = _sort_bucket(op, kp, first[b], first[b + 1], texts)
     if n_buckets and np.asarray(failed).min() < 0:
         raise MemoryError("text_key_order: out of memory")
     return order_arr, counts_arr
+
+
+def text_addresses(const int32_t[:, ::1] views, list buffers, uint64_t[::1] ptrs,
+                   int64_t[::1] lens, int64_t base):
+    """Rows base.. of `ptrs` and `lens`: the address and length of each text of a piece in
+    Arrow's string view layout (`scatter_text_views`), where it lies: inline in its view when
+    at most 12 bytes, else in its data buffer. The views and buffers must outlive the
+    addresses."""
+    cdef Py_ssize_t n = views.shape[0]
+    cdef Py_ssize_t i, k = len(buffers)
+    cdef int64_t length, start, where
+    cdef const uint8_t[::1] buf
+    cdef uint64_t* data = NULL
+    cdef int64_t* sizes = NULL
+    if views.shape[1] != 4 or base < 0 or base + n > ptrs.shape[0] or \
+            ptrs.shape[0] != lens.shape[0]:
+        raise ValueError("text_addresses: views do not match the rows")
+    data = <uint64_t*>malloc(max(k, 1) * sizeof(uint64_t))
+    sizes = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
+    if data == NULL or sizes == NULL:
+        free(data)
+        free(sizes)
+        raise MemoryError()
+    try:
+        for i in range(k):
+            buf = buffers[i]
+            sizes[i] = buf.shape[0]
+            data[i] = <uint64_t><uintptr_t>&buf[0] if buf.shape[0] else 0
+        for i in range(n):  # checked first: the addresses are trusted by the sort
+            length = views[i, 0]
+            if length > 12:
+                where = views[i, 2]
+                start = <uint32_t>views[i, 3]
+                if where < 0 or where >= k or start + length > sizes[where]:
+                    raise ValueError("text_addresses: a view is out of its buffers")
+            elif length < 0:
+                raise ValueError("text_addresses: a view of negative length")
+        with nogil:
+            for i in range(n):
+                length = views[i, 0]
+                lens[base + i] = length
+                if length > 12:
+                    ptrs[base + i] = data[views[i, 2]] + <uint32_t>views[i, 3]
+                else:
+                    ptrs[base + i] = <uint64_t><uintptr_t>&views[i, 1]
+    finally:
+        free(data)
+        free(sizes)
+
+
+def text_addresses_of(const int64_t[::1] offsets, const uint8_t[::1] data, uint64_t[::1] ptrs,
+                      int64_t[::1] lens, int64_t base):
+    """`text_addresses` of a piece as Arrow's (offsets, bytes)."""
+    cdef Py_ssize_t n = offsets.shape[0] - 1
+    cdef Py_ssize_t i
+    cdef uint64_t at
+    if n < 0 or base < 0 or base + n > ptrs.shape[0] or ptrs.shape[0] != lens.shape[0] or \
+            (n and (offsets[0] < 0 or offsets[n] > data.shape[0])):
+        raise ValueError("text_addresses_of: offsets do not match the rows")
+    at = <uint64_t><uintptr_t>&data[0] if data.shape[0] else 0
+    with nogil:
+        for i in range(n):
+            ptrs[base + i] = at + offsets[i]
+            lens[base + i] = offsets[i + 1] - offsets[i]
+
+
+def sorted_view_repeats(const int64_t[::1] counts, const int32_t[:, ::1] views, list buffers):
+    """For texts sorted by (bucket, text) in Arrow's string view layout (`scatter_text_views`),
+    bucket b holding counts[b] rows: whether row j's key is also row j-1's or j+1's. Read in
+    order; a text's bytes only when its length and 4-byte prefix match its neighbour's."""
+    cdef Py_ssize_t n = views.shape[0]
+    cdef Py_ssize_t j, b, k = len(buffers)
+    cdef int64_t at = 0
+    cdef int64_t length, where, start
+    cdef const uint8_t[::1] buf
+    cdef const uint8_t** data = NULL
+    cdef int64_t* sizes = NULL
+    same_arr = np.zeros(n + 1, np.uint8)
+    starts_arr = np.zeros(n + 1, np.uint8)
+    cdef uint8_t[::1] same = same_arr
+    cdef uint8_t[::1] starts = starts_arr
+    if n and views.shape[1] != 4:
+        raise ValueError("sorted_view_repeats: views are not (n, 4)")
+    for b in range(counts.shape[0]):
+        if at < n:
+            starts[at] = 1
+        at += counts[b]
+    if at != n:
+        raise ValueError("sorted_view_repeats: counts do not match the rows")
+    data = <const uint8_t**>malloc(max(k, 1) * sizeof(uint8_t*))
+    sizes = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
+    if data == NULL or sizes == NULL:
+        free(data)
+        free(sizes)
+        raise MemoryError()
+    try:
+        for j in range(k):
+            buf = buffers[j]
+            sizes[j] = buf.shape[0]
+            data[j] = &buf[0] if buf.shape[0] else NULL
+        for j in range(n):  # checked first: the comparisons trust every view
+            length = views[j, 0]
+            if length > 12:
+                where = views[j, 2]
+                start = <uint32_t>views[j, 3]
+                if where < 0 or where >= k or start + length > sizes[where]:
+                    raise ValueError("sorted_view_repeats: a view is out of its buffers")
+            elif length < 0:
+                raise ValueError("sorted_view_repeats: a view of negative length")
+        for j in prange(1, n, nogil=True, schedule="static"):
+            if starts[j] or views[j, 0] != views[j - 1, 0] or views[j, 1] != views[j - 1, 1]:
+                continue
+            if views[j, 0] <= 12:  # inline, zero-padded: the view is the text
+                if views[j, 2] == views[j - 1, 2] and views[j, 3] == views[j - 1, 3]:
+                    same[j] = 1
+            elif memcmp(data[views[j, 2]] + <uint32_t>views[j, 3],
+                        data[views[j - 1, 2]] + <uint32_t>views[j - 1, 3],
+                        <size_t>views[j, 0]) == 0:
+                same[j] = 1
+    finally:
+        free(data)
+        free(sizes)
+    repeated = same_arr[:n].astype(np.bool_)
+    repeated[:-1] |= same_arr[1:n].astype(np.bool_)
+    return repeated
 
 
 def key_runs(const int64_t[::1] counts, const any_int[::1] sorted_key, int64_t[::1] starts,
@@ -861,6 +1061,7 @@ cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
     cdef dest_t* old_order
     cdef uint8_t* old_data
     cdef int status = 0
+    cdef Texts texts
     if m <= 1:
         return 0
     perm = <int64_t*>malloc(m * sizeof(int64_t))
@@ -875,7 +1076,11 @@ cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,
         for q in range(m):
             perm[q] = a + q
             keys[q] = _text_chunk(offsets, data, a + q, 0)
-        status = _sort_bucket(perm, keys, 0, m, offsets, data)
+        texts.offsets = offsets
+        texts.data = data
+        texts.ptrs = NULL
+        texts.lens = NULL
+        status = _sort_bucket(perm, keys, 0, m, &texts)
     if status == 0:
         for q in range(m + 1):
             old_offsets[q] = offsets[a + q]

@@ -93,6 +93,48 @@ def text_key_order(bucket, n_buckets, offsets, data):
                                    np.ascontiguousarray(data, np.uint8))
 
 
+def text_key_order_at(bucket, n_buckets, ptrs, lens):
+    """`text_key_order` of texts left where they lie, given by each row's address and length
+    (`text_addresses`): polars' string views are sorted without first copying every text
+    into one buffer."""
+    return _sorting.text_key_order_at(_index(bucket), int(n_buckets), ptrs, lens)
+
+
+def text_addresses(pieces, rows):
+    """(addresses, lengths, kept) of the texts of `pieces`, one after another: each piece
+    ("views", views, buffers) in Arrow's string view layout (`scatter_text_views`) or Arrow's
+    (offsets, bytes). `kept` holds what the addresses point into; the caller keeps it, and
+    the pieces' columns, alive while they are used."""
+    ptrs = np.empty(rows, np.uint64)
+    lens = np.empty(rows, np.int64)
+    kept, base = [], 0
+    for piece in pieces:
+        if len(piece) == 3:
+            views = np.ascontiguousarray(piece[1], np.int32)
+            buffers = [np.ascontiguousarray(b, np.uint8) for b in piece[2]]
+            _sorting.text_addresses(views, buffers, ptrs, lens, base)
+            kept.append((views, buffers))
+            base += views.shape[0]
+        else:
+            offsets = np.ascontiguousarray(piece[0], np.int64)
+            data = np.ascontiguousarray(piece[1], np.uint8)
+            _sorting.text_addresses_of(offsets, data, ptrs, lens, base)
+            kept.append((offsets, data))
+            base += offsets.shape[0] - 1
+    if base != rows:
+        raise ValueError("text_addresses: the pieces do not match the rows")
+    return ptrs, lens, kept
+
+
+def sorted_view_repeats(counts, views, buffers):
+    """Which rows of texts sorted by (bucket, text), bucket b holding counts[b] rows, in
+    Arrow's string view layout (views an (n, 4) int32 array, buffers the data buffers they
+    point into), have the key of the row before or after them, on all threads."""
+    return _sorting.sorted_view_repeats(
+        np.ascontiguousarray(counts, np.int64), np.ascontiguousarray(views, np.int32),
+        [np.ascontiguousarray(b, np.uint8) for b in buffers])
+
+
 def merge_text_runs(runs, empty=None):
     """Merge k runs sorted by (bucket, text) as `text_key_order` sorts (bytes, then shorter
     first) into one. Run i is a list of segments (bucket, Arrow offsets, bytes) whose rows,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -42,33 +44,22 @@ def text_views(s: pl.Series) -> tuple[str, np.ndarray, list[np.ndarray]] | None:
              for b in buffers[2:]])
 
 
-def joined_text(pieces: list[pl.Series], name: str
-                ) -> tuple[pl.Series, np.ndarray, np.ndarray]:
-    """String pieces (no nulls) as one column and its Arrow (offsets, UTF-8 bytes), copied
-    into buffers sized up front, each piece let go once copied: concatenating first, then
-    exporting, held the text three times over. Consumes
-    `pieces`."""
-    offsets, data = joined_buffers(pieces)
-    column = pa.LargeStringArray.from_buffers(offsets.shape[0] - 1, pa.py_buffer(offsets),
-                                              pa.py_buffer(data))
-    return pl.Series(name, column, dtype=pl.String), offsets, data
+def string_views(s: pl.Series) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A String column (no nulls) as one piece of Arrow's string views (`text_views`): its
+    (n, 4) int32 views and data buffers."""
+    if s.len() == 0:
+        return np.zeros((0, 4), np.int32), []
+    views = text_views(s.rechunk())
+    if views is None:
+        raise ValueError(f"{s.name}: not a column of string views without nulls")
+    return views[1], views[2]
 
 
-def joined_buffers(pieces: list[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
-    """`joined_text`'s Arrow (offsets, UTF-8 bytes) alone, without a polars column of them.
-    Consumes `pieces`."""
-    rows = sum(p.len() for p in pieces)
-    offsets = np.empty(rows + 1, np.int64)
-    data = np.empty(sum(int(p.str.len_bytes().sum() or 0) for p in pieces), np.uint8)
-    offsets[0] = row = 0
-    pieces.reverse()
-    while pieces:
-        piece_offsets, piece_data = text_buffers(pieces.pop())
-        n, first, last = piece_offsets.shape[0] - 1, piece_offsets[0], piece_offsets[-1]
-        data[offsets[row]:offsets[row] + last - first] = piece_data[first:last]
-        offsets[row + 1:row + n + 1] = piece_offsets[1:] - first + offsets[row]
-        row += n
-    return offsets, data
+def text_pieces(s: pl.Series) -> Iterator[tuple]:
+    """A String column (no nulls) chunk by chunk, each as `text_views` gives it, else as
+    `text_buffers`: the layouts `kernels.text_addresses` reads."""
+    for chunk in s.get_chunks():
+        yield text_views(chunk) or text_buffers(chunk)
 
 
 def arrow_int64(values: np.ndarray) -> pa.Array:

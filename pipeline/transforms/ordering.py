@@ -21,9 +21,10 @@ from pipeline import kernels, keys
 from pipeline.keys import KEYS, unify_key_types
 from pipeline.transforms.buffers import (
     arrow_view,
-    joined_text,
     numpy_view,
     text_buffers,
+    string_views,
+    text_pieces,
     text_views,
 )
 from pipeline.transforms.outputs import reject_rows
@@ -264,24 +265,29 @@ def _parts_in_order(buckets: list[pl.Series], pids: list[pl.Series]) -> bool:
 def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
                  ) -> tuple[pl.DataFrame, Locate | None, np.ndarray]:
     """`_counting_sorted` for text position ids: the rows of each rule set sorted by their
-    ids' bytes by a kernel (polars' own string sort took four times as long on UUIDs)."""
+    ids' bytes by a kernel (polars' own string sort took four times as long on UUIDs), which
+    reads the texts where polars holds them (`kernels.text_addresses`) and finds the repeated
+    keys on the same addresses: copying every text into one buffer first and comparing the
+    sorted column's neighbours through polars ran on one core, between the parallel sort
+    and the parallel write."""
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
-    pid, offsets, data = joined_text([f.drop_in_place("position_id") for f in frames],
-                                     "position_id")
+    pid = pl.concat([f.drop_in_place("position_id") for f in frames], rechunk=True)  # its
+    # views joined, not the texts: a gather from many chunks took seven times as long
+    ptrs, lens, kept = kernels.text_addresses(text_pieces(pid), pid.len())
     with kernels.threads_for(bucket.shape[0]):
-        order, counts = kernels.text_key_order(bucket, rule_ids.len(), offsets, data)
-    del offsets, data, bucket
+        order, counts = kernels.text_key_order_at(bucket, rule_ids.len(), ptrs, lens)
+    del bucket, ptrs, lens, kept
     in_order = kernels.is_identity(order)
+    take = _gather_index(order)
     columns = {"rule_set_id": _repeated(rule_ids, counts),
-               "position_id": pid if in_order else pid.gather(order)}
+               "position_id": pid if in_order else pid.gather(take)}
+    with kernels.threads_for(order.shape[0]):
+        repeated = kernels.sorted_view_repeats(counts, *string_views(columns["position_id"]))
     for name in names[1:]:
         column = _concat([f.drop_in_place(name) for f in frames])
-        columns[name] = column if in_order else column.gather(order)
+        columns[name] = column if in_order else column.gather(take)
     frames.clear()
-    ranks = np.empty(pid.len(), np.int64)
-    kernels.fill_runs(ranks, np.arange(rule_ids.len(), dtype=np.int64), counts)
-    repeated = _repeated_keys(ranks, columns["position_id"])
     if in_order:
         return pl.DataFrame(columns), None, repeated
 
@@ -291,19 +297,17 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     return pl.DataFrame(columns), came_from, repeated
 
 
+def _gather_index(order: np.ndarray) -> pl.Series | np.ndarray:
+    """A sort's order as polars' own index type (UInt32), which its gathers take without
+    converting it for each column."""
+    return pl.Series(order.astype(np.uint32)) if order.shape[0] < 2**32 else order
+
+
 def _repeated_keys(ranks: np.ndarray, pid: pl.Series | np.ndarray) -> np.ndarray:
     """Which rows of key-sorted verdicts have the key of the row before or after them, from
-    each row's rule set rank (or integer id) and position id: integers compared, not the text
-    of rule ids."""
-    if isinstance(pid, np.ndarray) or pid.dtype == pl.Int64:
-        return kernels.adjacent_duplicates(ranks, np.asarray(pid))
-    same = np.zeros(ranks.shape[0], np.bool_)  # same[i]: row i's key is row i-1's
-    if ranks.shape[0] > 1:
-        same[1:] = ranks[1:] == ranks[:-1]
-        same[1:] &= (pid.slice(1) == pid.slice(0, pid.len() - 1)).to_numpy()
-    repeated = same.copy()
-    repeated[:-1] |= same[1:]
-    return repeated
+    each row's rule set rank (or integer id) and integer position id: integers compared, not
+    the text of rule ids (text position ids: `kernels.sorted_text_repeats`)."""
+    return kernels.adjacent_duplicates(ranks, np.asarray(pid))
 
 
 def _repeated(rule_ids: pl.Series, counts: np.ndarray) -> pl.Series:
