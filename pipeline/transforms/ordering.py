@@ -22,8 +22,8 @@ from pipeline.keys import KEYS, unify_key_types
 from pipeline.transforms.buffers import (
     arrow_view,
     numpy_view,
-    text_buffers,
     string_views,
+    text_buffers,
     text_pieces,
     text_views,
 )
