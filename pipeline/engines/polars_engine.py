@@ -579,11 +579,13 @@ def _typed_and_attached(batches: Iterator[tuple[int, pl.DataFrame]], index: pl.D
     CSV, the heaps text, after a thread of its own parsed the file), and here the main
     thread, alternated on the same data, finished sooner (before CSV had its parsing thread;
     with it, the two places measured the same within noise; docs/performance.md)."""
+    ranked = evaluate.RankedIndex.of(index)
     for file_index, frame in batches:
         frame = keys.integer_keys(frame)
         same_type = frame["rule_set_id"].dtype == index["rule_set_id"].dtype
         frame, batch_index = keys.match_key_type(frame, index)
-        yield file_index, same_type, evaluate.attach_tables(frame, batch_index)
+        yield file_index, same_type, evaluate.attach_tables(
+            frame, batch_index, ranked if batch_index is index else None)
 
 
 def _evaluated(positions: pl.DataFrame, cache: TableCache, winning_moves: bool,

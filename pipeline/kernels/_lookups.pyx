@@ -78,12 +78,15 @@ cdef inline int64_t _row_nim(const int64_t* offsets, const int64_t* heaps, int64
 def nim_sums_wide(const int64_t[::1] offsets, const int64_t[::1] heaps,
                   const int64_t[::1] table_of_row, const tval[::1] values,
                   const int64_t[::1] base, const int64_t[::1] length, const int64_t[::1] pre,
-                  const int64_t[::1] per, const int64_t[::1] kind):
+                  const int64_t[::1] per, const int64_t[::1] kind, nim_out=None, bad_out=None):
     cdef Py_ssize_t n = offsets.shape[0] - 1
-    nim_arr = np.zeros(n, np.int64)
-    bad_arr = np.full(n, -1, np.int64)
+    # every row written below, in the parallel loop
+    nim_arr = np.empty(n, np.int64) if nim_out is None else nim_out
+    bad_arr = np.empty(n, np.int64) if bad_out is None else bad_out
     cdef int64_t[::1] nim = nim_arr
     cdef int64_t[::1] bad = bad_arr
+    if nim.shape[0] != n or bad.shape[0] != n:
+        raise ValueError("nim_sums_wide: outputs do not match the rows")
     cdef const int64_t* o = &offsets[0]
     cdef const int64_t* hp = &heaps[0]
     cdef const int64_t* tor = &table_of_row[0]
@@ -98,6 +101,7 @@ def nim_sums_wide(const int64_t[::1] offsets, const int64_t[::1] heaps,
     for i in prange(n, nogil=True, schedule="static"):
         if i + AHEAD_ROWS < n:
             _prefetch_row(o, hp, tor[i + AHEAD_ROWS], i + AHEAD_ROWS, v, bs, ln, kd)
+        bd[i] = -1
         nim[i] = _row_nim(o, hp, i, tor[i], v, bs, ln, pr, pe, kd, bd)
     return nim_arr, bad_arr
 

@@ -107,10 +107,10 @@ def scatter(const word_t[::1] values, const idx_t[::1] dest, word_t[::1] out):
         out[dest[i]] = values[i]
 
 
-def is_identity(const idx_t[::1] order):
+def is_identity(const idx_t[::1] order, int64_t start=0):
     cdef Py_ssize_t i
     for i in range(order.shape[0]):
-        if order[i] != i:
+        if order[i] != start + i:
             return False
     return True
 
@@ -613,12 +613,13 @@ cdef int64_t _search_left(const int64_t* keys, int64_t n, int64_t value) noexcep
 def rank_in(const int64_t[::1] values, const int64_t[::1] keys):
     cdef Py_ssize_t n = values.shape[0]
     cdef Py_ssize_t nk = keys.shape[0]
-    out_arr = np.full(n, -1, np.int64)
+    out_arr = np.empty(n, np.int64)  # every row written below
     cdef int64_t[::1] out = out_arr
     cdef int64_t lo, width, span, d, f
     cdef Py_ssize_t i, j
     cdef int64_t[::1] table
     if nk == 0:
+        out_arr.fill(-1)
         return out_arr
     lo = keys[0]
     width = keys[nk - 1] - lo  # wraps negative when the keys span 2^63 or more
@@ -630,14 +631,12 @@ def rank_in(const int64_t[::1] values, const int64_t[::1] keys):
                 table[keys[i] - lo] = i
             for j in range(n):
                 d = values[j] - lo  # meaningful only for values >= lo (else it may wrap)
-                if values[j] >= lo and 0 <= d < span:
-                    out[j] = table[d]
+                out[j] = table[d] if values[j] >= lo and 0 <= d < span else -1
         return out_arr
     with nogil:
         for j in range(n):
             f = _search_left(&keys[0], nk, values[j])
-            if f < nk and keys[f] == values[j]:
-                out[j] = f
+            out[j] = f if f < nk and keys[f] == values[j] else -1
     return out_arr
 
 

@@ -43,16 +43,21 @@ def sg_of(h, t, values, base, length, pre, per, kind):
     return _lookups.sg_of(int(h), int(t), *_table(values, base, length, pre, per, kind))
 
 
-def nim_sums_wide(offsets, heaps, table_of_row, values, base, length, pre, per, kind):
+def nim_sums_wide(offsets, heaps, table_of_row, values, base, length, pre, per, kind,
+                  out=None):
     """XOR of Grundy values per position of a list column (Arrow offsets + flat heaps).
 
     Returns (nim_sum, bad_heap): bad_heap is -1 for an evaluated row, else the 0-based index of
     the first heap whose value lies beyond its table (no proven period). The table's parameters
     are hoisted out of the heap loop: a branchy per-heap lookup was much slower. Rows run on
-    all threads. The values of row i + AHEAD_ROWS are prefetched.
+    all threads. The values of row i + AHEAD_ROWS are prefetched. `out`: (nim_sum, bad_heap)
+    int64 arrays (contiguous, one per row) to write them into, such as the slices of a
+    batch's arrays, instead of new ones.
     """
+    nim_out, bad_out = (None, None) if out is None else out
     return _lookups.nim_sums_wide(_i64(offsets), _i64(heaps), _i64(table_of_row),
-                                  *_table(values, base, length, pre, per, kind))
+                                  *_table(values, base, length, pre, per, kind),
+                                  nim_out=nim_out, bad_out=bad_out)
 
 
 def sg_per_heap(heaps, table_of_row, values, base, length, pre, per, kind):

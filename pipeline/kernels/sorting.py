@@ -76,8 +76,10 @@ def scatter(values, dest):
     return out
 
 
-def is_identity(order):
-    return _sorting.is_identity(_index(order))
+def is_identity(order, start=0):
+    """Whether order[i] == start + i for every i (a permutation that moves nothing; row
+    numbers that follow one another from `start`)."""
+    return _sorting.is_identity(_index(order), int(start))
 
 
 def text_key_order(bucket, n_buckets, offsets, data):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -16,9 +17,31 @@ from pipeline.transforms.schema import shown_text
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 
-def attach_tables(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
-    """Add `table` to each position; unknown or invalid rule sets become reasons."""
-    fast = _tables_by_rank(positions, index)
+@dataclass(frozen=True)
+class RankedIndex:
+    """A rule index's ids in key order (`keys.sorted_ids`) and the table of each (-1 for
+    none): what `attach_tables` ranks a batch's rule ids against, built once for all the
+    batches that share the index rather than once each."""
+
+    ids: pl.Series
+    tables: np.ndarray
+
+    @classmethod
+    def of(cls, index: pl.DataFrame) -> RankedIndex:
+        ids = keys.sorted_ids(index["rule_set_id"])
+        return cls(ids, tables_of_ranks(ids, index))
+
+    @property
+    def all_valid(self) -> bool:
+        """Every id names a rule set with a table."""
+        return not self.tables.size or self.tables.min() >= 0
+
+
+def attach_tables(positions: pl.DataFrame, index: pl.DataFrame,
+                  ranked: RankedIndex | None = None) -> pl.DataFrame:
+    """Add `table` to each position; unknown or invalid rule sets become reasons. `ranked`:
+    `RankedIndex.of(index)`, when the caller keeps it for many batches."""
+    fast = _tables_by_rank(positions, ranked or RankedIndex.of(index))
     if fast is not None:
         return fast
     joined = positions.join(index, on="rule_set_id", how="left", maintain_order="left")
@@ -48,20 +71,19 @@ def valid_ranks(rid: pl.Series, index: pl.DataFrame
     return ids, ordered["table"].to_numpy().astype(np.int64), found
 
 
-def _tables_by_rank(positions: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame | None:
+def _tables_by_rank(positions: pl.DataFrame, ranked: RankedIndex) -> pl.DataFrame | None:
     """The common case without a hash join: ids that all name a valid rule set. Each row's
     rank among all the index's ids in key order (`keys.sorted_ids`) is kept as `_bucket`,
     which `ordering.verdict_part` takes for the same ids instead of ranking them again (a
     hash per row for text ids)."""
     rid = positions["rule_set_id"]
-    if rid.dtype != index["rule_set_id"].dtype or rid.null_count():
+    if rid.dtype != ranked.ids.dtype or rid.null_count():
         return None
-    ids = keys.sorted_ids(index["rule_set_id"])
-    bucket = keys.ranks(rid, ids)
+    bucket = keys.ranks(rid, ranked.ids)
     if bucket.size and bucket.min() < 0:
         return None
-    tables = tables_of_ranks(ids, index)[bucket]
-    if tables.size and tables.min() < 0:
+    tables = ranked.tables[bucket]
+    if not ranked.all_valid and tables.size and tables.min() < 0:
         return None
     return positions.with_columns(pl.Series("table", tables, dtype=pl.Int64),
                                   pl.Series("_bucket", bucket.astype(np.int32)))
@@ -109,35 +131,43 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
     table_of_row.flags.writeable = False  # one kernel signature whatever the chunks
     slices = row_slices(buffers)
     looked_up = []
-    for rows, offsets, values in slices:
+    nim_all, bad_all = np.empty(valid.height, np.int64), np.empty(valid.height, np.int64)
+    for rows, offsets, values in slices:  # each chunk's rows into its slice: no concatenation
         with kernels.threads_for(offsets.shape[0] - 1):
             looked_up.append(kernels.nim_sums_wide(offsets, values, table_of_row[rows],
-                                                   *tables.lookup_args()))
-    if grow is not None and any((bad >= 0).any() for _, bad in looked_up):
+                                                   *tables.lookup_args(),
+                                                   out=(nim_all[rows], bad_all[rows])))
+    if grow is not None and any(_any_beyond(bad) for _, bad in looked_up):
         tables = _grown_again(grow, tables, slices, table_of_row, looked_up)
-    parts = []
-    for (rows, offsets, values), (nim, bad) in zip(slices, looked_up):
-        with kernels.threads_for(offsets.shape[0] - 1):
-            moves = (kernels.winning_moves_wide(offsets, values, table_of_row[rows], nim,
-                                                *tables.move_args()) if winning_moves else ())
-        parts.append((nim, bad, *moves))
-    if len(parts) == 1:  # one Arrow chunk, as a batch read from one file is: no copy
-        nim, bad, *moves = parts[0]
-    else:
-        empty = [np.zeros(0, np.int64)] * (4 if winning_moves else 2)
-        nim, bad, *moves = [np.concatenate(c) for c in zip(*parts)] if parts else empty
-    columns = [pl.Series("nim_sum", nim, dtype=pl.Int64)]
+    columns = [pl.Series("nim_sum", nim_all, dtype=pl.Int64)]
     if winning_moves:
+        parts = []
+        for (rows, offsets, values), (chunk_nim, _) in zip(slices, looked_up):
+            with kernels.threads_for(offsets.shape[0] - 1):
+                parts.append(kernels.winning_moves_wide(offsets, values, table_of_row[rows],
+                                                        chunk_nim, *tables.move_args()))
+        if len(parts) == 1:  # one Arrow chunk, as a batch read from one file is: no copy
+            moves = parts[0]
+        else:
+            moves = ([np.concatenate(c) for c in zip(*parts)] if parts
+                     else [np.zeros(0, np.int64)] * 2)
         columns += [pl.Series("move_heap", moves[0]).replace(-1, None),
                     pl.Series("move_take", moves[1]).replace(-1, None)]
-    out = valid.with_columns(*columns, pl.Series("_bad", bad))
-    if (bad >= 0).any():
-        out = _beyond_table_reasons(out, tables)
-    out = out.drop("_bad")
+    if _any_beyond(bad_all):
+        out = _beyond_table_reasons(valid.with_columns(*columns, pl.Series("_bad", bad_all)),
+                                    tables).drop("_bad")
+    else:
+        out = valid.with_columns(*columns)
     if valid is positions:
         return out
     return pl.concat([out, positions.filter(pl.col("_reason").is_not_null())],
                      how="diagonal_relaxed")
+
+
+def _any_beyond(bad: np.ndarray) -> bool:
+    """Whether a row has a heap beyond its table (`bad` >= 0): one pass, no array of
+    flags."""
+    return bool(bad.shape[0]) and int(bad.max()) >= 0
 
 
 def _grown_again(grow: Callable[[np.ndarray], TableSet], tables: TableSet,

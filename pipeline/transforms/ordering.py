@@ -70,7 +70,7 @@ def verdict_part(evaluated: pl.DataFrame, file: int | None, rule_ids: pl.Series 
     rows = evaluated["_row"].to_numpy() if file is not None else np.zeros(0, np.int64)
     files = (evaluated["_file"].to_numpy().copy()
              if file is not None and "_file" in evaluated.columns else None)
-    contiguous = files is None and (rows.shape[0] == 0 or bool(np.all(np.diff(rows) == 1)))
+    contiguous = files is None and (rows.shape[0] == 0 or kernels.is_identity(rows, rows[0]))
     frame = evaluated.select(columns)
     rid = frame["rule_set_id"]
     pid = frame["position_id"]
