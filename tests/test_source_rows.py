@@ -50,10 +50,14 @@ def csv_texts(draw) -> str:
     return cut if draw(st.booleans()) and cut != lines[0] else text
 
 
-def pyarrow_rows(text: str) -> int:
-    """Rows as pyarrow's CSV reader reads the text (every column as text)."""
+def pyarrow_rows(text: str, skip_blank: bool = False) -> int:
+    """Rows as pyarrow's CSV reader reads the text (every column as text); `skip_blank`:
+    lines of only spaces and tabs skipped too, as the run's reader skips them (pyarrow skips
+    empty lines only)."""
     options = pacsv.ConvertOptions(column_types=dict.fromkeys("abc", pa.string()))
-    parse = pacsv.ParseOptions(newlines_in_values=True)
+    parse = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=(
+        (lambda row: "skip" if row.actual_columns == 1 and not (row.text or "").strip(" \t")
+         else "error") if skip_blank else None))
     return pacsv.read_csv(io.BytesIO(text.encode()), parse_options=parse,
                           convert_options=options).num_rows
 
@@ -70,6 +74,39 @@ def test_csv_records_count_what_pyarrow_reads_however_the_bytes_arrive(
         at = cut
     records.feed(data[at:])
     assert records.rows() == pyarrow_rows(text)
+
+
+@st.composite
+def plain_csv_texts(draw) -> str:
+    """Three-column CSV text without quotes or carriage returns, which the record count
+    walks line by line: blank lines of spaces and tabs, fields that begin with spaces or
+    are empty, a last line with or without its LF, and now and then a quoted field after
+    them all (the byte-by-byte walk for the rest)."""
+    lines = ["a,b,c"]
+    for _ in range(draw(st.integers(0, 12))):
+        if draw(st.booleans()) and draw(st.booleans()):
+            lines.append(draw(st.text(" \t", max_size=3)))
+        else:
+            lines.append(",".join(draw(st.lists(st.text("09 \tab", max_size=4), min_size=3,
+                                                 max_size=3))))
+    if draw(st.booleans()) and draw(st.booleans()):
+        lines.append('"x\ny",1,2')
+    text = "\n".join(lines)
+    return text if draw(st.booleans()) and len(lines) > 1 else text + "\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=plain_csv_texts(), cuts=st.lists(st.integers(0, 120), max_size=6))
+def test_csv_records_of_plain_lines_count_what_pyarrow_reads(text: str, cuts: list[int]
+                                                            ) -> None:
+    data = text.encode()
+    records = CsvRecords()
+    at = 0
+    for cut in sorted(c for c in cuts if c <= len(data)):
+        records.feed(data[at:cut])
+        at = cut
+    records.feed(data[at:])
+    assert records.rows() == pyarrow_rows(text, skip_blank=True)
 
 
 def test_csv_records_of_a_header_alone_and_of_nothing() -> None:
