@@ -747,6 +747,18 @@ def test_heap_text_lists_leaves_empty_elements_to_the_exact_grammar(rows):
         assert got == (heaps if heaps is not None else []), texts[i]
 
 
+@given(st.lists(st.lists(st.integers(0, 9), max_size=6), max_size=40),
+       st.sampled_from([" ", ","]), st.integers(0, 3))
+def test_heap_text_lists_of_the_densest_text_its_bytes_can_hold(rows, sep, cut):
+    """One-digit heaps and one-byte separators: as many heaps as the bytes can hold (the
+    room the one pass sets aside), from offsets that start past 0 (a slice), exact."""
+    texts = ["9" * cut] + [sep.join(map(str, r)) for r in rows]
+    offsets, data = text_buffers(texts)
+    counts, values, slow = kernels.heap_text_lists(offsets[1:], data)
+    assert slow.tolist() == []
+    assert [values[counts[i]:counts[i + 1]].tolist() for i in range(len(rows))] == rows
+
+
 @pytest.mark.parametrize("text", ["5,,6", ",", "[,]", ",5", "5,", "[5,]", "5, ,6", " , "])
 def test_heap_text_lists_never_reads_an_empty_element_as_a_separator(text):
     counts, values, slow = kernels.heap_text_lists(*text_buffers([text, "5 , 6"]))

@@ -3,7 +3,6 @@
 
 include "_common.pxi"
 
-from cython.parallel cimport prange
 
 import numpy as np
 
@@ -59,27 +58,30 @@ cdef int64_t _scan_heap_text(const uint8_t* data, int64_t a, int64_t b, int64_t*
 
 
 def heap_text_lists(const int64_t[::1] offsets, const uint8_t[::1] data):
-    """(found per row: heaps or -1, list offsets, values)."""
+    """(found per row: heaps or -1, list offsets, values), in one pass in row order: each
+    row's heaps go where the rows before left off, into room for as many as its bytes could
+    hold ((bytes + 1) / 2: a digit and a separator each), allocated, not touched, up front."""
     cdef Py_ssize_t n = offsets.shape[0] - 1
     found_arr = np.empty(n, np.int64)
     cdef int64_t[::1] found = found_arr
-    cdef const uint8_t* dp = &data[0]
-    cdef Py_ssize_t i
-    for i in prange(n, nogil=True, schedule="static"):
-        found[i] = _scan_heap_text(dp, offsets[i], offsets[i + 1], NULL, 0, False)
     counts_arr = np.empty(n + 1, np.int64)
     cdef int64_t[::1] counts = counts_arr
+    values_arr = np.empty((offsets[n] - offsets[0] + n) // 2 + 1, np.int64)
+    cdef int64_t[::1] values = values_arr
+    cdef const uint8_t* dp = &data[0] if data.shape[0] else NULL
+    cdef int64_t* vp = &values[0]
+    cdef int64_t at = 0
+    cdef int64_t f
+    cdef Py_ssize_t i
     counts[0] = 0
     with nogil:
         for i in range(n):
-            counts[i + 1] = counts[i] + max(found[i], 0)
-    values_arr = np.empty(counts[n], np.int64)
-    cdef int64_t[::1] values = values_arr
-    cdef int64_t* vp = &values[0]
-    for i in prange(n, nogil=True, schedule="static"):
-        if found[i] > 0:
-            _scan_heap_text(dp, offsets[i], offsets[i + 1], vp, counts[i], True)
-    return found_arr, counts_arr, values_arr
+            f = _scan_heap_text(dp, offsets[i], offsets[i + 1], vp, at, True)
+            found[i] = f
+            if f > 0:
+                at += f
+            counts[i + 1] = at
+    return found_arr, counts_arr, values_arr[:at]
 
 
 def int_text_values(const int64_t[::1] offsets, const uint8_t[::1] data):
