@@ -30,6 +30,29 @@ def test_an_enum_column_is_written_as_plain_text(tmp_path: Path) -> None:
     assert (column.physical_type, str(column.logical_type)) == ("BYTE_ARRAY", "String")
 
 
+@pytest.mark.parametrize(("ids", "rule_ids", "coded"), [
+    (["a", "a", "b", "d", "d", "d"], ["a", "b", "c", "d"], True),  # "c" has no verdict
+    ([], ["a", "b"], True),
+    (["a", "b", "e"], ["a", "b", "c", "d"], False),  # "e" is not a rule id: left as text
+    (["b", "a"], ["a", "b"], False),  # not in key order
+])
+def test_text_rule_ids_written_from_codes_are_the_same_text(tmp_path: Path, ids, rule_ids,
+                                                           coded) -> None:
+    from pipeline.transforms.outputs import rule_ids_as_codes
+
+    frame = pl.DataFrame({"rule_set_id": pl.Series(ids, dtype=pl.String),
+                          "position_id": list(range(len(ids)))})
+    if ids == sorted(ids):
+        frame = frame.with_columns(pl.col("rule_set_id").set_sorted())
+    out = rule_ids_as_codes(frame, pl.Series(rule_ids, dtype=pl.String))
+    assert isinstance(out["rule_set_id"].dtype, pl.Enum) == coded
+    sink_parquet(out.lazy(), tmp_path / "coded.parquet")
+    frame.write_parquet(tmp_path / "text.parquet")
+    assert_frame_equal(pl.read_parquet(tmp_path / "coded.parquet"), frame)
+    assert pq.read_schema(tmp_path / "coded.parquet") == pq.read_schema(tmp_path / "text.parquet")
+    assert pq.read_table(tmp_path / "coded.parquet").column(0).to_pylist() == ids
+
+
 def test_a_frame_without_enum_columns_is_written_as_it_is(tmp_path: Path) -> None:
     frame = pl.DataFrame({"k": [1, 2], "v": ["x", "y"]})
     sink_parquet(frame.lazy(), tmp_path / "a.parquet")

@@ -127,7 +127,8 @@ class PolarsEvaluation:
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
         if self.merged is None:
-            sink_parquet(evaluate.with_verdict(self.verdicts.lazy(), dictionary=True),
+            verdicts = outputs.rule_ids_as_codes(self.verdicts, self.rule_ids)
+            sink_parquet(evaluate.with_verdict(verdicts.lazy(), dictionary=True),
                          staging / "verdicts.parquet")
         else:
             with writing("verdicts.parquet"):  # a rename within the staging directory

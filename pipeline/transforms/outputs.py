@@ -154,6 +154,24 @@ def _run_counts(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.DataFr
                         schema={"rule_set_id": pl.String, "W": pl.Int64, "L": pl.Int64})
 
 
+def rule_ids_as_codes(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.DataFrame:
+    """Verdicts in key order whose text rule ids are all among `rule_ids` (sorted, as
+    `keys.sorted_ids`) with rule_set_id as an Enum of them: the same text to a reader, which
+    the Parquet writer encodes from the codes (`commit.sink_parquet` declares the column
+    text) instead of hashing every row's id to find its dictionary. Else as they are."""
+    rid = verdicts["rule_set_id"]
+    if (rid.dtype != pl.String or rule_ids is None or rule_ids.dtype != pl.String
+            or rule_ids.null_count() or rid.null_count() or not rid.is_sorted()):
+        return verdicts
+    first = rid.search_sorted(rule_ids, "left").to_numpy().astype(np.int64)
+    end = rid.search_sorted(rule_ids, "right").to_numpy().astype(np.int64)
+    if int((end - first).sum()) != rid.len():
+        return verdicts
+    codes = pl.Series(np.repeat(np.arange(rule_ids.len(), dtype=np.uint32), end - first))
+    enum = rule_ids.cast(pl.Enum(rule_ids))
+    return verdicts.with_columns(enum.gather(codes).alias("rule_set_id"))
+
+
 def _searched_starts(rid: pl.Series, rule_ids: pl.Series | None) -> np.ndarray | None:
     """Where each id's run starts in sorted text ids `rid`, found among sorted `rule_ids`;
     None unless the runs found cover every row (an id outside `rule_ids`)."""
