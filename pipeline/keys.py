@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import kernels
-from pipeline.transforms.buffers import text_buffers
+from pipeline.transforms.buffers import text_layout
 from pipeline.transforms.schema import wrong_type
 
 KEYS = ["rule_set_id", "position_id"]
@@ -51,7 +51,7 @@ def key_column(frame: pl.DataFrame, name: str, source: str) -> pl.Series:
     if s.dtype == pl.String:
         short = s.len() < _KERNEL_ROWS  # a rules table: polars is as fast there
         if not short and not s.null_count():
-            buffers = text_buffers(s)
+            buffers = text_layout(s)
             values, exact = kernels.int_text_values(*buffers)
             if exact:  # CSV integers as Int64 at once: the same as stripping and integer_keys
                 return pl.Series(name, values, dtype=pl.Int64)

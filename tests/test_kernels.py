@@ -759,6 +759,69 @@ def test_heap_text_lists_of_the_densest_text_its_bytes_can_hold(rows, sep, cut):
     assert [values[counts[i]:counts[i + 1]].tolist() for i in range(len(rows))] == rows
 
 
+_CELL = st.one_of(
+    st.lists(st.integers(0, 10**12), max_size=6).map(lambda r: (" ".join(map(str, r)), r)),
+    st.text(" ,[]-+0123456789\u00e9x", max_size=30).map(lambda t: (t, None)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_CELL, max_size=30), st.integers(0, 30))
+def test_text_kernels_read_polars_string_views_where_they_lie(cells, half):
+    """The cells in polars' own layout (string views: inline up to 12 bytes, else in one of
+    several data buffers; a sliced column) give what the same cells as offsets and bytes
+    give, and the heaps a plain list of integers holds."""
+    import polars as pl
+
+    from pipeline.transforms.buffers import text_buffers, text_views
+
+    texts = [t for t, _ in cells]
+    column = pl.concat([pl.Series(["x" * 30] + texts[:half]),
+                        pl.Series(texts[half:], dtype=pl.String)], rechunk=False).rechunk()[1:]
+    views = text_views(column)
+    assert views is not None and views[0] == "views"
+    copied = text_buffers(column)
+    counts, values, slow = kernels.heap_text_lists(*views)
+    want = kernels.heap_text_lists(*copied)
+    assert counts.tolist() == want[0].tolist() and values.tolist() == want[1].tolist()
+    assert slow.tolist() == want[2].tolist()
+    for i, (_, heaps) in enumerate(cells):
+        if heaps is not None:
+            assert values[counts[i]:counts[i + 1]].tolist() == heaps
+    got, exact = kernels.int_text_values(*views)
+    want_values, want_exact = kernels.int_text_values(*copied)
+    assert exact == want_exact and (not exact or got.tolist() == want_values.tolist())
+    assert kernels.needs_strip(*views) == kernels.needs_strip(*copied)
+
+
+def test_integer_keys_read_from_string_views():
+    import polars as pl
+
+    from pipeline.transforms.buffers import text_views
+
+    column = pl.Series(["12", " -7", "123456789012345678", "0", "40000000000000"])
+    values, exact = kernels.int_text_values(*text_views(column))
+    assert exact and values.tolist() == [12, -7, 123456789012345678, 0, 40000000000000]
+    assert kernels.needs_strip(*text_views(column))
+    assert not kernels.int_text_values(*text_views(pl.Series(["12", "012"])))[1]
+
+
+def test_text_kernels_refuse_a_string_view_out_of_its_buffers():
+    import polars as pl
+
+    from pipeline.transforms.buffers import text_views
+
+    _, views, buffers = text_views(pl.Series(["a text longer than twelve bytes", "5"]))
+    bad = views.copy()
+    bad[0, 3] = buffers[0].shape[0]  # starts where its buffer ends
+    with pytest.raises(ValueError, match="out of its buffers"):
+        kernels.heap_text_lists("views", bad, buffers)
+    bad = views.copy()
+    bad[0, 2] = len(buffers)  # a buffer there is not
+    with pytest.raises(ValueError, match="out of its buffers"):
+        kernels.needs_strip("views", bad, buffers)
+
+
 @pytest.mark.parametrize("text", ["5,,6", ",", "[,]", ",5", "5,", "[5,]", "5, ,6", " , "])
 def test_heap_text_lists_never_reads_an_empty_element_as_a_separator(text):
     counts, values, slow = kernels.heap_text_lists(*text_buffers([text, "5 , 6"]))

@@ -57,26 +57,136 @@ cdef int64_t _scan_heap_text(const uint8_t* data, int64_t a, int64_t b, int64_t*
     return count
 
 
-def heap_text_lists(const int64_t[::1] offsets, const uint8_t[::1] data):
+# Text cells in either layout: Arrow's (offsets, bytes), or its string views (polars' own:
+# a cell of at most 12 bytes inline in its 16-byte view, a longer one in a data buffer), read
+# where they lie, without the copy into offsets and bytes that exporting views makes.
+cdef struct Cells:
+    Py_ssize_t n
+    const int64_t* offsets  # NULL: views
+    const uint8_t* data
+    const int32_t* views  # n x 4: length, prefix, buffer, start
+    const uint8_t** buffers
+
+
+cdef uint8_t _NOTHING = 0
+
+
+cdef inline const uint8_t* _cell(const Cells* c, Py_ssize_t i, int64_t* length) noexcept nogil:
+    cdef const int32_t* view
+    if c.offsets != NULL:
+        length[0] = c.offsets[i + 1] - c.offsets[i]
+        return c.data + c.offsets[i]
+    view = c.views + 4 * i
+    length[0] = view[0]
+    if view[0] <= 12:
+        return (<const uint8_t*>view) + 4
+    return c.buffers[view[2]] + <uint32_t>view[3]
+
+
+cdef bint _views_out_of(const int32_t[:, ::1] views, const int64_t* sizes,
+                        Py_ssize_t k) noexcept nogil:
+    """Whether a view has a negative length or points past its data buffer."""
+    cdef Py_ssize_t i
+    cdef int64_t length, where
+    for i in range(views.shape[0]):
+        length = views[i, 0]
+        if length > 12:
+            where = views[i, 2]
+            if where < 0 or where >= k or <uint32_t>views[i, 3] + length > sizes[where]:
+                return True
+        elif length < 0:
+            return True
+    return False
+
+
+cdef class _Layout:
+    """`Cells` over numpy arrays kept alive (and checked: the kernels trust every cell)."""
+    cdef Cells cells
+    cdef object keep
+    cdef const uint8_t** starts
+    cdef int64_t* sizes
+
+    def __cinit__(self, text):
+        cdef const int64_t[::1] offsets
+        cdef const uint8_t[::1] data
+        cdef const int32_t[:, ::1] views
+        cdef const uint8_t[::1] buf
+        cdef Py_ssize_t i, k
+        self.starts = NULL
+        self.sizes = NULL
+        if len(text) == 3:  # ("views", views, buffers)
+            views = np.ascontiguousarray(text[1], np.int32).reshape(-1, 4)
+            buffers = [np.ascontiguousarray(b, np.uint8) for b in text[2]]
+            self.keep = (views, buffers)
+            k = len(buffers)
+            self.starts = <const uint8_t**>malloc(max(k, 1) * sizeof(uint8_t*))
+            self.sizes = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
+            if self.starts == NULL or self.sizes == NULL:
+                raise MemoryError()
+            for i in range(k):
+                buf = buffers[i]
+                self.sizes[i] = buf.shape[0]
+                self.starts[i] = &buf[0] if buf.shape[0] else &_NOTHING
+            if _views_out_of(views, self.sizes, k):
+                raise ValueError("a string view is out of its buffers")
+            self.cells.n = views.shape[0]
+            self.cells.offsets = NULL
+            self.cells.data = NULL
+            self.cells.views = &views[0, 0] if views.shape[0] else NULL
+            self.cells.buffers = self.starts
+        else:
+            offsets = np.ascontiguousarray(text[0], np.int64)
+            data = np.ascontiguousarray(text[1], np.uint8)
+            self.keep = (offsets, data)
+            if offsets.shape[0] < 1 or (offsets.shape[0] > 1 and (
+                    offsets[0] < 0 or offsets[offsets.shape[0] - 1] > data.shape[0])):
+                raise ValueError("offsets do not match the bytes")
+            self.cells.n = offsets.shape[0] - 1
+            self.cells.offsets = &offsets[0]
+            self.cells.data = &data[0] if data.shape[0] else &_NOTHING
+            self.cells.views = NULL
+            self.cells.buffers = NULL
+
+    def __dealloc__(self):
+        free(self.starts)
+        free(self.sizes)
+
+    cdef int64_t total_bytes(self):
+        cdef int64_t total = 0
+        cdef int64_t length
+        cdef Py_ssize_t i
+        if self.cells.offsets != NULL:
+            return self.cells.offsets[self.cells.n] - self.cells.offsets[0]
+        for i in range(self.cells.n):
+            _cell(&self.cells, i, &length)
+            total += length
+        return total
+
+
+def heap_text_lists(text):
     """(found per row: heaps or -1, list offsets, values), in one pass in row order: each
     row's heaps go where the rows before left off, into room for as many as its bytes could
-    hold ((bytes + 1) / 2: a digit and a separator each), allocated, not touched, up front."""
-    cdef Py_ssize_t n = offsets.shape[0] - 1
+    hold ((bytes + 1) / 2: a digit and a separator each), allocated, not touched, up front.
+    `text`: (offsets, bytes) or ("views", views, buffers)."""
+    cdef _Layout layout = _Layout(text)
+    cdef Cells* c = &layout.cells
+    cdef Py_ssize_t n = c.n
     found_arr = np.empty(n, np.int64)
     cdef int64_t[::1] found = found_arr
     counts_arr = np.empty(n + 1, np.int64)
     cdef int64_t[::1] counts = counts_arr
-    values_arr = np.empty((offsets[n] - offsets[0] + n) // 2 + 1, np.int64)
+    values_arr = np.empty((layout.total_bytes() + n) // 2 + 1, np.int64)
     cdef int64_t[::1] values = values_arr
-    cdef const uint8_t* dp = &data[0] if data.shape[0] else NULL
     cdef int64_t* vp = &values[0]
     cdef int64_t at = 0
-    cdef int64_t f
+    cdef int64_t f, length
+    cdef const uint8_t* cell
     cdef Py_ssize_t i
     counts[0] = 0
     with nogil:
         for i in range(n):
-            f = _scan_heap_text(dp, offsets[i], offsets[i + 1], vp, at, True)
+            cell = _cell(c, i, &length)
+            f = _scan_heap_text(cell, 0, length, vp, at, True)
             found[i] = f
             if f > 0:
                 at += f
@@ -84,18 +194,21 @@ def heap_text_lists(const int64_t[::1] offsets, const uint8_t[::1] data):
     return found_arr, counts_arr, values_arr[:at]
 
 
-def int_text_values(const int64_t[::1] offsets, const uint8_t[::1] data):
-    cdef Py_ssize_t n = offsets.shape[0] - 1
+def int_text_values(text):
+    cdef _Layout layout = _Layout(text)
+    cdef Cells* c = &layout.cells
+    cdef Py_ssize_t n = c.n
     values_arr = np.empty(n, np.int64)
     cdef int64_t[::1] values = values_arr
     cdef Py_ssize_t i
     cdef int64_t a, b, j, d, value
+    cdef const uint8_t* data
     cdef bint negative
     cdef bint ok = True
     with nogil:
         for i in range(n):
-            a = offsets[i]
-            b = offsets[i + 1]
+            data = _cell(c, i, &b)
+            a = 0
             while a < b and is_space(data[a]):
                 a += 1
             while b > a and is_space(data[b - 1]):
@@ -119,15 +232,17 @@ def int_text_values(const int64_t[::1] offsets, const uint8_t[::1] data):
     return values_arr, ok
 
 
-def needs_strip(const int64_t[::1] offsets, const uint8_t[::1] data):
+def needs_strip(text):
+    cdef _Layout layout = _Layout(text)
+    cdef Cells* c = &layout.cells
     cdef Py_ssize_t i
-    cdef int64_t a, b
+    cdef int64_t b
+    cdef const uint8_t* data
     cdef bint found = False
     with nogil:
-        for i in range(offsets.shape[0] - 1):
-            a = offsets[i]
-            b = offsets[i + 1]
-            if (a == b or is_space(data[a]) or data[a] >= 128 or is_space(data[b - 1])
+        for i in range(c.n):
+            data = _cell(c, i, &b)
+            if (b == 0 or is_space(data[0]) or data[0] >= 128 or is_space(data[b - 1])
                     or data[b - 1] >= 128):
                 found = True
                 break

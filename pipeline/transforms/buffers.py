@@ -44,6 +44,13 @@ def text_views(s: pl.Series) -> tuple[str, np.ndarray, list[np.ndarray]] | None:
              for b in buffers[2:]])
 
 
+def text_layout(s: pl.Series) -> tuple:
+    """A String column (no nulls) as the text kernels take it: polars' own string views
+    where it is one chunk in that layout (read where they lie), else Arrow's (offsets,
+    bytes), copied (`text_buffers`)."""
+    return text_views(s) or text_buffers(s)
+
+
 def string_views(s: pl.Series) -> tuple[np.ndarray, list[np.ndarray]]:
     """A String column (no nulls) as one piece of Arrow's string views (`text_views`): its
     (n, 4) int32 views and data buffers."""

@@ -13,7 +13,7 @@ import pyarrow as pa
 from pipeline import kernels
 from pipeline.errors import brief_repr
 from pipeline.grundy import MAX_HEAP
-from pipeline.transforms.buffers import arrow_int64, text_buffers
+from pipeline.transforms.buffers import arrow_int64, text_layout
 from pipeline.transforms.schema import HEAPS
 
 MAX_RANGE_VALUES = 1_000_000  # values one "FIRST..LAST" range may hold (docs/inputs.md)
@@ -156,7 +156,7 @@ def heaps_from_text(s: pl.Series) -> pl.Series:
     integers. A kernel parses the plain ASCII text that nearly every row is; the rows it
     leaves (and nulls) go through the exact polars grammar."""
     with kernels.threads_for(s.len()):
-        counts, values, slow = kernels.heap_text_lists(*text_buffers(s))
+        counts, values, slow = kernels.heap_text_lists(*text_layout(s))
     parsed = pl.Series(s.name, pa.LargeListArray.from_arrays(arrow_int64(counts),
                                                              arrow_int64(values)), dtype=HEAPS)
     if s.null_count():
