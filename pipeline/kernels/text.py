@@ -15,8 +15,9 @@ from pipeline.kernels import _text
 def heap_text_lists(*text):
     """Parse each string as a list of heaps ("5 12", "5,12", "[5, 12]"): (list offsets,
     values, rows the plain grammar does not cover - a "+", a long number, non-ASCII, a stray
-    bracket, a comma with no heap before or after it - which hold an empty list here). One pass over the text, on one thread: two passes on all threads
-    (count, then store) took twice the CPU, which the run's other threads had no spare of."""
+    bracket, a comma with no heap before or after it - which hold an empty list here). One
+    pass over the text, on one thread: two passes on all threads (count, then store) took
+    twice the CPU, which the run's other threads had no spare of."""
     found, counts, values = _text.heap_text_lists(text)
     return counts, values, np.nonzero(found < 0)[0]
 
