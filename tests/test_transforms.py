@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pipeline import keys
 from pipeline.config import Columns
 from pipeline.keys import integer_keys, key_column
+from pipeline.limits import MAX_TABLE_LEN
 from pipeline.transforms.buffers import string_views
 from pipeline.transforms.lists import _heaps_from_text_exactly, heaps_from_text, parse_int_list
 from pipeline.transforms.long_form import long_to_wide_sorted
@@ -163,6 +164,37 @@ def test_moves_text_problems_are_rejected_rules_naming_the_element(text, message
                        schema={"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.String})
     rules = normalize_rules(raw, np.arange(1), "r.csv", Columns())
     assert rules.select("_column", "_reason").row(0) == ("moves", message)
+
+
+_MOVE = st.one_of(st.integers(1, 30), st.sampled_from([0, -3, None, 10**7, 2**40]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 9)),
+                          st.sampled_from([None, "subtraction", " Subtraction ", "nim", "bogus"]),
+                          st.one_of(st.none(), st.lists(_MOVE, max_size=6))), max_size=25))
+def test_list_moves_rules_are_canonical_or_rejected_row_by_row(rows):
+    """A rules table whose moves are lists of integers: a row is a valid subtraction rule
+    exactly when it has an id, its kind is empty or subtraction (any case, edge spaces), and
+    its 1+ moves are all integers in 1..MAX_TABLE_LEN; its moves are then the sorted distinct
+    values. Rows of other kinds or with problems are judged one by one, as before."""
+    raw = pl.DataFrame({"rule_set_id": [r for r, _, _ in rows], "kind": [k for _, k, _ in rows],
+                        "moves": [m for _, _, m in rows]},
+                       schema={"rule_set_id": pl.Int64, "kind": pl.String,
+                               "moves": pl.List(pl.Int64)})
+    rules = normalize_rules(raw, np.arange(len(rows)), "r.parquet", Columns())
+    assert rules["rule_set_id"].to_list() == [r for r, _, _ in rows]
+    for (rid, kind, moves), got in zip(rows, rules.iter_rows(named=True)):
+        subtraction = kind is None or kind.strip().lower() == "subtraction"
+        valid = (rid is not None and subtraction and bool(moves)
+                 and all(m is not None and 1 <= m <= MAX_TABLE_LEN for m in moves))
+        if valid:
+            assert (got["kind"], got["moves"], got["_reason"]) == (
+                "subtraction", sorted(set(moves)), None)
+        elif rid is None or subtraction or kind == "bogus" or moves:
+            assert got["_reason"] is not None and got["moves"] is None
+        else:  # nim with no moves: valid, its moves fixed
+            assert (got["kind"], got["_reason"]) == (kind, None)
 
 
 def test_long_form_heap_cells_name_their_problem():

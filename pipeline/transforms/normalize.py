@@ -10,7 +10,7 @@ import polars as pl
 
 from pipeline.config import Columns
 from pipeline.errors import InputError, RuleError, brief_repr
-from pipeline.grundy import KINDS, MAX_HEAP, Rule, canonical_rule
+from pipeline.grundy import KINDS, MAX_HEAP, MAX_TABLE_LEN, Rule, canonical_rule
 from pipeline.keys import key_column
 from pipeline.transforms.buffers import list_chunks
 from pipeline.transforms.lists import (
@@ -46,23 +46,57 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
             moves_col.dtype.inner.is_integer() or moves_col.dtype.inner == pl.Null)):
         raise wrong_type(source, cols.moves, moves_col.dtype,
                           'a list of integers (or text like "2 5 12")')
+    plain = _plain_subtraction(ids, kinds, moves_col)
+    rest = np.flatnonzero(plain.is_null().to_numpy()) if plain is not None else np.arange(n)
     out_kind, out_moves, out_col, out_reason = [], [], [], []
-    for rid, kind, moves in zip(ids.to_list(), kinds, moves_col.to_list()):
+    for rid, kind, moves in zip(ids.gather(rest).to_list(), [kinds[i] for i in rest],
+                                moves_col.gather(rest).to_list()):
         kind = None if kind is None else strip_spaces(kind).lower()
         column, reason, rule = _rule_of(rid, kind, moves)
         out_kind.append(rule.kind if rule else kind)
         out_moves.append(list(rule.moves) if rule else None)
         out_col.append(column)
         out_reason.append(reason)
+    columns = {"kind": pl.Series(out_kind, dtype=pl.String),
+               "moves": pl.Series(out_moves, dtype=HEAPS),
+               "_column": pl.Series(out_col, dtype=pl.String),
+               "_reason": pl.Series(out_reason, dtype=pl.String)}
+    judged = pl.DataFrame(columns)
+    if plain is not None:  # the plain rows, then the others, each put back in its place
+        done = np.flatnonzero(plain.is_not_null().to_numpy())
+        place = np.empty(n, np.int64)
+        place[done] = np.arange(done.shape[0])
+        place[rest] = done.shape[0] + np.arange(rest.shape[0])
+        judged = pl.concat([pl.DataFrame({
+            "kind": pl.repeat("subtraction", done.shape[0], dtype=pl.String, eager=True),
+            "moves": plain.gather(done), "_column": _nulls(done.shape[0]),
+            "_reason": _nulls(done.shape[0])}), judged]).gather(place)
     return pl.DataFrame({
         "_source": pl.Series([source] * n, dtype=pl.String),
         "_row": pl.Series(rows, dtype=pl.Int64),
         "rule_set_id": ids,
-        "kind": pl.Series(out_kind, dtype=pl.String),
-        "moves": pl.Series(out_moves, dtype=HEAPS),
-        "_column": pl.Series(out_col, dtype=pl.String),
-        "_reason": pl.Series(out_reason, dtype=pl.String),
-    })
+    }).hstack(judged)
+
+
+def _plain_subtraction(ids: pl.Series, kinds: list[str | None], moves: pl.Series
+                       ) -> pl.Series | None:
+    """The canonical moves (sorted, distinct) of the rows that are subtraction rules as
+    rules tables mostly give them, found without a Python object per move: an id, no kind
+    (or exactly "subtraction"), 1 to MAX_MOVES moves given as integers, none null, none
+    below 1 or above MAX_TABLE_LEN; null for every other row, which `_rule_of` judges (and
+    explains). None when the moves are not lists of integers."""
+    if not (isinstance(moves.dtype, pl.List) and moves.dtype.inner.is_integer()):
+        return None
+    m = pl.col("moves")
+    plain = (pl.col("id").is_not_null() & m.is_not_null()
+             & m.list.len().is_between(1, MAX_MOVES)
+             & (m.list.drop_nulls().list.len() == m.list.len())
+             & (m.list.min() > 0) & (m.list.max() <= MAX_TABLE_LEN)
+             & (pl.col("kind").is_null() | (pl.col("kind") == "subtraction")))
+    frame = pl.DataFrame({"id": ids, "moves": moves,
+                          "kind": pl.Series(kinds, dtype=pl.String)})
+    return frame.select(pl.when(plain).then(m.cast(HEAPS, strict=False).list.unique()
+                                            .list.sort()).alias("moves")).to_series()
 
 
 def _rule_of(rid: object, kind: str | None, moves: str | list[int | None] | None
