@@ -187,11 +187,11 @@ def rule_index(rules: pl.DataFrame) -> tuple[list[Rule], pl.DataFrame]:
     """
     valid = rules.filter(pl.col("_reason").is_null()).unique("rule_set_id", keep="first",
                                                               maintain_order=True)
-    distinct = sorted({Rule(k, tuple(m or ())) for k, m in
-                       zip(valid["kind"].to_list(), valid["moves"].to_list())})
+    each = [Rule(k, tuple(m or ())) for k, m in
+            zip(valid["kind"].to_list(), valid["moves"].to_list())]
+    distinct = sorted(set(each))
     index = {r: i for i, r in enumerate(distinct)}
-    table = [index[Rule(k, tuple(m or ()))] for k, m in
-             zip(valid["kind"].to_list(), valid["moves"].to_list())]
+    table = [index[rule] for rule in each]
     good = valid.select("rule_set_id").with_columns(
         pl.Series("table", table, dtype=pl.Int64), pl.lit(None, pl.String).alias("rule_problem"))
     bad_ids = rules.filter(pl.col("_reason").is_not_null() & pl.col("rule_set_id").is_not_null()
