@@ -169,16 +169,20 @@ def sorted_ids(ids: pl.Series) -> pl.Series:
     return ids.drop_nulls().unique().sort()
 
 
-def ranks(values: pl.Series, ids: pl.Series) -> np.ndarray:
+def ranks(values: pl.Series, ids: pl.Series, enum: pl.Enum | None = None,
+          dtype: type = np.int64) -> np.ndarray:
     """Each value's index in `ids` (from `sorted_ids`; -1 where absent or null), for integer
     and text keys alike: a direct table or binary search for integers, an Enum cast for text
-    (one hash lookup per distinct value of a batch, not a join)."""
+    (one hash lookup per distinct value of a batch, not a join). `enum`: `pl.Enum(ids)`,
+    when the caller keeps it for many batches; `dtype`: the indices' (int32 or int64)."""
     if values.dtype != ids.dtype or values.dtype not in (pl.Int64, pl.String):
-        return np.full(values.len(), -1, np.int64)
+        return np.full(values.len(), -1, dtype)
     if values.dtype == pl.Int64:
         found = kernels.rank_in(values.fill_null(0).to_numpy(), ids.to_numpy())
         if values.null_count():
             found[values.is_null().to_numpy()] = -1
-        return found
-    enum = values.cast(pl.Enum(ids.to_list()), strict=False)
-    return enum.to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+        return found.astype(dtype, copy=False)
+    codes = values.cast(enum or pl.Enum(ids), strict=False).to_physical()
+    if codes.null_count():
+        codes = codes.cast(pl.Int64).fill_null(-1)
+    return codes.to_numpy().astype(dtype, copy=False)

@@ -25,11 +25,13 @@ class RankedIndex:
 
     ids: pl.Series
     tables: np.ndarray
+    enum: pl.Enum | None  # text ids: the Enum that ranks them (`keys.ranks`)
 
     @classmethod
     def of(cls, index: pl.DataFrame) -> RankedIndex:
         ids = keys.sorted_ids(index["rule_set_id"])
-        return cls(ids, tables_of_ranks(ids, index))
+        return cls(ids, tables_of_ranks(ids, index),
+                   pl.Enum(ids) if ids.dtype == pl.String else None)
 
     @property
     def all_valid(self) -> bool:
@@ -79,14 +81,14 @@ def _tables_by_rank(positions: pl.DataFrame, ranked: RankedIndex) -> pl.DataFram
     rid = positions["rule_set_id"]
     if rid.dtype != ranked.ids.dtype or rid.null_count():
         return None
-    bucket = keys.ranks(rid, ranked.ids)
+    bucket = keys.ranks(rid, ranked.ids, ranked.enum, np.int32)
     if bucket.size and bucket.min() < 0:
         return None
     tables = ranked.tables[bucket]
     if not ranked.all_valid and tables.size and tables.min() < 0:
         return None
     return positions.with_columns(pl.Series("table", tables, dtype=pl.Int64),
-                                  pl.Series("_bucket", bucket.astype(np.int32)))
+                                  pl.Series("_bucket", bucket))
 
 
 def tables_of_ranks(ids: pl.Series, index: pl.DataFrame) -> np.ndarray:
