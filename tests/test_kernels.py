@@ -615,6 +615,38 @@ def test_sorted_view_repeats_marks_each_row_whose_key_a_neighbour_has(data):
     assert repeated.tolist() == expected
 
 
+def test_text_sort_and_repeats_split_between_threads_as_on_one():
+    """Enough rows (2^18) for the counting pass and the repeats to run in a chunk per
+    thread: Python's stable sort on (bucket, bytes) and its neighbours are the reference,
+    with empty buckets, texts of 11 to 13 bytes (inline or not) and many repeats."""
+    import polars as pl
+
+    from pipeline.transforms.buffers import string_views, text_pieces
+
+    rng = np.random.default_rng(5)
+    n = 1 << 18
+    texts = [("k" * int(w)) + str(int(v)) for w, v in zip(rng.integers(9, 12, n),
+                                                       rng.integers(0, 300, n))]
+    bucket = rng.choice(np.array([0, 1, 3, 6], np.int32), n)  # buckets 2, 4, 5 empty
+    column = pl.concat([pl.Series(texts[:n // 3]), pl.Series(texts[n // 3:])], rechunk=False)
+    ptrs, lens, kept = kernels.text_addresses(text_pieces(column), n)
+    before = kernels.get_num_threads()
+    kernels.set_num_threads(2)
+    try:
+        order, counts = kernels.text_key_order_at(bucket, 7, ptrs, lens)
+        rows = [(int(b), t.encode()) for b, t in zip(bucket, texts)]
+        expected = sorted(range(n), key=lambda i: rows[i])
+        assert order.tolist() == expected
+        ordered = [rows[i] for i in expected]
+        repeated = kernels.sorted_view_repeats(
+            counts, *string_views(pl.Series([t.decode() for _, t in ordered])))
+    finally:
+        kernels.set_num_threads(before)
+    assert repeated.tolist() == [
+        (j > 0 and ordered[j - 1] == ordered[j]) or (j + 1 < n and ordered[j + 1] == ordered[j])
+        for j in range(n)]
+
+
 def test_sorted_view_repeats_refuses_counts_that_do_not_match_the_rows():
     import polars as pl
 

@@ -306,7 +306,7 @@ def _gather_index(order: np.ndarray) -> pl.Series | np.ndarray:
 def _repeated_keys(ranks: np.ndarray, pid: pl.Series | np.ndarray) -> np.ndarray:
     """Which rows of key-sorted verdicts have the key of the row before or after them, from
     each row's rule set rank (or integer id) and integer position id: integers compared, not
-    the text of rule ids (text position ids: `kernels.sorted_text_repeats`)."""
+    the text of rule ids (text position ids: `kernels.sorted_view_repeats`)."""
     return kernels.adjacent_duplicates(ranks, np.asarray(pid))
 
 
