@@ -478,6 +478,19 @@ def test_text_key_order_is_a_stable_sort_by_bucket_then_bytes(data, bucket_type,
     assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(4)]
 
 
+def _cut_pieces(data, rows):
+    """The rows' texts as Arrow (offsets, bytes) pieces cut anywhere (empty ones too), each
+    piece's offsets starting past 0 and its bytes running past its last text."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
+    pieces = []
+    for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
+        pad = data.draw(st.integers(0, 3))
+        texts = [t for _, t in rows[lo:hi]]
+        pieces.append((pad + np.concatenate([[0], np.cumsum([len(t) for t in texts])]),
+                       np.frombuffer(b"\xee" * pad + b"".join(texts) + b"\xee", np.uint8)))
+    return pieces
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_text_run_order_moves_the_texts_into_a_stable_sort(data):
@@ -487,13 +500,7 @@ def test_text_run_order_moves_the_texts_into_a_stable_sort(data):
     pool = data.draw(st.lists(chunky_text, min_size=1, max_size=12))
     rows = data.draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(pool)),
                               min_size=data.draw(st.sampled_from([0, 200])), max_size=400))
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
-    pieces = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
-        pad = data.draw(st.integers(0, 3))
-        texts = [t for _, t in rows[lo:hi]]
-        pieces.append((pad + np.concatenate([[0], np.cumsum([len(t) for t in texts])]),
-                       np.frombuffer(b"\xee" * pad + b"".join(texts), np.uint8)))
+    pieces = _cut_pieces(data, rows)
     bucket = np.array([b for b, _ in rows], np.int32)
     lengths = np.array([len(t) for _, t in rows], np.int64)
     offsets, text, order, counts = kernels.text_run_order(bucket, 4, lengths, iter(pieces))
@@ -544,14 +551,7 @@ def test_text_key_order_at_sorts_texts_by_address_as_text_key_order(data, bucket
     pool = data.draw(st.lists(chunky_text, min_size=1, max_size=12))
     rows = data.draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(pool)),
                               min_size=data.draw(st.sampled_from([0, 200])), max_size=400))
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
-    pieces = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
-        pad = data.draw(st.integers(0, 3))
-        texts = [t for _, t in rows[lo:hi]]
-        pieces.append((pad + np.concatenate([[0], np.cumsum([len(t) for t in texts])]),
-                       np.frombuffer(b"\xee" * pad + b"".join(texts) + b"\xee", np.uint8)))
-    ptrs, lens, kept = kernels.text_addresses(iter(pieces), len(rows))
+    ptrs, lens, kept = kernels.text_addresses(iter(_cut_pieces(data, rows)), len(rows))
     bucket = np.array([b for b, _ in rows], dtype=bucket_type)
     order, counts = kernels.text_key_order_at(bucket, 4, ptrs, lens)
     assert order.tolist() == sorted(range(len(rows)), key=lambda i: rows[i])

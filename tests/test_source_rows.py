@@ -67,13 +67,18 @@ def pyarrow_rows(text: str, skip_blank: bool = False) -> int:
 def test_csv_records_count_what_pyarrow_reads_however_the_bytes_arrive(
         text: str, cuts: list[int], bom: bool) -> None:
     data = (b"\xef\xbb\xbf" if bom else b"") + text.encode()
+    assert _fed_in_parts(data, cuts) == pyarrow_rows(text)
+
+
+def _fed_in_parts(data: bytes, cuts: list[int]) -> int:
+    """`CsvRecords.rows()` of `data` fed in parts cut at `cuts` (those within it)."""
     records = CsvRecords()
     at = 0
     for cut in sorted(c for c in cuts if c <= len(data)):
         records.feed(data[at:cut])
         at = cut
     records.feed(data[at:])
-    assert records.rows() == pyarrow_rows(text)
+    return records.rows()
 
 
 @st.composite
@@ -99,14 +104,7 @@ def plain_csv_texts(draw) -> str:
 @given(text=plain_csv_texts(), cuts=st.lists(st.integers(0, 120), max_size=6))
 def test_csv_records_of_plain_lines_count_what_pyarrow_reads(text: str, cuts: list[int]
                                                             ) -> None:
-    data = text.encode()
-    records = CsvRecords()
-    at = 0
-    for cut in sorted(c for c in cuts if c <= len(data)):
-        records.feed(data[at:cut])
-        at = cut
-    records.feed(data[at:])
-    assert records.rows() == pyarrow_rows(text, skip_blank=True)
+    assert _fed_in_parts(text.encode(), cuts) == pyarrow_rows(text, skip_blank=True)
 
 
 def test_csv_records_of_a_header_alone_and_of_nothing() -> None:

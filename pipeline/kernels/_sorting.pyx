@@ -5,6 +5,7 @@ an input's."""
 
 include "_common.pxi"
 include "_argsort.pxi"
+include "_views.pxi"
 
 from cython.parallel cimport prange
 cimport openmp
@@ -115,19 +116,24 @@ def is_identity(const idx_t[::1] order, int64_t start=0):
     return True
 
 
-cdef inline uint64_t _text_chunk(const int64_t* offsets, const uint8_t* data, int64_t row,
-                                 int64_t depth) noexcept nogil:
-    """Bytes 8 * depth .. 8 * depth + 7 of text `row` as a big-endian integer (zeros past its
+cdef inline uint64_t _bytes_key(const uint8_t* text, int64_t length, int64_t depth
+                               ) noexcept nogil:
+    """Bytes 8 * depth .. 8 * depth + 7 of a text as a big-endian integer (zeros past its
     end), so that integers compare as the bytes do."""
-    cdef int64_t start = offsets[row] + 8 * depth
-    cdef int64_t end = offsets[row + 1]
+    cdef int64_t start = 8 * depth
     cdef uint64_t key = 0
     cdef uint64_t byte
     cdef int k
     for k in range(8):
-        byte = <uint64_t>data[start + k] if start + k < end else 0
+        byte = <uint64_t>text[start + k] if start + k < length else 0
         key = (key << 8) | byte
     return key
+
+
+cdef inline uint64_t _text_chunk(const int64_t* offsets, const uint8_t* data, int64_t row,
+                                 int64_t depth) noexcept nogil:
+    """`_bytes_key` of text `row` of Arrow's (offsets, bytes)."""
+    return _bytes_key(data + offsets[row], offsets[row + 1] - offsets[row], depth)
 
 
 # Rows' texts, either Arrow's (offsets, bytes) or, when `ptrs` is set, each row's address and
@@ -152,17 +158,8 @@ cdef inline const uint8_t* _start(const Texts* t, int64_t row) noexcept nogil:
 
 
 cdef inline uint64_t _chunk(const Texts* t, int64_t row, int64_t depth) noexcept nogil:
-    """`_text_chunk` of either layout."""
-    cdef const uint8_t* text = _start(t, row)
-    cdef int64_t length = _length(t, row)
-    cdef int64_t start = 8 * depth
-    cdef uint64_t key = 0
-    cdef uint64_t byte
-    cdef int k
-    for k in range(8):
-        byte = <uint64_t>text[start + k] if start + k < length else 0
-        key = (key << 8) | byte
-    return key
+    """`_bytes_key` of text `row` in either layout."""
+    return _bytes_key(_start(t, row), _length(t, row), depth)
 
 
 cdef struct Stack:
@@ -385,49 +382,25 @@ cdef _key_order(const idx_t[::1] bucket, int64_t n_buckets, const Texts* texts):
 def text_addresses(const int32_t[:, ::1] views, list buffers, uint64_t[::1] ptrs,
                    int64_t[::1] lens, int64_t base):
     """Rows base.. of `ptrs` and `lens`: the address and length of each text of a piece in
-    Arrow's string view layout (`scatter_text_views`), where it lies: inline in its view when
-    at most 12 bytes, else in its data buffer. The views and buffers must outlive the
-    addresses."""
+    Arrow's string view layout (`_views.pxi`), where it lies: inline in its view when at most
+    12 bytes, else in its data buffer. The views and buffers must outlive the addresses."""
     cdef Py_ssize_t n = views.shape[0]
-    cdef Py_ssize_t i, k = len(buffers)
-    cdef int64_t length, start, where
-    cdef const uint8_t[::1] buf
-    cdef uint64_t* data = NULL
-    cdef int64_t* sizes = NULL
+    cdef Py_ssize_t i
+    cdef int64_t length
+    cdef const uint8_t** data
     if views.shape[1] != 4 or base < 0 or base + n > ptrs.shape[0] or \
             ptrs.shape[0] != lens.shape[0]:
         raise ValueError("text_addresses: views do not match the rows")
-    data = <uint64_t*>malloc(max(k, 1) * sizeof(uint64_t))
-    sizes = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
-    if data == NULL or sizes == NULL:
-        free(data)
-        free(sizes)
-        raise MemoryError()
-    try:
-        for i in range(k):
-            buf = buffers[i]
-            sizes[i] = buf.shape[0]
-            data[i] = <uint64_t><uintptr_t>&buf[0] if buf.shape[0] else 0
-        for i in range(n):  # checked first: the addresses are trusted by the sort
+    data = _view_buffers(views, buffers, "text_addresses")
+    with nogil:
+        for i in range(n):
             length = views[i, 0]
+            lens[base + i] = length
             if length > 12:
-                where = views[i, 2]
-                start = <uint32_t>views[i, 3]
-                if where < 0 or where >= k or start + length > sizes[where]:
-                    raise ValueError("text_addresses: a view is out of its buffers")
-            elif length < 0:
-                raise ValueError("text_addresses: a view of negative length")
-        with nogil:
-            for i in range(n):
-                length = views[i, 0]
-                lens[base + i] = length
-                if length > 12:
-                    ptrs[base + i] = data[views[i, 2]] + <uint32_t>views[i, 3]
-                else:
-                    ptrs[base + i] = <uint64_t><uintptr_t>&views[i, 1]
-    finally:
-        free(data)
-        free(sizes)
+                ptrs[base + i] = <uint64_t><uintptr_t>(data[views[i, 2]] + <uint32_t>views[i, 3])
+            else:
+                ptrs[base + i] = <uint64_t><uintptr_t>&views[i, 1]
+    free(data)
 
 
 def text_addresses_of(const int64_t[::1] offsets, const uint8_t[::1] data, uint64_t[::1] ptrs,
@@ -447,16 +420,13 @@ def text_addresses_of(const int64_t[::1] offsets, const uint8_t[::1] data, uint6
 
 
 def sorted_view_repeats(const int64_t[::1] counts, const int32_t[:, ::1] views, list buffers):
-    """For texts sorted by (bucket, text) in Arrow's string view layout (`scatter_text_views`),
+    """For texts sorted by (bucket, text) in Arrow's string view layout (`_views.pxi`),
     bucket b holding counts[b] rows: whether row j's key is also row j-1's or j+1's. Read in
     order; a text's bytes only when its length and 4-byte prefix match its neighbour's."""
     cdef Py_ssize_t n = views.shape[0]
-    cdef Py_ssize_t j, b, k = len(buffers)
+    cdef Py_ssize_t j, b
     cdef int64_t at = 0
-    cdef int64_t length, where, start
-    cdef const uint8_t[::1] buf
-    cdef const uint8_t** data = NULL
-    cdef int64_t* sizes = NULL
+    cdef const uint8_t** data
     same_arr = np.zeros(n + 1, np.uint8)
     starts_arr = np.zeros(n + 1, np.uint8)
     cdef uint8_t[::1] same = same_arr
@@ -469,39 +439,18 @@ def sorted_view_repeats(const int64_t[::1] counts, const int32_t[:, ::1] views, 
         at += counts[b]
     if at != n:
         raise ValueError("sorted_view_repeats: counts do not match the rows")
-    data = <const uint8_t**>malloc(max(k, 1) * sizeof(uint8_t*))
-    sizes = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
-    if data == NULL or sizes == NULL:
-        free(data)
-        free(sizes)
-        raise MemoryError()
-    try:
-        for j in range(k):
-            buf = buffers[j]
-            sizes[j] = buf.shape[0]
-            data[j] = &buf[0] if buf.shape[0] else NULL
-        for j in range(n):  # checked first: the comparisons trust every view
-            length = views[j, 0]
-            if length > 12:
-                where = views[j, 2]
-                start = <uint32_t>views[j, 3]
-                if where < 0 or where >= k or start + length > sizes[where]:
-                    raise ValueError("sorted_view_repeats: a view is out of its buffers")
-            elif length < 0:
-                raise ValueError("sorted_view_repeats: a view of negative length")
-        for j in prange(1, n, nogil=True, schedule="static"):
-            if starts[j] or views[j, 0] != views[j - 1, 0] or views[j, 1] != views[j - 1, 1]:
-                continue
-            if views[j, 0] <= 12:  # inline, zero-padded: the view is the text
-                if views[j, 2] == views[j - 1, 2] and views[j, 3] == views[j - 1, 3]:
-                    same[j] = 1
-            elif memcmp(data[views[j, 2]] + <uint32_t>views[j, 3],
-                        data[views[j - 1, 2]] + <uint32_t>views[j - 1, 3],
-                        <size_t>views[j, 0]) == 0:
+    data = _view_buffers(views, buffers, "sorted_view_repeats")
+    for j in prange(1, n, nogil=True, schedule="static"):
+        if starts[j] or views[j, 0] != views[j - 1, 0] or views[j, 1] != views[j - 1, 1]:
+            continue
+        if views[j, 0] <= 12:  # inline, zero-padded: the view is the text
+            if views[j, 2] == views[j - 1, 2] and views[j, 3] == views[j - 1, 3]:
                 same[j] = 1
-    finally:
-        free(data)
-        free(sizes)
+        elif memcmp(data[views[j, 2]] + <uint32_t>views[j, 3],
+                    data[views[j - 1, 2]] + <uint32_t>views[j - 1, 3],
+                    <size_t>views[j, 0]) == 0:
+            same[j] = 1
+    free(data)
     repeated = same_arr[:n].astype(np.bool_)
     repeated[:-1] |= same_arr[1:n].astype(np.bool_)
     return repeated
@@ -1006,45 +955,23 @@ def scatter_text(const int32_t[::1] bucket, const int64_t[::1] offsets, const ui
 def scatter_text_views(const int32_t[::1] bucket, const int32_t[:, ::1] views, list buffers,
                        int64_t[::1] row_fill, int64_t[::1] byte_fill, int64_t[::1] offsets_out,
                        uint8_t[::1] data_out, dest_t[::1] order, int64_t base):
-    """`scatter_text` for a piece in Arrow's string view layout (polars' own, read without
-    the copy into offsets and bytes that exporting it as a large string makes): row i's view
-    is views[i] (length; then its bytes inline when at most 12, else a prefix, the index of
-    its data buffer in `buffers` and its start there)."""
+    """`scatter_text` for a piece in Arrow's string view layout (`_views.pxi`: polars' own,
+    read without the copy into offsets and bytes that exporting it as a large string
+    makes)."""
     cdef Py_ssize_t n = bucket.shape[0]
-    cdef Py_ssize_t i, k = len(buffers)
-    cdef int64_t length, start, where
-    cdef const uint8_t[::1] buf
-    cdef const uint8_t** data = NULL
-    cdef int64_t* sizes = NULL
+    cdef Py_ssize_t i
+    cdef int64_t length
+    cdef const uint8_t** data
     if views.shape[0] != n or views.shape[1] != 4:
         raise ValueError("scatter_text_views: views do not match the rows")
-    data = <const uint8_t**>malloc(max(k, 1) * sizeof(uint8_t*))
-    sizes = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
-    if data == NULL or sizes == NULL:
-        free(data)
-        free(sizes)
-        raise MemoryError()
-    try:
-        for i in range(k):
-            buf = buffers[i]
-            sizes[i] = buf.shape[0]
-            data[i] = &buf[0] if buf.shape[0] else NULL
-        for i in range(n):  # checked first: the copy below trusts every view
+    data = _view_buffers(views, buffers, "scatter_text_views")
+    with nogil:
+        for i in range(n):
             length = views[i, 0]
-            if length > 12:
-                where = views[i, 2]
-                start = <uint32_t>views[i, 3]
-                if length < 0 or where < 0 or where >= k or start + length > sizes[where]:
-                    raise ValueError("scatter_text_views: a view is out of its buffers")
-        with nogil:
-            for i in range(n):
-                length = views[i, 0]
-                _place_text(data[views[i, 2]] + <uint32_t>views[i, 3] if length > 12
-                            else (<const uint8_t*>&views[i, 0]) + 4, length, bucket[i],
-                            base + i, row_fill, byte_fill, offsets_out, data_out, order)
-    finally:
-        free(data)
-        free(sizes)
+            _place_text(data[views[i, 2]] + <uint32_t>views[i, 3] if length > 12
+                        else (<const uint8_t*>&views[i, 0]) + 4, length, bucket[i],
+                        base + i, row_fill, byte_fill, offsets_out, data_out, order)
+    free(data)
 
 
 cdef int _sort_region(int64_t a, int64_t e, int64_t* offsets, uint8_t* data,

@@ -2,6 +2,7 @@
 """Compiled part of `text` (see there): Arrow (int64 offsets, uint8 bytes) text cells."""
 
 include "_common.pxi"
+include "_views.pxi"
 
 
 import numpy as np
@@ -83,52 +84,22 @@ cdef inline const uint8_t* _cell(const Cells* c, Py_ssize_t i, int64_t* length) 
     return c.buffers[view[2]] + <uint32_t>view[3]
 
 
-cdef bint _views_out_of(const int32_t[:, ::1] views, const int64_t* sizes,
-                        Py_ssize_t k) noexcept nogil:
-    """Whether a view has a negative length or points past its data buffer."""
-    cdef Py_ssize_t i
-    cdef int64_t length, where
-    for i in range(views.shape[0]):
-        length = views[i, 0]
-        if length > 12:
-            where = views[i, 2]
-            if where < 0 or where >= k or <uint32_t>views[i, 3] + length > sizes[where]:
-                return True
-        elif length < 0:
-            return True
-    return False
-
-
 cdef class _Layout:
     """`Cells` over numpy arrays kept alive (and checked: the kernels trust every cell)."""
     cdef Cells cells
     cdef object keep
     cdef const uint8_t** starts
-    cdef int64_t* sizes
 
     def __cinit__(self, text):
         cdef const int64_t[::1] offsets
         cdef const uint8_t[::1] data
         cdef const int32_t[:, ::1] views
-        cdef const uint8_t[::1] buf
-        cdef Py_ssize_t i, k
         self.starts = NULL
-        self.sizes = NULL
         if len(text) == 3:  # ("views", views, buffers)
             views = np.ascontiguousarray(text[1], np.int32).reshape(-1, 4)
             buffers = [np.ascontiguousarray(b, np.uint8) for b in text[2]]
             self.keep = (views, buffers)
-            k = len(buffers)
-            self.starts = <const uint8_t**>malloc(max(k, 1) * sizeof(uint8_t*))
-            self.sizes = <int64_t*>malloc(max(k, 1) * sizeof(int64_t))
-            if self.starts == NULL or self.sizes == NULL:
-                raise MemoryError()
-            for i in range(k):
-                buf = buffers[i]
-                self.sizes[i] = buf.shape[0]
-                self.starts[i] = &buf[0] if buf.shape[0] else &_NOTHING
-            if _views_out_of(views, self.sizes, k):
-                raise ValueError("a string view is out of its buffers")
+            self.starts = _view_buffers(views, buffers, "text cells")
             self.cells.n = views.shape[0]
             self.cells.offsets = NULL
             self.cells.data = NULL
@@ -149,7 +120,6 @@ cdef class _Layout:
 
     def __dealloc__(self):
         free(self.starts)
-        free(self.sizes)
 
     cdef int64_t total_bytes(self):
         cdef int64_t total = 0
