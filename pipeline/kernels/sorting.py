@@ -104,7 +104,7 @@ def text_key_order_at(bucket, n_buckets, ptrs, lens):
 
 def text_addresses(pieces, rows):
     """(addresses, lengths, kept) of the texts of `pieces`, one after another: each piece
-    ("views", views, buffers) in Arrow's string view layout (`scatter_text_views`) or Arrow's
+    ("views", views, buffers) in Arrow's string view layout (`_views.pxi`) or Arrow's
     (offsets, bytes). `kept` holds what the addresses point into; the caller keeps it, and
     the pieces' columns, alive while they are used."""
     ptrs = np.empty(rows, np.uint64)

@@ -63,10 +63,10 @@ def string_views(s: pl.Series) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 def text_pieces(s: pl.Series) -> Iterator[tuple]:
-    """A String column (no nulls) chunk by chunk, each as `text_views` gives it, else as
-    `text_buffers`: the layouts `kernels.text_addresses` reads."""
+    """A String column (no nulls) chunk by chunk, each in its `text_layout`: the pieces
+    `kernels.text_addresses` reads."""
     for chunk in s.get_chunks():
-        yield text_views(chunk) or text_buffers(chunk)
+        yield text_layout(chunk)
 
 
 def arrow_int64(values: np.ndarray) -> pa.Array:

@@ -266,10 +266,10 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
                  ) -> tuple[pl.DataFrame, Locate | None, np.ndarray]:
     """`_counting_sorted` for text position ids: the rows of each rule set sorted by their
     ids' bytes by a kernel (polars' own string sort took four times as long on UUIDs), which
-    reads the texts where polars holds them (`kernels.text_addresses`) and finds the repeated
-    keys on the same addresses: copying every text into one buffer first and comparing the
-    sorted column's neighbours through polars ran on one core, between the parallel sort
-    and the parallel write."""
+    reads the texts where polars holds them (`kernels.text_addresses`); the repeated keys are
+    found on the sorted column's string views (`kernels.sorted_view_repeats`). Copying every
+    text into one buffer first and comparing the sorted column's neighbours through polars
+    ran on one core, between the parallel sort and the parallel write."""
     names = [c for c in frames[0].columns if c != "_bucket"]
     bucket = _concat([f.drop_in_place("_bucket") for f in frames]).to_numpy()
     pid = pl.concat([f.drop_in_place("position_id") for f in frames], rechunk=True)  # its

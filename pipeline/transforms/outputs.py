@@ -160,13 +160,13 @@ def rule_ids_as_codes(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.
     the Parquet writer encodes from the codes (`commit.sink_parquet` declares the column
     text) instead of hashing every row's id to find its dictionary. Else as they are."""
     rid = verdicts["rule_set_id"]
-    if (rid.dtype != pl.String or rule_ids is None or rule_ids.dtype != pl.String
-            or rule_ids.null_count() or rid.null_count() or not rid.is_sorted()):
+    if rid.dtype != pl.String or rid.null_count() or not rid.is_sorted():
         return verdicts
-    first = rid.search_sorted(rule_ids, "left").to_numpy().astype(np.int64)
-    end = rid.search_sorted(rule_ids, "right").to_numpy().astype(np.int64)
-    if int((end - first).sum()) != rid.len():
+    runs = _id_runs(rid, rule_ids)
+    if runs is None:
         return verdicts
+    assert rule_ids is not None
+    first, end = runs
     codes = pl.Series(np.repeat(np.arange(rule_ids.len(), dtype=np.uint32), end - first))
     enum = rule_ids.cast(pl.Enum(rule_ids))
     return verdicts.with_columns(enum.gather(codes).alias("rule_set_id"))
@@ -175,15 +175,25 @@ def rule_ids_as_codes(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.
 def _searched_starts(rid: pl.Series, rule_ids: pl.Series | None) -> np.ndarray | None:
     """Where each id's run starts in sorted text ids `rid`, found among sorted `rule_ids`;
     None unless the runs found cover every row (an id outside `rule_ids`)."""
+    runs = _id_runs(rid, rule_ids)
+    if runs is None:
+        return None
+    first, end = runs
+    return first[end > first]
+
+
+def _id_runs(rid: pl.Series, rule_ids: pl.Series | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where each of sorted `rule_ids` starts and ends in sorted ids `rid` (an empty run for
+    an id it does not hold), by binary search; None unless the runs cover every row (an id
+    outside `rule_ids`)."""
     if (rule_ids is None or rule_ids.dtype != rid.dtype or rule_ids.null_count()
             or not rule_ids.is_sorted()):
         return None
     first = rid.search_sorted(rule_ids, "left").to_numpy().astype(np.int64)
     end = rid.search_sorted(rule_ids, "right").to_numpy().astype(np.int64)
-    present = end > first
     if int((end - first).sum()) != rid.len():
         return None
-    return first[present]
+    return first, end
 
 
 def summary_rows(index: pl.DataFrame, counts: pl.DataFrame, rejected: pl.DataFrame
