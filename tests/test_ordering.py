@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -132,16 +133,24 @@ def test_mixed_parts_fall_back_to_polars_sort():
     assert sorted(dups.select("source", "row").iter_rows()) == [("x.csv", 0), ("y.csv", 13)]
 
 
-def test_a_rejected_twin_takes_its_verdict_out():
-    rule_ids = pl.Series([1], dtype=pl.Int64)
-    parts = [ordering.verdict_part(evaluated([(1, 4, 3), (1, 5, 0)], 0, set()), 0, rule_ids,
-                                   COLUMNS)]
-    rejected = pl.DataFrame([("positions", "p.csv", 7, "1", "4", "heaps", "other", "bad")],
-                            schema=REJECT_SCHEMA, orient="row")
+@pytest.mark.parametrize("keys", ["int", "text-ids", "text-both"])
+def test_a_rejected_twin_takes_its_verdict_out(keys):
+    # also when the sort gives text rule ids as codes of the run's ids: the rejects' text ids
+    # are met as those codes ("rule-9", no rule id of the run, twins nothing)
+    rid_of, pid_of = (f or (lambda v: v) for f in KEY_TEXT[keys])
+    rid_text, pid_text = (lambda r: str(rid_of(r))), (lambda p: str(pid_of(p)))
+    rule_ids = pl.Series([1, 2]) if keys == "int" else pl.Series([rid_text(1), rid_text(2)])
+    parts = [ordering.verdict_part(evaluated([(1, 4, 3), (1, 5, 0), (2, 4, 1)], 0, set(),
+                                             keys), 0, rule_ids, COLUMNS)]
+    rejected = pl.DataFrame([("positions", "p.csv", 7, rid_text(1), pid_text(4), "heaps",
+                              "other", "bad"),
+                             ("positions", "p.csv", 8, rid_text(9), pid_text(5), "heaps",
+                              "other", "bad")], schema=REJECT_SCHEMA, orient="row")
     verdicts, dups = ordering.key_sorted_verdicts(parts, rule_ids, rejected, ["p.csv"])
-    assert verdicts.rows() == [(1, 5, 0)]
-    assert dups.select("row", "reason").rows() == [
-        (0, "position_id 4 appears 2 times for rule_set_id 1")]
+    assert verdicts.rows() == [(rid_of(r), pid_of(p), n) for r, p, n in [(1, 5, 0), (2, 4, 1)]]
+    assert dups.select("row", "rule_set_id", "reason").rows() == [
+        (0, rid_text(1), f"position_id {pid_text(4)} appears 2 times for rule_set_id "
+                         f"{rid_text(1)}")]
 
 
 def test_moves_and_nim_sums_stay_narrow_until_written_then_are_int64_with_nulls():

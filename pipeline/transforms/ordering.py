@@ -205,8 +205,7 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     if _parts_in_order(buckets, pids):  # sorted exports: no sort, no copy through numpy
         bucket = pl.concat(buckets, rechunk=True)
         pid = pl.concat(pids, rechunk=True)
-        columns = {"rule_set_id": rule_ids.gather(bucket).alias("rule_set_id").set_sorted(),
-                   "position_id": pid}
+        columns = {"rule_set_id": _ids_at(rule_ids, bucket).set_sorted(), "position_id": pid}
         columns.update((name, _concat([f.drop_in_place(name) for f in frames]))
                        for name in names[1:])
         frames.clear()
@@ -316,7 +315,18 @@ def _repeated(rule_ids: pl.Series, counts: np.ndarray) -> pl.Series:
     sorted, as `rule_ids` are, so that the summary finds its runs without reading the text
     (`outputs.summary_counts`)."""
     runs = pl.Series(np.repeat(np.arange(rule_ids.len(), dtype=np.uint32), counts))
-    return rule_ids.gather(runs).alias("rule_set_id").set_sorted()
+    return _ids_at(rule_ids, runs).set_sorted()
+
+
+def _ids_at(rule_ids: pl.Series, ranks: pl.Series) -> pl.Series:
+    """The rule ids of these ranks among `rule_ids` (sorted), as rule_set_id. Text ids come
+    as an Enum of `rule_ids`, whose codes follow their order: polars gathers a 4-byte code
+    per row instead of a 16-byte string view and a reference to the text's buffer, and the
+    Parquet writer then encodes the codes as they are (`outputs.rule_ids_as_codes`); every
+    reader of the column (the rejects, the summary, the written file) sees the same text."""
+    if rule_ids.dtype == pl.String:
+        rule_ids = rule_ids.cast(pl.Enum(rule_ids))
+    return rule_ids.gather(ranks).alias("rule_set_id")
 
 
 def _concat(pieces: list[pl.Series]) -> pl.Series:

@@ -125,6 +125,8 @@ def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame,
         counts = verdicts.group_by("rule_set_id").agg(
             (pl.col("nim_sum") != 0).sum().cast(pl.Int64).alias("W"),
             (pl.col("nim_sum") == 0).sum().cast(pl.Int64).alias("L"))
+        if isinstance(counts["rule_set_id"].dtype, pl.Enum):  # text ids as codes, unsorted
+            counts = counts.with_columns(pl.col("rule_set_id").cast(pl.String))
     rejected = (rejects.filter((pl.col("table") == "positions")
                                & pl.col("rule_set_id").is_not_null())
                 .group_by("rule_set_id").agg(pl.len().cast(pl.Int64).alias("rejected")))
@@ -133,10 +135,17 @@ def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame,
 
 def _run_counts(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.DataFrame | None:
     """(rule_set_id, W, L) from runs of equal ids, when the ids are sorted (verdicts in key
-    order): no hash group_by over every verdict. Integer ids are cut into runs by a kernel,
-    text ids by a binary search for each of `rule_ids` (when every row's id is one of them)
-    or else where each differs from the one before it."""
+    order): no hash group_by over every verdict. Integer ids, and text ids as the Enum codes
+    the sort gives them (`ordering._ids_at`), are cut into runs by a kernel; other text ids
+    by a binary search for each of `rule_ids` (when every row's id is one of them) or else
+    where each differs from the one before it."""
     rid = verdicts["rule_set_id"]
+    if isinstance(rid.dtype, pl.Enum) and not rid.null_count() and rid.is_sorted():
+        codes, sizes, losing = kernels.run_counts(rid.to_physical().to_numpy(),
+                                                  verdicts["nim_sum"].to_numpy())
+        return pl.DataFrame({"rule_set_id": rid.dtype.categories.gather(codes),
+                             "W": sizes - losing, "L": losing},
+                            schema={"rule_set_id": pl.String, "W": pl.Int64, "L": pl.Int64})
     if rid.dtype not in (pl.Int64, pl.String) or rid.null_count() or not rid.is_sorted():
         return None
     nim = verdicts["nim_sum"].to_numpy()
