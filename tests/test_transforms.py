@@ -197,6 +197,55 @@ def test_list_moves_rules_are_canonical_or_rejected_row_by_row(rows):
             assert (got["kind"], got["_reason"]) == (kind, None)
 
 
+@st.composite
+def _moves_text(draw):
+    """(moves text as a CSV cell may give it, the values it lists or None when it is not a
+    list of integers): separators, brackets, "+" signs, leading zeros, ranges, stray text."""
+    values = draw(st.lists(_MOVE.filter(lambda m: m is not None), max_size=6))
+    tokens, listed = [], []
+    for v in values:
+        form = draw(st.sampled_from(["plain", "plus", "zeros", "range"]))
+        if form == "range" and 0 < v < 20:
+            tokens.append(f"{v}..{v + 2}")
+            listed += [v, v + 1, v + 2]
+            continue
+        tokens.append(f"+{v}" if form == "plus" and v >= 0 else
+                      f"00{v}" if form == "zeros" and v >= 0 else str(v))
+        listed.append(v)
+    text = draw(st.sampled_from([" ", ",", ", ", "\t", " ,\u00a0"])).join(tokens)
+    if draw(st.booleans()):
+        text = f"[{text}]"
+    broken = draw(st.sampled_from([None, None, None, "x", ",,", "["]))
+    return (text + broken, None) if broken and tokens else (text, listed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 9)),
+                          st.sampled_from([None, "subtraction", " Subtraction ", "nim"]),
+                          st.one_of(st.none(), _moves_text())), max_size=25))
+def test_text_moves_rules_are_canonical_or_rejected_row_by_row(rows):
+    """A rules table whose moves are text (CSV): the plain text a kernel parses and the text
+    it leaves to the exact grammar (ranges, "+", non-ASCII spaces, problems) give the same
+    rules as the row-by-row judge gives each: valid exactly when the row has an id, a
+    subtraction kind and 1+ moves in 1..MAX_TABLE_LEN, its moves then sorted and distinct."""
+    raw = pl.DataFrame({"rule_set_id": [r for r, _, _ in rows], "kind": [k for _, k, _ in rows],
+                        "moves": [None if m is None else m[0] for _, _, m in rows]},
+                       schema={"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.String})
+    rules = normalize_rules(raw, np.arange(len(rows)), "r.csv", Columns())
+    for (rid, kind, cell), got in zip(rows, rules.iter_rows(named=True)):
+        listed = None if cell is None else cell[1]
+        subtraction = kind is None or kind.strip().lower() == "subtraction"
+        valid = (rid is not None and subtraction and bool(listed)
+                 and all(1 <= m <= MAX_TABLE_LEN for m in listed))
+        if valid:
+            assert (got["kind"], got["moves"], got["_reason"]) == (
+                "subtraction", sorted(set(listed)), None)
+        elif rid is None or subtraction or listed is None and cell is not None or listed:
+            assert got["_reason"] is not None and got["moves"] is None
+        else:  # nim with no moves: valid, its moves fixed
+            assert (got["kind"], got["_reason"]) == (kind.strip(), None)
+
+
 def test_long_form_heap_cells_name_their_problem():
     raw = pl.DataFrame({"rule_set_id": ["1"] * 4, "position_id": ["0", "1", "2", "3"],
                         "heap": ["", " 5, ", "x" * 200, "9" * 30]})

@@ -135,6 +135,20 @@ def _heap_cell(text: str) -> list[int]:
     return [_int_token(body, text, "heap", 0)]
 
 
+def plain_int_lists(s: pl.Series) -> tuple[pl.Series, np.ndarray]:
+    """List text parsed by a kernel where it is plain ASCII ("5 12", "5,12", "[5, 12]"):
+    (List(Int64), the rows it leaves to an exact grammar - nulls and text with a "+", a
+    long number, non-ASCII, a stray bracket, an empty element or a range - which hold an
+    empty list here)."""
+    with kernels.threads_for(s.len()):
+        counts, values, slow = kernels.heap_text_lists(*text_layout(s))
+    parsed = pl.Series(s.name, pa.LargeListArray.from_arrays(arrow_int64(counts),
+                                                             arrow_int64(values)), dtype=HEAPS)
+    if s.null_count():
+        slow = np.union1d(slow, np.flatnonzero(s.is_null().to_numpy()))
+    return parsed, slow
+
+
 def _heaps_from_text_exactly(s: pl.Series) -> pl.Series:
     """The grammar of heaps text, for any text (null where it is not a list of integers, an
     empty element included)."""
@@ -155,12 +169,7 @@ def heaps_from_text(s: pl.Series) -> pl.Series:
     """Heaps text ("5 12", "5,12", "[5, 12]") -> List(Int64), null where it is not a list of
     integers. A kernel parses the plain ASCII text that nearly every row is; the rows it
     leaves (and nulls) go through the exact polars grammar."""
-    with kernels.threads_for(s.len()):
-        counts, values, slow = kernels.heap_text_lists(*text_layout(s))
-    parsed = pl.Series(s.name, pa.LargeListArray.from_arrays(arrow_int64(counts),
-                                                             arrow_int64(values)), dtype=HEAPS)
-    if s.null_count():
-        slow = np.union1d(slow, np.flatnonzero(s.is_null().to_numpy()))
+    parsed, slow = plain_int_lists(s)
     if slow.shape[0] == 0:
         return parsed
     exact = _heaps_from_text_exactly(s.gather(slow))

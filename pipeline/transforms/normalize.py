@@ -20,6 +20,7 @@ from pipeline.transforms.lists import (
     explain_heaps,
     heaps_from_text,
     parse_int_list,
+    plain_int_lists,
     strip_spaces,
 )
 from pipeline.transforms.schema import HEAPS, LISTED_CHARS, check_columns, shown_text, wrong_type
@@ -82,18 +83,23 @@ def _plain_subtraction(ids: pl.Series, kinds: list[str | None], moves: pl.Series
                        ) -> pl.Series | None:
     """The canonical moves (sorted, distinct) of the rows that are subtraction rules as
     rules tables mostly give them, found without a Python object per move: an id, no kind
-    (or exactly "subtraction"), 1 to MAX_MOVES moves given as integers, none null, none
-    below 1 or above MAX_TABLE_LEN; null for every other row, which `_rule_of` judges (and
-    explains). None when the moves are not lists of integers."""
-    if not (isinstance(moves.dtype, pl.List) and moves.dtype.inner.is_integer()):
+    (or exactly "subtraction"), 1 to MAX_MOVES moves given as integers (or as plain list
+    text, `lists.plain_int_lists`), none null, none below 1 or above MAX_TABLE_LEN; null for
+    every other row, which `_rule_of` judges (and explains). None when the moves are
+    neither lists of integers nor text."""
+    left = np.zeros(moves.len(), np.bool_)  # rows whose text the kernel left
+    if moves.dtype == pl.String:
+        moves, slow = plain_int_lists(moves)
+        left[slow] = True
+    elif not (isinstance(moves.dtype, pl.List) and moves.dtype.inner.is_integer()):
         return None
     m = pl.col("moves")
-    plain = (pl.col("id").is_not_null() & m.is_not_null()
+    plain = (pl.col("id").is_not_null() & m.is_not_null() & ~pl.col("left")
              & m.list.len().is_between(1, MAX_MOVES)
              & (m.list.drop_nulls().list.len() == m.list.len())
              & (m.list.min() > 0) & (m.list.max() <= MAX_TABLE_LEN)
              & (pl.col("kind").is_null() | (pl.col("kind") == "subtraction")))
-    frame = pl.DataFrame({"id": ids, "moves": moves,
+    frame = pl.DataFrame({"id": ids, "moves": moves, "left": left,
                           "kind": pl.Series(kinds, dtype=pl.String)})
     return frame.select(pl.when(plain).then(m.cast(HEAPS, strict=False).list.unique()
                                             .list.sort()).alias("moves")).to_series()
