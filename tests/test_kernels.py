@@ -1069,6 +1069,34 @@ def test_run_counts_are_the_rows_and_zero_nim_sums_of_each_id(rows, nim_type, id
     assert list(zip(sizes.tolist(), losing.tolist())) == list(expected.values())
 
 
+@pytest.mark.parametrize("ids", ["one run", "runs across the cut", "a run per row at the cut",
+                                 "many ids"])
+def test_run_counts_and_fill_runs_split_between_threads(ids):
+    """Rows enough for each thread to take a chunk of its own: runs that cross from one
+    chunk into the next (one run over all rows, too) are counted once, whole; fill_runs
+    writes each id its count of times from where the ids before it end. Against numpy."""
+    n = 1 << 18
+    rng = np.random.default_rng(7)
+    values = {"one run": np.full(n, 4, np.int64),
+              "runs across the cut": np.repeat(np.arange(3, dtype=np.int64), [1, n - 2, 1]),
+              "a run per row at the cut": np.concatenate([
+                  np.zeros(n // 2 - 1, np.int64), np.arange(1, 3, dtype=np.int64),
+                  np.full(n // 2 - 1, 3, np.int64)]),
+              "many ids": np.sort(rng.integers(0, 5000, n))}[ids]
+    nim = rng.integers(0, 3, n).astype(np.uint8)
+    unique, rows = np.unique(values, return_counts=True)
+    with kernels.threads_for(n):
+        assert kernels.get_num_threads() > 1
+        got_ids, sizes, losing = kernels.run_counts(values, nim)
+        filled = np.full(n, -1, np.int64)
+        kernels.fill_runs(filled, unique, rows.astype(np.int64))
+    assert got_ids.tolist() == unique.tolist()
+    assert sizes.tolist() == rows.tolist()
+    assert losing.tolist() == np.bincount(np.searchsorted(unique, values[nim == 0]),
+                                          minlength=unique.shape[0]).tolist()
+    assert filled.tolist() == values.tolist()
+
+
 def test_small_inputs_run_parallel_kernels_on_one_thread_of_the_caller_only():
     """Below PARALLEL_ROWS the caller's kernel thread count is 1 inside `threads_for`, and
     what it was after; at and above, unchanged; another thread's count never moves."""

@@ -478,14 +478,19 @@ def key_runs(const int64_t[::1] counts, const any_int[::1] sorted_key, int64_t[:
 
 
 def fill_runs(any_int[::1] out, const any_int[::1] values, const int64_t[::1] counts):
-    cdef int64_t at = 0
-    cdef int64_t k
+    cdef Py_ssize_t nb = counts.shape[0]
     cdef Py_ssize_t b
-    with nogil:
-        for b in range(counts.shape[0]):
-            for k in range(counts[b]):
-                out[at] = values[b]
-                at += 1
+    cdef int64_t k, at
+    starts_arr = np.zeros(nb + 1, np.int64)
+    cdef int64_t[::1] starts = starts_arr
+    for b in range(nb):
+        starts[b + 1] = starts[b] + counts[b]
+    if starts[nb] > out.shape[0]:
+        raise ValueError("fill_runs: the runs overrun the output")
+    for b in prange(nb, nogil=True, schedule="dynamic", chunksize=16):
+        at = starts[b]
+        for k in range(counts[b]):
+            out[at + k] = values[b]
 
 
 ctypedef fused nim_int:  # nim sums as the verdicts hold them (narrow), or int64
@@ -495,29 +500,72 @@ ctypedef fused nim_int:  # nim sums as the verdicts hold them (narrow), or int64
     int64_t
 
 
-def run_counts(const any_int[::1] ids, const nim_int[::1] nim):
-    cdef Py_ssize_t n = ids.shape[0]
-    cdef int64_t runs = 1 if n else 0
+cdef int64_t _run_starts(const any_int[::1] ids, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """How many runs of equal ids start in rows lo .. hi."""
+    cdef int64_t found = 0
     cdef Py_ssize_t i
-    cdef int64_t r = -1
-    with nogil:
-        for i in range(1, n):
-            if ids[i] != ids[i - 1]:
-                runs += 1
-    run_ids_arr = np.empty(runs, np.int64)
-    sizes_arr = np.zeros(runs, np.int64)
-    losing_arr = np.zeros(runs, np.int64)
+    for i in range(lo, hi):
+        if i == 0 or ids[i] != ids[i - 1]:
+            found = found + 1
+    return found
+
+
+cdef void _fill_run_counts(const any_int[::1] ids, const nim_int[::1] nim, Py_ssize_t lo,
+                           Py_ssize_t hi, int64_t r, int64_t* run_ids, int64_t* sizes,
+                           int64_t* losing, int64_t* carry) noexcept nogil:
+    """Rows lo .. hi counted into runs r + 1, r + 2, ... (those starting there); rows before
+    the first start continue run r, an earlier chunk's: counted into `carry` (rows, losing)."""
+    cdef int64_t rows = 0
+    cdef int64_t lost = 0
+    cdef int64_t at = r
+    cdef Py_ssize_t i
+    for i in range(lo, hi):
+        if i == 0 or ids[i] != ids[i - 1]:
+            if at == r:
+                carry[0], carry[1] = rows, lost
+            else:
+                sizes[at], losing[at] = rows, lost
+            at = at + 1
+            run_ids[at] = <int64_t>ids[i]
+            rows, lost = 0, 0
+        rows = rows + 1
+        if nim[i] == 0:
+            lost = lost + 1
+    if at == r:
+        carry[0], carry[1] = rows, lost
+    else:
+        sizes[at], losing[at] = rows, lost
+
+
+def run_counts(const any_int[::1] ids, const nim_int[::1] nim):
+    # each thread takes a contiguous chunk of rows: it counts the runs that start there, then
+    # fills them from where the chunks before it left off; rows before its first start
+    # continue a run of an earlier chunk, and are added to it once all are done
+    cdef Py_ssize_t n = ids.shape[0]
+    cdef int64_t chunks = max(1, min(<int64_t>openmp.omp_get_max_threads(), n // 65536))
+    cdef int64_t c, total
+    cdef int64_t[::1] first = np.zeros(chunks + 1, np.int64)
+    cdef int64_t[:, ::1] carry = np.zeros((chunks, 2), np.int64)
+    for c in prange(chunks, nogil=True, schedule="static", num_threads=chunks):
+        first[c + 1] = _run_starts(ids, n * c // chunks, n * (c + 1) // chunks)
+    total = 0
+    for c in range(chunks + 1):
+        total = total + first[c]
+        first[c] = total
+    run_ids_arr = np.empty(total, np.int64)
+    sizes_arr = np.zeros(total, np.int64)
+    losing_arr = np.zeros(total, np.int64)
     cdef int64_t[::1] run_ids = run_ids_arr
     cdef int64_t[::1] sizes = sizes_arr
     cdef int64_t[::1] losing = losing_arr
-    with nogil:
-        for i in range(n):
-            if i == 0 or ids[i] != ids[i - 1]:
-                r += 1
-                run_ids[r] = <int64_t>ids[i]
-            sizes[r] += 1
-            if nim[i] == 0:
-                losing[r] += 1
+    if total == 0:
+        return run_ids_arr, sizes_arr, losing_arr
+    for c in prange(chunks, nogil=True, schedule="static", num_threads=chunks):
+        _fill_run_counts(ids, nim, n * c // chunks, n * (c + 1) // chunks, first[c] - 1,
+                         &run_ids[0], &sizes[0], &losing[0], &carry[c, 0])
+    for c in range(1, chunks):
+        sizes[first[c] - 1] += carry[c, 0]
+        losing[first[c] - 1] += carry[c, 1]
     return run_ids_arr, sizes_arr, losing_arr
 
 

@@ -259,13 +259,15 @@ def key_runs(counts, sorted_key):
 
 
 def fill_runs(out, values, counts):
-    """out = values repeated counts times each (np.repeat into an existing array)."""
+    """out = values repeated counts times each (np.repeat into an existing array, the runs
+    shared between the threads)."""
     _sorting.fill_runs(out, np.ascontiguousarray(values, out.dtype),
                        np.ascontiguousarray(counts, np.int64))
 
 
 def run_counts(ids, nim):
-    """Per run of equal `ids` (sorted ids: one run per id): (id, rows, rows with nim 0)."""
+    """Per run of equal `ids` (sorted ids: one run per id): (id, rows, rows with nim 0), each
+    thread counting a chunk of the rows (a run that crosses chunks is counted once)."""
     nim = np.ascontiguousarray(nim)
     if nim.dtype not in _NIM_TYPES:  # the narrow types as they are: no 8-byte copy
         nim = nim.astype(np.int64)

@@ -219,14 +219,12 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
     spare = pid  # pid's pages are mapped: reuse them
     del bucket
-    if rule_ids.dtype == pl.Int64:
-        kernels.fill_runs(spare, rule_ids.to_numpy(), counts)
-        rule_set_id = pl.Series("rule_set_id", spare).set_sorted()
-        repeated = _repeated_keys(spare, sorted_pid)
-    else:
-        kernels.fill_runs(spare, np.arange(rule_ids.len(), dtype=np.int64), counts)
-        repeated = _repeated_keys(spare, sorted_pid)
-        rule_set_id = _repeated(rule_ids, counts)
+    with kernels.threads_for(spare.shape[0]):
+        kernels.fill_runs(spare, rule_ids.to_numpy() if rule_ids.dtype == pl.Int64
+                          else np.arange(rule_ids.len(), dtype=np.int64), counts)
+    repeated = _repeated_keys(spare, sorted_pid)
+    rule_set_id = (pl.Series("rule_set_id", spare).set_sorted() if rule_ids.dtype == pl.Int64
+                   else _repeated(rule_ids, counts))
     columns = {"rule_set_id": rule_set_id,
                "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:

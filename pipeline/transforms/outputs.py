@@ -141,8 +141,9 @@ def _run_counts(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.DataFr
     where each differs from the one before it."""
     rid = verdicts["rule_set_id"]
     if isinstance(rid.dtype, pl.Enum) and not rid.null_count() and rid.is_sorted():
-        codes, sizes, losing = kernels.run_counts(rid.to_physical().to_numpy(),
-                                                  verdicts["nim_sum"].to_numpy())
+        with kernels.threads_for(rid.len()):
+            codes, sizes, losing = kernels.run_counts(rid.to_physical().to_numpy(),
+                                                      verdicts["nim_sum"].to_numpy())
         return pl.DataFrame({"rule_set_id": rid.dtype.categories.gather(codes),
                              "W": sizes - losing, "L": losing},
                             schema={"rule_set_id": pl.String, "W": pl.Int64, "L": pl.Int64})
@@ -150,7 +151,8 @@ def _run_counts(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.DataFr
         return None
     nim = verdicts["nim_sum"].to_numpy()
     if rid.dtype == pl.Int64:
-        ids, sizes, losing = kernels.run_counts(rid.to_numpy(), nim)
+        with kernels.threads_for(rid.len()):
+            ids, sizes, losing = kernels.run_counts(rid.to_numpy(), nim)
         return pl.DataFrame({"rule_set_id": ids, "W": sizes - losing, "L": losing},
                             schema={"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
     starts = _searched_starts(rid, rule_ids)
