@@ -791,6 +791,42 @@ def test_heap_text_lists_of_the_densest_text_its_bytes_can_hold(rows, sep, cut):
     assert [values[counts[i]:counts[i + 1]].tolist() for i in range(len(rows))] == rows
 
 
+_SEPARATORS = ["", " ", ",", "\t"]
+_NOT_DIGITS = ["/", ":", "+", "-", "a", "\x00", "\xfa", "\xff", "\u00e9"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 21), st.sampled_from(_SEPARATORS), st.integers(0, 12)),
+                min_size=1, max_size=6),
+       st.one_of(st.none(), st.tuples(st.integers(0, 5), st.sampled_from(_NOT_DIGITS))),
+       st.integers(0, 2**32 - 1))
+def test_heap_text_lists_reads_numbers_of_every_length_up_to_any_byte(numbers, junk, seed):
+    """Numbers of 1 to 21 digits (read 8 bytes at a time where 8 are left in the cell), each
+    followed by a separator, and perhaps one by a byte that ends the digits without being a
+    separator: '/' and ':' (next to '0' and '9'), bytes that carry when 6 is added
+    (0xFA-0xFF), NUL. The cell's heaps are the integers, or it is left to the exact grammar
+    (slow): against Python."""
+    rng = np.random.default_rng(seed)
+    tokens, heaps = [], []
+    plain = junk is None or junk[0] >= len(numbers)
+    for i, (digits, after, pad) in enumerate(numbers):
+        text = str(rng.integers(1, 10)) + "".join(map(str, rng.integers(0, 10, digits - 1)))
+        if junk is not None and junk[0] == i:
+            after = junk[1]
+        tokens.append(text + after + " " * pad)
+        plain &= digits <= 18
+        heaps.append(int(text))
+    cell = " ".join(tokens).rstrip()
+    plain &= not cell.endswith(",")
+    data = cell.encode("latin-1")  # 0xFA as the byte 0xFA
+    counts, values, slow = kernels.heap_text_lists(np.array([0, len(data)], np.int64),
+                                                   np.frombuffer(data, np.uint8))
+    if plain:
+        assert slow.tolist() == [] and values[counts[0]:counts[1]].tolist() == heaps, cell
+    else:
+        assert slow.tolist() == [0], cell
+
+
 _CELL = st.one_of(
     st.lists(st.integers(0, 10**12), max_size=6).map(lambda r: (" ".join(map(str, r)), r)),
     st.text(" ,[]-+0123456789\u00e9x", max_size=30).map(lambda t: (t, None)),
