@@ -1121,16 +1121,23 @@ def test_run_counts_and_fill_runs_split_between_threads(ids):
               "many ids": np.sort(rng.integers(0, 5000, n))}[ids]
     nim = rng.integers(0, 3, n).astype(np.uint8)
     unique, rows = np.unique(values, return_counts=True)
-    with kernels.threads_for(n):
-        assert kernels.get_num_threads() > 1
+    before = kernels.get_num_threads()
+    kernels.set_num_threads(3)  # three uneven chunks, whatever the machine's cores
+    try:
         got_ids, sizes, losing = kernels.run_counts(values, nim)
         filled = np.full(n, -1, np.int64)
         kernels.fill_runs(filled, unique, rows.astype(np.int64))
+    finally:
+        kernels.set_num_threads(before)
     assert got_ids.tolist() == unique.tolist()
     assert sizes.tolist() == rows.tolist()
     assert losing.tolist() == np.bincount(np.searchsorted(unique, values[nim == 0]),
                                           minlength=unique.shape[0]).tolist()
     assert filled.tolist() == values.tolist()
+    with pytest.raises(ValueError, match="negative"):  # not a write before the output
+        kernels.fill_runs(filled[5:], unique[:2], np.array([-3, 2], np.int64))
+    with pytest.raises(ValueError, match="overrun"):
+        kernels.fill_runs(filled[:5], unique[:2], np.array([3, 3], np.int64))
 
 
 def test_small_inputs_run_parallel_kernels_on_one_thread_of_the_caller_only():

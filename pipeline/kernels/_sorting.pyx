@@ -484,6 +484,8 @@ def fill_runs(any_int[::1] out, const any_int[::1] values, const int64_t[::1] co
     starts_arr = np.zeros(nb + 1, np.int64)
     cdef int64_t[::1] starts = starts_arr
     for b in range(nb):
+        if counts[b] < 0:
+            raise ValueError("fill_runs: a negative count")
         starts[b + 1] = starts[b] + counts[b]
     if starts[nb] > out.shape[0]:
         raise ValueError("fill_runs: the runs overrun the output")
