@@ -156,8 +156,8 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     batches = position_batches(paths, config, "wide", read_together=True, cache=read_cache)
     # closed on the way out, an error included: a traceback holding the generators would
     # otherwise keep the reading thread at work and its files open
-    with closing(read_ahead(coalesced(batches))) as read:
-        for file_index, same_type, frame in _typed_and_attached(read, index):
+    with closing(read_ahead(_typed_and_attached(coalesced(batches), index))) as read:
+        for file_index, same_type, frame in read:
             rows_read += frame.height
             rows.add(file_index, frame)
             chunks = buffers.heap_buffers(frame)
@@ -575,11 +575,10 @@ class _RowsPerFile:
 def _typed_and_attached(batches: Iterator[tuple[int, pl.DataFrame]], index: pl.DataFrame
                         ) -> Iterator[tuple[int, bool, pl.DataFrame]]:
     """(file index, whether the batch's rule ids had the rules' type, the batch with its
-    keys typed and each row's table attached). Done by the thread that evaluates the batches,
-    not the one reading them: the reading thread is the busier one (polars' decoding; for
-    CSV, the heaps text, after a thread of its own parsed the file), and here the main
-    thread, alternated on the same data, finished sooner (before CSV had its parsing thread;
-    with it, the two places measured the same within noise; docs/performance.md)."""
+    keys typed and each row's table attached). Done by the read-ahead thread, after it
+    normalised the batch: the thread that evaluates the batches is the busier one since
+    Parquet slices are decoded by threads of their own and CSV is parsed by one (text rule
+    ids, ranked through an Enum, most of all; docs/performance.md)."""
     ranked = evaluate.RankedIndex.of(index)
     for file_index, frame in batches:
         frame = keys.integer_keys(frame)
