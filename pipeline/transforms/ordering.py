@@ -320,8 +320,9 @@ def _ids_at(rule_ids: pl.Series, ranks: pl.Series) -> pl.Series:
     """The rule ids of these ranks among `rule_ids` (sorted), as rule_set_id. Text ids come
     as an Enum of `rule_ids`, whose codes follow their order: polars gathers a 4-byte code
     per row instead of a 16-byte string view and a reference to the text's buffer, and the
-    Parquet writer then encodes the codes as they are (`outputs.rule_ids_as_codes`); every
-    reader of the column (the rejects, the summary, the written file) sees the same text."""
+    Parquet writer encodes the codes as they are (as it does the codes that
+    `outputs.rule_ids_as_codes` finds for text ids sorted by polars); every reader of the
+    column (the rejects, the summary, the written file) sees the same text."""
     if rule_ids.dtype == pl.String:
         rule_ids = rule_ids.cast(pl.Enum(rule_ids))
     return rule_ids.gather(ranks).alias("rule_set_id")
