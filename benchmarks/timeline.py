@@ -5,6 +5,9 @@ printed to stderr, in order. Steps run once a batch are summed into one line eac
     cd CHECKOUT && python /work/main/benchmarks/timeline.py run --rules R --positions P \\
         --out OUT --overwrite --quiet --no-winning-moves
 
+With TIMELINE_EACH=1 in the environment, every call of a per-batch step gets a line of its
+own (which thread waited for which, batch by batch).
+
 It imports `pipeline` from the current directory, and its heavy modules before the command
 runs (to time their functions), so the garbage collector's pause around those imports
 (`terminal.heavy_imports`) does not cover them here. Timers, not a sampling profiler: py-spy's
@@ -31,19 +34,23 @@ else:
     set_process_defaults()
 
 import pipeline.engines.polars_engine as polars_engine  # noqa: E402
-import pipeline.io.inputs.discovery as inputs  # noqa: E402
+import pipeline.kernels as kernels  # noqa: E402
 import pipeline.run as run  # noqa: E402
 import pipeline.tables as tables  # noqa: E402
 import pipeline.transforms.evaluate as evaluate  # noqa: E402
 import pipeline.transforms.normalize as normalize  # noqa: E402
 import pipeline.transforms.ordering as ordering  # noqa: E402
+import pipeline.transforms.outputs as outputs  # noqa: E402
 from pipeline.cli import main  # noqa: E402
 
-ONCE = [(run, "execute"), (inputs, "_checksum"),
+ONCE = [(run, "execute"), (run, "read_rules"), (normalize, "rule_index"),
+        (run, "table_cache"), (run, "_checksums"),
         (tables.TableCache, "presize"), (tables.TableCache, "_probe_periods"),
-        (ordering, "key_sorted_verdicts"), (polars_engine.PolarsEvaluation, "counts"),
-        (polars_engine, "sink_parquet"),
-        (polars_engine, "write_parquet")]
+        (ordering, "key_sorted_verdicts"), (kernels, "counting_sort"), (kernels, "fill_runs"),
+        (ordering, "_repeated_keys"), (kernels, "scatter"), (ordering, "split_duplicates"),
+        (polars_engine.PolarsEvaluation, "counts"), (outputs, "summary_rows"),
+        (outputs, "sg_table_rows"), (outputs, "rule_ids_as_codes"),
+        (polars_engine, "sink_parquet"), (polars_engine, "write_parquet")]
 PER_BATCH = [(normalize, "normalize_positions"), (evaluate, "attach_tables"),
              (polars_engine, "_evaluated"), (ordering, "verdict_part")]
 steps: list[tuple[float, float, str, str]] = []
@@ -68,7 +75,7 @@ def timed(owner: object, name: str) -> None:
 
 
 def report() -> None:
-    per_batch = {name for _, name in PER_BATCH}
+    per_batch = set() if os.environ.get("TIMELINE_EACH") else {name for _, name in PER_BATCH}
     summed: dict[str, list] = {}
     for began, ended, thread, name in sorted(steps):
         if name in per_batch:
