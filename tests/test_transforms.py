@@ -287,6 +287,15 @@ def test_text_keys_read_as_stripping_then_integer_keys_would(kernel_rows, texts)
     assert got.to_list() == [t if t is None or not integers else int(t) for t in stripped]
 
 
+def _w_and_l(rows: list[tuple]) -> dict:
+    """{rule set: (W, L)} of (rule set, nim sum) rows, counted by hand."""
+    counted: dict = {}
+    for rid, nim in rows:
+        w, lost = counted.get(rid, (0, 0))
+        counted[rid] = (w + (nim != 0), lost + (nim == 0))
+    return counted
+
+
 @settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 3)), max_size=30), st.booleans())
 def test_summary_counts_count_w_and_l_per_rule_set(rows, key_order):
@@ -296,10 +305,7 @@ def test_summary_counts_count_w_and_l_per_rule_set(rows, key_order):
     verdicts = pl.DataFrame({"rule_set_id": [r for r, _ in rows], "nim_sum": [n for _, n in rows]},
                             schema={"rule_set_id": pl.Int64, "nim_sum": pl.UInt8})
     counts, _ = summary_counts(verdicts, pl.DataFrame(schema=REJECT_SCHEMA))
-    expected = {}
-    for rid, nim in rows:
-        w, lost = expected.get(rid, (0, 0))
-        expected[rid] = (w + (nim != 0), lost + (nim == 0))
+    expected = _w_and_l(rows)
     assert sorted(counts.rows()) == sorted((rid, w, lost) for rid, (w, lost) in expected.items())
     assert counts.schema == pl.Schema({"rule_set_id": pl.Int64, "W": pl.Int64, "L": pl.Int64})
 
@@ -318,10 +324,7 @@ def test_summary_counts_of_text_ids_find_runs_among_the_rule_ids(rows, known, fl
                              pl.Series("nim_sum", [n for _, n in rows], dtype=pl.UInt8)])
     rule_ids = pl.Series(sorted(known), dtype=pl.String)
     counts, _ = summary_counts(verdicts, pl.DataFrame(schema=REJECT_SCHEMA), rule_ids)
-    expected = {}
-    for r, nim in rows:
-        w, lost = expected.get(r, (0, 0))
-        expected[r] = (w + (nim != 0), lost + (nim == 0))
+    expected = _w_and_l(rows)
     assert counts.rows() == sorted((r, w, lost) for r, (w, lost) in expected.items())
     assert counts.schema == pl.Schema({"rule_set_id": pl.String, "W": pl.Int64, "L": pl.Int64})
 
@@ -341,10 +344,7 @@ def test_summary_counts_of_text_ids_as_enum_codes_count_the_text(rows, unused, k
         pl.Series("rule_set_id", [r for r, _ in rows], dtype=pl.Enum(categories)),
         pl.Series("nim_sum", [n for _, n in rows], dtype=pl.UInt8)])
     counts, _ = summary_counts(verdicts, pl.DataFrame(schema=REJECT_SCHEMA))
-    expected = {}
-    for r, nim in rows:
-        w, lost = expected.get(r, (0, 0))
-        expected[r] = (w + (nim != 0), lost + (nim == 0))
+    expected = _w_and_l(rows)
     assert sorted(counts.rows()) == sorted((r, w, lost) for r, (w, lost) in expected.items())
     assert counts.schema == pl.Schema({"rule_set_id": pl.String, "W": pl.Int64, "L": pl.Int64})
 
