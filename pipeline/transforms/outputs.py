@@ -94,20 +94,20 @@ def sg_table_rows(rules: pl.DataFrame, distinct: Sequence[Rule], tables: TableSe
            .group_by("table").agg(pl.col("rule_set_id").cast(key_type).sort()
                                   .alias("rule_set_ids")))
     built = {t.rule: t for t in tables.tables}
+    found = [built.get(r) for r in distinct]  # a rule's hash reads all its moves: once each
     frame = pl.DataFrame({
         "table": pl.Series(range(len(distinct)), dtype=pl.Int64),
         "kind": pl.Series([r.kind for r in distinct], dtype=pl.String),
         "moves": pl.Series([list(r.moves) for r in distinct], dtype=HEAPS),
-        "preperiod": pl.Series([built[r].preperiod if r in built else None for r in distinct],
+        "preperiod": pl.Series([None if t is None else t.preperiod for t in found],
                                dtype=pl.Int64),
-        "period": pl.Series([built[r].period if r in built else None for r in distinct],
-                            dtype=pl.Int64),
-        "period_status": pl.Series([period_status(built[r]).value if r in built else None
-                                    for r in distinct], dtype=pl.String),
-        "table_len": pl.Series([built[r].table_len if r in built else 0 for r in distinct],
+        "period": pl.Series([None if t is None else t.period for t in found], dtype=pl.Int64),
+        "period_status": pl.Series([None if t is None else period_status(t).value
+                                    for t in found], dtype=pl.String),
+        "table_len": pl.Series([0 if t is None else t.table_len for t in found],
                                dtype=pl.Int64),
-        "stopped_by": pl.Series([built[r].stopped_by if r in built else None
-                                 for r in distinct], dtype=pl.String),
+        "stopped_by": pl.Series([None if t is None else t.stopped_by for t in found],
+                                dtype=pl.String),
     })
     return frame.join(ids, on="table", how="left").select(
         "kind", "moves", "rule_set_ids", "preperiod", "period", "period_status", "table_len",
