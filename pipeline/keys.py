@@ -186,3 +186,22 @@ def ranks(values: pl.Series, ids: pl.Series, enum: pl.Enum | None = None,
     if codes.null_count():
         codes = codes.cast(pl.Int64).fill_null(-1)
     return codes.to_numpy().astype(dtype, copy=False)
+
+
+def ids_at(ids: pl.Series, ranks: pl.Series) -> pl.Series:
+    """The ids of these ranks among `ids` (from `sorted_ids`; `ranks` as polars' UInt32 index
+    type, or Int32), named rule_set_id: the inverse of `ranks`. Text ids come as an Enum of
+    `ids`, whose codes follow their order: polars gathers a 4-byte code per row instead of a
+    16-byte string view and a reference to the text's buffer, and a Parquet writer encodes
+    the codes as they are (`commit.sink_parquet` declares the column text); every reader of
+    the column (rejects, summaries, the written file) sees the same text."""
+    if ids.dtype == pl.String:
+        ids = ids.cast(pl.Enum(ids))
+    return ids.gather(ranks).alias("rule_set_id")
+
+
+def repeated_ids(ids: pl.Series, counts: np.ndarray) -> pl.Series:
+    """Each of `ids` (sorted) `counts` times, in order (`ids_at`), marked sorted as they are,
+    so that a summary finds its runs without reading the text (`outputs.summary_counts`)."""
+    runs = pl.Series(np.repeat(np.arange(ids.len(), dtype=np.uint32), counts))
+    return ids_at(ids, runs).set_sorted()

@@ -139,8 +139,10 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
             looked_up.append(kernels.nim_sums_wide(offsets, values, table_of_row[rows],
                                                    *tables.lookup_args(),
                                                    out=(nim_all[rows], bad_all[rows])))
-    if grow is not None and any(_any_beyond(bad) for _, bad in looked_up):
+    beyond = _any_beyond(bad_all)  # the chunks' `bad` are views of it
+    if grow is not None and beyond:
         tables = _grown_again(grow, tables, slices, table_of_row, looked_up)
+        beyond = _any_beyond(bad_all)
     columns = [pl.Series("nim_sum", nim_all, dtype=pl.Int64)]
     if winning_moves:
         parts = []
@@ -155,7 +157,7 @@ def evaluate(positions: pl.DataFrame, tables: TableSet, winning_moves: bool,
                      else [np.zeros(0, np.int64)] * 2)
         columns += [pl.Series("move_heap", moves[0]).replace(-1, None),
                     pl.Series("move_take", moves[1]).replace(-1, None)]
-    if _any_beyond(bad_all):
+    if beyond:
         out = _beyond_table_reasons(valid.with_columns(*columns, pl.Series("_bad", bad_all)),
                                     tables).drop("_bad")
     else:

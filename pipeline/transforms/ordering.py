@@ -205,7 +205,7 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     if _parts_in_order(buckets, pids):  # sorted exports: no sort, no copy through numpy
         bucket = pl.concat(buckets, rechunk=True)
         pid = pl.concat(pids, rechunk=True)
-        columns = {"rule_set_id": _ids_at(rule_ids, bucket).set_sorted(), "position_id": pid}
+        columns = {"rule_set_id": keys.ids_at(rule_ids, bucket).set_sorted(), "position_id": pid}
         columns.update((name, _concat([f.drop_in_place(name) for f in frames]))
                        for name in names[1:])
         frames.clear()
@@ -224,7 +224,7 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
                           else np.arange(rule_ids.len(), dtype=np.int64), counts)
     repeated = _repeated_keys(spare, sorted_pid)
     rule_set_id = (pl.Series("rule_set_id", spare).set_sorted() if rule_ids.dtype == pl.Int64
-                   else _repeated(rule_ids, counts))
+                   else keys.repeated_ids(rule_ids, counts))
     columns = {"rule_set_id": rule_set_id,
                "position_id": pl.Series("position_id", sorted_pid)}
     for name in names[1:]:
@@ -277,7 +277,7 @@ def _text_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     del bucket, ptrs, lens, kept
     in_order = kernels.is_identity(order)
     take = _gather_index(order)
-    columns = {"rule_set_id": _repeated(rule_ids, counts),
+    columns = {"rule_set_id": keys.repeated_ids(rule_ids, counts),
                "position_id": pid if in_order else pid.gather(take)}
     with kernels.threads_for(order.shape[0]):
         repeated = kernels.sorted_view_repeats(counts, *string_views(columns["position_id"]))
@@ -305,27 +305,6 @@ def _repeated_keys(ranks: np.ndarray, pid: pl.Series | np.ndarray) -> np.ndarray
     each row's rule set rank (or integer id) and integer position id: integers compared, not
     the text of rule ids (text position ids: `kernels.sorted_view_repeats`)."""
     return kernels.adjacent_duplicates(ranks, np.asarray(pid))
-
-
-def _repeated(rule_ids: pl.Series, counts: np.ndarray) -> pl.Series:
-    """Each rule id `counts` times, in order, as rule_set_id: gathered by a UInt32 Series,
-    polars' own index type (a numpy int32 index took twice as long on 10M text ids). Marked
-    sorted, as `rule_ids` are, so that the summary finds its runs without reading the text
-    (`outputs.summary_counts`)."""
-    runs = pl.Series(np.repeat(np.arange(rule_ids.len(), dtype=np.uint32), counts))
-    return _ids_at(rule_ids, runs).set_sorted()
-
-
-def _ids_at(rule_ids: pl.Series, ranks: pl.Series) -> pl.Series:
-    """The rule ids of these ranks among `rule_ids` (sorted), as rule_set_id. Text ids come
-    as an Enum of `rule_ids`, whose codes follow their order: polars gathers a 4-byte code
-    per row instead of a 16-byte string view and a reference to the text's buffer, and the
-    Parquet writer encodes the codes as they are (as it does the codes that
-    `outputs.rule_ids_as_codes` finds for text ids sorted by polars); every reader of the
-    column (the rejects, the summary, the written file) sees the same text."""
-    if rule_ids.dtype == pl.String:
-        rule_ids = rule_ids.cast(pl.Enum(rule_ids))
-    return rule_ids.gather(ranks).alias("rule_set_id")
 
 
 def _concat(pieces: list[pl.Series]) -> pl.Series:

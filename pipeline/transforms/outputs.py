@@ -10,7 +10,7 @@ import polars as pl
 
 from pipeline import kernels
 from pipeline.grundy import Rule, SGTable, TableSet
-from pipeline.keys import rejected_key_as
+from pipeline.keys import rejected_key_as, repeated_ids
 from pipeline.transforms.reasons import reason_code
 from pipeline.transforms.schema import HEAPS, REJECT_SCHEMA, with_source_text
 
@@ -136,7 +136,7 @@ def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame,
 def _run_counts(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.DataFrame | None:
     """(rule_set_id, W, L) from runs of equal ids, when the ids are sorted (verdicts in key
     order): no hash group_by over every verdict. Integer ids, and text ids as the Enum codes
-    the sort gives them (`ordering._ids_at`), are cut into runs by a kernel; other text ids
+    the sort gives them (`keys.ids_at`), are cut into runs by a kernel; other text ids
     by a binary search for each of `rule_ids` (when every row's id is one of them) or else
     where each differs from the one before it."""
     rid = verdicts["rule_set_id"]
@@ -178,9 +178,7 @@ def rule_ids_as_codes(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.
         return verdicts
     assert rule_ids is not None
     first, end = runs
-    codes = pl.Series(np.repeat(np.arange(rule_ids.len(), dtype=np.uint32), end - first))
-    enum = rule_ids.cast(pl.Enum(rule_ids))
-    return verdicts.with_columns(enum.gather(codes).alias("rule_set_id"))
+    return verdicts.with_columns(repeated_ids(rule_ids, end - first))
 
 
 def _searched_starts(rid: pl.Series, rule_ids: pl.Series | None) -> np.ndarray | None:
