@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -165,7 +165,7 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
     start = 0
     try:
         for frame in (_arrow_batches(file.path, views, 0, None, batch_rows, cache) if views else
-                      _slices(file.path, footer.num_rows, batch_rows)
+                      _slices(file.path, slice_bounds(footer.row_groups, batch_rows))
                       if isinstance(file.path, Path)
                       and max(footer.row_groups, default=0) <= batch_rows else
                       _scan(file.path).collect_batches(chunk_size=batch_rows)):
@@ -187,27 +187,43 @@ SLICES_AHEAD = 2
 column on one core, so two at a time keep both of a small machine's cores reading."""
 
 
-def _slices(path: Path, rows: int, batch_rows: int) -> Iterator[pl.DataFrame]:
-    """A local file's rows `batch_rows` at a time, each slice read by a query of its own,
-    `SLICES_AHEAD` of them decoded at once and handed over in order: a bounded read-ahead.
-    `collect_batches` streams, but its engine decoded as fast as it could, far ahead of a
-    consumer that evaluates each batch, and all that memory was fresh pages
+def slice_bounds(row_groups: Sequence[int], batch_rows: int) -> list[tuple[int, int]]:
+    """(first row, rows) of each slice `_slices` reads: whole consecutive row groups, as many
+    as fit in `batch_rows` (a group larger than that on its own). A slice that ends inside a
+    row group makes polars decode that group's pages for the rows of the next slice too: with
+    1,000,000-row groups, slices of 2^20 rows decoded every group twice, in part."""
+    bounds: list[tuple[int, int]] = []
+    start = rows = 0
+    for group in row_groups:
+        if rows and rows + group > batch_rows:
+            bounds.append((start, rows))
+            start, rows = start + rows, 0
+        rows += group
+    if rows:
+        bounds.append((start, rows))
+    return bounds
+
+
+def _slices(path: Path, bounds: list[tuple[int, int]]) -> Iterator[pl.DataFrame]:
+    """A local file's rows slice by slice (`slice_bounds`), each slice read by a query of its
+    own, `SLICES_AHEAD` of them decoded at once and handed over in order: a bounded
+    read-ahead. `collect_batches` streams, but its engine decoded as fast as it could, far
+    ahead of a consumer that evaluates each batch, and all that memory was fresh pages
     (benchmarks/results). For files whose row groups are at most a batch: a slice of a
     larger group decodes more of it than it keeps."""
     scan = _scan(path)
-    step = max(1, min(batch_rows, rows))
-    if rows <= step:  # one slice (a rules table, a small file): no thread to start
-        yield scan.slice(0, step).collect()
+    if len(bounds) <= 1:  # one slice (a rules table, a small file): no thread to start
+        yield scan.slice(*bounds[0]).collect() if bounds else scan.collect()
         return
-    starts = iter(range(0, rows, step))
+    slices = iter(bounds)
     pool = ThreadPoolExecutor(max_workers=SLICES_AHEAD, thread_name_prefix="slices")
     try:
-        pending = [pool.submit(scan.slice(start, step).collect)
-                   for start in itertools.islice(starts, SLICES_AHEAD)]
+        pending = [pool.submit(scan.slice(*bound).collect)
+                   for bound in itertools.islice(slices, SLICES_AHEAD)]
         while pending:
             frame = pending.pop(0).result()
-            pending += [pool.submit(scan.slice(start, step).collect)
-                        for start in itertools.islice(starts, 1)]
+            pending += [pool.submit(scan.slice(*bound).collect)
+                        for bound in itertools.islice(slices, 1)]
             yield frame
     finally:  # left early or failed: the slices decoding are waited for, no more started
         pool.shutdown(wait=True, cancel_futures=True)
