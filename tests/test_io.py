@@ -1563,16 +1563,17 @@ def test_spill_write_failure_names_the_file(tmp_path):
 
 
 @pytest.mark.parametrize(("groups", "batch", "expected"), [
-    ([1000, 1000, 1000], 2048, [(0, 2000), (2000, 1000)]),  # never a slice across a group
-    ([3, 3, 3], 7, [(0, 6), (6, 3)]),
-    ([10, 2], 5, [(0, 10), (10, 2)]),  # a group larger than a batch: alone, whole
-    ([2, 0, 3], 5, [(0, 5)]),
-    ([5, 5], 5, [(0, 5), (5, 5)]),
+    ([1000, 1000, 1000], 2048, [(0, 2000, [0, 1]), (2000, 1000, [2])]),  # never across a group
+    ([3, 3, 3], 7, [(0, 6, [0, 1]), (6, 3, [2])]),
+    ([10, 2], 5, [(0, 10, [0]), (10, 2, [1])]),  # a group larger than a batch: alone, whole
+    ([2, 0, 3], 5, [(0, 5, [0, 1, 2])]),
+    ([5, 5], 5, [(0, 5, [0]), (5, 5, [1])]),
     ([0], 5, []),
     ([], 5, []),
 ])
 def test_slices_are_whole_row_groups_up_to_a_batch(groups, batch, expected):
-    assert readers.slice_bounds(groups, batch) == expected
+    assert [(s.start, s.rows, list(s.groups)) for s in readers.slice_bounds(groups, batch)
+            ] == expected
 
 
 @pytest.mark.parametrize("batch", [1, 4, 9, 10, 14, 100])
@@ -1580,16 +1581,29 @@ def test_parquet_batches_hold_whole_row_groups_in_order(tmp_path, batch):
     # Row groups of uneven sizes (as files written by different tools have): every row once,
     # in file order, numbered from 0; where no group is larger than a batch (read in slices),
     # each batch a run of whole groups of at most `batch` rows.
+    # Lists of integers are decoded by pyarrow, the other columns by polars: the frames are
+    # what polars' own reader makes of the whole file.
+    from polars.testing import assert_frame_equal
+
     sizes = [3, 1, 4, 1, 5, 9, 2, 6]
     path = tmp_path / "p.parquet"
-    with pq.ParquetWriter(path, pa.schema([("a", pa.int64())])) as writer:
+    schema = pa.schema([("name", pa.string()), ("heaps", pa.list_(pa.int16())),
+                        ("a", pa.int64()), ("moves", pa.large_list(pa.uint8()))])
+    with pq.ParquetWriter(path, schema) as writer:
         first = 0
         for size in sizes:
-            writer.write_table(pa.table({"a": list(range(first, first + size))}))
+            rows = range(first, first + size)
+            writer.write_table(pa.table({
+                "name": [None if i % 7 == 3 else f"n{i}" for i in rows],
+                "heaps": [None if i % 5 == 2 else [i, None][:1 + i % 2] * (i % 3) for i in rows],
+                "a": list(rows),
+                "moves": [[i % 256, 255] for i in rows]}, schema=schema))
             first += size
     assert [pq.ParquetFile(path).metadata.row_group(g).num_rows
             for g in range(len(sizes))] == sizes
+    assert readers.integer_lists(schema) == ["heaps", "moves"]
     batches = list(readers.iter_batches(path, batch))
+    assert_frame_equal(pl.concat([b.frame for b in batches]), pl.read_parquet(path))
     assert [x for b in batches for x in b.frame["a"].to_list()] == list(range(sum(sizes)))
     assert np.concatenate([b.row for b in batches]).tolist() == list(range(sum(sizes)))
     assert all(b.frame.height <= batch for b in batches)
@@ -2438,17 +2452,17 @@ def test_slices_come_in_order_two_decoding_at_once_and_no_thread_outlives_them(t
     frame = pl.DataFrame({"k": np.arange(70, dtype=np.int64),
                           "v": [f"x{i}" for i in range(70)]})
     frame.write_parquet(path, row_group_size=10)
-    slices = list(readers._slices(path, readers.slice_bounds([10] * 7, 10)))
+    slices = list(readers._slices(path, readers.slice_bounds([10] * 7, 10), []))
     assert [s.height for s in slices] == [10] * 7
     assert_frame_equal(pl.concat(slices), frame)
     assert _slices_threads() == []
 
-    early = readers._slices(path, readers.slice_bounds([10] * 7, 10))
+    early = readers._slices(path, readers.slice_bounds([10] * 7, 10), [])
     assert_frame_equal(next(early), frame.head(10))
     early.close()
     assert _slices_threads() == []
 
-    failing = readers._slices(path, readers.slice_bounds([10] * 7, 10))
+    failing = readers._slices(path, readers.slice_bounds([10] * 7, 10), [])
     got = [next(failing)]
     path.unlink()
     with pytest.raises(Exception):  # noqa: B017, PT011 - polars' own error for a lost file

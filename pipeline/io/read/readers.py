@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import polars as pl
@@ -165,7 +165,8 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
     start = 0
     try:
         for frame in (_arrow_batches(file.path, views, 0, None, batch_rows, cache) if views else
-                      _slices(file.path, slice_bounds(footer.row_groups, batch_rows))
+                      _slices(file.path, slice_bounds(footer.row_groups, batch_rows),
+                              integer_lists(schema))
                       if isinstance(file.path, Path)
                       and max(footer.row_groups, default=0) <= batch_rows else
                       _scan(file.path).collect_batches(chunk_size=batch_rows)):
@@ -187,46 +188,84 @@ SLICES_AHEAD = 2
 column on one core, so two at a time keep both of a small machine's cores reading."""
 
 
-def slice_bounds(row_groups: Sequence[int], batch_rows: int) -> list[tuple[int, int]]:
-    """(first row, rows) of each slice `_slices` reads: whole consecutive row groups, as many
-    as fit in `batch_rows` (a group larger than that on its own). A slice that ends inside a
-    row group makes polars decode that group's pages for the rows of the next slice too: with
+class Slice(NamedTuple):
+    """Rows `start` .. `start + rows` of a Parquet file: its row groups `groups`, whole."""
+
+    start: int
+    rows: int
+    groups: range
+
+
+def slice_bounds(row_groups: Sequence[int], batch_rows: int) -> list[Slice]:
+    """The slices `_slices` reads: whole consecutive row groups, as many as fit in
+    `batch_rows` (a group larger than that on its own). A slice that ends inside a row group
+    makes polars decode that group's pages for the rows of the next slice too: with
     1,000,000-row groups, slices of 2^20 rows decoded every group twice, in part."""
-    bounds: list[tuple[int, int]] = []
-    start = rows = 0
-    for group in row_groups:
-        if rows and rows + group > batch_rows:
-            bounds.append((start, rows))
-            start, rows = start + rows, 0
-        rows += group
+    slices: list[Slice] = []
+    start = rows = first = 0
+    for group, size in enumerate(row_groups):
+        if rows and rows + size > batch_rows:
+            slices.append(Slice(start, rows, range(first, group)))
+            start, rows, first = start + rows, 0, group
+        rows += size
     if rows:
-        bounds.append((start, rows))
-    return bounds
+        slices.append(Slice(start, rows, range(first, len(row_groups))))
+    return slices
 
 
-def _slices(path: Path, bounds: list[tuple[int, int]]) -> Iterator[pl.DataFrame]:
-    """A local file's rows slice by slice (`slice_bounds`), each slice read by a query of its
-    own, `SLICES_AHEAD` of them decoded at once and handed over in order: a bounded
-    read-ahead. `collect_batches` streams, but its engine decoded as fast as it could, far
-    ahead of a consumer that evaluates each batch, and all that memory was fresh pages
-    (benchmarks/results). For files whose row groups are at most a batch: a slice of a
+def integer_lists(schema: pa.Schema) -> list[str]:
+    """The columns of `schema` that are lists of integers (wide heaps, rules' moves), which
+    `_slices` has pyarrow decode: polars' decoder of nested columns takes more CPU
+    on them (docs/performance.md)."""
+    return [field.name for field in schema
+            if (pa.types.is_list(field.type) or pa.types.is_large_list(field.type))
+            and pa.types.is_integer(field.type.value_type)]
+
+
+def _slices(path: Path, slices: list[Slice], lists: list[str]) -> Iterator[pl.DataFrame]:
+    """A local file's rows slice by slice (`slice_bounds`), each slice read on its own
+    (`_read_slice`), `SLICES_AHEAD` of them decoded at once and handed over in order: a
+    bounded read-ahead. `collect_batches` streams, but its engine decoded as fast as it
+    could, far ahead of a consumer that evaluates each batch, and all that memory was fresh
+    pages (benchmarks/results). For files whose row groups are at most a batch: a slice of a
     larger group decodes more of it than it keeps."""
     scan = _scan(path)
-    if len(bounds) <= 1:  # one slice (a rules table, a small file): no thread to start
-        yield scan.slice(*bounds[0]).collect() if bounds else scan.collect()
+    if not slices:  # no rows: the file's columns, empty
+        yield scan.collect()
         return
-    slices = iter(bounds)
+    if len(slices) == 1:  # a rules table, a small file: no thread to start
+        yield _read_slice(scan, path, slices[0], lists)
+        return
+    pieces = iter(slices)
     pool = ThreadPoolExecutor(max_workers=SLICES_AHEAD, thread_name_prefix="slices")
     try:
-        pending = [pool.submit(scan.slice(*bound).collect)
-                   for bound in itertools.islice(slices, SLICES_AHEAD)]
+        pending = [pool.submit(_read_slice, scan, path, piece, lists)
+                   for piece in itertools.islice(pieces, SLICES_AHEAD)]
         while pending:
             frame = pending.pop(0).result()
-            pending += [pool.submit(scan.slice(*bound).collect)
-                        for bound in itertools.islice(slices, 1)]
+            pending += [pool.submit(_read_slice, scan, path, piece, lists)
+                        for piece in itertools.islice(pieces, 1)]
             yield frame
     finally:  # left early or failed: the slices decoding are waited for, no more started
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _read_slice(scan: pl.LazyFrame, path: Path, piece: Slice, lists: list[str]
+                ) -> pl.DataFrame:
+    """One slice's rows: the `lists` columns decoded by pyarrow (one thread), the others by
+    polars, in the file's column order."""
+    if not lists:
+        return scan.slice(piece.start, piece.rows).collect()
+    with pq.ParquetFile(path) as file:
+        names = file.schema_arrow.names
+        listed = pl.from_arrow(file.read_row_groups(list(piece.groups), columns=lists,
+                                                    use_threads=False))
+    assert isinstance(listed, pl.DataFrame)
+    rest = [name for name in names if name not in lists]
+    if not rest:
+        return listed
+    frame = scan.select(rest).slice(piece.start, piece.rows).collect()
+    return pl.concat([frame, listed], how="horizontal").select(names)
 
 
 def _scan(path: Source) -> pl.LazyFrame:
