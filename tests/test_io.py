@@ -1613,6 +1613,27 @@ def test_parquet_batches_hold_whole_row_groups_in_order(tmp_path, batch):
         assert len(batches) == len(readers.slice_bounds(sizes, batch))
 
 
+@pytest.mark.parametrize(("names", "table"), [
+    ("a struct and a dotted list", lambda h: {"a": pa.array([{"b": i} for i in range(4)]),
+                                              "a.b": h}),
+    ("an empty name", lambda h: {"": h, "id": list(range(4))}),
+    ("a star", lambda h: {"*": list(range(4)), "h": h}),
+    ("a regular expression", lambda h: {"^i.*$": list(range(4)), "id": list(range(4)), "h": h}),
+])
+def test_parquet_column_names_polars_or_pyarrow_would_widen_read_as_written(
+        tmp_path, names, table):
+    # Names that pyarrow takes as a path into a struct, or polars as a wildcard, a regular
+    # expression or a column to rename, never mix the two readers' columns: the file reads
+    # as polars reads it whole (a run then names the column it does not expect).
+    from polars.testing import assert_frame_equal
+
+    h = pa.array([[1, 2], None, [], [3]], pa.list_(pa.int32()))
+    path = tmp_path / "odd.parquet"
+    pq.write_table(pa.table(table(h)), path, row_group_size=2)
+    got = pl.concat([b.frame for b in readers.iter_batches(path, 2)])
+    assert_frame_equal(got, pl.read_parquet(path))
+
+
 # ---- CSV read as it streams ------------------------------------------------------------------
 
 

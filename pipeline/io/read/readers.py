@@ -1,5 +1,6 @@
-"""Reading input files: Parquet through polars' streaming reader, CSV through `csv_reader`,
-in batches or whole; what the footers say without reading rows."""
+"""Reading input files: Parquet through polars (a local file's lists of integers through
+pyarrow), CSV through `csv_reader`, in batches or whole; what the footers say without reading
+rows."""
 
 from __future__ import annotations
 
@@ -153,9 +154,11 @@ def _arrow_batches(path: Source, views: list[str], start: int, count: int | None
 
 def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
                      ) -> Iterator[RawTable]:
-    """polars' streaming reader (faster than pyarrow's iter_batches here), after pyarrow has
-    checked the footer so that a file that is not Parquet gets a plain message; a file with
-    list view columns, which polars cannot read, through pyarrow (`_arrow_batches`)."""
+    """A local file of row groups of at most a batch in slices of whole groups (`_slices`),
+    any other through polars' streaming reader (faster than pyarrow's iter_batches here),
+    after pyarrow has checked the footer so that a file that is not Parquet gets a plain
+    message; a file with list view columns, which polars cannot read, through pyarrow
+    (`_arrow_batches`)."""
     try:
         footer = parquet_footer(file.path, cache=cache)
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -184,8 +187,8 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
 
 
 SLICES_AHEAD = 2
-"""Slices of a local Parquet file decoded at once (`_slices`): polars decodes one slice's list
-column on one core, so two at a time keep both of a small machine's cores reading."""
+"""Slices of a local Parquet file decoded at once (`_slices`): one slice's list column is
+decoded on one core, so two at a time keep both of a small machine's cores reading."""
 
 
 class Slice(NamedTuple):
@@ -216,10 +219,19 @@ def slice_bounds(row_groups: Sequence[int], batch_rows: int) -> list[Slice]:
 def integer_lists(schema: pa.Schema) -> list[str]:
     """The columns of `schema` that are lists of integers (wide heaps, rules' moves), which
     `_slices` has pyarrow decode: polars' decoder of nested columns takes more CPU
-    on them (docs/performance.md)."""
+    on them (docs/performance.md). None when a column's name is one that pyarrow or polars
+    would take for more than that column (a dotted path, "*", a regular expression, empty,
+    repeated): such a file is read by polars alone, which names the problem as before."""
+    names = schema.names
+    if len(set(names)) != len(names) or not all(map(_plain_name, names)):
+        return []
     return [field.name for field in schema
             if (pa.types.is_list(field.type) or pa.types.is_large_list(field.type))
             and pa.types.is_integer(field.type.value_type)]
+
+
+def _plain_name(name: str) -> bool:
+    return bool(name) and "." not in name and name != "*" and not name.startswith("^")
 
 
 def _slices(path: Path, slices: list[Slice], lists: list[str]) -> Iterator[pl.DataFrame]:
@@ -265,6 +277,9 @@ def _read_slice(scan: pl.LazyFrame, path: Path, piece: Slice, lists: list[str]
     if not rest:
         return listed
     frame = scan.select(rest).slice(piece.start, piece.rows).collect()
+    if frame.height != listed.height:  # pl.concat would fill the shorter one with nulls
+        raise pa.ArrowInvalid(f"its columns gave {frame.height:,} and {listed.height:,} rows "
+                              "for the same row groups (changed while it was read?)")
     return pl.concat([frame, listed], how="horizontal").select(names)
 
 
