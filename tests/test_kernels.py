@@ -442,6 +442,95 @@ def test_counting_sort_in_chunks_per_thread_is_the_same_stable_sort(threads, in_
     assert np.array_equal(counts, np.bincount(bucket, minlength=51))
 
 
+def _cut(array: np.ndarray, cuts: list[int]) -> list[np.ndarray]:
+    """`array` in parts at the sorted positions `cuts` (empty parts where cuts repeat)."""
+    return np.split(array, sorted(c % (array.shape[0] + 1) for c in cuts))
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 5), st.integers(-3, 12)), max_size=200),
+       cuts=st.lists(st.integers(0, 200), max_size=5),
+       dest_type=st.sampled_from([np.int32, np.int64]))
+def test_counting_sort_of_parts_is_the_stable_sort_of_their_rows(rows, cuts, dest_type):
+    # The rows of parts one after another (some parts empty), against numpy's stable lexsort
+    # of the joined rows: keys out of order within buckets and repeated.
+    bucket = np.array([b for b, _ in rows], dtype=np.int32)
+    key = np.array([k for _, k in rows], dtype=np.int64)
+    dest = np.empty(len(rows), dest_type)
+    sorted_key, counts = kernels.counting_sort_parts(_cut(bucket, cuts), 6, _cut(key, cuts),
+                                                     dest)
+    order = np.lexsort((np.arange(len(rows)), key, bucket))
+    expected_dest = np.empty(len(rows), np.int64)
+    expected_dest[order] = np.arange(len(rows))
+    assert dest.tolist() == expected_dest.tolist()
+    assert sorted_key.tolist() == key[order].tolist()
+    assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(6)]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("in_order_within", [True, False])
+def test_counting_sort_of_parts_in_chunks_per_thread(threads, in_order_within):
+    """Parts whose edges fall anywhere in the threads' chunks (one part longer than a chunk,
+    short ones, an empty one), keys in order within buckets or not, against numpy."""
+    from pipeline.kernels.threads import get_num_threads, set_num_threads
+    rng = np.random.default_rng(10 + threads)
+    n = 300_001
+    bucket = rng.integers(0, 50, n).astype(np.int32)
+    bucket[bucket == 9] = 10  # 9: in no part
+    key = (np.arange(n, dtype=np.int64) // 3 if in_order_within
+           else rng.integers(-1000, 1000, n).astype(np.int64))
+    cuts = [7, 7, 65_536, 65_537, 99_999, 200_000, 299_999]
+    dest = np.empty(n, np.int32)
+    before = get_num_threads()
+    set_num_threads(threads)
+    try:
+        sorted_key, counts = kernels.counting_sort_parts(_cut(bucket, cuts), 51,
+                                                         _cut(key, cuts), dest)
+    finally:
+        set_num_threads(before)
+    order = np.lexsort((np.arange(n), key, bucket))
+    expected_dest = np.empty(n, np.int64)
+    expected_dest[order] = np.arange(n)
+    assert np.array_equal(dest, expected_dest)
+    assert np.array_equal(sorted_key, key[order])
+    assert np.array_equal(counts, np.bincount(bucket, minlength=51))
+
+
+def test_counting_sort_of_parts_refuses_parts_that_do_not_match():
+    one = [np.zeros(3, np.int32)]
+    with pytest.raises(ValueError, match="buckets and keys differ"):
+        kernels.counting_sort_parts(one, 1, [np.zeros(2, np.int64)], np.empty(3, np.int32))
+    with pytest.raises(ValueError, match="rows and dest differ"):
+        kernels.counting_sort_parts(one, 1, [np.zeros(3, np.int64)], np.empty(4, np.int32))
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), max_size=60))
+def test_adjacent_duplicates_flags_every_copy_of_a_repeated_key(keys):
+    keys = sorted(keys)
+    a = np.array([k for k, _ in keys], np.int64)
+    b = np.array([k for _, k in keys], np.int64)
+    expected = [keys.count(k) > 1 for k in keys]
+    assert kernels.adjacent_duplicates(a, b).tolist() == expected
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_adjacent_duplicates_on_threads_across_their_chunks(threads):
+    """Past the one-thread size, repeats at every chunk edge of 1-3 threads: numpy's count."""
+    from pipeline.kernels.threads import get_num_threads, set_num_threads
+    rng = np.random.default_rng(threads)
+    a = np.sort(rng.integers(0, 40_000, 300_000)).astype(np.int64)
+    b = np.zeros(a.shape[0], np.int64)
+    _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    before = get_num_threads()
+    set_num_threads(threads)
+    try:
+        got = kernels.adjacent_duplicates(a, b)
+    finally:
+        set_num_threads(before)
+    assert np.array_equal(got, counts[inverse] > 1)
+
+
 def test_counting_sort_of_rows_already_in_order_is_identity():
     bucket = np.repeat(np.arange(4, dtype=np.int32), 5)
     key = np.tile(np.arange(5, dtype=np.int64), 4)

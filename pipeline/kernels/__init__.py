@@ -44,6 +44,7 @@ from pipeline.kernels.lookups import (
 from pipeline.kernels.sorting import (
     adjacent_duplicates,
     counting_sort,
+    counting_sort_parts,
     fill_runs,
     in_key_order,
     is_identity,
@@ -71,7 +72,8 @@ from pipeline.kernels.threads import (
 __all__ = [
     "AHEAD_HEAPS", "AHEAD_ROWS", "BEYOND_TABLE", "CSV_IN_QUOTES", "KIND_HALF", "KIND_NIM",
     "KIND_SUBTRACTION",
-    "adjacent_duplicates", "counting_sort", "csv_records_part", "csv_scan", "csv_scan_part",
+    "adjacent_duplicates", "counting_sort", "counting_sort_parts", "csv_records_part",
+    "csv_scan", "csv_scan_part",
     "fill_runs", "get_num_threads", "half_sg",
     "heap_text_lists", "in_key_order", "int_text_values", "is_identity", "key_runs",
     "max_heap_per_table", "merge_int_runs", "merge_text_runs", "mix64", "nim_sums_wide",

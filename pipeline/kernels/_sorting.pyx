@@ -102,6 +102,158 @@ def counting_sort(const idx_t[::1] bucket, int64_t n_buckets, const any_int[::1]
         raise MemoryError()
 
 
+def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] dest,
+                        int64_t[::1] sorted_key, int64_t[::1] counts):
+    """`counting_sort` of the rows of several parts one after another (int32 buckets, int64
+    keys), read where they are: no joined copy of either."""
+    cdef Py_ssize_t parts = len(buckets)
+    cdef int64_t n = dest.shape[0]
+    cdef int64_t i, b, j, k, c, a, e, lo, hi, total
+    cdef int64_t* at
+    cdef const int32_t* bucket_of
+    cdef const int64_t* key_of
+    cdef const int32_t[::1] one_bucket
+    cdef const int64_t[::1] one_key
+    if len(keys) != parts or sorted_key.shape[0] != n or counts.shape[0] != n_buckets:
+        raise ValueError("counting_sort_parts: parts or outputs do not match")
+    cdef int64_t chunks = max(1, min(<int64_t>openmp.omp_get_max_threads(), n // 65536))
+    cdef int64_t* starts = <int64_t*>malloc((parts + 1) * sizeof(int64_t))
+    cdef const int32_t** bucket_parts = <const int32_t**>malloc(max(parts, 1) * sizeof(void*))
+    cdef const int64_t** key_parts = <const int64_t**>malloc(max(parts, 1) * sizeof(void*))
+    cdef int64_t* fill = <int64_t*>calloc(max(n_buckets, 1) * chunks, sizeof(int64_t))
+    if starts == NULL or bucket_parts == NULL or key_parts == NULL or fill == NULL:
+        free(starts)
+        free(bucket_parts)
+        free(key_parts)
+        free(fill)
+        raise MemoryError()
+    starts[0] = 0
+    try:
+        for k in range(parts):  # the lists hold the arrays: their buffers outlive this call
+            one_bucket = buckets[k]
+            one_key = keys[k]
+            if one_key.shape[0] != one_bucket.shape[0]:
+                raise ValueError("counting_sort_parts: a part's buckets and keys differ")
+            bucket_parts[k] = &one_bucket[0] if one_bucket.shape[0] else NULL
+            key_parts[k] = &one_key[0] if one_key.shape[0] else NULL
+            starts[k + 1] = starts[k] + one_bucket.shape[0]
+        if starts[parts] != n:
+            raise ValueError("counting_sort_parts: the parts' rows and dest differ")
+        with nogil:
+            for c in prange(chunks, schedule="static", num_threads=chunks):
+                at = fill + c * n_buckets
+                lo = n * c // chunks
+                hi = n * (c + 1) // chunks
+                k = 0
+                while k < parts and starts[k + 1] <= lo:
+                    k = k + 1
+                while k < parts and starts[k] < hi:
+                    a = max(lo, starts[k]) - starts[k]
+                    e = min(hi, starts[k + 1]) - starts[k]
+                    bucket_of = bucket_parts[k]
+                    for i in range(a, e):
+                        at[bucket_of[i]] += 1
+                    k = k + 1
+            total = 0
+            for b in range(n_buckets):
+                for c in range(chunks):
+                    j = fill[c * n_buckets + b]
+                    fill[c * n_buckets + b] = total
+                    total = total + j
+                counts[b] = total - fill[b]
+            for c in prange(chunks, schedule="static", num_threads=chunks):
+                at = fill + c * n_buckets
+                lo = n * c // chunks
+                hi = n * (c + 1) // chunks
+                k = 0
+                while k < parts and starts[k + 1] <= lo:
+                    k = k + 1
+                while k < parts and starts[k] < hi:
+                    a = max(lo, starts[k]) - starts[k]
+                    e = min(hi, starts[k + 1]) - starts[k]
+                    bucket_of = bucket_parts[k]
+                    key_of = key_parts[k]
+                    for i in range(a, e):
+                        b = bucket_of[i]
+                        j = at[b]
+                        dest[starts[k] + i] = <dest_t>j
+                        sorted_key[j] = key_of[i]
+                        at[b] = j + 1
+                    k = k + 1
+    finally:
+        free(starts)
+        free(bucket_parts)
+        free(key_parts)
+        free(fill)
+    if _sort_within_buckets(n, n_buckets, &dest[0] if n else NULL,
+                            &sorted_key[0] if n else NULL, &counts[0] if n_buckets else NULL) < 0:
+        raise MemoryError()
+
+
+cdef int _sort_within_buckets(int64_t n, int64_t n_buckets, dest_t* dest, int64_t* sorted_key,
+                              const int64_t* counts) noexcept nogil:
+    """After a stable scatter by bucket: each bucket whose keys are not ascending sorted
+    stably by key, moving its rows' destinations with them. Which buckets need it is found
+    on all threads; a bucket's rows sorted from a copy of its keys (no input key read
+    again). -1 when out of memory."""
+    cdef int64_t b, j, q, lo, hi, source, longest = 0, unsorted = 0
+    cdef int64_t* first = <int64_t*>malloc((max(n_buckets, 1) + 1) * sizeof(int64_t))
+    cdef uint8_t* out_of_order = <uint8_t*>calloc(max(n_buckets, 1), 1)
+    cdef int64_t* order = NULL  # the inverse of dest
+    cdef int64_t* segment = NULL
+    cdef int64_t* within = NULL
+    cdef int64_t* copied = NULL
+    cdef int status = 0
+    if first == NULL or out_of_order == NULL:
+        free(first)
+        free(out_of_order)
+        return -1
+    first[0] = 0
+    for b in range(n_buckets):
+        first[b + 1] = first[b] + counts[b]
+    for b in prange(n_buckets, schedule="dynamic", chunksize=16):
+        for j in range(first[b] + 1, first[b + 1]):
+            if sorted_key[j] < sorted_key[j - 1]:
+                out_of_order[b] = 1
+                break
+    for b in range(n_buckets):
+        if out_of_order[b]:
+            unsorted = unsorted + 1
+            longest = max(longest, counts[b])
+    if unsorted:
+        order = <int64_t*>malloc(max(n, 1) * sizeof(int64_t))
+        segment = <int64_t*>malloc(longest * sizeof(int64_t))
+        within = <int64_t*>malloc(longest * sizeof(int64_t))
+        copied = <int64_t*>malloc(longest * sizeof(int64_t))
+        if order == NULL or segment == NULL or within == NULL or copied == NULL:
+            status = -1
+        else:
+            for j in prange(n, schedule="static"):
+                order[dest[j]] = j
+            for b in range(n_buckets):
+                if not out_of_order[b]:
+                    continue
+                lo = first[b]
+                hi = first[b + 1]
+                for q in range(hi - lo):
+                    segment[q] = order[lo + q]
+                    copied[q] = sorted_key[lo + q]
+                if stable_argsort(copied, hi - lo, within) < 0:
+                    status = -1
+                    break
+                for q in range(hi - lo):
+                    source = segment[within[q]]
+                    dest[source] = <dest_t>(lo + q)
+                    sorted_key[lo + q] = copied[within[q]]
+    free(first)
+    free(out_of_order)
+    free(order)
+    free(segment)
+    free(within)
+    free(copied)
+    return status
+
+
 def scatter(const word_t[::1] values, const idx_t[::1] dest, word_t[::1] out):
     cdef Py_ssize_t i
     for i in prange(values.shape[0], nogil=True, schedule="static"):
@@ -573,14 +725,14 @@ def run_counts(const any_int[::1] ids, const nim_int[::1] nim):
 
 def adjacent_duplicates(const int64_t[::1] a, const int64_t[::1] b):
     cdef Py_ssize_t n = a.shape[0]
-    out_arr = np.zeros(n, np.bool_)
+    if b.shape[0] != n:
+        raise ValueError("adjacent_duplicates: the columns differ in length")
+    out_arr = np.empty(n, np.bool_)
     cdef uint8_t[::1] out = out_arr.view(np.uint8)
     cdef Py_ssize_t i
-    with nogil:
-        for i in range(1, n):
-            if a[i] == a[i - 1] and b[i] == b[i - 1]:
-                out[i] = 1
-                out[i - 1] = 1
+    for i in prange(n, nogil=True, schedule="static"):  # each row's own flag: no shared write
+        out[i] = ((i > 0 and a[i] == a[i - 1] and b[i] == b[i - 1])
+                  or (i + 1 < n and a[i] == a[i + 1] and b[i] == b[i + 1]))
     return out_arr
 
 

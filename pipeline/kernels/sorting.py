@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.kernels import _sorting
+from pipeline.kernels.threads import threads_for
 
 _INTS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8,
                                          np.uint16, np.uint32, np.uint64))
@@ -60,6 +61,18 @@ def counting_sort(bucket, n_buckets, key, dest):
     sorted_key = np.empty(key.shape[0], key.dtype)
     counts = np.zeros(int(n_buckets), np.int64)
     _sorting.counting_sort(_index(bucket), int(n_buckets), key, dest, sorted_key, counts)
+    return sorted_key, counts
+
+
+def counting_sort_parts(buckets, n_buckets, keys, dest):
+    """`counting_sort` of the rows of several parts one after another, each part's int32
+    buckets and int64 keys read where they are: no joined copy of either (a fresh array's
+    every page is a page fault). Returns (sorted key, rows per bucket)."""
+    buckets = [np.ascontiguousarray(b, np.int32) for b in buckets]
+    keys = [np.ascontiguousarray(k, np.int64) for k in keys]
+    sorted_key = np.empty(dest.shape[0], np.int64)
+    counts = np.zeros(int(n_buckets), np.int64)
+    _sorting.counting_sort_parts(buckets, keys, int(n_buckets), dest, sorted_key, counts)
     return sorted_key, counts
 
 
@@ -278,8 +291,11 @@ _NIM_TYPES = (np.uint8, np.uint16, np.uint32, np.int64)
 
 
 def adjacent_duplicates(a, b):
-    """Rows of key-sorted (a, b) whose key equals a neighbour's: all copies of a repeated key."""
-    return _sorting.adjacent_duplicates(_equal64(a), _equal64(b))
+    """Rows of key-sorted (a, b) whose key equals a neighbour's: all copies of a repeated key
+    (on all threads past `threads.PARALLEL_ROWS` rows)."""
+    a, b = _equal64(a), _equal64(b)
+    with threads_for(a.shape[0]):
+        return _sorting.adjacent_duplicates(a, b)
 
 
 def in_key_order(first, second):

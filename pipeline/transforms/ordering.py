@@ -211,14 +211,13 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         frames.clear()
         return (pl.DataFrame(columns), None,
                 _repeated_keys(bucket.to_numpy(), pid))
-    bucket = _concat(buckets).to_numpy()
-    pid = np.concatenate([p.to_numpy() for p in pids])
+    rows = sum(p.len() for p in pids)
+    dest = np.empty(rows, np.int32 if rows < 2**31 else np.int64)
+    with kernels.threads_for(rows):  # the parts read where they are, not joined first
+        sorted_pid, counts = kernels.counting_sort_parts(
+            [b.to_numpy() for b in buckets], rule_ids.len(), [p.to_numpy() for p in pids], dest)
     del buckets, pids
-    dest = np.empty(pid.shape[0], np.int32 if pid.shape[0] < 2**31 else np.int64)
-    with kernels.threads_for(pid.shape[0]):
-        sorted_pid, counts = kernels.counting_sort(bucket, rule_ids.len(), pid, dest)
-    spare = pid  # pid's pages are mapped: reuse them
-    del bucket
+    spare = np.empty(rows, np.int64)
     with kernels.threads_for(spare.shape[0]):
         kernels.fill_runs(spare, rule_ids.to_numpy() if rule_ids.dtype == pl.Int64
                           else np.arange(rule_ids.len(), dtype=np.int64), counts)
