@@ -457,9 +457,13 @@ def test_counting_sort_of_parts_is_the_stable_sort_of_their_rows(rows, cuts, des
     bucket = np.array([b for b, _ in rows], dtype=np.int32)
     key = np.array([k for _, k in rows], dtype=np.int64)
     dest = np.empty(len(rows), dest_type)
-    sorted_key, counts = kernels.counting_sort_parts(_cut(bucket, cuts), 6, _cut(key, cuts),
-                                                     dest)
+    sorted_key, counts, may_repeat = kernels.counting_sort_parts(
+        _cut(bucket, cuts), 6, _cut(key, cuts), dest)
     order = np.lexsort((np.arange(len(rows)), key, bucket))
+    if len(set(rows)) < len(rows):  # a repeat is never missed; none claimed in strict order
+        assert may_repeat
+    if all(a < b for a, b in zip(rows, rows[1:])):
+        assert not may_repeat
     expected_dest = np.empty(len(rows), np.int64)
     expected_dest[order] = np.arange(len(rows))
     assert dest.tolist() == expected_dest.tolist()
@@ -484,8 +488,8 @@ def test_counting_sort_of_parts_in_chunks_per_thread(threads, in_order_within):
     before = get_num_threads()
     set_num_threads(threads)
     try:
-        sorted_key, counts = kernels.counting_sort_parts(_cut(bucket, cuts), 51,
-                                                         _cut(key, cuts), dest)
+        sorted_key, counts, may_repeat = kernels.counting_sort_parts(
+            _cut(bucket, cuts), 51, _cut(key, cuts), dest)
     finally:
         set_num_threads(before)
     order = np.lexsort((np.arange(n), key, bucket))
@@ -494,6 +498,28 @@ def test_counting_sort_of_parts_in_chunks_per_thread(threads, in_order_within):
     assert np.array_equal(dest, expected_dest)
     assert np.array_equal(sorted_key, key[order])
     assert np.array_equal(counts, np.bincount(bucket, minlength=51))
+    assert may_repeat  # keys // 3 repeat within a bucket; random keys are out of order
+
+
+@pytest.mark.parametrize("repeat_at", [None, 0, 65_535, 299_949])
+def test_counting_sort_of_parts_says_whether_keys_may_repeat(repeat_at):
+    # Keys strictly ascending within every bucket (each rule set's ids as exported), on
+    # three threads, with one key given twice in the first, a middle or the last bucket.
+    from pipeline.kernels.threads import get_num_threads, set_num_threads
+    n = 300_000
+    bucket = (np.arange(n) % 50).astype(np.int32)
+    key = np.arange(n, dtype=np.int64)
+    if repeat_at is not None:
+        key[repeat_at + 50] = key[repeat_at]  # the same bucket's next row
+    before = get_num_threads()
+    set_num_threads(3)
+    try:
+        _, _, may_repeat = kernels.counting_sort_parts(
+            _cut(bucket, [1000, 70_000]), 50, _cut(key, [1000, 70_000]),
+            np.empty(n, np.int32))
+    finally:
+        set_num_threads(before)
+    assert may_repeat == (repeat_at is not None)
 
 
 def test_counting_sort_of_parts_refuses_parts_that_do_not_match():

@@ -105,10 +105,12 @@ def counting_sort(const idx_t[::1] bucket, int64_t n_buckets, const any_int[::1]
 def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] dest,
                         int64_t[::1] sorted_key, int64_t[::1] counts):
     """`counting_sort` of the rows of several parts one after another (int32 buckets, int64
-    keys), read where they are: no joined copy of either."""
+    keys), read where they are: no joined copy of either. Returns whether two rows may share
+    a (bucket, key): False when every bucket's keys were strictly ascending."""
     cdef Py_ssize_t parts = len(buckets)
     cdef int64_t n = dest.shape[0]
     cdef int64_t i, b, j, k, c, a, e, lo, hi, total
+    cdef int status
     cdef int64_t* at
     cdef const int32_t* bucket_of
     cdef const int64_t* key_of
@@ -185,9 +187,12 @@ def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] 
         free(bucket_parts)
         free(key_parts)
         free(fill)
-    if _sort_within_buckets(n, n_buckets, &dest[0] if n else NULL,
-                            &sorted_key[0] if n else NULL, &counts[0] if n_buckets else NULL) < 0:
+    status = _sort_within_buckets(n, n_buckets, &dest[0] if n else NULL,
+                                  &sorted_key[0] if n else NULL,
+                                  &counts[0] if n_buckets else NULL)
+    if status < 0:
         raise MemoryError()
+    return status == 1
 
 
 cdef int _sort_within_buckets(int64_t n, int64_t n_buckets, dest_t* dest, int64_t* sorted_key,
@@ -195,10 +200,11 @@ cdef int _sort_within_buckets(int64_t n, int64_t n_buckets, dest_t* dest, int64_
     """After a stable scatter by bucket: each bucket whose keys are not ascending sorted
     stably by key, moving its rows' destinations with them. Which buckets need it is found
     on all threads; a bucket's rows sorted from a copy of its keys (no input key read
-    again). -1 when out of memory."""
+    again). -1 when out of memory; else 1 when a bucket was sorted or holds a key twice
+    (rows may share a key), 0 when every bucket's keys were strictly ascending."""
     cdef int64_t b, j, q, lo, hi, source, longest = 0, unsorted = 0
     cdef int64_t* first = <int64_t*>malloc((max(n_buckets, 1) + 1) * sizeof(int64_t))
-    cdef uint8_t* out_of_order = <uint8_t*>calloc(max(n_buckets, 1), 1)
+    cdef uint8_t* out_of_order = <uint8_t*>calloc(max(n_buckets, 1), 1)  # 2: a key repeats
     cdef int64_t* order = NULL  # the inverse of dest
     cdef int64_t* segment = NULL
     cdef int64_t* within = NULL
@@ -216,8 +222,13 @@ cdef int _sort_within_buckets(int64_t n, int64_t n_buckets, dest_t* dest, int64_
             if sorted_key[j] < sorted_key[j - 1]:
                 out_of_order[b] = 1
                 break
+            if sorted_key[j] == sorted_key[j - 1]:
+                out_of_order[b] = 2  # stays 2 unless a later key is out of order
     for b in range(n_buckets):
-        if out_of_order[b]:
+        if out_of_order[b] == 2:
+            status = 1
+        elif out_of_order[b]:
+            status = 1
             unsorted = unsorted + 1
             longest = max(longest, counts[b])
     if unsorted:
@@ -231,7 +242,7 @@ cdef int _sort_within_buckets(int64_t n, int64_t n_buckets, dest_t* dest, int64_
             for j in prange(n, schedule="static"):
                 order[dest[j]] = j
             for b in range(n_buckets):
-                if not out_of_order[b]:
+                if out_of_order[b] != 1:
                     continue
                 lo = first[b]
                 hi = first[b + 1]

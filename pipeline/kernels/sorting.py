@@ -67,13 +67,16 @@ def counting_sort(bucket, n_buckets, key, dest):
 def counting_sort_parts(buckets, n_buckets, keys, dest):
     """`counting_sort` of the rows of several parts one after another, each part's int32
     buckets and int64 keys read where they are: no joined copy of either (a fresh array's
-    every page is a page fault). Returns (sorted key, rows per bucket)."""
+    every page is a page fault). Returns (sorted key, rows per bucket, whether two rows may
+    share a bucket and key: False when each bucket's keys came strictly ascending, as the
+    sort found them, so that no pass looks for repeats)."""
     buckets = [np.ascontiguousarray(b, np.int32) for b in buckets]
     keys = [np.ascontiguousarray(k, np.int64) for k in keys]
     sorted_key = np.empty(dest.shape[0], np.int64)
     counts = np.zeros(int(n_buckets), np.int64)
-    _sorting.counting_sort_parts(buckets, keys, int(n_buckets), dest, sorted_key, counts)
-    return sorted_key, counts
+    may_repeat = _sorting.counting_sort_parts(buckets, keys, int(n_buckets), dest, sorted_key,
+                                              counts)
+    return sorted_key, counts, may_repeat
 
 
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

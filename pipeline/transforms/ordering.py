@@ -214,14 +214,14 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
     rows = sum(p.len() for p in pids)
     dest = np.empty(rows, np.int32 if rows < 2**31 else np.int64)
     with kernels.threads_for(rows):  # the parts read where they are, not joined first
-        sorted_pid, counts = kernels.counting_sort_parts(
+        sorted_pid, counts, may_repeat = kernels.counting_sort_parts(
             [b.to_numpy() for b in buckets], rule_ids.len(), [p.to_numpy() for p in pids], dest)
     del buckets, pids
     spare = np.empty(rows, np.int64)
     with kernels.threads_for(spare.shape[0]):
         kernels.fill_runs(spare, rule_ids.to_numpy() if rule_ids.dtype == pl.Int64
                           else np.arange(rule_ids.len(), dtype=np.int64), counts)
-    repeated = _repeated_keys(spare, sorted_pid)
+    repeated = _repeated_keys(spare, sorted_pid) if may_repeat else np.zeros(rows, np.bool_)
     rule_set_id = (pl.Series("rule_set_id", spare).set_sorted() if rule_ids.dtype == pl.Int64
                    else keys.repeated_ids(rule_ids, counts))
     columns = {"rule_set_id": rule_set_id,
@@ -350,8 +350,9 @@ def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequ
     row numbers of `ordered` to it, or else `ordered` carries it as `_loc`. The result has no
     `_loc`. `repeated`: the rows whose key a neighbour has, when the sort found them already.
     """
-    if repeated is not None:
-        dup = pl.Series(repeated)
+    if repeated is not None:  # none repeated (the common case): no copy of the flags
+        dup = (pl.Series(repeated) if repeated.any()
+               else pl.zeros(ordered.height, pl.Boolean, eager=True))
     elif all(ordered[k].dtype == pl.Int64 and not ordered[k].null_count() for k in KEYS):
         dup = pl.Series(kernels.adjacent_duplicates(*(ordered[k].to_numpy() for k in KEYS)))
     else:
