@@ -528,6 +528,12 @@ def test_counting_sort_of_parts_refuses_parts_that_do_not_match():
         kernels.counting_sort_parts(one, 1, [np.zeros(2, np.int64)], np.empty(3, np.int32))
     with pytest.raises(ValueError, match="rows and dest differ"):
         kernels.counting_sort_parts(one, 1, [np.zeros(3, np.int64)], np.empty(4, np.int32))
+    for bucket in (-1, 1):  # n_buckets is 1: only bucket 0 exists
+        with pytest.raises(ValueError, match="a bucket outside 0 .. n_buckets - 1"):
+            kernels.counting_sort_parts([np.array([0, bucket, 0], np.int32)], 1,
+                                        [np.zeros(3, np.int64)], np.empty(3, np.int32))
+    with pytest.raises(TypeError, match="got uint64"):
+        kernels.counting_sort_parts(one, 1, [np.zeros(3, np.uint64)], np.empty(3, np.int32))
 
 
 @settings(max_examples=100, deadline=None)

@@ -123,11 +123,15 @@ def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] 
     cdef const int32_t** bucket_parts = <const int32_t**>malloc(max(parts, 1) * sizeof(void*))
     cdef const int64_t** key_parts = <const int64_t**>malloc(max(parts, 1) * sizeof(void*))
     cdef int64_t* fill = <int64_t*>calloc(max(n_buckets, 1) * chunks, sizeof(int64_t))
-    if starts == NULL or bucket_parts == NULL or key_parts == NULL or fill == NULL:
+    cdef uint8_t* outside = <uint8_t*>calloc(chunks, 1)  # per chunk: a bucket out of range
+    cdef int failed = 0
+    if (starts == NULL or bucket_parts == NULL or key_parts == NULL or fill == NULL
+            or outside == NULL):
         free(starts)
         free(bucket_parts)
         free(key_parts)
         free(fill)
+        free(outside)
         raise MemoryError()
     starts[0] = 0
     try:
@@ -154,8 +158,18 @@ def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] 
                     e = min(hi, starts[k + 1]) - starts[k]
                     bucket_of = bucket_parts[k]
                     for i in range(a, e):
-                        at[bucket_of[i]] += 1
+                        b = bucket_of[i]
+                        if b < 0 or b >= n_buckets:
+                            outside[c] = 1
+                        else:
+                            at[b] += 1
                     k = k + 1
+            for c in range(chunks):
+                if outside[c]:
+                    failed = 1
+        if failed:
+            raise ValueError("counting_sort_parts: a bucket outside 0 .. n_buckets - 1")
+        with nogil:
             total = 0
             for b in range(n_buckets):
                 for c in range(chunks):
@@ -187,9 +201,12 @@ def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] 
         free(bucket_parts)
         free(key_parts)
         free(fill)
-    status = _sort_within_buckets(n, n_buckets, &dest[0] if n else NULL,
-                                  &sorted_key[0] if n else NULL,
-                                  &counts[0] if n_buckets else NULL)
+        free(outside)
+    cdef dest_t* dest_at = &dest[0] if n else NULL
+    cdef int64_t* key_at = &sorted_key[0] if n else NULL
+    cdef int64_t* counts_at = &counts[0] if n_buckets else NULL
+    with nogil:
+        status = _sort_within_buckets(n, n_buckets, dest_at, key_at, counts_at)
     if status < 0:
         raise MemoryError()
     return status == 1

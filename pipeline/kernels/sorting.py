@@ -64,14 +64,22 @@ def counting_sort(bucket, n_buckets, key, dest):
     return sorted_key, counts
 
 
+def _signed(a) -> np.ndarray:
+    """An integer array whose values int64 holds as they are (no uint64, no floats)."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or a.dtype == np.uint64:
+        raise TypeError(f"integers that int64 holds expected, got {a.dtype}")
+    return a
+
+
 def counting_sort_parts(buckets, n_buckets, keys, dest):
     """`counting_sort` of the rows of several parts one after another, each part's int32
     buckets and int64 keys read where they are: no joined copy of either (a fresh array's
     every page is a page fault). Returns (sorted key, rows per bucket, whether two rows may
     share a bucket and key: False when each bucket's keys came strictly ascending, as the
     sort found them, so that no pass looks for repeats)."""
-    buckets = [np.ascontiguousarray(b, np.int32) for b in buckets]
-    keys = [np.ascontiguousarray(k, np.int64) for k in keys]
+    buckets = [np.ascontiguousarray(_signed(b), np.int32) for b in buckets]
+    keys = [np.ascontiguousarray(_signed(k), np.int64) for k in keys]
     sorted_key = np.empty(dest.shape[0], np.int64)
     counts = np.zeros(int(n_buckets), np.int64)
     may_repeat = _sorting.counting_sort_parts(buckets, keys, int(n_buckets), dest, sorted_key,
