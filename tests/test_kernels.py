@@ -7,7 +7,9 @@ naive first-repeating-window period, and a half closed form checked against brut
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from functools import cache
 
 import numpy as np
@@ -413,13 +415,35 @@ def test_counting_sort_is_a_stable_sort_by_bucket_then_key(rows, bucket_type, de
     assert kernels.is_identity(dest) == (order.tolist() == list(range(len(rows))))
 
 
+@contextlib.contextmanager
+def _on_threads(threads: int) -> Iterator[None]:
+    """The kernels called in the block run on `threads` threads."""
+    from pipeline.kernels.threads import get_num_threads, set_num_threads
+    before = get_num_threads()
+    set_num_threads(threads)
+    try:
+        yield
+    finally:
+        set_num_threads(before)
+
+
+def _check_stable_sort(bucket: np.ndarray, key: np.ndarray, n_buckets: int, dest: np.ndarray,
+                       sorted_key: np.ndarray, counts: np.ndarray) -> None:
+    """A counting sort's outputs against numpy's stable lexsort of (bucket, key)."""
+    order = np.lexsort((np.arange(key.shape[0]), key, bucket))
+    expected_dest = np.empty(key.shape[0], np.int64)
+    expected_dest[order] = np.arange(key.shape[0])
+    assert np.array_equal(dest, expected_dest)
+    assert np.array_equal(sorted_key, key[order])
+    assert np.array_equal(counts, np.bincount(bucket, minlength=n_buckets))
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("in_order_within", [True, False])
 def test_counting_sort_in_chunks_per_thread_is_the_same_stable_sort(threads, in_order_within):
     """Past 64Ki rows a chunk per thread counts and scatters its own rows; numpy's stable
     lexsort is the reference, with keys ascending within buckets (exports) or not, and with
     buckets that only one chunk holds or none."""
-    from pipeline.kernels.threads import get_num_threads, set_num_threads
     rng = np.random.default_rng(threads)
     n = 300_001
     bucket = rng.integers(0, 50, n).astype(np.int32)
@@ -428,18 +452,9 @@ def test_counting_sort_in_chunks_per_thread_is_the_same_stable_sort(threads, in_
     key = (np.arange(n, dtype=np.int64) // 3 if in_order_within
            else rng.integers(-1000, 1000, n).astype(np.int64))
     dest = np.empty(n, np.int64)
-    before = get_num_threads()
-    set_num_threads(threads)
-    try:
+    with _on_threads(threads):
         sorted_key, counts = kernels.counting_sort(bucket, 51, key, dest)
-    finally:
-        set_num_threads(before)
-    order = np.lexsort((np.arange(n), key, bucket))
-    expected_dest = np.empty(n, np.int64)
-    expected_dest[order] = np.arange(n)
-    assert np.array_equal(dest, expected_dest)
-    assert np.array_equal(sorted_key, key[order])
-    assert np.array_equal(counts, np.bincount(bucket, minlength=51))
+    _check_stable_sort(bucket, key, 51, dest, sorted_key, counts)
 
 
 def _cut(array: np.ndarray, cuts: list[int]) -> list[np.ndarray]:
@@ -459,16 +474,11 @@ def test_counting_sort_of_parts_is_the_stable_sort_of_their_rows(rows, cuts, des
     dest = np.empty(len(rows), dest_type)
     sorted_key, counts, may_repeat = kernels.counting_sort_parts(
         _cut(bucket, cuts), 6, _cut(key, cuts), dest)
-    order = np.lexsort((np.arange(len(rows)), key, bucket))
+    _check_stable_sort(bucket, key, 6, dest, sorted_key, counts)
     if len(set(rows)) < len(rows):  # a repeat is never missed; none claimed in strict order
         assert may_repeat
     if all(a < b for a, b in zip(rows, rows[1:])):
         assert not may_repeat
-    expected_dest = np.empty(len(rows), np.int64)
-    expected_dest[order] = np.arange(len(rows))
-    assert dest.tolist() == expected_dest.tolist()
-    assert sorted_key.tolist() == key[order].tolist()
-    assert counts.tolist() == [sum(1 for b, _ in rows if b == c) for c in range(6)]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -476,7 +486,6 @@ def test_counting_sort_of_parts_is_the_stable_sort_of_their_rows(rows, cuts, des
 def test_counting_sort_of_parts_in_chunks_per_thread(threads, in_order_within):
     """Parts whose edges fall anywhere in the threads' chunks (one part longer than a chunk,
     short ones, an empty one), keys in order within buckets or not, against numpy."""
-    from pipeline.kernels.threads import get_num_threads, set_num_threads
     rng = np.random.default_rng(10 + threads)
     n = 300_001
     bucket = rng.integers(0, 50, n).astype(np.int32)
@@ -485,19 +494,10 @@ def test_counting_sort_of_parts_in_chunks_per_thread(threads, in_order_within):
            else rng.integers(-1000, 1000, n).astype(np.int64))
     cuts = [7, 7, 65_536, 65_537, 99_999, 200_000, 299_999]
     dest = np.empty(n, np.int32)
-    before = get_num_threads()
-    set_num_threads(threads)
-    try:
+    with _on_threads(threads):
         sorted_key, counts, may_repeat = kernels.counting_sort_parts(
             _cut(bucket, cuts), 51, _cut(key, cuts), dest)
-    finally:
-        set_num_threads(before)
-    order = np.lexsort((np.arange(n), key, bucket))
-    expected_dest = np.empty(n, np.int64)
-    expected_dest[order] = np.arange(n)
-    assert np.array_equal(dest, expected_dest)
-    assert np.array_equal(sorted_key, key[order])
-    assert np.array_equal(counts, np.bincount(bucket, minlength=51))
+    _check_stable_sort(bucket, key, 51, dest, sorted_key, counts)
     assert may_repeat  # keys // 3 repeat within a bucket; random keys are out of order
 
 
@@ -505,20 +505,15 @@ def test_counting_sort_of_parts_in_chunks_per_thread(threads, in_order_within):
 def test_counting_sort_of_parts_says_whether_keys_may_repeat(repeat_at):
     # Keys strictly ascending within every bucket (each rule set's ids as exported), on
     # three threads, with one key given twice in the first, a middle or the last bucket.
-    from pipeline.kernels.threads import get_num_threads, set_num_threads
     n = 300_000
     bucket = (np.arange(n) % 50).astype(np.int32)
     key = np.arange(n, dtype=np.int64)
     if repeat_at is not None:
         key[repeat_at + 50] = key[repeat_at]  # the same bucket's next row
-    before = get_num_threads()
-    set_num_threads(3)
-    try:
+    with _on_threads(3):
         _, _, may_repeat = kernels.counting_sort_parts(
             _cut(bucket, [1000, 70_000]), 50, _cut(key, [1000, 70_000]),
             np.empty(n, np.int32))
-    finally:
-        set_num_threads(before)
     assert may_repeat == (repeat_at is not None)
 
 
@@ -549,17 +544,12 @@ def test_adjacent_duplicates_flags_every_copy_of_a_repeated_key(keys):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_adjacent_duplicates_on_threads_across_their_chunks(threads):
     """Past the one-thread size, repeats at every chunk edge of 1-3 threads: numpy's count."""
-    from pipeline.kernels.threads import get_num_threads, set_num_threads
     rng = np.random.default_rng(threads)
     a = np.sort(rng.integers(0, 40_000, 300_000)).astype(np.int64)
     b = np.zeros(a.shape[0], np.int64)
     _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
-    before = get_num_threads()
-    set_num_threads(threads)
-    try:
+    with _on_threads(threads):
         got = kernels.adjacent_duplicates(a, b)
-    finally:
-        set_num_threads(before)
     assert np.array_equal(got, counts[inverse] > 1)
 
 

@@ -150,9 +150,7 @@ def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] 
                 at = fill + c * n_buckets
                 lo = n * c // chunks
                 hi = n * (c + 1) // chunks
-                k = 0
-                while k < parts and starts[k + 1] <= lo:
-                    k = k + 1
+                k = _part_at(starts, parts, lo)
                 while k < parts and starts[k] < hi:
                     a = max(lo, starts[k]) - starts[k]
                     e = min(hi, starts[k + 1]) - starts[k]
@@ -181,9 +179,7 @@ def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] 
                 at = fill + c * n_buckets
                 lo = n * c // chunks
                 hi = n * (c + 1) // chunks
-                k = 0
-                while k < parts and starts[k + 1] <= lo:
-                    k = k + 1
+                k = _part_at(starts, parts, lo)
                 while k < parts and starts[k] < hi:
                     a = max(lo, starts[k]) - starts[k]
                     e = min(hi, starts[k + 1]) - starts[k]
@@ -210,6 +206,15 @@ def counting_sort_parts(list buckets, list keys, int64_t n_buckets, dest_t[::1] 
     if status < 0:
         raise MemoryError()
     return status == 1
+
+
+cdef inline int64_t _part_at(const int64_t* starts, int64_t parts, int64_t row) noexcept nogil:
+    """The part that holds row `row` of the parts one after another (`starts`: each part's
+    first row, then the total); `parts` when past the end."""
+    cdef int64_t k = 0
+    while k < parts and starts[k + 1] <= row:
+        k = k + 1
+    return k
 
 
 cdef int _sort_within_buckets(int64_t n, int64_t n_buckets, dest_t* dest, int64_t* sorted_key,
