@@ -217,12 +217,15 @@ def _counting_sorted(frames: list[pl.DataFrame], rule_ids: pl.Series
         sorted_pid, counts, may_repeat = kernels.counting_sort_parts(
             [b.to_numpy() for b in buckets], rule_ids.len(), [p.to_numpy() for p in pids], dest)
     del buckets, pids
-    spare = np.empty(rows, np.int64)
-    with kernels.threads_for(spare.shape[0]):
-        kernels.fill_runs(spare, rule_ids.to_numpy() if rule_ids.dtype == pl.Int64
-                          else np.arange(rule_ids.len(), dtype=np.int64), counts)
-    repeated = _repeated_keys(spare, sorted_pid) if may_repeat else np.zeros(rows, np.bool_)
-    rule_set_id = (pl.Series("rule_set_id", spare).set_sorted() if rule_ids.dtype == pl.Int64
+    ranks = None  # each row's rule id (integer ids) or rank, where a column or a pass needs it
+    if rule_ids.dtype == pl.Int64 or may_repeat:
+        ranks = np.empty(rows, np.int64)
+        with kernels.threads_for(rows):
+            kernels.fill_runs(ranks, rule_ids.to_numpy() if rule_ids.dtype == pl.Int64
+                              else np.arange(rule_ids.len(), dtype=np.int64), counts)
+    repeated = (_repeated_keys(ranks, sorted_pid) if ranks is not None and may_repeat
+                else np.zeros(rows, np.bool_))
+    rule_set_id = (pl.Series("rule_set_id", ranks).set_sorted() if rule_ids.dtype == pl.Int64
                    else keys.repeated_ids(rule_ids, counts))
     columns = {"rule_set_id": rule_set_id,
                "position_id": pl.Series("position_id", sorted_pid)}

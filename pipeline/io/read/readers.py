@@ -265,13 +265,18 @@ def _slices(path: Path, slices: list[Slice], lists: list[str]) -> Iterator[pl.Da
 def _read_slice(scan: pl.LazyFrame, path: Path, piece: Slice, lists: list[str]
                 ) -> pl.DataFrame:
     """One slice's rows: the `lists` columns decoded by pyarrow (one thread), the others by
-    polars, in the file's column order."""
+    polars, in the file's column order. Rows pyarrow cannot decode (a damaged page) are read
+    by polars alone, whose error names the problem as for any other column, and as the Spark
+    engine's tasks, which read with polars, name it."""
     if not lists:
         return scan.slice(piece.start, piece.rows).collect()
-    with pq.ParquetFile(path) as file:
-        names = file.schema_arrow.names
-        listed = pl.from_arrow(file.read_row_groups(list(piece.groups), columns=lists,
-                                                    use_threads=False))
+    try:
+        with pq.ParquetFile(path) as file:
+            names = file.schema_arrow.names
+            listed = pl.from_arrow(file.read_row_groups(list(piece.groups), columns=lists,
+                                                        use_threads=False))
+    except (pa.ArrowException, OSError):
+        return scan.slice(piece.start, piece.rows).collect()
     assert isinstance(listed, pl.DataFrame)
     rest = [name for name in names if name not in lists]
     if not rest:
