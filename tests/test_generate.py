@@ -334,6 +334,7 @@ def test_out_of_memory_is_one_line_exit_1_and_leaves_nothing(tmp_path: Path) -> 
     """A process whose address space is full (RLIMIT_AS, set 64 MiB above what it maps once
     warmed up) cannot draw a chunk of 10 million heaps: one line, exit 1, no staging left
     (it was `internal error: MemoryError`)."""
+    import os
     import subprocess
     import sys
 
@@ -345,8 +346,13 @@ def test_out_of_memory_is_one_line_exit_1_and_leaves_nothing(tmp_path: Path) -> 
         "resource.setrlimit(resource.RLIMIT_AS, (size + (64 << 20),) * 2)\n"
         "sys.argv = ['snim-batch', 'generate', '--out', 'big', '--positions', '1000000', "
         "'--heaps', '10']\nmain()\n")
+    # One malloc arena: a thread that meets another in malloc after the limit is set would
+    # otherwise reserve an arena of its own (64 MiB of address space, the whole headroom), and
+    # the next allocation to fail could be a new thread's or polars' (which abort the process)
+    # rather than the chunk of heaps this test draws: 2 of 60 copies run at once did so.
+    env = {**os.environ, "MALLOC_ARENA_MAX": "1"}
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
     assert (done.returncode, done.stderr) == (
         1, "snim-batch: error: out of memory; nothing was written (give the process more "
            "memory, or the job less work at once)\n")
