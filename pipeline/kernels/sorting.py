@@ -51,16 +51,13 @@ def _equal64(a) -> np.ndarray:
 def counting_sort(bucket, n_buckets, key, dest):
     """Sort rows by (bucket, key), stably: a counting sort on the dense bucket
     (0 <= bucket < n_buckets), then a merge sort of any bucket whose keys are not already
-    ascending, so input in key order within each bucket costs O(n).
+    ascending, so input in key order within each bucket costs O(n). `counting_sort_parts`
+    of one part (int32 buckets, integer keys int64 holds).
 
     Fills `dest` (int32 or int64, int32 will do below 2^31 rows): row i goes to position
-    dest[i]. Returns (sorted key, rows per bucket). The passes read rows in order and write
-    n_buckets sequential streams, which caches well.
+    dest[i]. Returns (sorted key, rows per bucket).
     """
-    key = _key(key)
-    sorted_key = np.empty(key.shape[0], key.dtype)
-    counts = np.zeros(int(n_buckets), np.int64)
-    _sorting.counting_sort(_index(bucket), int(n_buckets), key, dest, sorted_key, counts)
+    sorted_key, counts, _ = counting_sort_parts([bucket], n_buckets, [key], dest)
     return sorted_key, counts
 
 

@@ -472,11 +472,11 @@ def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
     frames.clear()
     n = bucket.shape[0]
     if pids[0].dtype == pl.Int64:
-        pid = np.concatenate([p.to_numpy() for p in pids])
-        del pids
         dest = np.empty(n, np.int32 if n < 2**31 else np.int64)
-        sorted_pid, counts = kernels.counting_sort(bucket, n_buckets, pid, dest)
-        del pid, bucket
+        with kernels.threads_for(n):  # the ids read where they are, not joined first
+            sorted_pid, counts, _ = kernels.counting_sort_parts(
+                [bucket], n_buckets, [p.to_numpy() for p in pids], dest)
+        del pids, bucket
         with kernels.threads_for(n):
             order = kernels.scatter(np.arange(n, dtype=dest.dtype), dest)
         del dest
