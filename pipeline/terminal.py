@@ -499,14 +499,12 @@ def stdin_bytes() -> bytes | memoryview:
     return sys.stdin.buffer.read()
 
 
-PROCESS_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
-                    "_RJEM_MALLOC_CONF": "thp:always"}
+PROCESS_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 """The environment the executable sets before its imports, unless the user set these. Thread
 pools the job has no use for kept from spinning: numpy's OpenBLAS pool (never called) spins
 at start, and the kernels' OpenMP workers spin between parallel regions on the cores polars
-reads with. Polars' allocator (jemalloc) backs its heap with transparent huge pages where the
-kernel offers them on request (`madvise`): far fewer page faults for the memory a run touches
-first (docs/performance.md)."""
+reads with. Polars' allocator keeps its own default pages: asked to use huge pages
+(`thp:always`), it spent more on faulting them in than it saved (docs/performance.md)."""
 
 
 def set_process_defaults() -> None:
