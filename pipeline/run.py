@@ -257,8 +257,6 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
                                                           config.columns, form)
             verdict_counts, rejected_by_rule = evaluation.counts()
             summary = outputs.summary_rows(index, verdict_counts, rejected_by_rule)
-            sg_tables = outputs.sg_table_rows(rules, distinct, cache.reported(), index,
-                                              outputs.run_key_type(index, verdict_counts))
             first_rows = list(evaluation.first_rejects(rule_rejects, PROBLEMS_SHOWN)
                               .iter_rows(named=True))
             problems = [problem_text(row) for row in first_rows]
@@ -282,6 +280,9 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
             return outcome  # nothing is written: no manifest, no checksum to wait for
         with phase("write"):
             evaluation.write(rule_rejects, staging)
+            # after the verdicts: the period probe (`report_meanwhile`) runs while they are written
+            sg_tables = outputs.sg_table_rows(rules, distinct, cache.reported(), index,
+                                              outputs.run_key_type(index, verdict_counts))
             commit.write_parquet(sg_tables, staging / "sg_tables.parquet")
             commit.write_parquet(summary, staging / "summary.parquet")
         outcome = replace(outcome, by_reason_code=counts_by_reason_code(
