@@ -57,9 +57,6 @@ INT, TEXT, BY_VALUES = "int", "text", "by values"
 PROCESS_BYTES = 200 << 20
 BATCHES_IN_FLIGHT = 4
 BATCH_COPIES = 2
-# Wide Parquet: the pages pyarrow's pool keeps of the lists of integers it decoded
-# (`readers._slices`), for the slices after (calibration: docs/performance.md).
-DECODE_POOL_BYTES = 256 << 20
 # A verdict: held, its rule set rank, integer position id and nim-sum (13-16 bytes), and at
 # the final sort the arrays beside them (buckets, destinations, the sorted columns, the rule
 # ids restored): about 56 bytes a position in all (calibration: docs/performance.md). Long
@@ -564,8 +561,6 @@ def _memory(positions: PositionsPlan, tables: TablesPlan, config: Config) -> Mem
     """Estimated peak memory of the polars engine's run (see the model's constants)."""
     batches = (BATCHES_IN_FLIGHT * BATCH_COPIES * min(positions.rows, BATCH_ROWS)
                * positions.row_bytes)
-    if positions.form == "wide" and any(f.format == "parquet" for f in positions.files):
-        batches += DECODE_POOL_BYTES
     verdict = (VERDICT_BYTES + (TEXT_ID_BYTES if positions.position_id_type != INT else 0)
                + (TEXT_RULE_ID_BYTES if positions.rule_set_id_type != INT else 0)
                + (WINNING_MOVE_BYTES if config.winning_moves else 0))

@@ -1,6 +1,5 @@
-"""Reading input files: Parquet through polars (a local file's lists of integers through
-pyarrow), CSV through `csv_reader`, in batches or whole; what the footers say without reading
-rows."""
+"""Reading input files: Parquet through polars, CSV through `csv_reader`, in batches or
+whole; what the footers say without reading rows."""
 
 from __future__ import annotations
 
@@ -168,8 +167,7 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
     start = 0
     try:
         for frame in (_arrow_batches(file.path, views, 0, None, batch_rows, cache) if views else
-                      _slices(file.path, slice_bounds(footer.row_groups, batch_rows),
-                              integer_lists(schema))
+                      _slices(file.path, slice_bounds(footer.row_groups, batch_rows))
                       if isinstance(file.path, Path)
                       and max(footer.row_groups, default=0) <= batch_rows else
                       _scan(file.path).collect_batches(chunk_size=batch_rows)):
@@ -187,8 +185,8 @@ def _parquet_batches(file: InputFile, batch_rows: int, cache: RunCache | None
 
 
 SLICES_AHEAD = 2
-"""Slices of a local Parquet file decoded at once (`_slices`): one slice's list column is
-decoded on one core, so two at a time keep both of a small machine's cores reading."""
+"""Slices of a local Parquet file decoded at once (`_slices`): polars decodes one slice's list
+column on one core, so two at a time keep both of a small machine's cores reading."""
 
 
 class Slice(NamedTuple):
@@ -216,27 +214,9 @@ def slice_bounds(row_groups: Sequence[int], batch_rows: int) -> list[Slice]:
     return slices
 
 
-def integer_lists(schema: pa.Schema) -> list[str]:
-    """The columns of `schema` that are lists of integers (wide heaps, rules' moves), which
-    `_slices` has pyarrow decode: polars' decoder of nested columns takes more CPU
-    on them (docs/performance.md). None when a column's name is one that pyarrow or polars
-    would take for more than that column (a dotted path, "*", a regular expression, empty,
-    repeated): such a file is read by polars alone, which names the problem as before."""
-    names = schema.names
-    if len(set(names)) != len(names) or not all(map(_plain_name, names)):
-        return []
-    return [field.name for field in schema
-            if (pa.types.is_list(field.type) or pa.types.is_large_list(field.type))
-            and pa.types.is_integer(field.type.value_type)]
-
-
-def _plain_name(name: str) -> bool:
-    return bool(name) and "." not in name and name != "*" and not name.startswith("^")
-
-
-def _slices(path: Path, slices: list[Slice], lists: list[str]) -> Iterator[pl.DataFrame]:
-    """A local file's rows slice by slice (`slice_bounds`), each slice read on its own
-    (`_read_slice`), `SLICES_AHEAD` of them decoded at once and handed over in order: a
+def _slices(path: Path, slices: list[Slice]) -> Iterator[pl.DataFrame]:
+    """A local file's rows slice by slice (`slice_bounds`), each slice read on its own by
+    polars, `SLICES_AHEAD` of them decoded at once and handed over in order: a
     bounded read-ahead. `collect_batches` streams, but its engine decoded as fast as it
     could, far ahead of a consumer that evaluates each batch, and all that memory was fresh
     pages (benchmarks/results). For files whose row groups are at most a batch: a slice of a
@@ -246,46 +226,24 @@ def _slices(path: Path, slices: list[Slice], lists: list[str]) -> Iterator[pl.Da
         yield scan.collect()
         return
     if len(slices) == 1:  # a rules table, a small file: no thread to start
-        yield _read_slice(scan, path, slices[0], lists)
+        yield _read_slice(scan, slices[0])
         return
     pieces = iter(slices)
     pool = ThreadPoolExecutor(max_workers=SLICES_AHEAD, thread_name_prefix="slices")
     try:
-        pending = [pool.submit(_read_slice, scan, path, piece, lists)
+        pending = [pool.submit(_read_slice, scan, piece)
                    for piece in itertools.islice(pieces, SLICES_AHEAD)]
         while pending:
             frame = pending.pop(0).result()
-            pending += [pool.submit(_read_slice, scan, path, piece, lists)
+            pending += [pool.submit(_read_slice, scan, piece)
                         for piece in itertools.islice(pieces, 1)]
             yield frame
     finally:  # left early or failed: the slices decoding are waited for, no more started
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _read_slice(scan: pl.LazyFrame, path: Path, piece: Slice, lists: list[str]
-                ) -> pl.DataFrame:
-    """One slice's rows: the `lists` columns decoded by pyarrow (one thread), the others by
-    polars, in the file's column order. Rows pyarrow cannot decode (a damaged page) are read
-    by polars alone, whose error names the problem as for any other column, and as the Spark
-    engine's tasks, which read with polars, name it."""
-    if not lists:
-        return scan.slice(piece.start, piece.rows).collect()
-    try:
-        with pq.ParquetFile(path) as file:
-            names = file.schema_arrow.names
-            listed = pl.from_arrow(file.read_row_groups(list(piece.groups), columns=lists,
-                                                        use_threads=False))
-    except (pa.ArrowException, OSError):
-        return scan.slice(piece.start, piece.rows).collect()
-    assert isinstance(listed, pl.DataFrame)
-    rest = [name for name in names if name not in lists]
-    if not rest:
-        return listed
-    frame = scan.select(rest).slice(piece.start, piece.rows).collect()
-    if frame.height != listed.height:  # pl.concat would fill the shorter one with nulls
-        raise pa.ArrowInvalid(f"its columns gave {frame.height:,} and {listed.height:,} rows "
-                              "for the same row groups (changed while it was read?)")
-    return pl.concat([frame, listed], how="horizontal").select(names)
+def _read_slice(scan: pl.LazyFrame, piece: Slice) -> pl.DataFrame:
+    return scan.slice(piece.start, piece.rows).collect()
 
 
 def _scan(path: Source) -> pl.LazyFrame:
