@@ -62,9 +62,9 @@ def counting_sort(bucket, n_buckets, key, dest):
 
 
 def _signed(a) -> np.ndarray:
-    """An integer array whose values int64 holds as they are (no uint64, no floats)."""
-    a = np.asarray(a)
-    if a.dtype.kind not in "iu" or a.dtype == np.uint64:
+    """`_key`s whose values int64 holds as they are (no uint64)."""
+    a = _key(a)
+    if a.dtype == np.uint64:
         raise TypeError(f"integers that int64 holds expected, got {a.dtype}")
     return a
 
