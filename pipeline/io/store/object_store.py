@@ -161,6 +161,16 @@ def retries(text: str, name: str = "max_retries") -> int:
     return int(value)
 
 
+def retry_seconds(lowered: Mapping[str, str]) -> float:
+    """How long a request's retries may take (`lowered`: options with lower-case names):
+    retry_timeout, or nothing once max_retries is 0: a user who asks for no retries is not
+    kept waiting for them."""
+    if not retries(lowered.get("max_retries", CLIENT_DEFAULTS["max_retries"])):
+        return 0.0
+    return seconds(lowered.get("retry_timeout", CLIENT_DEFAULTS["retry_timeout"]),
+                   "retry_timeout")
+
+
 def endpoint_problem(url: str, name: str) -> None:
     """ConfigError unless `url` is a server's http(s):// URL (host, optional port and path;
     no user name or password, which the clients would take for a host, and no query)."""
@@ -270,8 +280,7 @@ def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
     timeout = seconds(lowered["timeout"], "timeout")
     connect = seconds(lowered["connect_timeout"], "connect_timeout")
     attempts = retries(lowered["max_retries"]) + 1
-    retrying = seconds(lowered.get("retry_timeout", CLIENT_DEFAULTS["retry_timeout"]),
-                       "retry_timeout")
+    retrying = retry_seconds(lowered)
     if scheme == "s3":
         endpoint = s3_endpoint(lowered)
         return fs.S3FileSystem(
@@ -289,7 +298,8 @@ def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
             retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=attempts))
     if scheme == "gs":
         # pyarrow's GCS client takes one bound: the time it retries a request for (in whole
-        # seconds), which is what retry_timeout promises
+        # seconds), which is what retry_timeout promises; at least 1 s, as with a window of
+        # 0 its retry loop would end before the first attempt
         base = _first(lowered, "gcs_base_url", "google_base_url", "endpoint")
         where = _server(base) if base else {}
         return fs.GcsFileSystem(
@@ -464,15 +474,15 @@ def _endpoint_shown(location: Location) -> str:
 
 def answered(location: Location, request: Callable[[], Any], doing: str = "reading") -> Any:
     """request() to the store of `location`; for gs:// and az:// within the bound its
-    options promise (connect_timeout + timeout + retry_timeout), else a StoreError: pyarrow's
-    GCS and Azure clients take no request timeout, and wait minutes on an endpoint that
-    accepts connections and never answers. The request then goes on in a daemon thread,
+    options promise (connect_timeout + timeout + `retry_seconds`), else a StoreError:
+    pyarrow's GCS and Azure clients take no request timeout, and wait minutes on an endpoint
+    that accepts connections and never answers. The request then goes on in a daemon thread,
     which the process does not wait for."""
     if location.scheme not in ("gs", "az"):
         return request()
     limits = {**CLIENT_DEFAULTS, **{k.lower(): v for k, v in location.options}}
     bound_s = sum(seconds(limits[name], name)
-                  for name in ("connect_timeout", "timeout", "retry_timeout"))
+                  for name in ("connect_timeout", "timeout")) + retry_seconds(limits)
     outcome: list[tuple[bool, Any]] = []
     done = threading.Event()
 
