@@ -9,6 +9,7 @@ import copy
 import errno
 import inspect
 import logging
+import os
 import re
 import signal
 import sys
@@ -26,6 +27,7 @@ from typer.core import TyperGroup
 from pipeline.errors import (
     EXIT_FAILED,
     EXIT_REJECTS,
+    EXIT_USAGE,
     BadRowsError,
     CommitOutcomeUnknown,
     RuleError,
@@ -120,7 +122,6 @@ _ASKED_LOG_FORMAT = "snim_batch.log_format"  # the command line's, in click's `C
 def _log_format_in(args: list[str]) -> str:
     """The log format a command line asks for, read before click parses it: its last
     `--log-format` (the group's or the command's), else the environment's."""
-    import os
 
     asked = os.environ.get(LOG_FORMAT_ENV, "text")
     for at, arg in enumerate(args):
@@ -671,11 +672,35 @@ def _check_result_file(path: Path) -> None:
     refuse_inside_snim_output(path, shown, "--result-file")
 
 
+def _forget_refused_runs_result(args: list[str]) -> None:
+    """A `run` command line the parser refused (a flag it does not know, a bad value) writes
+    no result: the one an earlier run left at its --result-file (or SNIM_BATCH_RESULT_FILE)
+    is removed, as the run would have removed it, where the run would have accepted that
+    file (`_check_result_file`), so that a scheduler finds no result rather than an old one.
+    The arguments are read as far as that needs: the parser has refused them."""
+    if "run" not in args:
+        return
+    named = os.environ.get("SNIM_BATCH_RESULT_FILE")
+    for flag, value in zip(args, [*args[1:], None]):
+        if flag == "--result-file" and value is not None:
+            named = value
+        elif flag.startswith("--result-file="):
+            named = flag.partition("=")[2]
+    if not named:
+        return
+    try:
+        _check_result_file(Path(named))
+    except (UsageError, OSError):
+        return
+    from pipeline.results import forget_earlier_result
+
+    forget_earlier_result(Path(named))
+
+
 def _check_result_outside(path: Path, out: object) -> None:
     """--result-file must not be the run's local output or inside it (however either is
     written: links followed), once the settings say where that is: its manifest would not
     list the file, and the next --overwrite would refuse to replace the output."""
-    import os
 
     if not isinstance(out, Path):
         return
@@ -692,7 +717,6 @@ def _check_result_not_an_input(path: Path, cfg: Any) -> None:
     file (or the file a link among them points to), or a file an input directory or glob
     would take, now or the next night once the result is there. The result would replace it
     (a failed run's too), and the next night would read JSON."""
-    import os
 
     from pipeline.errors import SnimError
     from pipeline.io.inputs.discovery import resolve_inputs, takes_by_name
@@ -1189,7 +1213,6 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
     command (benchmarks/results). By then every output is closed; worker threads are joined and the
     log flushed here, through public calls. A process that loaded Spark exits normally, so
     that pyspark's exit handlers stop the JVM it started."""
-    import os
     import threading
 
     set_process_defaults()  # done by the executable already; `python -m pipeline.cli` too
@@ -1214,7 +1237,8 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
             default_stop_signals()
     except KeyboardInterrupt as exc:  # outside any command's handling (typer's set-up)
         code, late = 128 + (exc.signum if isinstance(exc, Stopped) else signal.SIGINT), ended
-    drop_held_stops()  # no command began (--help, a refused flag): the line's exit code
+    if drop_held_stops() and code == EXIT_USAGE:  # a refused command line: no result
+        _forget_refused_runs_result(sys.argv[1:])
     if code == 130 and STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
         code = 128 + STOPPED_BY[0]
     if code in (130, *(128 + s for s in STOPPED_BY)) and not (late or _INTERRUPT_SAID):

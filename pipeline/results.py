@@ -98,6 +98,24 @@ def claim_result_file(path: Path) -> None:
             path.unlink()
 
 
+def forget_earlier_result(path: Path, most_bytes: int = 1 << 26) -> None:
+    """Remove the run result an earlier run left at `path`, for a `run` command line refused
+    before the run began: it writes no result, and a scheduler that reads `path` must find
+    none rather than the night before's. Only a regular file that holds a run result (the
+    schema's first fields) is removed; any other file stays, as does what cannot be read."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > most_bytes:
+            return
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return
+    if isinstance(document, dict) and {"schema_version", "status", "exit_code"} <= document.keys():
+        from contextlib import suppress
+
+        with suppress(OSError):
+            path.unlink()
+
+
 STALE_TEMPORARY_S = 60.0
 """A temporary's age before a dead process's is removed: a live writer in another process
 namespace (a container sharing the volume) looks dead here, and holds its for milliseconds."""

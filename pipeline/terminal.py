@@ -739,13 +739,16 @@ def take_stops() -> None:
             _stop(_HELD.pop(), None)
 
 
-def drop_held_stops() -> None:
-    """The command line was only read (`--help`, `--version`, a refused flag), no command
-    began to take a stop kept meanwhile: it is dropped, and the exit code is the line's."""
+def drop_held_stops() -> bool:
+    """If the command line was only read (`--help`, `--version`, a refused flag), no command
+    began to take a stop kept meanwhile: it is dropped, and the exit code is the line's.
+    Whether that was so: stops were still held, no command took them."""
+    only_read = bool(_HOLDING)
     _HOLDING.clear()
     if _HELD:
         signal.setitimer(signal.ITIMER_REAL, 0)
         _HELD.clear()
+    return only_read
 
 
 def keep_signals() -> None:

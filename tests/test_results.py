@@ -239,6 +239,50 @@ def test_a_result_file_in_a_missing_directory_is_exit_2_before_any_work(job: Pat
     assert not (job / "out").exists()
 
 
+@pytest.mark.parametrize(("named", "refused"), [
+    (["--result-file", "r.json"], ["--bogus"]),
+    (["--result-file=r.json"], ["--engine", "flink"]),
+    ([], ["--max-rejected-rows"]),  # SNIM_BATCH_RESULT_FILE; an option without its value
+])
+def test_a_refused_command_line_leaves_no_earlier_result(job: Path, named: list[str],
+                                                         refused: list[str]) -> None:
+    """A run line the parser refuses writes no result (exit 2, the parser's message): the
+    result the night before left is removed, so that a scheduler reading the file finds none
+    rather than an old success."""
+    env = {} if named else {"SNIM_BATCH_RESULT_FILE": "r.json"}
+    assert snim([*RUN, *named], job, env).returncode == 0
+    assert valid(json.loads((job / "r.json").read_text()))["status"] == "succeeded"
+    proc = snim([*RUN, "--overwrite", *named, *refused], job, env)
+    assert proc.returncode == 2, proc.stderr
+    assert "Error:" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (job / "r.json").exists()
+    assert sorted(p.name for p in job.iterdir()) == ["out", "positions.csv", "rules.csv"]
+
+
+@pytest.mark.parametrize("content", ["rule_set_id,kind,moves\n1,,1 2\n", '{"a": 1}\n',
+                                     '{"schema_version": 1, "status": "succeeded"\n'])
+def test_a_refused_command_line_keeps_a_file_that_is_no_result(job: Path, content: str
+                                                                ) -> None:
+    (job / "r.json").write_text(content)
+    proc = snim([*RUN, "--result-file", "r.json", "--bogus"], job)
+    assert proc.returncode == 2, proc.stderr
+    assert (job / "r.json").read_text() == content
+
+
+def test_a_refused_command_line_keeps_a_result_the_run_would_not_write_there(job: Path
+                                                                              ) -> None:
+    """Inside a snim-batch output (where the run refuses a --result-file), and for another
+    command than run, the file stays."""
+    assert snim([*RUN, "--result-file", "r.json"], job).returncode == 0
+    inside = job / "out" / "r.json"
+    inside.write_bytes((job / "r.json").read_bytes())
+    assert snim([*RUN, "--result-file", str(inside), "--bogus"], job).returncode == 2
+    assert snim(["explain", *RUN[1:], "--result-file", "r.json", "--bogus"], job
+                ).returncode == 2
+    assert snim([*RUN, "--result-file", "r.json", "--help"], job).returncode == 0
+    assert inside.exists() and (job / "r.json").exists()
+
+
 # ---- settings: environment variables, config files --------------------------------------------
 
 
