@@ -122,7 +122,6 @@ _ASKED_LOG_FORMAT = "snim_batch.log_format"  # the command line's, in click's `C
 def _log_format_in(args: list[str]) -> str:
     """The log format a command line asks for, read before click parses it: its last
     `--log-format` (the group's or the command's), else the environment's."""
-
     asked = os.environ.get(LOG_FORMAT_ENV, "text")
     for at, arg in enumerate(args):
         if arg == "--":
@@ -701,7 +700,6 @@ def _check_result_outside(path: Path, out: object) -> None:
     """--result-file must not be the run's local output or inside it (however either is
     written: links followed), once the settings say where that is: its manifest would not
     list the file, and the next --overwrite would refuse to replace the output."""
-
     if not isinstance(out, Path):
         return
     where = Path(os.path.realpath(path.absolute().parent)) / path.name
@@ -717,7 +715,6 @@ def _check_result_not_an_input(path: Path, cfg: Any) -> None:
     file (or the file a link among them points to), or a file an input directory or glob
     would take, now or the next night once the result is there. The result would replace it
     (a failed run's too), and the next night would read JSON."""
-
     from pipeline.errors import SnimError
     from pipeline.io.inputs.discovery import resolve_inputs, takes_by_name
     from pipeline.io.store.locations import Location
