@@ -197,8 +197,8 @@ def heap_text_lists(text):
             if f > 0:
                 at += f
             counts[i + 1] = at
-    if 2 * at < values_arr.shape[0]:  # not the room's untouched rest kept by the column
-        return found_arr, counts_arr, values_arr[:at].copy()
+    # the room past `at` was never touched, so holds no memory: a copy of the heaps out of it
+    # would only cost fresh pages and their zeroing
     return found_arr, counts_arr, values_arr[:at]
 
 
