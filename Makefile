@@ -12,11 +12,12 @@ KERNELS    := $(VENV)/.kernels
 PYX        := $(wildcard pipeline/*/*.pyx)
 KERNEL_SOURCES := $(PYX) $(wildcard pipeline/kernels/*.pxi pipeline/kernels/*.h)
 BYTECODE   := $(VENV)/.bytecode
+SPARK_CLASSES := $(VENV)/spark-classes.jsa
 PY_SOURCES := $(shell find pipeline -name '*.py')
 
 .PHONY: run test test-fast lint docs bench clean clean-cache setup setup-run
 
-setup: $(TEST_STAMP) $(KERNELS) $(BYTECODE)
+setup: $(TEST_STAMP) $(KERNELS) $(BYTECODE) $(SPARK_CLASSES)
 
 setup-run: $(RUN_STAMP) $(KERNELS) $(BYTECODE)
 
@@ -47,6 +48,11 @@ $(KERNELS): $(KERNEL_SOURCES) | $(BIN)/python
 $(BYTECODE): $(PY_SOURCES) | $(BIN)/python
 	$(BIN)/python -m compileall -q pipeline
 	touch $@
+
+# the classes a Spark run loads, archived once per install for the tests' JVMs to start from
+# (tests/spark_class_archive.py: much of a short Spark run's CPU is its JVM's start)
+$(SPARK_CLASSES): $(TEST_STAMP) | $(KERNELS) $(BYTECODE)
+	$(BIN)/python tests/spark_class_archive.py $@
 
 run: setup-run
 	$(BIN)/snim-batch run --config config.yaml --overwrite

@@ -2,13 +2,15 @@
 
 Nothing here imports `pipeline`: expected values come from exhaustive game-tree search, naive mex
 tabulation, a naive first-repeating-window period search and closed forms checked against them.
-Also: running commands on a small real file system (`on_small_disk`).
+Also: running commands on a small real file system (`on_small_disk`), and the JVM options of
+every Spark JVM the tests start (`SPARK_CLASSES`).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,6 +20,18 @@ from pathlib import Path
 import polars as pl
 import pytest
 from s3_server import MotoServer
+
+# ---- the tests' Spark JVMs ------------------------------------------------------------------
+
+# The class archive `make test` built (tests/spark_class_archive.py) and the JIT's first tier
+# only: the tests' JVMs are short-lived, so start-up, not peak speed, is what they spend their
+# CPU on. Drivers and Connect servers (spark-submit) and standalone Masters and Workers read
+# these; a JVM whose classpath the archive does not match starts without it, as before.
+SPARK_CLASSES = Path(sys.prefix) / "spark-classes.jsa"
+if SPARK_CLASSES.exists():
+    for _var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+        os.environ.setdefault(_var, f"-XX:SharedArchiveFile={SPARK_CLASSES} -Xshare:auto "
+                                    "-XX:TieredStopAtLevel=1")
 
 # ---- the game, by definition ----------------------------------------------------------------
 
@@ -202,8 +216,6 @@ CLASSIC_SAMPLE = """2 2 5
 
 def invoke(args, where: Path) -> tuple[int, str]:
     """`snim-batch ARGS` in-process from directory `where`: (exit code, stderr)."""
-    import os
-
     from typer.testing import CliRunner
 
     from pipeline.cli import app
