@@ -40,6 +40,15 @@ def build(archive: Path) -> None:
         partial.unlink(missing_ok=True)
         sys.exit(f"spark_class_archive: the sample run through spark-submit exited "
                  f"{done.returncode} without an archive:\n{done.stderr[-3000:]}")
+    # a cut or damaged archive crashes every JVM given it (SIGBUS), so one is tried first
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else "java"  # the one Spark starts
+    tried = subprocess.run([java, f"-XX:SharedArchiveFile={partial}", "-Xshare:auto",
+                            "-version"], capture_output=True, text=True, timeout=120)
+    if tried.returncode != 0:
+        partial.unlink(missing_ok=True)
+        sys.exit(f"spark_class_archive: a JVM given the archive exited {tried.returncode}:\n"
+                 f"{tried.stdout[-2000:]}{tried.stderr[-2000:]}")
     os.replace(partial, archive)
 
 
