@@ -26,12 +26,13 @@ from s3_server import MotoServer
 # The class archive `make test` built (tests/spark_class_archive.py) and the JIT's first tier
 # only: the tests' JVMs are short-lived, so start-up, not peak speed, is what they spend their
 # CPU on. Drivers and Connect servers (spark-submit) and standalone Masters and Workers read
-# these; a JVM whose classpath the archive does not match starts without it, as before.
+# these; a JVM whose classpath the archive does not match (a jar put before Spark's) starts
+# without it, as before, and without printing so on stdout (`-Xlog:cds*=off`).
 SPARK_CLASSES = Path(sys.prefix) / "spark-classes.jsa"
 if SPARK_CLASSES.exists():
     for _var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
         os.environ.setdefault(_var, f"-XX:SharedArchiveFile={SPARK_CLASSES} -Xshare:auto "
-                                    "-XX:TieredStopAtLevel=1")
+                                    "-Xlog:cds*=off -XX:TieredStopAtLevel=1")
 
 # ---- the game, by definition ----------------------------------------------------------------
 
