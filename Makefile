@@ -61,8 +61,8 @@ run: setup-run
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-# the quick loop: no slow tests, no Spark (make test runs everything)
-test-fast: setup
+# the quick loop: no slow tests, no Spark (make test runs everything), so no Spark class archive
+test-fast: $(TEST_STAMP) $(KERNELS) $(BYTECODE)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m 'not slow and not spark'
 
 lint: setup
