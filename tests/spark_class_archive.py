@@ -24,8 +24,11 @@ from spark_servers import ROOT, spark_bin, spark_env
 
 def build(archive: Path) -> None:
     """One spark-submit of the CLI on the bundled sample, dumping its classes at exit; the
-    archive appears whole (renamed into place) or not at all."""
-    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    archive appears whole (renamed into place) or not at all. One partial name: a build
+    killed before the rename leaves its partial for the next build to replace, not to add
+    to (a few hundred MB each)."""
+    partial = archive.with_name(f"{archive.name}.partial")
+    partial.unlink(missing_ok=True)
     sample = ROOT / "data" / "sample"
     with tempfile.TemporaryDirectory(prefix="snim-batch-cds-") as work:
         done = subprocess.run(
