@@ -261,12 +261,14 @@ def local_as_hdfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def hdfs_run(jar: Path, where: Path, rules: Path, positions: str, out: Path
              ) -> subprocess.CompletedProcess[str]:
-    """The CLI in a new process (a JVM with the test file system on its classpath)."""
+    """The CLI in a new process (a JVM with the test file system on its classpath: after
+    Spark's jars, by SPARK_DIST_CLASSPATH, so that the JVM starts from the tests' class
+    archive, whose classpath must begin its own; docs/spark.md's `spark.driver.extraClassPath`
+    puts it first, and has its own test)."""
     config = where / "hdfs.yaml"
-    config.write_text(f"""spark:
+    config.write_text("""spark:
   master: local[1]
   conf:
-    spark.driver.extraClassPath: {jar}
     spark.hadoop.fs.hdfs.impl: snimtest.LocalAsHdfs
     spark.ui.enabled: "false"
 """)
@@ -275,8 +277,8 @@ def hdfs_run(jar: Path, where: Path, rules: Path, positions: str, out: Path
         [sys.executable, "-m", "pipeline.cli", "run", "--config", str(config), "--engine",
          "spark", "--winning-moves", "--rules", str(rules), "--positions", positions,
          "--out", str(out)],
-        cwd=where, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
-        text=True, timeout=600)
+        cwd=where, env={**os.environ, "PYTHONPATH": str(root), "SPARK_DIST_CLASSPATH": str(jar)},
+        capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
