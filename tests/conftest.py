@@ -26,8 +26,9 @@ from s3_server import MotoServer
 # The class archive `make test` built (tests/spark_class_archive.py) and the JIT's first tier
 # only: the tests' JVMs are short-lived, so start-up, not peak speed, is what they spend their
 # CPU on. Drivers and Connect servers (spark-submit) and standalone Masters and Workers read
-# these; a JVM whose classpath the archive does not match (a jar put before Spark's) starts
-# without it, as before, and without printing so on stdout (`-Xlog:cds*=off`).
+# these (and a Worker's executors: tests/spark_servers.py); a JVM whose classpath the archive
+# does not match (a jar put before Spark's) starts without it, as before, and without
+# printing so on stdout (`-Xlog:cds*=off`).
 SPARK_CLASSES = Path(sys.prefix) / "spark-classes.jsa"
 if SPARK_CLASSES.exists():
     for _var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):

@@ -86,6 +86,14 @@ class Server:
             self.proc.wait(timeout)
 
 
+def _executor_options(env: dict[str, str]) -> dict[str, str]:
+    """The Worker's daemon JVM options (the tests' class archive, tests/conftest.py) for the
+    executors it starts too: they inherit its environment, and the `java` launcher reads
+    JDK_JAVA_OPTIONS (noting so on their stderr, which goes to their log in the work dir)."""
+    options = env.get("SPARK_DAEMON_JAVA_OPTS")
+    return {"JDK_JAVA_OPTIONS": options} if options and "JDK_JAVA_OPTIONS" not in env else {}
+
+
 class StandaloneCluster:
     """A standalone Master and one Worker (`cores`, `memory`: 1 core, 1 GiB unless told) on
     127.0.0.1, web UIs on free ports."""
@@ -111,7 +119,7 @@ class StandaloneCluster:
                  "--cores", str(self.cores), "--memory", self.memory,
                  "--webui-port", str(self.worker_ui_port),
                  "--work-dir", str(self.work_dir), self.url],
-                self.where / "worker.log", env))
+                self.where / "worker.log", {**env, **_executor_options(env)}))
             wait_until(lambda: bool(self.state().get("aliveworkers")), self.servers,
                        "Spark worker registration")
         except BaseException:
