@@ -25,8 +25,8 @@ MODULES = ["pipeline.kernels._tabulation", "pipeline.kernels._lookups",
            "pipeline.kernels._csv_walk", "pipeline.kernels._threads",
            "pipeline.classic._classic"]
 
-# Cython's translations and gcc's compilations, one per module, on every core: each module is
-# built on its own, and the largest takes most of the build
+# Cython's translations and gcc's compilations on every core the build may use, one module
+# each (the modules are independent of each other)
 JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 setup(ext_modules=cythonize([extension(m) for m in MODULES if os.path.exists(
