@@ -287,7 +287,7 @@ CASES = [
     Case("rules-duplicate-id-different-moves", "rules", "1,,2 6", _rule(1, None, [2, 6]),
          (1, None), "moves", r"rule_set_id 1 .*defined 2 different ways", rule_id=1),
     Case("rules-duplicate-id-different-kind", "rules", "1,nim,", _rule(1, "nim", None),
-         (1, None), "moves|kind", r"rule_set_id 1 .*different", rule_id=1),
+         (1, None), "kind", r"rule_set_id 1 .*different", rule_id=1),
     Case("rules-empty-move-element", "rules", '7,,"2,,5"', None, (7, None), "moves",
          r"move at index 1 is empty in '2,,5'", rule_id=7),
     Case("rules-trailing-comma-in-moves", "rules", '7,,"[2, 5,]"', None, (7, None), "moves",

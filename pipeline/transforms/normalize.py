@@ -152,6 +152,7 @@ def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.len().alias("n"),
              pl.col("_reason").is_not_null().any().alias("any_bad"),
              pl.struct("kind", "moves").n_unique().alias("variants"),
+             pl.col("kind").n_unique().alias("kinds"),
              where.head(_LISTED_ROWS).alias("rows"))
         .filter(pl.col("n") > 1)
     )
@@ -172,7 +173,9 @@ def reject_duplicate_rules(rules: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.format("rule_set_id {} is given {} times, and a rule_set_id is unique "
                              "({})", rid, pl.col("n"), rows))
         .alias("clash"),
-        pl.when(pl.col("any_bad") | (pl.col("variants") > 1)).then(pl.lit("moves"))
+        # the column that differs: kind where the definitions' kinds do, else moves
+        pl.when(~pl.col("any_bad") & (pl.col("kinds") > 1)).then(pl.lit("kind"))
+        .when(pl.col("any_bad") | (pl.col("variants") > 1)).then(pl.lit("moves"))
         .otherwise(pl.lit("rule_set_id")).alias("clash_column"))
     return (
         rules.join(clash, on="rule_set_id", how="left", nulls_equal=False, maintain_order="left")
