@@ -574,20 +574,27 @@ def run(
     """
     known: dict[str, str | None] = {"out": None, "config_file": None}
 
-    def reported(error: BaseException, message: str, code: int) -> None:
-        from pipeline.results import FAILED, STOPPED, error_fields, result_document
+    def reported_to(path: Path | None) -> Reported:
+        """The failed or stopped run's result, to `path` and with --json on stdout."""
+        def reported(error: BaseException, message: str, code: int) -> None:
+            from pipeline.results import FAILED, STOPPED, error_fields, result_document
 
-        status = STOPPED if isinstance(error, KeyboardInterrupt) else FAILED
-        document = result_document(status, code, error=error_fields(error, message), **known)
-        problem = _result(document, result_file, json_result)
-        if problem is not None:  # the exit code stays the run's
-            _err(problem)
+            status = STOPPED if isinstance(error, KeyboardInterrupt) else FAILED
+            document = result_document(status, code, error=error_fields(error, message),
+                                       **known)
+            problem = _result(document, path, json_result)
+            if problem is not None:  # the exit code stays the run's
+                _err(problem)
 
+        return reported
+
+    reported = reported_to(result_file)
+    no_file = reported_to(None)  # the result file is the error: --json's result only
     try:
         if result_file is not None:
             _check_result_file(result_file)
-    except UsageError as exc:  # no result: where it would go is the error
-        _fail(exc, verbose)
+    except UsageError as exc:
+        _fail(exc, verbose, no_file)
     try:
         take_stops()  # one that came while the command line was parsed: reported as a stop
         configure_logging(quiet, verbose, log_format.value if log_format else None)
@@ -604,8 +611,8 @@ def run(
         if result_file is not None:
             _check_result_outside(result_file, cfg.out)
             _check_result_not_an_input(result_file, cfg)
-    except UsageError as exc:  # no result: where it would go is the error
-        _fail(exc, verbose)
+    except UsageError as exc:
+        _fail(exc, verbose, no_file)
     if result_file is not None:  # a run killed before its end leaves none, not the last one
         from pipeline.results import claim_result_file
 

@@ -239,6 +239,25 @@ def test_a_result_file_in_a_missing_directory_is_exit_2_before_any_work(job: Pat
     assert not (job / "out").exists()
 
 
+@pytest.mark.parametrize("result_file", ["nowhere/r.json", "positions.csv", "out/r.json"])
+def test_a_refused_result_file_still_gets_json_its_result_on_stdout(job: Path,
+                                                                     result_file: str) -> None:
+    """Where the result file would go is the error (its directory missing, an input, inside
+    the output): no file is written, and --json still prints the run's one result."""
+    before = (job / "positions.csv").read_bytes()
+    proc = snim([*RUN, "--json", "--result-file", result_file], job)
+    assert proc.returncode == 2, proc.stderr
+    printed = proc.stdout.splitlines()
+    assert len(printed) == 1, proc.stdout
+    document = valid(json.loads(printed[0]))
+    assert (document["status"], document["exit_code"]) == ("failed", 2)
+    assert document["error"]["code"] == "usage_error"
+    assert document["error"]["message"] in proc.stderr
+    assert "--result-file" in document["error"]["message"]
+    assert (job / "positions.csv").read_bytes() == before
+    assert not (job / "nowhere").exists() and not (job / "out").exists()
+
+
 @pytest.mark.parametrize(("named", "refused"), [
     (["--result-file", "r.json"], ["--bogus"]),
     (["--result-file=r.json"], ["--engine", "flink"]),
