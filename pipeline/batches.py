@@ -26,6 +26,7 @@ from pipeline.io.read.readers import (
     small_parquet_footer,
 )
 from pipeline.io.store.run_cache import RunCache
+from pipeline.limits import MAX_RULES_MOVES
 from pipeline.transforms import normalize, schema
 
 BATCH_ROWS = 1 << 20
@@ -40,10 +41,13 @@ def read_rules(config: Config, *, cache: RunCache | None = None,
     rows read of each (lines the reader skipped included: they are rejected rows). `cache`:
     the run's (`RunCache`), as for every reader here; `on_warning`: `resolve_inputs`'."""
     frames, files = [], []
+    moves_left = MAX_RULES_MOVES
     for raw in read_tables(config.rules, "rules", config.out, config.storage_options,
                            cache=cache, on_warning=on_warning):
         source = str(raw.file.path)
-        frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns)
+        frame = normalize.normalize_rules(raw.frame, raw.row, source, config.columns,
+                                          moves_left)
+        moves_left -= normalize.moves_held(frame)
         frames.append(_with_bad_lines(frame, raw, {"rule_set_id": config.columns.rule_set_id}))
         files.append(raw.file)
     rows = [frame.height for frame in frames]

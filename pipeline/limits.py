@@ -19,6 +19,10 @@ MAX_HEAPS = 1_000_000  # heaps per position, as many values as a cell may hold
 MAX_ALL_HEAPS = 10**11  # positions x heaps: about 800 GB of heaps
 MAX_RULE_SETS = 1_000_000
 MAX_MOVES_PER_SET = 1_000_000  # the most moves a rules cell may hold
-MAX_ALL_MOVES = 20_000_000  # rule sets x moves
+MAX_RULES_MOVES = 20_000_000
+"""The most moves a run's rules rows hold together (each row's distinct moves, file by file,
+row by row): past it a row with moves is rejected, so that a small rules file of long ranges
+cannot take the run's memory and time (each move is held as a Python integer)."""
+MAX_ALL_MOVES = MAX_RULES_MOVES  # rule sets x moves: what `generate` writes, a run reads
 MAX_FILES = 100_000
 MAX_SHUFFLED_ROWS = 20_000_000

@@ -164,6 +164,8 @@ def test_long_form_keeps_a_heap_beyond_its_table_on_that_heap_s_row(tmp_path):
     ("position_id unknown rule_set_id x appears 2 times for rule_set_id y", "duplicate_key"),
     ("heap 'x\ny' is not an integer", "not_an_integer"),
     ("more than 1,000,000 moves (1,000,001)", "bad_rule"),
+    ("moves pass the rules' limit of 20,000,000 moves in all, from this row on (give fewer "
+     "or shorter rules)", "bad_rule"),
     ("move at index 2 is null", "null_value"),
     ("heaps is null", "null_value"),
     ("position_id is empty", "null_value"),

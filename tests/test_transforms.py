@@ -19,7 +19,12 @@ from pipeline.limits import MAX_TABLE_LEN
 from pipeline.transforms.buffers import string_views
 from pipeline.transforms.lists import _heaps_from_text_exactly, heaps_from_text, parse_int_list
 from pipeline.transforms.long_form import long_to_wide_sorted
-from pipeline.transforms.normalize import normalize_positions, normalize_rules
+from pipeline.transforms.normalize import (
+    PAST_RULES_MOVES,
+    moves_held,
+    normalize_positions,
+    normalize_rules,
+)
 from pipeline.transforms.outputs import summary_counts
 from pipeline.transforms.schema import REJECT_SCHEMA
 
@@ -164,6 +169,29 @@ def test_moves_text_problems_are_rejected_rules_naming_the_element(text, message
                        schema={"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.String})
     rules = normalize_rules(raw, np.arange(1), "r.csv", Columns())
     assert rules.select("_column", "_reason").row(0) == ("moves", message)
+
+
+def test_rules_moves_past_the_runs_limit_are_rejected_from_that_row_on():
+    """The rules rows' distinct moves are counted in file order, plain list text and the
+    text the kernel leaves alike: the row that passes what is left, and every later row
+    with moves, is rejected naming the limit; rows without moves (nim) are still rules; the
+    next file gets what this one left (`moves_held`)."""
+    raw = pl.DataFrame({"rule_set_id": [1, 2, 3, 4, 5, 6],
+                        "kind": [None, "nim", None, None, "nim", None],
+                        "moves": ["2 3 3", None, "1..3", "4", None, "[5]"]},
+                       schema={"rule_set_id": pl.Int64, "kind": pl.String, "moves": pl.String})
+    rules = normalize_rules(raw, np.arange(6), "r.csv", Columns(), moves_left=4)
+    assert rules.select("moves", "_column").rows() == [
+        ([2, 3], None), ([], None), (None, "moves"), (None, "moves"), ([], None),
+        (None, "moves")]
+    assert rules["_reason"].to_list() == [None, None, PAST_RULES_MOVES, PAST_RULES_MOVES, None,
+                                          PAST_RULES_MOVES]
+    assert PAST_RULES_MOVES.startswith("moves pass the rules' limit of 20,000,000 moves")
+    assert moves_held(rules) == 2
+    plain = normalize_rules(raw.head(1), np.arange(1), "r2.csv", Columns(), moves_left=1)
+    assert plain.select("moves", "_reason").row(0) == (None, PAST_RULES_MOVES)  # a plain row
+    fits = normalize_rules(raw, np.arange(6), "r.csv", Columns(), moves_left=7)  # exactly
+    assert fits["_reason"].null_count() == 6 and moves_held(fits) == 7
 
 
 _MOVE = st.one_of(st.integers(1, 30), st.sampled_from([0, -3, None, 10**7, 2**40]))

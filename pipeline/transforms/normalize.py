@@ -12,6 +12,7 @@ from pipeline.config import Columns
 from pipeline.errors import InputError, RuleError, brief_repr
 from pipeline.grundy import KINDS, MAX_HEAP, MAX_TABLE_LEN, Rule, canonical_rule
 from pipeline.keys import key_column
+from pipeline.limits import MAX_RULES_MOVES
 from pipeline.transforms.buffers import list_chunks
 from pipeline.transforms.lists import (
     MAX_MOVES,
@@ -28,9 +29,13 @@ from pipeline.transforms.schema import HEAPS, LISTED_CHARS, check_columns, shown
 _LISTED_ROWS = 5  # a clash names the first few rows of a rule_set_id defined many times
 
 
-def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
-                    cols: Columns) -> pl.DataFrame:
-    """Rules file -> (_source, _row, rule_set_id, kind, moves, _column, _reason)."""
+def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: Columns,
+                    moves_left: int = MAX_RULES_MOVES) -> pl.DataFrame:
+    """Rules file -> (_source, _row, rule_set_id, kind, moves, _column, _reason).
+
+    `moves_left`: the moves the rules rows before this file left of MAX_RULES_MOVES; from
+    the row whose moves pass it on, every row with moves is rejected (`moves_held` counts
+    what a file's rows hold)."""
     check_columns(raw.columns, [cols.rule_set_id], [cols.kind, cols.moves], source)
     if cols.moves not in raw.columns and cols.kind not in raw.columns:
         raise InputError(f"{source}: missing column {brief_repr(cols.moves)} (columns are "
@@ -49,11 +54,26 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
                           'a list of integers (or text like "2 5 12")')
     plain = _plain_subtraction(ids, kinds, moves_col)
     rest = np.flatnonzero(plain.is_null().to_numpy()) if plain is not None else np.arange(n)
+    held = np.zeros(n, np.int64)  # each row's distinct moves
+    if plain is not None:
+        held[:] = plain.list.len().fill_null(0).to_numpy()
+    plain_before = np.cumsum(held) - held  # the plain rows' moves before each row
     out_kind, out_moves, out_col, out_reason = [], [], [], []
-    for rid, kind, moves in zip(ids.gather(rest).to_list(), [kinds[i] for i in rest],
-                                moves_col.gather(rest).to_list()):
+    passed = n  # the first of these rows whose moves pass `moves_left`, if one does
+    slow_held = 0  # the moves of these rows so far
+    for i, rid, kind, moves in zip(rest, ids.gather(rest).to_list(), [kinds[i] for i in rest],
+                                   moves_col.gather(rest).to_list()):
         kind = None if kind is None else strip_spaces(kind).lower()
-        column, reason, rule = _rule_of(rid, kind, moves)
+        before = int(plain_before[i]) + slow_held
+        if passed < n or before >= moves_left:  # not parsed: its moves cannot be held
+            column, reason, rule = (("moves", PAST_RULES_MOVES, None) if _gives_moves(moves)
+                                    else _rule_of(rid, kind, moves))
+        else:
+            column, reason, rule = _rule_of(rid, kind, moves)
+            if rule is not None and before + len(rule.moves) > moves_left:
+                column, reason, rule, passed = "moves", PAST_RULES_MOVES, None, i
+        held[i] = len(rule.moves) if rule else 0
+        slow_held += int(held[i])
         out_kind.append(rule.kind if rule else kind)
         out_moves.append(list(rule.moves) if rule else None)
         out_col.append(column)
@@ -72,11 +92,48 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str,
             "kind": pl.repeat("subtraction", done.shape[0], dtype=pl.String, eager=True),
             "moves": plain.gather(done), "_column": _nulls(done.shape[0]),
             "_reason": _nulls(done.shape[0])}), judged]).gather(place)
+    judged = _within_rules_moves(judged, held, passed, moves_left)
     return pl.DataFrame({
         "_source": pl.Series([source] * n, dtype=pl.String),
         "_row": pl.Series(rows, dtype=pl.Int64),
         "rule_set_id": ids,
     }).hstack(judged)
+
+
+def moves_held(rules: pl.DataFrame) -> int:
+    """The distinct moves a normalised rules file's valid rows hold (`normalize_rules`)."""
+    valid = rules.filter(pl.col("_reason").is_null())["moves"]
+    return int(valid.list.len().sum() or 0)
+
+
+def _within_rules_moves(judged: pl.DataFrame, held: np.ndarray, passed: int,
+                        moves_left: int) -> pl.DataFrame:
+    """`judged` with every row from the first whose moves pass `moves_left` on rejected, if
+    it holds moves (one of the rows judged one by one, `passed`, says so already). Far
+    under the limit, as rules tables are, this is one sum."""
+    if int(held.sum()) <= moves_left and passed == len(held):
+        return judged
+    over = np.flatnonzero(np.cumsum(held) > moves_left)
+    first = min(passed, int(over[0]) if over.shape[0] else len(held))
+    cut = np.zeros(len(held), np.bool_)
+    cut[first:] = held[first:] > 0
+    if not cut.any():
+        return judged
+    past = pl.Series(cut)
+    return judged.with_columns(
+        pl.when(past).then(pl.lit(None)).otherwise(pl.col("moves")).alias("moves"),
+        pl.when(past).then(pl.lit("moves")).otherwise(pl.col("_column")).alias("_column"),
+        pl.when(past).then(pl.lit(PAST_RULES_MOVES)).otherwise(pl.col("_reason"))
+        .alias("_reason"))
+
+
+PAST_RULES_MOVES = (f"moves pass the rules' limit of {MAX_RULES_MOVES:,} moves in all, from "
+                    "this row on (give fewer or shorter rules)")
+
+
+def _gives_moves(moves: object) -> bool:
+    """Whether a rules cell gives any move (text other than blanks, or a non-empty list)."""
+    return bool(strip_spaces(moves)) if isinstance(moves, str) else bool(moves)
 
 
 def _plain_subtraction(ids: pl.Series, kinds: list[str | None], moves: pl.Series

@@ -32,7 +32,7 @@ class ReasonCode(str, Enum):
     """A heap that is negative or beyond 2^63-1; a move that is not positive or too large."""
     bad_rule = "bad_rule"
     """A rules row that is no rule: unknown kind, moves given for nim/half, missing or empty
-    moves, too many moves."""
+    moves, too many moves (in the row, or in all the rules rows)."""
     duplicate_key = "duplicate_key"
     """A rule_set_id in the rules, or a (rule_set_id, position_id), given more than once."""
     unknown_rule_set = "unknown_rule_set"
@@ -79,6 +79,8 @@ _PATTERNS: list[tuple[ReasonCode, str]] = [
     (ReasonCode.bad_rule, r"^moves are (missing|empty) \(a subtraction rule needs a "
                           r"non-empty set S\)$"),
     (ReasonCode.bad_rule, r"^more than [0-9,]+ moves( in .*| \([0-9,]+\))$"),
+    (ReasonCode.bad_rule, r"^moves pass the rules' limit of [0-9,]+ moves in all, from this "
+                          r"row on "),
     (ReasonCode.not_an_integer, r"^cannot read heaps "),
 ]
 
