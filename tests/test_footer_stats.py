@@ -18,6 +18,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import naive_sg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -222,3 +223,46 @@ def test_a_run_on_statistics_pyarrow_cannot_decode_reads_the_rows(tmp_path: Path
     verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
     # moves {1, 2}: SG(x) = x mod 3; heap 3 -> 0 (L); heaps 1, 2 -> 1 ^ 2 = 3 (W)
     assert verdicts.select("position_id", "verdict").rows() == [(5, "L"), (big, "W")]
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_statistics_that_understate_the_heaps_do_not_reject_them(tmp_path: Path,
+                                                                 form: str) -> None:
+    """A writer whose statistics say the heaps end at 100 where they reach 40,000: the tables
+    presized to 100 grow for the heaps the rows hold, and every row is evaluated (before,
+    the rows past 100 were rejected naming a limit no table had reached). SG by the naive
+    mex reference."""
+    heaps = {1: [5], 2: [40_000], 3: [39_999, 3], 4: [40_000]}
+    rule_of = {1: 1, 2: 1, 3: 1, 4: 2}
+    if form == "wide":
+        table = pa.table({"rule_set_id": [rule_of[p] for p in heaps], "position_id": list(heaps),
+                          "heaps": pa.array(list(heaps.values()), pa.list_(pa.int64()))})
+    else:
+        rows = [(rule_of[p], p, h) for p, hs in heaps.items() for h in hs]
+        table = pa.table({"rule_set_id": [r for r, _, _ in rows],
+                          "position_id": [p for _, p, _ in rows],
+                          "heap": pa.array([h for _, _, h in rows], pa.int64())})
+    pq.write_table(table, tmp_path / "true.parquet", compression="NONE")
+    raw = (tmp_path / "true.parquet").read_bytes()
+    footer = _thrift(raw)
+    assert footer.count(i64(40_000)) == 2  # the heaps' max_value and legacy max
+    lying = footer.replace(i64(40_000), i64(100))
+    start = len(raw) - 8 - len(footer)
+    (tmp_path / "positions.parquet").write_bytes(
+        raw[:start] + lying + struct.pack("<i", len(lying)) + b"PAR1")
+    moves = {1: [1000], 2: [1000, 1001]}
+    (tmp_path / "rules.csv").write_text("rule_set_id,kind,moves\n" + "".join(
+        f"{r},subtraction,{' '.join(map(str, m))}\n" for r, m in moves.items()))
+    done = subprocess.run([str(EXE), "run", "--rules", "rules.csv", "--positions",
+                           "positions.parquet", "--out", "out", "--quiet"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    sg = {r: naive_sg(m, 40_001) for r, m in moves.items()}
+    want = []
+    for p, hs in heaps.items():
+        nim = 0
+        for h in hs:
+            nim ^= sg[rule_of[p]][h]
+        want.append((rule_of[p], p, nim))
+    verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == sorted(want)

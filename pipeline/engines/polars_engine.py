@@ -596,8 +596,10 @@ def _evaluated(positions: pl.DataFrame, cache: TableCache, winning_moves: bool,
     cost a third of the lookups themselves, to find that nothing needs to grow. The first
     batch still takes the pass: its tables are built from nothing, as the budget plans
     them; building them empty first and then growing them grants the run-wide room
-    otherwise (`test_total_table_budget_rejects_instead_of_exhausting_memory`)."""
-    if cache.covers_input() or not cache.all_built():
+    otherwise (`test_total_table_budget_rejects_instead_of_exhausting_memory`). Tables
+    presized to cover the heaps that the footers' statistics bound grow too, should a heap
+    lie beyond them after all (a writer's statistics that understate the values)."""
+    if not cache.covers_input() and not cache.all_built():
         return evaluate.evaluate(positions, _tables_for(positions, cache, chunks),
                                  winning_moves, chunks)
     return evaluate.evaluate(positions, cache.table_set(), winning_moves, chunks,
