@@ -1163,8 +1163,8 @@ def generate(
     = 10_000,
     moves_per_set: Annotated[int, typer.Option(
         min=1, max=MAX_MOVES_PER_SET, help="Each S has 1..MOVES_PER_SET moves.")] = 10,
-    max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE "
-                                          "(0: up to MAX_HEAP).")] = 0,
+    max_move: Annotated[int, typer.Option(min=0, help="Moves are in 1..MAX_MOVE, at most "
+                                          "2^32-1 (0: up to MAX_HEAP, within 2^32-1).")] = 0,
     heaps: Annotated[int, typer.Option(min=0, max=MAX_HEAPS, help="Heaps per position.")] = 5,
     form: Annotated[Form, typer.Option(parser=_choice(Form), help="Positions form.")]
     = Form.wide,

@@ -43,6 +43,7 @@ from pipeline.limits import (
     MAX_POSITIONS,
     MAX_RULE_SETS,
     MAX_SHUFFLED_ROWS,
+    MAX_TABLE_LEN,
 )
 
 CHUNK = 1_000_000
@@ -80,9 +81,12 @@ class Spec:
             raise UsageError("--rule-sets, --moves-per-set and --max-heap must be >= 1")
         if min(self.files, self.heaps_per_position, self.max_move) < 0:
             raise UsageError("--files, --heaps and --max-move must be >= 0")
-        for name, value in (("--max-heap", self.max_heap), ("--max-move", self.max_move)):
-            if value > MAX_VALUE:
-                raise UsageError(f"{name} must be at most 2^63-2 ({MAX_VALUE}), got {value}")
+        if self.max_heap > MAX_VALUE:
+            raise UsageError(f"--max-heap must be at most 2^63-2 ({MAX_VALUE}), got "
+                             f"{self.max_heap}")
+        if self.max_move > MAX_TABLE_LEN:  # a run rejects a larger move (out_of_range)
+            raise UsageError(f"--max-move must be at most 2^32-1 ({MAX_TABLE_LEN}), the "
+                             f"largest move a rule may have, got {self.max_move}")
         if not 0 <= self.seed <= MAX_VALUE:
             raise UsageError(f"--seed must be in 0..2^63-2, got {self.seed}")
         for name, value, most in (("--positions", self.positions, MAX_POSITIONS),
@@ -95,7 +99,7 @@ class Spec:
         if self.positions * max(1, self.heaps_per_position) > MAX_ALL_HEAPS:
             raise UsageError(f"--positions x --heaps must be at most {MAX_ALL_HEAPS:,}, got "
                              f"{self.positions:,} x {self.heaps_per_position:,}")
-        moves = self.rule_sets * min(self.moves_per_set, self.max_move or self.max_heap)
+        moves = self.rule_sets * min(self.moves_per_set, self.move_top())
         if moves > MAX_ALL_MOVES:
             raise UsageError(f"--rule-sets x --moves-per-set must be at most {MAX_ALL_MOVES:,} "
                              f"(the rules table is drawn whole), got {self.rule_sets:,} x "
@@ -105,6 +109,11 @@ class Spec:
             raise UsageError(f"--shuffle permutes the rows in memory: at most "
                              f"{MAX_SHUFFLED_ROWS:,} rows, got {rows:,} (positions"
                              f"{' x heaps' if self.form == 'long' else ''})")
+
+    def move_top(self) -> int:
+        """The largest move drawn: --max-move, else --max-heap up to the largest move a rule
+        may have."""
+        return self.max_move or min(self.max_heap, MAX_TABLE_LEN)
 
     def file_count(self) -> int:
         """Position files: `files`, or one per CHUNK positions (at least one)."""
@@ -126,7 +135,7 @@ def rule_ids(spec: Spec) -> pl.Series:
 
 def rules_frame(spec: Spec, rng: np.random.Generator) -> pl.DataFrame:
     """Rule sets of 1..moves_per_set distinct moves from 1..max_move (default max_heap)."""
-    top = spec.max_move or spec.max_heap
+    top = spec.move_top()
     moves = []
     for _ in range(spec.rule_sets):
         k = int(rng.integers(1, min(spec.moves_per_set, top) + 1))

@@ -211,7 +211,8 @@ def test_positions_of_no_heaps(tmp_path: Path, form: str) -> None:
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("--seed", "-1", "--seed must be in 0..2^63-2, got -1"),
     ("--max-heap", str(2**63), f"--max-heap must be at most 2^63-2 ({2**63 - 2}), got {2**63}"),
-    ("--max-move", str(2**63 - 1), "--max-move must be at most 2^63-2"),
+    ("--max-move", str(2**32), "--max-move must be at most 2^32-1 (4294967295), the largest "
+                               "move a rule may have, got 4294967296"),
 ])
 def test_values_out_of_range_are_usage_errors(tmp_path: Path, option: str, value: str,
                                               message: str) -> None:
@@ -221,14 +222,18 @@ def test_values_out_of_range_are_usage_errors(tmp_path: Path, option: str, value
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_largest_heaps_and_moves_allowed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_move", [2**32 - 1, 0])
+def test_the_largest_heaps_and_moves_allowed(tmp_path: Path, max_move: int) -> None:
+    """Heaps up to 2^63-2; moves up to 2^32-1, the largest a run takes, also when they are
+    drawn up to --max-heap (--max-move 0): every rule generated is one a run reads."""
     top = 2**63 - 2
-    generate(tmp_path / "data", Spec(positions=40, rule_sets=3, max_heap=top, max_move=top,
+    generate(tmp_path / "data", Spec(positions=40, rule_sets=3, max_heap=top, max_move=max_move,
                                      moves_per_set=4, seed=2))
     rules, positions = _read(tmp_path / "data")
     moves = [m for ms in rules["moves"].to_list() for m in ms]
     heaps = [h for hs in positions["heaps"].to_list() for h in hs]
-    assert 1 <= min(moves) and max(moves) <= top and 0 <= min(heaps) and max(heaps) <= top
+    assert 1 <= min(moves) and max(moves) <= 2**32 - 1 and 0 <= min(heaps) and max(heaps) <= top
+    assert max(moves) > 2**28  # three or more draws over 1..2^32-1 (seeded), not capped low
     assert max(heaps) > 2**60  # uniform over 0..top: 200 draws below 2^60 would be 1/8^200
 
 
