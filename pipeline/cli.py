@@ -358,7 +358,7 @@ def _fail(exc: BaseException, verbose: bool | None, reported: Reported | None = 
           ) -> NoReturn:
     """Map an exception to its one-line message and documented exit code (and hand both to
     `reported`, if given, before the exit). `verbose` None: the command has no --verbose."""
-    exc = _landed_commit_within(exc) or exc
+    exc = _landed_commit_within(exc) or _named_as_given(exc)
     if isinstance(exc, SnimError):
         _err(f"error: {exc}")
         if isinstance(exc, BadRowsError):
@@ -762,6 +762,33 @@ def _result(document: dict[str, Any], path: Path | None, on_stdout: bool) -> str
         except OSError as exc:
             return stdout_failed(exc)
     return None
+
+
+_OPTIONS_IN_MESSAGES = {  # how the settings' errors name an option -> (parameter, flag)
+    "--max-rejected-rows": ("max_rejected_rows", "--max-rejected-rows"),
+    "--max-rejected-rate": ("max_rejected_rate", "--max-rejected-rate"),
+    "--run-date": ("run_date", "--run-date"),
+    "option 'spark.remote'": ("spark_remote", "--spark-remote"),
+    "option 'spark.master'": ("spark_master", "--spark-master"),
+}
+
+
+def _named_as_given(exc: BaseException) -> BaseException:
+    """A usage error about an option's value that an environment variable gave, naming the
+    variable too (`_given_as`): the scheduler's setting is what to fix, not a flag the
+    command line does not have. Any other error as it is."""
+    if not isinstance(exc, UsageError) or "(set by " in exc.message:
+        return exc
+    for prefix, (name, flag) in _OPTIONS_IN_MESSAGES.items():
+        if exc.message.startswith(prefix + " "):
+            given = _given_as(name, flag)
+            if given == flag:
+                return exc
+            named = copy.copy(exc)
+            named.message = given + exc.message[len(prefix):]
+            named.args = (named.message,)
+            return named
+    return exc
 
 
 def _given_as(name: str, flag: str) -> str:

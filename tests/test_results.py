@@ -362,6 +362,29 @@ def test_a_bad_variable_value_is_a_usage_error_naming_it(job: Path) -> None:
     assert not (job / "out").exists()
 
 
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("SNIM_BATCH_MAX_REJECTED_ROWS", "-3",
+     "--max-rejected-rows (set by SNIM_BATCH_MAX_REJECTED_ROWS) must be >= 0, got -3"),
+    ("SNIM_BATCH_MAX_REJECTED_RATE", "2", "--max-rejected-rate (set by "
+     "SNIM_BATCH_MAX_REJECTED_RATE) must be between 0 and 1 (a fraction of the input rows), "
+     "got 2.0"),
+    ("SNIM_BATCH_SPARK_REMOTE", "http://x", "--spark-remote (set by SNIM_BATCH_SPARK_REMOTE) "
+     "must be a Spark Connect URL sc://HOST[:PORT][/;KEY=VALUE;...]"),
+    ("SNIM_BATCH_RUN_DATE", "2026-01-01", "--run-date (set by SNIM_BATCH_RUN_DATE) applies to "
+     "--format delta only"),
+])
+def test_a_value_a_variable_gave_is_refused_naming_the_variable(job: Path, variable: str,
+                                                                value: str, message: str
+                                                                ) -> None:
+    """The settings' own checks name the option as it was given: a scheduler's variable,
+    not a flag its command line does not have; in the run result too."""
+    proc = snim([*RUN, "--json"], job, {variable: value})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"snim-batch: error: {message}"), proc.stderr
+    assert json.loads(proc.stdout)["error"]["message"].startswith(message)
+    assert not (job / "out").exists()
+
+
 def test_the_working_directorys_config_is_read_only_without_inputs_on_the_command_line(
         job: Path) -> None:
     """./config.yaml (winning moves on, another output) is the run's config when neither
