@@ -24,6 +24,7 @@ from pipeline.errors import OutputError, UsageError, brief_repr
 from pipeline.events import OnEvent, RunEvent, ignore, phase, tell_committed
 from pipeline.io.outputs.commit import (
     interrupts_held,
+    refuse_inside_delta_table,
     refuse_inside_snim_output,
     remove_dead_staging,
 )
@@ -267,6 +268,7 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
     `on_event` hears the write phase and the rows written so far."""
     spec.check()
     refuse_long_names(out, "--out")
+    refuse_inside_delta_table(out, str(out))
     refuse_inside_snim_output(out, str(out))
     if not out.is_dir():
         refuse_long_names(out, "--out", "its staging directory .NAME.generating-PID",

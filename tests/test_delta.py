@@ -1110,6 +1110,41 @@ def test_an_output_inside_a_delta_table_is_refused_in_either_format(tmp_path: Pa
     assert (root / "beside" / "manifest.json").is_file()
 
 
+def test_convert_generate_and_report_write_nothing_inside_a_delta_table(tmp_path: Path) -> None:
+    """As run's --out: convert's and generate's --out inside a Delta table of a root are
+    refused, exit 2, and report's page (of a run's output or of the root) is refused there
+    and inside another run's output, exit 1; the tables and that output stay as they were.
+    A page beside the root's tables is written."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 20), NIGHT_1)
+    positions = write_positions(tmp_path / "p.csv", random_positions(2, 10))
+    assert invoke(["run", "--rules", tmp_path / "rules.csv", "--positions", positions,
+                   "--out", tmp_path / "night"], tmp_path)[0] == 0
+    classic = Path(__file__).resolve().parents[1] / "data" / "sample" / "classic.txt"
+    before = versions(root)
+    listing = sorted(str(p) for p in tmp_path.rglob("*"))
+    outside = ("an output there is not part of the table, and the table's full vacuum would "
+               "delete it: choose an --out outside every Delta table")
+    for args, out in ((["convert", classic, "--out"], root / "verdicts" / "x"),
+                      (["generate", "--positions", "5", "--out"], root / "summary" / "g")):
+        code, err = invoke([*args, out], tmp_path)
+        assert (code, err.strip().splitlines()) == (2, [
+            f"snim-batch: error: {out}: is inside the Delta table {out.parent}; {outside}"])
+    page = root / "verdicts" / "p.html"
+    for described in (root, tmp_path / "night"):
+        code, err = invoke(["report", described, "--html", page], tmp_path)
+        assert (code, err.strip().splitlines()) == (1, [
+            f"snim-batch: error: {page}: inside the Delta table {root / 'verdicts'}, which it "
+            "is no part of (the table's full vacuum would delete it); refusing to write there "
+            "(write the page outside every Delta table)"])
+    code, err = invoke(["report", root, "--html", tmp_path / "night" / "report.html"], tmp_path)
+    assert code == 1 and "inside the snim-batch output" in err, err
+    assert versions(root) == before
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == listing
+    assert invoke(["report", root], tmp_path)[0] == 0
+    assert (root / "report.html").is_file()
+
+
 # ---- key types across nights ----------------------------------------------------------------
 
 

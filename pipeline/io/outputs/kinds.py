@@ -22,7 +22,6 @@ output it describes, listed in its manifest) or `PageElsewhere` (replacing a fil
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, date, datetime
@@ -251,12 +250,11 @@ def page_output_for(out_dir: Path, target: Path, in_output: bool,
                     on_event: OnEvent = ignore) -> Output:
     """Where `report` writes the page of the run in `out_dir` named `target`: with
     `in_output` (a run's output directory, which has a manifest), directly in that output it
-    is added to it, elsewhere it replaces `target` (`publish.page_destination` refuses a
-    place inside a snim-batch output); without (a Delta table root), `target` is replaced
-    whole wherever it is. `on_event` hears COMMITTED once the page is in place."""
-    if not in_output:
-        return PageElsewhere(target, Path(os.path.realpath(target)), on_event)
-    output, where = page_destination(out_dir, target)
+    is added to it, elsewhere it replaces `target`; without (a Delta table root), `target`
+    is replaced elsewhere only (`publish.page_destination` refuses a place inside a
+    snim-batch output or a Delta table). `on_event` hears COMMITTED once the page is in
+    place."""
+    output, where = page_destination(out_dir if in_output else None, target)
     if output is not None:
         return PageInOutput(output, where.name, on_event)
     return PageElsewhere(target, where, on_event)

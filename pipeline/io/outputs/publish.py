@@ -23,6 +23,7 @@ from typing import Any
 from pipeline.errors import OutputError, WriteFailure
 from pipeline.events import OnEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import (
+    delta_table_holding,
     interrupts_held,
     made_by_live_process,
     remove_dead_staging,
@@ -72,7 +73,7 @@ def discard(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _resolved(target: Path, output: Path) -> Path:
+def _resolved(target: Path, output: Path | None) -> Path:
     """Where a page written at `target` lands: its directory with every link resolved, and,
     unless that is the run output `output` (where nothing is followed), for a symbolic
     link `target` the path the link leads to."""
@@ -95,21 +96,27 @@ def write_file(path: Path, data: bytes) -> None:
         write_synced(path, write_bytes(data))
 
 
-def page_destination(out_dir: Path, target: Path) -> tuple[Path | None, Path]:
+def page_destination(out_dir: Path | None, target: Path) -> tuple[Path | None, Path]:
     """Where the page of the run in `out_dir` written at `target` goes: (the output it is
     added to, its path there) directly in that output (`staged_page_in_output`); (None, the
     path it replaces) elsewhere (`staged_page`). Inside any other snim-batch output, or
     inside this one but not directly, it is refused (the page would make that output
-    unprovable)."""
-    output = Path(os.path.realpath(out_dir))
+    unprovable), as it is inside a Delta table (no part of the table, whose full vacuum would
+    delete it). `out_dir` None: a Delta table root's page, which no manifest lists."""
+    output = None if out_dir is None else Path(os.path.realpath(out_dir))
     where = _resolved(target, output)
-    if where.parent == output:
+    if output is not None and where.parent == output:
         return output, where
     inside = snim_output_holding(where)
     if inside is not None:
         raise OutputError(f"{target}: inside the snim-batch output {inside}, whose manifest "
                           "would no longer list all it holds; refusing to write there (a page "
                           "goes directly in the output it describes, or outside any output)")
+    table = delta_table_holding(where)
+    if table is not None:
+        raise OutputError(f"{target}: inside the Delta table {table}, which it is no part of "
+                          "(the table's full vacuum would delete it); refusing to write there "
+                          "(write the page outside every Delta table)")
     return None, where
 
 

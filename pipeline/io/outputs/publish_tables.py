@@ -22,6 +22,7 @@ from pipeline.errors import OutputError, WriteFailure
 from pipeline.events import OnEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import (
     interrupts_held,
+    refuse_inside_delta_table,
     refuse_inside_snim_output,
     rename_noreplace,
 )
@@ -66,6 +67,7 @@ def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str,
     COMMITTED once they are done."""
     shown = str(directory)
     refuse_long_names(directory, "--out", depth=TEMPORARY_DEPTH)
+    refuse_inside_delta_table(directory, shown)
     refuse_inside_snim_output(directory, shown)
     _check_table_directory(directory)
     remove_dead_temporaries(directory, names)
