@@ -22,7 +22,9 @@ import pytest
 from conftest import invoke, on_small_disk, wins, write_csv
 from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
+from typer.testing import CliRunner
 
+from pipeline.cli import app
 from pipeline.config import config_from_dict
 from pipeline.errors import OutputError
 from pipeline.history import history_lines
@@ -1146,6 +1148,38 @@ def test_convert_generate_and_report_write_nothing_inside_a_delta_table(tmp_path
 
 
 # ---- key types across nights ----------------------------------------------------------------
+
+
+def test_nights_without_rows_leave_the_key_types_to_the_first_night_with_some(
+        tmp_path: Path) -> None:
+    """A first night with no positions (a holiday) writes tables of no rows, whose key
+    columns say integer only for want of keys: a later night of text keys is taken (explain
+    says so too), its types replace theirs, and the nights after it join as they would
+    have; rows once in a table, its key types hold (`test_a_night_of_integer_keys_...`)."""
+    root = tmp_path / "tables"
+    empty = write_csv(tmp_path / "empty.csv", ["rule_set_id", "position_id", "heaps"], [])
+    write_rules(tmp_path / "rules.csv")
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions", empty,
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
+                       tmp_path)
+    assert code == 0, err
+    assert pl.read_delta(str(root / "verdicts")).schema["position_id"] == pl.Int64
+    text_night = write_csv(tmp_path / "text.csv", ["rule_set_id", "position_id", "heaps"],
+                           [[1, "p-1", "3"], [2, "p-2", "1 2"]])
+    command = ["--rules", tmp_path / "rules.csv", "--positions", text_night, "--out", root,
+               "--format", "delta", "--run-date", "2026-11-02"]
+    plan = CliRunner().invoke(app, ["explain", *map(str, command)])  # absolute paths
+    assert plan.exit_code == 0 and "the night 2026-11-02 would be added" in plan.stdout, (
+        plan.output)
+    code, err = invoke(["run", *command], tmp_path)
+    assert code == 0, err
+    code, err = run_cli_night(tmp_path, root, random_positions(5, 10), "2026-11-03")
+    assert code == 0, err
+    verdicts = pl.read_delta(str(root / "verdicts"))
+    assert verdicts.schema["position_id"] == pl.String
+    assert verdicts.filter(pl.col("run_date") == date(2026, 11, 2)).select(
+        KEY_COLUMNS).sort(KEY_COLUMNS).rows() == [(1, "p-1"), (2, "p-2")]
+    assert verdicts.filter(pl.col("run_date") == date(2026, 11, 3)).height == 10
 
 
 def test_a_night_of_integer_keys_joins_a_root_whose_keys_are_text(tmp_path: Path) -> None:

@@ -325,20 +325,36 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
     if not root.exists(name):
         return _Plan(name, staged, columns, False)
     try:
-        existing = pa.schema(root.open(name).schema().to_arrow())
+        table = root.open(name)
+        existing = pa.schema(table.schema().to_arrow())
+        empty = not _holds_rows(table)
     except (DeltaError, OSError) as exc:
         raise OutputError(table_failure(root, root.table(name), exc, "reading the Delta table",
                                         "cannot read the Delta table"),
                           path=root.table(name)) from None
     old = {f.name: str(f.type) for f in Schema.from_arrow(existing).fields}
     new = {f.name: str(f.type) for f in Schema.from_arrow(columns).fields}
+    added = [f for f in columns if f.name not in old]
+    if empty:  # nights without rows decided no key's type: this night's types replace theirs
+        retyped = {f.name: f for f in columns if f.name in KEYS or f.name == KEY_LISTS}
+        return _Plan(name, staged, pa.schema([retyped.get(f.name, f) for f in existing]
+                                             + added), bool(added))
     changed = [f"{c} ({_type_name(old[c])} in the table, {_type_name(t)} in this run)"
                for c, t in new.items() if c in old and old[c] != t
                and not _as_text(c, old[c], t)]
     if changed:
         raise _unfit(root, name, changed)
-    added = [f for f in columns if f.name not in old]
     return _Plan(name, staged, pa.schema([*existing, *added]), bool(added))
+
+
+def _holds_rows(table: DeltaTable) -> bool:
+    """Whether a live file of `table` holds a row (a file without its count is taken to):
+    the nights a run found no rows for commit none."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return False
+    records = actions["num_records"]
+    return records.null_count > 0 or (pc.sum(records).as_py() or 0) > 0
 
 
 def _unfit(root: TableRoot, name: str, changed: list[str]) -> OutputError:
@@ -358,8 +374,11 @@ def text_keys_refused(root: TableRoot, text_keys: dict[str, list[str]]) -> Outpu
         if not columns or not root.exists(name):
             continue
         try:
+            table = root.open(name)
+            if not _holds_rows(table):
+                continue  # the run's night sets its key types (`_checked`)
             in_table = {f.name: str(f.type)
-                        for f in Schema.from_arrow(root.open(name).schema().to_arrow()).fields}
+                        for f in Schema.from_arrow(table.schema().to_arrow()).fields}
         except (DeltaError, OSError):
             return None  # the run's own read of the table names what is wrong
         changed = [f"{c} (integer in the table, text in this run)" for c in columns
