@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -113,6 +114,41 @@ def test_convert_on_a_full_or_read_only_disk_writes_nothing(tmp_path: Path, disk
 
 
 @pytest.mark.slow
+def test_two_converts_at_once_into_a_new_directory_keep_one_and_refuse_the_other(
+        tmp_path: Path) -> None:
+    """Started together, without --overwrite, into a directory neither finds: one writes
+    its tables, the other is refused naming a table (never the directory the first made,
+    and never both written, the second over the first's), every time."""
+    exe = Path(sys.executable).with_name("snim-batch")
+    sources = []
+    for name, text in (("first.txt", FIRST), ("second.txt", SECOND)):
+        (tmp_path / name).write_text(text)
+        sources.append(tmp_path / name)
+    for attempt in range(6):
+        out = tmp_path / f"tables{attempt}"
+        procs = [subprocess.Popen([str(exe), "convert", str(source), "--out", str(out)],
+                                  stderr=subprocess.PIPE, text=True) for source in sources]
+        done = [(proc.wait(timeout=120), proc.stderr.read()) for proc in procs]
+        for proc in procs:
+            proc.stderr.close()
+        codes = sorted(code for code, _ in done)
+        assert codes == [0, 1], done
+        refused = next(err for code, err in done if code == 1)
+        assert "creating the directory" not in refused, refused
+        assert ("already exists (pass --overwrite to replace it)" in refused
+                or "a file of that name appeared meanwhile" in refused), refused
+        winner = sources[next(i for i, (code, _) in enumerate(done) if code == 0)]
+        assert _tables(out) == (_tables_of(winner, tmp_path / f"alone{attempt}"))
+        assert sorted(os.listdir(out)) == TABLES
+
+
+def _tables_of(source: Path, out: Path) -> tuple[list, list]:
+    """The tables a convert of `source` alone writes."""
+    result = CliRunner().invoke(app, ["convert", str(source), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return _tables(out)
+
+
 def test_a_killed_convert_is_finished_or_undone_by_the_next(tmp_path: Path) -> None:
     """Killed after each of its changes in turn while replacing tables: each table is then
     absent, or a whole old or new one; the next convert finishes or removes what was left,

@@ -89,7 +89,8 @@ def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str,
         except OSError as exc:
             raise failure(shown, "writing the journal", *write_cause(exc)) from None
         with interrupts_held():
-            _rename_tables({name: staging / name for name in names}, directory, token, shown)
+            _rename_tables({name: staging / name for name in names}, directory, token, shown,
+                           overwrite)
             journal.unlink(missing_ok=True)
             tell_committed(on_event, shown)
             with suppress(OSError):
@@ -181,6 +182,8 @@ def _make_directories(directory: Path, shown: str) -> list[Path]:
         try:
             path.mkdir()
         except OSError as exc:
+            if isinstance(exc, FileExistsError) and path.is_dir():
+                continue  # made meanwhile by another call: its, not this one's to remove
             for made in reversed(created):
                 with suppress(OSError):
                     made.rmdir()
@@ -189,15 +192,17 @@ def _make_directories(directory: Path, shown: str) -> list[Path]:
     return created
 
 
-def _rename_tables(temps: dict[str, Path], directory: Path, token: str, shown: str) -> None:
-    """Rename each written table into place, moving a file it replaces aside first; on a
-    failure, put everything back as it was."""
+def _rename_tables(temps: dict[str, Path], directory: Path, token: str, shown: str,
+                   overwrite: bool) -> None:
+    """Rename each written table into place, with `overwrite` moving a file it replaces
+    aside first (without, a file that appeared since the check, another call's, is never
+    replaced); on a failure, put everything back as it was."""
     undo: list[Callable[[], None]] = []
     aside: list[Path] = []
     try:
         for name, tmp in temps.items():
             target = directory / name
-            if os.path.lexists(target):
+            if overwrite and os.path.lexists(target):
                 old = directory / f".{name}.old-{token}"
                 os.rename(target, old)
                 aside.append(old)
