@@ -334,17 +334,17 @@ def _checked(root: TableRoot, name: str, staged: ds.Dataset, schema: pa.Schema) 
                           path=root.table(name)) from None
     old = {f.name: str(f.type) for f in Schema.from_arrow(existing).fields}
     new = {f.name: str(f.type) for f in Schema.from_arrow(columns).fields}
-    added = [f for f in columns if f.name not in old]
-    if empty:  # nights without rows decided no key's type: this night's types replace theirs
-        retyped = {f.name: f for f in columns if f.name in KEYS or f.name == KEY_LISTS}
-        return _Plan(name, staged, pa.schema([retyped.get(f.name, f) for f in existing]
-                                             + added), bool(added))
+    # a table whose nights held no rows has had no key to type: the run's types replace its
+    retyped = {f.name: f for f in columns
+               if empty and (f.name in KEYS or f.name == KEY_LISTS)}
     changed = [f"{c} ({_type_name(old[c])} in the table, {_type_name(t)} in this run)"
-               for c, t in new.items() if c in old and old[c] != t
+               for c, t in new.items() if c in old and old[c] != t and c not in retyped
                and not _as_text(c, old[c], t)]
     if changed:
         raise _unfit(root, name, changed)
-    return _Plan(name, staged, pa.schema([*existing, *added]), bool(added))
+    added = [f for f in columns if f.name not in old]
+    return _Plan(name, staged, pa.schema([*(retyped.get(f.name, f) for f in existing), *added]),
+                 bool(added))
 
 
 def _holds_rows(table: DeltaTable) -> bool:
