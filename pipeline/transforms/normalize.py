@@ -59,19 +59,14 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: Colu
         held[:] = plain.list.len().fill_null(0).to_numpy()
     plain_before = np.cumsum(held) - held  # the plain rows' moves before each row
     out_kind, out_moves, out_col, out_reason = [], [], [], []
-    passed = n  # the first of these rows whose moves pass `moves_left`, if one does
     slow_held = 0  # the moves of these rows so far
     for i, rid, kind, moves in zip(rest, ids.gather(rest).to_list(), [kinds[i] for i in rest],
                                    moves_col.gather(rest).to_list()):
         kind = None if kind is None else strip_spaces(kind).lower()
-        before = int(plain_before[i]) + slow_held
-        if passed < n or before >= moves_left:  # not parsed: its moves cannot be held
-            column, reason, rule = (("moves", PAST_RULES_MOVES, None) if _gives_moves(moves)
-                                    else _rule_of(rid, kind, moves))
+        if plain_before[i] + slow_held >= moves_left and _gives_moves(moves):
+            column, reason, rule = "moves", PAST_RULES_MOVES, None  # not parsed: past it
         else:
             column, reason, rule = _rule_of(rid, kind, moves)
-            if rule is not None and before + len(rule.moves) > moves_left:
-                column, reason, rule, passed = "moves", PAST_RULES_MOVES, None, i
         held[i] = len(rule.moves) if rule else 0
         slow_held += int(held[i])
         out_kind.append(rule.kind if rule else kind)
@@ -92,7 +87,7 @@ def normalize_rules(raw: pl.DataFrame, rows: np.ndarray, source: str, cols: Colu
             "kind": pl.repeat("subtraction", done.shape[0], dtype=pl.String, eager=True),
             "moves": plain.gather(done), "_column": _nulls(done.shape[0]),
             "_reason": _nulls(done.shape[0])}), judged]).gather(place)
-    judged = _within_rules_moves(judged, held, passed, moves_left)
+    judged = _within_rules_moves(judged, held, moves_left)
     return pl.DataFrame({
         "_source": pl.Series([source] * n, dtype=pl.String),
         "_row": pl.Series(rows, dtype=pl.Int64),
@@ -106,19 +101,17 @@ def moves_held(rules: pl.DataFrame) -> int:
     return int(valid.list.len().sum() or 0)
 
 
-def _within_rules_moves(judged: pl.DataFrame, held: np.ndarray, passed: int,
-                        moves_left: int) -> pl.DataFrame:
+def _within_rules_moves(judged: pl.DataFrame, held: np.ndarray, moves_left: int
+                        ) -> pl.DataFrame:
     """`judged` with every row from the first whose moves pass `moves_left` on rejected, if
-    it holds moves (one of the rows judged one by one, `passed`, says so already). Far
-    under the limit, as rules tables are, this is one sum."""
-    if int(held.sum()) <= moves_left and passed == len(held):
+    it holds moves (the rows judged one by one past it are so already, unparsed). Far under
+    the limit, as rules tables are, this is one sum."""
+    total = np.cumsum(held)
+    if not total.shape[0] or int(total[-1]) <= moves_left:
         return judged
-    over = np.flatnonzero(np.cumsum(held) > moves_left)
-    first = min(passed, int(over[0]) if over.shape[0] else len(held))
     cut = np.zeros(len(held), np.bool_)
+    first = int(np.flatnonzero(total > moves_left)[0])
     cut[first:] = held[first:] > 0
-    if not cut.any():
-        return judged
     past = pl.Series(cut)
     return judged.with_columns(
         pl.when(past).then(pl.lit(None)).otherwise(pl.col("moves")).alias("moves"),
