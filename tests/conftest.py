@@ -177,6 +177,28 @@ def write_parquet(path: Path, columns: dict, schema: dict) -> Path:
     return path
 
 
+def write_understated_parquet(table, path: Path, said: dict[int, int],
+                              row_group_size: int | None = None) -> Path:
+    """`table` (pyarrow) as uncompressed Parquet whose footer says `said[v]` wherever the
+    statistics hold the 8-byte integer `v`: a writer whose statistics understate the values
+    (at least one `v` must be in the statistics)."""
+    import struct
+
+    import pyarrow.parquet as pq
+
+    true = path.with_suffix(".true")
+    pq.write_table(table, true, compression="NONE", row_group_size=row_group_size)
+    raw = true.read_bytes()
+    true.unlink()
+    size = int.from_bytes(raw[-8:-4], "little")
+    footer = lying = raw[-8 - size:-8]
+    for value, claim in said.items():
+        lying = lying.replace(struct.pack("<q", value), struct.pack("<q", claim))
+    assert lying != footer, said
+    path.write_bytes(raw[:-8 - size] + lying + struct.pack("<i", len(lying)) + b"PAR1")
+    return path
+
+
 def moves_text(moves, style: int) -> str:
     """One of the CSV spellings of a move set (style 3 writes runs as ranges "a..b")."""
     ms = list(moves)

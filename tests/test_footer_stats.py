@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import naive_sg
+from conftest import naive_sg, write_understated_parquet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -242,14 +242,7 @@ def test_statistics_that_understate_the_heaps_do_not_reject_them(tmp_path: Path,
         table = pa.table({"rule_set_id": [r for r, _, _ in rows],
                           "position_id": [p for _, p, _ in rows],
                           "heap": pa.array([h for _, _, h in rows], pa.int64())})
-    pq.write_table(table, tmp_path / "true.parquet", compression="NONE")
-    raw = (tmp_path / "true.parquet").read_bytes()
-    footer = _thrift(raw)
-    assert footer.count(i64(40_000)) == 2  # the heaps' max_value and legacy max
-    lying = footer.replace(i64(40_000), i64(100))
-    start = len(raw) - 8 - len(footer)
-    (tmp_path / "positions.parquet").write_bytes(
-        raw[:start] + lying + struct.pack("<i", len(lying)) + b"PAR1")
+    write_understated_parquet(table, tmp_path / "positions.parquet", {40_000: 100})
     moves = {1: [1000], 2: [1000, 1001]}
     (tmp_path / "rules.csv").write_text("rule_set_id,kind,moves\n" + "".join(
         f"{r},subtraction,{' '.join(map(str, m))}\n" for r, m in moves.items()))

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from conftest import (
     CLI_EXE,
@@ -24,10 +25,12 @@ from conftest import (
     inputs_with_rejects,
     invoke,
     moves_text,
+    naive_sg,
     read_outputs,
     wins,
     write_csv,
     write_parquet,
+    write_understated_parquet,
 )
 from polars.testing import assert_frame_equal
 
@@ -691,6 +694,62 @@ def test_footers_that_understate_the_keys_still_give_sorted_verdicts(spark, tmp_
         run_both(tmp_path, rules=str(r), positions=str(d))
     assert any("read straight into the sort" in m for m in caplog.messages)
     assert any("reading them again, cached" in m for m in caplog.messages)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("form", "order", "max_table_len"), [
+    ("wide", "in key order", None), ("wide", "out of key order", None),
+    ("long", "in key order", None), ("wide", "out of key order", 500),
+    ("long", "in key order", 500)])
+def test_footers_that_understate_the_heaps_grow_the_tables(spark, tmp_path, caplog, form,
+                                                           order, max_table_len):
+    """Statistics that say the heaps end at 100 where they reach 40,000: the tables the
+    footers presized before the read (which the reading tasks evaluate wide rows with, and
+    cannot grow) are grown on the driver for the heaps the tasks found beyond them, and the
+    rows read again (wide: cached, or straight into the sort as rows out of key order
+    are); long form grows them before its nim-sums are taken again. Before, those rows
+    were rejected naming tables.max_table_len, which no table had reached. Each verdict is
+    the naive mex reference's; with a max_table_len that does stop the tables, the same
+    rejects as the polars engine."""
+    heaps = {1: [5], 2: [40_000], 3: [39_999, 3], 4: [40_000]}
+    rule_of = {1: 1, 2: 1, 3: 1, 4: 2}
+    moves = {1: [1000], 2: [1000, 1001]}
+    r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+                  [[rid, "", " ".join(map(str, m))] for rid, m in moves.items()])
+    pids = list(heaps)[::-1] if order == "out of key order" else list(heaps)
+    if form == "wide":
+        table = pa.table({"rule_set_id": [rule_of[p] for p in pids], "position_id": pids,
+                          "heaps": pa.array([heaps[p] for p in pids], pa.list_(pa.int64()))})
+    else:
+        cells = [(rule_of[p], p, h) for p in pids for h in heaps[p]]
+        table = pa.table({"rule_set_id": [c[0] for c in cells],
+                          "position_id": [c[1] for c in cells],
+                          "heap": pa.array([c[2] for c in cells], pa.int64())})
+    positions = write_understated_parquet(
+        table, tmp_path / "positions.parquet", {40_000: 100, 39_999: 99},
+        row_group_size=1 if order == "out of key order" else None)
+    tables = {} if max_table_len is None else {"tables": {"max_table_len": max_table_len}}
+    with caplog.at_level(logging.INFO, logger="pipeline.engines"):
+        expected, got = run_both(tmp_path, rules=str(r), positions=str(positions), **tables)
+    assert any("statistics" in m and "grow" in m for m in caplog.messages)
+    if order == "out of key order":
+        assert any("read straight into the sort" in m for m in caplog.messages)
+    verdicts = outputs(got)["verdicts"]
+    if max_table_len is not None:  # {1000} proves no period within 500 values
+        assert verdicts["position_id"].to_list() == [1]
+        reasons = outputs(got)["rejects"]["reason"]  # and the long rows of those positions
+        assert reasons.str.contains("max_table_len|another row of this position").all()
+        assert reasons.str.contains("max_table_len").sum() == 3
+        return
+    sg = {rid: naive_sg(m, 40_001) for rid, m in moves.items()}
+    want = []
+    for p in sorted(heaps):
+        nim = 0
+        for h in heaps[p]:
+            nim ^= sg[rule_of[p]][h]
+        want.append((rule_of[p], p, nim))
+    assert verdicts.select("rule_set_id", "position_id", "nim_sum").rows() == want
+    assert expected.exit_code == 0
 
 
 def test_the_rejected_rows_carried_to_the_driver_are_bounded_in_all():

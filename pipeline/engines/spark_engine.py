@@ -169,16 +169,19 @@ class _Job(SparkOrdering):
         rejects.append(self.map(attached.filter(F.col("_reason").isNotNull()), reject_task,
                                 REJECT_SCHEMA))
         valid = attached.filter(F.col("_reason").isNull())
+        presized = self.cache.covers_input()
         tables = self.tables(valid, by_file=False)
-        with_sg = self.map(valid, sg_task, struct(*pairs(rows.schema), ("heap", LONG),
-                                                    ("_sg", LONG)), tables=tables)
-        aggregates = [F.bit_xor("_sg").alias("nim_sum"), F.min("_sg").alias("_min_sg"),
-                      F.max("table").alias("table")]
-        if wm:  # heaps in input order, for the winning move
-            cells = F.array_sort(F.collect_list(F.struct("_file", "_row", "heap")))
-            aggregates.append(F.transform(cells, lambda c: c["heap"]).alias("heaps"))
-        positions = self.persist(with_sg.groupBy(*KEYS).agg(*aggregates))
+        positions = self.persist(self.nim_sums(valid, tables))
         beyond = positions.filter(F.col("_min_sg") == kernels.BEYOND_TABLE).select(*KEYS)
+        if presized and not beyond.isEmpty():  # footers' statistics that understate the heaps
+            log.info("positions: heaps beyond the tables the footers' statistics sized; "
+                     "growing the tables")
+            for largest in self.largest(valid, by_file=False):
+                self.cache.ensure(largest)
+            tables = self.broadcast(self.cache.table_set())
+            self.release(positions)
+            positions = self.persist(self.nim_sums(valid, tables))
+            beyond = positions.filter(F.col("_min_sg") == kernels.BEYOND_TABLE).select(*KEYS)
         if not beyond.isEmpty():  # a heap beyond an unproven table: rejected whole
             rows_beyond = self.by_key(valid.join(beyond, KEYS, "left_semi"))
             rejects.append(self.map(rows_beyond, beyond_task, REJECT_SCHEMA, tables=tables,
@@ -195,6 +198,18 @@ class _Job(SparkOrdering):
                                 struct(*[(k, types[k]) for k in KEYS], ("nim_sum", LONG),
                                         ("verdict", STRING)))
         return verdicts, functools.reduce(DataFrame.unionByName, rejects)
+
+    def nim_sums(self, valid: DataFrame, tables: Any) -> DataFrame:
+        """Long form: each position's nim_sum, smallest SG value (BEYOND_TABLE: a heap
+        beyond its table), table and, with winning moves, heaps in input order."""
+        with_sg = self.map(valid, sg_task, struct(*pairs(valid.schema), ("heap", LONG),
+                                                    ("_sg", LONG)), tables=tables)
+        aggregates = [F.bit_xor("_sg").alias("nim_sum"), F.min("_sg").alias("_min_sg"),
+                      F.max("table").alias("table")]
+        if self.config.winning_moves:  # heaps in input order, for the winning move
+            cells = F.array_sort(F.collect_list(F.struct("_file", "_row", "heap")))
+            aggregates.append(F.transform(cells, lambda c: c["heap"]).alias("heaps"))
+        return with_sg.groupBy(*KEYS).agg(*aggregates)
 
     # -- the whole evaluation --
 
@@ -226,11 +241,12 @@ class _Job(SparkOrdering):
         """Rows read straight to the sort, evaluated, sorted, tallied and written to `target`
         in one job. None, with nothing left at `target` and the read's state reset, if they
         need the cached path: a key given twice, more rejected rows than the reading tasks
-        carry, or a rejected row with a verdict's key (`split_duplicates` takes both)."""
+        carry, a rejected row with a verdict's key (`split_duplicates` takes both), or a
+        heap beyond the tables built before the read (`SparkWork.read` grows them)."""
         verdicts, rejects = self.wide(norm)
         written = self.write_tallied(verdicts, target)
         read = self.straight_read()
-        if written is not None and read.rejected_rows is not None:
+        if written is not None and read.rejected_rows is not None and not self.grow_to:
             if not read.rejected:
                 return verdicts, rejects, read.rows, written
             rejected = outputs.reject_rows(read.rejected_rows, "positions")
@@ -239,6 +255,7 @@ class _Job(SparkOrdering):
                 return verdicts, spark_rejects(self.spark, rejected), read.rows, written
         log.info("positions: %s; reading them again, cached",
                  "a key given twice, or out of order" if written is None
+                 else "heaps beyond the tables" if self.grow_to
                  else "more rejected rows than the tasks carry" if read.rejected_rows is None
                  else "a rejected row has a verdict's key")
         if target.exists():

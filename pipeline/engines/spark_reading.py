@@ -46,6 +46,7 @@ from pipeline.engines.spark_session import Session, failure
 from pipeline.engines.spark_tasks import (
     DATA,
     FATAL,
+    GROW,
     HIGH,
     KEYS,
     LONG,
@@ -192,6 +193,10 @@ class SparkWork:
     rejected_rows: int | None = None  # input rows rejected as read (known after `read`)
     key_stats: KeyStats | None = None  # the valid integer keys as read (after `read`)
     reads: Any = None  # the reading tasks' accumulator, when the read goes straight to the sort
+    # table -> the largest heap asked of it beyond the tables built before the read (GROW);
+    # once grown for them (`read`), `regrown`: the next read's rows beyond are rejected
+    grow_to: dict[int, int] = field(default_factory=dict)
+    regrown: bool = False
 
     # -- plumbing --
 
@@ -202,6 +207,11 @@ class SparkWork:
     def persist(self, df: DataFrame) -> DataFrame:
         self.cached.append(df.persist())
         return df
+
+    def release(self, df: DataFrame) -> None:
+        """Unpersist a frame `persist` cached, before the run ends."""
+        self.cached.remove(df)
+        df.unpersist()
 
     def broadcast(self, value: Any) -> Any:
         """`value` for the tasks (as `.value`): a broadcast variable, or on Spark Connect, which
@@ -229,10 +239,22 @@ class SparkWork:
 
         Raises the InputError the polars engine would raise first (files in order).
 
+        Wide rows evaluated as read (`read_schema`) with tables that some heap lies beyond
+        after all (footers whose statistics understate the heaps): the tables grow to what
+        the reading tasks asked (GROW) and the files are read again, once, so that no row is
+        rejected that the polars engine would keep.
+
         `straight`, and the rows can go straight from the reading tasks to the sort
         (`straight_key_stats`): the valid rows only, not cached, and None for the rows of
         each file: the tasks tally them, their rejected rows and errors into `reads`, known
         once a job has read them (`straight_read`)."""
+        if self.grow_to:
+            log.info("positions: %d tables grown past the heaps the footers' statistics "
+                     "gave; reading again", len(self.grow_to))
+            largest = np.full(len(self.cache.distinct), -1, np.int64)
+            largest[list(self.grow_to)] = list(self.grow_to.values())
+            self.cache.ensure(largest)
+            self.grow_to, self.regrown = {}, True
         formats = [format_of(p, cache=self.read_cache) for p in self.paths]
         csv = [i for i, f in enumerate(formats) if f == "csv"]
         probed = {i: self._probe(i) for i, f in enumerate(formats) if f == "parquet"}
@@ -295,6 +317,9 @@ class SparkWork:
         problems = {**failed, **errors}
         if problems:
             raise InputError(problems[min(problems)])
+        if self.grow_to:
+            self.release(norm)
+            return self.read(straight=False)
         return norm.filter(F.col("_kind") == DATA).drop("_kind"), rows
 
     def straight_key_stats(self, files: list[ParquetFile]) -> KeyStats | None:
@@ -346,10 +371,18 @@ class SparkWork:
             if unit.fatal is not None and (unit.file not in failed
                                            or unit.fatal[0] < failed[unit.file][0]):
                 failed[unit.file] = unit.fatal
+            self.asked_beyond(unit.asked)
         if failed:
             raise InputError(failed[min(failed)][1])
         kept = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
         return StraightRead(rows, rejected, kept if carried else None)
+
+    def asked_beyond(self, asked: dict[int, int]) -> None:
+        """Note what tables a reading task asked beyond their ends (GROW), to grow them and
+        read again; not after that read (a limit stopped them: those rows are rejected)."""
+        if not self.regrown:
+            for table, heap in asked.items():
+                self.grow_to[table] = max(heap, self.grow_to.get(table, -1))
 
     def tally(self, norm: DataFrame, probed: dict[int, ParquetFile | str]
               ) -> tuple[dict[int, str], list[int]]:
@@ -360,7 +393,9 @@ class SparkWork:
         (`rejected_rows`). One job, which fills the cache of `norm`; it reads back only the
         tasks' few non-DATA rows (the cache skips its batches of DATA rows)."""
         stats = norm.filter(F.col("_kind") > DATA).select(
-            "_kind", "_file", "_row", "_reason", *KEYS).collect()
+            "_kind", "_file", "_row", "_reason", *KEYS,
+            F.col("nim_sum") if "nim_sum" in norm.columns else F.lit(None).alias("nim_sum")
+        ).collect()
         rows = [0] * len(self.paths)
         failed: dict[int, tuple[int, str]] = {}
         self.rejected_rows = 0
@@ -376,6 +411,8 @@ class SparkWork:
             elif r["_kind"] in (LOW, HIGH, SAMPLE):
                 {LOW: low, HIGH: high, SAMPLE: samples}[r["_kind"]].append(
                     (r["rule_set_id"], r["position_id"]))
+            elif r["_kind"] == GROW:
+                self.asked_beyond({r["nim_sum"]: r["_row"]})
         if low:  # integer keys, some valid
             self.key_stats = KeyStats(min(r for r, _ in low), max(r for r, _ in high),
                                       min(p for _, p in low), max(p for _, p in high),

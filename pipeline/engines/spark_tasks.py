@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -41,6 +41,12 @@ READ, REJECTED = 3, 4
 # driver sorts the verdicts on them without Spark's sampling pass (`SparkOrdering.sorted`).
 LOW, HIGH, SAMPLE = 5, 6, 7
 KEY_SAMPLES = 256
+# Rows evaluated as read, with tables built before the read from the footers' statistics: a
+# table a heap lies beyond (statistics that understate the values) cannot grow in a task, so
+# the task names the largest heap each such table was asked for (`_row`; the table in
+# `nim_sum`, as rows evaluated as read have no `table` column), and the driver grows the
+# tables and reads again (`SparkWork.read`).
+GROW = 8
 LONG, STRING, INT, BOOL = T.LongType(), T.StringType(), T.IntegerType(), T.BooleanType()
 
 REJECT_SCHEMA = T.StructType([T.StructField(name, LONG if dtype == pl.Int64 else STRING)
@@ -93,11 +99,13 @@ def _is_int(frame: pl.DataFrame, name: str) -> bool:
 
 
 def _step(frame: pl.DataFrame, file_index: int, form: str, index: pl.DataFrame,
-          schema: T.StructType, tables: Any = None, winning_moves: bool = False) -> Batches:
+          schema: T.StructType, tables: Any = None, winning_moves: bool = False,
+          asked: list[np.ndarray] | None = None) -> Batches:
     """The polars engine's per-batch step after normalising: wide batches are attached to
     their tables here, with the batch's own key type; long ones once they are positions.
     With `tables` (wide, tables already built) the batch is also evaluated, in the same pass
-    (`_evaluated`). Keys leave as the schema types them (text until the run's type is known)."""
+    (`_evaluated`; `asked` collects what tables its heaps needed beyond theirs). Keys leave
+    as the schema types them (text until the run's type is known)."""
     if form == "wide":
         frame, batch_index = keys.match_key_type(frame, index)
         frame = evaluate.attach_tables(frame, batch_index)
@@ -106,19 +114,28 @@ def _step(frame: pl.DataFrame, file_index: int, form: str, index: pl.DataFrame,
     frame = frame.with_columns(pl.lit(DATA, pl.Int32).alias("_kind"),
                                pl.lit(file_index, pl.Int32).alias("_file"))
     if tables is not None:
-        yield from _out(_evaluated(frame, tables.value, winning_moves), schema)
+        yield from _out(_evaluated(frame, tables.value, winning_moves, asked), schema)
         return
     yield from _out(frame.with_columns(
         pl.lit(_is_int(frame, "rule_set_id")).alias("_rid_int"),
         pl.lit(_is_int(frame, "position_id")).alias("_pid_int")), schema)
 
 
-def _evaluated(frame: pl.DataFrame, table_set: Any, winning_moves: bool) -> pl.DataFrame:
+def _evaluated(frame: pl.DataFrame, table_set: Any, winning_moves: bool,
+               asked: list[np.ndarray] | None = None) -> pl.DataFrame:
     """Wide: `evaluate.evaluate` and `with_verdict` (its nim_sum and moves; the engine
     adds the verdict), and whether the batch's valid keys are integers (flags). Only
     rejected rows keep their `_source` (the others are identified by `_file`), so that
-    valid rows carry no text but their keys."""
-    evaluated = evaluate.evaluate(frame, table_set, winning_moves)
+    valid rows carry no text but their keys. `asked`: the largest heap each table was asked
+    for beyond its end is appended to it (the tables stay as they are; rows beyond them
+    are rejected here, and the driver decides whether to grow the tables and read again)."""
+
+    def note(largest: np.ndarray) -> Any:
+        asked.append(largest)  # type: ignore[union-attr]
+        return table_set
+
+    evaluated = evaluate.evaluate(frame, table_set, winning_moves,
+                                  grow=None if asked is None else note)
     valid = evaluated.filter(pl.col("_reason").is_null())
     return evaluate.with_verdict(evaluated).with_columns(
         pl.when(pl.col("_reason").is_not_null()).then(pl.col("_source")).alias("_source"),
@@ -144,6 +161,7 @@ class Tally:
     def __init__(self) -> None:
         self.rows = self.rejected = 0
         self.keys: list[pl.DataFrame] = []
+        self.asked: list[np.ndarray] = []  # heaps beyond the tables (`_evaluated`)
 
     def counted(self, batches: Batches) -> Batches:
         for batch in batches:
@@ -154,13 +172,17 @@ class Tally:
             yield batch
 
     def summary(self, file_index: int, schema: T.StructType) -> Batches:
-        """One READ row (even of 0 rows: the file was read), one REJECTED row if any, and
-        the keys' rows."""
+        """One READ row (even of 0 rows: the file was read), one REJECTED row if any, the
+        keys' rows and a GROW row for each table a heap lay beyond."""
         kinds = [READ, *([REJECTED] if self.rejected else [])]
         counts = [self.rows, *([self.rejected] if self.rejected else [])]
         rows = pl.DataFrame({"_kind": kinds, "_row": counts},
                             schema={"_kind": pl.Int32, "_row": pl.Int64})
-        rows = pl.concat([rows, *self.keys], how="diagonal").with_columns(
+        wanted = tables_asked(self.asked)
+        grow = pl.DataFrame({"_kind": [GROW] * len(wanted), "nim_sum": list(wanted),
+                             "_row": list(wanted.values())},
+                            schema={"_kind": pl.Int32, "nim_sum": pl.Int64, "_row": pl.Int64})
+        rows = pl.concat([rows, grow, *self.keys], how="diagonal").with_columns(
             pl.lit(file_index, pl.Int32).alias("_file"))
         yield from _out(rows.with_columns(pl.lit(None).alias(n) for n in schema.fieldNames()
                                           if n not in rows.columns), schema)
@@ -174,6 +196,14 @@ class Tally:
 # at most CARRIED_REJECTS a unit, and about CARRIED_IN_ALL in all (at least 100 a unit); a unit
 # with more rejects has the run read again, cached (`SparkWork.straight_read`).
 CARRIED_REJECTS, CARRIED_IN_ALL = 10_000, 100_000
+
+
+def tables_asked(asked: list[np.ndarray]) -> dict[int, int]:
+    """table -> the largest heap it was asked for beyond its end, over a task's batches."""
+    if not asked:
+        return {}
+    largest = np.maximum.reduce(asked)
+    return {int(t): int(largest[t]) for t in np.flatnonzero(largest >= 0)}
 
 
 def carried_per_unit(units: int) -> int:
@@ -192,6 +222,7 @@ class UnitRead:
     rejected: int
     rejected_rows: pl.DataFrame | None  # those rows themselves; None: more than it may carry
     fatal: tuple[int, str] | None  # the row from which the unit could not be read, and why
+    asked: dict[int, int] = field(default_factory=dict)  # as the GROW rows of `Tally`
 
 
 class StraightTally:
@@ -203,6 +234,7 @@ class StraightTally:
         self.rows = self.rejected = 0
         self.kept: list[pl.DataFrame] | None = []
         self.fatal: tuple[int, str] | None = None
+        self.asked: list[np.ndarray] = []
 
     def counted(self, batches: Batches) -> Batches:
         for batch in batches:
@@ -225,7 +257,7 @@ class StraightTally:
         kept = None if self.kept is None else (
             pl.concat(self.kept) if self.kept else pl.DataFrame())
         self.reads.add({self.number: UnitRead(file_index, self.rows, self.rejected, kept,
-                                              self.fatal)})
+                                              self.fatal, tables_asked(self.asked))})
         yield from ()
 
 
@@ -256,7 +288,7 @@ def csv_task(batches: Batches, config: Config, form: str, index: pl.DataFrame,
                 for _, frame in position_batches([sources[file_index]], config, form,
                                                  parse_ahead=False):  # a task, a core
                     yield from tally.counted(_step(frame, file_index, form, index, schema,
-                                                   tables, winning_moves))
+                                                   tables, winning_moves, tally.asked))
             except SnimError as exc:
                 yield from _fatal(file_index, str(exc), schema)
             yield from tally.summary(file_index, schema)
@@ -340,7 +372,7 @@ def parquet_task(batches: Batches, files: dict[str, ParquetFile], config: Config
                 yield from _fatal(info.index, str(exc), schema)
                 continue
             yield from tally.counted(_step(frame, info.index, form, index, schema, tables,
-                                           winning_moves))
+                                           winning_moves, tally.asked))
     for file_index, tally in tallies.items():
         yield from tally.summary(file_index, schema)
 
@@ -371,7 +403,7 @@ def row_groups_task(batches: Batches, units: list[Unit], sources: dict[int, Sour
                     frame = normalize.normalize_positions(raw, rows, info.source,
                                                            config.columns, form, 0)
                     yield from tally.counted(_step(frame, info.index, form, index, schema,
-                                                   tables, winning_moves))
+                                                   tables, winning_moves, tally.asked))
                     row += raw.height
             except SnimError as exc:
                 yield from tally.failed(info.index, str(exc), schema, at=row)
