@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline import __version__
+from pipeline import __version__, keys
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
 from pipeline.engines import Engine, PositionsJob, load_engine
@@ -280,6 +280,8 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
             return outcome  # nothing is written: no manifest, no checksum to wait for
         with phase("write"):
             evaluation.write(rule_rejects, staging)
+            if not verdicts:
+                _keys_typed_without_rows(staging / "verdicts.parquet", index)
             # after the verdicts: the period probe (`report_meanwhile`) runs while they are written
             sg_tables = outputs.sg_table_rows(rules, distinct, cache.reported(), index,
                                               outputs.run_key_type(index, verdict_counts))
@@ -293,6 +295,17 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
     return replace(outcome, inputs={
         "rules": [{**f.as_dict(), **n} for f, n in zip(rule_files, rule_counts)],
         "positions": [{**f.as_dict(), **n} for f, n in zip(positions, position_counts)]})
+
+
+def _keys_typed_without_rows(verdicts: Path, index: pl.DataFrame) -> None:
+    """Verdicts of no row (an empty night, every row rejected) have keys no row typed: their
+    rule_set_id is text when no rule's id reads as an integer, as every verdict of these
+    rules would have it (and summary and sg_tables do), so that the night reads together
+    with the nights that had verdicts. position_id stays Int64: nothing tells its type (a
+    Parquet column of text holds integers as often as not)."""
+    ids = index["rule_set_id"]
+    if ids.dtype == pl.String and not ids.str.contains(keys.CANONICAL_INT).any():
+        commit.empty_with_text_keys(verdicts, ["rule_set_id"])
 
 
 def counts_by_reason_code(rejects: Path) -> dict[str, int]:

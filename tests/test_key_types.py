@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 from conftest import invoke, read_outputs, write_csv
 
@@ -167,6 +168,43 @@ def test_text_rule_keys_with_integer_verdict_keys_are_the_one_case_that_needs_a_
         ("10", 1), ("9", 2), ("a", 0)]
     assert o["sg_tables"].select("moves", "rule_set_ids").rows() == [
         ([1], ["10"]), ([1, 2], ["9", "a"])]
+
+
+@pytest.mark.parametrize("night", ["header only", "every row rejected"])
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_a_night_without_verdicts_keeps_the_rule_ids_type_of_the_nights_with_some(
+        tmp_path, night, form):
+    """Rules whose ids are all text: every verdict's rule_set_id is text, and so is that of
+    a night without verdicts (an empty export; every row rejected), so that the nights'
+    verdicts read as one table, the empty night first (DuckDB, pyarrow's datasets), and join
+    summary without a cast. Before, it was Int64, and DuckDB failed to cast "a" to BIGINT.
+    Rules of integer ids, or of a text id beside integer ones (whose verdicts may keep
+    integer keys, above), keep Int64."""
+    heap = "heaps" if form == "wide" else "heap"
+    for rules in (["a", "b"], [1, 2], ["a", 2]):
+        where = tmp_path / "_".join(map(str, rules))
+        where.mkdir()
+        write_csv(where / "rules.csv", ["rule_set_id", "moves"], [[rules[0], "1 2"],
+                                                                  [rules[1], "1"]])
+        nights = {"holiday": [] if night == "header only" else [[rules[1], 0, -1]],
+                  "day": [[rules[0], 0, 4], [rules[1], 1, 3]]}
+        for name, rows in nights.items():
+            write_csv(where / f"{name}.csv", ["rule_set_id", "position_id", heap], rows)
+            code, err = invoke(["run", "--rules", "rules.csv", "--positions", f"{name}.csv",
+                                "--out", name, "--max-rejected-rows", "1"], where)
+            assert code == 0, err
+        holiday = read_outputs(where / "holiday")
+        assert holiday["verdicts"].height == 0
+        assert holiday["verdicts"].schema["rule_set_id"] == (
+            pl.String if rules == ["a", "b"] else pl.Int64), rules
+        if rules == ["a", 2]:
+            continue
+        files = [str(where / n / "verdicts.parquet") for n in nights]
+        # S={1,2}: SG(4) = 1; S={1}: SG(3) = 1
+        assert duckdb.sql(f"SELECT rule_set_id, nim_sum FROM read_parquet({files}) "
+                          "ORDER BY 1").fetchall() == [(rules[0], 1), (rules[1], 1)]
+        assert ds.dataset(files).to_table().num_rows == 2
+        assert holiday["verdicts"].join(holiday["summary"], on="rule_set_id").height == 0
 
 
 @pytest.mark.parametrize("form", ["wide", "long"])

@@ -815,18 +815,22 @@ def test_tallies_of_partitions_add_up_and_find_a_key_across_them():
 
 
 @pytest.mark.spark
-def test_no_verdict_at_all_is_a_directory_of_the_columns(spark, tmp_path):
+@pytest.mark.parametrize("ids", [[1, 2], ["a", "b"]])
+def test_no_verdict_at_all_is_a_directory_of_the_columns(spark, tmp_path, ids):
     """Every position rejected (no position id): Spark's write has no verdict row to write,
     and the verdicts are still a directory polars reads as the polars engine's empty
-    table."""
+    table; with text rule ids, its rule_set_id is text in both (a night of verdicts has)."""
     r = write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
-                  [[1, "", "1 2"], [2, "", "1 3"]])
+                  [[ids[0], "", "1 2"], [ids[1], "", "1 3"]])
     p = write_parquet(tmp_path / "positions.parquet",
-                      {"rule_set_id": [2, 1, 2], "position_id": [None, None, None],
-                       "heaps": [[1], [2, 3], [4]]},
-                      {"rule_set_id": pl.Int64, "position_id": pl.Int64, "heaps": HEAPS})
+                      {"rule_set_id": [ids[1], ids[0], ids[1]],
+                       "position_id": [None, None, None], "heaps": [[1], [2, 3], [4]]},
+                      {"rule_set_id": pl.Int64 if ids[0] == 1 else pl.String,
+                       "position_id": pl.Int64, "heaps": HEAPS})
     _, got = run_both(tmp_path, rules=str(r), positions=str(p), max_rejected_rate=1.0)
     assert outputs(got)["verdicts"].height == 0
+    assert outputs(got)["verdicts"].schema["rule_set_id"] == (
+        pl.Int64 if ids[0] == 1 else pl.String)
     assert outputs(got)["rejects"].height == 3
 
 

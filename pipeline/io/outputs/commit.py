@@ -592,6 +592,21 @@ def write_parquet(frame: pl.DataFrame, path: Path) -> None:
                             statistics=True)
 
 
+def empty_with_text_keys(path: Path, names: list[str]) -> None:
+    """Write again a staged table of no rows (a file, or a directory of part files) with
+    these columns as text: the types that no row decided (`run`), the other columns as
+    they were."""
+    parts = sorted(path.glob("part-*.parquet")) if path.is_dir() else [path]
+    if not parts:
+        return
+    frame = pl.read_parquet(parts[0]).head(0)
+    frame = frame.with_columns(pl.col(names).cast(pl.String))
+    with writing(path.name):
+        for part in parts:
+            part.unlink()
+    write_parquet(frame, parts[0])
+
+
 def sink_parquet(frame: pl.LazyFrame, path: Path) -> None:
     """Stream a lazy frame to one Parquet file (columns computed chunk by chunk). Enum
     columns are written as the dictionary-encoded text Parquet stores anyway, from their
