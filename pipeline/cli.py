@@ -67,6 +67,7 @@ from pipeline.terminal import (
     stdout_failed,
     stdout_lost,
     stop_signals_as_interrupts,
+    stops_held,
     stopped_message,
     stops_held_until_taken,
     stops_once_committed,
@@ -1265,11 +1266,12 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
             _err(stdout_failed(exc))
             ended, code = True, EXIT_FAILED
         finally:
+            if ended and code == EXIT_USAGE and stops_held():  # a refused line: no result,
+                _forget_refused_runs_result(sys.argv[1:])  # a stop meanwhile kept, dropped
+            drop_held_stops()
             default_stop_signals()
     except KeyboardInterrupt as exc:  # outside any command's handling (typer's set-up)
         code, late = 128 + (exc.signum if isinstance(exc, Stopped) else signal.SIGINT), ended
-    if drop_held_stops() and code == EXIT_USAGE:  # a refused command line: no result
-        _forget_refused_runs_result(sys.argv[1:])
     if code == 130 and STOPPED_BY:  # typer reports any KeyboardInterrupt it meets as 130
         code = 128 + STOPPED_BY[0]
     if code in (130, *(128 + s for s in STOPPED_BY)) and not (late or _INTERRUPT_SAID):

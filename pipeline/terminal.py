@@ -739,6 +739,11 @@ def take_stops() -> None:
             _stop(_HELD.pop(), None)
 
 
+def stops_held() -> bool:
+    """Whether a stop signal that comes now is kept (`stops_held_until_taken`), not raised."""
+    return bool(_HOLDING)
+
+
 def drop_held_stops() -> bool:
     """If the command line was only read (`--help`, `--version`, a refused flag), no command
     began to take a stop kept meanwhile: it is dropped, and the exit code is the line's.

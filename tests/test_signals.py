@@ -682,6 +682,29 @@ def test_a_stop_kept_while_only_the_command_line_was_read_leaves_its_exit_code(
     assert said in done.stderr and "stopped" not in done.stderr
 
 
+@pytest.mark.parametrize("module", ["pipeline.io.outputs.commit", "pipeline.results"])
+def test_a_stop_while_a_refused_run_line_removes_the_earlier_result_is_dropped(
+        tmp_path: Path, module: str) -> None:
+    """SIGTERM as a refused `run` line removes the result an earlier run left at its
+    --result-file (its imports take a tenth of a second): the line's exit 2 and words, the
+    earlier result gone. Before, the stop signals had their default actions back by then:
+    the process died by the signal (SIGINT: a traceback) and the earlier result stayed for
+    a scheduler to take as this night's."""
+    (tmp_path / "sitecustomize.py").write_text(STOP_AS_THE_CLI_IS_IMPORTED)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)]),
+           "TEST_STOP_AT_IMPORT": module}
+    result = tmp_path / "result.json"
+    result.write_text('{"schema_version": 1, "status": "succeeded", "exit_code": 0}')
+    done = subprocess.run([str(CLI_EXE), "run", "--rules", "r.csv", "--positions", "p.csv",
+                           "--out", str(tmp_path / "out"), "--result-file", str(result),
+                           "--bogus"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "TEST: SIGTERM sent\n" in done.stderr
+    assert "No such option: --bogus" in done.stderr and "Traceback" not in done.stderr
+    assert not result.exists()
+
+
 _TWO_STOPS_IN_COMPILED_CODE = """
 import signal, sys
 from pipeline import terminal
