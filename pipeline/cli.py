@@ -630,8 +630,8 @@ def run(
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, verbose, reported)
     _said_run(result, quiet, json_result)  # stdout gone: a warning, the exit says the run
-    _say_late_stops()
     problem = _result(result.document(), result_file, json_result)
+    _say_late_stops()  # also one that came while the result was written
     if problem is not None:  # committed, but the result is missing: exit 1 says so
         _err(f"{problem}; the run's output is committed")
         raise typer.Exit(EXIT_FAILED)

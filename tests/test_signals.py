@@ -457,6 +457,44 @@ kinds._Staged.commit = commit
 '''
 
 
+STOP_AS_THE_RESULT_IS_WRITTEN = '''
+import os, signal
+
+_replace = os.replace
+
+
+def replace(src, dst, *args, **kwargs):
+    if str(dst).endswith("result.json"):
+        os.kill(os.getpid(), signal.SIGTERM)
+    return _replace(src, dst, *args, **kwargs)
+
+
+os.replace = replace
+'''
+
+
+def test_a_stop_as_the_run_writes_its_result_file_is_noted(tmp_path: Path) -> None:
+    """SIGTERM as a committed run renames its --result-file into place (sent by a
+    sitecustomize in the real CLI process): exit 0, the result written, and the stop noted
+    on stderr as any stop after the commit is. Before, it was dropped without a word: the
+    note was said before the result was written."""
+    root = Path(__file__).resolve().parents[1]
+    sample = root / "data" / "sample"
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_AS_THE_RESULT_IS_WRITTEN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(root)])}
+    result = tmp_path / "result.json"
+    proc = subprocess.run([str(CLI_EXE), "run", "--rules", str(sample / "rules.csv"),
+                           "--positions", str(sample / "positions.csv"), "--out",
+                           str(tmp_path / "out"), "--result-file", str(result), "--quiet"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stderr) == (
+        0, "snim-batch: SIGTERM came once the output was committed; the run finished\n")
+    document = json.loads(result.read_text())
+    assert (document["status"], document["exit_code"]) == ("succeeded", 0)
+    assert (tmp_path / "out" / "manifest.json").is_file()
+
+
 @pytest.mark.parametrize("command", ["convert", "report"])
 def test_a_stop_once_convert_or_report_committed_is_noted_not_nothing_written(
         tmp_path: Path, command: str) -> None:
