@@ -1232,6 +1232,30 @@ def test_a_staging_directory_that_cannot_be_removed_is_named_in_a_warning(tmp_pa
     assert lines[-1].startswith(f"snim-batch: error: {out}: read-only file system while "), err
 
 
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_a_spill_on_a_disk_without_a_free_byte_names_the_scratch_file(tmp_path: Path,
+                                                                      form: str) -> None:
+    """Verdicts spilled to scratch (a tiny --memory-limit) on a file system with no byte
+    free: exit 1, one line naming the output and the scratch file, nothing left. Before,
+    closing the scratch streams on the way out (flushing what they held) raised a second
+    "no space left" that took the first's place: "internal error: OSError ... report it"."""
+    from pipeline.generate import Spec, generate
+
+    data = tmp_path / "in"
+    generate(data, Spec(200_000, 20, 1000, 4, 0, 4, form, "parquet", 3, "int", True, 1))
+    out = tmp_path / "disk" / "out"
+    free, (code, err), entries = on_small_disk(tmp_path, "size=4m", [
+        ["fill-leaving", "0"],
+        disk_job(data / "rules.parquet", data / "positions", out, "--memory-limit", "1MiB"),
+        ["entries"]])
+    assert free == 0
+    assert code == 1, err
+    assert re.fullmatch(f"snim-batch: error: {re.escape(str(out))}: no space left on device "
+                        r"while writing the scratch file \.verdict-runs/\S+; nothing was "
+                        r"written \(free space or choose another --out\)\n", err), err
+    assert entries == ["filler"]
+
+
 def test_disk_without_room_for_the_staging_directory(tmp_path: Path) -> None:
     """No inode left: the staging directory cannot even be created, for a new output or in
     place of an existing one; nothing changes on the disk."""

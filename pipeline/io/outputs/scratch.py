@@ -8,7 +8,7 @@ import shutil
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -257,5 +257,8 @@ def spill(staging: Path, compression: str = "zstd", name: str = ".spill") -> Ite
         yield scratch
     finally:
         for stream in scratch._open.values():
-            stream[1].close()
+            # the scratch is removed: bytes a close cannot flush (a full disk) are not
+            # wanted, and the error of the write that failed is the one to raise
+            with suppress(OSError):
+                stream[1].close()
         shutil.rmtree(directory, ignore_errors=True)
