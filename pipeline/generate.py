@@ -24,6 +24,7 @@ from pipeline.errors import OutputError, UsageError, brief_repr
 from pipeline.events import OnEvent, RunEvent, ignore, phase, tell_committed
 from pipeline.io.outputs.commit import (
     interrupts_held,
+    kept_fresh,
     refuse_inside_delta_table,
     refuse_inside_snim_output,
     remove_dead_staging,
@@ -294,7 +295,7 @@ def generate(out: Path, spec: Spec, on_event: OnEvent = ignore) -> list[Path]:
     moved: list[Path] = []
     try:
         (staging / "positions").mkdir(parents=True)
-        with phase(on_event, "write"):
+        with phase(on_event, "write"), kept_fresh(staging):
             written = _write_dataset(staging, spec, on_event)
         with interrupts_held():  # all moved in, then a stop is only noted
             if not inside:

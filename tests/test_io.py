@@ -787,6 +787,28 @@ def test_a_staging_named_for_this_pid_but_older_than_this_process_is_not_ours(
     assert later.stdout.split() == ["False", "True", "True"], later.stderr
 
 
+def test_a_staging_kept_fresh_by_its_live_run_looks_live_to_a_run_of_the_same_pid(
+        tmp_path: Path) -> None:
+    """Two containers sharing a volume, both runs pid 1: the later one took the earlier
+    one's staging, unchanged since before it started (the verdicts held in memory), for a
+    dead run's and removed it; the earlier run then failed "no such file or directory".
+    A run now keeps its staging changing while it works in it (`kept_fresh`): a process
+    started long after the directory was made, whose own pid it names, leaves it."""
+    entry = tmp_path / ".out.partial-1-20260101T000000Z-abcdef"
+    entry.mkdir()
+    check = ("import os, sys; from pathlib import Path; from pipeline.io.outputs import commit; "
+             "print(commit.made_by_live_process(Path(sys.argv[1]), os.getpid()))")
+    with commit.kept_fresh(entry):
+        time.sleep(commit.START_SLACK_S + 1.5)
+        later = subprocess.run([sys.executable, "-c", check, str(entry)],
+                               capture_output=True, text=True, timeout=60)
+    assert later.stdout.split() == ["True"], later.stderr
+    time.sleep(commit.START_SLACK_S + 1.5)  # its run gone: no longer kept fresh
+    after = subprocess.run([sys.executable, "-c", check, str(entry)],
+                           capture_output=True, text=True, timeout=60)
+    assert after.stdout.split() == ["False"], after.stderr
+
+
 def test_stale_staging_of_an_output_named_like_a_glob_is_removed(tmp_path: Path) -> None:
     rules, positions = small_inputs(tmp_path / "in")
     parent = tmp_path / "job"

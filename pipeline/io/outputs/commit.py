@@ -146,6 +146,31 @@ def made_by_live_process(entry: Path, pid: int) -> bool:
     return started <= changed + START_SLACK_S
 
 
+FRESH_EVERY_S = 0.5  # well within START_SLACK_S
+
+
+@contextmanager
+def kept_fresh(path: Path) -> Iterator[None]:
+    """Touch `path` every FRESH_EVERY_S while the block runs. A run in another container
+    that shares the volume is pid 1 too, and takes a staging directory named pid 1 that has
+    not changed since it started for a dead run's (`made_by_live_process`): this process's
+    keeps changing while it works in it, however long it holds its verdicts in memory."""
+    stop = threading.Event()
+
+    def touch() -> None:
+        while not stop.wait(FRESH_EVERY_S):
+            with suppress(OSError):
+                os.utime(path)
+
+    toucher = threading.Thread(target=touch, name="staging-fresh", daemon=True)
+    toucher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        toucher.join()
+
+
 def _process_start(pid: int) -> float | None:
     """When process `pid` started, in seconds since the epoch (Linux's /proc), or None."""
     try:
@@ -553,11 +578,13 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
     log.debug("staging the output in %s", staging)
     committed = False
     try:
-        yield staging
-        try:
-            _fsync_tree(staging)
-        except OSError as exc:
-            raise failure(shown, "syncing the output to disk", *write_cause(exc)) from None
+        with kept_fresh(staging):
+            yield staging
+            try:
+                _fsync_tree(staging)
+            except OSError as exc:
+                raise failure(shown, "syncing the output to disk",
+                              *write_cause(exc)) from None
         with interrupts_held():
             try:
                 old = _commit(staging, target, overwrite, shown)

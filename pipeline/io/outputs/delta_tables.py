@@ -29,6 +29,7 @@ from deltalake.fs import DeltaStorageHandler
 from pipeline.errors import InputError, OutputError, UsageError, WriteFailure, first_line
 from pipeline.events import OnEvent, ignore
 from pipeline.io.outputs.commit import (
+    kept_fresh,
     missing_directories,
     refuse_inside_delta_table,
     refuse_inside_snim_output,
@@ -241,7 +242,8 @@ def staging_directory(root: TableRoot, run_id: str, on_event: OnEvent = ignore
         except OSError as exc:
             raise _staging_failure(root, staging, f"creating the staging directory {staging}",
                                    *write_cause(exc)) from None
-        yield staging
+        with kept_fresh(staging):
+            yield staging
     except WriteFailure as exc:  # a staged table: the message names the root, as others do
         raise _staging_failure(root, staging, exc.doing, exc.cause, exc.no_space) from None
     finally:
