@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -183,8 +183,11 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | Path |
     an object-store commit that cannot tell whether its manifest PUT took effect);
     `KeyboardInterrupt` when stopped (Ctrl-C; a stop signal, if the caller turned it into
     `pipeline.errors.Stopped`)."""
-    if run_date is not None and not isinstance(run_date, date):
-        raise UsageError(f"run_date must be a datetime.date, got {type(run_date).__name__}")
+    if run_date is not None and (not isinstance(run_date, date)
+                                 or isinstance(run_date, datetime)):
+        raise UsageError(f"run_date must be a datetime.date, got {type(run_date).__name__}"
+                         + (" (pass its .date(): the night, not a moment of it)"
+                            if isinstance(run_date, datetime) else ""))
     cfg = settings(config_file=config_file, rules=rules, positions=positions, out=out,
                    engine=engine, winning_moves=winning_moves, on_bad_rows=on_bad_rows,
                    overwrite=overwrite, output_format=output_format,

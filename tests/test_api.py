@@ -293,3 +293,19 @@ def test_a_delta_output_names_its_night_and_has_no_manifest_file(job: Path) -> N
     with pytest.raises(UsageError, match="run_date must be a datetime.date, got str"):
         evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
                        output_format="delta", run_date="2026-11-05")  # type: ignore[arg-type]
+
+
+def test_a_datetime_as_run_date_is_refused_before_anything_is_written(job: Path) -> None:
+    """A datetime is a date to isinstance and to type checkers (Airflow's logical_date is
+    one): it was written as the partition '2026-11-05T15:30:00', the Delta commit failed half
+    way, and the new root was left unreadable for every later night ("Failed to parse
+    value ... as 'date'"). Now refused before any work; the same night as a date runs."""
+    from datetime import date, datetime
+
+    with pytest.raises(UsageError, match=r"got datetime \(pass its .date\(\)"):
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
+                       output_format="delta", run_date=datetime(2026, 11, 5, 15, 30))
+    assert not (job / "root").exists()
+    result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
+                            output_format="delta", run_date=date(2026, 11, 5))
+    assert (result.exit_code, result.manifest["run_date"]) == (0, "2026-11-05")
