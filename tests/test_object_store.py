@@ -1621,6 +1621,27 @@ def test_az_without_credentials_says_how_to_give_them_in_one_line(tmp_path: Path
         "AZURE_TOKEN_CREDENTIALS: bogus is not one of" in result.stderr
 
 
+def test_an_az_location_without_credentials_leaves_the_callers_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Azure CLI credential is left out of the chain (no az command) by setting
+    AZURE_TOKEN_CREDENTIALS while pyarrow's client is built: it was left set in the
+    caller's process for good, so that a notebook's later DefaultAzureCredential skipped
+    the developer credentials (az login). The API call fails (a closed port on 127.0.0.1)
+    and the environment is as it was."""
+    from pipeline import SnimError, evaluate_batch
+
+    for name in [k for k in os.environ if k.startswith("AZURE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    config = config_file(tmp_path, {"azure_endpoint": f"https://127.0.0.1:{closed_port()}",
+                                    "account_name": "acct"},
+                         rules="az://c/rules.csv", positions="az://c/p.csv",
+                         out=str(tmp_path / "out"))
+    with pytest.raises(SnimError, match="no usable Azure credentials"):
+        evaluate_batch(config_file=config)
+    assert "AZURE_TOKEN_CREDENTIALS" not in os.environ
+
+
 @pytest.mark.parametrize("anonymous", [True, False])
 def test_an_unreachable_gs_store_fails_within_the_retry_bound(
         tmp_path: Path, anonymous: bool) -> None:

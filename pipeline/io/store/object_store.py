@@ -15,7 +15,7 @@ import re
 import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import timedelta
 from functools import lru_cache
@@ -321,16 +321,15 @@ def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
         if not base and _first(lowered, "azure_storage_use_emulator", "use_emulator") == "true":
             base = "http://127.0.0.1:10000"
         where = _server(base) if base else {}
-        if not (key or sas or secret):
-            _default_azure_credential()
-        return fs.AzureFileSystem(
-            name, account_key=key, sas_token=sas,
-            client_id=_first(lowered, "azure_client_id", "client_id"),
-            client_secret=secret,
-            tenant_id=_first(lowered, "azure_tenant_id", "tenant_id"),
-            blob_storage_authority=where.get("authority"),
-            dfs_storage_authority=where.get("authority"),
-            blob_storage_scheme=where.get("scheme"), dfs_storage_scheme=where.get("scheme"))
+        with nullcontext() if key or sas or secret else _default_azure_credential():
+            return fs.AzureFileSystem(
+                name, account_key=key, sas_token=sas,
+                client_id=_first(lowered, "azure_client_id", "client_id"),
+                client_secret=secret,
+                tenant_id=_first(lowered, "azure_tenant_id", "tenant_id"),
+                blob_storage_authority=where.get("authority"),
+                dfs_storage_authority=where.get("authority"),
+                blob_storage_scheme=where.get("scheme"), dfs_storage_scheme=where.get("scheme"))
     raise AssertionError(scheme)  # filesystem() refused it
 
 
@@ -347,18 +346,26 @@ _AZURE_CHAINS = ("dev", "prod", "environmentcredential", "workloadidentitycreden
                  "managedidentitycredential", "azureclicredential")
 
 
-def _default_azure_credential() -> None:
-    """Before pyarrow's Azure client builds DefaultAzureCredential: a value of
+@contextmanager
+def _default_azure_credential() -> Iterator[None]:
+    """While pyarrow's Azure client builds DefaultAzureCredential: a value of
     AZURE_TOKEN_CREDENTIALS that it would abort the process on is a ConfigError, and
     without the az command on PATH the chain leaves out the Azure CLI credential (which
-    could only fail, printing the shell's "az: not found" on our stderr)."""
+    could only fail, printing the shell's "az: not found" on our stderr). The variable is
+    set for that construction only: a caller's later Azure SDK use finds it as it was."""
     chain = os.environ.get("AZURE_TOKEN_CREDENTIALS")
     if chain is not None and chain.strip().lower() not in _AZURE_CHAINS:
         raise ConfigError(f"AZURE_TOKEN_CREDENTIALS: {truncated(chain)} is not one of dev, prod, "
                           "EnvironmentCredential, WorkloadIdentityCredential, "
                           "ManagedIdentityCredential, AzureCliCredential")
-    if chain is None and shutil.which("az") is None:
-        os.environ["AZURE_TOKEN_CREDENTIALS"] = "prod"
+    if chain is not None or shutil.which("az") is not None:
+        yield
+        return
+    os.environ["AZURE_TOKEN_CREDENTIALS"] = "prod"
+    try:
+        yield
+    finally:
+        os.environ.pop("AZURE_TOKEN_CREDENTIALS", None)
 
 
 def store_failures() -> tuple[type[BaseException], ...]:
