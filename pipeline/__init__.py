@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # the names as type checkers see them (at run time: `__getatt
     from pipeline.errors import UsageError as UsageError
 
 __version__ = "0.1.0"
-
 _EXPORTS = {
     "evaluate_batch": "api", "BatchResult": "api",
     **{name: "errors" for name in (

@@ -11,6 +11,7 @@ the command line would show (`pipeline.events.RunEvent`: phases, progress, warni
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from pipeline.events import OnEvent
 
 __all__ = ["BatchResult", "evaluate_batch", "settings"]
+
+# the package's records go where the caller's logging sends them, and nowhere (not Python's
+# last-resort stderr) when the caller configured none: a library never prints
+logging.getLogger("pipeline").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)

@@ -81,12 +81,13 @@ class SnimError(Exception):
     """Base of every error a user can cause; carries its exit code and its fields.
 
     `message` is the error's own text. Fields, all keyword-only and kept as attributes:
-    `path` the file or location it is about (as the message names it), `row` the row (a CSV
-    line number, as the message counts it), `column` the column; `written` False when the
-    run failed with nothing written (rendered "; nothing was written"), True when part of an
-    output was written (the message says which), None when the message leaves it unsaid (a
-    usage, config or input error, found before anything is written, or a commit whose
-    outcome cannot be told); `refused` True when something in the output's place was not
+    `path` the file or location it is about (as the message names it), `row` the row as the
+    message counts it (an input file's line for an `InputError` about the file; the 0-based
+    data row of rejects.parquet for a `BadRowsError`), `column` the column; `written` False
+    when the run failed with nothing written (rendered "; nothing was written"), True when
+    part of an output was written (the message says which), None when the message leaves it
+    unsaid (a usage, config or input error, found before anything is written, or a commit
+    whose outcome cannot be told); `refused` True when something in the output's place was not
     one this run may replace and was left as it was (rendered "; refusing to replace it",
     joined to "nothing was written" by a comma); `hint` text rendered last, its own
     punctuation first (" (rerun, with --overwrite to replace it)", ": raise ...")."""

@@ -309,3 +309,43 @@ def test_a_datetime_as_run_date_is_refused_before_anything_is_written(job: Path)
     result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
                             output_format="delta", run_date=date(2026, 11, 5))
     assert (result.exit_code, result.manifest["run_date"]) == (0, "2026-11-05")
+
+
+def test_a_callback_that_raises_past_committed_leaves_no_old_output_behind(job: Path) -> None:
+    """An `on_event` that raises a BaseException other than Exception on COMMITTED (a
+    framework's interrupt, KeyboardInterrupt): it goes on to the caller, the new output is
+    in place, and the replaced one is removed as after any commit. Before, it skipped that:
+    a full copy of the old output stayed as a hidden staging directory, which the next run
+    in the same (live) process never removed."""
+    from pipeline.events import COMMITTED
+
+    first = evaluate_batch(rules="rules.csv", positions="positions.csv", out="out")
+    assert first.exit_code == 0
+
+    def interrupted(event) -> None:
+        if event.kind == COMMITTED:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="out",
+                       overwrite=True, on_event=interrupted)
+    assert sorted(p.name for p in job.iterdir() if p.name.startswith((".", "out"))) == ["out"]
+    manifest = json.loads((job / "out" / "manifest.json").read_text())
+    assert manifest["run_id"] != first.manifest["run_id"]
+
+
+def test_the_api_prints_nothing_when_the_caller_configured_no_logging(job: Path) -> None:
+    """A callback that fails on COMMITTED is logged, not raised: with no logging configured
+    (a plain script), that warning went to Python's last-resort handler, on stderr, from a
+    library that promises never to print. Now the package's logger has a NullHandler."""
+    script = ("from pipeline import evaluate_batch\n"
+              "from pipeline.events import COMMITTED\n"
+              "def failing(event):\n"
+              "    if event.kind == COMMITTED:\n"
+              "        raise ValueError('the callback is broken')\n"
+              "r = evaluate_batch(rules='rules.csv', positions='positions.csv', out='out',"
+              " on_event=failing)\n"
+              "print(r.exit_code)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=job, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "0\n", "")

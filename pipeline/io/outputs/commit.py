@@ -592,13 +592,15 @@ def staged_output(out: Path, run_id: str, overwrite: bool,
                 raise failure(shown, f"renaming {staging.name} to {target.name}",
                                *write_cause(exc)) from None
             committed = True
-            tell_committed(on_event, shown)
-            log.info("committed %s%s", shown, " (replacing the previous output)"
-                     if old is not None else "")
-            if old is not None:
-                notice = _dispose(old, target, run_id, shown, "the replaced output")
-                if notice:
-                    on_event(RunEvent.warning(notice))
+            try:
+                tell_committed(on_event, shown)
+            finally:  # also when the callback raised past it: the old output goes
+                log.info("committed %s%s", shown, " (replacing the previous output)"
+                         if old is not None else "")
+                notice = (_dispose(old, target, run_id, shown, "the replaced output")
+                          if old is not None else None)
+            if notice:
+                on_event(RunEvent.warning(notice))
     except WriteFailure as exc:
         raise failure(shown, exc.doing, exc.cause, exc.no_space) from None
     finally:

@@ -266,10 +266,13 @@ def staged_remote_output(out: Location, run_id: str, overwrite: bool,
             settled = True
             if written is not None:
                 written.update(committed)
-            tell_committed(on_event, str(out))
-            log.info("committed %s%s", out, " (replacing the previous output)"
-                     if previous.etag else "")
-            for notice in _retire(out, previous):
+            try:
+                tell_committed(on_event, str(out))
+            finally:  # also when the callback raised past it: the old output's files go
+                log.info("committed %s%s", out, " (replacing the previous output)"
+                         if previous.etag else "")
+                notices = _retire(out, previous)
+            for notice in notices:
                 on_event(RunEvent.warning(notice))
     except WriteFailure as exc:  # a file of the local staging
         raise local_staging_failure(str(out), temporary, exc.doing, exc.cause,
