@@ -302,13 +302,24 @@ def _section(cls: type, raw: Any, prefix: str, source: str) -> Any:
     return cls(**values)
 
 
+def _kind_of(value: Any) -> str:
+    """What a YAML value is, without its content (which may be a secret)."""
+    return {dict: "a mapping", list: "a list", str: "text", type(None): "nothing (null)"}.get(
+        type(value), f"a {type(value).__name__}")
+
+
 def _typed(value: Any, kind: type, name: str, source: str) -> Any:
-    if kind is dict:
-        if not isinstance(value, dict) or not all(
-                isinstance(k, str) and isinstance(v, (str, int, float, bool))
-                for k, v in value.items()):
+    if kind is dict:  # storage_options, spark.conf: their values may be secrets, never shown
+        if not isinstance(value, dict):
             raise ConfigError(f"{source}: key '{name}' must be a mapping of names to values, "
-                              f"got {brief_repr(value)}")
+                              f"got {_kind_of(value)}")
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ConfigError(f"{source}: key '{name}' must be a mapping of names to "
+                                  f"values, got the name {brief_repr(k)}")
+            if not isinstance(v, (str, int, float, bool)):
+                raise ConfigError(f"{source}: key '{name}.{k}' must be text, a number or "
+                                  f"true/false, got {_kind_of(v)}")
         return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
     if kind is bool:
         if not isinstance(value, bool):

@@ -90,6 +90,28 @@ def test_wrong_type_or_value(tmp_path: Path, extra: str, key: str) -> None:
     assert f"'{key}'" in str(info.value), str(info.value)
 
 
+@pytest.mark.parametrize(("extra", "key", "got"), [
+    ("storage_options:\n  aws_secret_access_key: [TopSecret42]\n",
+     "storage_options.aws_secret_access_key", "a list"),
+    ("storage_options:\n  aws_session_token: {v: TopSecret42}\n",
+     "storage_options.aws_session_token", "a mapping"),
+    ("storage_options: aws_secret_access_key=TopSecret42\n", "storage_options", "text"),
+    ("spark:\n  conf:\n    spark.hadoop.fs.s3a.secret.key: [TopSecret42]\n",
+     "spark.conf.spark.hadoop.fs.s3a.secret.key", "a list"),
+])
+def test_a_wrong_value_in_storage_options_or_spark_conf_is_named_not_shown(
+        tmp_path: Path, extra: str, key: str, got: str) -> None:
+    """Their values may be secrets: a value of the wrong type is named by its key and its
+    kind, never echoed (before, the whole mapping was, secret and all, on stderr and in the
+    run's result)."""
+    path = write(tmp_path / "config.yaml", BASE + extra)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"key '{key}' must be " in str(info.value), str(info.value)
+    assert str(info.value).endswith(f", got {got}")
+    assert "TopSecret42" not in str(info.value)
+
+
 LONGEST = "9" * 100  # the longest integer a config may hold (MAX_INT_CHARS)
 
 
