@@ -497,7 +497,9 @@ def test_no_message_echoes_a_value_in_full(tmp_path: Path, extra: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     message = str(info.value)
-    assert "zzz..." in message and len(message) < len(str(path)) + 260, message
+    assert LONG not in message and len(message) < len(str(path)) + 260, message
+    if "conf" not in extra:  # spark.conf's values may be secrets: not shown at all (above)
+        assert "zzz..." in message, message
 
 
 def test_spark_remote_from_the_file_and_the_command_line(tmp_path: Path) -> None:
