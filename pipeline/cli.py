@@ -660,12 +660,28 @@ def _said_run(result: Any, quiet: bool, json_result: bool) -> None:
                 _err(f"  {problem}")
 
 
+_URL_AS_PATH = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/")  # `s3://b/k` as a Path makes it
+
+
+def _local_only(path: Path | None, option: str) -> None:
+    """An option that takes local paths only: a URL given to it (which the path type turned
+    into `s3:/bkt/key`) is refused, shown without its secrets, before a directory named
+    after its scheme is made or its password reaches a message."""
+    if path is not None and _URL_AS_PATH.match(str(path)):
+        from pipeline.io.store.locations import without_secrets
+
+        url = without_secrets(str(path).replace(":/", "://", 1))
+        raise UsageError(f"{option} {brief_repr(url)}: takes a local path, not a URL (write "
+                         "it locally, then copy it to the store)")
+
+
 def _check_result_file(path: Path) -> None:
-    """--result-file must be a file in an existing directory, and not inside a snim-batch
-    output (whose manifest would not list it): a usage error before any work."""
+    """--result-file must be a local file in an existing directory, and not inside a
+    snim-batch output (whose manifest would not list it): a usage error before any work."""
     from pipeline.io.outputs.commit import refuse_inside_snim_output
     from pipeline.io.outputs.failures import PID_WIDTH, refuse_long_names, unwritable
 
+    _local_only(path, "--result-file")
     shown = f"--result-file {brief_repr(str(path))}"
     refuse_long_names(path, "--result-file", "its temporary file .NAME.PID.tmp",
                       len("...tmp") + PID_WIDTH)  # as `whole.whole_file` names it
@@ -1147,6 +1163,8 @@ def convert(
     try:
         from pipeline.convert import convert_classic
 
+        _local_only(out, "--out")
+        _local_only(source, "SOURCE")
         data = stdin_bytes() if str(source) == "-" else _read_bytes(source)
         written = _with_progress(lambda on_event: convert_classic(data, out, overwrite,
                                                                   on_event))
@@ -1169,6 +1187,7 @@ def report(
     try:
         from pipeline.report import write_report
 
+        _local_only(html_file, "--html")
         target = _with_progress(lambda on_event: write_report(out_dir, html_file, on_event))
     except (Exception, KeyboardInterrupt) as exc:
         _fail(exc, None)
@@ -1216,6 +1235,8 @@ def generate(
     try:
         from pipeline.generate import Spec
         from pipeline.generate import generate as write_dataset
+
+        _local_only(out, "--out")
 
         spec = Spec(positions, rule_sets, max_heap, moves_per_set, max_move, heaps, form.value,
                     format.value, seed, key_type.value, shuffle, files)

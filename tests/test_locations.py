@@ -94,6 +94,29 @@ def test_an_unknown_scheme_exits_2_and_creates_nothing(tmp_path: Path, option: s
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args", [
+    ["generate", "--out", "{url}"],
+    ["convert", str(SAMPLE / "classic.txt"), "--out", "{url}"],
+    ["convert", "{url}", "--out", "tables"],
+    ["report", str(SAMPLE), "--html", "{url}"],
+    ["run", "--rules", str(SAMPLE / "rules.csv"), "--positions",
+     str(SAMPLE / "positions.csv"), "--out", "out", "--result-file", "{url}"],
+], ids=["generate", "convert-out", "convert-source", "report-html", "run-result-file"])
+@pytest.mark.parametrize("url", ["s3://AKID:PASSWORD123@bkt/x", "ftp://u:PASSWORD123@h/x"])
+def test_a_url_to_an_option_of_local_paths_exits_2_without_its_password(
+        tmp_path: Path, args: list[str], url: str) -> None:
+    """Options that take local paths only: a URL there became a local path `s3:/bkt/x`:
+    generate made the directory `s3:` and failed as an internal error, convert and report
+    printed the URL's password, and run wrote its result to `./s3:/bkt/...`. Now exit 2,
+    the URL shown without its password, nothing made."""
+    code, err = invoke([a.replace("{url}", url) for a in args], tmp_path)
+    assert code == 2, err
+    shown = url.replace("PASSWORD123", "<hidden>")
+    assert f"'{shown}': takes a local path, not a URL" in err, err
+    assert "PASSWORD123" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_file_urls_run_the_job(tmp_path: Path) -> None:
     code, err = invoke(["run", "--rules", (SAMPLE / "rules.csv").as_uri(), "--positions",
                         (SAMPLE / "positions.csv").as_uri(), "--out",
