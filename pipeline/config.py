@@ -339,11 +339,12 @@ def _typed(value: Any, kind: type, name: str, source: str) -> Any:
 def resolve_location(text: str, base: Path) -> str:
     """A location as given (a path relative to `base`, or a URL) -> the text the job reads;
     a glob's trailing slash is kept (`exports/*/`: its directories, as a shell's), and a
-    local path's (`exports/`, `exports/.`: a directory, so that a file named so is refused)."""
+    path's or URL's (`exports/`, `exports/.`, `s3://b/exports/`: a directory or prefix, so
+    that a file or object named so is refused)."""
     location = Location.parse(text, base)
     resolved = str(location)
-    local_directory = not location.is_remote and text.endswith(("/", "/."))
-    if (directories_glob(text) or local_directory) and not resolved.endswith("/"):
+    directory = text.endswith("/") or (not location.is_remote and text.endswith("/."))
+    if (directories_glob(text) or directory) and not resolved.endswith("/"):
         resolved += "/"
     return resolved
 

@@ -187,6 +187,32 @@ def test_inputs_on_s3_give_the_outputs_of_the_same_files_on_disk(
     assert all("sha256" not in f for f in files)
 
 
+def test_a_url_ending_in_a_slash_names_a_prefix_as_a_path_names_a_directory(
+        s3_env, tmp_path: Path) -> None:
+    """`s3://bkt/p/both/` where `p/both` is an object and a prefix too: the objects below
+    the prefix are read, as `both/` reads a directory (before, the slash was dropped and
+    the object was read); `s3://bkt/p/a.csv/` naming an object is refused, as a local
+    `a.csv/` naming a file is (before, the object was read)."""
+    client = s3_env.client()
+    sample = ROOT / "data" / "sample"
+    for key, pid in (("p/both", 1), ("p/both/e.csv", 2), ("p/a.csv", 3)):
+        client.put_object(Bucket="bkt", Key=key,
+                          Body=f"rule_set_id,position_id,heaps\n1,{pid},5 12\n".encode())
+    read = {}
+    for url in ("s3://bkt/p/both/", "s3://bkt/p/both"):
+        out = tmp_path / f"out{len(read)}"
+        code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions", url,
+                            "--out", out], tmp_path)
+        assert code == 0, err
+        read[url] = pl.read_parquet(out / "verdicts.parquet")["position_id"].to_list()
+    assert read == {"s3://bkt/p/both/": [2], "s3://bkt/p/both": [1]}
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        "s3://bkt/p/a.csv/", "--out", tmp_path / "out-a"], tmp_path)
+    assert (code, err) == (1, "snim-batch: error: positions input s3://bkt/p/a.csv/: is an "
+                              "object, not a prefix (the URL ends with /); name the object "
+                              "without the /\n")
+
+
 def test_local_inputs_to_s3_and_s3_output_back_to_disk(s3_env, tmp_path: Path) -> None:
     sample = ROOT / "data" / "sample"
     code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",

@@ -49,7 +49,8 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
     if location.is_remote:
 
         return list(resolve_remote(object_store.with_client_options(location, options), what,
-                                   outside, directories_glob(spec), on_warning))
+                                   outside, directories_glob(spec), on_warning,
+                                   prefix_only=spec.endswith("/")))
     local_exclude = outside.path if outside is not None and not outside.is_remote else None
     local = str(location.path) if spec[:5].lower() == "file:" else spec  # file:///path
     if directories_glob(spec) and not local.endswith("/"):

@@ -48,12 +48,15 @@ DELTA_TABLE = ("is a Delta table; its data files include rows that later commits
 
 def resolve_remote(spec: Location, what: str, exclude: Location | None,
                    directories_only: bool = False,
-                   on_warning: Callable[[str], None] | None = None) -> list[Location]:
+                   on_warning: Callable[[str], None] | None = None,
+                   prefix_only: bool = False) -> list[Location]:
     """The objects of `spec` (bound to its options), sorted by key; InputError naming the URL
     when there are none. `directories_only`: the glob ended in `/` (`in/*/`), so it takes
     the objects below the prefixes it matches, not an object it matches itself.
+    `prefix_only`: the URL ended in `/`, so it names a prefix, as `dir/` names a directory:
+    the objects below it, never an object of that key (one of both names is refused).
     `on_warning` is told of compressed objects skipped (`skipped_compressed`)."""
-    if is_object(spec):
+    if not prefix_only and is_object(spec):
         return [spec]
     parts = spec.key.split("/") if spec.key else []
     wild = next((i for i, part in enumerate(parts) if any(c in part for c in GLOB_CHARS)), None)
@@ -88,6 +91,9 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None,
                              "read; rename it, or name the objects to read without it")
         found.append(key)
     if not found:
+        if prefix_only and not listed and is_object(spec):
+            raise InputError(f"{what} input {spec}/: is an object, not a prefix (the URL ends "
+                             "with /); name the object without the /")
         if not listed and not bucket_exists(spec):
             raise InputError(f"{what} input {spec}: the bucket {spec.bucket!r} does not exist")
         if not listed and pattern is None:
