@@ -213,6 +213,20 @@ def test_a_url_ending_in_a_slash_names_a_prefix_as_a_path_names_a_directory(
                               "without the /\n")
 
 
+def test_an_out_that_names_an_object_is_refused_as_a_file_is(s3_env, tmp_path: Path) -> None:
+    """`--out s3://bkt/night` where `night` is an object (the store's file): refused, the
+    object kept, nothing written. Before, the run committed below `night/`, making the key
+    an object and a prefix at once; a local --out that is a file was refused already."""
+    s3_env.client().put_object(Bucket="bkt", Key="night", Body=b"a user's object")
+    sample = ROOT / "data" / "sample"
+    code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",
+                        sample / "positions.csv", "--out", "s3://bkt/night"], tmp_path)
+    assert (code, err) == (1, "snim-batch: error: s3://bkt/night: is an object, not a prefix "
+                              "(a run's output is the objects below a prefix); refusing to "
+                              "replace it, nothing was written\n")
+    assert names(s3_env) == ["night"]
+
+
 def test_local_inputs_to_s3_and_s3_output_back_to_disk(s3_env, tmp_path: Path) -> None:
     sample = ROOT / "data" / "sample"
     code, err = invoke(["run", "--rules", sample / "rules.csv", "--positions",

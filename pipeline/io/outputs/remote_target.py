@@ -151,6 +151,9 @@ def target_state(target: Location, overwrite: bool) -> Target:
     needs `overwrite`; anything else is refused."""
     refuse_inside_remote_output(target)
     objects = object_store.list_below(target)
+    if target.key and object_store.is_object(target):  # as a local --out that is a file
+        raise OutputError(f"{target}: is an object, not a prefix (a run's output is the "
+                          "objects below a prefix)", path=target, refused=True, written=False)
     if not objects and not _bucket_may_exist(target):
         raise OutputError(f"{target}: the bucket {target.bucket!r} does not exist",
                           path=target, written=False)
