@@ -63,7 +63,7 @@ class BatchResult:
 
     @property
     def status(self) -> Literal["succeeded"]:
-        return SUCCEEDED
+        return "succeeded"  # SUCCEEDED: a run that returned committed its output
 
     def document(self) -> dict[str, Any]:
         """The run result as `snim-batch run --json` prints it (docs/run-result.schema.json)."""
@@ -117,9 +117,9 @@ def settings(*, config_file: str | Path | None = None, rules: str | Path | None 
                          f"({missing} missing)")
     spark = None
     if spark_master is not None or spark_remote is not None:
-        changes = {"master": spark_master, "remote": spark_remote}
-        spark = dataclasses.replace(cfg.spark, **{k: v for k, v in changes.items()
-                                                  if v is not None})
+        spark = dataclasses.replace(
+            cfg.spark, master=cfg.spark.master if spark_master is None else spark_master,
+            remote=cfg.spark.remote if spark_remote is None else spark_remote)
     return cfg.override(
         rules=resolve_location(texts["rules"], cwd) if texts["rules"] else None,
         positions=resolve_location(texts["positions"], cwd) if texts["positions"] else None,
@@ -129,7 +129,7 @@ def settings(*, config_file: str | Path | None = None, rules: str | Path | None 
         max_rejected_rate=max_rejected_rate,
         memory_limit=(memory_bytes(memory_limit, "memory_limit")
                       if memory_limit is not None else None),
-        output=(dataclasses.replace(cfg.output, format=_lower(output_format))
+        output=(dataclasses.replace(cfg.output, format=str(output_format).strip().lower())
                 if output_format is not None else None),
     )
 
