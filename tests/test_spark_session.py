@@ -4,6 +4,7 @@ as one line naming the setting, exit 1, no JVM stack trace, nothing written."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,8 @@ def test_a_driver_heap_in_spark_defaults_stands(monkeypatch, tmp_path):
 def run_cli(tmp_path: Path, conf: dict[str, str], *extra: str,
             pythonpath: Path | None = None) -> tuple[subprocess.CompletedProcess, Path]:
     """`snim-batch run --engine spark` on the sample in a fresh process (its own JVM), with
-    `conf` as spark.conf in config.yaml."""
+    `conf` as spark.conf in config.yaml, its temporary files (a failed run's JVM log) under
+    `tmp_path`."""
     out = tmp_path / "out"
     lines = [f"rules: {SAMPLE / 'rules.parquet'}", f"positions: {SAMPLE / 'positions.parquet'}",
              f"out: {out}", "engine: spark", "spark:", '  master: "local[1]"',
@@ -98,6 +100,7 @@ def run_cli(tmp_path: Path, conf: dict[str, str], *extra: str,
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [*paths, *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("PYSPARK_GATEWAY_PORT", None)
+    env["TMPDIR"] = str(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "run", "--config", str(config), *extra],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
@@ -112,6 +115,9 @@ def assert_one_line_failure(result: subprocess.CompletedProcess, out: Path) -> s
     assert "Traceback" not in result.stderr and "\tat " not in result.stderr
     assert "internal error" not in result.stderr
     assert not out.exists()
+    kept = re.search(r"\(Spark's log: (.+)\)$", lines[0])  # a failure of Spark's keeps it
+    assert kept is not None and Path(kept[1]).parent == out.parent, lines[0]
+    assert Path(kept[1]).read_text().strip(), kept[1]
     return lines[0]
 
 
@@ -177,12 +183,13 @@ run.stop(failed=False)
 
 
 @pytest.mark.spark
-def test_a_session_that_could_not_start_leaves_the_process_able_to_start_another():
+def test_a_session_that_could_not_start_leaves_the_process_able_to_start_another(tmp_path):
     """A session whose JVM started and then could not make its context (a heap too small):
     that JVM is ended and forgotten, and a session started after it in the same process, with
     the default heap, works (pyspark kept the JVM's gateway and handed it to the next
     session: the same heap, or, once the JVM was ended, a dead one)."""
     done = subprocess.run([sys.executable, "-c", _START_FAILS_THEN_AGAIN], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+                          text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})  # the failure's log
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["failed: True", "then: 3"], done.stdout
