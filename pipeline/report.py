@@ -346,13 +346,13 @@ def _run_page(out_dir: Path) -> str:
 def _delta_page(root: Path) -> str:
     """The latest night of a Delta table root, with the W rates of every night."""
     try:
-        from pipeline.io.outputs.delta_tables import TableRoot, latest_night
+        from pipeline.io.outputs.delta_tables import TableRoot, delta_cause, latest_night
     except ImportError:
         raise MissingExtra("report on a Delta table root", "delta") from None
     try:
         night = latest_night(TableRoot(str(root)))
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise InputError(f"{root}: cannot read the Delta tables ({truncated(str(exc), 200)})"
+        raise InputError(f"{root}: cannot read the Delta tables ({delta_cause(exc)})"
                          ) from None
     return render_report(night["manifest"], night["summary"], night["sg_tables"],
                          night["rejects"], night["runs"], night["summaries"],

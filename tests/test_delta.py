@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from datetime import date
 from pathlib import Path
 
@@ -386,6 +387,78 @@ def test_a_run_fails_before_its_first_commit_if_another_run_committed_meanwhile(
     assert unreferenced_files(root) == {}  # the refused run's data files are deleted too
 
 
+PAUSED_AFTER_ITS_VERDICTS = """
+import os, pathlib, time
+import pipeline.io.outputs.delta as delta
+gate, real = pathlib.Path(os.environ["PAUSE_GATE"]), delta._commit
+
+def paused(root, plan, *args, **kwargs):
+    version = real(root, plan, *args, **kwargs)
+    if plan.name == "verdicts":
+        (gate / "paused").touch()
+        while not (gate / "go").exists():
+            time.sleep(0.02)
+    return version
+
+delta._commit = paused
+"""
+
+
+def test_a_run_fails_before_its_first_commit_if_another_is_between_its_commits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """X (its own process) has committed its verdicts for a new night, not yet its runs row,
+    when Y, which began before, reaches its commits; X then finishes. Y fails before its
+    first commit, nothing written, and the night is X's whole. Before, Y's verdicts commit
+    replaced X's rows while the runs table listed both runs, each `ok` in `history`."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
+    theirs = random_positions(2, 40)
+    gate, site = tmp_path / "gate", tmp_path / "site"
+    gate.mkdir()
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(PAUSED_AFTER_ITS_VERDICTS)
+    path = write_positions(tmp_path / "theirs.csv", theirs)
+    other: list[subprocess.Popen] = []
+    real_plan = delta._plan
+
+    def other_between_its_commits(*args, **kwargs):  # after Y's first look at the tables
+        if not other:
+            other.append(subprocess.Popen(
+                [sys.executable, "-m", "pipeline.cli", "run", "--rules", tmp_path / "rules.csv",
+                 "--positions", path, "--out", root, "--format", "delta", "--run-date",
+                 NIGHT_2.isoformat()], stderr=subprocess.PIPE, text=True,
+                env={**os.environ, "PAUSE_GATE": str(gate), "PYTHONPATH": os.pathsep.join(
+                    [str(site), *sys.path])}))
+            deadline = time.monotonic() + 120
+            while not (gate / "paused").exists():
+                assert other[0].poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+        return real_plan(*args, **kwargs)
+
+    def other_finishes(*args, **kwargs):  # Y read the versions it commits against
+        (gate / "go").touch()
+        assert other[0].wait(timeout=120) == 0
+        return real_retract(*args, **kwargs)
+
+    real_retract = delta._retract_night
+    monkeypatch.setattr(delta, "_plan", other_between_its_commits)
+    monkeypatch.setattr(delta, "_retract_night", other_finishes)
+    try:
+        code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                            write_positions(tmp_path / "mine.csv", random_positions(3, 30)),
+                            "--out", root, "--format", "delta", "--run-date",
+                            NIGHT_2.isoformat()], tmp_path)
+    finally:
+        (gate / "go").touch()
+        assert other[0].wait(timeout=120) == 0, other[0].stderr.read()
+    assert code == 1, err
+    assert (f"{root}/verdicts: another run committed to this table root while this run ran "
+            "(the verdicts table went from version 0 to version 1)") in err
+    assert "nothing was written" in err
+    assert_night_is(root, NIGHT_2, theirs)
+    assert unreferenced_files(root) == {}
+
+
 def unreferenced_files(root: Path) -> dict[str, list[str]]:
     """Each table's Parquet files on disk that no version of the table ever added."""
     left = {}
@@ -608,6 +681,41 @@ def test_history_of_a_non_delta_output_is_a_clear_error(tmp_path: Path) -> None:
         assert code == 1
         assert (f"{tmp_path / target}: not a snim-batch Delta table root (no Delta table "
                 "'runs' in it") in err and "Traceback" not in err
+
+
+def test_history_lists_a_run_its_store_committed_twice_once(tmp_path: Path) -> None:
+    """A runs-row commit whose answer the store lost is retried by deltalake, which commits
+    the same row again as the next version (seen on S3 through a proxy that dropped one
+    answer): the table still holds one row, and `history` lists the run once, at the version
+    its result names (its latest), not twice."""
+    root = tmp_path / "tables"
+    first = run_night(tmp_path, root, random_positions(1, 20), NIGHT_1).manifest["run_id"]
+    result = run_night(tmp_path, root, random_positions(2, 20), NIGHT_2)
+    log = root / "runs" / "_delta_log"
+    last = max(int(f.stem) for f in log.glob("*.json"))
+    (log / f"{last + 1:020d}.json").write_bytes((log / f"{last:020d}.json").read_bytes())
+    assert pl.read_delta(str(root / "runs")).height == 2
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_date", "run_id", "version", "live").rows() == [
+        ("2026-11-01", first, 0, True), ("2026-11-02", result.manifest["run_id"], last + 1, True)]
+    code, err = invoke(["history", str(root)], tmp_path)
+    assert code == 0, err
+
+
+def test_a_damaged_runs_table_is_one_line_for_history_and_report(tmp_path: Path) -> None:
+    """A runs data file cut to nothing (damage from outside): `history` and `report` exit 1
+    with one line naming the root and deltalake's causes, without its colours and escaped
+    line breaks (history was an internal error)."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 20), NIGHT_1)
+    [data] = (root / "runs").rglob("*.parquet")
+    data.write_bytes(b"")
+    for command in ("history", "report"):
+        code, err = invoke([command, str(root)], tmp_path)
+        assert code == 1, err
+        assert err.startswith(f"snim-batch: error: {root}: cannot read the Delta tables ("), err
+        assert err.count("\n") == 1 and "\x1b" not in err and "\\n" not in err, err
+        assert "0 bytes" in err and "internal error" not in err, err
 
 
 # ---- SIGKILL --------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, li
         _free_commit_room(root)  # the commits (and a roll-back) take its place
         try:
             previous = _versions_now(root)
-            _refuse_moved(root, previous[RUNS])
+            _refuse_moved(root, previous)
         except OutputError:
             _delete_uncommitted(root, uncommitted)
             raise
@@ -212,18 +212,23 @@ def _versions_now(root: TableRoot) -> dict[str, int | None]:
                           written=False) from None
 
 
-def _refuse_moved(root: TableRoot, runs_version: int | None) -> None:
-    """Fail before the first commit if another run committed to the runs table since this
-    run's first check: its commits and this run's would replace each other's rows."""
-    seen = root.seen.get(RUNS, runs_version)
-    if seen != runs_version:
-        def brief_repr(version: int | None) -> str:
-            return "no table" if version is None else f"version {version}"
+def _refuse_moved(root: TableRoot, versions: dict[str, int | None]) -> None:
+    """Fail before the first commit if another run committed to any table since this run's
+    first check: its commits and this run's would replace each other's rows. A run that
+    has committed its rows but not yet its runs row is caught here too: this run would
+    replace its verdicts, and the runs table would then list both runs."""
+    for name in (RUNS, *DATA_TABLES):  # a whole run first: its runs row
+        version = versions[name]
+        seen = root.seen.get(name, version)
+        if seen != version:
+            def brief_repr(version: int | None) -> str:
+                return "no table" if version is None else f"version {version}"
 
-        raise OutputError(f"{root.table(RUNS)}: another run committed to this table root while "
-                          f"this run ran (the runs table went from {brief_repr(seen)} to "
-                          f"{brief_repr(runs_version)}); two runs of one table root at once are "
-                          "not supported", path=root.table(RUNS), written=False)
+            raise OutputError(f"{root.table(name)}: another run committed to this table root "
+                              f"while this run ran (the {name} table went from "
+                              f"{brief_repr(seen)} to {brief_repr(version)}); two runs of one "
+                              "table root at once are not supported", path=root.table(name),
+                              written=False)
 
 
 def _author(commit: dict[str, Any]) -> str | None:

@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from deltalake.fs import DeltaStorageHandler
 
-from pipeline.errors import InputError, OutputError, UsageError, WriteFailure, first_line
+from pipeline.errors import InputError, OutputError, UsageError, WriteFailure, truncated
 from pipeline.events import OnEvent, ignore
 from pipeline.io.outputs.commit import (
     kept_fresh,
@@ -59,6 +59,7 @@ PARTITION = "run_date"
 METADATA_KEY = "snim_batch"  # the commit-info key under which a run's commits describe it
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _ARROWS = re.compile(r"\x1b\[[0-9;]*m|\u21b3")  # the colours and arrows of deltalake's causes
+_LINE_BREAKS = re.compile(r"\\n|\n")
 _RETRIES = re.compile(r"after \d+ retries, max_retries \d+, retry_timeout \S+")
 _DATA_FILE = re.compile(rf"{PARTITION}=\d{{4}}-\d{{2}}-\d{{2}}/part-[\w-]+\.zstd\.parquet")
 _STAGING = re.compile(r"snim-batch-delta-(\d+)-.*")  # a remote root's local staging
@@ -68,8 +69,8 @@ _STAGING = re.compile(r"snim-batch-delta-(\d+)-.*")  # a remote root's local sta
 class TableRoot:
     """Where the Delta tables live: a local directory or a URL, and the options deltalake
     needs to reach it (credentials, endpoint; None for local paths and the environment's).
-    `seen` holds the runs table's version (None: no table yet) at the run's first
-    `check_root`, so that the commit can tell whether another run committed meanwhile."""
+    `seen` holds each table's version (None: no table yet) at the run's first `check_root`,
+    so that the commit can tell whether another run committed meanwhile."""
 
     uri: str
     storage_options: dict[str, str] | None = None
@@ -118,7 +119,7 @@ def check_root(root: TableRoot) -> None:
     """Refuse a root that is not (or cannot become) a snim-batch table root: a file, a
     Parquet output of snim-batch, or a table directory (or prefix) that is not a Delta table
     partitioned by run_date. Checked before any work and again right before the first
-    commit; the first check notes the runs table's version (`TableRoot.seen`)."""
+    commit; the first check notes each table's version (`TableRoot.seen`)."""
     if root.is_local:
         path = Path(root.uri.removeprefix("file://"))
         refuse_url_parts(root)
@@ -138,13 +139,12 @@ def check_root(root: TableRoot) -> None:
     for name in (*DATA_TABLES, RUNS):
         try:
             if not root.exists(name):
-                if name == RUNS:
-                    root.seen.setdefault(RUNS, None)
+                root.seen.setdefault(name, None)
                 continue
             table = root.open(name)
             partitions = table.metadata().partition_columns
+            root.seen.setdefault(name, table.version())
             if name == RUNS:
-                root.seen.setdefault(RUNS, table.version())
                 foreign = _foreign_runs(table)
                 if foreign is not None:
                     raise OutputError(f"{root.table(name)}: {foreign}; refusing to write "
@@ -212,7 +212,15 @@ def table_failure(root: TableRoot, uri: str, exc: BaseException, doing: str, wha
         problem = object_store.store_problem(location, OSError(text), doing)
         if isinstance(problem, object_store.StoreError) or "bucket" in str(problem or ""):
             return str(problem)
-    return f"{uri}: {what} ({object_store.redacted(first_line(exc), root.storage_options)})"
+    return f"{uri}: {what} ({object_store.redacted(delta_cause(exc), root.storage_options)})"
+
+
+def delta_cause(exc: BaseException) -> str:
+    """A deltalake error's text as one line: its causes, which it writes after escaped line
+    breaks (a backslash and an n) with colours and arrows, joined by colons."""
+    lines = _LINE_BREAKS.split(_ARROWS.sub(" ", str(exc)))
+    return truncated(": ".join(" ".join(line.split()) for line in lines if line.strip())
+                     or type(exc).__name__, 300)
 
 
 @contextmanager
@@ -512,6 +520,14 @@ def run_history(root: TableRoot) -> pl.DataFrame:
     listed too, `incomplete`, where the runs table took its night out (else with the
     version null), without counts. `live` and `rolled_back` say the same as booleans."""
     require_root(root)
+    try:
+        return _run_history(root)
+    except (DeltaError, OSError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
+        raise InputError(table_failure(root, root.uri, exc, "reading the Delta tables",
+                                       "cannot read the Delta tables"), path=root.uri) from None
+
+
+def _run_history(root: TableRoot) -> pl.DataFrame:
     runs, unlisted = live_runs(root)
     live = set(runs["run_id"].to_list())
     mixed = {run_id for tables in unlisted.values() for rows in tables.values()
@@ -528,8 +544,8 @@ def run_history(root: TableRoot) -> pl.DataFrame:
         run = commit.get(METADATA_KEY)
         if isinstance(run, dict) and "retracted" in run and run.get("by_run_id"):
             retractions[run["by_run_id"]] = (commit["version"], run["retracted"])
-        if not isinstance(run, dict) or "versions" not in run:
-            continue
+        if not isinstance(run, dict) or "versions" not in run or run["run_id"] in nights:
+            continue  # a run committed twice (a retry after the store's answer was lost): once
         nights[run["run_id"]] = run["run_date"]
         rolled_back = run["run_id"] not in live and any(
             low < commit["version"] < high for low, high in undone)
