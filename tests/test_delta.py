@@ -1152,6 +1152,45 @@ def test_store_failures_of_delta_runs_and_history_name_their_cause(
         assert err.strip().splitlines() == [f"snim-batch: error: {where}: {cause}"]
 
 
+def test_a_store_gone_mid_commit_names_only_the_tables_the_run_committed_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The S3 server stops right after the run's verdicts commit: the rejects commit fails,
+    and so does putting back the tables the run may have committed to (runs, for a rerun's
+    retraction, verdicts, and rejects, whose failed commit may have landed); summary and
+    sg_tables, which it never committed to, are not named among the tables that "may hold
+    part of the run" (they were: all five)."""
+    from s3_server import MotoServer
+
+    monkeypatch.setattr(object_store, "CLIENT_DEFAULTS", {
+        "connect_timeout": "1s", "timeout": "1s", "max_retries": "1", "retry_timeout": "3s"})
+    server = MotoServer().start()
+    try:
+        server.client().create_bucket(Bucket="bkt")
+        for key, value in server.env().items():
+            monkeypatch.setenv(key, value)
+        run_night(tmp_path, "s3://bkt/root", random_positions(1, 20), NIGHT_1)
+        real = delta._commit
+
+        def store_gone_after_verdicts(root, plan, *args, **kwargs):
+            version = real(root, plan, *args, **kwargs)
+            if plan.name == "verdicts":
+                server.stop()
+            return version
+
+        monkeypatch.setattr(delta, "_commit", store_gone_after_verdicts)
+        code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                            write_positions(tmp_path / "p2.csv", random_positions(2, 20)),
+                            "--out", "s3://bkt/root", "--format", "delta", "--run-date",
+                            NIGHT_2.isoformat()], tmp_path)
+    finally:
+        server.stop()
+    assert code == 1, err
+    assert "s3://bkt/root/rejects: cannot connect to the object store" in err, err
+    could_not = err.split("could not be put back and may hold part of the run: ")[1]
+    named = set(re.findall(r"s3://bkt/root/(\w+):", could_not))
+    assert named == {"runs", "verdicts", "rejects"}, err  # its commit may have landed
+
+
 def test_local_staging_of_a_killed_run_to_s3_is_removed_by_the_next_run(
         tmp_path: Path, s3) -> None:
     """A run to an S3 root stages in $TMPDIR, in a directory named with its process id:

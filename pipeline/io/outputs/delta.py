@@ -143,9 +143,11 @@ def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, li
         except OutputError:
             _delete_uncommitted(root, uncommitted)
             raise
+        tried = [RUNS]  # the tables the run may have committed to: the retraction first
         try:
             runs_base = _retract_night(root, run_date, run_id, previous[RUNS])
             for plan in plans:
+                tried.append(plan.name)
                 attempted = uncommitted.pop(plan.name)  # a failed commit may have landed
                 versions[plan.name] = _commit(root, plan, attempted, run_date, described,
                                               previous[plan.name])
@@ -155,7 +157,8 @@ def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, li
                                      runs_base)
             tell_committed(on_event, root.uri)
         except OutputError as exc:
-            restored, clean = _roll_back(root, previous, run_id)
+            restored, clean = _roll_back(root, {name: version for name, version
+                                                in previous.items() if name in tried}, run_id)
             _delete_uncommitted(root, uncommitted)  # the tables no commit was tried for
             raise OutputError(f"{exc.message}; {restored}", path=exc.path, row=exc.row,
                               column=exc.column, written=exc.written if clean else True,
