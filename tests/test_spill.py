@@ -125,6 +125,24 @@ def test_verdicts_expected_to_fit_are_sorted_whole(tmp_path, monkeypatch, limit,
     assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
 
 
+@pytest.mark.parametrize("keys", ["text", "int"])
+def test_runs_of_several_batches_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
+    """A setting under which each sorted run holds several batches (not one, as with a
+    setting of one byte): integer ids failed there with "counting_sort_parts: parts or
+    outputs do not match" (the run's buckets joined, its ids passed a batch at a time), as
+    did 40M rows of wide CSV at the default setting."""
+    _inputs(tmp_path, keys)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "80KiB")
+    assert code == 3, err
+    runs = re.findall(r"verdicts: run \d+ of (\d+) rows spilled", err)
+    assert runs and max(map(int, runs)) > 64, err  # a run of several batches of <= 64
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
+
+
 def _run(where: Path, out: str, *flags: str) -> tuple[int, str]:
     return invoke(["run", "--rules", "rules.csv", "--positions", "positions", "--out", out,
                    "--winning-moves", "--verbose", *flags], where)

@@ -473,9 +473,10 @@ def _sorted_slices(frames: list[pl.DataFrame], n_buckets: int, rows: int
     n = bucket.shape[0]
     if pids[0].dtype == pl.Int64:
         dest = np.empty(n, np.int32 if n < 2**31 else np.int64)
+        ends = np.cumsum([p.len() for p in pids])[:-1]  # the joined buckets cut as the ids
         with kernels.threads_for(n):  # the ids read where they are, not joined first
             sorted_pid, counts, _ = kernels.counting_sort_parts(
-                [bucket], n_buckets, [p.to_numpy() for p in pids], dest)
+                np.split(bucket, ends), n_buckets, [p.to_numpy() for p in pids], dest)
         del pids, bucket
         with kernels.threads_for(n):
             order = kernels.scatter(np.arange(n, dtype=dest.dtype), dest)
