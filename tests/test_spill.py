@@ -143,6 +143,36 @@ def test_runs_of_several_batches_give_the_in_memory_tables(tmp_path, monkeypatch
     assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
 
 
+@pytest.mark.parametrize(("limit", "read", "pages"), [("1", 4, "copied"), ("1MiB", 4, "mapped")])
+def test_the_merge_reads_part_of_a_record_batch_when_runs_are_many(
+        tmp_path, monkeypatch, limit, read, pages):
+    """A setting shared among many runs: the merge reads each run a share of the setting at a
+    time (at least MERGE_MIN_READ rows), cutting its record batches, so that a round (a row
+    group of the output) holds about a read of every run, not a record batch of every run
+    (which made a spilled night's memory grow with its number of runs); and it reads them
+    copied where every run's file read mapped could pass the setting. The tables are the
+    in-memory run's either way."""
+    _inputs(tmp_path, "int")
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err
+    monkeypatch.setattr("pipeline.engines.polars_engine.RUN_SLICE", 64)
+    monkeypatch.setattr("pipeline.engines.polars_engine.MERGE_MIN_READ", 4, raising=False)
+    monkeypatch.setattr("pipeline.engines.polars_engine.HELD_SHARE", 1024)  # a run a batch
+    monkeypatch.setattr("pipeline.engines.polars_engine.WHOLE_SHARE", 1 << 30)
+    code, err = _run(tmp_path, "spilled", "--memory-limit", limit)
+    assert code == 3, err
+    merging = re.search(r"verdicts: merging (\d+) sorted runs, (\d+) rows of each a read, "
+                        r"(\w+)", err)
+    assert merging is not None and merging.groups()[1:] == (str(read), pages), err
+    runs = int(merging[1])
+    assert runs >= 10, err
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    meta = pq.ParquetFile(tmp_path / "spilled" / "verdicts.parquet").metadata
+    largest = max(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+    assert largest <= runs * read, largest  # whole record batches: up to runs * 64
+
+
 def _run(where: Path, out: str, *flags: str) -> tuple[int, str]:
     return invoke(["run", "--rules", "rules.csv", "--positions", "positions", "--out", out,
                    "--winning-moves", "--verbose", *flags], where)

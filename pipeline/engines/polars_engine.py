@@ -199,6 +199,11 @@ WHOLE_SHARE = 4
 verdicts are expected to take at most a 1/WHOLE_SHARE of the memory setting: one sort of
 them all with no scratch took less time than a run spilled and merged back."""
 RUN_SLICE = 1 << 16  # rows per record batch of a run file: what the merge reads at a time
+MERGE_MIN_READ = 1 << 13
+"""Rows the merge reads of a run at least (of RUN_SLICE, a record batch, cut without a copy)
+where the memory setting shared among many runs allows fewer: a round of the merge takes
+about a read of every run, so reads of whole record batches made its memory grow with the
+number of runs, input / (setting / HELD_SHARE)."""
 SEGMENT_SLICES = 8  # record batches per file of a run: written two at a time, read mapped
 MERGE_ENCODERS = 2  # threads encoding merged slices into Parquet at once: one alone was the
 # merge's bound (docs/performance.md); two share the cores with the merging thread
@@ -254,6 +259,7 @@ class _SortedRuns:
                  typed_by_rows: bool = True, expected_rows: int | None = None):
         self.rule_ids = rule_ids
         self.typed_by_rows = typed_by_rows
+        self.limit = limit
         self.budget = None if limit is None else max(limit // HELD_SHARE, 1)
         self.whole = None if limit is None or expected_rows is None else limit // WHOLE_SHARE
         self.expected_rows = expected_rows
@@ -388,21 +394,30 @@ class _SortedRuns:
         return ordering.key_sorted_verdicts(parts + self.parts, self.rule_ids, rejected,
                                             sources, self.typed_by_rows)
 
-    def _stream(self, run: int) -> Iterator[pa.Table]:
-        """Run `run`'s tables back from scratch as `ordering.sorted_run` made them."""
+    def _stream(self, run: int, mapped: bool = True) -> Iterator[pa.Table]:
+        """Run `run`'s tables back from scratch as `ordering.sorted_run` made them (`mapped`:
+        views of the page cache, see `Spill.stream`)."""
         form = self.formats[run]
         return (form.unpacked(table) for part in self.segments[run]
-                for table in self.scratch.stream(part, mapped=True))
+                for table in self.scratch.stream(part, mapped=mapped))
 
     def _merged(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
                 sources: list[str], on_event: OnEvent
                 ) -> tuple[MergedVerdicts, pl.DataFrame]:
-        streams = [self._stream(i) for i in range(self.runs)]
-        if last is not None:
-            streams.append(last)
-        k = len(streams)
+        k = self.runs + (last is not None)
         row_bytes = max(self.run_bytes // max(self.run_rows, 1), 1)
-        block = max(RUN_SLICE, min(1 << 20, self.budget // row_bytes // (2 * k)))
+        # a run file's pages read so far stay resident while it is read mapped: up to a file
+        # of every run at once, past the setting when the runs are many (copies instead)
+        assert self.limit is not None and self.budget is not None  # runs were spilled
+        file_rows = min(self.run_rows // max(self.runs, 1), SEGMENT_SLICES * RUN_SLICE)
+        mapped = k * file_rows * row_bytes <= self.limit
+        streams = [_RunReader(self._stream(i, mapped)) for i in range(self.runs)]
+        if last is not None:
+            streams.append(_RunReader(last))
+        block = max(min(RUN_SLICE, MERGE_MIN_READ),
+                    min(1 << 20, self.budget // row_bytes // (2 * k)))
+        log.info("verdicts: merging %d sorted runs, %s rows of each a read, %s", k,
+                 f"{block:,}", "mapped" if mapped else "copied")
         buffers: list[pa.Table | None] = [None] * k
         live = [True] * k
         need = set(range(k))
@@ -418,7 +433,7 @@ class _SortedRuns:
                 # other runs had left
                 for i in need | {i for i, b in enumerate(buffers)
                                  if live[i] and (b is None or b.num_rows < block // 2)}:
-                    buffers[i], live[i] = _read_more(buffers[i], streams[i], block)
+                    buffers[i], live[i] = streams[i].read_more(buffers[i], block)
                 takes, buffers, need = ordering.merge_round(buffers, live)
                 if any(t.num_rows for t in takes) or (not any(live) and first is None):
                     merged = ordering.merged_slice(takes, self.rule_ids, rejected, sources,
@@ -527,19 +542,30 @@ def _glibc() -> ctypes.CDLL | None:
 _LIBC = _glibc()
 
 
-def _read_more(buffer: pa.Table | None, stream: Iterator[pa.Table], rows: int
-               ) -> tuple[pa.Table, bool]:
-    """`buffer` with at least `rows` more rows of `stream` (fewer at its end), as the record
-    batches read (chunks: the merge takes them as they are, without a copy that joins them),
-    and whether the stream has rows left."""
-    more = [] if buffer is None else [buffer]
-    got = 0
-    for table in stream:
-        more.append(table)
-        got += table.num_rows
-        if got >= rows:
-            return pa.concat_tables(more), True
-    return pa.concat_tables(more), False
+class _RunReader:
+    """A sorted run's tables as the merge reads them: `read_more` cuts the table where a
+    read ends (a slice: no copy of the mapped file's rows) and keeps its rest for the next."""
+
+    def __init__(self, stream: Iterator[pa.Table]):
+        self.stream = stream
+        self.rest: pa.Table | None = None
+
+    def read_more(self, buffer: pa.Table | None, rows: int) -> tuple[pa.Table, bool]:
+        """`buffer` with `rows` more rows of the run (fewer at its end), as the record batches
+        read (chunks: the merge takes them as they are, without a copy that joins them), and
+        whether the run has rows left."""
+        more = [] if buffer is None else [buffer]
+        got = 0
+        while got < rows:
+            table, self.rest = (self.rest, None) if self.rest is not None else (
+                next(self.stream, None), None)
+            if table is None:
+                return pa.concat_tables(more), False
+            if got + table.num_rows > rows:
+                table, self.rest = table.slice(0, rows - got), table.slice(rows - got)
+            more.append(table)
+            got += table.num_rows
+        return pa.concat_tables(more), True
 
 
 def _run_part(run: pl.DataFrame) -> ordering.VerdictPart:
