@@ -352,9 +352,37 @@ def test_a_failing_run_never_restores_over_another_runs_commit(
                         write_positions(tmp_path / "mine.csv", mine), "--out", root,
                         "--format", "delta", "--run-date", "2026-11-01"], tmp_path)
     assert code == 1, err
-    # Y's first commit (the retraction, in runs) failed: the other tables it never tried
-    assert f"not restored: another run committed to {root}/runs meanwhile" in err, err
-    assert f"{root}/verdicts" not in err, err
+    # Y's first commit (the retraction) failed: no table holds a commit of Y's to take out
+    assert "every table was put back to its rows before the run" in err, err
+    assert "not restored" not in err, err
+    assert "Traceback" not in err
+    assert_night_is(root, NIGHT_1, theirs)
+
+
+def test_a_failing_run_leaves_a_table_another_run_committed_to_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Y has committed its verdicts (and the retraction of the night's runs row) when X, run
+    to completion meanwhile, commits the whole night; then Y's rejects commit fails. Y's
+    roll-back leaves verdicts and runs as X made them, says so, and the night is X's."""
+    root = tmp_path / "tables"
+    run_night(tmp_path, root, random_positions(1, 30), NIGHT_1)
+    theirs = random_positions(2, 40)
+    real = delta._commit
+
+    def others_commit_after_my_verdicts(root_, plan, *args, **kwargs):
+        if plan.name == "rejects":
+            other_run(tmp_path, root, theirs, NIGHT_1)
+            raise OutputError(f"{root}/rejects: cannot commit the run's rows (refused)")
+        return real(root_, plan, *args, **kwargs)
+
+    monkeypatch.setattr(delta, "_commit", others_commit_after_my_verdicts)
+    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                        write_positions(tmp_path / "mine.csv", random_positions(3, 30)),
+                        "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
+                       tmp_path)
+    assert code == 1, err
+    assert (f"not restored: another run committed to {root}/verdicts, {root}/runs "
+            "meanwhile") in err, err
     assert "Traceback" not in err
     assert_night_is(root, NIGHT_1, theirs)
 
@@ -716,7 +744,8 @@ def test_a_damaged_runs_table_is_one_line_for_history_and_report(tmp_path: Path)
         assert code == 1, err
         assert err.startswith(f"snim-batch: error: {root}: cannot read the Delta tables ("), err
         assert err.count("\n") == 1 and "\x1b" not in err and "\\n" not in err, err
-        assert "0 bytes" in err and "internal error" not in err, err
+        assert re.search(r"Delta tables \(\S.*\)$", err.strip()), err  # the cause given
+        assert "internal error" not in err, err
 
 
 # ---- SIGKILL --------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def _commit_night(root: TableRoot, plans: list[_Plan], uncommitted: dict[str, li
         except OutputError:
             _delete_uncommitted(root, uncommitted)
             raise
-        tried = [RUNS]  # the tables the run may have committed to: the retraction first
+        tried = [RUNS]  # the tables the run may have committed to (runs: a retraction)
         try:
             runs_base = _retract_night(root, run_date, run_id, previous[RUNS])
             for plan in plans:
@@ -230,7 +230,8 @@ def _refuse_moved(root: TableRoot, versions: dict[str, int | None]) -> None:
             raise OutputError(f"{root.table(name)}: another run committed to this table root "
                               f"while this run ran (the {name} table went from "
                               f"{brief_repr(seen)} to {brief_repr(version)}); two runs of one "
-                              "table root at once are not supported", path=root.table(name),
+                              "table root at once are not supported, nor a vacuum or optimize "
+                              "of its tables during a run", path=root.table(name),
                               written=False)
 
 
@@ -244,9 +245,10 @@ def _roll_back(root: TableRoot, previous: dict[str, int | None],
                run_id: str) -> tuple[str, bool]:
     """After a failed commit, put each table whose latest commits are the run's own back to
     its rows before them (a restore commit; a table the run created is emptied). A table
-    whose latest commit since the run began is another run's is left alone: restoring it
-    would undo that run. Says how that went, for the error message, and whether every table
-    is back to its rows before the run (else part of the run may be in place)."""
+    where another run committed after the run's own commits is left alone: restoring it
+    would undo that run; one without commits of the run's holds nothing to take out. Says
+    how that went, for the error message, and whether every table is back to its rows before
+    the run (else part of the run may be in place)."""
     properties = CommitProperties(custom_metadata={METADATA_KEY: {"rolled_back": run_id}})
     failed, kept, restored = [], [], []
     for name, version in previous.items():
@@ -258,8 +260,10 @@ def _roll_back(root: TableRoot, previous: dict[str, int | None],
             if since <= 0:
                 continue
             first_own, overtaken = _own_commits(table.history(limit=since), run_id)
-            if overtaken or first_own is None:
+            if overtaken:
                 kept.append(name)
+            elif first_own is None:  # none of the run's own: nothing of it to take out
+                continue
             elif first_own == 0:
                 table.delete(commit_properties=properties)
                 restored.append(name)

@@ -59,7 +59,7 @@ PARTITION = "run_date"
 METADATA_KEY = "snim_batch"  # the commit-info key under which a run's commits describe it
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _ARROWS = re.compile(r"\x1b\[[0-9;]*m|\u21b3")  # the colours and arrows of deltalake's causes
-_LINE_BREAKS = re.compile(r"\\n|\n")
+_CAUSE_BREAKS = re.compile(r"\\n(?=\s|$)")
 _RETRIES = re.compile(r"after \d+ retries, max_retries \d+, retry_timeout \S+")
 _DATA_FILE = re.compile(rf"{PARTITION}=\d{{4}}-\d{{2}}-\d{{2}}/part-[\w-]+\.zstd\.parquet")
 _STAGING = re.compile(r"snim-batch-delta-(\d+)-.*")  # a remote root's local staging
@@ -216,10 +216,13 @@ def table_failure(root: TableRoot, uri: str, exc: BaseException, doing: str, wha
 
 
 def delta_cause(exc: BaseException) -> str:
-    """A deltalake error's text as one line: its causes, which it writes after escaped line
-    breaks (a backslash and an n) with colours and arrows, joined by colons."""
-    lines = _LINE_BREAKS.split(_ARROWS.sub(" ", str(exc)))
-    return truncated(": ".join(" ".join(line.split()) for line in lines if line.strip())
+    """A deltalake error's first line as one line of text: its causes, which it writes after
+    escaped line breaks (a backslash and an n, then spaces and a coloured arrow), joined by
+    colons. What follows a real line break (a Rust backtrace under RUST_BACKTRACE) is left
+    out."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    causes = _CAUSE_BREAKS.split(_ARROWS.sub(" ", first))
+    return truncated(": ".join(" ".join(c.split()) for c in causes if c.strip())
                      or type(exc).__name__, 300)
 
 
