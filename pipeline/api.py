@@ -117,9 +117,13 @@ def settings(*, config_file: str | Path | None = None, rules: str | Path | None 
                          f"({missing} missing)")
     spark = None
     if spark_master is not None or spark_remote is not None:
+        # a master given alone overrides the config's Spark Connect server too: it is how
+        # the session is reached, as a remote given alone is
+        remote = "" if spark_remote is None else spark_remote
         spark = dataclasses.replace(
             cfg.spark, master=cfg.spark.master if spark_master is None else spark_master,
-            remote=cfg.spark.remote if spark_remote is None else spark_remote)
+            remote=cfg.spark.remote if spark_master is None and spark_remote is None
+            else remote)
     return cfg.override(
         rules=resolve_location(texts["rules"], cwd) if texts["rules"] else None,
         positions=resolve_location(texts["positions"], cwd) if texts["positions"] else None,

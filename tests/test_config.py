@@ -513,6 +513,23 @@ def test_spark_remote_from_the_file_and_the_command_line(tmp_path: Path) -> None
                                "got 'h:15002'")
 
 
+def test_a_spark_master_given_alone_overrides_the_files_spark_remote(tmp_path: Path) -> None:
+    """--spark-master (or SNIM_BATCH_SPARK_MASTER) with a config file that names a Spark
+    Connect server: the run goes to that master (the server was used, the flag ignored); a
+    remote given alone or with a master keeps the remote, and nothing given keeps the
+    file's."""
+    from pipeline.api import settings
+
+    config = write(tmp_path / "c.yaml", BASE + "spark:\n  remote: sc://h:15002\n")
+    given = {(None, None): ("local[*]", "sc://h:15002"),
+             ("spark://m:7077", None): ("spark://m:7077", ""),
+             (None, "sc://o:1"): ("local[*]", "sc://o:1"),
+             ("spark://m:7077", "sc://o:1"): ("spark://m:7077", "sc://o:1")}
+    for (master, remote), want in given.items():
+        cfg = settings(config_file=config, spark_master=master, spark_remote=remote)
+        assert (cfg.spark.master, cfg.spark.remote) == want, (master, remote)
+
+
 @pytest.mark.parametrize("url", [
     "sc://h", "sc://h:15002", "sc://h:1/", "sc://h:65535", "sc://127.0.0.1:15002",
     "sc://[::1]:15002", "sc://spark-1.example.com/;token=abc;use_ssl=true",
