@@ -1240,6 +1240,40 @@ def test_spark_joins_summary_sg_tables_and_verdicts_without_a_cast(spark, tmp_pa
                                               (ids[2], "proven", 0)]
 
 
+EXECUTOR_COULD_NOT_WRITE = (
+    "An error occurred while calling o409.parquet.\n: org.apache.spark.SparkException: Job "
+    "aborted due to stage failure: Task 0 in stage 2.0 failed 4 times, most recent failure: "
+    "Lost task 0.3 in stage 2.0 (TID 7) (127.0.0.1 executor 0): java.io.IOException: Mkdirs "
+    "failed to create file:/tmp/h/ro/job/.out.partial-1-x/verdicts.parquet/_temporary/0/"
+    "_temporary/attempt_2026_0002_m_000000_7 (exists=false, cwd=file:/tmp/h/work/app-1/0)\n"
+    "\tat org.apache.hadoop.fs.ChecksumFileSystem.create(ChecksumFileSystem.java:774)\n")
+
+
+def test_a_write_spark_cannot_make_its_directories_for_is_one_line(spark, tmp_path):
+    """Spark's write making its directories where it cannot (here below a file; on a cluster
+    or a Connect server: a path its processes cannot write while snim-batch's can): one
+    line naming the output file and the directory, with what to check; it was an internal
+    error with the Java stack trace."""
+    from pipeline.engines.spark_engine import _Job, _unwritable
+    from pipeline.errors import WriteFailure
+
+    (tmp_path / "afile").write_text("not a directory\n")
+    with pytest.raises(WriteFailure) as info:
+        _Job.write(spark.range(3), tmp_path / "afile" / "verdicts.parquet")
+    assert str(info.value) == (
+        f"verdicts.parquet: Spark could not create file:{tmp_path / 'afile'}/... (its "
+        "executors, or a Spark Connect server, must be able to write --out at the same path) "
+        "while writing it")
+    # a standalone Worker in a mount namespace where the staging directory is read-only
+    # (the hunt that found it), its task's error as the driver got it:
+    failed = _unwritable("verdicts.parquet", Exception(EXECUTOR_COULD_NOT_WRITE))
+    assert failed is not None and str(failed) == (
+        "verdicts.parquet: Spark could not create file:/tmp/h/ro/job/.out.partial-1-x/"
+        "verdicts.parquet/_temporary/0/_temporary/attempt_2026_0002_m_000000_7 (its "
+        "executors, or a Spark Connect server, must be able to write --out at the same path) "
+        "while writing it")
+
+
 @pytest.mark.spark
 def test_a_run_failing_on_its_input_leaves_no_jvm_log(tmp_path):
     """The real CLI on Spark with heaps of floats (refused once Spark has started): exit 1

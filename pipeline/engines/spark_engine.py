@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -85,6 +86,7 @@ from pipeline.engines.spark_tasks import (
     taint_task,
     verdict_task,
 )
+from pipeline.errors import WriteFailure
 from pipeline.events import RunEvent
 from pipeline.io.outputs.commit import ZSTD_LEVEL
 from pipeline.io.outputs.failures import storage_failure, writing
@@ -299,7 +301,7 @@ class _Job(SparkOrdering):
             df.write.option("compression", "zstd").option(
                 "parquet.compression.codec.zstd.level", str(ZSTD_LEVEL)).parquet(str(target))
         except Exception as exc:  # the write runs the job: only storage errors are ours here
-            failure = storage_failure(target.name, exc)
+            failure = storage_failure(target.name, exc) or _unwritable(target.name, exc)
             if failure is None:
                 raise
             raise failure from None
@@ -307,6 +309,20 @@ class _Job(SparkOrdering):
             for name in os.listdir(target):
                 if not name.startswith("part-"):
                     os.remove(target / name)
+
+
+def _unwritable(name: str, exc: BaseException) -> WriteFailure | None:
+    """A write whose directories Spark (its executors, a Connect server: other processes,
+    maybe on other machines, than the one that made the staging directory) could not make,
+    as one line naming the output file and the directory; None for other failures."""
+    found = re.search(r"Mkdirs failed to create (\S+)|Parent path is not a directory: (\S+)",
+                      str(exc))
+    if found is None:
+        return None
+    cause = (f"Spark could not create {found[1] or found[2] + '/...'} (its executors, or a "
+             "Spark Connect server, must be able to write --out at the same path)")
+    return WriteFailure(f"{name}: {cause} while writing it", f"writing {name}", cause, False,
+                        path=name)
 
 
 def spark_rejects(spark: SparkSession, rejects: pl.DataFrame) -> DataFrame:
