@@ -76,6 +76,56 @@ def test_closed_connect_port_is_one_line_and_exit_1(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.spark
+def test_an_endpoint_that_is_no_connect_server_is_named_as_such(tmp_path):
+    """An HTTP server where the Connect server should be: one line saying that the endpoint
+    did not answer as a Spark Connect server, with gRPC's status; it blamed
+    spark.conf.spark.sql.optimizer.canChangeCachedPlanOutputPartitioning, a setting of
+    snim-batch's own, the first call made."""
+    import http.server
+    import threading
+
+    from spark_servers import spark_env
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    rules, positions = inputs_with_rejects(tmp_path, "wide")
+    try:
+        done = snim_batch("run", "--engine", "spark", "--spark-remote",
+                          f"sc://127.0.0.1:{port}", "--rules", str(rules), "--positions",
+                          str(positions), "--out", str(tmp_path / "out"), where=tmp_path,
+                          env=spark_env())
+    finally:
+        server.shutdown()
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"snim-batch: error: the server at 127.0.0.1:{port} (spark.remote "
+                           f"sc://127.0.0.1:{port}) did not answer as a Spark Connect server "
+                           "(UNAVAILABLE: "), line
+    assert "spark.conf" not in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_setting_the_server_refuses_is_named_without_its_value(connect_server, tmp_path):
+    from spark_servers import spark_env
+
+    rules, positions = inputs_with_rejects(tmp_path, "wide")
+    (tmp_path / "c.yaml").write_text(
+        f"rules: {rules}\npositions: {positions}\nout: {tmp_path / 'out'}\nengine: spark\n"
+        f"spark:\n  remote: {connect_server.url}\n  conf:\n"
+        "    spark.sql.shuffle.partitions: SECRET-LIKE-VALUE\n")
+    done = snim_batch("run", "--config", str(tmp_path / "c.yaml"), where=tmp_path,
+                      env=spark_env())
+    assert done.returncode == 1, done.stderr
+    assert ("error: spark.conf.spark.sql.shuffle.partitions: the Spark Connect server "
+            "refused it (") in done.stderr, done.stderr
+    assert "SECRET-LIKE-VALUE" not in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("url, expected", [
     ("sc://127.0.0.1:15002", ("127.0.0.1", 15002)),
     ("sc://spark.example.com", ("spark.example.com", 15002)),

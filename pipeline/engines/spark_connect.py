@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.config import hidden_remote
 from pipeline.engines.spark_tasks import Shipped
-from pipeline.errors import MissingExtra, SparkConnectError, first_line
+from pipeline.errors import MissingExtra, SparkConnectError, first_line, truncated
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +69,34 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
     spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES)])
     # the client warns on stderr when it gives up; the run's error says so in one line
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
+    try:  # the first call: an endpoint that is no Connect server fails here, not on a setting
+        spark.version  # noqa: B018 - asks the server
+    except Exception as exc:  # noqa: BLE001 - gRPC's own errors, pyspark's wrapping them
+        raise SparkConnectError(f"the server at {host}:{port} (spark.remote {hidden_remote(url)}"
+                                f") did not answer as a Spark Connect server ({_rpc_cause(exc)})"
+                                ) from None
     for key, value in conf.items():
         if key.startswith("spark.sql."):
             try:
                 spark.conf.set(key, value)
-            except PySparkException as exc:
+            except PySparkException as exc:  # its message quotes the value: not shown
+                cause = first_line(exc).replace(f"'{value}'", "'<value>'").replace(
+                    f'"{value}"', '"<value>"')
                 raise SparkConnectError(f"spark.conf.{key}: the Spark Connect server refused "
-                                        f"it ({first_line(exc)})") from None
+                                        f"it ({cause})") from None
     log.info("Spark %s at %s through Spark Connect (%s)", spark.version,
              spark.conf.get("spark.master"), hidden_remote(url))
     return spark
+
+
+def _rpc_cause(exc: BaseException) -> str:
+    """A failed gRPC call's status and details (its text starts with a line that says
+    neither), else the error's first line."""
+    text = str(exc)
+    status = re.search(r"StatusCode\.(\w+)", text)
+    details = re.search(r'details = "([^"\n]*)"', text)
+    found = [m[1] for m in (status, details) if m is not None]
+    return truncated(": ".join(found), 200) if found else first_line(exc)
 
 
 def ship(value: Any, limit: int = SHIP_LIMIT) -> Shipped:
