@@ -157,6 +157,30 @@ def test_a_start_failure_whose_text_needs_the_dead_jvm_is_still_one_line(tmp_pat
                             f"spark.conf (and that Java 17+ is installed) (Spark's log: {log})")
 
 
+def test_a_start_failure_logged_without_an_exception_gives_the_logged_error(tmp_path):
+    """A spark:// master that never answers: the JVM gives up after about a minute and logs
+    why on an ERROR line with no exception (this log's lines, from such a run); the failure
+    gives that line, not only the Py4J error's type."""
+    from pipeline.engines.spark_session import _start_failure
+
+    log = tmp_path / "spark.log"
+    log.write_text(
+        "WARNING: Using incubator modules: jdk.incubator.vector\n"
+        'Setting Spark log level to "ERROR".\n'
+        "26/12/07 14:13:49 ERROR StandaloneSchedulerBackend: Application has been killed. "
+        "Reason: All masters are unresponsive! Giving up.\n")
+
+    class Py4JJavaError(Exception):
+        def __str__(self) -> str:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    failure = _start_failure(Py4JJavaError(), log)
+    assert str(failure) == (
+        "Spark could not start: Application has been killed. Reason: All masters are "
+        "unresponsive! Giving up.; check spark.master and spark.conf (and that Java 17+ is "
+        f"installed) (Spark's log: {log})")
+
+
 @pytest.mark.spark
 def test_a_crashed_python_worker_is_one_line_naming_its_memory_setting(tmp_path):
     hook = tmp_path / "hook"

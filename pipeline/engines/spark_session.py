@@ -422,7 +422,8 @@ def _start_failure(exc: BaseException, jvm_log: Path | None) -> BaseException:
     """A JVM that would not start, as one line with the first error it logged."""
     if isinstance(exc, KeyboardInterrupt):
         return exc
-    logged = _first_error(_read_tail(jvm_log))
+    tail = _read_tail(jvm_log)
+    logged = _first_error(tail) or _first_logged_error(tail)
     try:
         own = str(exc).strip()
     except Exception:  # noqa: BLE001 - py4j's str() calls the JVM, which may be gone
@@ -452,6 +453,13 @@ def _first_error(text: str) -> str:
     the package, and its message), cut short; '' if none."""
     found = re.search(r'^(?:Caused by: |Exception in thread "[^"\n]*" )?(?:[\w$]+\.)*'
                       r"([\w$]+(?:Exception|Error)\b.*)$", text, re.M)
+    return truncated(found.group(1).strip(), 200) if found else ""
+
+
+def _first_logged_error(text: str) -> str:
+    """The message of the first ERROR line log4j wrote in `text` (a standalone master that
+    never answered is logged so, with no exception), cut short; '' if none."""
+    found = re.search(r"^\S+ \S+ ERROR [\w$.]+: (.+)$", text, re.M)
     return truncated(found.group(1).strip(), 200) if found else ""
 
 
