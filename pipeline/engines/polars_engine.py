@@ -300,6 +300,7 @@ class _SortedRuns:
         once it is done with the one before: the run is sorted and written while this thread
         evaluates the next batches (10M shuffled text ids took 5 s a run, the reading
         stalled meanwhile)."""
+        self._ids_as_text()
         if not ordering.spillable(self.parts, self.pid_type):
             log.info("verdicts: keys of mixed types stay in memory")
             self.stuck = True
@@ -314,6 +315,20 @@ class _SortedRuns:
         self.spilling = self.pool.submit(self._write_run, self.parts, self.runs)
         self.parts, self.held, self.held_rows = [], 0, 0
         self.runs += 1
+
+    def _ids_as_text(self) -> None:
+        """Integer position ids held beside text ones, while no run holds integer ids, as
+        the text `keys.unify_key_types` makes of them over all rows, so that they go into
+        text runs instead of staying in memory: ids of two types are text unless every one
+        is an integer, which `RunKeys.hold` finds at the end (the runs are then read back)."""
+        types = {p.frame["position_id"].dtype for p in self.parts}
+        if self.pid_type is not None:
+            types.add(self.pid_type)
+        if self.pid_type == pl.Int64 or types != {pl.Int64, pl.String}:
+            return
+        for part in self.parts:
+            if part.frame["position_id"].dtype == pl.Int64:
+                part.frame = part.frame.with_columns(pl.col("position_id").cast(pl.String))
 
     def _write_run(self, parts: list[ordering.VerdictPart], run: int) -> int:
         """Sort and write run `run`: its tables in segments of SEGMENT_SLICES, a file each,
@@ -375,6 +390,7 @@ class _SortedRuns:
                                                 self.typed_by_rows)
         self._wait()
         last = None
+        self._ids_as_text()
         if self.parts and ordering.spillable(self.parts, self.pid_type):
             for part in self.parts:
                 self.keys.add(part.frame)
