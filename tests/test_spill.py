@@ -185,8 +185,9 @@ def test_spilled_runs_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
     twin, bad rows), summary and sg_tables as one sort in memory. Text ids that are all
     integers once the rejected row is out are typed as integers over all rows, as in memory:
     then the runs are read back and sorted in memory instead. Integer ids in one file and
-    text in the others: the batches after a type change stay in memory, and the runs are
-    read back to be sorted with them (all ids text)."""
+    text in the others: the runs of integer ids are sorted again as text when the first
+    text ids come (all ids text), and every batch still goes into a run (they stayed in
+    memory from there, and the runs were read back to be sorted with them)."""
     _inputs(tmp_path, keys)
     monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
     code, err = _run(tmp_path, "memory")
@@ -195,12 +196,13 @@ def test_spilled_runs_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
     code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
     assert code == 3, err
     # 300 rows a file in batches of 64: 15 batches, each a run (less its rejected rows);
-    # mixed: a's 5, then b's text ids stay in memory
+    # mixed: a's 5 sorted again as text when b's text ids come
     assert re.findall(r"verdicts: run (\d+) of \d+ rows spilled", err) == [
-        str(i) for i in range(1, 6 if keys == "mixed" else 16)]
-    assert ("runs read back to be sorted in memory" in err) == (keys in ("int-as-text",
-                                                                         "mixed"))
-    assert ("keys of mixed types stay in memory" in err) == (keys == "mixed")
+        str(i) for i in range(1, 16)]
+    assert re.findall(r"verdicts: run (\d+) of \d+ rows sorted again as text", err) == (
+        [str(i) for i in range(1, 6)] if keys == "mixed" else [])
+    assert ("runs read back to be sorted in memory" in err) == (keys == "int-as-text")
+    assert "stay in memory" not in err
     assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
     rejects = pl.read_parquet(tmp_path / "spilled" / "rejects.parquet")
     assert rejects.filter(pl.col("reason").str.contains("appears 3 times")).height == 3
@@ -237,7 +239,7 @@ def test_text_ids_then_integer_ids_go_into_text_runs(tmp_path, monkeypatch):
     assert code == 3, err  # the key 7 twice
     code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
     assert code == 3, err
-    assert "keys of mixed types stay in memory" not in err, err
+    assert "stay in memory" not in err, err
     assert "read back" not in err, err
     assert len(re.findall(r"verdicts: run \d+ of \d+ rows spilled", err)) == 11, err  # batches
     assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")

@@ -248,8 +248,9 @@ class _SortedRuns:
     the first run), unless all `expected_rows` are expected to fit (WHOLE_SHARE); at the end
     (`finish`) the runs and the parts still held are merged into key order a slice at a time,
     with duplicate keys found in every slice, as one sort of all verdicts does
-    (`ordering.key_sorted_verdicts`, which runs without runs). Parts that cannot go into runs
-    (`ordering.spillable`: keys of mixed types) stay in memory; when a run's position ids turn
+    (`ordering.key_sorted_verdicts`, which runs without runs). Position ids of two types go
+    into text runs (`_ids_as_text`); parts that cannot go into runs (`ordering.spillable`:
+    not narrow, ids of another type) stay in memory; when a run's position ids turn
     out not to keep their type over all rows (text ids that are all integers), the runs are read
     back and sorted in memory. `typed_by_rows` False: the parts' key types are decided already
     (long form), as in `ordering.key_sorted_verdicts`."""
@@ -302,7 +303,7 @@ class _SortedRuns:
         stalled meanwhile)."""
         self._ids_as_text()
         if not ordering.spillable(self.parts, self.pid_type):
-            log.info("verdicts: keys of mixed types stay in memory")
+            log.info("verdicts: keys the sorted runs cannot take stay in memory")
             self.stuck = True
             return
         self.pid_type = self.parts[0].frame["position_id"].dtype
@@ -317,20 +318,35 @@ class _SortedRuns:
         self.runs += 1
 
     def _ids_as_text(self) -> None:
-        """Integer position ids held beside text ones, while no run holds integer ids, as
-        the text `keys.unify_key_types` makes of them over all rows, so that they go into
-        text runs instead of staying in memory: ids of two types are text unless every one
-        is an integer, which `RunKeys.hold` finds at the end (the runs are then read back)."""
+        """Integer position ids held beside text ones as the text `keys.unify_key_types`
+        makes of them over all rows (ids of two types are text unless every one is an
+        integer, which `RunKeys.hold` finds at the end: the runs are then read back), so that
+        they go into text runs instead of staying in memory; runs of integer ids spilled
+        before the first text id are sorted again as text (`_runs_as_text`)."""
         types = {p.frame["position_id"].dtype for p in self.parts}
         if self.pid_type is not None:
             types.add(self.pid_type)
-        if self.pid_type == pl.Int64 or types != {pl.Int64, pl.String}:
+        if types != {pl.Int64, pl.String} or not all(
+                "_bucket" in p.frame.columns for p in self.parts):
             return
+        if self.pid_type == pl.Int64:
+            self._runs_as_text()
         for part in self.parts:
             if part.frame["position_id"].dtype == pl.Int64:
                 part.frame = part.frame.with_columns(pl.col("position_id").cast(pl.String))
 
-    def _write_run(self, parts: list[ordering.VerdictPart], run: int) -> int:
+    def _runs_as_text(self) -> None:
+        """The runs spilled so far, of integer ids, read back and sorted again as text runs,
+        one at a time (each about the share of the setting it was spilled at)."""
+        self._wait()
+        for run in range(self.runs):
+            part = _run_part(pl.from_arrow(pa.concat_tables(self._stream(run))))
+            part.frame = part.frame.with_columns(pl.col("position_id").cast(pl.String))
+            self._write_run([part], run, again=True)
+        self.pid_type = pl.String
+
+    def _write_run(self, parts: list[ordering.VerdictPart], run: int, again: bool = False
+                   ) -> int:
         """Sort and write run `run`: its tables in segments of SEGMENT_SLICES, a file each,
         written in turn by this thread and the pool's other one (the copy into the page
         cache was most of a run's time, and the main thread waited on it). The merge reads
@@ -363,7 +379,8 @@ class _SortedRuns:
         if other is not None:
             other.result()
         self.scratch.close()
-        log.info("verdicts: run %d of %s rows spilled", run + 1, f"{rows:,}")
+        log.info("verdicts: run %d of %s rows %s", run + 1, f"{rows:,}",
+                 "sorted again as text" if again else "spilled")
         _release_memory()
         return rows
 
