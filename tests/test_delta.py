@@ -323,6 +323,13 @@ def other_run(tmp_path: Path, root: Path, positions, night: date) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def my_run(tmp_path: Path, root: Path, positions, night: date) -> tuple[int, str]:
+    """This run (in-process, under the test's patches) of `positions` as `night`."""
+    return invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
+                   write_positions(tmp_path / "mine.csv", positions), "--out", root,
+                   "--format", "delta", "--run-date", night.isoformat()], tmp_path)
+
+
 def assert_night_is(root: Path, night: date, positions) -> None:
     """The runs table lists one run for the night, and its verdicts are the night's rows."""
     run_ids = night_rows(root, "runs", night)["run_id"].to_list()
@@ -348,9 +355,7 @@ def test_a_failing_run_never_restores_over_another_runs_commit(
         raise OutputError(f"{root}/runs: cannot take out the night (refused)")
 
     monkeypatch.setattr(delta, "_retract_night", others_commit_first)
-    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
-                        write_positions(tmp_path / "mine.csv", mine), "--out", root,
-                        "--format", "delta", "--run-date", "2026-11-01"], tmp_path)
+    code, err = my_run(tmp_path, root, mine, NIGHT_1)
     assert code == 1, err
     # Y's first commit (the retraction) failed: no table holds a commit of Y's to take out
     assert "every table was put back to its rows before the run" in err, err
@@ -376,10 +381,7 @@ def test_a_failing_run_leaves_a_table_another_run_committed_to_after_it(
         return real(root_, plan, *args, **kwargs)
 
     monkeypatch.setattr(delta, "_commit", others_commit_after_my_verdicts)
-    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
-                        write_positions(tmp_path / "mine.csv", random_positions(3, 30)),
-                        "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
-                       tmp_path)
+    code, err = my_run(tmp_path, root, random_positions(3, 30), NIGHT_1)
     assert code == 1, err
     assert (f"not restored: another run committed to {root}/verdicts, {root}/runs "
             "meanwhile") in err, err
@@ -403,10 +405,7 @@ def test_a_run_fails_before_its_first_commit_if_another_run_committed_meanwhile(
         return real_plan(*args, **kwargs)
 
     monkeypatch.setattr(delta, "_plan", others_commit_meanwhile)
-    code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
-                        write_positions(tmp_path / "mine.csv", random_positions(3, 30)),
-                        "--out", root, "--format", "delta", "--run-date", "2026-11-01"],
-                       tmp_path)
+    code, err = my_run(tmp_path, root, random_positions(3, 30), NIGHT_1)
     assert code == 1, err
     assert (f"{root}/runs: another run committed to this table root while this run ran (the "
             "runs table went from version 0 to version 2)") in err
@@ -473,10 +472,7 @@ def test_a_run_fails_before_its_first_commit_if_another_is_between_its_commits(
     monkeypatch.setattr(delta, "_plan", other_between_its_commits)
     monkeypatch.setattr(delta, "_retract_night", other_finishes)
     try:
-        code, err = invoke(["run", "--rules", tmp_path / "rules.csv", "--positions",
-                            write_positions(tmp_path / "mine.csv", random_positions(3, 30)),
-                            "--out", root, "--format", "delta", "--run-date",
-                            NIGHT_2.isoformat()], tmp_path)
+        code, err = my_run(tmp_path, root, random_positions(3, 30), NIGHT_2)
     finally:
         (gate / "go").touch()
         assert other[0].wait(timeout=120) == 0, other[0].stderr.read()
