@@ -339,9 +339,11 @@ class _SortedRuns:
         """The runs spilled so far, of integer ids, read back and sorted again as text runs,
         one at a time (each about the share of the setting it was spilled at)."""
         self._wait()
+        self.run_bytes = 0  # of the runs as they are now: the merge's reads are sized by it
         for run in range(self.runs):
             part = _run_part(pl.from_arrow(pa.concat_tables(self._stream(run))))
             part.frame = part.frame.with_columns(pl.col("position_id").cast(pl.String))
+            self.run_bytes += _part_bytes(part)
             self._write_run([part], run, again=True)
         self.pid_type = pl.String
 
