@@ -248,6 +248,41 @@ def test_text_ids_then_integer_ids_go_into_text_runs(tmp_path, monkeypatch):
     assert verdicts.height == 548  # 550 rows less the two of key (1, 7)
 
 
+def test_integer_ids_cast_to_text_are_counted_as_text(tmp_path, monkeypatch):
+    """The bytes the runs hold, which size the merge's reads and each run, are those of the
+    parts as written: integer ids cast to text count as text (they counted as integers, 2.3x
+    too few here, so each run held about twice its share of the setting)."""
+    from pipeline.engines import polars_engine as engine
+
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[1, "subtraction", "1 2"]])
+    files = [("a", [f"some-longish-text-id-{i:08d}" for i in range(200)], pl.String)] + [
+        (f"b{f}", list(range(f * 1000, f * 1000 + 400)), pl.Int64) for f in range(4)]
+    for name, ids, dtype in files:
+        write_parquet(tmp_path / "positions" / f"{name}.parquet",
+                      {"rule_set_id": [1] * len(ids), "position_id": ids,
+                       "heaps": [[i % 7, 3] for i in range(len(ids))]},
+                      {"rule_set_id": pl.Int64, "position_id": dtype,
+                       "heaps": pl.List(pl.Int64)})
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    written, counted = [], []
+    real_write, real_merged = engine._SortedRuns._write_run, engine._SortedRuns._merged
+
+    def write_run(self, parts, run, again=False):
+        written.append(sum(map(engine._part_bytes, parts)))
+        return real_write(self, parts, run, again)
+
+    def merged(self, *args):
+        counted.append(self.run_bytes)
+        return real_merged(self, *args)
+
+    monkeypatch.setattr(engine._SortedRuns, "_write_run", write_run)
+    monkeypatch.setattr(engine._SortedRuns, "_merged", merged)
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "60KiB")
+    assert code == 0, err
+    assert len(written) > 2 and counted == [sum(written)], (counted, written)
+
+
 def test_a_failed_merge_write_leaves_no_scratch(tmp_path, monkeypatch):
     """The merged verdicts' write fails (no space): exit 1 naming verdicts.parquet, nothing
     written, and neither the scratch runs nor the staging directory left."""

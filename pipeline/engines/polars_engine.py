@@ -281,6 +281,9 @@ class _SortedRuns:
         self.extra_parts = itertools.count(1)
 
     def add(self, part: ordering.VerdictPart) -> None:
+        if (self.pid_type == pl.String and part.frame["position_id"].dtype == pl.Int64
+                and "_bucket" in part.frame.columns):  # into the text runs: as text
+            part.frame = part.frame.with_columns(pl.col("position_id").cast(pl.String))
         self.parts.append(part)
         self.held += _part_bytes(part)
         self.held_rows += part.frame.height
@@ -301,7 +304,8 @@ class _SortedRuns:
         once it is done with the one before: the run is sorted and written while this thread
         evaluates the next batches (10M shuffled text ids took 5 s a run, the reading
         stalled meanwhile)."""
-        self._ids_as_text()
+        if self._ids_as_text():
+            self.held = sum(map(_part_bytes, self.parts))  # the ids as text, as written
         if not ordering.spillable(self.parts, self.pid_type):
             log.info("verdicts: keys the sorted runs cannot take stay in memory")
             self.stuck = True
@@ -317,23 +321,25 @@ class _SortedRuns:
         self.parts, self.held, self.held_rows = [], 0, 0
         self.runs += 1
 
-    def _ids_as_text(self) -> None:
+    def _ids_as_text(self) -> bool:
         """Integer position ids held beside text ones as the text `keys.unify_key_types`
         makes of them over all rows (ids of two types are text unless every one is an
         integer, which `RunKeys.hold` finds at the end: the runs are then read back), so that
         they go into text runs instead of staying in memory; runs of integer ids spilled
-        before the first text id are sorted again as text (`_runs_as_text`)."""
+        before the first text id are sorted again as text (`_runs_as_text`). Whether any
+        part held was cast."""
         types = {p.frame["position_id"].dtype for p in self.parts}
         if self.pid_type is not None:
             types.add(self.pid_type)
         if types != {pl.Int64, pl.String} or not all(
                 "_bucket" in p.frame.columns for p in self.parts):
-            return
+            return False
         if self.pid_type == pl.Int64:
             self._runs_as_text()
         for part in self.parts:
             if part.frame["position_id"].dtype == pl.Int64:
                 part.frame = part.frame.with_columns(pl.col("position_id").cast(pl.String))
+        return True
 
     def _runs_as_text(self) -> None:
         """The runs spilled so far, of integer ids, read back and sorted again as text runs,
@@ -352,7 +358,8 @@ class _SortedRuns:
         """Sort and write run `run`: its tables in segments of SEGMENT_SLICES, a file each,
         written in turn by this thread and the pool's other one (the copy into the page
         cache was most of a run's time, and the main thread waited on it). The merge reads
-        them mapped (`_stream`): a file's pages stay resident until it is merged past."""
+        them mapped, a file's pages resident until it is merged past, or copied where the
+        runs are many (`_merged`)."""
         rows = 0
         form = self.formats[run] = _RunFormat.for_parts(parts, self.rule_ids.len())
         segments = self.segments[run] = []
