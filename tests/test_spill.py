@@ -7,6 +7,7 @@ after success, a failed write and SIGTERM."""
 from __future__ import annotations
 
 import errno
+import os
 import re
 import signal
 import subprocess
@@ -363,6 +364,47 @@ def test_sigterm_while_spilling_leaves_no_scratch(tmp_path):
     neither the scratch directory nor the staging directory is left."""
     _hex_positions(tmp_path)
     _stopped_once_a_run_is_spilled(tmp_path)
+
+
+STOP_AS_A_RUN_IS_SORTED_AGAIN = """
+import os, signal
+import pipeline.batches
+import pipeline.engines.polars_engine as engine
+pipeline.batches.BATCH_ROWS = 64
+real = engine._SortedRuns._write_run
+
+def write_run(self, parts, run, again=False):
+    if again and run == 1:  # run 1 of the runs sorted again as text: run 0 is rewritten
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(self, parts, run, again)
+
+engine._SortedRuns._write_run = write_run
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_runs_are_sorted_again_as_text_leaves_nothing(tmp_path):
+    """The real CLI, stopped by SIGTERM (sent by a sitecustomize in its process) while the
+    runs of integer ids are read back and sorted again as text: exit 143, the one stop line,
+    no scratch or staging left."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"],
+              [[1, "subtraction", "1 2"]])
+    for name, ids, dtype in (("a", list(range(300)), pl.Int64),
+                             ("z", [f"t{i}" for i in range(100)], pl.String)):
+        write_parquet(tmp_path / "positions" / f"{name}.parquet",
+                      {"rule_set_id": [1] * len(ids), "position_id": ids,
+                       "heaps": [[i % 7, 3] for i in range(len(ids))]},
+                      {"rule_set_id": pl.Int64, "position_id": dtype,
+                       "heaps": pl.List(pl.Int64)})
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_AS_A_RUN_IS_SORTED_AGAIN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
+    done = subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
+                           "positions", "--out", "out", "--memory-limit", "1", "--quiet"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv", "site"]
 
 
 @pytest.mark.slow
