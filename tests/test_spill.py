@@ -7,6 +7,7 @@ after success, a failed write and SIGTERM."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import signal
@@ -216,6 +217,69 @@ def test_spilled_runs_give_the_in_memory_tables(tmp_path, monkeypatch, keys):
         "memory", "positions", "rules.csv", "spilled"]
 
 
+def _mostly_rejected(where: Path) -> None:
+    """rules.csv of one rule set (r1) of six the positions name, and positions in three files
+    whose names sort in another order than the run reads them (CSV with a line of too many
+    fields, Parquet, CSV in a subdirectory): r1's keys repeated across and within files, one
+    of its rows with a bad heap, every other row rejected as an unknown rule set."""
+    rng = np.random.default_rng(11)
+    write_csv(where / "rules.csv", ["rule_set_id", "kind", "moves"], [RULES[0]])
+    files = {}
+    for name, prefix in (("b.csv", "b"), ("a.parquet", "p"), ("a/c.csv", "c")):
+        n = 300
+        rid = [f"r{i}" for i in rng.choice([1, 2, 3, 4, 5, 6], n, p=[.1] + [.18] * 5)]
+        files[name] = [rid, [f"{prefix}{i}" for i in range(n)],
+                       [rng.integers(0, 40, 3).tolist() for _ in range(n)]]
+    first_r1 = [i for i, r in enumerate(files["b.csv"][0]) if r == "r1"]
+    for name, row in (("a.parquet", 250), ("a/c.csv", 17), ("b.csv", 280)):
+        files[name][0][row], files[name][1][row] = "r1", f"b{first_r1[0]}"
+    files["a/c.csv"][0][200], files["a/c.csv"][2][200] = "r1", [5, -3]
+    for name, (rid, pid, heaps) in files.items():
+        path = where / "positions" / name
+        if name.endswith(".parquet"):
+            write_parquet(path, {"rule_set_id": rid, "position_id": pid, "heaps": heaps},
+                          {"rule_set_id": pl.String, "position_id": pl.String,
+                           "heaps": pl.List(pl.Int64)})
+        else:
+            write_csv(path, ["rule_set_id", "position_id", "heaps"],
+                      [[r, p, " ".join(map(str, h))] for r, p, h in zip(rid, pid, heaps)])
+    with (where / "positions" / "b.csv").open("a") as fh:
+        fh.write("r1,b999,1 2,extra\n")
+
+
+def test_rejects_past_their_share_are_spilled_and_give_the_in_memory_tables(
+        tmp_path, monkeypatch):
+    """A night whose rules file lacks most rule sets: with --memory-limit 1 every batch's
+    rejects go to scratch (they were held in memory until the end, whatever the setting:
+    20M such rows peaked at 8.6 GiB), and the run gives the in-memory run's tables, manifest
+    counts and first problems, the duplicates of r1's keys included."""
+    _mostly_rejected(tmp_path)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, memory_err = _run(tmp_path, "memory")
+    assert code == 3, memory_err
+    assert "spilled to scratch" not in memory_err
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
+    assert code == 3, err
+    found = re.search(r"rejects: ([\d,]+) rows, ([\d,]+) of them spilled to scratch", err)
+    assert found and int(found[1].replace(",", "")) > 750, err
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    rejects = pl.read_parquet(tmp_path / "spilled" / "rejects.parquet")
+    assert rejects["source"].unique(maintain_order=True).to_list() == [
+        str(tmp_path / "positions" / name) for name in ("a.parquet", "a/c.csv", "b.csv")]
+    assert rejects.filter(pl.col("reason_code") == "duplicate_key").height == 4
+    assert rejects.filter(pl.col("reason_code") == "wrong_field_count").height == 1
+
+    def problems(text: str) -> list[str]:
+        return [line for line in text.splitlines() if " row " in line and "column" in line]
+
+    assert problems(err) == problems(memory_err) and problems(err)
+    manifests = [json.loads((tmp_path / out / "manifest.json").read_text())
+                 for out in ("spilled", "memory")]
+    assert manifests[0]["rejects"] == manifests[1]["rejects"]
+    assert manifests[0]["counts"] == manifests[1]["counts"]
+    assert not list(tmp_path.rglob(".reject-runs-*")), "scratch left behind"
+
+
 def test_text_ids_then_integer_ids_go_into_text_runs(tmp_path, monkeypatch):
     """A file of text position ids, then files of integer ids (a file without position_id
     numbers its rows): the integer ids go into the runs as text, as the in-memory sort gives
@@ -405,6 +469,47 @@ def test_sigterm_while_runs_are_sorted_again_as_text_leaves_nothing(tmp_path):
     assert done.returncode == 143, done.stderr
     assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv", "site"]
+
+
+STOP_AS_REJECTS_ARE_WRITTEN = """
+import os, signal
+import pipeline.batches
+from pipeline.engines import polars_rejects
+pipeline.batches.BATCH_ROWS = 64
+real = polars_rejects.HeldRejects._source_rows
+sources = []
+
+def source_rows(self, part, duplicates):
+    sources.append(part)
+    if len(sources) == 2:  # the first source's rows are in the table being written
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(self, part, duplicates)
+
+polars_rejects.HeldRejects._source_rows = source_rows
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_spilled_rejects_are_written_leaves_the_earlier_output(tmp_path):
+    """The real CLI, stopped by SIGTERM (sent by a sitecustomize in its process) while the
+    spilled rejects are written back in order over an earlier output (--overwrite): exit
+    143, the one stop line, the earlier output byte for byte, no scratch or staging left."""
+    _mostly_rejected(tmp_path)
+    args = [str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions", "--out",
+            "out", "--quiet"]
+    subprocess.run(args, cwd=tmp_path, timeout=120)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    assert "rejects.parquet" in before
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_AS_REJECTS_ARE_WRITTEN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
+    done = subprocess.run([*args, "--memory-limit", "1", "--overwrite"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv",
+                                                          "site"]
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
 
 @pytest.mark.slow

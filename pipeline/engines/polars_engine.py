@@ -32,6 +32,7 @@ from pipeline import kernels, keys
 from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines.base import PositionsJob
+from pipeline.engines.polars_rejects import HeldRejects
 from pipeline.events import OnEvent, RunEvent
 from pipeline.grundy import TableSet
 from pipeline.io.outputs.commit import as_values, sink_parquet, write_parquet
@@ -79,20 +80,37 @@ class PolarsEngine:
                 return _SortedRuns(_rule_ids(job.index), memory_limit(job.config),
                                    open_scratch, typed_by_rows, expected_rows)
 
+            spills = itertools.count()
+
+            def new_rejects() -> HeldRejects:
+                # lz4: reasons repeat their words, and zstd took twice the CPU; each
+                # evaluation's in its own directory
+                return HeldRejects(
+                    max(memory_limit(job.config) // HELD_SHARE, 1),
+                    lambda: scratch.enter_context(spill(job.staging, "lz4",
+                                                        f".reject-runs-{next(spills)}")),
+                    lambda frame: schema.with_input_column_names(frame, job.config.columns,
+                                                                 job.form))
+
             if job.form == "wide":
                 total = _wide_rows(job.paths, job.read_cache)
                 verdicts, rejects, rows = _evaluate_wide(job.paths, job.config, job.index,
                                                          job.cache, job.on_event, total,
-                                                         job.read_cache, new_runs(True, total))
+                                                         job.read_cache, new_runs(True, total),
+                                                         new_rejects())
             else:
                 verdicts, rejects, rows = _evaluate_long(job.paths, job.config, job.index,
                                                          job.cache, job.staging, job.on_event,
-                                                         job.read_cache, new_runs)
+                                                         job.read_cache, new_runs, new_rejects)
             if isinstance(verdicts, MergedVerdicts):
                 verdicts, merged = verdicts.empty, verdicts
-            rejects = schema.with_input_column_names(rejects, job.config.columns, job.form)
-            yield PolarsEvaluation(verdicts, rejects, rows.tolist(), rejects.height,
-                                   merged=merged, rule_ids=_rule_ids(job.index))
+            if rejects.spilled:
+                log.info("rejects: %s rows, %s of them spilled to scratch", f"{rejects.rows:,}",
+                         f"{rejects.spilled_rows:,}")
+            yield PolarsEvaluation(verdicts, pl.DataFrame(schema=schema.REJECT_SCHEMA)
+                                   if rejects.spilled else rejects.frame(), rows.tolist(),
+                                   rejects.rows, merged=merged, rule_ids=_rule_ids(job.index),
+                                   spilled_rejects=rejects if rejects.spilled else None)
 
 
 @dataclass
@@ -106,6 +124,9 @@ class PolarsEvaluation:
     _all_rejects: pl.DataFrame | None = field(default=None, repr=False)
     merged: MergedVerdicts | None = None
     """Verdicts merged from sorted runs into a scratch file (then `verdicts` is empty)."""
+    spilled_rejects: HeldRejects | None = None
+    """The positions' rejects when they passed their share of memory (then `rejects` is
+    empty): written from scratch in the table's order."""
     rule_ids: pl.Series | None = None
     """The run's rule ids in key order (`keys.sorted_ids`), for the summary's counts."""
 
@@ -115,6 +136,8 @@ class PolarsEvaluation:
 
     def counts(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         counts, rejected = outputs.summary_counts(self.verdicts, self.rejects, self.rule_ids)
+        if self.spilled_rejects is not None:
+            rejected = self.spilled_rejects.rejected_by_rule()
         return (counts if self.merged is None else self.merged.counts), rejected
 
     def _with_rules(self, rule_rejects: pl.DataFrame) -> pl.DataFrame:
@@ -123,6 +146,8 @@ class PolarsEvaluation:
         return self._all_rejects
 
     def first_rejects(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
+        if self.spilled_rejects is not None:
+            return pl.read_parquet(self.spilled_rejects.sorted_file(rule_rejects), n_rows=n)
         return self._with_rules(rule_rejects).head(n)
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
@@ -133,7 +158,12 @@ class PolarsEvaluation:
         else:
             with writing("verdicts.parquet"):  # a rename within the staging directory
                 os.replace(self.merged.path, staging / "verdicts.parquet")
-        write_parquet(self._with_rules(rule_rejects), staging / "rejects.parquet")
+        if self.spilled_rejects is None:
+            write_parquet(self._with_rules(rule_rejects), staging / "rejects.parquet")
+            return
+        sorted_rejects = self.spilled_rejects.sorted_file(rule_rejects)
+        with writing("rejects.parquet"):  # a rename within the staging directory
+            os.replace(sorted_rejects, staging / "rejects.parquet")
 
 
 def _wide_rows(paths: list[Path], read_cache: RunCache | None) -> int | None:
@@ -146,10 +176,10 @@ def _wide_rows(paths: list[Path], read_cache: RunCache | None) -> int | None:
 
 def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
                    on_event: OnEvent, total: int | None, read_cache: RunCache | None,
-                   runs: _SortedRuns
-                   ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame, np.ndarray]:
+                   runs: _SortedRuns, rejects: HeldRejects
+                   ) -> tuple[pl.DataFrame | MergedVerdicts, HeldRejects, np.ndarray]:
     """The wide input's verdicts, rejects and rows per file; `total`: its rows if known."""
-    rejects, rows_read = [], 0
+    rows_read = 0
     rows = _RowsPerFile(len(paths))
     keep = _verdict_columns(config)
     rule_ids = runs.rule_ids
@@ -162,21 +192,25 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
             rows.add(file_index, frame)
             chunks = buffers.heap_buffers(frame)
             evaluated = _evaluated(frame, cache, config.winning_moves, chunks)
-            if evaluated["_reason"].null_count() < evaluated.height:
-                rejects.append(outputs.reject_rows(evaluated, "positions"))
+            part_of_batch = evaluated["_reason"].null_count() < evaluated.height
+            if part_of_batch:
+                rejects.add(outputs.reject_rows(evaluated, "positions"), evaluated.height)
+                part_of_batch = evaluated["_reason"].null_count() * 2 < evaluated.height
                 evaluated = evaluated.filter(pl.col("_reason").is_null())
             # ids made text only to meet the rules' are sorted, and typed, as the general path does
-            runs.add(ordering.verdict_part(evaluated, file_index,
-                                           rule_ids if same_type else None, keep))
+            part = ordering.verdict_part(evaluated, file_index, rule_ids if same_type else None,
+                                         keep)
+            # a few rows' text ids would keep the whole batch's alive (`ordering.with_own_text`)
+            runs.add(ordering.with_own_text(part) if part_of_batch else part)
             del frame, evaluated, chunks
             on_event(RunEvent.progress("positions", rows_read, total, (
                 f"positions: {rows_read:,} of {total:,} rows ({100 * rows_read // max(total, 1)}%)"
                 if total else
                 f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")))
-    rejected = pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *rejects])
     cache.report_meanwhile()
-    verdicts, duplicates = runs.finish(rejected, [str(p) for p in paths], on_event)
-    return verdicts, pl.concat([rejected, duplicates]), rows.counts
+    verdicts, duplicates = runs.finish(rejects.naming_keys(), [str(p) for p in paths], on_event)
+    rejects.add_duplicates(duplicates)
+    return verdicts, rejects, rows.counts
 
 
 def memory_limit(config: Config) -> int:
@@ -706,8 +740,8 @@ def _unified_keys(frames: list[pl.DataFrame], text: dict[str, bool] | None = Non
 
 def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache: TableCache,
                    staging: Path, on_event: OnEvent, read_cache: RunCache | None,
-                   new_runs: Callable[[bool], _SortedRuns]
-                   ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame, np.ndarray]:
+                   new_runs: Callable[[bool], _SortedRuns], new_rejects: Callable[[], HeldRejects]
+                   ) -> tuple[pl.DataFrame | MergedVerdicts, HeldRejects, np.ndarray]:
     """(verdicts, in memory or merged from sorted runs; rejects; rows read per file). The
     verdicts go through `_SortedRuns` (made by `new_runs`) as wide ones do, so that memory
     does not grow with the input."""
@@ -722,10 +756,10 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
             frames.append(frame)
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
         verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
-                                        cache, on_event, new_runs(False))
+                                        cache, on_event, new_runs(False), new_rejects())
         return verdicts, rejects, per_file.counts
     in_order = _evaluate_long_in_order(paths, config, index, cache, on_event, read_cache,
-                                       new_runs(False))
+                                       new_runs(False), new_rejects())
     if in_order is not None:
         return in_order
     log.info("long form: split by key into %d scratch parts of about %s rows", parts,
@@ -749,7 +783,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
         split = ([long_form.from_scratch(f, sources, empty.columns) for f in scratch.read(part)]
                  for part in range(parts))
         verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, on_event,
-                                        new_runs(False))
+                                        new_runs(False), new_rejects())
     return verdicts, rejects, per_file.counts
 
 
@@ -759,8 +793,8 @@ class _OutOfOrder(Exception):
 
 def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFrame,
                             cache: TableCache, on_event: OnEvent, read_cache: RunCache | None,
-                            runs: _SortedRuns
-                            ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame,
+                            runs: _SortedRuns, rejects: HeldRejects
+                            ) -> tuple[pl.DataFrame | MergedVerdicts, HeldRejects,
                                        np.ndarray] | None:
     """Long form without scratch files, for input whose keys come in one key order throughout
     (each batch, and across batches and files; integer position ids, and integer rule set
@@ -815,10 +849,11 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
         first = next(parts)  # the first batch decides whether rule_set_id is text
         text = {"rule_set_id": bool(seen["text"]), "position_id": False}
         verdicts, rejects = _merge_long(itertools.chain([first], parts), None, text, None,
-                                        config, index, cache, on_event, runs)
+                                        config, index, cache, on_event, runs, rejects)
     except _OutOfOrder as why:
         log.info("long form: %s; splitting the input by key instead", why)
         runs.discard()
+        rejects.discard()
         return None
     finally:
         batches.close()
@@ -919,8 +954,8 @@ def _last_key_start(ids: dict[str, np.ndarray]) -> int:
 
 def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: dict[str, bool],
                 empty: pl.DataFrame, config: Config, index: pl.DataFrame, cache: TableCache,
-                on_event: OnEvent, runs: _SortedRuns
-                ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
+                on_event: OnEvent, runs: _SortedRuns, rejects: HeldRejects
+                ) -> tuple[pl.DataFrame | MergedVerdicts, HeldRejects]:
     """Evaluate long-form parts, each holding every row of its positions, and merge them:
     (verdicts in key order, rejects). A key that `text` says any input row made text is text
     in every part, as when all rows are unified at once. Where ranks can stand for the rule
@@ -932,7 +967,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     index_text = index["rule_set_id"].dtype == pl.String
     rule_ids = _rule_ids(index) if text["rule_set_id"] == index_text else None
     ranked = None if rule_ids is None else (rule_ids, evaluate.tables_of_ranks(rule_ids, index))
-    verdicts, rejects = [], []
+    verdicts = []
     for n, frames in enumerate(parts, 1):
         clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text),
                                                  config, index, cache, ranked)
@@ -941,17 +976,17 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
         else:
             runs.add(ordering.with_own_text(ordering.verdict_part(
                 clean, None, rule_ids, _verdict_columns(config))))
-        rejects.append(part_rejects)
+        rejects.add(part_rejects)
         on_event(RunEvent.progress("positions", n, total,
                                    f"positions: part {n} of {total} evaluated" if total else
                                    f"positions: {n} batches evaluated",
                                    unit="parts" if total else "batches"))
     cache.report_meanwhile()
     if rule_ids is None:
-        return ordering.sorted_from_parts(verdicts), pl.concat(rejects)
+        return ordering.sorted_from_parts(verdicts), rejects
     no_rejects = pl.DataFrame(schema=schema.REJECT_SCHEMA)  # a long-form key cannot repeat
     verdicts, _ = runs.finish(no_rejects, [], on_event)
-    return verdicts, pl.concat(rejects)
+    return verdicts, rejects
 
 
 def _long_positions(frames: list[pl.DataFrame], config: Config, index: pl.DataFrame,

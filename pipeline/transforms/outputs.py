@@ -127,10 +127,13 @@ def summary_counts(verdicts: pl.DataFrame, rejects: pl.DataFrame,
             (pl.col("nim_sum") == 0).sum().cast(pl.Int64).alias("L"))
         if isinstance(counts["rule_set_id"].dtype, pl.Enum):  # text ids as codes, unsorted
             counts = counts.with_columns(pl.col("rule_set_id").cast(pl.String))
-    rejected = (rejects.filter((pl.col("table") == "positions")
-                               & pl.col("rule_set_id").is_not_null())
-                .group_by("rule_set_id").agg(pl.len().cast(pl.Int64).alias("rejected")))
-    return counts, rejected
+    return counts, rejected_by_rule(rejects)
+
+
+def rejected_by_rule(rejects: pl.DataFrame) -> pl.DataFrame:
+    """(rule_set_id as text, rejected): the positions' rejected rows per rule set named."""
+    return (rejects.filter((pl.col("table") == "positions") & pl.col("rule_set_id").is_not_null())
+            .group_by("rule_set_id").agg(pl.len().cast(pl.Int64).alias("rejected")))
 
 
 def _run_counts(verdicts: pl.DataFrame, rule_ids: pl.Series | None) -> pl.DataFrame | None:

@@ -1,0 +1,210 @@
+"""The positions' rejected rows of a polars-engine run (`HeldRejects`): held in memory up to a
+share of the memory setting, then spilled to scratch source by source, and written in the
+rejects table's order (the rules' rows, then by source and row) a source's slice at a time,
+so that a night whose input is mostly rejected (a wrong or truncated rules file) needs no
+memory in proportion to its rejects. A run that never passes the share keeps them in memory,
+as one frame, and writes them as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.io.outputs.scratch import Spill
+from pipeline.transforms import outputs
+from pipeline.transforms.reasons import ReasonCode
+from pipeline.transforms.schema import REJECT_SCHEMA
+
+__all__ = ["HeldRejects", "naming_keys"]
+
+WRITE_ROWS = 1 << 16  # rows per row group of a spilled night's rejects table, at least
+
+_NOT_A_VERDICTS_RULE = [ReasonCode.unknown_rule_set.value, ReasonCode.invalid_rule_set.value]
+
+
+def naming_keys(rejects: pl.DataFrame) -> pl.DataFrame:
+    """The keys (rule_set_id, position_id) of rejected rows that may name a verdict's key, for
+    the duplicate check (`ordering.split_duplicates`): both keys given, and a rule set that has
+    verdicts (an unknown or invalid rule set has none, and is most of a night whose rules file
+    is wrong)."""
+    return rejects.filter(pl.col("rule_set_id").is_not_null()
+                          & pl.col("position_id").is_not_null()
+                          & ~pl.col("reason_code").is_in(_NOT_A_VERDICTS_RULE)
+                          ).select("rule_set_id", "position_id")
+
+
+@dataclass
+class _Part:
+    """A source's rejects in scratch: the Spill part, and whether its chunks came in row order
+    (each is sorted by row; a chunk that starts before the last one ended makes the source
+    read whole and sorted)."""
+
+    number: int
+    last_row: int = -1
+    ascending: bool = True
+
+
+class HeldRejects:
+    """The positions' rejected rows (REJECT_SCHEMA, `column` as the transforms name it) of one
+    evaluation, in the order the batches made them. Past `budget` bytes held (None: never)
+    they go to scratch (`open_scratch`, called once, at the first spill), each source's rows
+    sorted by row; what the run needs of them besides (their count, their counts per rule
+    set, the keys that may name a verdict's) is kept as they go. `rename`: the `column` as
+    the user's input names it, applied where they are taken out."""
+
+    def __init__(self, budget: int | None, open_scratch: Callable[[], Spill],
+                 rename: Callable[[pl.DataFrame], pl.DataFrame]):
+        self.budget = budget
+        self.open_scratch = open_scratch
+        self.rename = rename
+        self.scratch: Spill | None = None
+        self.held: list[pl.DataFrame] = []
+        self.held_bytes = 0
+        self.rows = 0
+        self.parts: dict[str, _Part] = {}
+        self.spilled_rows = 0
+        self.by_rule: list[pl.DataFrame] = []  # of the rows spilled: rejected per rule set
+        self.keys: list[pl.DataFrame] = []  # of the rows spilled: `naming_keys`
+        self.duplicates = pl.DataFrame(schema=REJECT_SCHEMA)
+        self._sorted: Path | None = None
+
+    @property
+    def spilled(self) -> bool:
+        return self.scratch is not None
+
+    def add(self, rejects: pl.DataFrame, batch_rows: int | None = None) -> None:
+        """A batch's rejects (of `batch_rows`, if known: a few rows of a large batch have
+        their keys copied, `_compacted`)."""
+        if not rejects.height:
+            return
+        if batch_rows is not None and rejects.height * 2 < batch_rows:
+            rejects = rejects.with_columns(_compacted(rejects.select("rule_set_id",
+                                                                     "position_id")))
+        self.held.append(rejects)
+        self.held_bytes += rejects.estimated_size()
+        self.rows += rejects.height
+        if self.budget is not None and self.held_bytes > self.budget:
+            self._spill()
+
+    def add_duplicates(self, duplicates: pl.DataFrame) -> None:
+        """The rejects of keys given more than once, found once every verdict is in (kept in
+        memory: they are found among the verdicts, which the merge holds a slice of)."""
+        self.duplicates = pl.concat([self.duplicates, duplicates])
+        self.rows += duplicates.height
+
+    def naming_keys(self) -> pl.DataFrame:
+        return pl.concat([*self.keys, *(naming_keys(f) for f in self.held)],
+                         how="vertical_relaxed") if self.keys or self.held else \
+            pl.DataFrame(schema={"rule_set_id": pl.String, "position_id": pl.String})
+
+    def frame(self) -> pl.DataFrame:
+        """Every reject, in memory (a run that spilled none), renamed."""
+        return self.rename(pl.concat([pl.DataFrame(schema=REJECT_SCHEMA), *self.held,
+                                      self.duplicates]))
+
+    def rejected_by_rule(self) -> pl.DataFrame:
+        """(rule_set_id as text, rejected) over every reject, as `outputs.rejected_by_rule`."""
+        counts = [*self.by_rule, outputs.rejected_by_rule(
+            pl.concat([pl.DataFrame(schema=REJECT_SCHEMA), *self.held, self.duplicates]))]
+        return (pl.concat(counts).group_by("rule_set_id")
+                .agg(pl.col("rejected").sum().cast(pl.Int64)))
+
+    def discard(self) -> None:
+        """Forget every reject so far (the caller evaluates the input again another way)."""
+        if self.scratch is not None:
+            for part in self.parts.values():
+                self.scratch.drop(part.number)
+        self.held, self.held_bytes, self.rows, self.spilled_rows = [], 0, 0, 0
+        self.parts, self.by_rule, self.keys = {}, [], []
+
+    def _spill(self) -> None:
+        if self.scratch is None:
+            self.scratch = self.open_scratch()
+        frame = pl.concat(self.held)
+        self.held, self.held_bytes = [], 0
+        self.by_rule.append(_compacted(outputs.rejected_by_rule(frame)))
+        self.keys.append(_compacted(naming_keys(frame)))
+        for (source,), rows in frame.group_by("source", maintain_order=True):
+            part = self.parts.setdefault(str(source), _Part(len(self.parts)))
+            rows = rows.sort("row", maintain_order=True)
+            first, last = rows["row"][0], rows["row"][-1]
+            if first is None or last is None or first < part.last_row:
+                part.ascending = False
+            part.last_row = max(part.last_row, last if last is not None else -1)
+            self.scratch.write(part.number, rows)
+        self.spilled_rows += frame.height
+
+    def sorted_file(self, rule_rejects: pl.DataFrame) -> Path:
+        """The rejects table of a run that spilled (the rules' rejects first), written once into
+        scratch in its order, a source at a time (`outputs.sort_rejects`' order)."""
+        if self._sorted is None:
+            assert self.scratch is not None, "sorted_file is for a run whose rejects spilled"
+            if self.held:
+                self._spill()  # every source's rows in one place, in order
+            self.scratch.close()
+            with self.scratch.parquet("rejects.parquet", "rejects.parquet") as write:
+                for frame in _row_groups(self._in_order(rule_rejects)):
+                    write(frame)
+            self._sorted = self.scratch.path("rejects.parquet")
+        return self._sorted
+
+    def _in_order(self, rule_rejects: pl.DataFrame) -> Iterator[pl.DataFrame]:
+        yield outputs.sort_rejects(rule_rejects)
+        duplicates = {str(source): rows.sort("row", maintain_order=True) for (source,), rows
+                      in self.duplicates.group_by("source")}
+        for source in sorted(set(self.parts) | set(duplicates)):
+            part = self.parts.get(source)
+            for frame in self._source_rows(part, duplicates.get(source)):
+                yield self.rename(frame)
+
+    def _source_rows(self, part: _Part | None, duplicates: pl.DataFrame | None
+                     ) -> Iterator[pl.DataFrame]:
+        """One source's rejects in row order: its spilled chunks as they come, each with the
+        duplicates' rows up to its last row, when the chunks came in order; else all of them
+        sorted at once."""
+        assert self.scratch is not None
+        duplicates = pl.DataFrame(schema=REJECT_SCHEMA) if duplicates is None else duplicates
+        chunks = (() if part is None else
+                  (pl.from_arrow(t) for t in self.scratch.stream(part.number)))
+        if part is not None and not part.ascending:
+            yield pl.concat([*chunks, duplicates]).sort("row", maintain_order=True)
+            return
+        rows, at = duplicates["row"].to_numpy(), 0
+        for chunk in chunks:
+            cut = int(np.searchsorted(rows, chunk["row"][-1], side="right"))
+            if cut > at:
+                chunk = pl.concat([chunk, duplicates.slice(at, cut - at)]
+                                  ).sort("row", maintain_order=True)
+                at = cut
+            yield chunk
+        if at < duplicates.height:
+            yield duplicates.slice(at)
+
+
+def _compacted(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` in buffers of its own: polars' text columns are views into the buffers of the
+    frame they were filtered from (a batch's ids, for a few of its rows), which stay in
+    memory, uncounted by `estimated_size`, as long as the few rows are held (a night of 40M
+    positions mostly rejected grew by all its ids); through Arrow's large strings and back
+    they are copied out."""
+    return pl.DataFrame(frame.to_arrow())
+
+
+def _row_groups(frames: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """The frames joined into row groups of at least WRITE_ROWS rows (the last one fewer)."""
+    pending: list[pl.DataFrame] = []
+    rows = 0
+    for frame in frames:
+        if frame.height:
+            pending.append(frame)
+            rows += frame.height
+        if rows >= WRITE_ROWS:
+            yield pl.concat(pending).cast(REJECT_SCHEMA)
+            pending, rows = [], 0
+    if pending:
+        yield pl.concat(pending).cast(REJECT_SCHEMA)

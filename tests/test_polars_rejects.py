@@ -1,0 +1,121 @@
+"""The polars engine's rejected rows past their share of memory (`HeldRejects`): spilled
+source by source, written back in the rejects table's order, with what the run needs of them
+(counts per rule set, the keys that may name a verdict's) kept on the way. Expected values
+are worked out here in plain Python (a sort of tuples, a Counter), not by the module."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.engines.polars_rejects import HeldRejects, naming_keys
+from pipeline.io.outputs.scratch import Spill
+from pipeline.transforms.schema import REJECT_SCHEMA
+
+UNKNOWN = "unknown_rule_set"
+
+
+def _rejects(source: str, rows: list[int], rule: str = "r1", code: str = "out_of_range",
+             table: str = "positions") -> pl.DataFrame:
+    return pl.DataFrame({
+        "table": [table] * len(rows), "source": [source] * len(rows), "row": rows,
+        "rule_set_id": [rule] * len(rows), "position_id": [f"p{r}" for r in rows],
+        "column": ["heaps"] * len(rows), "reason_code": [code] * len(rows),
+        "reason": [f"why {source} {r}" for r in rows]}, schema=REJECT_SCHEMA)
+
+
+def _held(tmp_path: Path, budget: int | None = 1) -> HeldRejects:
+    def open_scratch() -> Spill:
+        (tmp_path / "scratch").mkdir()
+        return Spill(tmp_path / "scratch", "lz4")
+
+    return HeldRejects(budget, open_scratch,
+                       lambda f: f.with_columns(pl.col("column").replace({"heaps": "HEAPS"})))
+
+
+def _table_order(frames: list[pl.DataFrame]) -> list[tuple]:
+    """The rows as the rejects table orders them: the rules' first, then by source, row."""
+    rows = [r for f in frames for r in f.rows()]
+    return sorted(rows, key=lambda r: (r[0] != "rules", r[1], r[2]))
+
+
+def _renamed(rows: list[tuple]) -> list[tuple]:
+    return [(*r[:5], "HEAPS" if r[5] == "heaps" else r[5], *r[6:]) for r in rows]
+
+
+@pytest.mark.parametrize("in_row_order", [True, False])
+def test_spilled_rejects_are_written_in_the_tables_order(tmp_path, in_row_order):
+    """Three sources added in another order than their names', each a few times (in row order
+    as wide batches come, or not, as long form's parts), with duplicates' rows falling between
+    and after the spilled ones and a source that only duplicates name."""
+    added = [_rejects("z.csv", [1, 4, 9]), _rejects("a/b.parquet", [2, 3]),
+             _rejects("z.csv", [10, 12] if in_row_order else [0, 2]),
+             _rejects("a-b.csv", [7]), _rejects("a/b.parquet", [8, 30])]
+    duplicates = pl.concat([_rejects("z.csv", [5, 11, 40], code="duplicate_key"),
+                            _rejects("m.csv", [3], code="duplicate_key")])
+    rules = _rejects("rules.csv", [2, 1], table="rules")
+    held = _held(tmp_path)
+    for frame in added:
+        held.add(frame)
+    held.add_duplicates(duplicates)
+    assert held.spilled and held.rows == 14 and held.spilled_rows == 10
+    written = pl.read_parquet(held.sorted_file(held.rename(rules)))
+    assert written.rows() == _renamed(_table_order([rules, *added, duplicates]))
+    assert pq.read_schema(held.sorted_file(rules)).names == list(REJECT_SCHEMA)
+
+
+def test_rejects_within_their_share_stay_in_memory(tmp_path):
+    held = _held(tmp_path, budget=None)
+    held.add(_rejects("b.csv", [3, 1]))
+    held.add(_rejects("a.csv", [2]))
+    held.add_duplicates(_rejects("a.csv", [5], code="duplicate_key"))
+    assert not held.spilled and not (tmp_path / "scratch").exists()
+    assert held.frame().rows() == _renamed([r for f in (
+        _rejects("b.csv", [3, 1]), _rejects("a.csv", [2]),
+        _rejects("a.csv", [5], code="duplicate_key")) for r in f.rows()])
+
+
+@pytest.mark.parametrize("budget", [1, None])
+def test_counts_per_rule_set_cover_spilled_held_and_duplicate_rows(tmp_path, budget):
+    held = _held(tmp_path, budget)
+    added = [_rejects("a.csv", [1, 2], rule="r1"), _rejects("a.csv", [3], rule="r2"),
+             _rejects("a.csv", [4, 5, 6], rule="r9", code=UNKNOWN)]
+    for frame in added:
+        held.add(frame)
+    held.add_duplicates(_rejects("b.csv", [1], rule="r2", code="duplicate_key"))
+    counts = dict(held.rejected_by_rule().rows())
+    assert counts == dict(Counter({"r1": 2, "r2": 2, "r9": 3}))
+
+
+def test_only_keys_that_may_name_a_verdict_are_kept(tmp_path):
+    """An unknown or invalid rule set has no verdicts, nor has a row without both keys: the
+    duplicate check needs none of them (most of a night whose rules file is wrong)."""
+    frame = pl.concat([_rejects("a.csv", [1], rule="r1"),
+                       _rejects("a.csv", [2], rule="r7", code=UNKNOWN),
+                       _rejects("a.csv", [3], rule="r8", code="invalid_rule_set"),
+                       _rejects("a.csv", [4], rule="r1").with_columns(
+                           pl.lit(None, pl.String).alias("position_id"))])
+    assert naming_keys(frame).rows() == [("r1", "p1")]
+    held = _held(tmp_path)
+    held.add(frame)
+    held.add(_rejects("b.csv", [6], rule="r2"))
+    assert sorted(held.naming_keys().rows()) == [("r1", "p1"), ("r2", "p6")]
+
+
+def test_discarded_rejects_leave_no_scratch_file(tmp_path):
+    """The long-form path that finds its rows out of order reads the input again: the
+    rejects spilled until then are dropped, and counted no more."""
+    held = _held(tmp_path)
+    held.add(_rejects("a.csv", [1, 2]))
+    held.add(_rejects("b.csv", [1]))
+    assert list((tmp_path / "scratch").iterdir())
+    held.discard()
+    assert not list((tmp_path / "scratch").iterdir())
+    assert held.rows == 0 and held.naming_keys().height == 0
+    held.add(_rejects("c.csv", [4]))
+    assert pl.read_parquet(held.sorted_file(_rejects("r.csv", [], table="rules"))).rows() == \
+        _renamed(_rejects("c.csv", [4]).rows())
