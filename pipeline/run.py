@@ -26,7 +26,7 @@ import polars as pl
 from pipeline import __version__, keys
 from pipeline.batches import positions_form, read_rules
 from pipeline.config import Config
-from pipeline.engines import Engine, PositionsJob, load_engine
+from pipeline.engines import Engine, PositionsJob, RejectsPastTolerance, load_engine
 from pipeline.errors import (
     EXIT_OK,
     EXIT_REJECTS,
@@ -115,7 +115,8 @@ class RejectTolerance:
         return ((rows is not None and self.rows > rows)
                 or (rate is not None and self.rate > rate))
 
-    def limits(self, config: Config) -> str:
+    @staticmethod
+    def limits(config: Config) -> str:
         """The tolerance as the options name it ("--max-rejected-rows 5 and ...")."""
         given = [f"--max-rejected-rows {config.max_rejected_rows}"
                  if config.max_rejected_rows is not None else "",
@@ -247,14 +248,18 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
     with phase("tables"), _changed_is_the_error(files):
         cache = table_cache(distinct, config, paths, form, read_cache=read_cache)
     described = _checksums(files, read_cache)
+    rule_rejects = schema.with_input_column_names(outputs.reject_rows(rules, "rules"),
+                                                  config.columns, form)
     job = PositionsJob(config, paths, form, index, cache, staging, on_event,
-                       read_cache=read_cache)
+                       read_cache=read_cache,
+                       stop_past_rejects=_stop_past_rejects(config, rule_rejects.height))
     with ExitStack() as evaluation_lasts:
         with phase("positions"), _changed_is_the_error(files):
-            evaluation = evaluation_lasts.enter_context(engine.evaluate(job))
+            try:
+                evaluation = evaluation_lasts.enter_context(engine.evaluate(job))
+            except RejectsPastTolerance as stop:
+                raise _stopped_past_tolerance(config, rule_rejects, stop) from None
         with phase("finish"):
-            rule_rejects = schema.with_input_column_names(outputs.reject_rows(rules, "rules"),
-                                                          config.columns, form)
             verdict_counts, rejected_by_rule = evaluation.counts()
             summary = outputs.summary_rows(index, verdict_counts, rejected_by_rule)
             first_rows = list(evaluation.first_rejects(rule_rejects, PROBLEMS_SHOWN)
@@ -295,6 +300,31 @@ def execute(config: Config, engine: Engine, staging: Path, phase: Phase, on_even
     return replace(outcome, inputs={
         "rules": [{**f.as_dict(), **n} for f, n in zip(rule_files, rule_counts)],
         "positions": [{**f.as_dict(), **n} for f, n in zip(positions, position_counts)]})
+
+
+def _stop_past_rejects(config: Config, rule_rejects: int) -> int | None:
+    """The rejected position rows past which a fail run is over its tolerance whatever it
+    reads on: under --on-bad-rows fail with --max-rejected-rows (less the rules' rejects), or
+    with no tolerance (any row); None otherwise (a rate needs every row read)."""
+    if config.on_bad_rows != "fail":
+        return None
+    if config.max_rejected_rows is not None:
+        return config.max_rejected_rows - rule_rejects
+    return None if config.max_rejected_rate is not None else -rule_rejects
+
+
+def _stopped_past_tolerance(config: Config, rule_rejects: pl.DataFrame,
+                            stop: RejectsPastTolerance) -> BadRowsError:
+    """The error of a fail run whose engine stopped reading past its tolerance: the rows
+    rejected until then, the first of those found."""
+    first = outputs.sort_rejects(pl.concat([rule_rejects, stop.found])).head(PROBLEMS_SHOWN)
+    rows = list(first.iter_rows(named=True))
+    beyond = RejectTolerance.limits(config)
+    return BadRowsError(
+        f"at least {rule_rejects.height + stop.rows} input rows failed validation "
+        f"(--on-bad-rows fail{', over ' + beyond if beyond else ''}; the run stopped reading "
+        "there)", [problem_text(row) for row in rows], rule_rejects.height + stop.rows,
+        written=False, path=rows[0]["source"], row=rows[0]["row"], column=rows[0]["column"])
 
 
 def _keys_typed_without_rows(verdicts: Path, index: pl.DataFrame) -> None:

@@ -177,3 +177,70 @@ def test_the_installed_script_exits_0_within_and_3_over(job):
                              f"see {job}/out/rejects.parquet\n")
     over = script("--max-rejected-rate", "0.1")
     assert over.returncode == 3
+
+
+def _mostly_unknown(where: Path, batches: int = 10) -> None:
+    """rules.csv of rule set 1, positions.csv of `batches` batches of 64 rows (with
+    BATCH_ROWS 64) whose rows name rule set 9 but every eighth, which names 1."""
+    write_csv(where / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    write_csv(where / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+              [[1 if i % 8 == 0 else 9, i, f"{i % 5} 2"] for i in range(64 * batches)])
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_a_fail_run_past_max_rejected_rows_stops_reading(tmp_path, monkeypatch, form):
+    """--on-bad-rows fail with --max-rejected-rows: once past it the run is over whatever
+    it reads on, so it reads no further batch (it read and held every row first: a wrong
+    rules file's 10M rejects, 4.2 GiB), and says how many it found: at least."""
+    from pipeline.api import evaluate_batch
+    from pipeline.errors import BadRowsError
+
+    _mostly_unknown(tmp_path)
+    if form == "long":
+        rows = [line.split(",") for line in
+                (tmp_path / "positions.csv").read_text().splitlines()[1:]]
+        write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heap"],
+                  [[r, p, h] for r, p, heaps in rows for h in heaps.split()])
+        # not collected whole (one part, nothing after it to stop before): grouped as read
+        monkeypatch.setattr("pipeline.engines.polars_engine.LONG_PARTITION_ROWS", 200)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    progress = []
+    with pytest.raises(BadRowsError) as failed:
+        evaluate_batch(rules=tmp_path / "rules.csv", positions=tmp_path / "positions.csv",
+                       out=tmp_path / "out", on_bad_rows="fail", max_rejected_rows=100,
+                       on_event=lambda e: progress.append(e.done_units)
+                       if e.kind == "progress" and e.phase == "positions" else None)
+    if form == "wide":  # 56 rejected rows a batch: past 100 in the second, so two read
+        assert progress == [64, 128]
+        assert str(failed.value).startswith(
+            "at least 112 input rows failed validation (--on-bad-rows fail, over "
+            "--max-rejected-rows 100; the run stopped reading there)")
+        assert failed.value.total == 112
+    else:  # the rows in key order: grouped as they come, position by position
+        assert len(progress) < 10 and failed.value.total > 100
+        assert str(failed.value).startswith(f"at least {failed.value.total} input rows")
+    first = 1 if form == "wide" else 2  # rows count from 0 after the header; 2 heaps a row
+    assert failed.value.problems[0] == (
+        f"{tmp_path / 'positions.csv'} row {first}, column rule_set_id: unknown rule_set_id 9 "
+        "(not in the rules table)")
+    assert (failed.value.path, failed.value.row) == (str(tmp_path / "positions.csv"), first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--max-rejected-rows", "550"], "561 input rows failed validation "
+     "(--on-bad-rows fail, over --max-rejected-rows 550)"),
+    (["--max-rejected-rate", "0.5"], "560 input rows failed validation "
+     "(--on-bad-rows fail, over --max-rejected-rate 0.5)"),
+])
+def test_a_fail_run_reads_on_where_it_cannot_yet_tell(tmp_path, monkeypatch, options, message):
+    """Past the tolerance only in the last batch (504 rejected position rows and a bad rules
+    row are 505 after nine of ten batches), the run has read every row: the count is exact.
+    A rate needs every row read: no early stop."""
+    _mostly_unknown(tmp_path)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    if options[0] == "--max-rejected-rows":
+        write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"], [2, "x"]])
+    code, err = run(tmp_path, "--on-bad-rows", "fail", *options)
+    assert code == 1, err
+    assert err.splitlines()[0] == f"snim-batch: error: {message}; nothing was written"

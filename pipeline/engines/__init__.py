@@ -7,10 +7,10 @@ manifest; an engine evaluates the positions and writes the two large tables. `po
 
 from __future__ import annotations
 
-from pipeline.engines.base import Engine, Evaluation, PositionsJob
+from pipeline.engines.base import Engine, Evaluation, PositionsJob, RejectsPastTolerance
 from pipeline.errors import MissingExtra, UsageError, brief_repr
 
-__all__ = ["Engine", "Evaluation", "PositionsJob", "load_engine"]
+__all__ = ["Engine", "Evaluation", "PositionsJob", "RejectsPastTolerance", "load_engine"]
 
 
 def load_engine(name: str) -> Engine:

@@ -33,6 +33,21 @@ class PositionsJob:
     read_cache: RunCache | None = None
     """What the run keeps of its input files (footers, metadata, small objects), for the
     engine's readers; None: every read is made."""
+    stop_past_rejects: int | None = None
+    """Rejected position rows past which the run is over its tolerance whatever it reads on
+    (--on-bad-rows fail with --max-rejected-rows, or with no tolerance: any row): an engine
+    may stop reading there by raising `RejectsPastTolerance`. None: read on."""
+
+
+class RejectsPastTolerance(Exception):
+    """An engine stopped reading at `rows` rejected position rows (more than
+    `PositionsJob.stop_past_rejects`); `found`: some of them (REJECT_SCHEMA), the first found.
+    The skeleton turns it into the run's `BadRowsError`."""
+
+    def __init__(self, rows: int, found: pl.DataFrame):
+        super().__init__(f"{rows} rejected position rows")
+        self.rows = rows
+        self.found = found
 
 
 class Evaluation(Protocol):

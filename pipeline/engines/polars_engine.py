@@ -90,7 +90,8 @@ class PolarsEngine:
                     lambda: scratch.enter_context(spill(job.staging, "lz4",
                                                         f".reject-runs-{next(spills)}")),
                     lambda frame: schema.with_input_column_names(frame, job.config.columns,
-                                                                 job.form))
+                                                                 job.form),
+                    job.stop_past_rejects)
 
             if job.form == "wide":
                 total = _wide_rows(job.paths, job.read_cache)
@@ -188,6 +189,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
     # otherwise keep the reading thread at work and its files open
     with closing(read_ahead(_typed_and_attached(coalesced(batches), index))) as read:
         for file_index, same_type, frame in read:
+            rejects.stop_if_past()  # a fail run past its tolerance reads no further
             rows_read += frame.height
             rows.add(file_index, frame)
             chunks = buffers.heap_buffers(frame)
@@ -844,8 +846,8 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
             raise _OutOfOrder("no rows")
         yield [_with_ranks(carry[0], carry[2])]
 
+    parts = groups()
     try:
-        parts = groups()
         first = next(parts)  # the first batch decides whether rule_set_id is text
         text = {"rule_set_id": bool(seen["text"]), "position_id": False}
         verdicts, rejects = _merge_long(itertools.chain([first], parts), None, text, None,
@@ -855,7 +857,8 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
         runs.discard()
         rejects.discard()
         return None
-    finally:
+    finally:  # the groups first: a stop between them leaves them reading ahead
+        parts.close()
         batches.close()
     return verdicts, rejects, rows_per_file.counts
 
@@ -969,6 +972,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     ranked = None if rule_ids is None else (rule_ids, evaluate.tables_of_ranks(rule_ids, index))
     verdicts = []
     for n, frames in enumerate(parts, 1):
+        rejects.stop_if_past()
         clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text),
                                                  config, index, cache, ranked)
         if rule_ids is None:

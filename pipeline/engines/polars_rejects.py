@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from pipeline.engines.base import RejectsPastTolerance
 from pipeline.io.outputs.scratch import Spill
 from pipeline.transforms import outputs
 from pipeline.transforms.reasons import ReasonCode
@@ -23,6 +24,7 @@ from pipeline.transforms.schema import REJECT_SCHEMA
 __all__ = ["HeldRejects", "naming_keys"]
 
 WRITE_ROWS = 1 << 16  # rows per row group of a spilled night's rejects table, at least
+FOUND_KEPT = 10  # rejects kept as they are found, for the error of a run that stops early
 
 _NOT_A_VERDICTS_RULE = [ReasonCode.unknown_rule_set.value, ReasonCode.invalid_rule_set.value]
 
@@ -55,11 +57,16 @@ class HeldRejects:
     they go to scratch (`open_scratch`, called once, at the first spill), each source's rows
     sorted by row; what the run needs of them besides (their count, their counts per rule
     set, the keys that may name a verdict's) is kept as they go. `rename`: the `column` as
-    the user's input names it, applied where they are taken out."""
+    the user's input names it, applied where they are taken out. `stop_past`: once more rows
+    than that are added (None: never), `stop_if_past` raises `RejectsPastTolerance`; the
+    engine calls it before each next batch, so that a run whose last batch passes it reads
+    on to its exact count."""
 
     def __init__(self, budget: int | None, open_scratch: Callable[[], Spill],
-                 rename: Callable[[pl.DataFrame], pl.DataFrame]):
+                 rename: Callable[[pl.DataFrame], pl.DataFrame], stop_past: int | None = None):
         self.budget = budget
+        self.stop_past = stop_past
+        self.found = pl.DataFrame(schema=REJECT_SCHEMA)
         self.open_scratch = open_scratch
         self.rename = rename
         self.scratch: Spill | None = None
@@ -88,8 +95,14 @@ class HeldRejects:
         self.held.append(rejects)
         self.held_bytes += rejects.estimated_size()
         self.rows += rejects.height
+        if self.found.height < FOUND_KEPT:
+            self.found = _compacted(pl.concat([self.found, rejects.head(FOUND_KEPT)]))
         if self.budget is not None and self.held_bytes > self.budget:
             self._spill()
+
+    def stop_if_past(self) -> None:
+        if self.stop_past is not None and self.rows > self.stop_past:
+            raise RejectsPastTolerance(self.rows, self.rename(self.found))
 
     def add_duplicates(self, duplicates: pl.DataFrame) -> None:
         """The rejects of keys given more than once, found once every verdict is in (kept in
@@ -120,6 +133,7 @@ class HeldRejects:
             for part in self.parts.values():
                 self.scratch.drop(part.number)
         self.held, self.held_bytes, self.rows, self.spilled_rows = [], 0, 0, 0
+        self.found = self.found.clear()
         self.parts, self.by_rule, self.keys = {}, [], []
 
     def _spill(self) -> None:
