@@ -17,14 +17,20 @@ from hypothesis import strategies as st
 
 from pipeline.classic import (
     ClassicCase,
-    classic_to_tables,
     parse_classic,
     read_classic,
     solve_classic,
 )
+from pipeline.convert import classic_frames
 from pipeline.errors import InputError, RuleError
 
 SAMPLE = CLASSIC_SAMPLE.encode()
+
+
+def convert_tables(data: bytes) -> tuple[dict[str, list], dict[str, list]]:
+    """`convert`'s two tables of classic text, as column lists."""
+    rules, positions = classic_frames(data)
+    return rules.to_dict(as_series=False), positions.to_dict(as_series=False)
 
 # --------------------------------------------------------------------------- reference
 
@@ -163,7 +169,7 @@ def test_a_lone_terminator_is_an_input_without_test_cases():
     assert solve_classic(b"0\n") == ""
     assert solve_classic(b" \r\n0 \t\n") == ""
     assert parse_classic(b"0") == []
-    assert classic_to_tables(b"0\n") == ({"rule_set_id": [], "kind": [], "moves": []},
+    assert convert_tables(b"0\n") == ({"rule_set_id": [], "kind": [], "moves": []},
                                           {"rule_set_id": [], "position_id": [], "heaps": []})
 
 
@@ -171,7 +177,7 @@ def test_a_lone_terminator_is_an_input_without_test_cases():
 def test_an_input_without_any_number_is_refused(text):
     """Nothing or only whitespace is no valid input (it is the most truncated input there
     is); solve, parse and convert say so."""
-    for fn in (solve_classic, parse_classic, classic_to_tables):
+    for fn in (solve_classic, parse_classic, convert_tables):
         with pytest.raises(InputError, match=r"^classic input: is empty \(no number at all\): "
                                              r"expected test cases ending with a line holding 0"):
             fn(text)
@@ -252,7 +258,7 @@ def test_cap_exceeded_reports_the_first_heap_in_input_order_across_blocks():
     (b"1 5000000000 0", r"test case 1: move 5000000000 .*larger"),
 ])
 def test_errors_are_informative(text, pattern):
-    for fn in (solve_classic, parse_classic, classic_to_tables):
+    for fn in (solve_classic, parse_classic, convert_tables):
         with pytest.raises(InputError, match=pattern):
             fn(text)
 
@@ -287,7 +293,7 @@ def test_missing_terminator_where_the_input_may_be_truncated(text, pattern):
     """Without its final 0 an input is accepted only when a line break follows its last token
     and that token is not a 0: otherwise it may have lost its end, and the error says what the
     last token was read as; `convert` parses the same way."""
-    for fn in (solve_classic, parse_classic, classic_to_tables):
+    for fn in (solve_classic, parse_classic, convert_tables):
         with pytest.raises(InputError, match=pattern):
             fn(text)
 
@@ -337,8 +343,8 @@ def test_read_classic_flat_layout():
     assert ci.offsets.tolist() == [0, 2, 5, 9, 11, 14, 18]
 
 
-def test_classic_to_tables_sample():
-    rules, positions = classic_to_tables(SAMPLE)
+def test_convert_tables_sample():
+    rules, positions = convert_tables(SAMPLE)
     assert rules == {
         "rule_set_id": [1, 2],
         "kind": ["subtraction", "subtraction"],
@@ -360,13 +366,13 @@ def _tables_to_cases(rules, positions):
     return [by_id[rid] for rid in rules["rule_set_id"]]
 
 
-def test_classic_to_tables_round_trip():
+def test_convert_tables_round_trip():
     for text in (SAMPLE, render([([3], []), ([1, 1], [[], [0, 2]])])):
-        rules, positions = classic_to_tables(text)
+        rules, positions = convert_tables(text)
         rebuilt = render(_tables_to_cases(rules, positions))
         assert solve_classic(rebuilt) == solve_classic(text)
-        assert classic_to_tables(rebuilt) == (rules, positions)
-    rules, positions = classic_to_tables(render([([3], []), ([1, 1], [[], [0, 2]])]))
+        assert convert_tables(rebuilt) == (rules, positions)
+    rules, positions = convert_tables(render([([3], []), ([1, 1], [[], [0, 2]])]))
     assert rules["moves"] == [[3], [1, 1]]
     assert positions == {"rule_set_id": [2, 2], "position_id": [0, 1], "heaps": [[], [0, 2]]}
 

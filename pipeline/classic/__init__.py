@@ -30,8 +30,8 @@ The modules, each using only those before it:
 * `tokens`: the token reader's verdicts (the reader is compiled with the parser);
 * `faults`: the parser's error record, its error kinds and their messages;
 * `parser`: the one-pass parser (compiled);
-* `reading`: a whole input as flat arrays (`read_classic`), test cases (`parse_classic`), and
-  the `convert` command's columns (`classic_to_tables`);
+* `reading`: a whole input as flat arrays (`read_classic`; the `convert` command's tables
+  are made of them) and test cases (`parse_classic`);
 * `quick`: `solve_quick`, a whole answer in one compiled call, or None for `solving`;
 * `solving`: `solve_classic`, with the rule deduplication and the parallel answer pass
   (compiled).
@@ -43,7 +43,7 @@ from pipeline.io.lazy_exports import lazy_exports
 require_built(__name__, "_classic")
 
 _EXPORTS = {**{name: "reading" for name in (
-    "ClassicCase", "ClassicInput", "classic_to_tables", "parse_classic", "read_classic")},
+    "ClassicCase", "ClassicInput", "parse_classic", "read_classic")},
     "solve_classic": "solving", "solve_quick": "quick"}
 __all__ = [*_EXPORTS]
 __getattr__ = lazy_exports(__name__, _EXPORTS)  # each module loads when first asked for, so

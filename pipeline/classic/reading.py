@@ -1,5 +1,5 @@
-"""A classic input read whole: flat arrays (`read_classic`), test cases (`parse_classic`), and
-the column dicts of the `convert` command (`classic_to_tables`)."""
+"""A classic input read whole: flat arrays (`read_classic`, which the `convert` command makes
+its tables of) and test cases (`parse_classic`)."""
 
 from __future__ import annotations
 
@@ -109,32 +109,3 @@ def parse_classic(data: bytes) -> list[ClassicCase]:
                                  offsets=off - off[0],
                                  heaps=ci.heaps[off[0] : off[-1]]))
     return cases
-
-
-def classic_to_tables(data: bytes) -> tuple[dict[str, list], dict[str, list]]:
-    """Plain column dicts for the `convert` command: (rules, positions in wide form).
-
-    rules: rule_set_id (1-based test case number), kind ("subtraction"), moves (as given).
-    positions: rule_set_id, position_id (0-based within the test case), heaps.
-    """
-    ci = read_classic(data)
-    mo = ci.moves_offsets.tolist()
-    moves = ci.moves.tolist()
-    n = ci.n_cases
-    rules: dict[str, list] = {
-        "rule_set_id": list(range(1, n + 1)),
-        "kind": ["subtraction"] * n,
-        "moves": [moves[mo[c] : mo[c + 1]] for c in range(n)],
-    }
-    counts = np.diff(ci.case_offsets)
-    rule_set_id = np.repeat(np.arange(1, n + 1, dtype=np.int64), counts)
-    position_id = np.arange(ci.n_positions, dtype=np.int64) - np.repeat(ci.case_offsets[:-1],
-                                                                        counts)
-    off = ci.offsets.tolist()
-    heaps = ci.heaps.tolist()
-    positions: dict[str, list] = {
-        "rule_set_id": rule_set_id.tolist(),
-        "position_id": position_id.tolist(),
-        "heaps": [heaps[a:b] for a, b in zip(off[:-1], off[1:])],
-    }
-    return rules, positions
