@@ -479,11 +479,11 @@ pipeline.batches.BATCH_ROWS = 64
 real = polars_rejects.HeldRejects._source_rows
 sources = []
 
-def source_rows(self, part, duplicates):
-    sources.append(part)
+def source_rows(self, source, part, duplicates):
+    sources.append(source)
     if len(sources) == 2:  # the first source's rows are in the table being written
         os.kill(os.getpid(), signal.SIGTERM)
-    return real(self, part, duplicates)
+    return real(self, source, part, duplicates)
 
 polars_rejects.HeldRejects._source_rows = source_rows
 """

@@ -150,7 +150,8 @@ class HeldRejects:
             if first is None or last is None or first < part.last_row:
                 part.ascending = False
             part.last_row = max(part.last_row, last if last is not None else -1)
-            self.scratch.write(part.number, rows)
+            # the part is the source, and every row is a position's: neither is written
+            self.scratch.write(part.number, rows.drop("table", "source"))
         self.spilled_rows += frame.height
 
     def sorted_file(self, rule_rejects: pl.DataFrame) -> Path:
@@ -173,10 +174,10 @@ class HeldRejects:
                       in self.duplicates.group_by("source")}
         for source in sorted(set(self.parts) | set(duplicates)):
             part = self.parts.get(source)
-            for frame in self._source_rows(part, duplicates.get(source)):
+            for frame in self._source_rows(source, part, duplicates.get(source)):
                 yield self.rename(frame)
 
-    def _source_rows(self, part: _Part | None, duplicates: pl.DataFrame | None
+    def _source_rows(self, source: str, part: _Part | None, duplicates: pl.DataFrame | None
                      ) -> Iterator[pl.DataFrame]:
         """One source's rejects in row order: its spilled chunks as they come, each with the
         duplicates' rows up to its last row, when the chunks came in order; else all of them
@@ -184,7 +185,9 @@ class HeldRejects:
         assert self.scratch is not None
         duplicates = pl.DataFrame(schema=REJECT_SCHEMA) if duplicates is None else duplicates
         chunks = (() if part is None else
-                  (pl.from_arrow(t) for t in self.scratch.stream(part.number)))
+                  (pl.DataFrame(t).select(pl.lit("positions").alias("table"),
+                                          pl.lit(source).alias("source"), pl.all())
+                   for t in self.scratch.stream(part.number)))
         if part is not None and not part.ascending:
             yield pl.concat([*chunks, duplicates]).sort("row", maintain_order=True)
             return
