@@ -63,8 +63,11 @@ def test_spilled_rejects_are_written_in_the_tables_order(tmp_path, in_row_order)
         held.add(frame)
     held.add_duplicates(duplicates)
     assert held.spilled and held.rows == 14 and held.spilled_rows == 10
+    expected = _renamed(_table_order([rules, *added, duplicates]))
+    for n in (1, 4, 10):  # without writing the table (a fail run's error names them)
+        assert held.first(held.rename(rules), n).rows() == expected[:n]
     written = pl.read_parquet(held.sorted_file(held.rename(rules)))
-    assert written.rows() == _renamed(_table_order([rules, *added, duplicates]))
+    assert written.rows() == expected
     assert pq.read_schema(held.sorted_file(rules)).names == list(REJECT_SCHEMA)
 
 
@@ -119,3 +122,15 @@ def test_discarded_rejects_leave_no_scratch_file(tmp_path):
     held.add(_rejects("c.csv", [4]))
     assert pl.read_parquet(held.sorted_file(_rejects("r.csv", [], table="rules"))).rows() == \
         _renamed(_rejects("c.csv", [4]).rows())
+
+
+def test_the_table_is_written_in_row_groups_of_a_bounded_size(tmp_path, monkeypatch):
+    """A batch's rejects are one spilled chunk: written whole, they were one row group,
+    encoded in memory two at a time."""
+    monkeypatch.setattr("pipeline.engines.polars_rejects.WRITE_ROWS", 3)
+    held = _held(tmp_path)
+    held.add(_rejects("a.csv", list(range(7))))
+    held.add(_rejects("b.csv", [1, 2]))
+    path = held.sorted_file(_rejects("r.csv", [0], table="rules"))
+    groups = pq.ParquetFile(path).metadata
+    assert [groups.row_group(i).num_rows for i in range(groups.num_row_groups)] == [3, 3, 3, 1]

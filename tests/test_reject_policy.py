@@ -244,3 +244,25 @@ def test_a_fail_run_reads_on_where_it_cannot_yet_tell(tmp_path, monkeypatch, opt
     code, err = run(tmp_path, "--on-bad-rows", "fail", *options)
     assert code == 1, err
     assert err.splitlines()[0] == f"snim-batch: error: {message}; nothing was written"
+
+
+def test_a_fail_run_over_a_rate_builds_no_rejects_table(tmp_path, monkeypatch):
+    """Spilled rejects (--memory-limit 1) of a fail run over its rate: the error names the
+    first rejected rows without the rejects table being written back from scratch (it was,
+    in full, and a full disk then turned the error into an output error)."""
+    from pipeline.engines.polars_rejects import HeldRejects
+
+    def refuse(*_):
+        raise AssertionError("the rejects table was written")
+
+    _mostly_unknown(tmp_path)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    monkeypatch.setattr(HeldRejects, "sorted_file", refuse)
+    code, err = run(tmp_path, "--on-bad-rows", "fail", "--max-rejected-rate", "0.5",
+                    "--memory-limit", "1")
+    assert code == 1, err
+    lines = err.splitlines()
+    assert lines[0] == ("snim-batch: error: 560 input rows failed validation (--on-bad-rows "
+                        "fail, over --max-rejected-rate 0.5); nothing was written")
+    assert lines[1] == (f"snim-batch:   {tmp_path / 'positions.csv'} row 1, column "
+                        "rule_set_id: unknown rule_set_id 9 (not in the rules table)")

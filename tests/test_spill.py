@@ -513,6 +513,31 @@ def test_sigterm_while_spilled_rejects_are_written_leaves_the_earlier_output(tmp
 
 
 @pytest.mark.slow
+def test_rejects_of_many_sources_spill_under_a_low_open_files_limit(tmp_path):
+    """150 small files of rows mostly rejected, read together, every batch's rejects
+    spilled (--memory-limit 1), under a limit of 64 open files: a scratch stream a source,
+    all left open, failed ("too many open files"); the real CLI exits 3 as in memory."""
+    import resource
+
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [RULES[0]])
+    for f in range(150):
+        write_csv(tmp_path / "positions" / f"p{f:03d}.csv", ["rule_set_id", "position_id",
+                                                             "heaps"],
+                  [["r1" if i == 0 else "r9", f"{f}-{i}", "3 4"] for i in range(4)])
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    done = subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
+                           "positions", "--out", "out", "--memory-limit", "1", "--verbose"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          preexec_fn=low_limit)
+    assert done.returncode == 3, done.stderr
+    assert "450 of them spilled to scratch" in done.stderr
+    assert pl.read_parquet(tmp_path / "out" / "rejects.parquet").height == 450
+
+
+@pytest.mark.slow
 def test_sigterm_while_merging_leaves_the_earlier_output_as_it_was(tmp_path):
     """A real run stopped by SIGTERM as its merge writes verdicts.parquet (two threads
     encoding slices that one footer joins): exit 143, the earlier output byte for byte as it

@@ -148,7 +148,7 @@ class PolarsEvaluation:
 
     def first_rejects(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
         if self.spilled_rejects is not None:
-            return pl.read_parquet(self.spilled_rejects.sorted_file(rule_rejects), n_rows=n)
+            return self.spilled_rejects.first(rule_rejects, n)
         return self._with_rules(rule_rejects).head(n)
 
     def write(self, rule_rejects: pl.DataFrame, staging: Path) -> None:
@@ -973,14 +973,14 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     verdicts = []
     for n, frames in enumerate(parts, 1):
         rejects.stop_if_past()
-        clean, part_rejects, _ = _long_positions(_unified_keys(frames or [empty], text),
-                                                 config, index, cache, ranked)
+        clean, part_rejects, part_rows = _long_positions(
+            _unified_keys(frames or [empty], text), config, index, cache, ranked)
         if rule_ids is None:
             verdicts.append(ordering.verdict_rows(clean, config.winning_moves))
         else:
             runs.add(ordering.with_own_text(ordering.verdict_part(
                 clean, None, rule_ids, _verdict_columns(config))))
-        rejects.add(part_rejects)
+        rejects.add(part_rejects, part_rows)
         on_event(RunEvent.progress("positions", n, total,
                                    f"positions: part {n} of {total} evaluated" if total else
                                    f"positions: {n} batches evaluated",

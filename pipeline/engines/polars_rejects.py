@@ -23,8 +23,8 @@ from pipeline.transforms.schema import REJECT_SCHEMA
 
 __all__ = ["HeldRejects", "naming_keys"]
 
-WRITE_ROWS = 1 << 16  # rows per row group of a spilled night's rejects table, at least
-FOUND_KEPT = 10  # rejects kept as they are found, for the error of a run that stops early
+WRITE_ROWS = 1 << 17  # rows per row group of a spilled night's rejects table (the last fewer)
+FOUND_KEPT = 10  # rejects kept as they are found, and of each source's spilled rows the first
 
 _NOT_A_VERDICTS_RULE = [ReasonCode.unknown_rule_set.value, ReasonCode.invalid_rule_set.value]
 
@@ -49,6 +49,8 @@ class _Part:
     number: int
     last_row: int = -1
     ascending: bool = True
+    first: pl.DataFrame | None = None
+    """Its FOUND_KEPT rows of the lowest row numbers, for `HeldRejects.first`."""
 
 
 class HeldRejects:
@@ -150,9 +152,23 @@ class HeldRejects:
             if first is None or last is None or first < part.last_row:
                 part.ascending = False
             part.last_row = max(part.last_row, last if last is not None else -1)
-            # the part is the source, and every row is a position's: neither is written
+            part.first = _compacted(rows.head(FOUND_KEPT) if part.first is None else pl.concat(
+                [part.first, rows.head(FOUND_KEPT)]).sort("row", maintain_order=True
+                                                        ).head(FOUND_KEPT))
+            # the part is the source, and every row is a position's: neither is written; one
+            # stream open at a time (sources come one after another in wide form)
             self.scratch.write(part.number, rows.drop("table", "source"))
+            self.scratch.close_part(part.number)
         self.spilled_rows += frame.height
+
+    def first(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
+        """The first `n` rows of the rejects table (n at most FOUND_KEPT) without writing it:
+        a fail run over its tolerance writes nothing. A source's first rows are among its
+        spilled part's first ones, its rows still held and its duplicates' rows."""
+        heads = [p.first for p in self.parts.values() if p.first is not None]
+        candidates = pl.concat([rule_rejects, *(self.rename(f) for f in [
+            *heads, *self.held, self.duplicates])], how="vertical_relaxed")
+        return outputs.sort_rejects(candidates).head(min(n, FOUND_KEPT))
 
     def sorted_file(self, rule_rejects: pl.DataFrame) -> Path:
         """The rejects table of a run that spilled (the rules' rejects first), written once into
@@ -213,15 +229,18 @@ def _compacted(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _row_groups(frames: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
-    """The frames joined into row groups of at least WRITE_ROWS rows (the last one fewer)."""
+    """The frames cut and joined into row groups of WRITE_ROWS rows (the last one fewer):
+    a whole batch's rejects in one would be encoded in memory, two at a time."""
     pending: list[pl.DataFrame] = []
     rows = 0
     for frame in frames:
-        if frame.height:
-            pending.append(frame)
-            rows += frame.height
-        if rows >= WRITE_ROWS:
-            yield pl.concat(pending).cast(REJECT_SCHEMA)
-            pending, rows = [], 0
+        while frame.height:
+            take = frame.slice(0, WRITE_ROWS - rows)
+            frame = frame.slice(take.height)
+            pending.append(take)
+            rows += take.height
+            if rows == WRITE_ROWS:
+                yield pl.concat(pending).cast(REJECT_SCHEMA)
+                pending, rows = [], 0
     if pending:
         yield pl.concat(pending).cast(REJECT_SCHEMA)

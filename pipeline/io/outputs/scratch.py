@@ -68,6 +68,10 @@ class Spill:
             except OSError as exc:
                 raise _spill_error(self.files[part][-1], exc) from None
 
+    def close_part(self, part: int) -> None:
+        """Finish the part's open stream (its next frame starts a file of its own)."""
+        self._close(part)
+
     def close(self) -> None:
         """Finish every stream (before any part is read)."""
         for part in list(self._open):
