@@ -366,7 +366,8 @@ def _fail(exc: BaseException, verbose: bool | None, reported: Reported | None = 
             for problem in exc.problems:
                 _err(f"  {problem}")
             if exc.total > len(exc.problems):
-                _err(f"  ... and {exc.total - len(exc.problems)} more")
+                more = "" if exc.complete else "at least "
+                _err(f"  ... and {more}{exc.total - len(exc.problems)} more")
         if verbose:
             _traceback(exc)
         _exit(exc.exit_code, reported, exc, str(exc))

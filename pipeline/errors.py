@@ -148,14 +148,18 @@ class InputError(SnimError):
 
 
 class BadRowsError(SnimError):
-    """Rows failed validation and the policy is `fail`; `problems` lists the first few."""
+    """Rows failed validation and the policy is `fail`; `problems` lists the first few.
+    `total`: the rows that failed, or with `complete` False, those found before the run
+    stopped reading (at least that many)."""
 
     code = "bad_rows"
 
-    def __init__(self, message: str, problems: list[str], total: int, **fields: Any):
+    def __init__(self, message: str, problems: list[str], total: int, complete: bool = True,
+                 **fields: Any):
         super().__init__(message, **fields)
         self.problems = problems
         self.total = total
+        self.complete = complete
 
 
 class OutputError(SnimError):

@@ -324,7 +324,8 @@ def _stopped_past_tolerance(config: Config, rule_rejects: pl.DataFrame,
         f"at least {rule_rejects.height + stop.rows} input rows failed validation "
         f"(--on-bad-rows fail{', over ' + beyond if beyond else ''}; the run stopped reading "
         "there)", [problem_text(row) for row in rows], rule_rejects.height + stop.rows,
-        written=False, path=rows[0]["source"], row=rows[0]["row"], column=rows[0]["column"])
+        complete=False, written=False, path=rows[0]["source"], row=rows[0]["row"],
+        column=rows[0]["column"])
 
 
 def _keys_typed_without_rows(verdicts: Path, index: pl.DataFrame) -> None:

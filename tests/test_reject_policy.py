@@ -266,3 +266,26 @@ def test_a_fail_run_over_a_rate_builds_no_rejects_table(tmp_path, monkeypatch):
                         "fail, over --max-rejected-rate 0.5); nothing was written")
     assert lines[1] == (f"snim-batch:   {tmp_path / 'positions.csv'} row 1, column "
                         "rule_set_id: unknown rule_set_id 9 (not in the rules table)")
+
+
+def test_a_stopped_run_names_the_first_rejects_it_found(tmp_path, monkeypatch):
+    """Long form whose positions alternate a bad heap (row 0's, found by the parse, after a
+    batch's other rejects) and an unknown rule set: the stop names the rows in file and row
+    order among those found, row 0 first, and says the rest are a lower bound."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
+    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heap"],
+              [row for p in range(600) for row in (
+                  [[1, p, "x"], [1, p, 2]] if p % 3 == 0 else [[9, p, 1], [9, p, 2]])])
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    monkeypatch.setattr("pipeline.engines.polars_engine.LONG_PARTITION_ROWS", 200)
+    code, err = run(tmp_path, "--on-bad-rows", "fail", "--max-rejected-rows", "20")
+    assert code == 1, err
+    lines = err.splitlines()
+    assert lines[0].startswith("snim-batch: error: at least "), lines[0]
+    where = tmp_path / "positions.csv"
+    assert lines[1:3] == [
+        f"snim-batch:   {where} row 0, column heap: heap 'x' is not an integer",
+        f"snim-batch:   {where} row 1: another row of this position ({where} row 0) was "
+        "rejected"]
+    total = int(lines[0].split()[4])
+    assert lines[-1] == f"snim-batch:   ... and at least {total - 10} more"

@@ -97,8 +97,9 @@ class HeldRejects:
         self.held.append(rejects)
         self.held_bytes += rejects.estimated_size()
         self.rows += rejects.height
-        if self.found.height < FOUND_KEPT:
-            self.found = _compacted(pl.concat([self.found, rejects.head(FOUND_KEPT)]))
+        if self.stop_past is not None:  # a fail run's: the first ones found, in table order
+            self.found = _compacted(pl.concat([self.found, rejects]).bottom_k(
+                FOUND_KEPT, by=["source", "row"]).sort("source", "row"))
         if self.budget is not None and self.held_bytes > self.budget:
             self._spill()
 
