@@ -675,6 +675,11 @@ class _RowsPerFile:
         else:
             self.counts[file_index] += frame.height
 
+    def counted(self, file_index: int, frame: pl.DataFrame) -> pl.DataFrame:
+        """`add`, then the frame without `_file` (its rows name their file in `_source`)."""
+        self.add(file_index, frame)
+        return frame.drop("_file", strict=False)
+
 
 def _typed_and_attached(batches: Iterator[tuple[int, pl.DataFrame]], index: pl.DataFrame
                         ) -> Iterator[tuple[int, bool, pl.DataFrame]]:
@@ -746,16 +751,16 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
                    ) -> tuple[pl.DataFrame | MergedVerdicts, HeldRejects, np.ndarray]:
     """(verdicts, in memory or merged from sorted runs; rejects; rows read per file). The
     verdicts go through `_SortedRuns` (made by `new_runs`) as wide ones do, so that memory
-    does not grow with the input."""
-    batches = position_batches(paths, config, "long", cache=read_cache)
+    does not grow with the input. Small files are read together, as wide ones are (each row's
+    file in `_file`, which only the split into scratch keeps)."""
+    batches = position_batches(paths, config, "long", read_together=True, cache=read_cache)
     parts = -(-row_estimate(paths, cache=read_cache) // LONG_PARTITION_ROWS)
     per_file = _RowsPerFile(len(paths))
     if parts <= 1:
         log.info("long form: collected whole")
         frames = []
         for file_index, frame in batches:
-            per_file.add(file_index, frame)
-            frames.append(frame)
+            frames.append(per_file.counted(file_index, frame))
         text = {key: any(keys.needs_text(f, key) for f in frames) for key in keys.KEYS}
         verdicts, rejects = _merge_long([frames], 1, text, frames[0].clear(), config, index,
                                         cache, on_event, new_runs(False), new_rejects())
@@ -772,7 +777,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
         for file_index, frame in read_ahead(batches):
             rows_read += frame.height
             per_file.add(file_index, frame)
-            empty = frame.clear()
+            empty = frame.clear().drop("_file", strict=False)
             text = {key: text[key] or keys.needs_text(frame, key) for key in text}
             scratch_rows = long_form.to_scratch(frame, file_index)
             for part, rows in long_form.by_partition(scratch_rows, parts).items():
@@ -806,7 +811,7 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
     otherwise (a text key, a null key, rows out of order): the caller then splits the input
     by key, reading it again (tables already grown stay; they depend only on the heaps; the
     runs spilled so far are removed)."""
-    batches = position_batches(paths, config, "long", cache=read_cache)
+    batches = position_batches(paths, config, "long", read_together=True, cache=read_cache)
     seen: dict[str, object] = {"order": None, "text": None}
     rows_per_file = _RowsPerFile(len(paths))
     rule_ids = _rule_ids(index)
@@ -815,8 +820,7 @@ def _evaluate_long_in_order(paths: list[Path], config: Config, index: pl.DataFra
         # the last key's rows so far, held back: (rows, their keys, their ranks or None)
         carry: tuple[pl.DataFrame, dict[str, np.ndarray], np.ndarray | None] | None = None
         for file_index, frame in read_ahead(batches):
-            rows_per_file.add(file_index, frame)
-            (frame,) = _unified_keys([frame])
+            (frame,) = _unified_keys([rows_per_file.counted(file_index, frame)])
             text = frame["rule_set_id"].dtype == pl.String
             if seen["text"] is not None and text != seen["text"]:
                 raise _OutOfOrder("rule_set_id is text in some batches only")

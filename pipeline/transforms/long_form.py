@@ -26,11 +26,13 @@ def by_partition(rows: pl.DataFrame, parts: int) -> dict[int, pl.DataFrame]:
 
 
 def to_scratch(rows: pl.DataFrame, file_index: int) -> pl.DataFrame:
-    """Long-form rows as written to scratch files: `_source` becomes the file's index, the
-    one-heap lists their heap, and the reason columns are left out when they are empty (the
-    usual case); this cuts the time to write and read them back by more than half.
-    `from_scratch` restores all three."""
-    rows = rows.drop("_source").with_columns(pl.lit(file_index, pl.Int32).alias("_file"),
+    """Long-form rows as written to scratch files: `_source` becomes the file's index (each
+    row's `_file` in a batch of files read together, else `file_index`), the one-heap lists
+    their heap, and the reason columns are left out when they are empty (the usual case);
+    this cuts the time to write and read them back by more than half. `from_scratch`
+    restores all three."""
+    file = pl.col("_file") if "_file" in rows.columns else pl.lit(file_index)
+    rows = rows.drop("_source").with_columns(file.cast(pl.Int32).alias("_file"),
                                              pl.col("heaps").list.first())
     if rows["_column"].null_count() == rows["_reason"].null_count() == rows.height:
         rows = rows.drop("_column", "_reason")
