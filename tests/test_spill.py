@@ -737,6 +737,18 @@ def test_sigterm_while_long_form_spills_leaves_no_scratch(tmp_path):
     _stopped_once_a_run_is_spilled(tmp_path)
 
 
+@pytest.mark.slow
+def test_sigterm_while_small_long_form_files_are_split_leaves_no_scratch(tmp_path):
+    """2.8M long-form rows in 500 shuffled CSV files, read several files a batch and split
+    by key into scratch: SIGTERM once the first scratch part exists gives exit 143, the one
+    stop line, and neither scratch nor staging left."""
+    subprocess.run([str(SCRIPT), "generate", "--out", str(tmp_path), "--positions", "700000",
+                    "--heaps", "4", "--files", "500", "--form", "long", "--format", "csv",
+                    "--shuffle", "--seed", "3"], check=True, capture_output=True, timeout=120)
+    _stopped_when(tmp_path, ".spill/0-0.arrows")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
 def _stopped_once_a_run_is_spilled(where: Path) -> None:
     """Run the real CLI on `where`'s rules.csv and positions with every batch a run
     (--memory-limit 1), SIGTERM it once the first run file exists: exit 143, the one stop
