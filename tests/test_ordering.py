@@ -166,3 +166,23 @@ def test_moves_and_nim_sums_stay_narrow_until_written_then_are_int64_with_nulls(
     assert_frame_equal(with_verdict(verdicts.lazy()).collect(), pl.DataFrame({
         "rule_set_id": [1, 1, 2], "position_id": [1, 3, 0], "nim_sum": [300, 5, 0],
         "verdict": ["W", "W", "L"], "move_heap": [1, 0, None], "move_take": [7, 2**40, None]}))
+
+
+def test_rejected_keys_in_chunks_find_the_same_duplicates():
+    """The rejected rows' keys given a chunk at a time (spilled), only those naming a
+    verdict's key kept: the same verdicts and duplicate rejects as all keys at once. Key
+    (1, 7) is a verdict's and two rejected rows', in two chunks: "appears 3 times"."""
+    from pipeline.transforms.ordering import split_duplicates
+
+    ordered = pl.DataFrame({"rule_set_id": [1, 1, 2], "position_id": [5, 7, 7],
+                            "nim_sum": [0, 3, 1], "_loc": [0, 1, 2]})
+    chunks = [pl.DataFrame({"rule_set_id": ["1", "9", None], "position_id": ["7", "7", "5"]}),
+              pl.DataFrame({"rule_set_id": ["1", "2"], "position_id": ["7", "07"]})]
+    whole = split_duplicates(ordered, pl.concat(chunks), ["f.csv"])
+    chunked = split_duplicates(ordered, iter(chunks), ["f.csv"])
+    for got, want in zip(chunked, whole):
+        assert got.equals(want)
+    verdicts, rejects = chunked
+    assert verdicts.rows() == [(1, 5, 0), (2, 7, 1)]  # "07" is not the key 7
+    assert rejects["reason"].to_list() == [
+        "position_id 7 appears 3 times for rule_set_id 1"]

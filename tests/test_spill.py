@@ -123,6 +123,9 @@ def test_verdicts_expected_to_fit_are_sorted_whole(tmp_path, monkeypatch, limit,
     code, err = _run(tmp_path, "limited", "--memory-limit", limit)
     assert code == 3, err
     assert len(re.findall(r"verdicts: run \d+ of \d+ rows spilled", err)) == runs, err
+    # the rejects past their share (a 64th here too) spill, and with the verdicts sorted
+    # whole their keys are matched against them a spilled chunk at a time
+    assert re.search(r"rejects: \d+ rows, \d+ of them spilled to scratch", err), err
     assert_same_outputs(tmp_path / "limited", tmp_path / "memory")
     assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
 

@@ -210,7 +210,7 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
                 if total else
                 f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")))
     cache.report_meanwhile()
-    verdicts, duplicates = runs.finish(rejects.naming_keys(), [str(p) for p in paths], on_event)
+    verdicts, duplicates = runs.finish(rejects.key_chunks(), [str(p) for p in paths], on_event)
     rejects.add_duplicates(duplicates)
     return verdicts, rejects, rows.counts
 
@@ -444,9 +444,11 @@ class _SortedRuns:
                 self.scratch.drop(part)
         self.parts, self.runs, self.held, self.held_rows = [], 0, 0, 0
 
-    def finish(self, rejected: pl.DataFrame, sources: list[str], on_event: OnEvent
-               ) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
-        """(the verdicts in key order, in memory or merged into a file; duplicate rejects)."""
+    def finish(self, rejected: pl.DataFrame | Iterator[pl.DataFrame], sources: list[str],
+               on_event: OnEvent) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
+        """(the verdicts in key order, in memory or merged into a file; duplicate rejects).
+        `rejected`: the rejected rows' keys, or chunks of them (`ordering.split_duplicates`;
+        the merge takes them whole)."""
         if not self.runs:
             return ordering.key_sorted_verdicts(self.parts, self.rule_ids, rejected, sources,
                                                 self.typed_by_rows)
@@ -460,9 +462,12 @@ class _SortedRuns:
         if self.parts or (self.typed_by_rows
                           and not self.keys.hold(self.rule_ids, self.pid_type)):
             return self._in_memory(last, rejected, sources)
+        if not isinstance(rejected, pl.DataFrame):
+            rejected = pl.concat([ordering.KEYS_ONLY, *rejected])
         return self._merged(last, rejected, sources, on_event)
 
-    def _in_memory(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
+    def _in_memory(self, last: Iterator[pa.Table] | None,
+                   rejected: pl.DataFrame | Iterator[pl.DataFrame],
                    sources: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
         log.info("verdicts: %d runs read back to be sorted in memory", self.runs)
         runs = [pl.from_arrow(pa.concat_tables(self._stream(i))) for i in range(self.runs)]

@@ -23,6 +23,7 @@ from pipeline.transforms.schema import REJECT_SCHEMA
 
 __all__ = ["HeldRejects", "naming_keys"]
 
+KEYS_PART = 1 << 30  # the scratch part of the spilled rows' `naming_keys` (no source's number)
 WRITE_ROWS = 1 << 17  # rows per row group of a spilled night's rejects table (the last fewer)
 FOUND_KEPT = 10  # rejects kept as they are found, and of each source's spilled rows the first
 
@@ -78,7 +79,6 @@ class HeldRejects:
         self.parts: dict[str, _Part] = {}
         self.spilled_rows = 0
         self.by_rule: list[pl.DataFrame] = []  # of the rows spilled: rejected per rule set
-        self.keys: list[pl.DataFrame] = []  # of the rows spilled: `naming_keys`
         self.duplicates = pl.DataFrame(schema=REJECT_SCHEMA)
         self._sorted: Path | None = None
 
@@ -113,10 +113,13 @@ class HeldRejects:
         self.duplicates = pl.concat([self.duplicates, duplicates])
         self.rows += duplicates.height
 
-    def naming_keys(self) -> pl.DataFrame:
-        return pl.concat([*self.keys, *(naming_keys(f) for f in self.held)],
-                         how="vertical_relaxed") if self.keys or self.held else \
-            pl.DataFrame(schema={"rule_set_id": pl.String, "position_id": pl.String})
+    def key_chunks(self) -> Iterator[pl.DataFrame]:
+        """Every reject's `naming_keys`, a chunk at a time: those spilled, read back from
+        scratch (once: the files go as they are read), then those held."""
+        if self.scratch is not None:
+            self.scratch.close_part(KEYS_PART)
+            yield from (pl.DataFrame(t) for t in self.scratch.stream(KEYS_PART))
+        yield from (naming_keys(f) for f in self.held)
 
     def frame(self) -> pl.DataFrame:
         """Every reject, in memory (a run that spilled none), renamed."""
@@ -133,11 +136,11 @@ class HeldRejects:
     def discard(self) -> None:
         """Forget every reject so far (the caller evaluates the input again another way)."""
         if self.scratch is not None:
-            for part in self.parts.values():
-                self.scratch.drop(part.number)
+            for part in [*(p.number for p in self.parts.values()), KEYS_PART]:
+                self.scratch.drop(part)
         self.held, self.held_bytes, self.rows, self.spilled_rows = [], 0, 0, 0
         self.found = self.found.clear()
-        self.parts, self.by_rule, self.keys = {}, [], []
+        self.parts, self.by_rule = {}, []
 
     def _spill(self) -> None:
         if self.scratch is None:
@@ -145,7 +148,9 @@ class HeldRejects:
         frame = pl.concat(self.held)
         self.held, self.held_bytes = [], 0
         self.by_rule.append(_compacted(outputs.rejected_by_rule(frame)))
-        self.keys.append(_compacted(naming_keys(frame)))
+        keys = naming_keys(frame)
+        if keys.height:
+            self.scratch.write(KEYS_PART, keys)
         for (source,), rows in frame.group_by("source", maintain_order=True):
             part = self.parts.setdefault(str(source), _Part(len(self.parts)))
             rows = rows.sort("row", maintain_order=True)

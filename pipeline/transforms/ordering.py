@@ -10,7 +10,7 @@ through polars' sort.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,8 +121,8 @@ _RANGES = {pl.UInt8: (0, 2**8), pl.UInt16: (0, 2**16), pl.UInt32: (0, 2**32),
 
 
 def key_sorted_verdicts(parts: list[VerdictPart], rule_ids: pl.Series | None,
-                        rejects: pl.DataFrame, sources: Sequence[str], typed_by_rows: bool = True
-                        ) -> tuple[pl.DataFrame, pl.DataFrame]:
+                        rejects: pl.DataFrame | Iterable[pl.DataFrame], sources: Sequence[str],
+                        typed_by_rows: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     """All parts' rows in key order, minus duplicate keys: (verdicts, duplicate rejects).
     nim_sum and the move columns stay narrow (see `verdict_part`). Consumes `parts`.
 
@@ -343,11 +343,18 @@ def sorted_from_parts(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.DataFrame({name: col.gather(order) for name, col in columns.items()})
 
 
-def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequence[str],
-                     locate: Locate | None = None, repeated: np.ndarray | None = None
-                     ) -> tuple[pl.DataFrame, pl.DataFrame]:
+KEYS_ONLY = pl.DataFrame(schema={"rule_set_id": pl.String, "position_id": pl.String})
+"""Rejected rows' keys as text, none: what `split_duplicates` needs of the rejects."""
+
+
+def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame | Iterable[pl.DataFrame],
+                     sources: Sequence[str], locate: Locate | None = None,
+                     repeated: np.ndarray | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Take every position whose key is given more than once (also when another copy was
     rejected for its own reason) out of key-sorted verdicts: (verdicts, their rejects).
+    `rejects`: the rejected rows (their keys, as text), or chunks of their keys, of which
+    only those naming a key of `ordered` are kept, a chunk at a time (a night of millions
+    of rejected keys, spilled, held all of them before, and joined them twice).
 
     The reject rows need each copy's location (file index << LOC_SHIFT | row): `locate` maps
     row numbers of `ordered` to it, or else `ordered` carries it as `_loc`. The result has no
@@ -362,10 +369,17 @@ def split_duplicates(ordered: pl.DataFrame, rejects: pl.DataFrame, sources: Sequ
         same = [(pl.col(k) == pl.col(k).shift(d)) for d in (1, -1) for k in KEYS]
         dup = ordered.select(((same[0] & same[1]) | (same[2] & same[3])).fill_null(False)
                              ).to_series()
-    rejected = (rejects.filter(pl.col("rule_set_id").is_not_null()
-                               & pl.col("position_id").is_not_null())
-                .select(keys.rejected_key_as(k, ordered[k].dtype) for k in KEYS)
-                .drop_nulls())
+    def as_keys(rows: pl.DataFrame) -> pl.DataFrame:
+        return (rows.filter(pl.col("rule_set_id").is_not_null()
+                            & pl.col("position_id").is_not_null())
+                .select(keys.rejected_key_as(k, ordered[k].dtype) for k in KEYS).drop_nulls())
+
+    if isinstance(rejects, pl.DataFrame):
+        rejected = as_keys(rejects)
+    else:
+        verdict_keys = ordered.select(KEYS)
+        rejected = pl.concat([as_keys(KEYS_ONLY), *(
+            as_keys(chunk).join(verdict_keys, on=KEYS, how="semi") for chunk in rejects)])
     if rejected.height:
         dup = dup | ordered.select(KEYS).join(
             rejected.unique().with_columns(pl.lit(True).alias("_rej")), on=KEYS, how="left",
