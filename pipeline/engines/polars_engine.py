@@ -210,7 +210,8 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
                 if total else
                 f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")))
     cache.report_meanwhile()
-    verdicts, duplicates = runs.finish(rejects.key_chunks(), [str(p) for p in paths], on_event)
+    verdicts, duplicates = runs.finish(rejects.keys_for_duplicates(), [str(p) for p in paths],
+                                       on_event)
     rejects.add_duplicates(duplicates)
     return verdicts, rejects, rows.counts
 

@@ -23,6 +23,8 @@ from pipeline.transforms.schema import REJECT_SCHEMA
 
 __all__ = ["HeldRejects", "naming_keys"]
 
+KEYS = ("rule_set_id", "position_id")
+
 KEYS_PART = 1 << 30  # the scratch part of the spilled rows' `naming_keys` (no source's number)
 WRITE_ROWS = 1 << 17  # rows per row group of a spilled night's rejects table (the last fewer)
 FOUND_KEPT = 10  # rejects kept as they are found, and of each source's spilled rows the first
@@ -112,6 +114,15 @@ class HeldRejects:
         memory: they are found among the verdicts, which the merge holds a slice of)."""
         self.duplicates = pl.concat([self.duplicates, duplicates])
         self.rows += duplicates.height
+
+    def keys_for_duplicates(self) -> pl.DataFrame | Iterator[pl.DataFrame]:
+        """Every reject's `naming_keys` for the duplicate check: one frame when none spilled
+        (joined with the verdicts as they are), else chunks (`key_chunks`), each matched
+        against the verdicts on its own (`ordering.split_duplicates`)."""
+        if self.scratch is None:
+            return pl.concat([pl.DataFrame(schema={k: pl.String for k in KEYS}),
+                              *(naming_keys(f) for f in self.held)])
+        return self.key_chunks()
 
     def key_chunks(self) -> Iterator[pl.DataFrame]:
         """Every reject's `naming_keys`, a chunk at a time: those spilled, read back from
