@@ -492,6 +492,40 @@ polars_rejects.HeldRejects._source_rows = source_rows
 """
 
 
+STOP_AS_REJECTED_KEYS_ARE_READ = """
+import os, signal
+import pipeline.batches
+from pipeline.engines import polars_rejects
+pipeline.batches.BATCH_ROWS = 64
+real = polars_rejects.HeldRejects.key_chunks
+
+def key_chunks(self):
+    for n, chunk in enumerate(real(self)):
+        if n == 1:  # a chunk of the spilled keys read back, the next one asked for
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield chunk
+
+polars_rejects.HeldRejects.key_chunks = key_chunks
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_rejected_keys_are_read_back_leaves_nothing(tmp_path):
+    """The real CLI, stopped by SIGTERM (sent by a sitecustomize in its process) while the
+    spilled rejected rows' keys are read back for the duplicate check: exit 143, the one
+    stop line, no scratch or staging left."""
+    _mostly_rejected(tmp_path)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_AS_REJECTED_KEYS_ARE_READ)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
+    done = subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
+                           "positions", "--out", "out", "--quiet", "--memory-limit", "64KiB"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv", "site"]
+
+
 @pytest.mark.slow
 def test_sigterm_while_spilled_rejects_are_written_leaves_the_earlier_output(tmp_path):
     """The real CLI, stopped by SIGTERM (sent by a sitecustomize in its process) while the
