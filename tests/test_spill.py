@@ -463,12 +463,7 @@ def test_sigterm_while_runs_are_sorted_again_as_text_leaves_nothing(tmp_path):
                        "heaps": [[i % 7, 3] for i in range(len(ids))]},
                       {"rule_set_id": pl.Int64, "position_id": dtype,
                        "heaps": pl.List(pl.Int64)})
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_AS_A_RUN_IS_SORTED_AGAIN)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
-    done = subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
-                           "positions", "--out", "out", "--memory-limit", "1", "--quiet"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = _stopped_from_inside(tmp_path, STOP_AS_A_RUN_IS_SORTED_AGAIN, "--memory-limit", "1")
     assert done.returncode == 143, done.stderr
     assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv", "site"]
@@ -515,12 +510,8 @@ def test_sigterm_while_rejected_keys_are_read_back_leaves_nothing(tmp_path):
     spilled rejected rows' keys are read back for the duplicate check: exit 143, the one
     stop line, no scratch or staging left."""
     _mostly_rejected(tmp_path)
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_AS_REJECTED_KEYS_ARE_READ)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
-    done = subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
-                           "positions", "--out", "out", "--quiet", "--memory-limit", "64KiB"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = _stopped_from_inside(tmp_path, STOP_AS_REJECTED_KEYS_ARE_READ, "--memory-limit",
+                                "64KiB")
     assert done.returncode == 143, done.stderr
     assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv", "site"]
@@ -532,16 +523,12 @@ def test_sigterm_while_spilled_rejects_are_written_leaves_the_earlier_output(tmp
     spilled rejects are written back in order over an earlier output (--overwrite): exit
     143, the one stop line, the earlier output byte for byte, no scratch or staging left."""
     _mostly_rejected(tmp_path)
-    args = [str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions", "--out",
-            "out", "--quiet"]
-    subprocess.run(args, cwd=tmp_path, timeout=120)
+    subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions",
+                    "--out", "out", "--quiet"], cwd=tmp_path, timeout=120)
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
     assert "rejects.parquet" in before
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(STOP_AS_REJECTS_ARE_WRITTEN)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
-    done = subprocess.run([*args, "--memory-limit", "1", "--overwrite"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = _stopped_from_inside(tmp_path, STOP_AS_REJECTS_ARE_WRITTEN, "--memory-limit", "1",
+                                "--overwrite")
     assert done.returncode == 143, done.stderr
     assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv",
@@ -784,6 +771,18 @@ def test_sigterm_while_small_long_form_files_are_split_leaves_no_scratch(tmp_pat
                     "--shuffle", "--seed", "3"], check=True, capture_output=True, timeout=120)
     _stopped_when(tmp_path, ".spill/0-0.arrows")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
+def _stopped_from_inside(where: Path, sitecustomize: str, *flags: str
+                         ) -> subprocess.CompletedProcess:
+    """The real CLI run on `where`'s rules.csv and positions into `out` (--quiet) with
+    `sitecustomize` loaded in its process (which sends the stop signal where it patches)."""
+    (where / "site").mkdir()
+    (where / "site" / "sitecustomize.py").write_text(sitecustomize)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where / "site"), *sys.path])}
+    return subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
+                           "positions", "--out", "out", "--quiet", *flags], cwd=where, env=env,
+                          capture_output=True, text=True, timeout=120)
 
 
 def _stopped_once_a_run_is_spilled(where: Path) -> None:
