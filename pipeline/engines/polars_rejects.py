@@ -17,13 +17,11 @@ import polars as pl
 
 from pipeline.engines.base import RejectsPastTolerance
 from pipeline.io.outputs.scratch import Spill
-from pipeline.transforms import outputs
+from pipeline.transforms import ordering, outputs
 from pipeline.transforms.reasons import ReasonCode
 from pipeline.transforms.schema import REJECT_SCHEMA
 
 __all__ = ["HeldRejects", "naming_keys"]
-
-KEYS = ("rule_set_id", "position_id")
 
 KEYS_PART = 1 << 30  # the scratch part of the spilled rows' `naming_keys` (no source's number)
 WRITE_ROWS = 1 << 17  # rows per row group of a spilled night's rejects table (the last fewer)
@@ -120,8 +118,7 @@ class HeldRejects:
         (joined with the verdicts as they are), else chunks (`key_chunks`), each matched
         against the verdicts on its own (`ordering.split_duplicates`)."""
         if self.scratch is None:
-            return pl.concat([pl.DataFrame(schema={k: pl.String for k in KEYS}),
-                              *(naming_keys(f) for f in self.held)])
+            return pl.concat([ordering.KEYS_ONLY, *(naming_keys(f) for f in self.held)])
         return self.key_chunks()
 
     def key_chunks(self) -> Iterator[pl.DataFrame]:
