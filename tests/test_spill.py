@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import assert_same_outputs, invoke, write_csv, write_parquet
 
+from pipeline.transforms import ordering
+
 SCRIPT = Path(sys.executable).with_name("snim-batch")
 RULES = [["r1", "subtraction", "1 2"], ["r2", "subtraction", "2 5 7"], ["r3", "nim", ""],
          ["r4", "subtraction", "1 3 4"], ["r5", "subtraction", "0 3"]]  # r5 is invalid
@@ -106,6 +108,36 @@ def test_runs_merged_in_record_batches_give_the_in_memory_tables(tmp_path, monke
     rejects = pl.read_parquet(tmp_path / "spilled" / "rejects.parquet")
     assert rejects.filter(pl.col("reason").str.contains("appears")).height == 10
     assert not list(tmp_path.rglob(".verdict-runs")), "scratch left behind"
+
+
+@pytest.mark.parametrize("keys", ["text", "int"])
+def test_each_merged_slice_is_checked_against_its_own_rejected_keys(tmp_path, monkeypatch,
+                                                                    keys):
+    """Runs merged 8 rows a read, beside rejected keys spilled (each batch's, as the verdicts
+    are): each slice of the merge is checked against the rejected keys that are its own
+    keys, and no other (here one in all: a bad copy of a good key). Before, every slice was
+    joined with every rejected key of the night, all of them held (docs/operations.md)."""
+    _inputs(tmp_path, keys)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err
+    given: list[int] = []
+    merged_slice = ordering.merged_slice
+
+    def counted(takes, rule_ids, rejects, sources, reuse=None):
+        given.append(rejects.height)
+        return merged_slice(takes, rule_ids, rejects, sources, reuse)
+
+    monkeypatch.setattr(ordering, "merged_slice", counted)
+    monkeypatch.setattr("pipeline.engines.polars_engine.RUN_SLICE", 8)
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
+    assert code == 3, err
+    assert re.search(r"rejects: \d+ rows, \d+ of them spilled to scratch", err), err
+    assert len(given) > 20 and sum(given) == 1, given
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    good_copy = pl.read_parquet(tmp_path / "spilled" / "rejects.parquet").filter(
+        pl.col("source").str.ends_with("a.parquet") & (pl.col("row") == 30))
+    assert good_copy["reason"].str.contains("appears 2 times").to_list() == [True], good_copy
 
 
 @pytest.mark.parametrize(("limit", "runs"), [("400KiB", 0), ("100KiB", 15)])
@@ -515,6 +547,45 @@ def test_sigterm_while_rejected_keys_are_read_back_leaves_nothing(tmp_path):
     assert done.returncode == 143, done.stderr
     assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv", "site"]
+
+
+STOP_AS_SORTED_REJECTED_KEYS_ARE_READ = """
+import os, signal
+import pipeline.batches
+from pipeline.engines import polars_engine, rejected_keys
+pipeline.batches.BATCH_ROWS = 64
+polars_engine.RUN_SLICE = 8  # merge rounds of a few rows
+real = rejected_keys.SortedRejectedKeys.naming
+calls = []
+
+def naming(self, takes):
+    calls.append(1)
+    if len(calls) == 3:  # rejected key runs in scratch, partly read by the merge
+        assert len(self.runs) > 1
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(self, takes)
+
+rejected_keys.SortedRejectedKeys.naming = naming
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_sorted_rejected_keys_are_read_leaves_the_earlier_output(tmp_path):
+    """The real CLI, stopped by SIGTERM (sent by a sitecustomize in its process) while the
+    merge reads the rejected keys' sorted runs beside the verdicts' (--memory-limit 1, over
+    an earlier output): exit 143, the one stop line, the earlier output byte for byte, no
+    scratch or staging left."""
+    _inputs(tmp_path, "text")
+    subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions",
+                    "--out", "out", "--quiet"], cwd=tmp_path, timeout=120)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    done = _stopped_from_inside(tmp_path, STOP_AS_SORTED_REJECTED_KEYS_ARE_READ,
+                                "--memory-limit", "1", "--overwrite")
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv",
+                                                          "site"]
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
 
 @pytest.mark.slow

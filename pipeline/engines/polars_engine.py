@@ -33,6 +33,7 @@ from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines.base import PositionsJob
 from pipeline.engines.polars_rejects import HeldRejects
+from pipeline.engines.rejected_keys import SortedRejectedKeys
 from pipeline.events import OnEvent, RunEvent
 from pipeline.grundy import TableSet
 from pipeline.io.outputs.commit import as_values, sink_parquet, write_parquet
@@ -449,7 +450,7 @@ class _SortedRuns:
                on_event: OnEvent) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
         """(the verdicts in key order, in memory or merged into a file; duplicate rejects).
         `rejected`: the rejected rows' keys, or chunks of them (`ordering.split_duplicates`;
-        the merge takes them whole)."""
+        the merge sorts them into its key order, `SortedRejectedKeys`)."""
         if not self.runs:
             return ordering.key_sorted_verdicts(self.parts, self.rule_ids, rejected, sources,
                                                 self.typed_by_rows)
@@ -463,9 +464,12 @@ class _SortedRuns:
         if self.parts or (self.typed_by_rows
                           and not self.keys.hold(self.rule_ids, self.pid_type)):
             return self._in_memory(last, rejected, sources)
-        if not isinstance(rejected, pl.DataFrame):
-            rejected = pl.concat([ordering.KEYS_ONLY, *rejected])
-        return self._merged(last, rejected, sources, on_event)
+        assert self.scratch is not None and self.budget is not None  # runs were spilled
+        named = SortedRejectedKeys.sort(
+            [rejected] if isinstance(rejected, pl.DataFrame) else rejected, self.rule_ids,
+            self.pid_type, self.budget, RUN_SLICE, self.scratch,
+            lambda: -next(self.extra_parts))
+        return self._merged(last, named, sources, on_event)
 
     def _in_memory(self, last: Iterator[pa.Table] | None,
                    rejected: pl.DataFrame | Iterator[pl.DataFrame],
@@ -485,7 +489,7 @@ class _SortedRuns:
         return (form.unpacked(table) for part in self.segments[run]
                 for table in self.scratch.stream(part, mapped=mapped))
 
-    def _merged(self, last: Iterator[pa.Table] | None, rejected: pl.DataFrame,
+    def _merged(self, last: Iterator[pa.Table] | None, rejected: SortedRejectedKeys,
                 sources: list[str], on_event: OnEvent
                 ) -> tuple[MergedVerdicts, pl.DataFrame]:
         k = self.runs + (last is not None)
@@ -520,8 +524,8 @@ class _SortedRuns:
                     buffers[i], live[i] = streams[i].read_more(buffers[i], block)
                 takes, buffers, need = ordering.merge_round(buffers, live)
                 if any(t.num_rows for t in takes) or (not any(live) and first is None):
-                    merged = ordering.merged_slice(takes, self.rule_ids, rejected, sources,
-                                                   reuse)
+                    merged = ordering.merged_slice(takes, self.rule_ids,
+                                                   rejected.naming(takes), sources, reuse)
                     first = merged.verdicts.schema if first is None else first
                     write(merged.verdicts)
                     wins += merged.wins
