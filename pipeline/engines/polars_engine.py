@@ -465,9 +465,10 @@ class _SortedRuns:
                           and not self.keys.hold(self.rule_ids, self.pid_type)):
             return self._in_memory(last, rejected, sources)
         assert self.scratch is not None and self.budget is not None  # runs were spilled
+        # in tables of MERGE_MIN_READ rows: the merge holds one of each of their runs
         named = SortedRejectedKeys.sort(
             [rejected] if isinstance(rejected, pl.DataFrame) else rejected, self.rule_ids,
-            self.pid_type, self.budget, RUN_SLICE, self.scratch,
+            self.pid_type, self.budget, MERGE_MIN_READ, self.scratch,
             lambda: -next(self.extra_parts))
         return self._merged(last, named, sources, on_event)
 
