@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from pipeline.errors import InputError, MissingExtra, UsageError, truncated
 from pipeline.events import OnEvent, ignore, phase
@@ -31,6 +36,44 @@ _SHOWN_ROWS = 60  # rule sets drawn one bar each and listed in full up to this m
 _STANDOUTS = 10  # rule sets listed as highest, lowest, most rejects
 _BINS = 20  # W-rate histogram bins of 5 points each
 _NIGHTS = 14  # nights shown across nights (the latest)
+_SHOWN_REJECTS = 100  # the first rejected rows listed
+
+
+@dataclass(frozen=True)
+class ShownRejects:
+    """What the page shows of a rejects table: its first rows, its row count and its rows
+    per reason_code (`reason_code_counts`), read without holding the table (a bad night's
+    can be tens of millions of rows)."""
+
+    first: pl.DataFrame
+    rows: int
+    by_reason_code: pl.DataFrame
+
+    @classmethod
+    def of(cls, rejects: pl.DataFrame) -> ShownRejects:
+        return cls(rejects.head(_SHOWN_REJECTS), rejects.height, reason_code_counts(rejects))
+
+    @classmethod
+    def scanned(cls, table: ds.Dataset, dropped: tuple[str, ...] = ()) -> ShownRejects:
+        """From a dataset (Parquet files, a Delta night), a record batch at a time;
+        `dropped`: columns the page does not show."""
+        shown = [name for name in table.schema.names if name not in dropped]
+        first = pl.DataFrame(table.scanner(  # no read-ahead: Dataset.head read them all
+            columns=shown, batch_size=_SHOWN_REJECTS, batch_readahead=0,
+            fragment_readahead=0).head(_SHOWN_REJECTS))
+        counted: Counter[str] = Counter()
+        rows = 0
+        has_code = "reason_code" in shown
+        for batch in table.to_batches(columns=["reason_code"] if has_code else []):
+            rows += batch.num_rows
+            if has_code:
+                for item in pc.value_counts(batch.column(0)).to_pylist():
+                    counted[item["values"]] += item["counts"]
+        counts = pl.DataFrame(list(counted.items()), schema={"reason_code": pl.String,
+                                                             "rows": pl.UInt32}, orient="row")
+        return cls(first, rows, counts.sort(["rows", "reason_code"],
+                                            descending=[True, False]) if has_code and rows
+                   else reason_code_counts(first.clear()))
 
 
 def _cell(column: str, value: Any) -> str:
@@ -47,12 +90,14 @@ def _cell(column: str, value: Any) -> str:
     return f"<td>{text}</td>"
 
 
-def _table(frame: pl.DataFrame, limit: int = 200, where: str = "the Parquet file") -> str:
+def _table(frame: pl.DataFrame, limit: int = 200, where: str = "the Parquet file",
+           total: int | None = None) -> str:
+    """The first `limit` rows of `frame` (of `total`, default its height) as a table."""
+    total = frame.height if total is None else total
     head = "".join(f"<th class=l>{html.escape(c)}</th>" for c in frame.columns)
     rows = ["<tr>" + "".join(_cell(c, v) for c, v in zip(frame.columns, row, strict=True))
             + "</tr>" for row in frame.head(limit).iter_rows()]
-    more = (f"<p>… {frame.height - limit:,} more rows in {where}.</p>"
-            if frame.height > limit else "")
+    more = (f"<p>… {total - limit:,} more rows in {where}.</p>" if total > limit else "")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>{more}"
 
 
@@ -182,7 +227,7 @@ def _across_nights(nights: pl.DataFrame | None, summaries: pl.DataFrame | None) 
 
 
 def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl.DataFrame,
-                  rejects: pl.DataFrame, nights: pl.DataFrame | None = None,
+                  rejects: ShownRejects, nights: pl.DataFrame | None = None,
                   summaries: pl.DataFrame | None = None, where: str = "summary.parquet"
                   ) -> str:
     """The HTML page for one run; with `nights` (the runs table) and `summaries` (every
@@ -220,8 +265,9 @@ def render_report(manifest: dict[str, Any], summary: pl.DataFrame, sg_tables: pl
 {_across_nights(nights, summaries)}
 <h2>SG tables (one per distinct rule)</h2>{_period_statuses(sg_tables)}{_table(
         periods, _SHOWN_ROWS, where.replace('summary', 'sg_tables'))}
-<h2>Rejected rows</h2>{_reject_policy(manifest)}{_by_reason_code(rejects)}{_table(
-        rejects, 100, where.replace('summary', 'rejects')) if rejects.height else '<p>None.</p>'}
+<h2>Rejected rows</h2>{_reject_policy(manifest)}{_by_reason_code(rejects.by_reason_code)}{
+    _table(rejects.first, _SHOWN_REJECTS, where.replace('summary', 'rejects'), rejects.rows)
+    if rejects.rows else '<p>None.</p>'}
 <h2>Inputs and configuration</h2>
 <pre>{html.escape(json.dumps({k: manifest.get(k) for k in ('inputs', 'config', 'versions',
                                                        'timings_s')}, indent=2))}</pre>
@@ -262,8 +308,7 @@ def reason_code_counts(rejects: pl.DataFrame) -> pl.DataFrame:
             .sort(["rows", "reason_code"], descending=[True, False]))
 
 
-def _by_reason_code(rejects: pl.DataFrame) -> str:
-    counts = reason_code_counts(rejects)
+def _by_reason_code(counts: pl.DataFrame) -> str:
     if not counts.height:
         return ""
     return f"<h3>Rejected rows by reason_code</h3>{_table(counts)}<h3>The first rows</h3>"
@@ -331,16 +376,23 @@ def _run_page(out_dir: Path) -> str:
                              path=table)
     try:
         frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")
-                  for name in ("summary", "sg_tables", "rejects")}
-    except (OSError, pl.exceptions.PolarsError) as exc:
+                  for name in ("summary", "sg_tables")}
+        rejects = ShownRejects.scanned(ds.dataset(_parquet_files(out_dir / "rejects.parquet"),
+                                                  format="parquet"))
+    except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
         raise InputError(f"{out_dir}: cannot read run outputs ({truncated(str(exc), 200)})"
                          ) from None
     try:
-        return render_report(manifest, frames["summary"], frames["sg_tables"],
-                             frames["rejects"])
+        return render_report(manifest, frames["summary"], frames["sg_tables"], rejects)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a field of another shape
         raise InputError(f"{out_dir / 'manifest.json'}: not a manifest as snim-batch writes "
                          f"them ({type(exc).__name__}: {truncated(str(exc), 120)})") from None
+
+
+def _parquet_files(table: Path) -> list[str]:
+    """A table's Parquet files: the file, or the part files of the Spark engine's
+    directory (a missing file is the reader's error, which names it)."""
+    return sorted(map(str, table.glob("*.parquet"))) if table.is_dir() else [str(table)]
 
 
 def _delta_page(root: Path) -> str:
@@ -354,6 +406,10 @@ def _delta_page(root: Path) -> str:
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise InputError(f"{root}: cannot read the Delta tables ({delta_cause(exc)})"
                          ) from None
-    return render_report(night["manifest"], night["summary"], night["sg_tables"],
-                         night["rejects"], night["runs"], night["summaries"],
-                         "the summary table")
+    try:
+        rejects = ShownRejects.scanned(night["rejects"], dropped=("run_date", "run_id"))
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{root}: cannot read the Delta tables ({delta_cause(exc)})"
+                         ) from None
+    return render_report(night["manifest"], night["summary"], night["sg_tables"], rejects,
+                         night["runs"], night["summaries"], "the summary table")

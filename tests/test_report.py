@@ -40,6 +40,12 @@ class _Tags(HTMLParser):
     def handle_data(self, data: str) -> None:
         self.text.append(data)
 
+    @classmethod
+    def text_of(cls, page: str) -> str:
+        parser = cls()
+        parser.feed(page)
+        return " ".join(parser.text)
+
 
 def _run(tmp_path: Path, *extra: str) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -555,7 +561,7 @@ def test_standouts_highest_lowest_and_most_rejects() -> None:
 def test_a_report_of_1000_rule_sets_reads_well(tmp_path: Path) -> None:
     """10M positions over 1,000 rule sets: counts with thousands separators, a histogram and
     the stand-outs instead of 1,000 bars, 60 rule sets listed (the rest named as elsewhere)."""
-    from pipeline.report import render_report
+    from pipeline.report import ShownRejects, render_report
 
     summary = _summary(1000)
     manifest = {"run_id": "r", "status": "ok", "counts": {"positions": {
@@ -564,7 +570,7 @@ def test_a_report_of_1000_rule_sets_reads_well(tmp_path: Path) -> None:
     sg = pl.DataFrame({"kind": ["nim"], "moves": [[]], "rule_set_ids": [["1"]], "preperiod": [0],
                        "period": [1], "table_len": [1]},
                       schema_overrides={"moves": pl.List(pl.Int64)})
-    page = render_report(manifest, summary, sg, pl.DataFrame())
+    page = render_report(manifest, summary, sg, ShownRejects.of(pl.DataFrame()))
     parser = _Tags()
     parser.feed(page)
     text = " ".join(parser.text)
@@ -640,3 +646,58 @@ def test_a_report_failing_mid_write_leaves_nothing_half_written(
             result.stderr), result.stderr
     assert _tree(tmp_path) == before
     assert manifest.ownership_problem(out) is None
+
+
+def test_the_rejected_rows_of_a_large_table_are_counted_and_the_first_listed(
+        tmp_path: Path) -> None:
+    """A night of 330 rejects in three reasons, as one file and as the Spark engine's
+    directory of part files: the counts per reason_code (against the rows made bad), the
+    first 100 rows as the table holds them, and the rest named. The page reads the table a
+    record batch at a time, never whole."""
+    lines = ["rule_set_id,position_id,heaps"]
+    made = {"unknown_rule_set": 0, "not_an_integer": 0, "out_of_range": 0}
+    for i in range(600):
+        if i % 3 == 0:
+            lines.append(f"9,{i},1 2")
+            made["unknown_rule_set"] += 1
+        elif i % 5 == 1:
+            lines.append(f"1,{i},4 x")
+            made["not_an_integer"] += 1
+        elif i % 7 == 2:
+            lines.append(f"2,{i},-3")
+            made["out_of_range"] += 1
+        else:
+            lines.append(f"1,{i},{i % 13}")
+    (tmp_path / "rules.csv").write_text(RULES)
+    (tmp_path / "positions.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", "--rules", str(tmp_path / "rules.csv"),
+                                      "--positions", str(tmp_path / "positions.csv"),
+                                      "--out", str(out), "--quiet"])
+    assert result.exit_code == 3, result.output
+    rejected = sum(made.values())
+    table = pl.read_parquet(out / "rejects.parquet")
+    assert table.height == rejected
+
+    def shown() -> tuple[dict[str, int], list[str], str]:
+        page = (out / "report.html")
+        result = CliRunner().invoke(app, ["report", str(out)])
+        assert result.exit_code == 0, result.output
+        text = " ".join(_Tags.text_of(page.read_text()).split())
+        counts = dict(re.findall(r"\b([a-z_]+) ([\d,]+)\b", text.split(
+            "Rejected rows by reason_code")[1].split("The first rows")[0]))
+        return ({code: int(n.replace(",", "")) for code, n in counts.items()
+                 if code in made}, re.findall(r"positions\.csv (\d+)", text), text)
+
+    counts, rows, text = shown()
+    assert counts == made
+    assert rows == [str(r) for r in table["row"].head(100)]
+    assert f"… {rejected - 100:,} more rows in rejects.parquet." in text
+    (out / "rejects.parquet").unlink()
+    (out / "rejects.parquet").mkdir()
+    table.head(150).write_parquet(out / "rejects.parquet" / "part-00000.parquet")
+    table.slice(150).write_parquet(out / "rejects.parquet" / "part-00001.parquet")
+    (out / "report.html").unlink()
+    counts, rows, text = shown()
+    assert counts == made
+    assert rows == [str(r) for r in table["row"].head(100)]

@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
@@ -99,6 +100,12 @@ class TableRoot:
             pa.array(nights, pa.date32()))
         return pl.DataFrame(self.open(name, version).to_pyarrow_table(filters=filters,
                                                                      columns=columns))
+
+    def night_dataset(self, name: str, night: date) -> ds.Dataset:
+        """Table `name`'s rows of one night as a dataset, to be read a record batch at a
+        time (a bad night's rejects can be tens of millions of rows)."""
+        return self.open(name).to_pyarrow_dataset().filter(
+            pc.field(PARTITION) == pa.scalar(night, pa.date32()))
 
 
 def table_root(out: Path | str, configured: Mapping[str, str] | None = None) -> TableRoot:
@@ -418,8 +425,9 @@ def read_runs(root: TableRoot) -> pl.DataFrame:
 
 def latest_night(root: TableRoot) -> dict[str, Any]:
     """What `report` shows of a table root: `manifest` (the latest night's run, rebuilt from
-    its runs row), that night's `summary`, `sg_tables` and `rejects` rows, the `runs` table
-    and `summaries` (rule_set_id and w_rate of every night)."""
+    its runs row), that night's `summary` and `sg_tables` rows, its `rejects` rows as a
+    dataset (`night_dataset`), the `runs` table and `summaries` (rule_set_id and w_rate of
+    every night)."""
     runs, unlisted = live_runs(root)
     if runs.is_empty():
         if unlisted:
@@ -452,7 +460,8 @@ def latest_night(root: TableRoot) -> dict[str, Any]:
         **({"rejects": json.loads(run["rejects"])} if run.get("rejects") else {})}
     summaries = root.read("summary", columns=[PARTITION, "rule_set_id", "w_rate"])
     return {"manifest": manifest, "summary": rows("summary"), "sg_tables": rows("sg_tables"),
-            "rejects": rows("rejects"), "runs": runs, "summaries": summaries}
+            "rejects": root.night_dataset("rejects", night), "runs": runs,
+            "summaries": summaries}
 
 
 def live_runs(root: TableRoot) -> tuple[pl.DataFrame, dict[date, dict[str, dict[str, int]]]]:
