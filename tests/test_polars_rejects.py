@@ -56,19 +56,25 @@ def _renamed(rows: list[tuple]) -> list[tuple]:
 def test_spilled_rejects_are_written_in_the_tables_order(tmp_path, in_row_order):
     """Three sources added in another order than their names', each a few times (in row order
     as wide batches come, or not, as long form's parts), with duplicates' rows falling between
-    and after the spilled ones and a source that only duplicates name."""
+    and after the spilled ones and a source that only duplicates name. The duplicates come
+    in key order, not row order, a merged slice at a time: each slice's spill past the budget
+    (here every one) is a chunk of its own, merged by row into its source's rows."""
     added = [_rejects("z.csv", [1, 4, 9]), _rejects("a/b.parquet", [2, 3]),
              _rejects("z.csv", [10, 12] if in_row_order else [0, 2]),
              _rejects("a-b.csv", [7]), _rejects("a/b.parquet", [8, 30])]
-    duplicates = pl.concat([_rejects("z.csv", [5, 11, 40], code="duplicate_key"),
-                            _rejects("m.csv", [3], code="duplicate_key")])
+    duplicates = [_rejects("z.csv", [40, 5], code="duplicate_key"),
+                  pl.concat([_rejects("m.csv", [3], code="duplicate_key"),
+                             _rejects("z.csv", [11], code="duplicate_key")]),
+                  _rejects("z.csv", [6, 2 if in_row_order else 3], code="duplicate_key")]
     rules = _rejects("rules.csv", [2, 1], table="rules")
     held = _held(tmp_path)
     for frame in added:
         held.add(frame)
-    held.add_duplicates(duplicates)
-    assert held.spilled and held.rows == 14 and held.spilled_rows == 10
-    expected = _renamed(_table_order([rules, *added, duplicates]))
+    for frame in duplicates:
+        held.add_duplicates(frame)
+    assert held.spilled and held.rows == 16 and held.spilled_rows == 16
+    assert len(held.duplicate_parts["z.csv"]) == 3
+    expected = _renamed(_table_order([rules, *added, *duplicates]))
     for n in (1, 4, 10):  # without writing the table (a fail run's error names them)
         assert held.first(held.rename(rules), n).rows() == expected[:n]
     written = pl.read_parquet(held.sorted_file(held.rename(rules)))

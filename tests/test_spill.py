@@ -140,6 +140,39 @@ def test_each_merged_slice_is_checked_against_its_own_rejected_keys(tmp_path, mo
     assert good_copy["reason"].str.contains("appears 2 times").to_list() == [True], good_copy
 
 
+def _delivered_twice(where: Path) -> int:
+    """`_inputs` (text keys) with a.parquet delivered a second time, as a.copy.parquet (a
+    name that sorts after it): every key of a given twice. Returns a's rows."""
+    _inputs(where, "text")
+    positions = where / "positions"
+    (positions / "a.copy.parquet").write_bytes((positions / "a.parquet").read_bytes())
+    return pl.read_parquet(positions / "a.parquet").height
+
+
+@pytest.mark.parametrize("read", [8, 1 << 16])
+def test_a_file_delivered_twice_spills_its_duplicates(tmp_path, monkeypatch, read):
+    """Every key of a file given twice is a duplicate, found by the merge a slice at a time
+    (in key order, rows of every source at once): past their share they spill in chunks of
+    their own, each sorted by row, and are merged by row into their sources' rows as the
+    table is written: the in-memory run's tables. Merge reads of 8 rows (many slices, many
+    chunks) or of whole runs (few)."""
+    rows = _delivered_twice(tmp_path)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err
+    duplicates = pl.read_parquet(tmp_path / "memory" / "rejects.parquet").filter(
+        pl.col("reason_code") == "duplicate_key")
+    assert duplicates.height > 2 * rows - 20  # a's keys twice, but a few a rejects anyway
+    monkeypatch.setattr("pipeline.engines.polars_engine.RUN_SLICE", read)
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
+    assert code == 3, err
+    total = pl.read_parquet(tmp_path / "memory" / "rejects.parquet").filter(
+        pl.col("table") == "positions").height
+    assert f"rejects: {total:,} rows, {total:,} of them spilled to scratch" in err, err
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+    assert not list(tmp_path.rglob(".reject-runs-*")), "scratch left behind"
+
+
 @pytest.mark.parametrize(("limit", "runs"), [("400KiB", 0), ("100KiB", 15)])
 def test_verdicts_expected_to_fit_are_sorted_whole(tmp_path, monkeypatch, limit, runs):
     """Wide Parquet input, whose rows the footers give: its 900 verdicts (about 45 KB
@@ -580,6 +613,43 @@ def test_sigterm_while_sorted_rejected_keys_are_read_leaves_the_earlier_output(t
                     "--out", "out", "--quiet"], cwd=tmp_path, timeout=120)
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
     done = _stopped_from_inside(tmp_path, STOP_AS_SORTED_REJECTED_KEYS_ARE_READ,
+                                "--memory-limit", "1", "--overwrite")
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv",
+                                                          "site"]
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
+
+STOP_AS_DUPLICATES_ARE_MERGED_BY_ROW = """
+import os, signal
+import pipeline.batches
+from pipeline.engines import polars_engine, polars_rejects
+pipeline.batches.BATCH_ROWS = 64
+polars_engine.RUN_SLICE = 8
+real = polars_rejects._merged_by_row
+
+def merged_by_row(streams):
+    for n, frame in enumerate(real(streams)):
+        if n == 2 and len(streams) > 3:  # a source's duplicates in several spilled chunks
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield frame
+
+polars_rejects._merged_by_row = merged_by_row
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_spilled_duplicates_are_merged_leaves_the_earlier_output(tmp_path):
+    """The real CLI, stopped by SIGTERM (sent by a sitecustomize in its process) while a file
+    delivered twice has its spilled duplicates merged by row into the rejects table, over an
+    earlier output (--memory-limit 1, --overwrite): exit 143, the one stop line, the earlier
+    output byte for byte, no scratch or staging left."""
+    _delivered_twice(tmp_path)
+    subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions",
+                    "--out", "out", "--quiet"], cwd=tmp_path, timeout=120)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    done = _stopped_from_inside(tmp_path, STOP_AS_DUPLICATES_ARE_MERGED_BY_ROW,
                                 "--memory-limit", "1", "--overwrite")
     assert done.returncode == 143, done.stderr
     assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"

@@ -211,9 +211,8 @@ def _evaluate_wide(paths: list[Path], config: Config, index: pl.DataFrame, cache
                 if total else
                 f"positions: {rows_read:,} rows read (file {file_index + 1} of {len(paths)})")))
     cache.report_meanwhile()
-    verdicts, duplicates = runs.finish(rejects.keys_for_duplicates(), [str(p) for p in paths],
-                                       on_event)
-    rejects.add_duplicates(duplicates)
+    verdicts = runs.finish(rejects.keys_for_duplicates(), [str(p) for p in paths], on_event,
+                           rejects.add_duplicates)
     return verdicts, rejects, rows.counts
 
 
@@ -447,13 +446,17 @@ class _SortedRuns:
         self.parts, self.runs, self.held, self.held_rows = [], 0, 0, 0
 
     def finish(self, rejected: pl.DataFrame | Iterator[pl.DataFrame], sources: list[str],
-               on_event: OnEvent) -> tuple[pl.DataFrame | MergedVerdicts, pl.DataFrame]:
-        """(the verdicts in key order, in memory or merged into a file; duplicate rejects).
+               on_event: OnEvent, add_duplicates: Callable[[pl.DataFrame], None]
+               ) -> pl.DataFrame | MergedVerdicts:
+        """The verdicts in key order, in memory or merged into a file; the rejects of keys
+        given more than once go to `add_duplicates` (a merged slice's at a time).
         `rejected`: the rejected rows' keys, or chunks of them (`ordering.split_duplicates`;
         the merge sorts them into its key order, `SortedRejectedKeys`)."""
         if not self.runs:
-            return ordering.key_sorted_verdicts(self.parts, self.rule_ids, rejected, sources,
-                                                self.typed_by_rows)
+            verdicts, duplicates = ordering.key_sorted_verdicts(
+                self.parts, self.rule_ids, rejected, sources, self.typed_by_rows)
+            add_duplicates(duplicates)
+            return verdicts
         self._wait()
         last = None
         self._ids_as_text()
@@ -463,14 +466,16 @@ class _SortedRuns:
             last = ordering.sorted_run(self.parts, self.rule_ids.len(), RUN_SLICE)
         if self.parts or (self.typed_by_rows
                           and not self.keys.hold(self.rule_ids, self.pid_type)):
-            return self._in_memory(last, rejected, sources)
+            verdicts, duplicates = self._in_memory(last, rejected, sources)
+            add_duplicates(duplicates)
+            return verdicts
         assert self.scratch is not None and self.budget is not None  # runs were spilled
         # in tables of MERGE_MIN_READ rows: the merge holds one of each of their runs
         named = SortedRejectedKeys.sort(
             [rejected] if isinstance(rejected, pl.DataFrame) else rejected, self.rule_ids,
             self.pid_type, self.budget, MERGE_MIN_READ, self.scratch,
             lambda: -next(self.extra_parts))
-        return self._merged(last, named, sources, on_event)
+        return self._merged(last, named, sources, on_event, add_duplicates)
 
     def _in_memory(self, last: Iterator[pa.Table] | None,
                    rejected: pl.DataFrame | Iterator[pl.DataFrame],
@@ -491,8 +496,8 @@ class _SortedRuns:
                 for table in self.scratch.stream(part, mapped=mapped))
 
     def _merged(self, last: Iterator[pa.Table] | None, rejected: SortedRejectedKeys,
-                sources: list[str], on_event: OnEvent
-                ) -> tuple[MergedVerdicts, pl.DataFrame]:
+                sources: list[str], on_event: OnEvent,
+                add_duplicates: Callable[[pl.DataFrame], None]) -> MergedVerdicts:
         k = self.runs + (last is not None)
         row_bytes = max(self.run_bytes // max(self.run_rows, 1), 1)
         # a run file's pages read so far stay resident while it is read mapped: up to a file
@@ -512,7 +517,7 @@ class _SortedRuns:
         need = set(range(k))
         wins = np.zeros(self.rule_ids.len(), np.int64)
         losses = wins.copy()
-        duplicates, written, first = [], 0, None
+        written, first = 0, None
         reuse = ordering.SliceBuffers(MERGE_ENCODERS + 1)
         with self.scratch.parquet("verdicts.parquet", "verdicts.parquet",
                                  MERGE_ENCODERS) as write:
@@ -531,7 +536,7 @@ class _SortedRuns:
                     write(merged.verdicts)
                     wins += merged.wins
                     losses += merged.losses
-                    duplicates.append(merged.duplicates)
+                    add_duplicates(merged.duplicates)
                     written += merged.verdicts.num_rows
                     on_event(RunEvent.progress(
                         "positions", written, None,
@@ -545,8 +550,7 @@ class _SortedRuns:
                                "L": losses[used]})
         empty = pl.from_arrow(pa.Table.from_batches([], as_values(first)))  # not
         # empty_table(): it imports pandas
-        return (MergedVerdicts(self.scratch.path("verdicts.parquet"), counts, empty),
-                pl.concat([pl.DataFrame(schema=schema.REJECT_SCHEMA), *duplicates]))
+        return MergedVerdicts(self.scratch.path("verdicts.parquet"), counts, empty)
 
 
 class _RunFormat:
@@ -1004,7 +1008,7 @@ def _merge_long(parts: Iterable[list[pl.DataFrame]], total: int | None, text: di
     if rule_ids is None:
         return ordering.sorted_from_parts(verdicts), rejects
     no_rejects = pl.DataFrame(schema=schema.REJECT_SCHEMA)  # a long-form key cannot repeat
-    verdicts, _ = runs.finish(no_rejects, [], on_event)
+    verdicts = runs.finish(no_rejects, [], on_event, rejects.add_duplicates)
     return verdicts, rejects
 
 

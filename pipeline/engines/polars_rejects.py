@@ -2,18 +2,23 @@
 share of the memory setting, then spilled to scratch source by source, and written in the
 rejects table's order (the rules' rows, then by source and row) a source's slice at a time,
 so that a night whose input is mostly rejected (a wrong or truncated rules file) needs no
-memory in proportion to its rejects. A run that never passes the share keeps them in memory,
-as one frame, and writes them as before.
+memory in proportion to its rejects. The rejects of keys given more than once come last, in
+key order, a merged slice at a time: past the share they go to scratch in chunks of their own,
+each sorted by row, merged by row into their sources' rows as the table is written (a night
+whose input file was delivered twice has as many of them as the file has rows). A run that
+never passes the share keeps them in memory, as one frame, and writes them as before.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from pipeline.engines.base import RejectsPastTolerance
 from pipeline.io.outputs.scratch import Spill
@@ -24,6 +29,8 @@ from pipeline.transforms.schema import REJECT_SCHEMA
 __all__ = ["HeldRejects", "naming_keys"]
 
 KEYS_PART = 1 << 30  # the scratch part of the spilled rows' `naming_keys` (no source's number)
+DUPLICATE_PARTS = 1 << 31  # the first scratch part of spilled duplicates' chunks (one per source)
+DUPLICATE_READ = 1 << 13  # rows per record batch of a duplicates chunk: one of each is held
 WRITE_ROWS = 1 << 17  # rows per row group of a spilled night's rejects table (the last fewer)
 FOUND_KEPT = 10  # rejects kept as they are found, and of each source's spilled rows the first
 
@@ -79,7 +86,11 @@ class HeldRejects:
         self.parts: dict[str, _Part] = {}
         self.spilled_rows = 0
         self.by_rule: list[pl.DataFrame] = []  # of the rows spilled: rejected per rule set
-        self.duplicates = pl.DataFrame(schema=REJECT_SCHEMA)
+        self.duplicates: list[pl.DataFrame] = []  # held
+        self.duplicate_bytes = 0
+        self.duplicate_parts: dict[str, list[int]] = {}  # source -> its spilled chunks
+        self.first_duplicates = pl.DataFrame(schema=REJECT_SCHEMA)
+        self._part_numbers = itertools.count(DUPLICATE_PARTS)
         self._sorted: Path | None = None
 
     @property
@@ -108,10 +119,38 @@ class HeldRejects:
             raise RejectsPastTolerance(self.rows, self.rename(self.found))
 
     def add_duplicates(self, duplicates: pl.DataFrame) -> None:
-        """The rejects of keys given more than once, found once every verdict is in (kept in
-        memory: they are found among the verdicts, which the merge holds a slice of)."""
-        self.duplicates = pl.concat([self.duplicates, duplicates])
+        """Rejects of keys given more than once, found once every verdict is in (the merge of
+        sorted runs gives them a slice at a time): held up to `budget` bytes, then spilled
+        (`_spill_duplicates`)."""
+        if not duplicates.height:
+            return
+        duplicates = _compacted(duplicates)  # not views of the slice they were found in
+        self.duplicates.append(duplicates)
+        self.duplicate_bytes += duplicates.estimated_size()
         self.rows += duplicates.height
+        self.first_duplicates = _compacted(pl.concat([self.first_duplicates, duplicates])
+                                           .bottom_k(FOUND_KEPT, by=["source", "row"])
+                                           .sort("source", "row"))  # not views of each
+        if self.budget is not None and self.duplicate_bytes > self.budget:
+            self._spill_duplicates()
+
+    def _spill_duplicates(self) -> None:
+        """The duplicates held to scratch: each source's rows sorted by row into a part of
+        their own, in record batches of DUPLICATE_READ rows (`_in_order` merges a source's
+        parts by row, holding one batch of each)."""
+        if self.scratch is None:
+            self.scratch = self.open_scratch()
+        frame = pl.concat(self.duplicates)
+        self.duplicates, self.duplicate_bytes = [], 0
+        self.by_rule.append(_compacted(outputs.rejected_by_rule(frame)))
+        for (source,), rows in frame.group_by("source", maintain_order=True):
+            part = next(self._part_numbers)
+            self.duplicate_parts.setdefault(str(source), []).append(part)
+            table = rows.sort("row", maintain_order=True).drop("table", "source").to_arrow()
+            for batch in table.to_batches(max_chunksize=DUPLICATE_READ):
+                self.scratch.write(part, pa.Table.from_batches([batch]))
+            self.scratch.close_part(part)
+        self.spilled_rows += frame.height
 
     def keys_for_duplicates(self) -> pl.DataFrame | Iterator[pl.DataFrame]:
         """Every reject's `naming_keys` for the duplicate check: one frame when none spilled
@@ -132,23 +171,26 @@ class HeldRejects:
     def frame(self) -> pl.DataFrame:
         """Every reject, in memory (a run that spilled none), renamed."""
         return self.rename(pl.concat([pl.DataFrame(schema=REJECT_SCHEMA), *self.held,
-                                      self.duplicates]))
+                                      *self.duplicates]))
 
     def rejected_by_rule(self) -> pl.DataFrame:
         """(rule_set_id as text, rejected) over every reject, as `outputs.rejected_by_rule`."""
         counts = [*self.by_rule, outputs.rejected_by_rule(
-            pl.concat([pl.DataFrame(schema=REJECT_SCHEMA), *self.held, self.duplicates]))]
+            pl.concat([pl.DataFrame(schema=REJECT_SCHEMA), *self.held, *self.duplicates]))]
         return (pl.concat(counts).group_by("rule_set_id")
                 .agg(pl.col("rejected").sum().cast(pl.Int64)))
 
     def discard(self) -> None:
         """Forget every reject so far (the caller evaluates the input again another way)."""
         if self.scratch is not None:
-            for part in [*(p.number for p in self.parts.values()), KEYS_PART]:
+            for part in [*(p.number for p in self.parts.values()), KEYS_PART,
+                         *itertools.chain(*self.duplicate_parts.values())]:
                 self.scratch.drop(part)
         self.held, self.held_bytes, self.rows, self.spilled_rows = [], 0, 0, 0
         self.found = self.found.clear()
         self.parts, self.by_rule = {}, []
+        self.duplicates, self.duplicate_bytes, self.duplicate_parts = [], 0, {}
+        self.first_duplicates = self.first_duplicates.clear()
 
     def _spill(self) -> None:
         if self.scratch is None:
@@ -178,10 +220,10 @@ class HeldRejects:
     def first(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
         """The first `n` rows of the rejects table (n at most FOUND_KEPT) without writing it:
         a fail run over its tolerance writes nothing. A source's first rows are among its
-        spilled part's first ones, its rows still held and its duplicates' rows."""
+        spilled part's first ones, its rows still held and its duplicates' first rows."""
         heads = [p.first for p in self.parts.values() if p.first is not None]
         candidates = pl.concat([rule_rejects, *(self.rename(f) for f in [
-            *heads, *self.held, self.duplicates])], how="vertical_relaxed")
+            *heads, *self.held, self.first_duplicates])], how="vertical_relaxed")
         return outputs.sort_rejects(candidates).head(min(n, FOUND_KEPT))
 
     def sorted_file(self, rule_rejects: pl.DataFrame) -> Path:
@@ -200,37 +242,60 @@ class HeldRejects:
 
     def _in_order(self, rule_rejects: pl.DataFrame) -> Iterator[pl.DataFrame]:
         yield outputs.sort_rejects(rule_rejects)
-        duplicates = {str(source): rows.sort("row", maintain_order=True) for (source,), rows
-                      in self.duplicates.group_by("source")}
-        for source in sorted(set(self.parts) | set(duplicates)):
-            part = self.parts.get(source)
-            for frame in self._source_rows(source, part, duplicates.get(source)):
+        held = {str(source): rows.sort("row", maintain_order=True) for (source,), rows
+                in pl.concat([pl.DataFrame(schema=REJECT_SCHEMA), *self.duplicates]
+                             ).group_by("source")}
+        for source in sorted(set(self.parts) | set(held) | set(self.duplicate_parts)):
+            duplicates = [self._restored(source, n) for n in self.duplicate_parts.get(source, [])]
+            if source in held:
+                duplicates.append(iter([held[source]]))
+            for frame in self._source_rows(source, self.parts.get(source), duplicates):
                 yield self.rename(frame)
 
-    def _source_rows(self, source: str, part: _Part | None, duplicates: pl.DataFrame | None
-                     ) -> Iterator[pl.DataFrame]:
-        """One source's rejects in row order: its spilled chunks as they come, each with the
-        duplicates' rows up to its last row, when the chunks came in order; else all of them
-        sorted at once."""
+    def _restored(self, source: str, part: int) -> Iterator[pl.DataFrame]:
+        """A scratch part's frames with the table and source columns they were written
+        without."""
         assert self.scratch is not None
-        duplicates = pl.DataFrame(schema=REJECT_SCHEMA) if duplicates is None else duplicates
-        chunks = (() if part is None else
-                  (pl.DataFrame(t).select(pl.lit("positions").alias("table"),
-                                          pl.lit(source).alias("source"), pl.all())
-                   for t in self.scratch.stream(part.number)))
+        return (pl.DataFrame(t).select(pl.lit("positions").alias("table"),
+                                       pl.lit(source).alias("source"), pl.all())
+                for t in self.scratch.stream(part))
+
+    def _source_rows(self, source: str, part: _Part | None,
+                     duplicates: list[Iterator[pl.DataFrame]]) -> Iterator[pl.DataFrame]:
+        """One source's rejects in row order: its spilled chunks as they come, when they came
+        in order, merged by row with its duplicates' chunks (each in row order); else all of
+        them sorted at once."""
+        chunks = iter(()) if part is None else self._restored(source, part.number)
         if part is not None and not part.ascending:
-            yield pl.concat([*chunks, duplicates]).sort("row", maintain_order=True)
+            yield pl.concat([pl.DataFrame(schema=REJECT_SCHEMA), *chunks,
+                             *itertools.chain(*duplicates)], how="vertical_relaxed"
+                            ).sort("row", maintain_order=True)
             return
-        rows, at = duplicates["row"].to_numpy(), 0
-        for chunk in chunks:
-            cut = int(np.searchsorted(rows, chunk["row"][-1], side="right"))
-            if cut > at:
-                chunk = pl.concat([chunk, duplicates.slice(at, cut - at)]
-                                  ).sort("row", maintain_order=True)
-                at = cut
-            yield chunk
-        if at < duplicates.height:
-            yield duplicates.slice(at)
+        yield from _merged_by_row([chunks, *duplicates])
+
+
+def _merged_by_row(streams: list[Iterator[pl.DataFrame]]) -> Iterator[pl.DataFrame]:
+    """Frames of several streams, each in ascending row order (rows none of them shares), as
+    one stream in row order: each round takes every row buffered up to the smallest last row
+    buffered, which no row still unread comes before."""
+    buffers: list[pl.DataFrame | None] = [None] * len(streams)
+    while True:
+        for i, stream in enumerate(streams):
+            while buffers[i] is None or not buffers[i].height:  # type: ignore[union-attr]
+                buffers[i] = next(stream, None)
+                if buffers[i] is None:
+                    break
+        held = [b for b in buffers if b is not None]
+        if not held:
+            return
+        cutoff = min(b["row"][-1] for b in held)
+        taken = []
+        for i, b in enumerate(buffers):
+            if b is not None:
+                n = int(np.searchsorted(b["row"].to_numpy(), cutoff, side="right"))
+                taken.append(b.slice(0, n))
+                buffers[i] = b.slice(n) if n < b.height else None
+        yield pl.concat(taken, how="vertical_relaxed").sort("row", maintain_order=True)
 
 
 def _compacted(frame: pl.DataFrame) -> pl.DataFrame:
