@@ -9,13 +9,15 @@ from collections import Counter
 
 import polars as pl
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.engines.rejected_keys import SortedRejectedKeys
 from pipeline.io.outputs.scratch import Spill
 
 RULE_IDS = ["a", "b", "c", "d"]
+INTS = [-2**63, -2**63 + 1, -7, 0, 1, 2, 12, 2**63 - 2, 2**63 - 1]
+TEXTS = ["", "\x00", "a", "ab", "abc", "b", "p1", "p10", "p2", "é", "e\u0301", "😀", "\uffff"]
 
 
 def _rounds(keys: list[tuple[int, object]], cuts: list[int], spread: list[int]
@@ -55,13 +57,15 @@ def _reference(rejected: list[tuple[str | None, str | None]], rule_ids: list[str
     return named
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(pid_int=True, verdict_pids=[8], verdict_buckets=[0], rejected=[("a", 8), ("b", 3)],
+         chunk=2, budget=10**6, table_rows=5, cuts=[], spread=[0])  # the key 2**63 - 1
 @given(pid_int=st.booleans(),
-       verdict_pids=st.lists(st.integers(0, 12), min_size=1, max_size=40),
+       verdict_pids=st.lists(st.integers(0, len(INTS) - 1), min_size=1, max_size=40),
        verdict_buckets=st.lists(st.integers(0, 3), min_size=1, max_size=40),
        rejected=st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", "zz", None]),
-                                   st.one_of(st.none(), st.integers(0, 14).map(str),
+                                   st.one_of(st.none(), st.integers(0, len(INTS) - 1),
                                              st.sampled_from(["07", "+3", "-0", "x"]))),
                          max_size=60),
        chunk=st.integers(1, 7), budget=st.sampled_from([1, 200, 10**6]),
@@ -73,10 +77,15 @@ def test_each_round_gets_the_rejected_keys_that_are_its_keys(
     """Rejected keys in chunks, spilled as runs of their own (budget 1: every chunk; 200:
     some; 10**6: none), read in tables of a few rows; the merge's rounds of random widths:
     each round gets exactly the rejected keys that are its keys, repeats kept, in the
-    verdicts' types, whatever runs or tables they were in."""
-    keys = sorted((b, p if pid_int else f"p{p}")
-                  for b, p in zip(verdict_buckets, verdict_pids))
-    rejected = [(r, p if pid_int or p is None else f"p{p}") for r, p in rejected]
+    verdicts' types, whatever runs or tables they were in. Ids at int64's ends, text ids
+    that are prefixes of others, empty, or outside the ASCII range."""
+    values = INTS if pid_int else TEXTS
+
+    def given(p: int | str | None) -> str | None:
+        return p if p is None or isinstance(p, str) else str(values[p % len(values)])
+
+    keys = sorted((b, values[p % len(values)]) for b, p in zip(verdict_buckets, verdict_pids))
+    rejected = [(r, given(p)) for r, p in rejected]
     pid_type = pl.Int64 if pid_int else pl.String
     chunks = [pl.DataFrame(rejected[i:i + chunk], schema={"rule_set_id": pl.String,
                                                           "position_id": pl.String},

@@ -414,7 +414,7 @@ class _SortedRuns:
             if len(held) < SEGMENT_SLICES and not end:
                 continue
             # the first segment is part `run`; the others negative numbers, one each
-            segments.append(-next(self.extra_parts) if segments else run)
+            segments.append(self._new_part() if segments else run)
             if len(segments) % 2:
                 written(held, segments[-1])
             else:
@@ -429,6 +429,10 @@ class _SortedRuns:
                  "sorted again as text" if again else "spilled")
         _release_memory()
         return rows
+
+    def _new_part(self) -> int:
+        """A scratch part of no run's number: a run's later segments, rejected key runs."""
+        return -next(self.extra_parts)
 
     def _wait(self) -> None:
         """Wait for the run being spilled (its error raised here)."""
@@ -473,8 +477,7 @@ class _SortedRuns:
         # in tables of MERGE_MIN_READ rows: the merge holds one of each of their runs
         named = SortedRejectedKeys.sort(
             [rejected] if isinstance(rejected, pl.DataFrame) else rejected, self.rule_ids,
-            self.pid_type, self.budget, MERGE_MIN_READ, self.scratch,
-            lambda: -next(self.extra_parts))
+            self.pid_type, self.budget, MERGE_MIN_READ, self.scratch, self._new_part)
         return self._merged(last, named, sources, on_event, add_duplicates)
 
     def _in_memory(self, last: Iterator[pa.Table] | None,

@@ -101,20 +101,13 @@ class SortedRejectedKeys:
                     table = next(run, None)
                     if table is None:
                         break
-                n = _rows_through(table, last)
+                n = ordering.rows_below(table, last, through=True)
                 if n:
                     yield table.slice(0, n)
                 if n < table.num_rows:
                     self.pending[i] = table.slice(n)
                     break
                 self.pending[i] = None
-
-
-def _rows_through(run: pa.Table, key: Key) -> int:
-    """How many rows of a sorted run come at or before `key`: those before its successor
-    (`ordering.rows_below`), the next integer or the text followed by the lowest code point."""
-    bucket, pid = key
-    return ordering.rows_below(run, (bucket, pid + 1 if isinstance(pid, int) else pid + "\0"))
 
 
 def _bucket_and_id(table: pa.Table) -> pl.DataFrame:

@@ -555,18 +555,19 @@ def key_at(run: pa.Table, row: int) -> tuple[int, int | str]:
     return int(run["_bucket"][row].as_py()), run["position_id"][row].as_py()
 
 
-def rows_below(run: pa.Table, key: tuple[int, int | str]) -> int:
-    """How many rows of a sorted run come before `key` (`key_at`): binary searches in the
-    chunk where the key falls, in the rule set's bucket and then in its position ids (text
-    compared as Python compares str, by code point: UTF-8's byte order, which the sort
-    follows)."""
+def rows_below(run: pa.Table, key: tuple[int, int | str], through: bool = False) -> int:
+    """How many rows of a sorted run come before `key` (`key_at`; `through`: at or before
+    it): binary searches in the chunk where the key falls, in the rule set's bucket and then
+    in its position ids (text compared as Python compares str, by code point: UTF-8's byte
+    order, which the sort follows)."""
     below = 0
     for bucket, pid in _segments(run):
         n = len(bucket)
-        if n and (bucket[n - 1].as_py(), pid[n - 1].as_py()) < key:
+        last = (bucket[n - 1].as_py(), pid[n - 1].as_py()) if n else None
+        if last is not None and (last <= key if through else last < key):
             below += n  # the key is past this chunk
             continue
-        return below + _rows_below(bucket, pid, key)
+        return below + _rows_below(bucket, pid, key, through)
     return below
 
 
@@ -579,7 +580,8 @@ def _segments(run: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
     return list(zip(buckets.chunks, pids.chunks))
 
 
-def _rows_below(bucket: pa.Array, pid: pa.Array, key: tuple[int, int | str]) -> int:
+def _rows_below(bucket: pa.Array, pid: pa.Array, key: tuple[int, int | str],
+                through: bool) -> int:
     """`rows_below` within one chunk."""
     buckets = numpy_view(bucket)
     lo = int(np.searchsorted(buckets, key[0], "left"))
@@ -588,10 +590,11 @@ def _rows_below(bucket: pa.Array, pid: pa.Array, key: tuple[int, int | str]) -> 
         return lo
     if pa.types.is_integer(pid.type):
         return lo + int(np.searchsorted(numpy_view(pid)[lo:hi], key[1],
-                                        "left"))
+                                        "right" if through else "left"))
     while lo < hi:
         mid = (lo + hi) // 2
-        if pid[mid].as_py() < key[1]:
+        value = pid[mid].as_py()
+        if value <= key[1] if through else value < key[1]:
             lo = mid + 1
         else:
             hi = mid
