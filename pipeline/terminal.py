@@ -238,7 +238,7 @@ class PlainProgress:
         self.phase, self.phase_started = "", self.started
         self.done: int | None = None
         self.total: int | None = None
-        self.done_at = self.started
+        self.done_at = self.unit_started = self.started
         self.unit, self.message = "rows", ""
 
     def _due(self, now: float) -> bool:
@@ -251,6 +251,7 @@ class PlainProgress:
         with self._lock:
             if event.kind == PHASE_START:
                 self.phase, self.phase_started = event.phase, now
+                self.unit_started = now
                 self.done = self.total = None
                 self.unit, self.message = "rows", ""
                 if self._due(now):
@@ -260,6 +261,8 @@ class PlainProgress:
                     self._line(now, event.message, status="done", seconds=event.seconds)
                 self.phase = ""
             elif event.kind == PROGRESS:
+                if event.unit != self.unit and self.done is not None:
+                    self.unit_started = self.done_at  # a step of other units: its own rate
                 self.done, self.total, self.unit = event.done_units, event.total_units, event.unit
                 self.done_at = now
                 self.message = event.message
@@ -278,8 +281,9 @@ class PlainProgress:
                 self._line(now, self._status(now))
 
     def _rate(self, now: float) -> float | None:
-        """Units per second in the phase, as of its last progress event."""
-        elapsed = self.done_at - self.phase_started
+        """Units per second in the phase (since the step of these units began: the merge
+        of sorted runs after the rows read), as of its last progress event."""
+        elapsed = self.done_at - self.unit_started
         return self.done / elapsed if self.done and elapsed > 0 else None
 
     def _eta(self, now: float) -> float | None:
@@ -388,8 +392,13 @@ class TerminalProgress:
             progress.stop_task(self.task)
             progress.refresh()
         elif event.kind == PROGRESS:
+            unit = printable(event.unit)
+            fields = progress.tasks[-1].fields
+            if unit != fields["unit"]:  # a step of its own: its rate and time left
+                progress.reset(self.task, total=event.total_units, completed=event.done_units,
+                               **{**fields, "done": event.done_units, "unit": unit})
             progress.update(self.task, completed=event.done_units, total=event.total_units,
-                            done=event.done_units, unit=printable(event.unit))
+                            done=event.done_units, unit=unit)
         elif event.kind == NOTE:
             progress.update(self.task, note=printable(event.message))
 

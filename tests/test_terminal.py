@@ -291,6 +291,26 @@ def test_plain_progress_is_quiet_for_a_short_command_then_a_line_every_interval(
     assert log.lines[2][1]["status"] == "done" and log.lines[2][1]["seconds"] == 21.0
 
 
+def test_a_step_of_other_units_gets_its_own_rate_and_time_left() -> None:
+    """The rows read, then the merge of sorted runs in the same phase (rows merged): the
+    merge's rate counts from the last row read, not from the phase's start (it showed a few
+    thousand a second where the merge did a million)."""
+    from pipeline.events import RunEvent
+    from pipeline.terminal import PlainProgress
+
+    clock, log = _Clock(), _Lines()
+    plain = PlainProgress(0, clock=clock, log=log)
+    plain(RunEvent.phase_start("positions"))
+    clock.now = 100
+    plain(RunEvent.progress("positions", 1000, 1000, "positions: 1,000 of 1,000 rows"))
+    clock.now = 102
+    plain(RunEvent.progress("positions", 100, 1000, "merged", unit="rows merged"))
+    assert [message for message, _ in log.lines][-2:] == [
+        "positions: 1,000 of 1,000 rows (100%), 10 rows/s, about 0s left (running for 1m40s)",
+        "positions: 100 of 1,000 rows merged (10%), 50 rows merged/s, about 18s left "
+        "(running for 1m42s)"]
+
+
 def test_plain_progress_every_zero_says_each_phase_and_step_at_once() -> None:
     from pipeline.events import RunEvent
     from pipeline.terminal import PlainProgress
@@ -339,6 +359,30 @@ def test_terminal_progress_shows_rate_eta_and_a_phase_without_steps_running() ->
     assert [line.rstrip() for line in frames[-1].splitlines()[:2]] == [
         "snim-batch: [   0.00s] positions ━━━━━━━━━━━━ done in 4.00s",
         "snim-batch: [   4.00s] finish    ━━━━━━━━━━━━ 5s"]
+
+
+def test_terminal_progress_starts_a_step_of_other_units_afresh() -> None:
+    """The rows read, then the merge (rows merged) in the same phase: the line shows the
+    merge's units of its own total, its rate counted from its own samples, not the rows'."""
+    import io
+
+    from pipeline.events import RunEvent
+    from pipeline.terminal import TerminalProgress
+
+    stream, clock = io.StringIO(), _Clock()
+    view = TerminalProgress(stream, clock)
+    view(RunEvent.phase_start("positions"))
+    clock.now = 100
+    view(RunEvent.progress("positions", 1_000_000, 1_000_000, "read"))
+    clock.now = 101
+    view(RunEvent.progress("positions", 100_000, 900_000, "merged", unit="rows merged"))
+    for now, done in ((102, 400_000), (103, 700_000)):
+        clock.now = now
+        view(RunEvent.progress("positions", done, 900_000, "merged", unit="rows merged"))
+    view.progress.refresh()
+    shown = stream.getvalue().split("\x1b[2K")[-1]
+    view.close()
+    assert re.search(r"700.0k/900.0k rows merged 78% 300.0k/s ETA 1s", shown), shown
 
 
 @pytest.mark.parametrize(("given", "after"), [(None, "off"), ("warn", "warn")])

@@ -520,7 +520,8 @@ class _SortedRuns:
         need = set(range(k))
         wins = np.zeros(self.rule_ids.len(), np.int64)
         losses = wins.copy()
-        written, first = 0, None
+        merged_rows, first = 0, None
+        total = self.run_rows + (self.held_rows if last is not None else 0)
         reuse = ordering.SliceBuffers(MERGE_ENCODERS + 1)
         with self.scratch.parquet("verdicts.parquet", "verdicts.parquet",
                                  MERGE_ENCODERS) as write:
@@ -540,11 +541,11 @@ class _SortedRuns:
                     wins += merged.wins
                     losses += merged.losses
                     add_duplicates(merged.duplicates)
-                    written += merged.verdicts.num_rows
+                    merged_rows += sum(t.num_rows for t in takes)
                     on_event(RunEvent.progress(
-                        "positions", written, None,
-                        f"positions: {written:,} verdicts merged from {k} sorted runs",
-                        unit="verdicts"))
+                        "positions", merged_rows, total,
+                        f"positions: {merged_rows:,} of {total:,} rows merged from {k} sorted "
+                        "runs", unit="rows merged"))
                     _release_memory()
                 if not any(live):
                     break
