@@ -80,15 +80,12 @@ class SortedRejectedKeys:
         verdicts' types, for `ordering.merged_slice`. The keys read up to it are not read
         again."""
         lasts = [ordering.key_at(t, t.num_rows - 1) for t in takes if t.num_rows]
-        found = []
-        slice_keys: pl.DataFrame | None = None
-        for piece in self._through(max(lasts)) if lasts else ():
-            if slice_keys is None:
-                slice_keys = pl.concat([_bucket_and_id(t) for t in takes if t.num_rows])
-            found.append(_bucket_and_id(piece).join(slice_keys, on=["_bucket", "position_id"],
-                                                    how="semi"))
-        named = pl.concat([pl.DataFrame(schema={"_bucket": pl.Int64,
-                                                "position_id": self.pid_type}), *found])
+        pieces = [_bucket_and_id(p) for p in self._through(max(lasts))] if lasts else []
+        named = pl.DataFrame(schema={"_bucket": pl.Int64, "position_id": self.pid_type})
+        if pieces:  # one join of them all: a join a piece encoded the slice's keys each time
+            named = pl.concat(pieces).join(
+                pl.concat([_bucket_and_id(t) for t in takes if t.num_rows]),
+                on=["_bucket", "position_id"], how="semi")
         return pl.DataFrame([self.rule_ids.gather(named["_bucket"]).alias("rule_set_id"),
                              named["position_id"]])
 
