@@ -703,6 +703,44 @@ def test_rejects_of_many_sources_spill_under_a_low_open_files_limit(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_merge_of_more_runs_than_the_soft_open_files_limit(tmp_path):
+    """6,000 positions in batches of 64, each a run (--memory-limit 1), beside rejected
+    keys spilled as runs of their own: the merge holds a file open for every run, more than
+    a soft limit of 64 open files, which it raises toward the hard limit (4,096 here): the
+    real CLI exits 0 with every verdict, where it failed with "too many open files"."""
+    import resource
+
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], RULES[:4])
+    rng = np.random.default_rng(5)
+    write_parquet(tmp_path / "positions" / "p.parquet",
+                  {"rule_set_id": [f"r{i}" for i in rng.integers(1, 5, 6000)],
+                   "position_id": list(range(6000)),
+                   "heaps": [rng.integers(0, 40, 3).tolist() for _ in range(6000)]},
+                  {"rule_set_id": pl.String, "position_id": pl.Int64,
+                   "heaps": pl.List(pl.Int64)})
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import pipeline.batches\nfrom pipeline.engines import polars_engine\n"
+        "pipeline.batches.BATCH_ROWS = 64\n"
+        "polars_engine.RUN_SLICE = 8  # reads of 8 rows: every run's file stays open\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.fail(f"this machine's hard limit of open files is {hard}, under 4,096")
+
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 4096))
+
+    done = subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions",
+                           "positions", "--out", "out", "--memory-limit", "1", "--verbose"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=env, preexec_fn=low_soft_limit)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"merging 9\d sorted runs", done.stderr), done.stderr
+    assert pl.read_parquet(tmp_path / "out" / "verdicts.parquet").height == 6000
+
+
+@pytest.mark.slow
 def test_sigterm_while_merging_leaves_the_earlier_output_as_it_was(tmp_path):
     """A real run stopped by SIGTERM as its merge writes verdicts.parquet (two threads
     encoding slices that one footer joins): exit 143, the earlier output byte for byte as it

@@ -38,7 +38,7 @@ from pipeline.events import OnEvent, RunEvent
 from pipeline.grundy import TableSet
 from pipeline.io.outputs.commit import as_values, sink_parquet, write_parquet
 from pipeline.io.outputs.failures import writing
-from pipeline.io.outputs.scratch import Spill, spill
+from pipeline.io.outputs.scratch import Spill, allow_open_files, spill
 from pipeline.io.read.formats import format_of
 from pipeline.io.read.readers import row_estimate
 from pipeline.io.store.run_cache import RunCache
@@ -508,6 +508,7 @@ class _SortedRuns:
         assert self.limit is not None and self.budget is not None  # runs were spilled
         file_rows = min(self.run_rows // max(self.runs, 1), SEGMENT_SLICES * RUN_SLICE)
         mapped = k * file_rows * row_bytes <= self.limit
+        allow_open_files(k + len(rejected.runs))
         streams = [_RunReader(self._stream(i, mapped)) for i in range(self.runs)]
         if last is not None:
             streams.append(_RunReader(last))

@@ -243,6 +243,28 @@ def _read_back_error(path: Path, exc: OSError) -> OutputError:
                         no_space, path=path)
 
 
+OPEN_FILES_RESERVE = 256  # open files a run needs besides a merge's scratch streams
+
+
+def allow_open_files(streams: int) -> None:
+    """Raise the process's soft limit of open files, up to its hard limit, where a merge is
+    about to hold `streams` scratch files open at once (one a sorted run) beyond it: the
+    usual soft limit, 1,024, is far under the usual hard one, and a night of a thousand runs
+    failed with "too many open files". Left as it is where it suffices, or where the hard
+    limit is lower (then the open that passes it fails, naming its file)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = streams + OPEN_FILES_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if raised > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+
+
 @contextmanager
 def spill(staging: Path, compression: str = "zstd", name: str = ".spill") -> Iterator[Spill]:
     """A `Spill` in a scratch directory `name` inside the staging directory, removed on the
