@@ -609,16 +609,7 @@ def test_sigterm_while_sorted_rejected_keys_are_read_leaves_the_earlier_output(t
     an earlier output): exit 143, the one stop line, the earlier output byte for byte, no
     scratch or staging left."""
     _inputs(tmp_path, "text")
-    subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions",
-                    "--out", "out", "--quiet"], cwd=tmp_path, timeout=120)
-    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
-    done = _stopped_from_inside(tmp_path, STOP_AS_SORTED_REJECTED_KEYS_ARE_READ,
-                                "--memory-limit", "1", "--overwrite")
-    assert done.returncode == 143, done.stderr
-    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv",
-                                                          "site"]
-    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    _stopped_over_an_earlier_output(tmp_path, STOP_AS_SORTED_REJECTED_KEYS_ARE_READ)
 
 
 STOP_AS_DUPLICATES_ARE_MERGED_BY_ROW = """
@@ -646,16 +637,7 @@ def test_sigterm_while_spilled_duplicates_are_merged_leaves_the_earlier_output(t
     earlier output (--memory-limit 1, --overwrite): exit 143, the one stop line, the earlier
     output byte for byte, no scratch or staging left."""
     _delivered_twice(tmp_path)
-    subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions",
-                    "--out", "out", "--quiet"], cwd=tmp_path, timeout=120)
-    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
-    done = _stopped_from_inside(tmp_path, STOP_AS_DUPLICATES_ARE_MERGED_BY_ROW,
-                                "--memory-limit", "1", "--overwrite")
-    assert done.returncode == 143, done.stderr
-    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv",
-                                                          "site"]
-    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    _stopped_over_an_earlier_output(tmp_path, STOP_AS_DUPLICATES_ARE_MERGED_BY_ROW)
 
 
 @pytest.mark.slow
@@ -664,17 +646,7 @@ def test_sigterm_while_spilled_rejects_are_written_leaves_the_earlier_output(tmp
     spilled rejects are written back in order over an earlier output (--overwrite): exit
     143, the one stop line, the earlier output byte for byte, no scratch or staging left."""
     _mostly_rejected(tmp_path)
-    subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions",
-                    "--out", "out", "--quiet"], cwd=tmp_path, timeout=120)
-    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
-    assert "rejects.parquet" in before
-    done = _stopped_from_inside(tmp_path, STOP_AS_REJECTS_ARE_WRITTEN, "--memory-limit", "1",
-                                "--overwrite")
-    assert done.returncode == 143, done.stderr
-    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "positions", "rules.csv",
-                                                          "site"]
-    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    _stopped_over_an_earlier_output(tmp_path, STOP_AS_REJECTS_ARE_WRITTEN)
 
 
 @pytest.mark.slow
@@ -950,6 +922,22 @@ def test_sigterm_while_small_long_form_files_are_split_leaves_no_scratch(tmp_pat
                     "--shuffle", "--seed", "3"], check=True, capture_output=True, timeout=120)
     _stopped_when(tmp_path, ".spill/0-0.arrows")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions", "rules.csv"]
+
+
+def _stopped_over_an_earlier_output(where: Path, sitecustomize: str) -> None:
+    """Run the real CLI on `where`'s inputs into `out`, then again with `sitecustomize`
+    (which stops it) over that output (--memory-limit 1, --overwrite): exit 143, the one
+    stop line, the earlier output byte for byte (its rejects table among it), nothing else
+    left beside it."""
+    subprocess.run([str(SCRIPT), "run", "--rules", "rules.csv", "--positions", "positions",
+                    "--out", "out", "--quiet"], cwd=where, timeout=120)
+    before = {p.name: p.read_bytes() for p in (where / "out").iterdir()}
+    assert "rejects.parquet" in before
+    done = _stopped_from_inside(where, sitecustomize, "--memory-limit", "1", "--overwrite")
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "snim-batch: stopped by SIGTERM; nothing was written\n"
+    assert sorted(p.name for p in where.iterdir()) == ["out", "positions", "rules.csv", "site"]
+    assert {p.name: p.read_bytes() for p in (where / "out").iterdir()} == before
 
 
 def _stopped_from_inside(where: Path, sitecustomize: str, *flags: str
