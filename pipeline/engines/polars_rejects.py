@@ -124,32 +124,40 @@ class HeldRejects:
         (`_spill_duplicates`)."""
         if not duplicates.height:
             return
-        duplicates = _compacted(duplicates)  # not views of the slice they were found in
-        self.duplicates.append(duplicates)
-        self.duplicate_bytes += duplicates.estimated_size()
         self.rows += duplicates.height
         self.first_duplicates = _compacted(pl.concat([self.first_duplicates, duplicates])
                                            .bottom_k(FOUND_KEPT, by=["source", "row"])
                                            .sort("source", "row"))  # not views of each
-        if self.budget is not None and self.duplicate_bytes > self.budget:
-            self._spill_duplicates()
+        size = duplicates.estimated_size()
+        if self.budget is not None and self.duplicate_bytes + size > self.budget:
+            self._spill_duplicates([*self.duplicates, duplicates])  # as they are: no copy
+            self.duplicates, self.duplicate_bytes = [], 0
+        else:
+            self.duplicates.append(_compacted(duplicates))  # not views of their slice
+            self.duplicate_bytes += size
 
-    def _spill_duplicates(self) -> None:
-        """The duplicates held to scratch: each source's rows sorted by row into a part of
-        their own, in record batches of DUPLICATE_READ rows (`_in_order` merges a source's
-        parts by row, holding one batch of each)."""
+    def _spill_duplicates(self, frames: list[pl.DataFrame]) -> None:
+        """Duplicates to scratch: each source's rows sorted by row into a part of their own,
+        in record batches of DUPLICATE_READ rows (`_in_order` merges a source's parts by
+        row, holding one batch of each), a source at a time (the final sort of a night
+        given twice hands over millions at once)."""
         if self.scratch is None:
             self.scratch = self.open_scratch()
-        frame = pl.concat(self.duplicates)
-        self.duplicates, self.duplicate_bytes = [], 0
+        frame = pl.concat(frames)
         self.by_rule.append(_compacted(outputs.rejected_by_rule(frame)))
-        for (source,), rows in frame.group_by("source", maintain_order=True):
+        order = frame.select(pl.arg_sort_by("source", "row", maintain_order=True)).to_series()
+        sources = frame.group_by("source").len().sort("source")  # the order's runs of rows
+        at = 0
+        for source, rows in sources.iter_rows():
             part = next(self._part_numbers)
             self.duplicate_parts.setdefault(str(source), []).append(part)
-            table = rows.sort("row", maintain_order=True).drop("table", "source").to_arrow()
+            taken = order.slice(at, rows)
+            table = frame.drop("table", "source").select(pl.all().gather(taken)).to_arrow()
+            at += rows
             for batch in table.to_batches(max_chunksize=DUPLICATE_READ):
                 self.scratch.write(part, pa.Table.from_batches([batch]))
             self.scratch.close_part(part)
+            del table
         self.spilled_rows += frame.height
 
     def keys_for_duplicates(self) -> pl.DataFrame | Iterator[pl.DataFrame]:
