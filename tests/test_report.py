@@ -650,7 +650,7 @@ def test_a_report_failing_mid_write_leaves_nothing_half_written(
 
 def test_the_rejected_rows_of_a_large_table_are_counted_and_the_first_listed(
         tmp_path: Path) -> None:
-    """A night of 330 rejects in three reasons, as one file and as the Spark engine's
+    """A night of 326 rejects in three reasons, as one file and as the Spark engine's
     directory of part files: the counts per reason_code (against the rows made bad), the
     first 100 rows as the table holds them, and the rest named. The page reads the table a
     record batch at a time, never whole."""
