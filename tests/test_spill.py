@@ -173,6 +173,26 @@ def test_a_file_delivered_twice_spills_its_duplicates(tmp_path, monkeypatch, rea
     assert not list(tmp_path.rglob(".reject-runs-*")), "scratch left behind"
 
 
+@pytest.mark.parametrize("keys", ["text", "int"])
+def test_runs_of_a_night_of_many_runs_are_written_in_smaller_batches(tmp_path, monkeypatch,
+                                                                      keys):
+    """Wide Parquet, whose rows the footers give: when the runs to come are so many that a
+    record batch of each (which the merge holds as it reads) would pass the setting, each run
+    is written in batches of the merge's least read instead (here 8 rows of RUN_SLICE's 64):
+    the in-memory run's tables. (300 small files, a run each, held 2 GiB at 4MiB.)"""
+    _inputs(tmp_path, keys)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    code, err = _run(tmp_path, "memory")
+    assert code == 3, err
+    monkeypatch.setattr("pipeline.engines.polars_engine.RUN_SLICE", 64)
+    monkeypatch.setattr("pipeline.engines.polars_engine.MERGE_MIN_READ", 8)
+    code, err = _run(tmp_path, "spilled", "--memory-limit", "1")
+    assert code == 3, err
+    assert len(re.findall(r"verdicts: run \d+ of \d+ rows spilled, in record batches of 8\n",
+                          err)) == 15, err
+    assert_same_outputs(tmp_path / "spilled", tmp_path / "memory")
+
+
 @pytest.mark.parametrize(("limit", "runs"), [("400KiB", 0), ("100KiB", 15)])
 def test_verdicts_expected_to_fit_are_sorted_whole(tmp_path, monkeypatch, limit, runs):
     """Wide Parquet input, whose rows the footers give: its 900 verdicts (about 45 KB

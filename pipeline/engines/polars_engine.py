@@ -354,7 +354,8 @@ class _SortedRuns:
         if self.scratch is None:
             self.scratch, self.pool = self.open_scratch()
         self.run_bytes += self.held
-        self.spilling = self.pool.submit(self._write_run, self.parts, self.runs)
+        self.spilling = self.pool.submit(self._write_run, self.parts, self.runs,
+                                         self._slice_rows(self.held_rows, self.held))
         self.parts, self.held, self.held_rows = [], 0, 0
         self.runs += 1
 
@@ -387,12 +388,25 @@ class _SortedRuns:
             part = _run_part(pl.from_arrow(pa.concat_tables(self._stream(run))))
             part.frame = part.frame.with_columns(pl.col("position_id").cast(pl.String))
             self.run_bytes += _part_bytes(part)
-            self._write_run([part], run, again=True)
+            self._write_run([part], run, self._slice_rows(part.frame.height,
+                                                          _part_bytes(part)), again=True)
         self.pid_type = pl.String
 
-    def _write_run(self, parts: list[ordering.VerdictPart], run: int, again: bool = False
-                   ) -> int:
-        """Sort and write run `run`: its tables in segments of SEGMENT_SLICES, a file each,
+    def _slice_rows(self, rows: int, size: int) -> int:
+        """Rows per record batch of a run of `rows` rows and `size` bytes: RUN_SLICE, or
+        fewer (down to MERGE_MIN_READ) where the input's rows are known and make so many
+        runs that a batch of each, which the merge holds as it reads them, would pass a
+        quarter of the setting (300 small files a run each held 2 GiB at 4MiB)."""
+        if self.expected_rows is None or self.limit is None or not rows:
+            return RUN_SLICE
+        runs = -(-self.expected_rows // rows)
+        fit = self.limit // WHOLE_SHARE // max(runs * size // rows, 1)
+        return min(RUN_SLICE, max(MERGE_MIN_READ, fit))
+
+    def _write_run(self, parts: list[ordering.VerdictPart], run: int, slice_rows: int,
+                   again: bool = False) -> int:
+        """Sort and write run `run`: its tables of `slice_rows` rows (`_slice_rows`) in
+        segments of SEGMENT_SLICES, a file each,
         written in turn by this thread and the pool's other one (the copy into the page
         cache was most of a run's time, and the main thread waited on it). The merge reads
         them mapped, a file's pages resident until it is merged past, or copied where the
@@ -407,7 +421,7 @@ class _SortedRuns:
             for table in tables:
                 self.scratch.write(part, table)
 
-        tables = ordering.sorted_run(parts, self.rule_ids.len(), RUN_SLICE, form.shift)
+        tables = ordering.sorted_run(parts, self.rule_ids.len(), slice_rows, form.shift)
         for end, table in _with_end(tables):
             held.append(form.packed(table))
             rows += table.num_rows
@@ -425,8 +439,9 @@ class _SortedRuns:
         if other is not None:
             other.result()
         self.scratch.close()
-        log.info("verdicts: run %d of %s rows %s", run + 1, f"{rows:,}",
-                 "sorted again as text" if again else "spilled")
+        log.info("verdicts: run %d of %s rows %s%s", run + 1, f"{rows:,}",
+                 "sorted again as text" if again else "spilled",
+                 f", in record batches of {slice_rows:,}" if slice_rows < RUN_SLICE else "")
         _release_memory()
         return rows
 
