@@ -50,10 +50,6 @@ class ShownRejects:
     by_reason_code: pl.DataFrame
 
     @classmethod
-    def of(cls, rejects: pl.DataFrame) -> ShownRejects:
-        return cls(rejects.head(_SHOWN_REJECTS), rejects.height, reason_code_counts(rejects))
-
-    @classmethod
     def scanned(cls, table: ds.Dataset, dropped: tuple[str, ...] = ()) -> ShownRejects:
         """From a dataset (Parquet files, a Delta night), a record batch at a time;
         `dropped`: columns the page does not show."""
@@ -69,11 +65,7 @@ class ShownRejects:
             if has_code:
                 for item in pc.value_counts(batch.column(0)).to_pylist():
                     counted[item["values"]] += item["counts"]
-        counts = pl.DataFrame(list(counted.items()), schema={"reason_code": pl.String,
-                                                             "rows": pl.UInt32}, orient="row")
-        return cls(first, rows, counts.sort(["rows", "reason_code"],
-                                            descending=[True, False]) if has_code and rows
-                   else reason_code_counts(first.clear()))
+        return cls(first, rows, reason_code_counts(counted))
 
 
 def _cell(column: str, value: Any) -> str:
@@ -299,13 +291,12 @@ def _period_statuses(sg_tables: pl.DataFrame) -> str:
             f"proven):</p>{_table(counts)}")
 
 
-def reason_code_counts(rejects: pl.DataFrame) -> pl.DataFrame:
-    """(reason_code, rows) of the rejected rows, most first (then by code); empty for an
-    output written before the column existed."""
-    if "reason_code" not in rejects.columns or not rejects.height:
-        return pl.DataFrame(schema={"reason_code": pl.String, "rows": pl.UInt32})
-    return (rejects.group_by("reason_code").len("rows")
-            .sort(["rows", "reason_code"], descending=[True, False]))
+def reason_code_counts(counted: dict[str, int]) -> pl.DataFrame:
+    """(reason_code, rows) of rows counted per code, most first (then by code); empty for
+    none (or an output written before the column existed)."""
+    return pl.DataFrame(list(counted.items()), schema={"reason_code": pl.String,
+                                                       "rows": pl.UInt32}, orient="row",
+                        ).sort(["rows", "reason_code"], descending=[True, False])
 
 
 def _by_reason_code(counts: pl.DataFrame) -> str:

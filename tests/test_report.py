@@ -561,7 +561,7 @@ def test_standouts_highest_lowest_and_most_rejects() -> None:
 def test_a_report_of_1000_rule_sets_reads_well(tmp_path: Path) -> None:
     """10M positions over 1,000 rule sets: counts with thousands separators, a histogram and
     the stand-outs instead of 1,000 bars, 60 rule sets listed (the rest named as elsewhere)."""
-    from pipeline.report import ShownRejects, render_report
+    from pipeline.report import ShownRejects, reason_code_counts, render_report
 
     summary = _summary(1000)
     manifest = {"run_id": "r", "status": "ok", "counts": {"positions": {
@@ -570,7 +570,8 @@ def test_a_report_of_1000_rule_sets_reads_well(tmp_path: Path) -> None:
     sg = pl.DataFrame({"kind": ["nim"], "moves": [[]], "rule_set_ids": [["1"]], "preperiod": [0],
                        "period": [1], "table_len": [1]},
                       schema_overrides={"moves": pl.List(pl.Int64)})
-    page = render_report(manifest, summary, sg, ShownRejects.of(pl.DataFrame()))
+    page = render_report(manifest, summary, sg,
+                         ShownRejects(pl.DataFrame(), 0, reason_code_counts({})))
     parser = _Tags()
     parser.feed(page)
     text = " ".join(parser.text)
