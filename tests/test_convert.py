@@ -57,6 +57,22 @@ def test_an_existing_table_needs_overwrite_and_is_then_replaced(tmp_path: Path) 
     assert sorted(os.listdir(out)) == TABLES
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_link_as_out_is_followed_a_dangling_one_to_the_directory_it_names(
+        tmp_path: Path, existing: bool) -> None:
+    target = tmp_path / "elsewhere" / "tables"
+    if existing:
+        target.mkdir(parents=True)
+    link = tmp_path / "latest"
+    link.symlink_to(target)
+    assert _convert(tmp_path, FIRST, link) == (0, "")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert _tables(target) == (FIRST_RULES, FIRST_POSITIONS)
+    assert sorted(os.listdir(target)) == TABLES
+    assert _convert(tmp_path, SECOND, link, "--overwrite") == (0, "")
+    assert _tables(target) == (SECOND_RULES, SECOND_POSITIONS)
+
+
 @pytest.mark.parametrize("foreign", ["rules.parquet", "positions.parquet"])
 @pytest.mark.parametrize("content", ["parquet", "text"])
 def test_overwrite_never_replaces_a_table_convert_did_not_write(tmp_path: Path, foreign: str,

@@ -22,6 +22,7 @@ from pipeline.errors import OutputError, WriteFailure
 from pipeline.events import OnEvent, ignore, tell_committed
 from pipeline.io.outputs.commit import (
     interrupts_held,
+    output_target,
     refuse_inside_delta_table,
     refuse_inside_snim_output,
     rename_noreplace,
@@ -64,8 +65,10 @@ def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str,
     rename fails. A directory that was missing is created, and removed again on a failure,
     as is the staging directory. What a killed call left is finished or removed by the next
     one (`remove_dead_temporaries`). The renames hold the stop signals; `on_event` hears
-    COMMITTED once they are done."""
+    COMMITTED once they are done. A symbolic link `directory` is followed, a dangling one
+    to the directory it names, which is created (as `run` treats `--out`)."""
     shown = str(directory)
+    directory = output_target(directory)
     refuse_long_names(directory, "--out", depth=TEMPORARY_DEPTH)
     refuse_inside_delta_table(directory, shown)
     refuse_inside_snim_output(directory, shown)
