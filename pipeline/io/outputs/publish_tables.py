@@ -68,8 +68,8 @@ def staged_tables(directory: Path, names: list[str], overwrite: bool, tag: str,
     COMMITTED once they are done. A symbolic link `directory` is followed, a dangling one
     to the directory it names, which is created (as `run` treats `--out`)."""
     shown = str(directory)
-    directory = output_target(directory)
     refuse_long_names(directory, "--out", depth=TEMPORARY_DEPTH)
+    directory = output_target(directory)
     refuse_inside_delta_table(directory, shown)
     refuse_inside_snim_output(directory, shown)
     _check_table_directory(directory)
