@@ -227,6 +227,39 @@ def test_a_fail_run_past_max_rejected_rows_stops_reading(tmp_path, monkeypatch, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
 
 
+def test_a_fail_run_of_long_form_in_no_key_order_stops_splitting_past_its_tolerance(
+        tmp_path, monkeypatch):
+    """Long form in no key order is split into scratch parts before any position is grouped;
+    rows rejected on their own (here an unknown rule set) stop the split past the tolerance,
+    where the run read its whole input before (then stopped at the first part)."""
+    from pipeline.api import evaluate_batch
+    from pipeline.errors import BadRowsError
+
+    _mostly_unknown(tmp_path)
+    rows = [line.split(",") for line in
+            (tmp_path / "positions.csv").read_text().splitlines()[1:]][::-1]
+    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heap"],
+              [[r, p, h] for r, p, heaps in rows for h in heaps.split()])
+    monkeypatch.setattr("pipeline.engines.polars_engine.LONG_PARTITION_ROWS", 200)
+    monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
+    progress = []
+    with pytest.raises(BadRowsError) as failed:
+        evaluate_batch(rules=tmp_path / "rules.csv", positions=tmp_path / "positions.csv",
+                       out=tmp_path / "out", on_bad_rows="fail", max_rejected_rows=100,
+                       on_event=lambda e: progress.append(e.message)
+                       if e.kind == "progress" and e.phase == "positions" else None)
+    # 32 positions a batch, 28 of them rule set 9's: 56 rows, past 100 in the second batch
+    assert progress == ["positions: 64 rows split into 7 parts (file 1 of 1)",
+                        "positions: 128 rows split into 7 parts (file 1 of 1)"]
+    assert str(failed.value).startswith(
+        "at least 112 input rows failed validation (--on-bad-rows fail, over "
+        "--max-rejected-rows 100; the run stopped reading there)")
+    assert failed.value.problems[0] == (
+        f"{tmp_path / 'positions.csv'} row 0, column rule_set_id: unknown rule_set_id 9 "
+        "(not in the rules table)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
 @pytest.mark.parametrize("options, message", [
     (["--max-rejected-rows", "550"], "561 input rows failed validation "
      "(--on-bad-rows fail, over --max-rejected-rows 550)"),

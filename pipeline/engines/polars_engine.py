@@ -808,8 +808,14 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
              f"{LONG_PARTITION_ROWS:,}")
     rows_read = 0
     text = dict.fromkeys(keys.KEYS, False)
+    # a fail run past its tolerance stops splitting: `_rejected_on_their_own` counted
+    early = new_rejects()
     with spill(staging) as scratch:
         for file_index, frame in read_ahead(batches):
+            early.stop_if_past()
+            if early.stop_past is not None:
+                early.add(outputs.reject_rows(_rejected_on_their_own(frame, index),
+                                              "positions"))
             rows_read += frame.height
             per_file.add(file_index, frame)
             empty = frame.clear().drop("_file", strict=False)
@@ -827,6 +833,13 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
         verdicts, rejects = _merge_long(split, parts, text, empty, config, index, cache, on_event,
                                         new_runs(False), new_rejects())
     return verdicts, rejects, per_file.counts
+
+
+def _rejected_on_their_own(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
+    """Long-form rows rejected whatever the other rows of their position hold (a reason of
+    their own, such as a heap that is not one, or an unknown or invalid rule set), each with
+    its reason; the others' `_reason` null."""
+    return evaluate.attach_tables(*keys.match_key_type(rows, index))
 
 
 class _OutOfOrder(Exception):
