@@ -366,7 +366,7 @@ def _run_page(out_dir: Path) -> str:
                              "could wait forever): not an output as snim-batch writes them",
                              path=table)
     try:
-        frames = {name: pl.read_parquet(out_dir / f"{name}.parquet")
+        frames = {name: pl.read_parquet(out_dir / f"{name}.parquet", glob=False)
                   for name in ("summary", "sg_tables")}
         rejects = ShownRejects.scanned(ds.dataset(_parquet_files(out_dir / "rejects.parquet"),
                                                   format="parquet"))

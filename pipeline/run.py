@@ -345,7 +345,7 @@ def counts_by_reason_code(rejects: Path) -> dict[str, int]:
     files = sorted(rejects.glob("*.parquet")) if rejects.is_dir() else [rejects]
     if not files:
         return {}
-    counts = (pl.scan_parquet(files).group_by("reason_code").len("rows")
+    counts = (pl.scan_parquet(files, glob=False).group_by("reason_code").len("rows")
               .sort(["rows", "reason_code"], descending=[True, False]).collect())
     return {code: rows for code, rows in counts.iter_rows()}
 

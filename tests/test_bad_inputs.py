@@ -1607,6 +1607,37 @@ def test_a_file_named_with_glob_characters_is_that_file(tmp_path: Path, name: st
     assert [f["path"] for f in inputs] == [str(named)]
 
 
+@pytest.mark.parametrize("name", ["nightly [prod]", "a[b", "x*"])  # no "?": Delta refuses it
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_an_output_named_with_glob_characters_is_that_directory(tmp_path: Path, name: str,
+                                                                fmt: str) -> None:
+    """polars reads a path with glob characters as a pattern unless told not to: the staged
+    rejects counted per reason_code, an empty night's verdicts written again with text keys,
+    and `report`'s tables are read as the files they are (an internal error before)."""
+    rules = _reference_rules(tmp_path)
+    positions = _positions_file(tmp_path / "pos.csv", [(1, 0, [5, 12])])
+    with positions.open("a") as f:
+        f.write("1,1,x\n")
+    out = tmp_path / name / "night"
+    got = invoke(job_args(rules, positions, out, "--format", fmt), tmp_path)
+    assert (got.code, got.exception) == (3, None), got.stderr
+    if fmt == "parquet":
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["rejects"]["by_reason_code"] == {"not_an_integer": 1}
+        assert pq.read_table(out / "verdicts.parquet").num_rows == 1
+        shown = invoke(["report", out], tmp_path)
+        assert (shown.code, shown.exception) == (0, None), shown.stderr
+        assert "not_an_integer" in (out / "report.html").read_text()
+    text_rules = tmp_path / "text_rules.csv"
+    text_rules.write_text("rule_set_id,moves\na,1 2\n")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("rule_set_id,position_id,heaps\n")
+    night = tmp_path / name / "empty"
+    got = invoke(job_args(text_rules, empty, night), tmp_path)
+    assert (got.code, got.exception) == (0, None), got.stderr
+    assert pq.read_schema(night / "verdicts.parquet").field("rule_set_id").type == pa.large_string()
+
+
 def test_output_inside_the_positions_folder_is_not_read_back(tmp_path: Path) -> None:
     """--out inside the positions directory: the second run (and one writing elsewhere in the
     same directory) reads the positions only, not the earlier outputs."""

@@ -628,7 +628,7 @@ def empty_with_text_keys(path: Path, names: list[str]) -> None:
     parts = sorted(path.glob("part-*.parquet")) if path.is_dir() else [path]
     if not parts:
         return
-    frame = pl.read_parquet(parts[0]).head(0)
+    frame = pl.read_parquet(parts[0], glob=False).head(0)
     frame = frame.with_columns(pl.col(names).cast(pl.String))
     with writing(path.name):
         for part in parts:
