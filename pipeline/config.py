@@ -121,6 +121,7 @@ class Config:
         d["out"] = str(self.out)
         d["storage_options"] = shown_options(self.storage_options)
         d["spark"]["remote"] = hidden_remote(self.spark.remote)  # sc://h/;token=...
+        d["spark"]["master"] = hidden_master(self.spark.master)  # spark://u:PW@h:7077
         d["spark"]["conf"] = {key: "<hidden>" if _SECRET_NAME.search(key)
                               else without_secrets(value)
                               for key, value in self.spark.conf.items()}
@@ -157,6 +158,12 @@ def hidden_remote(url: str) -> str:
     hidden = re.sub(r"^([a-z]*://)[^/;@]*@", r"\1<hidden>@", without_secrets(url))
     return re.sub(r";([^;=]*)(=[^;]*)?", lambda m: f";{m.group(1)}=<hidden>"
                   if m.group(2) is not None else ";<hidden>", hidden)
+
+
+def hidden_master(url: str) -> str:
+    """A Spark master URL for a message or the manifest: the user and password of each of
+    its hosts (`spark://u:PW@h:7077,...`, `k8s://https://u:PW@h`) hidden."""
+    return re.sub(r"[^/@,]*@", "<hidden>@", url)
 
 
 def remote_problem(url: str) -> str | None:
@@ -260,7 +267,7 @@ def _check_choices(cfg: Config, where: str) -> None:
                           f"{brief_repr(hidden_remote(remote))}")
     if problem := master_problem(cfg.spark.master):
         raise ConfigError(f"{where} 'spark.master' is not a Spark master URL: {problem}; got "
-                          f"{brief_repr(cfg.spark.master)}")
+                          f"{brief_repr(hidden_master(cfg.spark.master))}")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"{where} 'engine' must be one of {', '.join(ENGINES)}, "
                           f"got {brief_repr(cfg.engine)}")

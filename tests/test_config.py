@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import invoke
 
-from pipeline.config import Config, Tables, config_from_dict, load_config
+from pipeline.config import Config, Tables, config_from_dict, hidden_master, load_config
 from pipeline.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -595,6 +595,26 @@ def test_a_spark_connect_token_is_not_recorded() -> None:
         "remote": "sc://h:443/;token=SECRET;use_ssl=true"}})
     assert cfg.spark.remote == "sc://h:443/;token=SECRET;use_ssl=true"
     assert cfg.as_dict()["spark"]["remote"] == "sc://h:443/;token=<hidden>;use_ssl=<hidden>"
+
+
+@pytest.mark.parametrize(("master", "shown"), [
+    ("spark://admin:SECRET@h:7077", "spark://<hidden>@h:7077"),
+    ("spark://a:SECRET@h1:7077,b:SECRET@h2:7077", "spark://<hidden>@h1:7077,<hidden>@h2:7077"),
+    ("k8s://https://u:SECRET@h:443", "k8s://https://<hidden>@h:443"),
+    ("mesos://zk://u:SECRET@h:2181/mesos", "mesos://zk://<hidden>@h:2181/mesos"),
+    ("local[2]", "local[2]"),
+])
+def test_a_spark_masters_user_and_password_are_not_shown(master: str, shown: str) -> None:
+    """A refused master is echoed, an accepted one recorded in the manifest: neither with a
+    password in it (it was echoed as given, where a Spark Connect URL's never was)."""
+    assert hidden_master(master) == shown
+    cfg = config_from_dict({"rules": "r", "positions": "p", "out": "o"})
+    try:
+        recorded = cfg.override(spark=dataclasses.replace(cfg.spark, master=master)).as_dict()
+    except ConfigError as refused:
+        assert str(refused).endswith(f"; got {shown!r}"), refused
+    else:
+        assert recorded["spark"]["master"] == shown
 
 
 @pytest.mark.parametrize("master", [

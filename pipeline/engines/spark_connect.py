@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
-from pipeline.config import hidden_remote
+from pipeline.config import hidden_master, hidden_remote
 from pipeline.engines.spark_tasks import Shipped
 from pipeline.errors import MissingExtra, SparkConnectError, first_line, truncated
 
@@ -85,7 +85,7 @@ def connect_session(url: str, conf: dict[str, str]) -> SparkSession:
                 raise SparkConnectError(f"spark.conf.{key}: the Spark Connect server refused "
                                         f"it ({cause})") from None
     log.info("Spark %s at %s through Spark Connect (%s)", spark.version,
-             spark.conf.get("spark.master"), hidden_remote(url))
+             hidden_master(spark.conf.get("spark.master") or ""), hidden_remote(url))
     return spark
 
 

@@ -53,7 +53,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline import kernels, keys
-from pipeline.config import Config
+from pipeline.config import Config, hidden_master
 from pipeline.engines.base import PositionsJob
 from pipeline.engines.spark_connect import connect_session, is_connect, lost_server
 from pipeline.engines.spark_hadoop import hadoop_filesystems
@@ -334,8 +334,8 @@ def spark_rejects(spark: SparkSession, rejects: pl.DataFrame) -> DataFrame:
 def _where(spark: SparkSession) -> str:
     """The master a session runs on, or the Spark Connect server it talks to."""
     if is_connect(spark):
-        return f"{spark.conf.get('spark.master')} (through Spark Connect)"
-    return spark.sparkContext.master
+        return f"{hidden_master(spark.conf.get('spark.master') or '')} (through Spark Connect)"
+    return hidden_master(spark.sparkContext.master)
 
 
 def _input_column_names(config: Config, form: str) -> Any:

@@ -28,6 +28,7 @@ from urllib.parse import unquote
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from pipeline.config import hidden_master
 from pipeline.engines.spark_connect import is_connect
 from pipeline.errors import InputError, SnimError, SparkFailure, truncated
 
@@ -348,8 +349,8 @@ def session(master: str, conf: dict[str, str] | None = None,
     _silence_accumulator_errors(spark)
     sc = spark.sparkContext
     memory = sc.getConf().get("spark.driver.memory", "1g")
-    log.info("Spark %s at %s, driver memory %s%s", spark.version, sc.master, memory,
-             f", JVM log {jvm_log}" if jvm_log else "")
+    log.info("Spark %s at %s, driver memory %s%s", spark.version, hidden_master(sc.master),
+             memory, f", JVM log {jvm_log}" if jvm_log else "")
     return Session(spark, True, sc.master.startswith("local"), memory, jvm_log)
 
 
