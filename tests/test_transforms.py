@@ -140,6 +140,9 @@ def test_a_range_holds_at_most_a_million_values():
     # within uint64's 20 digits a heap is named as an integer column names it
     ("1 18446744073709551615", "heap 18446744073709551615 at index 1 is larger than 2^63-1"),
     ("+018446744073709551615", "heap 18446744073709551615 at index 0 is larger than 2^63-1"),
+    # past int64's digits a negative heap is negative, not larger than anything
+    ("1 -" + "9" * 20, "heap '-" + "9" * 20 + "' at index 1 is negative"),
+    ("-018446744073709551615", "heap '-018446744073709551615' at index 0 is negative"),
 ])
 def test_parse_int_list_names_the_bad_element(text, message):
     with pytest.raises(ValueError) as caught:

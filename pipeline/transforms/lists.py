@@ -74,8 +74,10 @@ def _int_token(token: str, text: str, item: str, index: int) -> int:
     if not _INT_TEXT.fullmatch(token):
         raise ValueError(f"{brief_repr(token)} in {brief_repr(text)} is not an integer")
     digits = len(token.lstrip("+-").lstrip("0"))
+    if digits > _INT64_DIGITS and token[0] == "-":
+        raise ValueError(f"{item} {brief_repr(token)} at index {index} is negative")
     if digits > _INT64_DIGITS:  # int() of a long token would cost, or fail
-        value = int(token) if digits <= _UINT64_DIGITS and token[0] != "-" else None
+        value = int(token) if digits <= _UINT64_DIGITS else None
         shown_value = brief_repr(token) if value is None else value  # as an integer column says it
         raise ValueError(f"{item} {shown_value} at index {index} is larger than 2^63-1")
     return int(token)
