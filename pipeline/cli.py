@@ -676,6 +676,14 @@ def _local_only(path: Path | None, option: str) -> None:
                          "it locally, then copy it to the store)")
 
 
+def _check_plot_file(path: Path | None) -> None:
+    """--plot must name a local file: a usage error before any work."""
+    _local_only(path, "--plot")
+    if path is not None and (path.name in ("", "..") or path.is_dir()):
+        raise UsageError(f"--plot {brief_repr(str(path))}: is a directory (give the PNG "
+                         "file's name)")
+
+
 def _check_result_file(path: Path) -> None:
     """--result-file must be a local file in an existing directory, and not inside a
     snim-batch output (whose manifest would not list it): a usage error before any work."""
@@ -1087,6 +1095,7 @@ def grundy(
     try:
         from pipeline.grundy import build_table, canonical_rule, counted_values
 
+        _check_plot_file(plot)
         try:
             rule = canonical_rule(kind.value, _parse_moves(moves) if moves.strip() or
                                   kind is Kind.subtraction else None)

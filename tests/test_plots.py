@@ -91,3 +91,21 @@ def test_a_plot_that_cannot_be_written_whole_leaves_the_old_one(tmp_path: Path) 
     assert "Traceback" not in proc.stderr
     assert old.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sg.png"]
+
+
+@pytest.mark.parametrize(("given", "shown"), [
+    (".", "--plot '.': is a directory (give the PNG file's name)"),
+    ("/", "--plot '/': is a directory (give the PNG file's name)"),
+    ("DIR", "--plot 'DIR': is a directory (give the PNG file's name)"),
+    ("s3://bucket/sg.png", "--plot 's3://bucket/sg.png': takes a local path, not a URL "
+                           "(write it locally, then copy it to the store)"),
+])
+def test_a_plot_that_names_no_local_file_is_a_usage_error(tmp_path: Path, monkeypatch,
+                                                         given: str, shown: str) -> None:
+    """A directory (`.` was an internal error) or a URL (drawn into `s3:/bucket/`) is
+    refused before any work, as the other options of local paths are: exit 2."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "DIR").mkdir()
+    result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot", given])
+    assert (result.exit_code, result.stderr) == (2, f"snim-batch: error: {shown}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR"]
