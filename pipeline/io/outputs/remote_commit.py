@@ -161,8 +161,8 @@ def _s3_client(location: Location) -> Any:
         retries={"max_attempts": int(options["max_retries"]) + 1, "mode": "standard"})
     return boto3.client(
         "s3", endpoint_url=object_store.s3_endpoint(options),
-        aws_access_key_id=first("aws_access_key_id", "access_key_id"),
-        aws_secret_access_key=first("aws_secret_access_key", "secret_access_key"),
+        **dict(zip(("aws_access_key_id", "aws_secret_access_key"),
+                   object_store.s3_key_pair(options))),
         aws_session_token=first("aws_session_token", "session_token", "token"),
         region_name=first("aws_region", "region", "aws_default_region"), config=config)
 

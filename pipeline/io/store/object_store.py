@@ -222,6 +222,25 @@ def _first(options: Mapping[str, str], *names: str) -> str | None:
     return None
 
 
+def s3_key_pair(lowered: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(access key id, secret access key) from storage_options, one half taken from the
+    environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) when the options give only the
+    other, as polars' reader takes it; (None, None) leaves both to the provider chain."""
+    key = _first(lowered, "aws_access_key_id", "access_key_id")
+    secret = _first(lowered, "aws_secret_access_key", "secret_access_key")
+    if (key is None) == (secret is None):
+        return key, secret
+    key = key or os.environ.get("AWS_ACCESS_KEY_ID") or None
+    secret = secret or os.environ.get("AWS_SECRET_ACCESS_KEY") or None
+    if key is None or secret is None:
+        given, missing = (("aws_access_key_id", "aws_secret_access_key") if secret is None
+                          else ("aws_secret_access_key", "aws_access_key_id"))
+        raise ConfigError(f"storage_options.{given} is given without {missing} (in "
+                          f"storage_options or {missing.upper()} in the environment): give "
+                          "both, or neither for the provider chain")
+    return key, secret
+
+
 def s3_endpoint(lowered: Mapping[str, str]) -> str | None:
     return (_first(lowered, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
             or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
@@ -283,9 +302,9 @@ def _filesystem(scheme: str, account: str, options: tuple[tuple[str, str], ...],
     retrying = retry_seconds(lowered)
     if scheme == "s3":
         endpoint = s3_endpoint(lowered)
+        access_key, secret_key = s3_key_pair(lowered)
         return fs.S3FileSystem(
-            access_key=_first(lowered, "aws_access_key_id", "access_key_id"),
-            secret_key=_first(lowered, "aws_secret_access_key", "secret_access_key"),
+            access_key=access_key, secret_key=secret_key,
             session_token=_first(lowered, "aws_session_token", "session_token", "token"),
             region=_first(lowered, "aws_region", "region", "aws_default_region")
             or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
