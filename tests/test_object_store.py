@@ -423,6 +423,25 @@ def test_prefixes_and_globs_skip_hidden_names_outputs_and_other_types(s3_env,
         "s3://bkt/d/a.csv"]
 
 
+def test_a_prefix_whose_name_holds_glob_characters_is_that_prefix(s3_env) -> None:
+    """As a path on disk: a component of the pattern that exists as written is taken
+    literally (it was read as a pattern that matched nothing, `night[1]` as `night1`)."""
+    client = s3_env.client()
+    csv = b"rule_set_id,position_id,heaps\n1,0,5\n"
+    for key in ("n/night[1]/a.csv", "n/night[1]/sub/b.csv", "n/night1/c.csv",
+                "n/night2/d.csv"):
+        client.put_object(Bucket="bkt", Key=key, Body=csv)
+    found = lambda spec: [str(p) for p in resolve_inputs(spec, "positions")]  # noqa: E731
+    assert found("s3://bkt/n/night[1]") == ["s3://bkt/n/night[1]/a.csv",
+                                            "s3://bkt/n/night[1]/sub/b.csv"]
+    assert found("s3://bkt/n/night[1]/*.csv") == ["s3://bkt/n/night[1]/a.csv"]
+    assert found("s3://bkt/n/night[1]/s*/*.csv") == ["s3://bkt/n/night[1]/sub/b.csv"]
+    assert found("s3://bkt/n/night[12]") == ["s3://bkt/n/night1/c.csv",
+                                             "s3://bkt/n/night2/d.csv"]  # none named so
+    assert found("s3://bkt/n/night?/*.csv") == ["s3://bkt/n/night1/c.csv",
+                                                "s3://bkt/n/night2/d.csv"]
+
+
 # ---- errors ---------------------------------------------------------------------------------
 
 

@@ -66,6 +66,11 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None,
         base, pattern = parts[:wild], parts[wild:]
     root = spec.at_key("/".join(base))
     listed = list_below(root)
+    while pattern and _exists("/".join(base + pattern[:1]), listed):
+        # a component that exists as written is taken literally, as a path's on disk
+        base, pattern = base + pattern[:1], pattern[1:] or None
+        root = spec.at_key("/".join(base))
+        listed = [entry for entry in listed if entry[0].startswith(root.key + "/")]
     tables = _delta_tables(listed)
     if spec.key in tables or root.key in tables:
         raise InputError(f"{what} input {spec}: {DELTA_TABLE}")
@@ -117,6 +122,11 @@ def _own(key: str, spec: Location, exclude: Location | None) -> bool:
 
 def _hidden(name: str, pattern: str = "") -> bool:
     return name.startswith(("_", ".")) and not pattern.startswith(name[0])
+
+
+def _exists(key: str, listed: list[tuple[str, int, float]]) -> bool:
+    """Whether `key` is one of the listed objects, or a prefix of one."""
+    return any(k == key or k.startswith(key + "/") for k, *_ in listed)
 
 
 def _taken(relative: list[str], pattern: list[str] | None, directories_only: bool = False
