@@ -998,6 +998,30 @@ def test_a_full_disk_before_the_commits_writes_nothing(tmp_path: Path, free: int
                         r"--out\)\n", rerun[1]), rerun[1]
     assert after == sorted([*before, "filler"])
 
+def test_a_root_on_a_read_only_mount_is_refused_before_any_work(tmp_path: Path) -> None:
+    """A root that is itself a mount point gone read-only (its staging beside it writable):
+    `explain` says the run would stop (it said the night would be added), and the run stops
+    before any work with one line naming the root (after all of it, an internal error: the
+    commit room's unlink on the read-only file system hid the write's own error)."""
+    rules = write_rules(tmp_path / "rules.csv")
+    root = tmp_path / "disk"
+
+    def night(verb: str, seed: int, when: str) -> list[str]:
+        return [verb, "--rules", str(rules), "--positions",
+                str(write_positions(tmp_path / f"p{seed}.csv", random_positions(seed, 50))),
+                "--out", str(root), "--format", "delta", "--run-date", when]
+
+    ran, before, _, explained, rerun, after = on_small_disk(tmp_path, "size=12m", [
+        night("run", 1, "2026-11-01"), ["snapshot", "."], ["read-only"],
+        night("explain", 2, "2026-11-02"), night("run", 2, "2026-11-02"), ["snapshot", "."]])
+    assert ran == [0, ""]
+    refused = (f"{root}: read-only file system while writing in {root}; nothing was written")
+    assert explained[0] == 1
+    assert explained[1] == f"snim-batch: error: the run would stop at its output: {refused}\n"
+    assert rerun == [1, f"snim-batch: error: {refused}\n"]
+    assert after == before
+
+
 def test_the_commit_room_of_a_killed_run_is_removed_and_this_run_s_is_freed(
         tmp_path: Path) -> None:
     """The room a run holds in the root until its commits (a hidden file named by its pid) is

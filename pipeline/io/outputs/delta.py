@@ -61,6 +61,7 @@ from pipeline.io.outputs.delta_tables import (
     table_failure,
 )
 from pipeline.io.outputs.failures import failure, storage_failure, write_cause
+from pipeline.io.outputs.publish import discard
 from pipeline.keys import KEYS
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]
         with open(room, "wb") as fh:
             os.posix_fallocate(fh.fileno(), 0, size)
     except BaseException as exc:
-        room.unlink(missing_ok=True)
+        discard(room)
         if not isinstance(exc, OSError):  # a stop signal
             raise
         if exc.errno in _NO_RESERVING:
@@ -200,8 +201,8 @@ def _reserve_commit_room(root: TableRoot, uncommitted: dict[str, list[AddAction]
 
 
 def _free_commit_room(root: TableRoot) -> None:
-    if root.is_local:
-        commit_room(root).unlink(missing_ok=True)
+    if root.is_local:  # on a read-only file system even a missing file's unlink fails
+        discard(commit_room(root))
 
 
 def _versions_now(root: TableRoot) -> dict[str, int | None]:

@@ -43,6 +43,7 @@ from pipeline.io.outputs.failures import (
     refuse_long_names,
     refuse_long_staging,
     remove_staging,
+    unwritable,
     write_cause,
 )
 from pipeline.io.outputs.manifest import MANIFEST
@@ -122,6 +123,17 @@ def table_root(out: Path | str, configured: Mapping[str, str] | None = None) -> 
     return TableRoot(object_store.client_url(location), dict(location.options))
 
 
+def _refuse_unwritable(path: Path) -> None:
+    """A local root (and its tables' directories and logs) that the run could not write in,
+    a read-only mount or another user's, refused before any work: the run found out at its
+    first data file, and `explain` never."""
+    for directory in (path, *(path / name / sub for name in (*DATA_TABLES, RUNS)
+                              for sub in ("", "_delta_log"))):
+        cause = unwritable(directory) if directory.is_dir() else None
+        if cause is not None:
+            raise failure(str(path), f"writing in {directory}", cause, False)
+
+
 def check_root(root: TableRoot) -> None:
     """Refuse a root that is not (or cannot become) a snim-batch table root: a file, a
     Parquet output of snim-batch, or a table directory (or prefix) that is not a Delta table
@@ -143,6 +155,7 @@ def check_root(root: TableRoot) -> None:
             if table.is_dir() and not root.exists(name) and _foreign(
                     [str(f.relative_to(table)) for f in table.rglob("*") if not f.is_dir()]):
                 raise _foreign_table(root, name)
+        _refuse_unwritable(path)
     for name in (*DATA_TABLES, RUNS):
         try:
             if not root.exists(name):
