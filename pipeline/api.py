@@ -197,6 +197,9 @@ def evaluate_batch(*, config_file: str | Path | None = None, rules: str | Path |
         raise UsageError(f"run_date must be a datetime.date, got {type(run_date).__name__}"
                          + (" (pass its .date(): the night, not a moment of it)"
                             if isinstance(run_date, datetime) else ""))
+    if on_event is not None and not callable(on_event):
+        raise UsageError("on_event must be a function of one RunEvent, got "
+                         f"{type(on_event).__name__}")
     cfg = settings(config_file=config_file, rules=rules, positions=positions, out=out,
                    engine=engine, winning_moves=winning_moves, on_bad_rows=on_bad_rows,
                    overwrite=overwrite, output_format=output_format,

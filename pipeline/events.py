@@ -83,12 +83,18 @@ def ignore(event: RunEvent) -> None:
 
 
 def tell_committed(on_event: OnEvent, where: str) -> None:
-    """Send COMMITTED (from inside the commit's hold): a callback that raises on it is only
-    logged, as it cannot undo a commit that is done."""
+    """Send COMMITTED (from inside the commit's hold), as `tell_after_commit`."""
+    tell_after_commit(on_event, RunEvent.committed(where))
+
+
+def tell_after_commit(on_event: OnEvent, event: RunEvent) -> None:
+    """Send an event of a run whose output is committed: a callback that raises on it is
+    only logged, as it cannot undo a commit that is done."""
     try:
-        on_event(RunEvent.committed(where))
+        on_event(event)
     except Exception as exc:  # noqa: BLE001 - the caller's code; the output is in place
-        logging.getLogger(__name__).warning("the event callback failed on COMMITTED: %s", exc)
+        logging.getLogger(__name__).warning("the event callback failed on %s: %s",
+                                            event.kind.upper(), exc)
 
 
 @contextmanager

@@ -36,7 +36,7 @@ from pipeline.errors import (
     SnimError,
     truncated,
 )
-from pipeline.events import WARNING, OnEvent, RunEvent
+from pipeline.events import WARNING, OnEvent, RunEvent, tell_after_commit
 from pipeline.io.inputs.changes import describe_before_reading, ensure_unchanged
 from pipeline.io.inputs.discovery import resolve_inputs
 from pipeline.io.outputs import commit
@@ -213,10 +213,10 @@ def run_job(config: Config, on_event: OnEvent | None = None, run_date: date | No
         tell(RunEvent.phase_start("commit"))  # not in timings_s: the manifest is written in it
         t0 = time.perf_counter()
         manifest.update(output.commit(manifest))
-        tell(RunEvent.phase_done("commit", round(time.perf_counter() - t0, 4)))
     except BaseException as error:
         output.roll_back(error)
         raise
+    tell_after_commit(tell, RunEvent.phase_done("commit", round(time.perf_counter() - t0, 4)))
     table = output.table("rejects", manifest)
     tolerated = (f"{tolerance.rows} rows rejected (within {tolerance.limits(config)}); see "
                  f"{table}" if tolerance.rows and not over else "")

@@ -293,6 +293,11 @@ def test_a_delta_output_names_its_night_and_has_no_manifest_file(job: Path) -> N
     with pytest.raises(UsageError, match="run_date must be a datetime.date, got str"):
         evaluate_batch(rules="rules.csv", positions="positions.csv", out="root",
                        output_format="delta", run_date="2026-11-05")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="on_event must be a function of one RunEvent, "
+                                         "got int"):  # a TypeError, once the run had begun
+        evaluate_batch(rules="rules.csv", positions="positions.csv", out="root2",
+                       on_event=5)  # type: ignore[arg-type]
+    assert not (job / "root2").exists()
 
 
 def test_a_datetime_as_run_date_is_refused_before_anything_is_written(job: Path) -> None:
@@ -332,6 +337,30 @@ def test_a_callback_that_raises_past_committed_leaves_no_old_output_behind(job: 
     assert sorted(p.name for p in job.iterdir() if p.name.startswith((".", "out"))) == ["out"]
     manifest = json.loads((job / "out" / "manifest.json").read_text())
     assert manifest["run_id"] != first.manifest["run_id"]
+
+
+@pytest.mark.parametrize("output_format", ["parquet", "delta"])
+def test_a_callback_that_fails_after_the_commit_does_not_fail_the_run(
+        job: Path, output_format: str, caplog: pytest.LogCaptureFixture) -> None:
+    """`on_event` raising on the commit phase's end, which comes after COMMITTED: the run
+    returns its result, logged as on COMMITTED. It raised, with the new output in place (a
+    scheduler then retries a night that is written)."""
+    from pipeline.events import PHASE_DONE
+
+    def failing(event) -> None:
+        if event.kind == PHASE_DONE and event.phase == "commit":
+            raise ValueError("metrics sink down")
+
+    result = evaluate_batch(rules="rules.csv", positions="positions.csv", out="out",
+                            output_format=output_format, on_event=failing)
+    assert result.exit_code == 0
+    assert "the event callback failed on PHASE-DONE: metrics sink down" in caplog.text
+    if output_format == "parquet":
+        manifest = json.loads((job / "out" / "manifest.json").read_text())
+        assert manifest["run_id"] == result.manifest["run_id"]
+    else:
+        runs = pl.read_delta(str(job / "out" / "runs"))
+        assert runs["run_id"].to_list() == [result.manifest["run_id"]]
 
 
 def test_the_api_prints_nothing_when_the_caller_configured_no_logging(job: Path) -> None:
