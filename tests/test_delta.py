@@ -1550,6 +1550,13 @@ def test_a_first_run_of_a_night_stopped_between_its_commits_is_incomplete(
     page = (root / "report.html").read_text()
     assert f"snim-batch run <code>{first_id}</code>" in page
     assert "for the night <b>2026-11-01</b>" in page
+    # the night run again: its rows replace the stopped run's, which stays in the history
+    # (it was gone from it: only the rows it left told of it, and the data tables' logs)
+    rerun_id = run_night(tmp_path, root, random_positions(3, 30), NIGHT_2).manifest["run_id"]
+    history = delta_tables.run_history(delta_tables.TableRoot(str(root)))
+    assert history.select("run_date", "run_id", "version", "state").rows() == [
+        ("2026-11-01", first_id, 0, "live"), ("2026-11-02", rerun_id, 1, "live"),
+        ("2026-11-02", *stopped, None, "incomplete")]
 
 
 def test_an_output_inside_a_delta_table_on_s3_is_refused(

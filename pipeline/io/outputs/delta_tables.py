@@ -590,6 +590,13 @@ def _run_history(root: TableRoot) -> pl.DataFrame:
                 stopped[run_id] = (None, night.isoformat())
             elif stopped[run_id][1] is None:
                 stopped[run_id] = (stopped[run_id][0], night.isoformat())
+    for name in DATA_TABLES:  # a night's first run stopped after a data commit, since rerun
+        for commit in root.open(name).history() if root.exists(name) else []:
+            run = commit.get(METADATA_KEY)
+            if isinstance(run, dict) and "rolled_back" in run:
+                rolled_back_ids.add(run["rolled_back"])
+            elif isinstance(run, dict) and "run_id" in run:
+                stopped.setdefault(run["run_id"], (None, run.get("run_date")))
     for run_id, (version, night) in stopped.items():
         if run_id in nights or run_id in rolled_back_ids:
             continue
