@@ -187,43 +187,56 @@ def _mostly_unknown(where: Path, batches: int = 10) -> None:
               [[1 if i % 8 == 0 else 9, i, f"{i % 5} 2"] for i in range(64 * batches)])
 
 
+def _as_long_form(where: Path, in_key_order: bool = True) -> None:
+    """positions.csv rewritten in long form, a row a heap (its positions in reverse order
+    unless `in_key_order`)."""
+    rows = [line.split(",") for line in (where / "positions.csv").read_text().splitlines()[1:]]
+    write_csv(where / "positions.csv", ["rule_set_id", "position_id", "heap"],
+              [[r, p, h] for r, p, heaps in (rows if in_key_order else rows[::-1])
+               for h in heaps.split()])
+
+
+def _failed_past_100(where: Path, on_progress) -> BaseException:
+    """The error of a fail run of `where`'s tables over --max-rejected-rows 100, its
+    positions' progress events given to `on_progress`."""
+    from pipeline.api import evaluate_batch
+    from pipeline.errors import BadRowsError
+
+    with pytest.raises(BadRowsError) as failed:
+        evaluate_batch(rules=where / "rules.csv", positions=where / "positions.csv",
+                       out=where / "out", on_bad_rows="fail", max_rejected_rows=100,
+                       on_event=lambda e: on_progress(e)
+                       if e.kind == "progress" and e.phase == "positions" else None)
+    return failed.value
+
+
 @pytest.mark.parametrize("form", ["wide", "long"])
 def test_a_fail_run_past_max_rejected_rows_stops_reading(tmp_path, monkeypatch, form):
     """--on-bad-rows fail with --max-rejected-rows: once past it the run is over whatever
     it reads on, so it reads no further batch (it read and held every row first: a wrong
     rules file's 10M rejects, 4.2 GiB), and says how many it found: at least."""
-    from pipeline.api import evaluate_batch
-    from pipeline.errors import BadRowsError
-
     _mostly_unknown(tmp_path)
     if form == "long":
-        rows = [line.split(",") for line in
-                (tmp_path / "positions.csv").read_text().splitlines()[1:]]
-        write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heap"],
-                  [[r, p, h] for r, p, heaps in rows for h in heaps.split()])
+        _as_long_form(tmp_path)
         # not collected whole (one part, nothing after it to stop before): grouped as read
         monkeypatch.setattr("pipeline.engines.polars_engine.LONG_PARTITION_ROWS", 200)
     monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
     progress = []
-    with pytest.raises(BadRowsError) as failed:
-        evaluate_batch(rules=tmp_path / "rules.csv", positions=tmp_path / "positions.csv",
-                       out=tmp_path / "out", on_bad_rows="fail", max_rejected_rows=100,
-                       on_event=lambda e: progress.append(e.done_units)
-                       if e.kind == "progress" and e.phase == "positions" else None)
+    failed = _failed_past_100(tmp_path, lambda e: progress.append(e.done_units))
     if form == "wide":  # 56 rejected rows a batch: past 100 in the second, so two read
         assert progress == [64, 128]
-        assert str(failed.value).startswith(
+        assert str(failed).startswith(
             "at least 112 input rows failed validation (--on-bad-rows fail, over "
             "--max-rejected-rows 100; the run stopped reading there)")
-        assert failed.value.total == 112
+        assert failed.total == 112
     else:  # the rows in key order: grouped as they come, position by position
-        assert len(progress) < 10 and failed.value.total > 100
-        assert str(failed.value).startswith(f"at least {failed.value.total} input rows")
+        assert len(progress) < 10 and failed.total > 100
+        assert str(failed).startswith(f"at least {failed.total} input rows")
     first = 1 if form == "wide" else 2  # rows count from 0 after the header; 2 heaps a row
-    assert failed.value.problems[0] == (
+    assert failed.problems[0] == (
         f"{tmp_path / 'positions.csv'} row {first}, column rule_set_id: unknown rule_set_id 9 "
         "(not in the rules table)")
-    assert (failed.value.path, failed.value.row) == (str(tmp_path / "positions.csv"), first)
+    assert (failed.path, failed.row) == (str(tmp_path / "positions.csv"), first)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
 
 
@@ -232,29 +245,19 @@ def test_a_fail_run_of_long_form_in_no_key_order_stops_splitting_past_its_tolera
     """Long form in no key order is split into scratch parts before any position is grouped;
     rows rejected on their own (here an unknown rule set) stop the split past the tolerance,
     where the run read its whole input before (then stopped at the first part)."""
-    from pipeline.api import evaluate_batch
-    from pipeline.errors import BadRowsError
-
     _mostly_unknown(tmp_path)
-    rows = [line.split(",") for line in
-            (tmp_path / "positions.csv").read_text().splitlines()[1:]][::-1]
-    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heap"],
-              [[r, p, h] for r, p, heaps in rows for h in heaps.split()])
+    _as_long_form(tmp_path, in_key_order=False)
     monkeypatch.setattr("pipeline.engines.polars_engine.LONG_PARTITION_ROWS", 200)
     monkeypatch.setattr("pipeline.batches.BATCH_ROWS", 64)
     progress = []
-    with pytest.raises(BadRowsError) as failed:
-        evaluate_batch(rules=tmp_path / "rules.csv", positions=tmp_path / "positions.csv",
-                       out=tmp_path / "out", on_bad_rows="fail", max_rejected_rows=100,
-                       on_event=lambda e: progress.append(e.message)
-                       if e.kind == "progress" and e.phase == "positions" else None)
+    failed = _failed_past_100(tmp_path, lambda e: progress.append(e.message))
     # 32 positions a batch, 28 of them rule set 9's: 56 rows, past 100 in the second batch
     assert progress == ["positions: 64 rows split into 7 parts (file 1 of 1)",
                         "positions: 128 rows split into 7 parts (file 1 of 1)"]
-    assert str(failed.value).startswith(
+    assert str(failed).startswith(
         "at least 112 input rows failed validation (--on-bad-rows fail, over "
         "--max-rejected-rows 100; the run stopped reading there)")
-    assert failed.value.problems[0] == (
+    assert failed.problems[0] == (
         f"{tmp_path / 'positions.csv'} row 0, column rule_set_id: unknown rule_set_id 9 "
         "(not in the rules table)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
