@@ -197,10 +197,11 @@ def test_a_bare_solve_says_what_the_commands_solve_says(tmp_path, text, env, std
 
 
 # every temporary directory Python would try, read only, as in an image run with a
-# read-only root file system; the command runs from one of them
+# read-only root file system; the command runs from one of them (--rbind: a plain bind of a
+# directory with mounts below it, locked in the namespace, is refused)
 NO_TEMPORARY_DIRECTORY = (
     'for d in /tmp /var/tmp /usr/tmp; do [ -d "$d" ] || continue; '
-    'mount --bind "$d" "$d" && mount -o remount,bind,ro "$d" || exit 97; done; '
+    'mount --rbind "$d" "$d" && mount -o remount,bind,ro "$d" || exit 97; done; '
     'cd /tmp && exec "$@"')
 
 
