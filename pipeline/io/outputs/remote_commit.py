@@ -159,10 +159,10 @@ def _s3_client(location: Location) -> Any:
         connect_timeout=object_store.seconds(options["connect_timeout"], "connect_timeout"),
         read_timeout=object_store.seconds(options["timeout"], "timeout"),
         retries={"max_attempts": int(options["max_retries"]) + 1, "mode": "standard"})
+    key, secret = object_store.s3_key_pair(options)
     return boto3.client(
         "s3", endpoint_url=object_store.s3_endpoint(options),
-        **dict(zip(("aws_access_key_id", "aws_secret_access_key"),
-                   object_store.s3_key_pair(options))),
+        aws_access_key_id=key, aws_secret_access_key=secret,
         aws_session_token=first("aws_session_token", "session_token", "token"),
         region_name=first("aws_region", "region", "aws_default_region"), config=config)
 
