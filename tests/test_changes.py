@@ -62,6 +62,31 @@ def test_a_local_positions_file_rewritten_during_the_run_fails_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
 
 
+@pytest.mark.parametrize("phase", ["positions", "finish", "write"])
+def test_a_file_renamed_over_the_input_with_its_size_and_time_fails_the_run(
+        tmp_path: Path, phase: str) -> None:
+    """An exporter that writes a new file and renames it over the input (the usual atomic
+    write) as the run reads it, the new file of the same size and modification time: the
+    run read one and checksummed the other, and exited 0 with a manifest whose checksum
+    was not of the rows it evaluated. The inode tells them apart."""
+    job = local_job(tmp_path)
+    target = tmp_path / "positions.csv"
+
+    def replace() -> None:
+        staged = tmp_path / ".positions.csv.new"
+        staged.write_text(REWRITTEN)
+        stat = target.stat()
+        os.utime(staged, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        os.replace(staged, target)
+
+    with pytest.raises(InputError) as raised:
+        run_job(config_from_dict(job), on_event=rewrite_when(phase, replace))
+    assert str(raised.value) == (
+        f"{target}: changed while this run read it (another file was put in its place since it "
+        "was first read); nothing was written (rerun once it is written whole)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["positions.csv", "rules.csv"]
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_a_positions_file_cut_short_as_it_is_read_is_said_changed_not_broken(
         tmp_path: Path, fmt: str) -> None:

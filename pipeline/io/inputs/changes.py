@@ -53,8 +53,11 @@ def change_of(file: InputFile) -> str | None:
         found = os.stat(file.path)
     except OSError as exc:
         return f"it cannot be found now ({exc.strerror})"
-    if file.stamp is not None and (found.st_size, found.st_mtime_ns) != file.stamp:
+    now = (found.st_size, found.st_mtime_ns, found.st_dev, found.st_ino)
+    if file.stamp is not None and now != file.stamp:
         if found.st_size != file.stamp[0]:
             return f"{file.stamp[0]} bytes when first read, {found.st_size} now"
+        if now[2:] != file.stamp[2:]:
+            return "another file was put in its place since it was first read"
         return "modified since it was first read"
     return None

@@ -36,8 +36,9 @@ class InputFile:
     size: int
     etag: str | None = None
     version: str | None = None
-    stamp: tuple[int, int] | None = field(default=None, repr=False, compare=False)
-    """A local file's (size, mtime_ns) when described: `changes.ensure_unchanged` compares."""
+    stamp: tuple[int, int, int, int] | None = field(default=None, repr=False, compare=False)
+    """A local file's (size, mtime_ns, device, inode) when described: `changes.ensure_unchanged`
+    compares (the inode tells a file renamed over it, of the same size and time)."""
     _digest: str | None = field(default=None, init=False, repr=False, compare=False)
     _csv_rows: int | None = field(default=None, init=False, repr=False, compare=False)
 

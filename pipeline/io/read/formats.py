@@ -98,6 +98,7 @@ def describe(path: Source, *, cache: RunCache | None = None) -> InputFile:
         with path.open("rb") as handle:  # unreadable files fail here, with a plain message
             found = os.fstat(handle.fileno())
         return InputFile(path, format_of(path, cache=cache), found.st_size,
-                         stamp=(found.st_size, found.st_mtime_ns))
+                         stamp=(found.st_size, found.st_mtime_ns, found.st_dev,
+                                found.st_ino))
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})", path=path) from None
