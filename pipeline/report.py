@@ -18,7 +18,7 @@ from pipeline.errors import InputError, MissingExtra, UsageError, truncated
 from pipeline.events import OnEvent, ignore, phase
 from pipeline.io.outputs.failures import PID_WIDTH, name_problem, refuse_long_names
 from pipeline.io.outputs.kinds import page_output_for
-from pipeline.io.outputs.manifest import read_manifest
+from pipeline.io.outputs.manifest import few_names, read_manifest, resized_tables
 from pipeline.io.outputs.publish import PAGE_FILE, TAG_WIDTH, new_tag, write_file
 from pipeline.io.store.locations import Location
 
@@ -359,6 +359,14 @@ def write_report(out: str | Path, target: Path | None = None, on_event: OnEvent 
 
 def _run_page(out_dir: Path) -> str:
     manifest = read_manifest(out_dir)
+    try:
+        resized = resized_tables(out_dir, manifest)
+    except OSError as exc:
+        raise InputError(f"{out_dir}: cannot list it ({exc.strerror})", path=out_dir) from None
+    if resized:
+        raise InputError(f"{out_dir}: files changed size since its run wrote them "
+                         f"({few_names(resized)}): a damaged output; run it again",
+                         path=out_dir)
     for name in ("summary", "sg_tables", "rejects"):
         table = out_dir / f"{name}.parquet"  # a file, or the Spark engine's directory of parts
         if table.exists() and not (table.is_file() or table.is_dir()):

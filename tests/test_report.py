@@ -117,6 +117,22 @@ def test_a_manifest_of_another_shape_is_a_clean_error(tmp_path: Path, counts: ob
     assert not (out / "report.html").exists()
 
 
+@pytest.mark.parametrize("table", ["verdicts.parquet", "summary.parquet"])
+def test_a_damaged_output_is_refused_not_reported(tmp_path: Path, table: str) -> None:
+    """A table cut short since its run wrote it (its size is not the manifest's): one line
+    naming it, exit 1, no page. A page was written for it, and listed in its manifest."""
+    out = _run(tmp_path)
+    size = (out / table).stat().st_size
+    os.truncate(out / table, 100)
+    before = (out / "manifest.json").read_bytes()
+    result = CliRunner().invoke(app, ["report", str(out)])
+    assert (result.exit_code, result.stderr) == (1, (
+        f"snim-batch: error: {out}: files changed size since its run wrote them ({table} (100 "
+        f"bytes, listed with {size})): a damaged output; run it again\n"))
+    assert not (out / "report.html").exists()
+    assert (out / "manifest.json").read_bytes() == before
+
+
 def test_report_on_a_file_says_it_is_no_output(tmp_path: Path) -> None:
     """A file where the output directory should be: said in words, not as Python's error."""
     (tmp_path / "afile").write_text("x\n")

@@ -163,6 +163,17 @@ def ownership_problem(directory: Path) -> str | None:
     return "; ".join(problems) or None
 
 
+def resized_tables(directory: Path, manifest: object) -> list[str]:
+    """The run's tables (files, or part files of the Spark engine's) in the output
+    `directory` whose size is not the one its `manifest` records (cut short, or rewritten
+    since the run wrote them), each with both sizes."""
+    listed = _listed(manifest)
+    if listed is None:
+        return []
+    tables = {name: size for name, size in listed.items() if RUN_FILE.fullmatch(name)}
+    return _differences(directory, tables)[1]
+
+
 def output_listing(directory: Path) -> list[dict[str, Any]]:
     """The manifest's `outputs` for a finished staging directory: each file with its size,
     each directory (Spark's part files) with every file in it and its size, and the
