@@ -32,7 +32,7 @@ from pipeline import kernels, keys
 from pipeline.batches import coalesced, position_batches, read_ahead
 from pipeline.config import Config
 from pipeline.engines.base import PositionsJob
-from pipeline.engines.polars_rejects import HeldRejects
+from pipeline.engines.polars_rejects import FOUND_KEPT, CountedRejects, HeldRejects
 from pipeline.engines.rejected_keys import SortedRejectedKeys
 from pipeline.events import OnEvent, RunEvent
 from pipeline.grundy import TableSet
@@ -808,14 +808,13 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
              f"{LONG_PARTITION_ROWS:,}")
     rows_read = 0
     text = dict.fromkeys(keys.KEYS, False)
-    # a fail run past its tolerance stops splitting: `_rejected_on_their_own` counted
-    early = new_rejects()
+    held = new_rejects()  # a fail run past its tolerance stops splitting, by a count of
+    early = CountedRejects(held.stop_past, held.rename)  # the rows that fail on their own
     with spill(staging) as scratch:
         for file_index, frame in read_ahead(batches):
             early.stop_if_past()
             if early.stop_past is not None:
-                early.add(outputs.reject_rows(_rejected_on_their_own(frame, index),
-                                              "positions"))
+                _count_rejected_on_their_own(early, frame, index)
             rows_read += frame.height
             per_file.add(file_index, frame)
             empty = frame.clear().drop("_file", strict=False)
@@ -835,11 +834,15 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
     return verdicts, rejects, per_file.counts
 
 
-def _rejected_on_their_own(rows: pl.DataFrame, index: pl.DataFrame) -> pl.DataFrame:
-    """Long-form rows rejected whatever the other rows of their position hold (a reason of
-    their own, such as a heap that is not one, or an unknown or invalid rule set), each with
-    its reason; the others' `_reason` null."""
-    return evaluate.attach_tables(*keys.match_key_type(rows, index))
+def _count_rejected_on_their_own(counter: CountedRejects, rows: pl.DataFrame,
+                                 index: pl.DataFrame) -> None:
+    """Count the long-form rows rejected whatever the other rows of their position hold (a
+    reason of their own, such as a heap that is not one, or an unknown or invalid rule set),
+    the first of them as reject rows."""
+    checked = evaluate.attach_tables(*keys.match_key_type(rows, index))
+    rejected = checked.filter(pl.col("_reason").is_not_null())
+    counter.add(rejected.height, outputs.reject_rows(
+        rejected.bottom_k(FOUND_KEPT, by=["_source", "_row"]), "positions"))
 
 
 class _OutOfOrder(Exception):

@@ -109,8 +109,7 @@ class HeldRejects:
         self.held_bytes += rejects.estimated_size()
         self.rows += rejects.height
         if self.stop_past is not None:  # a fail run's: the first ones found, in table order
-            self.found = _compacted(pl.concat([self.found, rejects]).bottom_k(
-                FOUND_KEPT, by=["source", "row"]).sort("source", "row"))
+            self.found = _first_found(self.found, rejects)
         if self.budget is not None and self.held_bytes > self.budget:
             self._spill()
 
@@ -304,6 +303,33 @@ def _merged_by_row(streams: list[Iterator[pl.DataFrame]]) -> Iterator[pl.DataFra
                 taken.append(b.slice(0, n))
                 buffers[i] = b.slice(n) if n < b.height else None
         yield pl.concat(taken, how="vertical_relaxed").sort("row", maintain_order=True)
+
+
+class CountedRejects:
+    """A fail run's rejected rows counted as they are found, not held: their number and the
+    first FOUND_KEPT of them, for `RejectsPastTolerance` once past `stop_past` (None:
+    never). `rename` as `HeldRejects`'s."""
+
+    def __init__(self, stop_past: int | None, rename: Callable[[pl.DataFrame], pl.DataFrame]):
+        self.stop_past = stop_past
+        self.rename = rename
+        self.rows = 0
+        self.found = pl.DataFrame(schema=REJECT_SCHEMA)
+
+    def add(self, rows: int, first: pl.DataFrame) -> None:
+        """`rows` more rejected rows, `first` their first FOUND_KEPT (or more) as reject rows."""
+        self.rows += rows
+        self.found = _first_found(self.found, first)
+
+    def stop_if_past(self) -> None:
+        if self.stop_past is not None and self.rows > self.stop_past:
+            raise RejectsPastTolerance(self.rows, self.rename(self.found))
+
+
+def _first_found(found: pl.DataFrame, rejects: pl.DataFrame) -> pl.DataFrame:
+    """The FOUND_KEPT rejects of the lowest (source, row) among both, copied out."""
+    return _compacted(pl.concat([found, rejects]).bottom_k(
+        FOUND_KEPT, by=["source", "row"]).sort("source", "row"))
 
 
 def _compacted(frame: pl.DataFrame) -> pl.DataFrame:
