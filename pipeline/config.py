@@ -161,9 +161,15 @@ def hidden_remote(url: str) -> str:
 
 
 def hidden_master(url: str) -> str:
-    """A Spark master URL for a message or the manifest: the user and password of each of
-    its hosts (`spark://u:PW@h:7077,...`, `k8s://https://u:PW@h`) hidden."""
-    return re.sub(r"[^/@,]*@", "<hidden>@", url)
+    """A Spark master URL for a message or the manifest: everything from its schemes to its
+    last `@` hidden (`spark://u:PW@h:7077` as `spark://<hidden>@h:7077`, `k8s://https://u:PW@h`
+    as `k8s://https://<hidden>@h`), as a password may hold `/`, `,` or `@`."""
+    at = url.rfind("@")
+    if at < 0:
+        return url
+    schemes = re.match(r"(?:[A-Za-z][A-Za-z0-9+.-]*://)*", url)
+    start = schemes.end() if schemes else 0
+    return url[:start] + "<hidden>" + url[at:]
 
 
 def remote_problem(url: str) -> str | None:

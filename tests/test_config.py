@@ -599,8 +599,10 @@ def test_a_spark_connect_token_is_not_recorded() -> None:
 
 @pytest.mark.parametrize(("master", "shown"), [
     ("spark://admin:SECRET@h:7077", "spark://<hidden>@h:7077"),
-    ("spark://a:SECRET@h1:7077,b:SECRET@h2:7077", "spark://<hidden>@h1:7077,<hidden>@h2:7077"),
+    ("spark://a:SECRET@h1:7077,b:SECRET@h2:7077", "spark://<hidden>@h2:7077"),
     ("k8s://https://u:SECRET@h:443", "k8s://https://<hidden>@h:443"),
+    ("k8s://https://u:SE/CR,ET@h:443", "k8s://https://<hidden>@h:443"),  # / and , in it
+    ("spark://admin:p/SECRET@h:7077", "spark://<hidden>@h:7077"),
     ("mesos://zk://u:SECRET@h:2181/mesos", "mesos://zk://<hidden>@h:2181/mesos"),
     ("local[2]", "local[2]"),
 ])
