@@ -594,9 +594,10 @@ def test_secrets_reach_no_output_log_or_error(s3, tmp_path: Path) -> None:
         assert SECRET not in text and "testing" not in text.replace("/testing", "")
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
 @pytest.mark.parametrize("given", ["aws_access_key_id", "aws_secret_access_key"])
 def test_half_a_key_pair_in_storage_options_takes_the_other_from_the_environment(
-        s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+        s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, fmt: str) -> None:
     """The key id in config.yaml and the secret in the environment (or the other way round),
     as polars' reader takes them: every client of the run does (pyarrow's refused half a
     pair, an internal error; boto3's made the commit's manifest PUT fail, "could not tell
@@ -609,6 +610,9 @@ def test_half_a_key_pair_in_storage_options_takes_the_other_from_the_environment
     options[given] = s3.storage_options()[given]
     config = config_file(tmp_path, options, rules="s3://bkt/in/rules.csv",
                          positions=str(sample / "positions.csv"), out="s3://bkt/out")
+    if fmt == "delta":  # deltalake's client too
+        with config.open("a") as text:
+            text.write("output:\n  format: delta\n")
     other = ("AWS_SECRET_ACCESS_KEY" if given == "aws_access_key_id" else "AWS_ACCESS_KEY_ID")
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
@@ -622,7 +626,8 @@ def test_half_a_key_pair_in_storage_options_takes_the_other_from_the_environment
     assert names(s3, "out") == []
     ok = run_cli(["run", "--config", str(config)], tmp_path, {other: s3.env()[other]})
     assert ok.returncode == 0, ok.stderr
-    assert "out/manifest.json" in names(s3, "out")
+    assert ("out/manifest.json" if fmt == "parquet" else "out/runs/_delta_log/"
+            "00000000000000000000.json") in names(s3, "out")
 
 
 # ---- the commit -----------------------------------------------------------------------------

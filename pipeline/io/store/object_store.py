@@ -88,6 +88,7 @@ def storage_options(location: Location, configured: Mapping[str, str] | None = N
         for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
             if os.environ.get(name):
                 endpoint_problem(os.environ[name], name)
+        s3_key_pair(lowered)  # half a pair with the other half nowhere: the config's error
     if location.scheme == "s3" and (s3_endpoint(lowered) or "").startswith("http://"):
         options.setdefault("aws_allow_http", "true")
     if location.scheme == "az" and location.account and not azure_account(lowered):
