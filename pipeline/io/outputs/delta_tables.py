@@ -590,13 +590,19 @@ def _run_history(root: TableRoot) -> pl.DataFrame:
                 stopped[run_id] = (None, night.isoformat())
             elif stopped[run_id][1] is None:
                 stopped[run_id] = (stopped[run_id][0], night.isoformat())
+    committed_to: dict[str, set[str]] = {}  # of the data tables: run id -> tables
+    restored: dict[str, set[str]] = {}
     for name in DATA_TABLES:  # a night's first run stopped after a data commit, since rerun
         for commit in root.open(name).history() if root.exists(name) else []:
             run = commit.get(METADATA_KEY)
             if isinstance(run, dict) and "rolled_back" in run:
-                rolled_back_ids.add(run["rolled_back"])
+                restored.setdefault(run["rolled_back"], set()).add(name)
             elif isinstance(run, dict) and "run_id" in run:
+                committed_to.setdefault(run["run_id"], set()).add(name)
                 stopped.setdefault(run["run_id"], (None, run.get("run_date")))
+    # rolled back: every data table it committed to restored (else its rows stay somewhere)
+    rolled_back_ids |= {run_id for run_id, tables in committed_to.items()
+                        if tables <= restored.get(run_id, set())}
     for run_id, (version, night) in stopped.items():
         if run_id in nights or run_id in rolled_back_ids:
             continue
