@@ -682,6 +682,8 @@ def _check_plot_file(path: Path | None) -> None:
     if path is not None and (path.name in ("", "..") or path.is_dir()):
         raise UsageError(f"--plot {brief_repr(str(path))}: is a directory (give the PNG "
                          "file's name)")
+    if path is not None and not path.absolute().parent.is_dir():
+        raise UsageError(f"--plot {brief_repr(str(path))}: its directory does not exist")
 
 
 def _check_result_file(path: Path) -> None:

@@ -59,8 +59,7 @@ def test_plot_without_period_has_no_bands(tmp_path: Path) -> None:
 
 
 def test_plot_to_unwritable_path_is_a_clean_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot",
-                                      str(tmp_path / "missing" / "sg.png")])
+    result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot", "/proc/sg.png"])
     assert result.exit_code == 1
     assert "cannot write plot" in result.output and "Traceback" not in result.output
 
@@ -99,11 +98,13 @@ def test_a_plot_that_cannot_be_written_whole_leaves_the_old_one(tmp_path: Path) 
     ("DIR", "--plot 'DIR': is a directory (give the PNG file's name)"),
     ("s3://bucket/sg.png", "--plot 's3://bucket/sg.png': takes a local path, not a URL "
                            "(write it locally, then copy it to the store)"),
+    ("missing/sg.png", "--plot 'missing/sg.png': its directory does not exist"),
 ])
 def test_a_plot_that_names_no_local_file_is_a_usage_error(tmp_path: Path, monkeypatch,
                                                          given: str, shown: str) -> None:
-    """A directory (`.` was an internal error) or a URL (drawn into `s3:/bucket/`) is
-    refused before any work, as the other options of local paths are: exit 2."""
+    """A directory (`.` was an internal error), a URL (drawn into `s3:/bucket/`) or a missing
+    directory (found once the table was built) is refused before any work, as the other
+    options of local paths are: exit 2."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "DIR").mkdir()
     result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot", given])
