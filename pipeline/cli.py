@@ -677,7 +677,12 @@ def _local_only(path: Path | None, option: str) -> None:
 
 
 def _check_plot_file(path: Path | None) -> None:
-    """--plot must name a local file: a usage error before any work."""
+    """--plot needs the plot extra and must name a local file in an existing directory: a
+    usage error before any work."""
+    if path is not None:
+        from pipeline.plots import require_plotting
+
+        require_plotting()
     _local_only(path, "--plot")
     if path is not None and (path.name in ("", "..") or path.is_dir()):
         raise UsageError(f"--plot {brief_repr(str(path))}: is a directory (give the PNG "

@@ -11,16 +11,22 @@ from pipeline.grundy import SGTable, counted_values
 from pipeline.io.outputs.whole import whole_file
 
 
-def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
-    """Draw SG(0..upto) as a step plot, shading the preperiod and one period."""
+def require_plotting() -> None:
+    """MissingExtra when matplotlib (the plot extra) is not installed: said before any work."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
+        import matplotlib  # noqa: F401
     except ImportError:
         raise MissingExtra("--plot", "plot", " (matplotlib)") from None
+
+
+def plot_sequence(table: SGTable, path: Path, upto: int) -> None:
+    """Draw SG(0..upto) as a step plot, shading the preperiod and one period."""
+    require_plotting()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     ys = table.sg(np.arange(upto + 1, dtype=np.int64))
     ys = ys[ys >= 0]
     xs = np.arange(ys.shape[0])
