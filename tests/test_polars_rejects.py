@@ -30,7 +30,7 @@ def _rejects(source: str, rows: list[int], rule: str = "r1", code: str = "out_of
 
 def _held(tmp_path: Path, budget: int | None = 1) -> HeldRejects:
     def open_scratch() -> Spill:
-        (tmp_path / "scratch").mkdir()
+        (tmp_path / "scratch").mkdir(parents=True)
         return Spill(tmp_path / "scratch", "lz4")
 
     return HeldRejects(budget, open_scratch,
@@ -80,6 +80,32 @@ def test_spilled_rejects_are_written_in_the_tables_order(tmp_path, in_row_order)
     written = pl.read_parquet(held.sorted_file(held.rename(rules)))
     assert written.rows() == expected
     assert pq.read_schema(held.sorted_file(rules)).names == list(REJECT_SCHEMA)
+
+
+def test_a_sources_chunks_out_of_row_order_are_merged_a_batch_at_a_time(tmp_path, monkeypatch):
+    """Long form split by key spills a source's rejects in chunks of no row order: each
+    chunk that starts before its stream's last row starts a stream, and the streams are
+    merged by row a record batch of each at a time. They were read whole and sorted at once
+    (QA: 9.5M rejects of one file, 5.66 GiB at --memory-limit 256MiB)."""
+    import random
+
+    from pipeline.engines import polars_rejects
+
+    monkeypatch.setattr(polars_rejects, "MERGE_ROWS", 2)
+    rows = list(range(24))
+    random.Random(5).shuffle(rows)
+    merged, written = _held(tmp_path / "a"), _held(tmp_path / "b")  # each chunk spilled
+    for i in range(0, 24, 4):
+        merged.add(_rejects("z.csv", rows[i:i + 4]))
+        written.add(_rejects("z.csv", rows[i:i + 4]))
+    part = merged.parts["z.csv"]
+    assert 1 < len(part.streams) <= 6
+    frames = list(merged._source_rows("z.csv", part, []))
+    assert [r for f in frames for r in f["row"]] == list(range(24))
+    assert max(f.height for f in frames) <= 2 * len(part.streams) < 24
+    rules = _rejects("rules.csv", [1], table="rules")
+    assert pl.read_parquet(written.sorted_file(written.rename(rules))).rows() == _renamed(
+        _table_order([rules, _rejects("z.csv", rows)]))
 
 
 def test_rejects_within_their_share_stay_in_memory(tmp_path):

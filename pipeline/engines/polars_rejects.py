@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,9 @@ from pipeline.transforms.schema import REJECT_SCHEMA
 
 __all__ = ["HeldRejects", "naming_keys"]
 
+MERGE_ROWS = 65_536
+"""Rows of the record batches a source's spilled chunk is written in: what the merge of its
+streams holds of each."""
 KEYS_PART = 1 << 30  # the scratch part of the spilled rows' `naming_keys` (no source's number)
 DUPLICATE_PARTS = 1 << 31  # the first scratch part of spilled duplicates' chunks (one per source)
 DUPLICATE_READ = 1 << 13  # rows per record batch of a duplicates chunk: one of each is held
@@ -50,13 +53,14 @@ def naming_keys(rejects: pl.DataFrame) -> pl.DataFrame:
 
 @dataclass
 class _Part:
-    """A source's rejects in scratch: the Spill part, and whether its chunks came in row order
-    (each is sorted by row; a chunk that starts before the last one ended makes the source
-    read whole and sorted)."""
+    """A source's rejects in scratch: the Spill parts of its streams, each of chunks in row
+    order (each chunk is sorted by row; a chunk that starts before the last one of the
+    stream ended starts a stream of its own), merged by row when written back."""
 
     number: int
+    streams: list[int] = field(default_factory=list)
     last_row: int = -1
-    ascending: bool = True
+    """The last row of its last stream."""
     first: pl.DataFrame | None = None
     """Its FOUND_KEPT rows of the lowest row numbers, for `HeldRejects.first`."""
 
@@ -190,7 +194,7 @@ class HeldRejects:
     def discard(self) -> None:
         """Forget every reject so far (the caller evaluates the input again another way)."""
         if self.scratch is not None:
-            for part in [*(p.number for p in self.parts.values()), KEYS_PART,
+            for part in [*(n for p in self.parts.values() for n in p.streams), KEYS_PART,
                          *itertools.chain(*self.duplicate_parts.values())]:
                 self.scratch.drop(part)
         self.held, self.held_bytes, self.rows, self.spilled_rows = [], 0, 0, 0
@@ -212,16 +216,20 @@ class HeldRejects:
             part = self.parts.setdefault(str(source), _Part(len(self.parts)))
             rows = rows.sort("row", maintain_order=True)
             first, last = rows["row"][0], rows["row"][-1]
-            if first is None or last is None or first < part.last_row:
-                part.ascending = False
+            if not part.streams or first is None or last is None or first < part.last_row:
+                part.streams.append(part.number if not part.streams
+                                    else next(self._part_numbers))
+                part.last_row = -1
             part.last_row = max(part.last_row, last if last is not None else -1)
             part.first = _compacted(rows.head(FOUND_KEPT) if part.first is None else pl.concat(
                 [part.first, rows.head(FOUND_KEPT)]).sort("row", maintain_order=True
                                                         ).head(FOUND_KEPT))
             # the part is the source, and every row is a position's: neither is written; one
             # stream open at a time (sources come one after another in wide form)
-            self.scratch.write(part.number, rows.drop("table", "source"))
-            self.scratch.close_part(part.number)
+            stream = part.streams[-1]
+            for piece in rows.drop("table", "source").iter_slices(MERGE_ROWS):
+                self.scratch.write(stream, piece)  # a batch at a time for the merge
+            self.scratch.close_part(stream)
         self.spilled_rows += frame.height
 
     def first(self, rule_rejects: pl.DataFrame, n: int) -> pl.DataFrame:
@@ -269,16 +277,11 @@ class HeldRejects:
 
     def _source_rows(self, source: str, part: _Part | None,
                      duplicates: list[Iterator[pl.DataFrame]]) -> Iterator[pl.DataFrame]:
-        """One source's rejects in row order: its spilled chunks as they come, when they came
-        in order, merged by row with its duplicates' chunks (each in row order); else all of
-        them sorted at once."""
-        chunks = iter(()) if part is None else self._restored(source, part.number)
-        if part is not None and not part.ascending:
-            yield pl.concat([pl.DataFrame(schema=REJECT_SCHEMA), *chunks,
-                             *itertools.chain(*duplicates)], how="vertical_relaxed"
-                            ).sort("row", maintain_order=True)
-            return
-        yield from _merged_by_row([chunks, *duplicates])
+        """One source's rejects in row order: its spilled streams (one when its chunks came
+        in row order; long form split by key makes many) merged by row with its duplicates'
+        chunks (each in row order), a record batch of each held at a time."""
+        streams = [] if part is None else [self._restored(source, n) for n in part.streams]
+        yield from _merged_by_row([*streams, *duplicates])
 
 
 def _merged_by_row(streams: list[Iterator[pl.DataFrame]]) -> Iterator[pl.DataFrame]:
