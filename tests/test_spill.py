@@ -669,6 +669,37 @@ def test_sigterm_while_spilled_rejects_are_written_leaves_the_earlier_output(tmp
     _stopped_over_an_earlier_output(tmp_path, STOP_AS_REJECTS_ARE_WRITTEN)
 
 
+STOP_AS_STREAMS_OF_A_SOURCE_ARE_MERGED = """
+import os, signal
+import pipeline.batches
+from pipeline.engines import polars_engine, polars_rejects
+pipeline.batches.BATCH_ROWS = 64
+polars_engine.LONG_PARTITION_ROWS = 200
+polars_rejects.MERGE_ROWS = 4
+real = polars_rejects._merged_by_row
+
+def merged_by_row(streams):
+    for n, frame in enumerate(real(streams)):
+        if n == 2 and len(streams) > 1:  # a source's rejects spilled in no row order
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield frame
+
+polars_rejects._merged_by_row = merged_by_row
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_a_sources_rejects_are_merged_by_row_leaves_the_earlier_output(
+        tmp_path):
+    """The real CLI, stopped by SIGTERM (sent by a sitecustomize in its process) while long
+    form split by key has a source's rejects, spilled in chunks of no row order, merged by
+    row into the rejects table, over an earlier output: exit 143, the one stop line, the
+    earlier output byte for byte, no scratch or staging left."""
+    _long_inputs(tmp_path, "text", "shuffled")
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "kind", "moves"], [RULES[0]])
+    _stopped_over_an_earlier_output(tmp_path, STOP_AS_STREAMS_OF_A_SOURCE_ARE_MERGED)
+
+
 @pytest.mark.slow
 def test_rejects_of_many_sources_spill_under_a_low_open_files_limit(tmp_path):
     """150 small files of rows mostly rejected, read together, every batch's rejects
