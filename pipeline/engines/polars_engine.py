@@ -808,8 +808,7 @@ def _evaluate_long(paths: list[Path], config: Config, index: pl.DataFrame, cache
              f"{LONG_PARTITION_ROWS:,}")
     rows_read = 0
     text = dict.fromkeys(keys.KEYS, False)
-    held = new_rejects()  # a fail run past its tolerance stops splitting, by a count of
-    early = CountedRejects(held.stop_past, held.rename)  # the rows that fail on their own
+    early = new_rejects().counter()  # a fail run past its tolerance stops splitting
     with spill(staging) as scratch:
         for file_index, frame in read_ahead(batches):
             early.stop_if_past()

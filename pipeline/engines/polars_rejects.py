@@ -121,6 +121,10 @@ class HeldRejects:
         if self.stop_past is not None and self.rows > self.stop_past:
             raise RejectsPastTolerance(self.rows, self.rename(self.found))
 
+    def counter(self) -> CountedRejects:
+        """A count of rejects under the same tolerance, none of them held (`CountedRejects`)."""
+        return CountedRejects(self.stop_past, self.rename)
+
     def add_duplicates(self, duplicates: pl.DataFrame) -> None:
         """Rejects of keys given more than once, found once every verdict is in (the merge of
         sorted runs gives them a slice at a time): held up to `budget` bytes, then spilled
