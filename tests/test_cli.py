@@ -114,6 +114,38 @@ def test_a_trailing_slash_names_a_directory_as_a_shell_reads_it(cli, tmp_path, s
             } == small_job
 
 
+def test_parquet_files_of_any_name_in_a_directory_are_read(cli, tmp_path, monkeypatch):
+    """Hive, Trino and Impala name their Parquet files `000000_0`, `000000_0_copy_1` or
+    `..._data.0.parq`, and some tools `x.parquet.snappy`: a directory listing reads every file
+    that starts as Parquet, whatever its name, rather than missing its rows with exit 0;
+    a text file of another name (`notes`) is still skipped. The verdicts are checked against
+    a brute-force game-tree search."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rules.csv").write_text("rule_set_id,moves\n1,2 5\n")
+    table = tmp_path / "table"
+    table.mkdir()
+    heaps = {0: [5], 1: [4], 2: [3, 6], 3: [7, 7, 2], 4: [9], 5: [11, 1]}
+    names = {"000000_0": [0, 1], "000000_0_copy_1": [2], "4c4d8f_1234_data.0.parq": [3],
+             "part-00000.parquet.snappy": [4], "part-00001.parquet": [5]}
+    for name, ids in names.items():
+        pq.write_table(pa.table({"rule_set_id": [1] * len(ids), "position_id": ids,
+                                 "heaps": [heaps[i] for i in ids]}), table / name)
+    (table / "notes").write_text("rule_set_id,position_id,heaps\n1,99,5\n")
+    result = cli("run", "--rules", "rules.csv", "--positions", "table", "--out", "out")
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [Path(f["path"]).name for f in manifest["inputs"]["positions"]] == sorted(names)
+    assert {f["format"] for f in manifest["inputs"]["positions"]} == {"parquet"}
+    verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert dict(verdicts.select("position_id", "verdict").iter_rows()) == {
+        i: "W" if wins("subtraction", (2, 5), h) else "L"
+        for i, h in heaps.items()}
+
+
 def test_compressed_files_a_directory_listing_skips_are_named_in_a_warning(
         cli, tmp_path, small_job):
     """A directory of CSV exports where some came compressed (`x.csv.gz`): the run reads the

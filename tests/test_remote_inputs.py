@@ -98,3 +98,29 @@ def test_compressed_objects_a_prefix_listing_skips_are_named_in_a_warning(s3_env
                     "(s3://bkt/in/c.CSV.ZST, s3://bkt/in/day/b.csv.gz): a listing reads only "
                     ".parquet, .pq and .csv files; decompress them to read their rows (or name "
                     "each as an input itself, if it is plain text)"]
+
+
+def test_parquet_objects_of_any_name_below_a_prefix_are_read(s3_env) -> None:
+    """As for a local directory: Athena, Hive and Trino write Parquet objects without a
+    suffix (`20261208_0001_x`, `000000_0`); an object that starts as Parquet is read whatever
+    its name, through a pattern too. A text object of another name, an empty one, a hidden
+    one and one inside a snim-batch output are not."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"rule_set_id": [1], "position_id": [0], "heaps": [[5]]}), sink)
+    client = s3_env.client()
+    for key in ("in/20261208_0001_x", "in/day/000000_0", "in/_tmp/000000_0",
+                "in/out/000000_0"):
+        client.put_object(Bucket="bkt", Key=key, Body=sink.getvalue())
+    client.put_object(Bucket="bkt", Key="in/out/manifest.json",
+                      Body=b'{"run_id": "r", "versions": {"snim-batch": "0.1.0"}}')
+    for key, body in (("in/a.csv", CSV), ("in/notes", CSV), ("in/empty", b"")):
+        client.put_object(Bucket="bkt", Key=key, Body=body)
+    assert found("s3://bkt/in") == ["s3://bkt/in/20261208_0001_x", "s3://bkt/in/a.csv",
+                                    "s3://bkt/in/day/000000_0"]
+    assert found("s3://bkt/in/**") == found("s3://bkt/in")
+    assert found("s3://bkt/in/*_x") == ["s3://bkt/in/20261208_0001_x"]

@@ -16,6 +16,7 @@ from pipeline.errors import InputError
 from pipeline.io.inputs.remote import (
     COMPRESSED_SUFFIXES,
     DELTA_TABLE,
+    PARQUET_MAGIC,
     resolve_remote,
     skipped_compressed,
 )
@@ -33,7 +34,8 @@ _STAGING_NAME = re.compile(r"\..+\.(?:partial|retired)-\d+-.+")
 def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
                    options: dict[str, str] | None = None,
                    on_warning: Callable[[str], None] | None = None) -> list[Source]:
-    """A file, a directory (its .parquet/.pq/.csv files, recursively) or a glob -> sorted files.
+    """A file, a directory (its .parquet/.pq/.csv files, recursively, and files of other
+    names that start as Parquet) or a glob -> sorted files.
 
     A path that exists is taken as written, glob characters and all; only one that does not
     is a glob pattern. What a directory listing or a wildcard finds is skipped when its name
@@ -62,6 +64,19 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
     if warning is not None and on_warning is not None:
         on_warning(warning)
     return list(files)
+
+
+def _starts_as_parquet(path: Path) -> bool:
+    """Whether a regular file of another name holds Parquet (Hive, Impala and Trino name
+    theirs `000000_0`, `000000_0_copy_1` or `..._data.0.parq`): its rows are read as the
+    Parquet they are, not missed unsaid. One that cannot be read is skipped as before."""
+    try:
+        if not os.path.isfile(path):  # a pipe would block the open
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
+    except OSError:
+        return False
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -262,7 +277,8 @@ class _InputFinder:
 
     def take_dir(self, directory: Path, ancestors: tuple[Any, ...], found_by_name: bool = True
                  ) -> None:
-        """Every .parquet/.pq/.csv file below `directory`, following symlinks."""
+        """Every .parquet/.pq/.csv file below `directory`, and every file of another name
+        that starts as Parquet (`_starts_as_parquet`), following symlinks."""
         inner = self.enter(directory, ancestors, found_by_name)
         if inner is not None:
             self.take_entries(directory, inner)
@@ -274,7 +290,8 @@ class _InputFinder:
             if self.hidden(directory, name):
                 continue
             path = directory / name
-            if not name.lower().endswith(_INPUT_SUFFIXES) and not os.path.isdir(path):
+            if (not name.lower().endswith(_INPUT_SUFFIXES) and not os.path.isdir(path)
+                    and not _starts_as_parquet(path)):
                 self.skipped["suffix"].add(path)
                 continue
             kind = self.kind_of(path)

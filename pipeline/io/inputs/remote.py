@@ -1,8 +1,9 @@
 """Finding the input objects of an object-store spec, as `inputs.resolve_inputs` finds files:
 an object that exists is that object; else a prefix is a directory (its .parquet, .pq and
-.csv objects, at any depth) and a URL with glob characters is a pattern over keys, `**`
-matching any depth. Below what was named, names starting with _ or . are skipped, and so are
-snim-batch outputs (prefixes holding a manifest.json) and the run's own output."""
+.csv objects, at any depth, and objects of other names that start as Parquet) and a URL
+with glob characters is a pattern over keys, `**` matching any depth. Below what was named,
+names starting with _ or . are skipped, and so are snim-batch outputs (prefixes holding a
+manifest.json) and the run's own output."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, SnimError
 from pipeline.io.outputs.manifest import MANIFEST, RUN_FILE, RUN_ID, written_by_snim
 from pipeline.io.store.locations import GLOB_CHARS, Location
 from pipeline.io.store.object_store import (
@@ -19,6 +20,7 @@ from pipeline.io.store.object_store import (
     filesystem,
     is_object,
     list_below,
+    read_head,
     store_error,
     store_failures,
 )
@@ -27,6 +29,8 @@ INPUT_SUFFIXES = (".parquet", ".pq", ".csv")
 COMPRESSED_SUFFIXES = (".gz", ".gzip", ".tgz", ".z", ".zst", ".zstd", ".bz2", ".xz", ".lzma",
                        ".zip", ".lz4", ".snappy", ".br")
 """Files compressed whole (`x.csv.gz`), which a listing skips: a warning names them."""
+PARQUET_MAGIC = b"PAR1"
+SMALLEST_PARQUET = 12  # its magic bytes at both ends and the footer's length between
 
 
 def skipped_compressed(what: str, spec: str, names: list[str]) -> str | None:
@@ -78,12 +82,15 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None,
     found: list[str] = []
     compressed: list[str] = []
     skipped = 0
-    for key, *_ in listed:
+    for key, size, *_ in listed:
         relative = key[len(root.key) + 1:].split("/") if root.key else key.split("/")
         taken = _taken(relative, pattern, directories_only)
         owner = next((o for o in outputs if key.startswith(o + "/")), None)
         if taken is None:
             continue
+        if (taken is False and owner is None and size >= SMALLEST_PARQUET
+                and _taken(relative, pattern, directories_only, any_name=True)):
+            taken = _starts_as_parquet(spec.at_key(key))
         if not taken or (owner is not None and owner != spec.key) or _own(key, spec, exclude):
             skipped += 1
             if (owner is None and not any(_hidden(name) for name in relative)
@@ -129,12 +136,23 @@ def _exists(key: str, listed: list[tuple[str, int, float]]) -> bool:
     return any(k == key or k.startswith(key + "/") for k, *_ in listed)
 
 
-def _taken(relative: list[str], pattern: list[str] | None, directories_only: bool = False
-           ) -> bool | None:
+def _starts_as_parquet(location: Location) -> bool:
+    """Whether an object of another name holds Parquet (Hive, Impala, Trino and Athena name
+    theirs `000000_0`, `..._data.0.parq` or with no suffix at all): its rows are read as
+    the Parquet they are, not missed. One that cannot be read is skipped as before."""
+    try:
+        return read_head(location, len(PARQUET_MAGIC))[0] == PARQUET_MAGIC
+    except SnimError:
+        return False
+
+
+def _taken(relative: list[str], pattern: list[str] | None, directories_only: bool = False,
+           any_name: bool = False) -> bool | None:
     """None when the pattern does not reach this object; True to read it; False when it is
-    reached but skipped (a hidden name or another type below what was named)."""
+    reached but skipped (a hidden name or another type below what was named). `any_name`:
+    whatever the suffix of an object found below what was named."""
     if pattern is None:
-        return _plain_below(relative)
+        return _plain_below(relative, any_name)
     ends = _matched_prefixes(pattern, relative)
     if directories_only:
         ends.discard(len(relative))  # the object itself: no prefix of others
@@ -142,14 +160,14 @@ def _taken(relative: list[str], pattern: list[str] | None, directories_only: boo
         return None
     if len(relative) in ends:
         return True
-    return any(_plain_below(relative[end:]) for end in ends)
+    return any(_plain_below(relative[end:], any_name) for end in ends)
 
 
-def _plain_below(relative: list[str]) -> bool:
+def _plain_below(relative: list[str], any_name: bool = False) -> bool:
     """A file found below a directory: read when no name on the way is hidden and its
-    suffix is an input suffix."""
+    suffix is an input suffix (`any_name`: whatever its suffix)."""
     return (not any(_hidden(name) for name in relative)
-            and relative[-1].lower().endswith(INPUT_SUFFIXES))
+            and (any_name or relative[-1].lower().endswith(INPUT_SUFFIXES)))
 
 
 def _matched_prefixes(pattern: list[str], names: list[str]) -> set[int]:
