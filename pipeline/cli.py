@@ -539,7 +539,8 @@ def run(
     result_file: Annotated[Path | None, typer.Option(
         envvar="SNIM_BATCH_RESULT_FILE",
         help="Write the run's result as JSON to this file (docs/run-result.schema.json), "
-             "whether the run succeeds, fails or is stopped; replaced whole.")] = None,
+             "whether the run succeeds, fails or is stopped; replaced whole (through a "
+             "symlink: the file it points to).")] = None,
     json_result: Annotated[bool, typer.Option(
         "--json", envvar="SNIM_BATCH_JSON",
         help="Print the run's result as one JSON object on stdout (messages stay on "
@@ -590,13 +591,13 @@ def run(
 
         return reported
 
-    reported = reported_to(result_file)
     no_file = reported_to(None)  # the result file is the error: --json's result only
     try:
         if result_file is not None:
-            _check_result_file(result_file)
+            result_file = _check_result_file(result_file)
     except UsageError as exc:
         _fail(exc, verbose, no_file)
+    reported = reported_to(result_file)
     try:
         take_stops()  # one that came while the command line was parsed: reported as a stop
         configure_logging(quiet, verbose, log_format.value if log_format else None)
@@ -676,9 +677,21 @@ def _local_only(path: Path | None, option: str) -> None:
                          "it locally, then copy it to the store)")
 
 
-def _check_plot_file(path: Path | None) -> None:
+def _replaced_whole(path: Path, shown: str, instead: str) -> Path:
+    """The file a file option written whole by a rename over it (--result-file, --plot)
+    replaces: a symlink's target, not the link. A pipe, socket or device there is refused
+    (a usage error): the rename would put a regular file in its place (as root, /dev/null)."""
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        from pipeline.io.inputs.discovery import special_kind
+
+        raise UsageError(f"{shown}: is {special_kind(path)}, not a regular file, and the "
+                         f"file is replaced whole, by a rename over it; {instead}")
+    return Path(os.path.realpath(path)) if os.path.islink(path) else path
+
+
+def _check_plot_file(path: Path | None) -> Path | None:
     """--plot needs the plot extra and must name a local file in an existing directory: a
-    usage error before any work."""
+    usage error before any work. Returns the file to write (`_replaced_whole`)."""
     if path is not None:
         from pipeline.plots import require_plotting
 
@@ -689,11 +702,14 @@ def _check_plot_file(path: Path | None) -> None:
                          "file's name)")
     if path is not None and not path.absolute().parent.is_dir():
         raise UsageError(f"--plot {brief_repr(str(path))}: its directory does not exist")
+    return None if path is None else _replaced_whole(
+        path, f"--plot {brief_repr(str(path))}", "name a PNG file")
 
 
-def _check_result_file(path: Path) -> None:
+def _check_result_file(path: Path) -> Path:
     """--result-file must be a local file in an existing directory, and not inside a
-    snim-batch output (whose manifest would not list it): a usage error before any work."""
+    snim-batch output (whose manifest would not list it): a usage error before any work.
+    Returns the file to write (`_replaced_whole`: a link's target)."""
     from pipeline.io.outputs.commit import refuse_inside_snim_output
     from pipeline.io.outputs.failures import PID_WIDTH, refuse_long_names, unwritable
 
@@ -701,6 +717,7 @@ def _check_result_file(path: Path) -> None:
     shown = f"--result-file {brief_repr(str(path))}"
     refuse_long_names(path, "--result-file", "its temporary file .NAME.PID.tmp",
                       len("...tmp") + PID_WIDTH)  # as `whole.whole_file` names it
+    path = _replaced_whole(path, shown, "name a file (--json prints the result on stdout)")
     if path.is_dir():
         raise UsageError(f"{shown}: is a directory")
     if not path.absolute().parent.is_dir():
@@ -709,6 +726,7 @@ def _check_result_file(path: Path) -> None:
     if cause is not None:  # found only after the commit, the night's output would stand unreported
         raise UsageError(f"{shown}: its directory cannot be written ({cause})")
     refuse_inside_snim_output(path, shown, "--result-file")
+    return path
 
 
 def _forget_refused_runs_result(args: list[str]) -> None:
@@ -728,12 +746,12 @@ def _forget_refused_runs_result(args: list[str]) -> None:
     if not named:
         return
     try:
-        _check_result_file(Path(named))
+        path = _check_result_file(Path(named))
     except (UsageError, OSError):
         return
     from pipeline.results import forget_earlier_result
 
-    forget_earlier_result(Path(named))
+    forget_earlier_result(path)
 
 
 def _check_result_outside(path: Path, out: object) -> None:
@@ -891,7 +909,7 @@ def explain(**options: Any) -> None:
     try:
         configure_logging(False, verbose, log_format.value if log_format else None)
         if result_file is not None:  # refused before any work, as the run refuses it
-            _check_result_file(result_file)
+            result_file = _check_result_file(result_file)
         with heavy_imports():
             from pipeline.explain import plan_run
 
@@ -1102,7 +1120,7 @@ def grundy(
     try:
         from pipeline.grundy import build_table, canonical_rule, counted_values
 
-        _check_plot_file(plot)
+        plot = _check_plot_file(plot)
         try:
             rule = canonical_rule(kind.value, _parse_moves(moves) if moves.strip() or
                                   kind is Kind.subtraction else None)

@@ -1481,7 +1481,8 @@ def test_a_result_file_that_is_an_input_is_refused(cli, small_job, tmp_path, arg
     """The result would replace the file (a failed run's result too) and the next night would
     read JSON: a file the run reads, however named (a glob, a directory, the file a link
     points to), or its config file, is refused before any work, and every file stays as it
-    was. A link that is not an input, a JSON file in an input directory, are no input."""
+    was. A JSON file in an input directory is no input; a link that is not an input itself
+    but points to one is refused too: the result replaces the file a link points to."""
     (tmp_path / "c.yaml").write_text("rules: rules.csv\npositions: positions.csv\nout: o\n")
     (tmp_path / "in" / "deep").mkdir(parents=True)
     (tmp_path / "in" / "deep" / "p.csv").write_bytes((tmp_path / "positions.csv").read_bytes())
@@ -1504,9 +1505,12 @@ def test_a_result_file_that_is_an_input_is_refused(cli, small_job, tmp_path, arg
                              "file\n")
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     assert not (tmp_path / "o").exists()
-    for fine in ("r.json", "link.csv"):  # link.csv is a link to an input, not one
-        assert cli("run", "--config", "c.yaml", "--overwrite", "--result-file",
-                   fine).exit_code == 0
+    assert cli("run", "--config", "c.yaml", "--overwrite", "--result-file",
+               "r.json").exit_code == 0
+    through = cli("run", "--config", "c.yaml", "--overwrite", "--result-file", "link.csv")
+    assert through.exit_code == 2, through.output  # it would replace rules.csv
+    assert f"the run reads it (--rules {tmp_path / 'rules.csv'})" in through.stderr
+    assert (tmp_path / "link.csv").is_symlink()
     assert (tmp_path / "rules.csv").read_bytes() == before[tmp_path / "rules.csv"]
     for fine in ("in/r.json", "in/.hidden.csv", "in/_x.csv"):  # names the run does not read
         assert cli("run", "--config", "c.yaml", "--positions", "in", "--overwrite",

@@ -110,3 +110,27 @@ def test_a_plot_that_names_no_local_file_is_a_usage_error(tmp_path: Path, monkey
     result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot", given])
     assert (result.exit_code, result.stderr) == (2, f"snim-batch: error: {shown}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR"]
+
+
+def test_a_plot_onto_a_pipe_is_refused_and_through_a_link_replaces_its_target(
+        tmp_path: Path, monkeypatch) -> None:
+    """A PNG is written whole by a rename over its file: a pipe (as root, a device such as
+    /dev/null) is refused before any work, not replaced by a regular file; a symlink stays
+    a link and the file it points to gets the picture."""
+    import os
+    import stat
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("fifo")
+    result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot", "fifo"])
+    assert (result.exit_code, result.stderr) == (
+        2, "snim-batch: error: --plot 'fifo': is a pipe (a named pipe, /dev/stdin piped, "
+           "<(...)), not a regular file, and the file is replaced whole, by a rename over it; "
+           "name a PNG file\n")
+    assert stat.S_ISFIFO(os.lstat("fifo").st_mode)
+    (tmp_path / "plots").mkdir()
+    Path("latest.png").symlink_to("plots/sg.png")
+    result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot", "latest.png"])
+    assert result.exit_code == 0, result.output
+    assert Path("latest.png").is_symlink()
+    assert (tmp_path / "plots" / "sg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -237,6 +238,36 @@ def test_a_result_file_in_a_missing_directory_is_exit_2_before_any_work(job: Pat
     assert proc.stderr == ("snim-batch: error: --result-file 'nowhere/r.json': its directory "
                            "does not exist\n")
     assert not (job / "out").exists()
+
+
+def test_a_result_file_that_is_a_pipe_is_exit_2_and_stays_a_pipe(job: Path) -> None:
+    """The result is written whole by a rename over its file, which would put a regular file
+    in a pipe's (or, as root, a device's: /dev/null) place: refused before any work."""
+    os.mkfifo(job / "fifo")
+    proc = snim([*RUN, "--result-file", "fifo"], job)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ("snim-batch: error: --result-file 'fifo': is a pipe (a named pipe, "
+                           "/dev/stdin piped, <(...)), not a regular file, and the file is "
+                           "replaced whole, by a rename over it; name a file (--json prints "
+                           "the result on stdout)\n")
+    assert stat.S_ISFIFO(os.lstat(job / "fifo").st_mode)
+    assert not (job / "out").exists()
+
+
+def test_a_result_file_through_a_symlink_replaces_its_target(job: Path) -> None:
+    """A link to the file a scheduler reads (`latest.json -> results/night.json`) stays a
+    link: the file it points to gets the result, also through a dangling link."""
+    (job / "results").mkdir()
+    (job / "results" / "night.json").write_text("an older result\n")
+    (job / "latest.json").symlink_to("results/night.json")
+    (job / "next.json").symlink_to("results/next.json")
+    for link in ("latest.json", "next.json"):
+        proc = snim([*RUN, "--result-file", link, "--overwrite"], job)
+        assert proc.returncode == 0, proc.stderr
+        assert (job / link).is_symlink()
+        document = valid(json.loads((job / link).read_text()))
+        assert document["status"] == "succeeded"
+    assert sorted(p.name for p in (job / "results").iterdir()) == ["next.json", "night.json"]
 
 
 @pytest.mark.parametrize("result_file", ["nowhere/r.json", "positions.csv", "out/r.json"])

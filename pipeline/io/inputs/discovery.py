@@ -125,7 +125,7 @@ def _once_each(files: list[Path]) -> list[Path]:
     return sorted(kept)
 
 
-def _special_kind(path: Path) -> str:
+def special_kind(path: Path) -> str:
     """What a path that is no regular file nor directory is, in a few words."""
     try:
         mode = os.stat(path).st_mode
@@ -162,7 +162,7 @@ class _InputFinder:
         if self.exists(path):
             kind = self.kind_of(path)
             if kind == "special":
-                raise self.error(path, f"is {_special_kind(path)}, not a regular file: a run "
+                raise self.error(path, f"is {special_kind(path)}, not a regular file: a run "
                                        "reads each input more than once (its bytes checked, "
                                        "its rows read and counted), which a pipe or device "
                                        "gives only once; write it to a file first")
