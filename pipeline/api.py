@@ -106,7 +106,11 @@ def settings(*, config_file: str | Path | None = None, rules: str | Path | None 
     for name, flag in (("winning_moves", winning_moves), ("overwrite", overwrite)):
         if flag is not None and not isinstance(flag, bool):  # "false" would read as true
             raise ConfigError(f"{name} must be True or False, got {brief_repr(flag)}")
-    cwd = Path.cwd()
+    try:
+        cwd = Path.cwd()
+    except FileNotFoundError:
+        raise UsageError("the current directory no longer exists (removed, or replaced by "
+                         "a rename): change to one that does") from None
     if config_text is not None:
         cfg = load_config(Path(config_text), texts)
     elif all(texts.values()):

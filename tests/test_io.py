@@ -1169,6 +1169,50 @@ def test_an_empty_output_directory_needs_no_overwrite(tmp_path: Path) -> None:
     assert code == 1 and "--overwrite" in err
 
 
+def test_a_replaced_output_keeps_its_directorys_group_and_mode(tmp_path: Path) -> None:
+    """An output is staged beside its directory and renamed over it: a directory made ready
+    for a group (setgid, group-writable, another group) stayed so only until the first run,
+    and each `--overwrite` reset the last night's. Now the new directory takes the old one's
+    group (its files too, through the setgid bit) and mode, a read-only mode included."""
+    rules, positions = small_inputs(tmp_path / "in")
+    out = tmp_path / "shared"
+    out.mkdir()
+    group = 12345 if os.geteuid() == 0 else next(
+        (g for g in os.getgroups() if g != os.getegid()), os.getegid())
+    os.chown(out, -1, group)
+    os.chmod(out, 0o2770)
+    for extra in ((), ("--overwrite",)):
+        code, err = invoke(job(rules, positions, out, *extra), tmp_path)
+        assert code == 0, err
+        assert (os.stat(out).st_mode & 0o7777, os.stat(out).st_gid) == (0o2770, group)
+        assert {os.stat(f).st_gid for f in out.iterdir()} == {group}
+    os.chmod(out, 0o555)
+    code, err = invoke(job(rules, positions, out, "--overwrite"), tmp_path)
+    assert code == 0, err
+    assert os.stat(out).st_mode & 0o7777 == 0o555
+
+
+def test_the_working_directory_is_no_output(tmp_path: Path) -> None:
+    """`--out .` from an empty directory (or `--out ..`) put the output in place by renaming
+    over the directory the shell stands in, leaving it in a removed directory (every later
+    command failed there): refused, nothing written; from outside it is filled."""
+    rules, positions = small_inputs(tmp_path / "in")
+    night = tmp_path / "night"
+    (night / "sub").mkdir(parents=True)
+    for where, out in ((night, "."), (night / "sub", "..")):
+        code, err = invoke(job(rules, positions, out), where)
+        assert code == 1, err
+        shown = night if out == "." else night / "sub" / ".."
+        assert err == (f"snim-batch: error: {shown}: is the current directory or holds it, "
+                       "and the output is put in place by renaming a directory over it, which "
+                       "would leave this shell in a removed directory; run from outside it "
+                       "(cd ..); refusing to replace it, nothing was written\n")
+        assert sorted(p.name for p in night.iterdir()) == ["sub"]
+    (night / "sub").rmdir()
+    code, err = invoke(job(rules, positions, "night"), tmp_path)
+    assert code == 0, err
+
+
 # ---- a full or read-only file system (a real small tmpfs) ------------------------------------
 
 

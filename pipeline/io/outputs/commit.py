@@ -323,6 +323,11 @@ def _target_state(target: Path, overwrite: bool, shown: str) -> str:
     if not stat.S_ISDIR(mode):
         raise OutputError(f"{shown}: exists and is not a directory", path=shown,
                           refused=True)
+    if _holds_working_directory(target):
+        raise OutputError(f"{shown}: is the current directory or holds it, and the output is "
+                          "put in place by renaming a directory over it, which would leave "
+                          "this shell in a removed directory; run from outside it (cd ..)",
+                          path=shown, refused=True, written=False)
     if _is_mount_point(target):
         raise OutputError(f"{shown}: is a mount point, and the output is put in place by "
                           "renaming a directory over it, which a mount point cannot take; "
@@ -464,6 +469,7 @@ def _make_staging(target: Path, run_id: str, shown: str) -> Path:
             parent.mkdir(parents=True, exist_ok=True)
             doing = f"creating the staging directory {staging}"
             staging.mkdir()
+            _take_group(target, staging)
             return staging
         except FileNotFoundError as exc:
             if attempt == 2:
@@ -471,6 +477,43 @@ def _make_staging(target: Path, run_id: str, shown: str) -> Path:
         except OSError as exc:
             raise failure(shown, doing, *write_cause(exc)) from None
     raise AssertionError("the second attempt returns or raises")
+
+
+def _take_group(target: Path, staging: Path) -> None:
+    """The group of the directory the output replaces (an empty one made for it, or the last
+    night's) goes to its replacement, with its setgid bit, before any file is written, so
+    that the files get it too: a group-shared output stays shared. What this user may not
+    set stays as made."""
+    try:
+        found = os.stat(target)
+    except OSError:
+        return
+    if not stat.S_ISDIR(found.st_mode):
+        return
+    with suppress(OSError):
+        os.chown(staging, -1, found.st_gid)
+    if found.st_mode & stat.S_ISGID:
+        with suppress(OSError):
+            os.chmod(staging, stat.S_IMODE(os.stat(staging).st_mode) | stat.S_ISGID)
+
+
+def _take_mode(target: Path, staging: Path) -> None:
+    """The mode of the directory the output replaces goes to its replacement, right before
+    the rename (not before: a read-only mode would refuse the run's own writes)."""
+    with suppress(OSError):
+        found = os.stat(target)
+        if stat.S_ISDIR(found.st_mode):
+            os.chmod(staging, stat.S_IMODE(found.st_mode))
+
+
+def _holds_working_directory(target: Path) -> bool:
+    """Whether `target` is the current directory or one above it."""
+    try:
+        here = Path(os.path.realpath(os.getcwd()))
+    except OSError:
+        return False
+    real = Path(os.path.realpath(target))
+    return here == real or real in here.parents
 
 
 def _swap(staging: Path, target: Path) -> Path:
@@ -497,6 +540,7 @@ def _commit(staging: Path, target: Path, overwrite: bool, shown: str) -> Path | 
             if state == "missing":
                 rename_noreplace(staging, target)
                 return None
+            _take_mode(target, staging)
             if state == "empty":
                 os.rename(staging, target)  # the kernel refuses if it is no longer empty
                 return None
