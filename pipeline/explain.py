@@ -37,6 +37,7 @@ from pipeline.io.read.formats import describe
 from pipeline.io.read.readers import as_read, columns_of_each, heap_upper_bound
 from pipeline.io.store.locations import Location
 from pipeline.io.store.run_cache import RunCache
+from pipeline.run import rules_past_tolerance
 from pipeline.tables import PRESIZE_LIMIT
 from pipeline.transforms import normalize
 from pipeline.transforms.schema import check_columns, wrong_type
@@ -266,8 +267,11 @@ def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
     try:
         warnings: list[str] = []
         with RunCache(whole_objects=config.engine != "spark") as cache:
-            rules, distinct, index = _rules_plan(config, cache, warnings.append)
+            rules, distinct, index, read = _rules_plan(config, cache, warnings.append)
             positions = _positions_plan(config, cache, index, warnings.append)
+            past = rules_past_tolerance(config, read, positions.form)
+            if past is not None:  # certain from the rules alone: the run fails as it reads
+                raise past
     except SnimError:
         if output.refusal is not None:  # the run stops at its output before reading a row
             raise output.refusal from None
@@ -281,9 +285,9 @@ def plan_run(config: Config, run_date: date | None = None) -> RunPlan:
 
 
 def _rules_plan(config: Config, cache: RunCache, warn: Callable[[str], None]
-                ) -> tuple[RulesPlan, list[Rule], pl.DataFrame]:
-    """The rules read whole, as the run reads them (`batches.read_rules`), and their distinct
-    rules with the index rule_set_id -> table."""
+                ) -> tuple[RulesPlan, list[Rule], pl.DataFrame, pl.DataFrame]:
+    """The rules read whole, as the run reads them (`batches.read_rules`), their distinct
+    rules with the index rule_set_id -> table, and the rules as read."""
     rules, files, rows = read_rules(config, cache=cache, on_warning=warn)
     distinct, index = normalize.rule_index(rules)
     by_kind: dict[str, int] = {}
@@ -298,7 +302,7 @@ def _rules_plan(config: Config, cache: RunCache, warn: Callable[[str], None]
         distinct_by_kind=by_kind,
         key_type=INT if rules["rule_set_id"].dtype == pl.Int64 else TEXT,
     )
-    return plan, distinct, index
+    return plan, distinct, index, rules
 
 
 def _positions_plan(config: Config, cache: RunCache, index: pl.DataFrame,

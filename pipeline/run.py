@@ -313,6 +313,19 @@ def _stop_past_rejects(config: Config, rule_rejects: int) -> int | None:
     return None if config.max_rejected_rate is not None else -rule_rejects
 
 
+def rules_past_tolerance(config: Config, rules: pl.DataFrame, form: str
+                         ) -> BadRowsError | None:
+    """The error a fail run stops with once its rules' rejected rows alone are over its
+    tolerance, whatever the positions hold (`explain` says it before any work), or None."""
+    rule_rejects = schema.with_input_column_names(outputs.reject_rows(rules, "rules"),
+                                                  config.columns, form)
+    stop = _stop_past_rejects(config, rule_rejects.height)
+    if stop is None or stop >= 0:
+        return None
+    return _stopped_past_tolerance(config, rule_rejects,
+                                   RejectsPastTolerance(0, rule_rejects.clear()))
+
+
 def _stopped_past_tolerance(config: Config, rule_rejects: pl.DataFrame,
                             stop: RejectsPastTolerance) -> BadRowsError:
     """The error of a fail run whose engine stopped reading past its tolerance: the rows

@@ -289,6 +289,37 @@ def test_bad_input_gives_what_run_gives(wide_parquet: Path, args: list[str]) -> 
     assert not (wide_parquet / "out").exists()
 
 
+@pytest.mark.parametrize("tolerance, certain, run_code", [
+    ([], True, 1), (["--max-rejected-rows", "1"], True, 1),
+    (["--max-rejected-rows", "2"], False, 0), (["--max-rejected-rate", "0.5"], False, 0),
+    (["--max-rejected-rate", "0.01"], False, 1)])
+def test_a_fail_run_over_its_tolerance_on_the_rules_alone_is_the_runs_error(
+        tmp_path: Path, tolerance: list[str], certain: bool, run_code: int) -> None:
+    """Under --on-bad-rows fail, rules whose rejected rows alone are over the tolerance fail
+    the run whatever the positions hold: explain exited 0 before a run that exited 1. Now it
+    exits with the run's error; where the positions may still decide (a rate, a limit not
+    reached yet), it plans as before. Two of the three rules rows are rejected (id 1 twice,
+    differently); two positions rows of 2 are fine."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "2 5"], [1, "3"], [2, "1"]])
+    write_csv(tmp_path / "positions.csv", ["rule_set_id", "position_id", "heaps"],
+              [[2, 0, "5"], [2, 1, "4"]])
+    args = ["--rules", "rules.csv", "--positions", "positions.csv", "--out", "out",
+            "--on-bad-rows", "fail", *tolerance]
+    explain = snim("explain", *args, cwd=tmp_path)
+    if certain:
+        assert explain.returncode == 1, explain.stderr
+        assert explain.stderr.startswith("snim-batch: error: at least 2 input rows failed "
+                                         "validation (--on-bad-rows fail")
+    else:
+        assert explain.returncode == 0, explain.stderr
+        assert "rules: 1 file, 3 rows (2 rejected)" in explain.stdout
+    assert not (tmp_path / "out").exists()
+    ran = snim("run", *args, cwd=tmp_path)
+    assert ran.returncode == run_code, ran.stderr
+    if certain:
+        assert explain.stderr == ran.stderr
+
+
 def test_a_positions_file_missing_a_column_is_the_runs_error(tmp_path: Path) -> None:
     write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
     write_csv(tmp_path / "pos" / "a.csv", ["rule_set_id", "position_id", "heaps"], [[1, 1, 5]])
