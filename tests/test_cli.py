@@ -146,6 +146,23 @@ def test_parquet_files_of_any_name_in_a_directory_are_read(cli, tmp_path, monkey
         for i, h in heaps.items()}
 
 
+def test_invisible_characters_in_a_key_are_shown_escaped(cli, tmp_path, monkeypatch):
+    """A byte-order mark left inside a file joined from parts, or a zero-width space pasted
+    with an id, made `unknown rule_set_id 1 (not in the rules table)` while the rules hold
+    1: the reason (in rejects.parquet and on stderr) shows the character as its escape."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rules.csv").write_text("rule_set_id,moves\n1,2 5\n")
+    (tmp_path / "p.csv").write_bytes("rule_set_id,position_id,heaps\n1,0,5\n\ufeff1,1,6\n"
+                                     "1\u200b,2,6\n".encode())
+    result = cli("run", "--rules", "rules.csv", "--positions", "p.csv", "--out", "out")
+    assert result.exit_code == 3, result.output
+    rejects = pl.read_parquet(tmp_path / "out" / "rejects.parquet")
+    assert rejects["reason"].to_list() == [
+        f"unknown rule_set_id {shown} (not in the rules table)"
+        for shown in ("\\ufeff1", "1\\u200b")]
+    assert "unknown rule_set_id \\ufeff1 (not in the rules table)" in result.stderr
+
+
 def test_compressed_files_a_directory_listing_skips_are_named_in_a_warning(
         cli, tmp_path, small_job):
     """A directory of CSV exports where some came compressed (`x.csv.gz`): the run reads the

@@ -77,9 +77,17 @@ def with_input_column_names(rejects: pl.DataFrame, cols: Columns, form: str) -> 
     return rejects.with_columns(pl.col("column").replace(input_column_names(cols, form)))
 
 
+INVISIBLE = ("\ufeff", "\u200b", "\u200c", "\u200d", "\u2060", "\u00a0", "\u00ad")
+"""Characters a reader cannot see, which exports leave in keys (a byte-order mark inside a
+file joined from parts, a zero-width or no-break space pasted with an id): a reason shows
+each as its escape, or `unknown rule_set_id 1` would name an id the rules do hold."""
+
+
 def shown_text(value: pl.Expr) -> pl.Expr:
-    """A value as text for a reason, cut as `errors.truncated` cuts it: ids may be any length."""
-    text = value.cast(pl.String)
+    """A value as text for a reason, invisible characters escaped (`INVISIBLE`: `\\ufeff1`),
+    cut as `errors.truncated` cuts it: ids may be any length."""
+    text = value.cast(pl.String).str.replace_many(
+        list(INVISIBLE), [f"\\u{ord(c):04x}" for c in INVISIBLE])
     return pl.when(text.str.len_chars() <= SHOWN_CHARS).then(text).otherwise(
         pl.concat_str(text.str.slice(0, SHOWN_CHARS - 3), pl.lit("...")))
 
