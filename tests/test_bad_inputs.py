@@ -741,6 +741,58 @@ def test_a_partition_directory_is_named_when_its_column_is_missing(tmp_path: Pat
                                          "is not read as a column)\n")
 
 
+def test_warehouse_unloads_are_told_what_to_change(tmp_path: Path) -> None:
+    """What Snowflake and Oracle unload (upper-case names, NUMBER(38,0) as DECIMAL) and
+    pandas writes (its index as a column) fail the run as before, each with the change that
+    reads it: the `columns:` names, an integer cast, index=False. Once changed, the same
+    rows are evaluated, checked against a brute-force search."""
+    import decimal
+
+    rules = _good_rules_file(tmp_path / "rules.csv")
+    upper = tmp_path / "upper.parquet"
+    pl.DataFrame({"RULE_SET_ID": [1, 1], "POSITION_ID": [0, 1],
+                  "HEAPS": [[5, 12], [3]]}).write_parquet(upper)
+    got = invoke(job_args(rules, upper, tmp_path / "out"), tmp_path)
+    got.assert_no_crash()
+    assert (got.code, got.stderr) == (1, f"snim-batch: error: {upper}: no 'heaps' column (wide "
+                                         "form) or 'heap' column (long form); columns are "
+                                         "['RULE_SET_ID', 'POSITION_ID', 'HEAPS']; names are "
+                                         "matched exactly, case included: to read these, set "
+                                         "config.yaml's columns (rule_set_id: RULE_SET_ID, "
+                                         "position_id: POSITION_ID, heaps: HEAPS)\n")
+    upper_rules = tmp_path / "RULES.csv"  # the same unload: rules named so too
+    upper_rules.write_text("RULE_SET_ID,MOVES\n1,2 5\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"rules: {upper_rules}\npositions: {upper}\nout: out\ncolumns:\n"
+                      "  rule_set_id: RULE_SET_ID\n  position_id: POSITION_ID\n"
+                      "  heaps: HEAPS\n  moves: MOVES\n")
+    got = invoke(["run", "--config", str(config)], tmp_path)
+    assert got.code == 0, got.stderr
+    verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
+    assert verdicts["verdict"].to_list() == [
+        "W" if wins("subtraction", (2, 5), h) else "L" for h in ([5, 12], [3])]
+    numbers = tmp_path / "numbers.parquet"
+    pq.write_table(pa.table({
+        "rule_set_id": pa.array([decimal.Decimal(1)], pa.decimal128(38, 0)),
+        "position_id": [0], "heaps": [[5]]}), numbers)
+    got = invoke(job_args(rules, numbers, tmp_path / "out2"), tmp_path)
+    assert (got.code, got.stderr) == (1, f"snim-batch: error: {numbers}: column 'rule_set_id' "
+                                         "has type Decimal(precision=38, scale=0), expected "
+                                         "integer or string (a NUMBER or DECIMAL column, as "
+                                         "Snowflake and Oracle unload integers: cast it to an "
+                                         "integer type in the export, such as ::BIGINT)\n")
+    indexed = tmp_path / "indexed.parquet"
+    pq.write_table(pa.table({"rule_set_id": [1], "position_id": [0], "heaps": [[5]],
+                                     "__index_level_0__": [7]}), indexed)
+    got = invoke(job_args(rules, indexed, tmp_path / "out3"), tmp_path)
+    assert (got.code, got.stderr) == (1, f"snim-batch: error: {indexed}: unexpected column "
+                                         "'__index_level_0__' (expected ['rule_set_id', "
+                                         "'heaps', 'position_id']) (pandas' index, which "
+                                         "to_parquet writes as a column: write the frame with "
+                                         "index=False)\n")
+    assert not any((tmp_path / name).exists() for name in ("out2", "out3"))
+
+
 @pytest.mark.parametrize("case_id", ["positions-missing-path", "positions-binary-garbage-csv",
                                      "positions-garbage-parquet", "rules-moves-float-parquet"])
 def test_whole_file_problem_real_process(case_id: str, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ REJECT_SCHEMA = {
 
 
 HEAPS = pl.List(pl.Int64)
+_CANONICAL = set(vars(Columns()))
 LISTED_CHARS = 200  # a list of column names (or a type) in a message
 
 
@@ -31,8 +32,23 @@ def detect_form(columns: Sequence[str], cols: Columns, source: str) -> str:
     if not has_wide and not has_long:
         raise InputError(f"{source}: no {brief_repr(cols.heaps)} column (wide form) or "
                          f"{brief_repr(cols.heap)} column (long form); columns are "
-                         f"{brief_repr(list(columns), LISTED_CHARS)}", path=source)
+                         f"{brief_repr(list(columns), LISTED_CHARS)}"
+                         f"{_case_hint(columns, cols)}", path=source)
     return "wide" if has_wide else "long"
+
+
+def _case_hint(columns: Sequence[str], cols: Columns) -> str:
+    """'; ...' when columns differ from the expected names in case alone (`RULE_SET_ID`, as
+    Snowflake and Oracle unload them): names match exactly, and config.yaml's `columns:`
+    names them; else ''."""
+    by_lower = {c.lower(): c for c in columns}
+    found = {key: by_lower[name.lower()] for key, name in vars(cols).items()
+             if name not in columns and name.lower() in by_lower}
+    if not found:
+        return ""
+    named = ", ".join(f"{key}: {column}" for key, column in found.items())
+    return (f"; names are matched exactly, case included: to read these, set config.yaml's "
+            f"columns ({truncated(named, LISTED_CHARS)})")
 
 
 def check_columns(columns: Sequence[str], required: Sequence[str], optional: Sequence[str],
@@ -42,6 +58,7 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
     extra = [c for c in columns if c not in required and c not in optional]
     if missing:
         hint = f"; unexpected columns {brief_repr(extra, LISTED_CHARS)}" if extra else ""
+        hint += _case_hint(columns, Columns(**{m: m for m in missing if m in _CANONICAL}))
         if f"/{missing[0]}=" in source.replace("\\", "/"):
             hint += (f"; a partition directory {brief_repr(missing[0] + '=...')} in the path is "
                      "not read as a column")
@@ -50,13 +67,20 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
                          column=missing[0])
     if extra:
         expected = list(required) + [c for c in optional]
+        hint = (" (pandas' index, which to_parquet writes as a column: write the frame with "
+                "index=False)" if re.fullmatch(r"__index_level_\d+__", extra[0]) else "")
+        hint += _case_hint(extra, Columns(**{e: e for e in expected if e in _CANONICAL}))
         raise InputError(f"{source}: unexpected column {brief_repr(extra[0])} (expected "
-                         f"{brief_repr(expected, LISTED_CHARS)})", path=source, column=extra[0])
+                         f"{brief_repr(expected, LISTED_CHARS)}){hint}", path=source,
+                         column=extra[0])
 
 
 def wrong_type(source: str, name: str, dtype: pl.DataType, expected: str) -> InputError:
     hint = (" (bytes, as a UUID or a hash is often stored: write the key as text, such as the "
             "UUID's canonical form)" if dtype == pl.Binary else "")
+    if isinstance(dtype, pl.Decimal):
+        hint = (" (a NUMBER or DECIMAL column, as Snowflake and Oracle unload integers: cast "
+                "it to an integer type in the export, such as ::BIGINT)")
     return InputError(f"{source}: column {brief_repr(name)} has type "
                       f"{truncated(str(dtype), LISTED_CHARS)}, expected {expected}{hint}",
                       path=source, column=name)
