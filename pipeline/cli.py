@@ -1000,6 +1000,9 @@ def _plan_lines(plan: Any) -> list[str]:
     if p.largest_heap is None:
         lines.append("largest heap: not known before the run (CSV, or Parquet without "
                      "statistics): tables grow as the heaps need, within the limits")
+    elif p.largest_heap < 0:
+        lines.append(f"largest heap: {p.largest_heap:,} (the Parquet statistics): every heap "
+                     "is negative, so every position with a heap is rejected (out_of_range)")
     elif p.largest_heap_by_rule_set is None:
         lines.append(f"largest heap: {max(p.largest_heap, 0):,} (the Parquet statistics; the "
                      "same bound for every rule set)")

@@ -320,6 +320,23 @@ def test_a_fail_run_over_its_tolerance_on_the_rules_alone_is_the_runs_error(
         assert explain.stderr == ran.stderr
 
 
+def test_heaps_all_negative_are_planned_as_the_rejects_they_are(tmp_path: Path) -> None:
+    """Parquet statistics whose largest heap is negative said "largest heap: 0"; the plan
+    says the rows are rejects, as the run then makes them."""
+    write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "2 5"]])
+    pl.DataFrame({"rule_set_id": [1, 1], "position_id": [0, 1],
+                  "heaps": [[-3], [-5, -1]]}).write_parquet(tmp_path / "neg.parquet")
+    args = ["--rules", "rules.csv", "--positions", "neg.parquet", "--out", "out"]
+    done = snim("explain", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert ("largest heap: -1 (the Parquet statistics): every heap is negative, so every "
+            "position with a heap is rejected (out_of_range)") in done.stdout.splitlines()
+    ran = snim("run", *args, cwd=tmp_path)
+    assert ran.returncode == 3, ran.stderr
+    assert pl.read_parquet(tmp_path / "out" / "rejects.parquet")["reason_code"].to_list() == [
+        "out_of_range"] * 2
+
+
 def test_a_positions_file_missing_a_column_is_the_runs_error(tmp_path: Path) -> None:
     write_csv(tmp_path / "rules.csv", ["rule_set_id", "moves"], [[1, "1 2"]])
     write_csv(tmp_path / "pos" / "a.csv", ["rule_set_id", "position_id", "heaps"], [[1, 1, 5]])
