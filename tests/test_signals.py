@@ -823,3 +823,42 @@ def test_a_run_killed_before_its_end_leaves_no_result_but_its_own(tmp_path: Path
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
         f".result.json.{os.getpid()}.tmp", fresh.name, "night1", "site"])
+
+
+@pytest.mark.parametrize(("moment", "delay"), [("rules", 0.0), ("positions", 0.2)])
+def test_a_stop_reading_parquet_of_any_name_keeps_a_shared_output_as_it_was(
+        tmp_path: Path, generated: tuple[Path, Path], baseline: Path, moment: str,
+        delay: float) -> None:
+    """The listing reads Parquet files whatever their names (`000000_0`, as Hive writes
+    them), and a replaced output takes its directory's group and mode: SIGTERM while the
+    files are listed and sniffed, or read, leaves the previous output as it was, its group
+    and setgid mode too, and nothing beside it; the run after it reads every row of the
+    unsuffixed files into an output that keeps them."""
+    rules, positions = generated
+    table = tmp_path / "hive_table"
+    table.mkdir()
+    for i, part in enumerate(sorted(positions.glob("*.parquet"))):
+        shutil.copyfile(part, table / f"00000{i}_0")
+    out = tmp_path / "job" / "out"
+    shutil.copytree(baseline, out)
+    group = 12345 if os.geteuid() == 0 else os.getegid()
+    os.chown(out, -1, group)
+    os.chmod(out, 0o2770)
+    before = _manifest(out)
+    args = ["run", "--rules", str(rules), "--positions", str(table), "--out", str(out),
+            "--overwrite"]
+    status, shown = in_terminal(args, moment, delay, signal.SIGTERM)
+    assert status == 143, shown
+    assert shown.rstrip().endswith(STOPPED_LINE[signal.SIGTERM]), shown
+    assert _manifest(out)["run_id"] == before["run_id"]
+    assert _verdict_rows(out) == ROWS
+    assert (os.stat(out).st_mode & 0o7777, os.stat(out).st_gid) == (0o2770, group)
+    assert _leftovers(out.parent) == []
+    done = subprocess.run([str(CLI_EXE), *args, "--quiet"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    manifest = _manifest(out)
+    assert [Path(f["path"]).name for f in manifest["inputs"]["positions"]] == [
+        f"00000{i}_0" for i in range(6)]
+    assert manifest["counts"]["positions"]["verdicts"] == ROWS
+    assert (os.stat(out).st_mode & 0o7777, os.stat(out).st_gid) == (0o2770, group)
