@@ -771,26 +771,27 @@ def test_warehouse_unloads_are_told_what_to_change(tmp_path: Path) -> None:
     verdicts = pl.read_parquet(tmp_path / "out" / "verdicts.parquet")
     assert verdicts["verdict"].to_list() == [
         "W" if wins("subtraction", (2, 5), h) else "L" for h in ([5, 12], [3])]
-    numbers = tmp_path / "numbers.parquet"
-    pq.write_table(pa.table({
+    def refused(name: str, table: pa.Table) -> str:
+        """The run's error for `table` as a positions file, without its path; none written."""
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(table, path)
+        got = invoke(job_args(rules, path, tmp_path / f"out-{name}"), tmp_path)
+        assert got.code == 1, got.stderr
+        assert not (tmp_path / f"out-{name}").exists()
+        return got.stderr.removeprefix(f"snim-batch: error: {path}: ")
+
+    assert refused("numbers", pa.table({
         "rule_set_id": pa.array([decimal.Decimal(1)], pa.decimal128(38, 0)),
-        "position_id": [0], "heaps": [[5]]}), numbers)
-    got = invoke(job_args(rules, numbers, tmp_path / "out2"), tmp_path)
-    assert (got.code, got.stderr) == (1, f"snim-batch: error: {numbers}: column 'rule_set_id' "
-                                         "has type Decimal(precision=38, scale=0), expected "
-                                         "integer or string (a NUMBER or DECIMAL column, as "
-                                         "Snowflake and Oracle unload integers: cast it to an "
-                                         "integer type in the export, such as ::BIGINT)\n")
-    indexed = tmp_path / "indexed.parquet"
-    pq.write_table(pa.table({"rule_set_id": [1], "position_id": [0], "heaps": [[5]],
-                                     "__index_level_0__": [7]}), indexed)
-    got = invoke(job_args(rules, indexed, tmp_path / "out3"), tmp_path)
-    assert (got.code, got.stderr) == (1, f"snim-batch: error: {indexed}: unexpected column "
-                                         "'__index_level_0__' (expected ['rule_set_id', "
-                                         "'heaps', 'position_id']) (pandas' index, which "
-                                         "to_parquet writes as a column: write the frame with "
-                                         "index=False)\n")
-    assert not any((tmp_path / name).exists() for name in ("out2", "out3"))
+        "position_id": [0], "heaps": [[5]]})) == (
+        "column 'rule_set_id' has type Decimal(precision=38, scale=0), expected integer or "
+        "string (a NUMBER or DECIMAL column, as Snowflake and Oracle unload integers: cast it "
+        "to an integer type in the export, such as ::BIGINT)\n")
+    assert refused("indexed", pa.table({
+        "rule_set_id": [1], "position_id": [0], "heaps": [[5]],
+        "__index_level_0__": [7]})) == (
+        "unexpected column '__index_level_0__' (expected ['rule_set_id', 'heaps', "
+        "'position_id']) (pandas' index, which to_parquet writes as a column: write the frame "
+        "with index=False)\n")
 
 
 @pytest.mark.parametrize("case_id", ["positions-missing-path", "positions-binary-garbage-csv",
