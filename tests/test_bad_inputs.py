@@ -1743,11 +1743,11 @@ def _input_problem(tmp_path: Path, positions: Path | str) -> str:
 
 @pytest.mark.parametrize(("names", "skipped"), [
     (["_x.csv", ".x.csv"], f"2 files {SKIPPED_MARKERS}"),
-    (["a.txt", "b.json"], "2 files of another type (only .parquet, .pq and .csv files are read "
-                          "from a directory)"),
+    (["a.txt", "b.json"], "2 files of another type (a directory gives its .parquet, .pq and "
+                          ".csv files, and Parquet files named without a suffix)"),
     (["_SUCCESS", "_temporary/part-0.csv", "a.tsv"],
-     f"1 file and 1 directory {SKIPPED_MARKERS}, 1 file of another type (only .parquet, .pq "
-     "and .csv files are read from a directory)"),
+     f"1 file and 1 directory {SKIPPED_MARKERS}, 1 file of another type (a directory gives "
+     "its .parquet, .pq and .csv files, and Parquet files named without a suffix)"),
 ])
 def test_directory_with_nothing_to_read_says_what_it_skipped(tmp_path: Path, names: list[str],
                                                              skipped: str) -> None:

@@ -115,11 +115,12 @@ def test_a_trailing_slash_names_a_directory_as_a_shell_reads_it(cli, tmp_path, s
 
 
 def test_parquet_files_of_any_name_in_a_directory_are_read(cli, tmp_path, monkeypatch):
-    """Hive, Trino and Impala name their Parquet files `000000_0`, `000000_0_copy_1` or
-    `..._data.0.parq`, and some tools `x.parquet.snappy`: a directory listing reads every file
-    that starts as Parquet, whatever its name, rather than missing its rows with exit 0;
-    a text file of another name (`notes`) is still skipped. The verdicts are checked against
-    a brute-force game-tree search."""
+    """Hive, Trino, Athena and Impala name their Parquet files `000000_0`, `000000_0_copy_1`,
+    `20261208_..._abcde` or `..._data.0.parq`: a directory listing reads every file named so
+    that starts as Parquet, rather than missing its rows with exit 0; a text file named so
+    (`notes`) is still skipped, and so are copies with another suffix (`.bak`, `~`, a
+    download's `.Ab12`), which would make every key a duplicate. The verdicts are checked
+    against a brute-force game-tree search."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -129,10 +130,12 @@ def test_parquet_files_of_any_name_in_a_directory_are_read(cli, tmp_path, monkey
     table.mkdir()
     heaps = {0: [5], 1: [4], 2: [3, 6], 3: [7, 7, 2], 4: [9], 5: [11, 1]}
     names = {"000000_0": [0, 1], "000000_0_copy_1": [2], "4c4d8f_1234_data.0.parq": [3],
-             "part-00000.parquet.snappy": [4], "part-00001.parquet": [5]}
+             "20261208_000123_00004_abcde": [4], "part-00001.parquet": [5]}
     for name, ids in names.items():
         pq.write_table(pa.table({"rule_set_id": [1] * len(ids), "position_id": ids,
                                  "heaps": [heaps[i] for i in ids]}), table / name)
+    for copy in ("part-00001.parquet.bak", "part-00001.parquet~", "part-00001.parquet.Ab12"):
+        (table / copy).write_bytes((table / "part-00001.parquet").read_bytes())  # not read
     (table / "notes").write_text("rule_set_id,position_id,heaps\n1,99,5\n")
     result = cli("run", "--rules", "rules.csv", "--positions", "table", "--out", "out")
     assert result.exit_code == 0, result.output
@@ -205,8 +208,9 @@ def test_compressed_files_a_directory_listing_skips_are_named_in_a_warning(
     assert result.exit_code == 1, result.output
     assert result.stderr.endswith(
         f"error: positions input {tmp_path}/in: no .parquet, .pq or .csv files found; skipped "
-        "3 files of another type, 2 of them named as compressed (only .parquet, .pq and .csv "
-        "files are read from a directory)\n"), result.stderr
+        "3 files of another type, 2 of them named as compressed (a directory gives its "
+        ".parquet, .pq and .csv files, and Parquet files named without a suffix)\n"
+    ), result.stderr
 
 
 def test_run_with_one_bad_row_exits_3(cli, tmp_path, small_job):

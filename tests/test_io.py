@@ -2209,7 +2209,8 @@ def test_directory_symlinks_are_followed_and_a_loop_is_an_error(tmp_path):
 
 MARKERS = ("names start with _ or . (hidden files and markers such as _SUCCESS are skipped, "
            "as Spark and Hadoop do)")
-OTHER_TYPE = "of another type (only .parquet, .pq and .csv files are read from a directory)"
+OTHER_TYPE = ("of another type (a directory gives its .parquet, .pq and .csv files, and Parquet "
+              "files named without a suffix)")
 
 
 @pytest.mark.parametrize(("names", "found", "skipped"), [
@@ -2219,8 +2220,8 @@ OTHER_TYPE = "of another type (only .parquet, .pq and .csv files are read from a
     (["_tmp/x.csv", "_SUCCESS"], "no .parquet, .pq or .csv files found",
      f"; skipped 1 file and 1 directory whose {MARKERS}"),
     (["a.txt", "b.json", "c.csv.gz"], "no .parquet, .pq or .csv files found",
-     "; skipped 3 files of another type, 1 of them named as compressed (only .parquet, .pq "
-     "and .csv files are read from a directory)"),
+     "; skipped 3 files of another type, 1 of them named as compressed (a directory gives "
+     "its .parquet, .pq and .csv files, and Parquet files named without a suffix)"),
     (["_x.csv", "a.txt"], "no .parquet, .pq or .csv files found",
      f"; skipped 1 file whose {MARKERS}, 1 file {OTHER_TYPE}"),
 ])

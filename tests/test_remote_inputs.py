@@ -102,9 +102,9 @@ def test_compressed_objects_a_prefix_listing_skips_are_named_in_a_warning(s3_env
 
 def test_parquet_objects_of_any_name_below_a_prefix_are_read(s3_env) -> None:
     """As for a local directory: Athena, Hive and Trino write Parquet objects without a
-    suffix (`20261208_0001_x`, `000000_0`); an object that starts as Parquet is read whatever
-    its name, through a pattern too. A text object of another name, an empty one, a hidden
-    one and one inside a snim-batch output are not."""
+    suffix (`20261208_0001_x`, `000000_0`); an object that starts as Parquet is read when
+    its name has no suffix, through a pattern too. A text object named so, an empty one, a
+    hidden one, one inside a snim-batch output and a copy with another suffix are not."""
     import io
 
     import pyarrow as pa
@@ -118,6 +118,7 @@ def test_parquet_objects_of_any_name_below_a_prefix_are_read(s3_env) -> None:
         client.put_object(Bucket="bkt", Key=key, Body=sink.getvalue())
     client.put_object(Bucket="bkt", Key="in/out/manifest.json",
                       Body=b'{"run_id": "r", "versions": {"snim-batch": "0.1.0"}}')
+    client.put_object(Bucket="bkt", Key="in/a.parquet.bak", Body=sink.getvalue())
     for key, body in (("in/a.csv", CSV), ("in/notes", CSV), ("in/empty", b"")):
         client.put_object(Bucket="bkt", Key=key, Body=body)
     assert found("s3://bkt/in") == ["s3://bkt/in/20261208_0001_x", "s3://bkt/in/a.csv",

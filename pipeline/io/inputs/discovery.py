@@ -19,6 +19,7 @@ from pipeline.io.inputs.remote import (
     PARQUET_MAGIC,
     resolve_remote,
     skipped_compressed,
+    unsuffixed,
 )
 from pipeline.io.outputs.manifest import is_snim_output
 from pipeline.io.read.files import CSV_SUFFIXES, PARQUET_SUFFIXES, Source
@@ -34,8 +35,8 @@ _STAGING_NAME = re.compile(r"\..+\.(?:partial|retired)-\d+-.+")
 def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
                    options: dict[str, str] | None = None,
                    on_warning: Callable[[str], None] | None = None) -> list[Source]:
-    """A file, a directory (its .parquet/.pq/.csv files, recursively, and files of other
-    names that start as Parquet) or a glob -> sorted files.
+    """A file, a directory (its .parquet/.pq/.csv files, recursively, and files named
+    without a suffix that start as Parquet) or a glob -> sorted files.
 
     A path that exists is taken as written, glob characters and all; only one that does not
     is a glob pattern. What a directory listing or a wildcard finds is skipped when its name
@@ -67,16 +68,27 @@ def resolve_inputs(spec: str, what: str, exclude: Path | str | None = None,
 
 
 def _starts_as_parquet(path: Path) -> bool:
-    """Whether a regular file of another name holds Parquet (Hive, Impala and Trino name
-    theirs `000000_0`, `000000_0_copy_1` or `..._data.0.parq`): its rows are read as the
-    Parquet they are, not missed unsaid. One that cannot be read is skipped as before."""
-    try:
-        if not os.path.isfile(path):  # a pipe would block the open
-            return False
-        with open(path, "rb") as handle:
-            return handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
-    except OSError:
+    """Whether a file named without a suffix (`unsuffixed`: Hive and Trino name theirs
+    `000000_0`, Impala `..._data.0.parq`) holds Parquet: its rows are read as the Parquet
+    they are, not missed unsaid. A regular file that cannot be read is taken, for its
+    reader to say why (a night's file must not be dropped unsaid); a pipe or device is not
+    (opened without blocking, then checked)."""
+    if not unsuffixed(path.name):
         return False
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return os.path.isfile(path)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return False
+        return os.read(descriptor, len(PARQUET_MAGIC)) == PARQUET_MAGIC
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -277,8 +289,8 @@ class _InputFinder:
 
     def take_dir(self, directory: Path, ancestors: tuple[Any, ...], found_by_name: bool = True
                  ) -> None:
-        """Every .parquet/.pq/.csv file below `directory`, and every file of another name
-        that starts as Parquet (`_starts_as_parquet`), following symlinks."""
+        """Every .parquet/.pq/.csv file below `directory`, and every file named without a
+        suffix that starts as Parquet (`_starts_as_parquet`), following symlinks."""
         inner = self.enter(directory, ancestors, found_by_name)
         if inner is not None:
             self.take_entries(directory, inner)
@@ -369,7 +381,8 @@ class _InputFinder:
             compressed = len(self.compressed())
             named = f", {compressed} of them named as compressed" if compressed else ""
             parts.append(_plural(counts["suffix"], "file", "files") + f" of another type{named} "
-                         "(only .parquet, .pq and .csv files are read from a directory)")
+                         "(a directory gives its .parquet, .pq and .csv files, and Parquet "
+                         "files named without a suffix)")
         if counts["special"]:
             parts.append(_plural(counts["special"], "entry that is", "entries that are")
                          + " neither a file nor a directory")

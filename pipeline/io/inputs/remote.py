@@ -1,6 +1,6 @@
 """Finding the input objects of an object-store spec, as `inputs.resolve_inputs` finds files:
 an object that exists is that object; else a prefix is a directory (its .parquet, .pq and
-.csv objects, at any depth, and objects of other names that start as Parquet) and a URL
+.csv objects, at any depth, and objects named without a suffix that start as Parquet) and a URL
 with glob characters is a pattern over keys, `**` matching any depth. Below what was named,
 names starting with _ or . are skipped, and so are snim-batch outputs (prefixes holding a
 manifest.json) and the run's own output."""
@@ -10,9 +10,10 @@ from __future__ import annotations
 import fnmatch
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 
-from pipeline.errors import InputError, SnimError
+from pipeline.errors import InputError
 from pipeline.io.outputs.manifest import MANIFEST, RUN_FILE, RUN_ID, written_by_snim
 from pipeline.io.store.locations import GLOB_CHARS, Location
 from pipeline.io.store.object_store import (
@@ -82,15 +83,19 @@ def resolve_remote(spec: Location, what: str, exclude: Location | None,
     found: list[str] = []
     compressed: list[str] = []
     skipped = 0
-    for key, size, *_ in listed:
-        relative = key[len(root.key) + 1:].split("/") if root.key else key.split("/")
+    candidates = [key for key, size, *_ in listed if size >= SMALLEST_PARQUET
+                  and _taken(_relative(key, root), pattern, directories_only) is False
+                  and _taken(_relative(key, root), pattern, directories_only, any_name=True)
+                  and not any(key.startswith(o + "/") for o in outputs)
+                  and not _own(key, spec, exclude)]
+    parquet = _starting_as_parquet([spec.at_key(key) for key in candidates])
+    for key, *_ in listed:
+        relative = _relative(key, root)
         taken = _taken(relative, pattern, directories_only)
         owner = next((o for o in outputs if key.startswith(o + "/")), None)
         if taken is None:
             continue
-        if (taken is False and owner is None and size >= SMALLEST_PARQUET
-                and _taken(relative, pattern, directories_only, any_name=True)):
-            taken = _starts_as_parquet(spec.at_key(key))
+        taken = taken or str(spec.at_key(key)) in parquet
         if not taken or (owner is not None and owner != spec.key) or _own(key, spec, exclude):
             skipped += 1
             if (owner is None and not any(_hidden(name) for name in relative)
@@ -136,21 +141,40 @@ def _exists(key: str, listed: list[tuple[str, int, float]]) -> bool:
     return any(k == key or k.startswith(key + "/") for k, *_ in listed)
 
 
-def _starts_as_parquet(location: Location) -> bool:
-    """Whether an object of another name holds Parquet (Hive, Impala, Trino and Athena name
-    theirs `000000_0`, `..._data.0.parq` or with no suffix at all): its rows are read as
-    the Parquet they are, not missed. One that cannot be read is skipped as before."""
-    try:
+def _relative(key: str, root: Location) -> list[str]:
+    return key[len(root.key) + 1:].split("/") if root.key else key.split("/")
+
+
+def unsuffixed(name: str) -> bool:
+    """Whether a data file's name has no suffix, as Hive, Trino and Athena name theirs
+    (`000000_0`, `000000_0_copy_1`, `20261208_..._<uuid>`), or Impala's `.parq`: such a file
+    is read when it starts as Parquet. One with another suffix (`x.bak`, a download's
+    `x.parquet.Ab12`, a backup's `x~`) is not."""
+    return ("." not in name or name.lower().endswith(".parq")) and not name.endswith("~")
+
+
+STORE_REQUESTS = 16  # objects asked about at a time (as `describe_before_reading` asks)
+
+
+def _starting_as_parquet(locations: list[Location]) -> set[str]:
+    """Which of the objects (of names `unsuffixed`) start as Parquet: their rows are read,
+    not missed. An object that cannot be read fails the listing, naming it (a 403 or a
+    timeout must not drop a night's file unsaid)."""
+    if not locations:
+        return set()
+
+    def starts(location: Location) -> bool:
         return read_head(location, len(PARQUET_MAGIC))[0] == PARQUET_MAGIC
-    except SnimError:
-        return False
+
+    with ThreadPoolExecutor(min(STORE_REQUESTS, len(locations))) as pool:
+        return {str(loc) for loc, yes in zip(locations, pool.map(starts, locations)) if yes}
 
 
 def _taken(relative: list[str], pattern: list[str] | None, directories_only: bool = False,
            any_name: bool = False) -> bool | None:
     """None when the pattern does not reach this object; True to read it; False when it is
     reached but skipped (a hidden name or another type below what was named). `any_name`:
-    whatever the suffix of an object found below what was named."""
+    an object found below what was named of no suffix too (`unsuffixed`)."""
     if pattern is None:
         return _plain_below(relative, any_name)
     ends = _matched_prefixes(pattern, relative)
@@ -165,9 +189,10 @@ def _taken(relative: list[str], pattern: list[str] | None, directories_only: boo
 
 def _plain_below(relative: list[str], any_name: bool = False) -> bool:
     """A file found below a directory: read when no name on the way is hidden and its
-    suffix is an input suffix (`any_name`: whatever its suffix)."""
+    suffix is an input suffix (`any_name`: or it has none, `unsuffixed`)."""
     return (not any(_hidden(name) for name in relative)
-            and (any_name or relative[-1].lower().endswith(INPUT_SUFFIXES)))
+            and (relative[-1].lower().endswith(INPUT_SUFFIXES)
+                 or (any_name and unsuffixed(relative[-1]))))
 
 
 def _matched_prefixes(pattern: list[str], names: list[str]) -> set[int]:
