@@ -1173,7 +1173,8 @@ def test_a_replaced_output_keeps_its_directorys_group_and_mode(tmp_path: Path) -
     """An output is staged beside its directory and renamed over it: a directory made ready
     for a group (setgid, group-writable, another group) stayed so only until the first run,
     and each `--overwrite` reset the last night's. Now the new directory takes the old one's
-    group (its files too, through the setgid bit) and mode, a read-only mode included."""
+    group (its files too, through the setgid bit) and mode, but for its owner's rights: a
+    read-only output is replaced, and removed, night after night with nothing left."""
     rules, positions = small_inputs(tmp_path / "in")
     out = tmp_path / "shared"
     out.mkdir()
@@ -1186,10 +1187,13 @@ def test_a_replaced_output_keeps_its_directorys_group_and_mode(tmp_path: Path) -
         assert code == 0, err
         assert (os.stat(out).st_mode & 0o7777, os.stat(out).st_gid) == (0o2770, group)
         assert {os.stat(f).st_gid for f in out.iterdir()} == {group}
-    os.chmod(out, 0o555)
-    code, err = invoke(job(rules, positions, out, "--overwrite"), tmp_path)
-    assert code == 0, err
-    assert os.stat(out).st_mode & 0o7777 == 0o555
+    os.chmod(out, 0o2555)  # read-only: its owner keeps every right, to empty it each night
+    for _ in range(2):
+        code, err = invoke(job(rules, positions, out, "--overwrite"), tmp_path)
+        assert code == 0, err
+        assert "warning" not in err
+        assert os.stat(out).st_mode & 0o7777 == 0o2755
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "shared"]
 
 
 def test_the_working_directory_is_no_output(tmp_path: Path) -> None:

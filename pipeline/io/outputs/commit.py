@@ -369,6 +369,8 @@ def _dispose(old: Path, target: Path, tag: str, shown: str, what: str) -> str | 
     problem = ownership_problem(old)
     try:
         if problem is None:
+            with suppress(OSError):  # a read-only output (chmod 555): its own can empty it
+                os.chmod(old, stat.S_IMODE(os.stat(old).st_mode) | stat.S_IRWXU)
             shutil.rmtree(old)
             return None
         kept = target.parent / f".{target.name}.kept-{tag}"
@@ -499,11 +501,12 @@ def _take_group(target: Path, staging: Path) -> None:
 
 def _take_mode(target: Path, staging: Path) -> None:
     """The mode of the directory the output replaces goes to its replacement, right before
-    the rename (not before: a read-only mode would refuse the run's own writes)."""
+    the rename (not before: a read-only mode would refuse the run's own writes), but for
+    its owner's, who keeps every right: the next night's run must empty it."""
     with suppress(OSError):
         found = os.stat(target)
         if stat.S_ISDIR(found.st_mode):
-            os.chmod(staging, stat.S_IMODE(found.st_mode))
+            os.chmod(staging, stat.S_IMODE(found.st_mode) | stat.S_IRWXU)
 
 
 def _holds_working_directory(target: Path) -> bool:
