@@ -679,31 +679,61 @@ def _local_only(path: Path | None, option: str) -> None:
 
 def _replaced_whole(path: Path, shown: str, instead: str) -> Path:
     """The file a file option written whole by a rename over it (--result-file, --plot)
-    replaces: a symlink's target, not the link. A pipe, socket or device there is refused
-    (a usage error): the rename would put a regular file in its place (as root, /dev/null)."""
-    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+    replaces: a symlink's target, not the link. Refused (usage errors): a pipe, socket or
+    device there, and a name that leads through /dev or a process's descriptors
+    (`/dev/stdout`, whose target may be the scheduler's log file), since the rename would
+    put a regular file in its place; a symlink loop."""
+    if _through_a_stream(path) or (os.path.exists(path) and not os.path.isfile(path)
+                                   and not os.path.isdir(path)):
         from pipeline.io.inputs.discovery import special_kind
 
-        raise UsageError(f"{shown}: is {special_kind(path)}, not a regular file, and the "
+        kind = (special_kind(path) if os.path.exists(path)
+                and not os.path.isfile(path) else "a process's stream or descriptor")
+        raise UsageError(f"{shown}: is {kind}, not a regular file, and the "
                          f"file is replaced whole, by a rename over it; {instead}")
-    return Path(os.path.realpath(path)) if os.path.islink(path) else path
+    if not os.path.islink(path):
+        return path
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:  # a dangling link: the file it names is made
+        return Path(os.path.realpath(path))
+    except OSError:
+        raise UsageError(f"{shown}: is a symlink loop") from None
+
+
+_STREAMS = re.compile(r"/dev/.*|/proc/[^/]+(/task/[^/]+)?/fd/.*")
+
+
+def _through_a_stream(path: Path) -> bool:
+    """Whether `path`, or a link it leads through, names a device or a process's descriptor
+    (/dev/stdout, /proc/self/fd/1)."""
+    at = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        if _STREAMS.fullmatch(at):
+            return True
+        if not os.path.islink(at):
+            return False
+        at = os.path.abspath(os.path.join(os.path.dirname(at), os.readlink(at)))
+    return False
 
 
 def _check_plot_file(path: Path | None) -> Path | None:
     """--plot needs the plot extra and must name a local file in an existing directory: a
     usage error before any work. Returns the file to write (`_replaced_whole`)."""
-    if path is not None:
-        from pipeline.plots import require_plotting
+    if path is None:
+        _local_only(path, "--plot")
+        return None
+    from pipeline.plots import require_plotting
 
-        require_plotting()
+    require_plotting()
     _local_only(path, "--plot")
-    if path is not None and (path.name in ("", "..") or path.is_dir()):
-        raise UsageError(f"--plot {brief_repr(str(path))}: is a directory (give the PNG "
-                         "file's name)")
-    if path is not None and not path.absolute().parent.is_dir():
-        raise UsageError(f"--plot {brief_repr(str(path))}: its directory does not exist")
-    return None if path is None else _replaced_whole(
-        path, f"--plot {brief_repr(str(path))}", "name a PNG file")
+    shown = f"--plot {brief_repr(str(path))}"
+    if path.name in ("", "..") or path.is_dir():
+        raise UsageError(f"{shown}: is a directory (give the PNG file's name)")
+    path = _replaced_whole(path, shown, "name a PNG file")
+    if not path.absolute().parent.is_dir():
+        raise UsageError(f"{shown}: its directory does not exist")
+    return path
 
 
 def _check_result_file(path: Path) -> Path:
@@ -715,9 +745,12 @@ def _check_result_file(path: Path) -> Path:
 
     _local_only(path, "--result-file")
     shown = f"--result-file {brief_repr(str(path))}"
-    refuse_long_names(path, "--result-file", "its temporary file .NAME.PID.tmp",
-                      len("...tmp") + PID_WIDTH)  # as `whole.whole_file` names it
-    path = _replaced_whole(path, shown, "name a file (--json prints the result on stdout)")
+    for named in (path, None):  # as given, then the file a link leads to
+        refuse_long_names(named or path, "--result-file", "its temporary file .NAME.PID.tmp",
+                          len("...tmp") + PID_WIDTH)  # as `whole.whole_file` names it
+        if named is not None:
+            path = _replaced_whole(path, shown,
+                                   "name a file (--json prints the result on stdout)")
     if path.is_dir():
         raise UsageError(f"{shown}: is a directory")
     if not path.absolute().parent.is_dir():
@@ -1310,6 +1343,12 @@ def main() -> None:  # pragma: no cover - called by the console entry, `executab
     ClosedStdout.install()  # if the shell closed stdout (`>&-`)
     ended = False  # the command returned or exited: what it printed stands
     late = False  # a stop signal after that: the exit code says it, the output stands
+    try:
+        os.getcwd()  # every relative path is read from it
+    except FileNotFoundError:
+        _err("error: the current directory no longer exists (removed, or replaced by a "
+             "rename): change to one that does")
+        sys.exit(EXIT_USAGE)
     try:
         try:
             stop_signals_as_interrupts()

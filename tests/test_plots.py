@@ -134,3 +134,7 @@ def test_a_plot_onto_a_pipe_is_refused_and_through_a_link_replaces_its_target(
     assert result.exit_code == 0, result.output
     assert Path("latest.png").is_symlink()
     assert (tmp_path / "plots" / "sg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    Path("dangling.png").symlink_to("nowhere/sg.png")  # its directory: checked before work
+    result = CliRunner().invoke(app, ["grundy", "--moves", "2 5", "--plot", "dangling.png"])
+    assert (result.exit_code, result.stderr) == (
+        2, "snim-batch: error: --plot 'dangling.png': its directory does not exist\n")

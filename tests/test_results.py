@@ -254,6 +254,47 @@ def test_a_result_file_that_is_a_pipe_is_exit_2_and_stays_a_pipe(job: Path) -> N
     assert not (job / "out").exists()
 
 
+def test_a_result_file_through_dev_or_proc_a_loop_or_a_long_target_is_exit_2(job: Path
+                                                                              ) -> None:
+    """`--result-file /dev/stdout` with stdout sent to a log (`>> sched.log`) followed the
+    descriptor to the log and renamed the result over it; a link loop was replaced by a
+    file; a link to a name too long for its temporary file failed after the commit. Each is
+    refused before any work, and the log keeps its lines."""
+    log = job / "sched.log"
+    log.write_text("the night before\n")
+    (job / "la").symlink_to("lb")
+    (job / "lb").symlink_to("la")
+    (job / "short.json").symlink_to("r" * 245)
+    for named, said in (("/dev/stdout", "is a process's stream or descriptor, not a regular "
+                                        "file"),
+                        ("la", "is a symlink loop"),
+                        ("short.json", "is 245 bytes, and its temporary file")):
+        with log.open("a") as stdout:
+            proc = subprocess.run([str(SCRIPT), *RUN, "--result-file", named], cwd=job,
+                                  stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300,
+                                  env={k: v for k, v in os.environ.items()
+                                       if not k.startswith("SNIM_BATCH_")})
+        assert proc.returncode == 2, proc.stderr
+        assert said in proc.stderr
+        assert not (job / "out").exists()
+    assert log.read_text() == "the night before\n"
+    assert (job / "la").is_symlink() and (job / "lb").is_symlink()
+
+
+def test_a_removed_working_directory_is_exit_2_naming_it(job: Path) -> None:
+    """A shell left in a removed directory (an earlier `rm -rf` of the night's folder): a
+    command that reads relative paths there gave a traceback or an internal error."""
+    gone = job / "gone"
+    gone.mkdir()
+    script = (f"cd {gone} && rmdir {gone} && exec {SCRIPT} run --rules {job}/rules.csv "
+              f"--positions {job}/positions.csv --out {job}/out --result-file r.json")
+    proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stderr) == (
+        2, "snim-batch: error: the current directory no longer exists (removed, or replaced "
+           "by a rename): change to one that does\n")
+    assert not (job / "out").exists()
+
+
 def test_a_result_file_through_a_symlink_replaces_its_target(job: Path) -> None:
     """A link to the file a scheduler reads (`latest.json -> results/night.json`) stays a
     link: the file it points to gets the result, also through a dangling link."""
