@@ -322,8 +322,14 @@ def rules_past_tolerance(config: Config, rules: pl.DataFrame, form: str
     stop = _stop_past_rejects(config, rule_rejects.height)
     if stop is None or stop >= 0:
         return None
-    return _stopped_past_tolerance(config, rule_rejects,
-                                   RejectsPastTolerance(0, rule_rejects.clear()))
+    first = outputs.sort_rejects(rule_rejects).head(PROBLEMS_SHOWN)
+    rows = list(first.iter_rows(named=True))
+    beyond = RejectTolerance.limits(config)
+    return BadRowsError(
+        f"at least {rule_rejects.height} input rows failed validation (--on-bad-rows fail"
+        f"{', over ' + beyond if beyond else ''}; the rules' alone, whatever the positions "
+        "hold)", [problem_text(row) for row in rows], rule_rejects.height, complete=False,
+        written=False, path=rows[0]["source"], row=rows[0]["row"], column=rows[0]["column"])
 
 
 def _stopped_past_tolerance(config: Config, rule_rejects: pl.DataFrame,
