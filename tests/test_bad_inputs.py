@@ -786,6 +786,14 @@ def test_warehouse_unloads_are_told_what_to_change(tmp_path: Path) -> None:
         "column 'rule_set_id' has type Decimal(precision=38, scale=0), expected integer or "
         "string (a NUMBER or DECIMAL column, as Snowflake and Oracle unload integers: cast it "
         "to an integer type in the export, such as ::BIGINT)\n")
+    assert refused("cents", pa.table({  # a fraction: no cast suggested, which would cut it
+        "rule_set_id": [1], "position_id": pa.array([decimal.Decimal("0.50")],
+                                                    pa.decimal128(10, 2)), "heaps": [[5]]})) == (
+        "column 'position_id' has type Decimal(precision=10, scale=2), expected integer or "
+        "string\n")
+    assert refused("both", pa.table({"rule_set_id": [1], "position_id": [0], "heaps": [[5]],
+                                     "HEAPS": [[5]]})) == (  # no rename that would then fail
+        "unexpected column 'HEAPS' (expected ['rule_set_id', 'heaps', 'position_id'])\n")
     assert refused("indexed", pa.table({
         "rule_set_id": [1], "position_id": [0], "heaps": [[5]],
         "__index_level_0__": [7]})) == (

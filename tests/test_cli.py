@@ -156,13 +156,13 @@ def test_invisible_characters_in_a_key_are_shown_escaped(cli, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rules.csv").write_text("rule_set_id,moves\n1,2 5\n")
     (tmp_path / "p.csv").write_bytes("rule_set_id,position_id,heaps\n1,0,5\n\ufeff1,1,6\n"
-                                     "1\u200b,2,6\n".encode())
+                                     "1\u200b,2,6\n1\u200e,3,6\n".encode())
     result = cli("run", "--rules", "rules.csv", "--positions", "p.csv", "--out", "out")
     assert result.exit_code == 3, result.output
     rejects = pl.read_parquet(tmp_path / "out" / "rejects.parquet")
     assert rejects["reason"].to_list() == [
         f"unknown rule_set_id {shown} (not in the rules table)"
-        for shown in ("\\ufeff1", "1\\u200b")]
+        for shown in ("\\ufeff1", "1\\u200b", "1\\u200e")]
     assert "unknown rule_set_id \\ufeff1 (not in the rules table)" in result.stderr
 
 

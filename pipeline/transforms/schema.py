@@ -37,11 +37,12 @@ def detect_form(columns: Sequence[str], cols: Columns, source: str) -> str:
     return "wide" if has_wide else "long"
 
 
-def _case_hint(columns: Sequence[str], cols: Columns) -> str:
-    """'; ...' when columns differ from the expected names in case alone (`RULE_SET_ID`, as
-    Snowflake and Oracle unload them): names match exactly, and config.yaml's `columns:`
-    names them; else ''."""
-    by_lower = {c.lower(): c for c in columns}
+def _case_hint(columns: Sequence[str], cols: Columns, among: Sequence[str] | None = None
+               ) -> str:
+    """'; ...' when columns (`among` them, if given) differ from expected names that the
+    file lacks in case alone (`RULE_SET_ID`, as Snowflake and Oracle unload them): names
+    match exactly, and config.yaml's `columns:` names them; else ''."""
+    by_lower = {c.lower(): c for c in (columns if among is None else among)}
     found = {key: by_lower[name.lower()] for key, name in vars(cols).items()
              if name not in columns and name.lower() in by_lower}
     if not found:
@@ -69,7 +70,8 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
         expected = list(required) + [c for c in optional]
         hint = (" (pandas' index, which to_parquet writes as a column: write the frame with "
                 "index=False)" if re.fullmatch(r"__index_level_\d+__", extra[0]) else "")
-        hint += _case_hint(extra, Columns(**{e: e for e in expected if e in _CANONICAL}))
+        hint += _case_hint(columns, Columns(**{e: e for e in expected if e in _CANONICAL}),
+                           among=extra)
         raise InputError(f"{source}: unexpected column {brief_repr(extra[0])} (expected "
                          f"{brief_repr(expected, LISTED_CHARS)}){hint}", path=source,
                          column=extra[0])
@@ -78,7 +80,7 @@ def check_columns(columns: Sequence[str], required: Sequence[str], optional: Seq
 def wrong_type(source: str, name: str, dtype: pl.DataType, expected: str) -> InputError:
     hint = (" (bytes, as a UUID or a hash is often stored: write the key as text, such as the "
             "UUID's canonical form)" if dtype == pl.Binary else "")
-    if isinstance(dtype, pl.Decimal):
+    if isinstance(dtype, pl.Decimal) and dtype.scale == 0:
         hint = (" (a NUMBER or DECIMAL column, as Snowflake and Oracle unload integers: cast "
                 "it to an integer type in the export, such as ::BIGINT)")
     return InputError(f"{source}: column {brief_repr(name)} has type "
@@ -101,10 +103,13 @@ def with_input_column_names(rejects: pl.DataFrame, cols: Columns, form: str) -> 
     return rejects.with_columns(pl.col("column").replace(input_column_names(cols, form)))
 
 
-INVISIBLE = ("\ufeff", "\u200b", "\u200c", "\u200d", "\u2060", "\u00a0", "\u00ad")
+INVISIBLE = tuple(chr(c) for c in (*range(0x20), *range(0x7f, 0xa0), 0xa0, 0xad, 0x61c,
+                                   *range(0x200b, 0x2010), *range(0x2028, 0x202f),
+                                   *range(0x2060, 0x2065), *range(0x2066, 0x206a), 0xfeff))
 """Characters a reader cannot see, which exports leave in keys (a byte-order mark inside a
-file joined from parts, a zero-width or no-break space pasted with an id): a reason shows
-each as its escape, or `unknown rule_set_id 1` would name an id the rules do hold."""
+file joined from parts, a zero-width or no-break space pasted with an id, a control or
+direction mark): a reason shows each as its escape, or `unknown rule_set_id 1` would name
+an id the rules do hold."""
 
 
 def shown_text(value: pl.Expr) -> pl.Expr:
