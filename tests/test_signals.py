@@ -841,7 +841,8 @@ def test_a_stop_reading_parquet_of_any_name_keeps_a_shared_output_as_it_was(
         shutil.copyfile(part, table / f"00000{i}_0")
     out = tmp_path / "job" / "out"
     shutil.copytree(baseline, out)
-    group = 12345 if os.geteuid() == 0 else os.getegid()
+    group = 12345 if os.geteuid() == 0 else next(
+        (g for g in os.getgroups() if g != os.getegid()), os.getegid())
     os.chown(out, -1, group)
     os.chmod(out, 0o2770)
     before = _manifest(out)
