@@ -112,13 +112,20 @@ direction mark): a reason shows each as its escape, or `unknown rule_set_id 1` w
 an id the rules do hold."""
 
 
+def _escaped(char: str) -> str:
+    """`char` as the terminal shows it (`\\n`, `\\x1b`, `\\ufeff`): the same text in the
+    rejects as on stderr."""
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char)
+    return named or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
 def shown_text(value: pl.Expr) -> pl.Expr:
-    """A value as text for a reason, invisible characters escaped (`INVISIBLE`: `\\ufeff1`),
-    cut as `errors.truncated` cuts it: ids may be any length."""
-    text = value.cast(pl.String).str.replace_many(
-        list(INVISIBLE), [f"\\u{ord(c):04x}" for c in INVISIBLE])
-    return pl.when(text.str.len_chars() <= SHOWN_CHARS).then(text).otherwise(
+    """A value as text for a reason, cut as `errors.truncated` cuts it (ids may be any
+    length), then its invisible characters escaped (`INVISIBLE`: `\\ufeff1`)."""
+    text = value.cast(pl.String)
+    cut = pl.when(text.str.len_chars() <= SHOWN_CHARS).then(text).otherwise(
         pl.concat_str(text.str.slice(0, SHOWN_CHARS - 3), pl.lit("...")))
+    return cut.str.replace_many(list(INVISIBLE), [_escaped(c) for c in INVISIBLE])
 
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
