@@ -745,12 +745,13 @@ def _check_result_file(path: Path) -> Path:
 
     _local_only(path, "--result-file")
     shown = f"--result-file {brief_repr(str(path))}"
-    for named in (path, None):  # as given, then the file a link leads to
-        refuse_long_names(named or path, "--result-file", "its temporary file .NAME.PID.tmp",
-                          len("...tmp") + PID_WIDTH)  # as `whole.whole_file` names it
-        if named is not None:
-            path = _replaced_whole(path, shown,
-                                   "name a file (--json prints the result on stdout)")
+    def refuse_long(name: Path) -> None:  # its temporary file, as `whole.whole_file` names it
+        refuse_long_names(name, "--result-file", "its temporary file .NAME.PID.tmp",
+                          len("...tmp") + PID_WIDTH)
+
+    refuse_long(path)  # as given, then the file a link leads to
+    path = _replaced_whole(path, shown, "name a file (--json prints the result on stdout)")
+    refuse_long(path)
     if path.is_dir():
         raise UsageError(f"{shown}: is a directory")
     if not path.absolute().parent.is_dir():
